@@ -1,0 +1,22 @@
+using System.Buffers;
+using Herald.Protocol;
+
+namespace Herald.Broker.Delivery;
+
+/// <summary>The broker's own small frames (PING, PONG, ERROR), encoded into their own buffers. Never per message.</summary>
+internal static class ControlFrames
+{
+    private static readonly byte[] PingBytes = [0, 0, 0, 2, 0x91, (byte)FrameType.Ping];
+    private static readonly byte[] PongBytes = [0, 0, 0, 2, 0x91, (byte)FrameType.Pong];
+
+    public static MessageBuffer Ping() => MessageBuffer.Copy(PingBytes);
+
+    public static MessageBuffer Pong() => MessageBuffer.Copy(PongBytes);
+
+    public static MessageBuffer Error(ErrorCode code, string message)
+    {
+        var writer = new ArrayBufferWriter<byte>(64 + message.Length);
+        FrameWriter.WriteError(writer, code, ErrorCodes.IsFatal(code), message);
+        return MessageBuffer.Copy(writer.WrittenSpan);
+    }
+}

@@ -1,0 +1,25 @@
+namespace Herald.Broker.Delivery;
+
+/// <summary>
+/// Where the router delivers: a TCP connection's <see cref="OutboundQueue"/> today, a long-poll
+/// session's store tomorrow. Every transport receives the same encoded MESSAGE frames.
+/// </summary>
+internal interface IMessageSink
+{
+    /// <summary>
+    /// Queues a MESSAGE frame for subscription <paramref name="sid"/>, taking over one reference to
+    /// <paramref name="frame"/> (the sink releases it once written or dropped). Returns <c>true</c> when
+    /// the sink was idle: the caller must then call <see cref="Flush"/> once it has queued the rest of its
+    /// batch (flushes are coalesced per read batch, never per message).
+    /// </summary>
+    bool Enqueue(MessageBuffer frame, uint sid);
+
+    /// <summary>
+    /// Starts writing what is queued, on the calling thread until the write would wait. Called once per
+    /// batch by whoever got <c>true</c> from <see cref="Enqueue"/>.
+    /// </summary>
+    void Flush();
+
+    /// <summary>As <see cref="Flush"/>, but on the thread pool, so a fan-out spreads over the cores.</summary>
+    void ScheduleFlush();
+}

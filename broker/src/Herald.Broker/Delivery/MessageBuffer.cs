@@ -1,0 +1,70 @@
+using System.Buffers;
+using System.Diagnostics;
+
+namespace Herald.Broker.Delivery;
+
+/// <summary>
+/// One encoded frame, shared by reference by every queue it is delivered to (serialize once, fan out by
+/// reference). The bytes come from <see cref="ArrayPool{T}.Shared"/> and go back when the last holder
+/// releases them.
+/// </summary>
+/// <remarks>
+/// Thread-safety: <see cref="Retain"/> and <see cref="Release"/> are atomic and may be called from any
+/// thread; the bytes are written only by the thread that rented the buffer, before it shares it.
+/// </remarks>
+internal sealed class MessageBuffer
+{
+    private byte[]? _array;
+    private int _refCount;
+
+    private MessageBuffer(byte[] array, int length)
+    {
+        _array = array;
+        Length = length;
+        _refCount = 1;
+    }
+
+    /// <summary>Frames encoded so far by this process (observability and the encode-once test).</summary>
+    public static long TotalRented => Interlocked.Read(ref _totalRented);
+
+    private static long _totalRented;
+
+    public int Length { get; }
+
+    /// <summary>The frame. Valid until the caller's reference is released.</summary>
+    public Span<byte> Span => new(_array, 0, Length);
+
+    /// <summary>Rents a buffer of exactly <paramref name="length"/> bytes, held once by the caller.</summary>
+    public static MessageBuffer Rent(int length)
+    {
+        Interlocked.Increment(ref _totalRented);
+        return new MessageBuffer(ArrayPool<byte>.Shared.Rent(length), length);
+    }
+
+    /// <summary>Rents a buffer and copies <paramref name="frame"/> into it (control frames).</summary>
+    public static MessageBuffer Copy(ReadOnlySpan<byte> frame)
+    {
+        MessageBuffer buffer = Rent(frame.Length);
+        frame.CopyTo(buffer.Span);
+        return buffer;
+    }
+
+    /// <summary>Adds <paramref name="count"/> holders at once (one atomic operation per publish, not per subscriber).</summary>
+    public void Retain(int count) => Interlocked.Add(ref _refCount, count);
+
+    /// <summary>Drops <paramref name="count"/> holders; the last one returns the bytes to the pool.</summary>
+    public void Release(int count = 1)
+    {
+        int left = Interlocked.Add(ref _refCount, -count);
+        if (left == 0)
+        {
+            byte[]? array = _array;
+            _array = null;
+            ArrayPool<byte>.Shared.Return(array!);
+        }
+        else
+        {
+            Debug.Assert(left > 0, "MessageBuffer released more often than retained.");
+        }
+    }
+}

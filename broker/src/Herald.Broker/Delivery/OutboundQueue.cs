@@ -1,0 +1,467 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using Herald.Protocol;
+
+namespace Herald.Broker.Delivery;
+
+/// <summary>What a connection does when its queue is over its limits (spec §6.3).</summary>
+public enum SlowConsumerPolicy
+{
+    /// <summary>Discard the queue, send a fatal SlowConsumer ERROR and close.</summary>
+    Disconnect,
+
+    /// <summary>Discard the oldest queued messages and tell the client how many it missed.</summary>
+    DropOldest,
+}
+
+/// <summary>
+/// A connection's outgoing frames, between the publishers that fill it (any thread) and the one writer
+/// that copies them into the transport's <see cref="PipeWriter"/>.
+/// </summary>
+/// <remarks>
+/// <para>
+/// Publishers append (frame reference, sid) pairs under <c>_gate</c>: an O(1) critical section, no I/O.
+/// The first append after the queue went idle returns <c>true</c>, and that publisher calls
+/// <see cref="Flush"/> once at the end of its read batch. A single drain then takes everything queued,
+/// copies it into the pipe (stamping each MESSAGE's sid into its copy), and flushes once: many frames per
+/// flush, never a flush per message. While a drain is running, appends return <c>false</c> and the same
+/// drain picks them up on its next turn, so at most one drain runs per connection.
+/// </para>
+/// <para>
+/// Control frames (WELCOME, PONG, non-fatal ERROR) live in their own short list, are written before the
+/// messages of the same turn and are never dropped. A fatal ERROR is written last, after which the queue
+/// accepts nothing more (<see cref="Complete"/>).
+/// </para>
+/// </remarks>
+internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
+{
+    private const int SmallFrame = 4096;
+    private const int LargeArray = 8192;
+
+    private readonly PipeWriter _output;
+    private readonly int _maxPendingBytes;
+    private readonly int _maxPendingMessages;
+    private readonly SlowConsumerPolicy _policy;
+    private readonly Action<OutboundQueue> _onSlowConsumer;
+    private readonly Lock _gate = new();
+
+    // Guarded by _gate.
+    private Entry[] _ring = [];
+    private int _head;
+    private int _count;
+    private long _pendingBytes;
+    private List<MessageBuffer>? _control;
+    private MessageBuffer? _final;
+    private long _droppedUnreported;
+    private bool _scheduled;
+    private bool _completing;
+    private bool _closed;
+    private TaskCompletionSource? _drained;
+
+    // Owned by the running drain.
+    private Entry[] _batch = [];
+    private List<MessageBuffer>? _controlBatch;
+
+    public OutboundQueue(PipeWriter output, int maxPendingBytes, int maxPendingMessages, SlowConsumerPolicy policy, Action<OutboundQueue> onSlowConsumer)
+    {
+        _output = output;
+        _maxPendingBytes = maxPendingBytes;
+        _maxPendingMessages = maxPendingMessages;
+        _policy = policy;
+        _onSlowConsumer = onSlowConsumer;
+    }
+
+    /// <summary>Messages dropped by the DropOldest policy over the connection's life.</summary>
+    public long DroppedTotal { get; private set; }
+
+    /// <summary>Bytes queued and not yet handed to the transport.</summary>
+    public long PendingBytes
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _pendingBytes;
+            }
+        }
+    }
+
+    /// <summary>Set once the queue refused a message because the consumer was too slow (Disconnect policy).</summary>
+    public bool IsSlowConsumer { get; private set; }
+
+    /// <inheritdoc/>
+    public bool Enqueue(MessageBuffer frame, uint sid)
+    {
+        bool slow = false;
+        bool schedule;
+        lock (_gate)
+        {
+            if (_completing)
+            {
+                frame.Release();
+                return false;
+            }
+
+            if (_count + 1 > _maxPendingMessages || _pendingBytes + frame.Length > _maxPendingBytes)
+            {
+                if (_policy == SlowConsumerPolicy.Disconnect)
+                {
+                    frame.Release();
+                    slow = true;
+                    IsSlowConsumer = true;
+                    ClearMessages();
+                    _final = ControlFrames.Error(ErrorCode.SlowConsumer, $"Slow consumer: more than {_maxPendingMessages} messages or {_maxPendingBytes} bytes were waiting to be sent to this connection.");
+                    _completing = true;
+                }
+                else
+                {
+                    DropOldestFor(frame.Length);
+                }
+            }
+
+            if (!slow)
+            {
+                Push(new Entry(frame, sid));
+            }
+
+            schedule = !_scheduled;
+            _scheduled = true;
+        }
+
+        if (slow)
+        {
+            _onSlowConsumer(this);
+        }
+
+        return schedule;
+    }
+
+    /// <summary>Queues a control frame (never dropped, written ahead of queued messages). Returns whether to <see cref="Flush"/>.</summary>
+    public bool EnqueueControl(MessageBuffer frame)
+    {
+        lock (_gate)
+        {
+            if (_completing)
+            {
+                frame.Release();
+                return false;
+            }
+
+            (_control ??= new List<MessageBuffer>(2)).Add(frame);
+            bool schedule = !_scheduled;
+            _scheduled = true;
+            return schedule;
+        }
+    }
+
+    /// <summary>
+    /// Stops accepting frames; the writer sends what is queued, then <paramref name="finalFrame"/> (if
+    /// any, e.g. a fatal ERROR), and the returned task completes. With <paramref name="discardQueued"/> the
+    /// queued messages are dropped first (a protocol error: the client gets its ERROR at once).
+    /// </summary>
+    public Task Complete(MessageBuffer? finalFrame, bool discardQueued)
+    {
+        bool schedule;
+        Task drained;
+        lock (_gate)
+        {
+            if (_closed)
+            {
+                finalFrame?.Release();
+                return Task.CompletedTask;
+            }
+
+            if (discardQueued)
+            {
+                ClearMessages();
+            }
+
+            if (finalFrame is not null)
+            {
+                if (_final is null)
+                {
+                    _final = finalFrame;
+                }
+                else
+                {
+                    finalFrame.Release(); // the first reason to close wins (e.g. SlowConsumer)
+                }
+            }
+
+            _completing = true;
+            _drained ??= new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            drained = _drained.Task;
+            schedule = !_scheduled;
+            _scheduled = true;
+        }
+
+        if (schedule)
+        {
+            Flush();
+        }
+
+        return drained;
+    }
+
+    /// <summary>Drops everything still queued (the connection is gone). Safe to call more than once.</summary>
+    public void Abandon()
+    {
+        lock (_gate)
+        {
+            _completing = true;
+            _closed = true;
+            ClearMessages();
+            if (_control is not null)
+            {
+                foreach (MessageBuffer b in _control) b.Release();
+                _control.Clear();
+            }
+
+            _final?.Release();
+            _final = null;
+            _drained?.TrySetResult();
+        }
+    }
+
+    /// <inheritdoc/>
+    public void Flush() => _ = DrainAsync();
+
+    /// <inheritdoc/>
+    public void ScheduleFlush() => ThreadPool.UnsafeQueueUserWorkItem(this, preferLocal: false);
+
+    void IThreadPoolWorkItem.Execute() => _ = DrainAsync();
+
+    private async Task DrainAsync()
+    {
+        try
+        {
+            while (true)
+            {
+                int count;
+                long dropped;
+                MessageBuffer? final = null;
+                List<MessageBuffer>? control;
+                lock (_gate)
+                {
+                    if (_closed)
+                    {
+                        _scheduled = false;
+                        return;
+                    }
+
+                    count = _count;
+                    control = null;
+                    if (_control is { Count: > 0 })
+                    {
+                        control = _control;
+                        _control = _controlBatch;
+                        _controlBatch = null;
+                    }
+
+                    dropped = _droppedUnreported;
+                    _droppedUnreported = 0;
+                    if (count > 0)
+                    {
+                        TakeAll();
+                    }
+
+                    if (_completing)
+                    {
+                        final = _final;
+                        _final = null;
+                    }
+
+                    if (count == 0 && control is null && dropped == 0 && final is null)
+                    {
+                        if (_completing)
+                        {
+                            _closed = true;
+                            _drained?.TrySetResult();
+                        }
+
+                        _scheduled = false;
+                        return;
+                    }
+                }
+
+                if (control is not null)
+                {
+                    foreach (MessageBuffer frame in control)
+                    {
+                        Write(frame.Span);
+                        frame.Release();
+                    }
+
+                    control.Clear();
+                    _controlBatch = control;
+                }
+
+                if (dropped > 0)
+                {
+                    WriteDroppedNotice(dropped);
+                }
+
+                Entry[] batch = _batch;
+                for (int i = 0; i < count; i++)
+                {
+                    ref Entry entry = ref batch[i];
+                    WriteMessage(entry.Frame.Span, entry.Sid);
+                    entry.Frame.Release();
+                    entry = default;
+                }
+
+                if (final is not null)
+                {
+                    Write(final.Span);
+                    final.Release();
+                }
+
+                if (_batch.Length > LargeArray)
+                {
+                    _batch = [];
+                }
+
+                ValueTask<FlushResult> flush = _output.FlushAsync();
+                FlushResult result = flush.IsCompletedSuccessfully ? flush.Result : await flush.ConfigureAwait(false);
+                if (result.IsCanceled || result.IsCompleted)
+                {
+                    Abandon(); // the peer is gone: nothing more can be written
+                    return;
+                }
+            }
+        }
+        catch (Exception e) when (e is InvalidOperationException or IOException or ObjectDisposedException)
+        {
+            // The transport was completed under us (connection aborted): drop what is left.
+            Abandon();
+            lock (_gate)
+            {
+                _scheduled = false;
+            }
+        }
+    }
+
+    /// <summary>Copies a MESSAGE frame into the pipe and stamps this subscription's sid into the copy (spec §4.6).</summary>
+    private void WriteMessage(ReadOnlySpan<byte> frame, uint sid)
+    {
+        if (frame.Length <= SmallFrame)
+        {
+            Span<byte> span = _output.GetSpan(frame.Length);
+            frame.CopyTo(span);
+            if (sid != 0)
+            {
+                FrameWriter.StampSid(span, sid);
+            }
+
+            _output.Advance(frame.Length);
+            return;
+        }
+
+        Span<byte> header = stackalloc byte[ProtocolConstants.MessageHeaderSize];
+        frame[..ProtocolConstants.MessageHeaderSize].CopyTo(header);
+        if (sid != 0)
+        {
+            FrameWriter.StampSid(header, sid);
+        }
+
+        _output.Write(header);
+        _output.Write(frame[ProtocolConstants.MessageHeaderSize..]);
+    }
+
+    private void Write(ReadOnlySpan<byte> frame) => _output.Write(frame);
+
+    private void WriteDroppedNotice(long dropped)
+    {
+        FrameWriter.WriteError(_output, ErrorCode.MessagesDropped, fatal: false, $"Slow consumer: {dropped} messages were dropped because more than {_maxPendingMessages} messages or {_maxPendingBytes} bytes were waiting.", (ulong)dropped);
+    }
+
+    // Caller holds _gate.
+    private void Push(Entry entry)
+    {
+        if (_count == _ring.Length)
+        {
+            Grow();
+        }
+
+        _ring[(_head + _count) & (_ring.Length - 1)] = entry;
+        _count++;
+        _pendingBytes += entry.Frame.Length;
+    }
+
+    // Caller holds _gate.
+    private void DropOldestFor(int incoming)
+    {
+        while (_count > 0 && (_count + 1 > _maxPendingMessages || _pendingBytes + incoming > _maxPendingBytes))
+        {
+            ref Entry oldest = ref _ring[_head];
+            _pendingBytes -= oldest.Frame.Length;
+            oldest.Frame.Release();
+            oldest = default;
+            _head = (_head + 1) & (_ring.Length - 1);
+            _count--;
+            _droppedUnreported++;
+            DroppedTotal++;
+        }
+    }
+
+    // Caller holds _gate. Moves every queued entry into _batch.
+    private void TakeAll()
+    {
+        if (_batch.Length < _count)
+        {
+            _batch = new Entry[Math.Max(_ring.Length, 16)];
+        }
+
+        int mask = _ring.Length - 1;
+        int first = Math.Min(_count, _ring.Length - _head);
+        Array.Copy(_ring, _head, _batch, 0, first);
+        Array.Clear(_ring, _head, first);
+        if (first < _count)
+        {
+            Array.Copy(_ring, 0, _batch, first, _count - first);
+            Array.Clear(_ring, 0, _count - first);
+        }
+
+        _head = (_head + _count) & mask;
+        _count = 0;
+        _pendingBytes = 0;
+        if (_ring.Length > LargeArray)
+        {
+            _ring = []; // a burst is over: give its memory back, an idle connection stays small
+            _head = 0;
+        }
+    }
+
+    // Caller holds _gate.
+    private void ClearMessages()
+    {
+        while (_count > 0)
+        {
+            ref Entry e = ref _ring[_head];
+            e.Frame.Release();
+            e = default;
+            _head = (_head + 1) & (_ring.Length - 1);
+            _count--;
+        }
+
+        _head = 0;
+        _pendingBytes = 0;
+    }
+
+    // Caller holds _gate.
+    private void Grow()
+    {
+        var bigger = new Entry[Math.Max(16, _ring.Length * 2)];
+        int first = _ring.Length - _head;
+        if (_ring.Length > 0)
+        {
+            Array.Copy(_ring, _head, bigger, 0, first);
+            Array.Copy(_ring, 0, bigger, first, _head);
+        }
+
+        _ring = bigger;
+        _head = 0;
+    }
+
+    private readonly record struct Entry(MessageBuffer Frame, uint Sid);
+}

@@ -1,0 +1,92 @@
+using System.ComponentModel.DataAnnotations;
+using System.Net;
+using Microsoft.Extensions.Options;
+
+namespace Herald.Broker.Hosting;
+
+/// <summary>Checks what data annotations cannot: cross-field rules and time spans. Runs at start.</summary>
+internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
+{
+    public ValidateOptionsResult Validate(string? name, HeraldOptions options)
+    {
+        var failures = new List<string>();
+        Annotations(failures, "Herald", options);
+        Annotations(failures, "Herald:Tcp", options.Tcp);
+        Annotations(failures, "Herald:Limits", options.Limits);
+        TcpOptions tcp = options.Tcp;
+        if (tcp.PortRangeEnd < tcp.PortRangeStart)
+        {
+            failures.Add($"Herald:Tcp:PortRangeEnd ({tcp.PortRangeEnd}) is below Herald:Tcp:PortRangeStart ({tcp.PortRangeStart}).");
+        }
+        else if (tcp.PortRangeStart == 0 && tcp.PortRangeEnd != 0)
+        {
+            failures.Add("Herald:Tcp:PortRangeStart is 0 (one ephemeral port), so Herald:Tcp:PortRangeEnd must be 0 too.");
+        }
+        else if (tcp.PortRangeEnd - tcp.PortRangeStart >= 1024)
+        {
+            failures.Add($"Herald:Tcp port range {tcp.PortRangeStart}-{tcp.PortRangeEnd} has more than 1024 ports.");
+        }
+
+        if (!TryParseHost(tcp.Host, out _))
+        {
+            failures.Add($"Herald:Tcp:Host '{tcp.Host}' is not an IP address, 'localhost' or 'any'.");
+        }
+
+        LimitOptions limits = options.Limits;
+        Check(failures, "HandshakeTimeout", limits.HandshakeTimeout, TimeSpan.FromMilliseconds(10), TimeSpan.FromMinutes(10));
+        Check(failures, "PingInterval", limits.PingInterval, TimeSpan.FromMilliseconds(10), TimeSpan.FromHours(1));
+        Check(failures, "ShutdownDrainTimeout", limits.ShutdownDrainTimeout, TimeSpan.Zero, TimeSpan.FromMinutes(10));
+        Check(failures, "ErrorFlushTimeout", limits.ErrorFlushTimeout, TimeSpan.Zero, TimeSpan.FromMinutes(1));
+        if (limits.MaxPendingBytes < limits.MaxFrameBytes + 16)
+        {
+            failures.Add($"Herald:Limits:MaxPendingBytes ({limits.MaxPendingBytes}) must hold at least one frame of Herald:Limits:MaxFrameBytes ({limits.MaxFrameBytes}).");
+        }
+
+        return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
+    }
+
+    /// <summary>Validates, throwing <see cref="OptionsValidationException"/> with every failure.</summary>
+    public static void ThrowIfInvalid(HeraldOptions options)
+    {
+        ValidateOptionsResult result = new HeraldOptionsValidator().Validate(null, options);
+        if (result.Failed)
+        {
+            throw new OptionsValidationException(HeraldOptions.Section, typeof(HeraldOptions), result.Failures);
+        }
+    }
+
+    private static void Annotations(List<string> failures, string section, object options)
+    {
+        var results = new List<ValidationResult>();
+        if (!Validator.TryValidateObject(options, new ValidationContext(options), results, validateAllProperties: true))
+        {
+            foreach (ValidationResult r in results)
+            {
+                failures.Add($"{section}:{string.Join(",", r.MemberNames)}: {r.ErrorMessage}");
+            }
+        }
+    }
+
+    internal static bool TryParseHost(string host, out IPAddress address)
+    {
+        switch (host)
+        {
+            case "localhost":
+                address = IPAddress.Loopback;
+                return true;
+            case "any" or "*":
+                address = IPAddress.Any;
+                return true;
+            default:
+                return IPAddress.TryParse(host, out address!);
+        }
+    }
+
+    private static void Check(List<string> failures, string name, TimeSpan value, TimeSpan min, TimeSpan max)
+    {
+        if (value < min || value > max)
+        {
+            failures.Add($"Herald:Limits:{name} ({value}) must be between {min} and {max}.");
+        }
+    }
+}

@@ -1,0 +1,19 @@
+using Herald.Broker.Hosting;
+using Microsoft.Extensions.Options;
+
+try
+{
+    var app = HeraldHost.Build(args);
+    await app.RunAsync().ConfigureAwait(false); // disposes the host when it stops
+    return 0;
+}
+catch (OptionsValidationException e)
+{
+    await Console.Error.WriteLineAsync("Herald cannot start, its configuration is not valid:").ConfigureAwait(false);
+    foreach (string failure in e.Failures)
+    {
+        await Console.Error.WriteLineAsync("  - " + failure).ConfigureAwait(false);
+    }
+
+    return 2;
+}

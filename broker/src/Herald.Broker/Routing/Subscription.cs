@@ -1,0 +1,25 @@
+using Herald.Broker.Delivery;
+
+namespace Herald.Broker.Routing;
+
+/// <summary>One SUBSCRIBE of one connection or session (spec §4.3). Immutable once routed.</summary>
+internal sealed class Subscription
+{
+    public Subscription(IMessageSink sink, uint sid, string pattern, bool noEcho)
+    {
+        Sink = sink;
+        Sid = sid;
+        Pattern = pattern;
+        NoEcho = noEcho;
+    }
+
+    /// <summary>Where matching messages are queued; also identifies the owner for no-echo.</summary>
+    public IMessageSink Sink { get; }
+
+    public uint Sid { get; }
+
+    public string Pattern { get; }
+
+    /// <summary>Skip publications of the subscription's own connection.</summary>
+    public bool NoEcho { get; }
+}

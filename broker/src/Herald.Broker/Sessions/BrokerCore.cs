@@ -1,0 +1,40 @@
+using Herald.Broker.Hosting;
+using Herald.Broker.Routing;
+using Herald.Broker.Telemetry;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+
+namespace Herald.Broker.Sessions;
+
+/// <summary>What every session shares: the options, the one router, metrics and the log.</summary>
+internal sealed class BrokerCore
+{
+    public BrokerCore(IOptions<HeraldOptions> options, TopicRouter router, BrokerMetrics metrics, ILogger<BrokerCore> log)
+    {
+        Options = options.Value;
+        Router = router;
+        Metrics = metrics;
+        Log = log;
+        LimitOptions limits = Options.Limits;
+        WelcomeLimits =
+        [
+            new("max_frame", (ulong)limits.MaxFrameBytes),
+            new("max_topic", (ulong)limits.MaxTopicLength),
+            new("max_subscriptions", (ulong)limits.MaxSubscriptionsPerConnection),
+            new("max_pending_bytes", (ulong)limits.MaxPendingBytes),
+            new("max_pending_msgs", (ulong)limits.MaxPendingMessages),
+            new("ping_interval_ms", (ulong)limits.PingInterval.TotalMilliseconds),
+        ];
+    }
+
+    public HeraldOptions Options { get; }
+
+    public TopicRouter Router { get; }
+
+    public BrokerMetrics Metrics { get; }
+
+    public ILogger Log { get; }
+
+    /// <summary>The limits map of WELCOME (spec §4.2), built once.</summary>
+    public KeyValuePair<string, ulong>[] WelcomeLimits { get; }
+}

@@ -1,0 +1,88 @@
+using System.Collections.Concurrent;
+using Herald.Broker.Hosting;
+using Herald.Broker.Telemetry;
+using Herald.Protocol;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+
+namespace Herald.Broker.Sessions;
+
+/// <summary>
+/// Every open session: gives each its id, sweeps them for liveness (one timer for all connections, not
+/// one per connection) and closes them all, gracefully, when the host stops.
+/// </summary>
+internal sealed class SessionRegistry : BackgroundService
+{
+    private readonly ConcurrentDictionary<long, ClientSession> _sessions = new();
+    private readonly BrokerCore _broker;
+    private readonly IHostApplicationLifetime _lifetime;
+    private long _nextId;
+    private volatile bool _stopping;
+
+    public SessionRegistry(BrokerCore broker, IHostApplicationLifetime lifetime)
+    {
+        _broker = broker;
+        _lifetime = lifetime;
+        _lifetime.ApplicationStopping.Register(CloseAll);
+    }
+
+    public int Count => _sessions.Count;
+
+    public ICollection<ClientSession> Sessions => _sessions.Values;
+
+    /// <summary>Runs one connection from accept to close.</summary>
+    public async Task RunAsync(ConnectionContext connection, string transport)
+    {
+        var session = new ClientSession(_broker, connection, Interlocked.Increment(ref _nextId), transport);
+        _sessions[session.Id] = session;
+        _broker.Metrics.ConnectionOpened(transport);
+        try
+        {
+            if (_stopping)
+            {
+                session.RequestClose(ErrorCode.ShuttingDown, "The broker is shutting down.");
+            }
+
+            await session.RunAsync().ConfigureAwait(false);
+        }
+        finally
+        {
+            _sessions.TryRemove(session.Id, out _);
+            _broker.Metrics.ConnectionClosed(transport);
+        }
+    }
+
+    protected override async Task ExecuteAsync(CancellationToken stoppingToken)
+    {
+        LimitOptions limits = _broker.Options.Limits;
+        TimeSpan shortest = limits.HandshakeTimeout < limits.PingInterval ? limits.HandshakeTimeout : limits.PingInterval;
+        TimeSpan period = TimeSpan.FromMilliseconds(Math.Clamp(shortest.TotalMilliseconds / 4, 5, 1000));
+        using var timer = new PeriodicTimer(period);
+        try
+        {
+            while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false))
+            {
+                long now = Environment.TickCount64;
+                foreach (ClientSession session in _sessions.Values)
+                {
+                    session.CheckLiveness(now);
+                }
+            }
+        }
+        catch (OperationCanceledException)
+        {
+            // stopping
+        }
+    }
+
+    private void CloseAll()
+    {
+        _stopping = true;
+        _broker.Log.ShuttingDown(_sessions.Count, _broker.Options.Limits.ShutdownDrainTimeout);
+        foreach (ClientSession session in _sessions.Values)
+        {
+            session.RequestClose(ErrorCode.ShuttingDown, "The broker is shutting down.");
+        }
+    }
+}

@@ -1,0 +1,39 @@
+using System.Net;
+using Herald.Protocol;
+using Microsoft.Extensions.Logging;
+
+namespace Herald.Broker.Telemetry;
+
+/// <summary>
+/// Every log line of the broker core, source-generated, with stable event ids (1xxx: listeners and
+/// life cycle, 2xxx: connections). Nothing here is called per message.
+/// </summary>
+internal static partial class BrokerLog
+{
+    [LoggerMessage(1001, LogLevel.Information, "Herald '{ServerName}' listening for TCP on {Host} ports {First}-{Last}.")]
+    public static partial void TcpListening(this ILogger logger, string serverName, string host, int first, int last);
+
+    [LoggerMessage(1002, LogLevel.Information, "Shutdown: closing {Count} connections, draining for up to {DrainTimeout}.")]
+    public static partial void ShuttingDown(this ILogger logger, int count, TimeSpan drainTimeout);
+
+    [LoggerMessage(2001, LogLevel.Debug, "Connection {ConnectionId} from {Remote} said HELLO as '{ClientName}'.")]
+    public static partial void Welcomed(this ILogger logger, long connectionId, EndPoint? remote, string clientName);
+
+    [LoggerMessage(2002, LogLevel.Warning, "Connection {ConnectionId} from {Remote} broke the protocol ({Code}): {Reason}")]
+    public static partial void ProtocolError(this ILogger logger, long connectionId, EndPoint? remote, ErrorCode code, string reason);
+
+    [LoggerMessage(2003, LogLevel.Warning, "Connection {ConnectionId} from {Remote} closed: {Code}: {Reason}")]
+    public static partial void ClosedByBroker(this ILogger logger, long connectionId, EndPoint? remote, ErrorCode code, string reason);
+
+    [LoggerMessage(2004, LogLevel.Debug, "Connection {ConnectionId} from {Remote} closed by the client.")]
+    public static partial void ClosedByClient(this ILogger logger, long connectionId, EndPoint? remote);
+
+    [LoggerMessage(2005, LogLevel.Warning, "Connection {ConnectionId} from {Remote} closed in the middle of a frame ({Bytes} bytes unread).")]
+    public static partial void TruncatedFrame(this ILogger logger, long connectionId, EndPoint? remote, long bytes);
+
+    [LoggerMessage(2006, LogLevel.Error, "Connection {ConnectionId} from {Remote} failed; it is closed and nothing else is affected.")]
+    public static partial void ConnectionFailed(this ILogger logger, Exception exception, long connectionId, EndPoint? remote);
+
+    [LoggerMessage(2007, LogLevel.Warning, "Connection {ConnectionId} from {Remote} did not take its last frames within {Timeout}; aborted.")]
+    public static partial void DrainTimedOut(this ILogger logger, long connectionId, EndPoint? remote, TimeSpan timeout);
+}

@@ -1,0 +1,34 @@
+namespace Herald.Protocol;
+
+/// <summary>Error codes of the ERROR frame (spec §8).</summary>
+public enum ErrorCode : uint
+{
+    None = 0,
+    MalformedFrame = 1,
+    FrameTooLarge = 2,
+    UnknownFrameType = 3,
+    UnexpectedFrame = 4,
+    HelloRequired = 5,
+    UnsupportedVersion = 6,
+    InvalidTopic = 7,
+    TopicTooLong = 8,
+    ReservedTopic = 9,
+    DuplicateSubscription = 10,
+    UnknownSubscription = 11,
+    TooManySubscriptions = 12,
+    SlowConsumer = 13,
+    MessagesDropped = 14,
+    HandshakeTimeout = 15,
+    StaleConnection = 16,
+    ShuttingDown = 17,
+    TruncatedFrame = 18,
+    AuthenticationFailed = 19,
+    PermissionDenied = 20,
+    InternalError = 21,
+}
+
+public static class ErrorCodes
+{
+    /// <summary>Whether the broker closes the connection after an ERROR with this code (spec §8).</summary>
+    public static bool IsFatal(ErrorCode code) => code is not (ErrorCode.UnknownSubscription or ErrorCode.MessagesDropped or ErrorCode.PermissionDenied);
+}

@@ -1,0 +1,298 @@
+using System.Buffers;
+using System.Text;
+using MessagePack;
+
+namespace Herald.Protocol;
+
+/// <summary>
+/// Decodes frame bodies (spec §2-§4) with MessagePack's low-level reader over the fixed, positional
+/// schema. Client input is untrusted: nothing here goes through a formatter (no typeless or dynamic
+/// deserialization, CVE-2020-5234), maps are read only where the schema has one (WELCOME, from the
+/// server) into a bounded dictionary, unknown trailing elements are skipped with a depth limit, and
+/// strings are strict UTF-8. Every failure is a <see cref="ProtocolException"/> with the spec's code.
+/// </summary>
+public static class FrameDecoder
+{
+    private static readonly UTF8Encoding StrictUtf8 = new(encoderShouldEmitUTF8Identifier: false, throwOnInvalidBytes: true);
+
+    /// <summary>Reads the array header and frame type: the start of every body.</summary>
+    public static FrameType ReadHeader(ref MessagePackReader reader, out int elementCount)
+    {
+        uint type;
+        try
+        {
+            elementCount = reader.ReadArrayHeader();
+            if (elementCount < 1)
+            {
+                ThrowHelper.ThrowMalformed("Frame body is an empty array; its first element must be the frame type.");
+            }
+
+            type = reader.ReadUInt32();
+        }
+        catch (Exception e) when (IsDecodeFailure(e))
+        {
+            ThrowHelper.ThrowMalformed("Frame body is not a MessagePack array starting with the frame type.", e);
+            throw; // unreachable
+        }
+
+        if (type is 0 or > (uint)FrameType.Error)
+        {
+            ThrowHelper.Throw(ErrorCode.UnknownFrameType, $"Unknown frame type {type}.");
+        }
+
+        return (FrameType)type;
+    }
+
+    public static HelloFrame ReadHello(ref MessagePackReader reader, int elementCount)
+    {
+        try
+        {
+            Require(elementCount, 5, "HELLO");
+            uint version = reader.ReadUInt32();
+            string name = ReadString(ref reader, "client_name") ?? ThrowNil<string>("client_name");
+            if (Encoding.UTF8.GetByteCount(name) > ProtocolConstants.MaxClientNameBytes)
+            {
+                ThrowHelper.ThrowMalformed($"HELLO client_name is longer than {ProtocolConstants.MaxClientNameBytes} bytes.");
+            }
+
+            var caps = (Capabilities)reader.ReadUInt32();
+            string? auth = ReadString(ref reader, "auth");
+            SkipRest(ref reader, elementCount - 5);
+            return new HelloFrame(version, name, caps, auth);
+        }
+        catch (Exception e) when (IsDecodeFailure(e))
+        {
+            return ThrowMalformed<HelloFrame>("HELLO", e);
+        }
+    }
+
+    public static WelcomeFrame ReadWelcome(ref MessagePackReader reader, int elementCount)
+    {
+        try
+        {
+            Require(elementCount, 6, "WELCOME");
+            uint version = reader.ReadUInt32();
+            string name = ReadString(ref reader, "server_name") ?? ThrowNil<string>("server_name");
+            ulong id = reader.ReadUInt64();
+            var caps = (Capabilities)reader.ReadUInt32();
+            int count = reader.ReadMapHeader();
+            if (count > 256)
+            {
+                ThrowHelper.ThrowMalformed("WELCOME limits map has more than 256 entries.");
+            }
+
+            var limits = new Dictionary<string, ulong>(count, StringComparer.Ordinal);
+            for (int i = 0; i < count; i++)
+            {
+                string key = ReadString(ref reader, "limits key") ?? ThrowNil<string>("limits key");
+                if (reader.NextMessagePackType == MessagePackType.Integer)
+                {
+                    limits[key] = reader.ReadUInt64();
+                }
+                else
+                {
+                    Skip(ref reader, 0); // a later version's non-integer limit: ignored
+                }
+            }
+
+            SkipRest(ref reader, elementCount - 6);
+            return new WelcomeFrame(version, name, id, caps, limits);
+        }
+        catch (Exception e) when (IsDecodeFailure(e))
+        {
+            return ThrowMalformed<WelcomeFrame>("WELCOME", e);
+        }
+    }
+
+    public static SubscribeFrame ReadSubscribe(ref MessagePackReader reader, int elementCount)
+    {
+        try
+        {
+            Require(elementCount, 4, "SUBSCRIBE");
+            uint sid = reader.ReadUInt32();
+            ReadOnlySequence<byte> pattern = reader.ReadStringSequence() ?? ThrowNil<ReadOnlySequence<byte>>("pattern");
+            var options = (SubscribeOptions)reader.ReadUInt32();
+            SkipRest(ref reader, elementCount - 4);
+            return new SubscribeFrame(sid, pattern, options);
+        }
+        catch (Exception e) when (IsDecodeFailure(e))
+        {
+            return ThrowMalformed<SubscribeFrame>("SUBSCRIBE", e);
+        }
+    }
+
+    public static UnsubscribeFrame ReadUnsubscribe(ref MessagePackReader reader, int elementCount)
+    {
+        try
+        {
+            Require(elementCount, 2, "UNSUBSCRIBE");
+            uint sid = reader.ReadUInt32();
+            SkipRest(ref reader, elementCount - 2);
+            return new UnsubscribeFrame(sid);
+        }
+        catch (Exception e) when (IsDecodeFailure(e))
+        {
+            return ThrowMalformed<UnsubscribeFrame>("UNSUBSCRIBE", e);
+        }
+    }
+
+    /// <summary>Reads PUBLISH (after <see cref="ReadHeader"/>).</summary>
+    public static PublishFrame ReadPublish(ref MessagePackReader reader, int elementCount)
+    {
+        try
+        {
+            Require(elementCount, 5, "PUBLISH");
+            return ReadEnvelope(ref reader, sid: 0, elementCount - 5);
+        }
+        catch (Exception e) when (IsDecodeFailure(e))
+        {
+            return ThrowMalformed<PublishFrame>("PUBLISH", e);
+        }
+    }
+
+    /// <summary>Reads MESSAGE (after <see cref="ReadHeader"/>).</summary>
+    public static PublishFrame ReadMessage(ref MessagePackReader reader, int elementCount)
+    {
+        try
+        {
+            Require(elementCount, 6, "MESSAGE");
+            uint sid = reader.ReadUInt32();
+            return ReadEnvelope(ref reader, sid, elementCount - 6);
+        }
+        catch (Exception e) when (IsDecodeFailure(e))
+        {
+            return ThrowMalformed<PublishFrame>("MESSAGE", e);
+        }
+    }
+
+    public static ErrorFrame ReadError(ref MessagePackReader reader, int elementCount)
+    {
+        try
+        {
+            Require(elementCount, 5, "ERROR");
+            var code = (ErrorCode)reader.ReadUInt32();
+            bool fatal = reader.ReadBoolean();
+            string message = ReadString(ref reader, "message") ?? ThrowNil<string>("message");
+            ulong count = reader.ReadUInt64();
+            SkipRest(ref reader, elementCount - 5);
+            return new ErrorFrame(code, fatal, message, count);
+        }
+        catch (Exception e) when (IsDecodeFailure(e))
+        {
+            return ThrowMalformed<ErrorFrame>("ERROR", e);
+        }
+    }
+
+    /// <summary>Checks a PING or PONG body (no fields).</summary>
+    public static void ReadEmpty(ref MessagePackReader reader, int elementCount)
+    {
+        try
+        {
+            SkipRest(ref reader, elementCount - 1);
+        }
+        catch (Exception e) when (IsDecodeFailure(e))
+        {
+            ThrowMalformed<int>("PING/PONG", e);
+        }
+    }
+
+    private static PublishFrame ReadEnvelope(ref MessagePackReader reader, uint sid, int extra)
+    {
+        SequencePosition start = reader.Position;
+        ReadOnlySequence<byte> topic = reader.ReadStringSequence() ?? ThrowNil<ReadOnlySequence<byte>>("topic");
+        ReadOnlySequence<byte>? replyTo = reader.ReadStringSequence();
+        uint flags = reader.ReadUInt32();
+        if ((flags & ~(uint)PayloadFlags.Zstd) != 0)
+        {
+            ThrowHelper.ThrowMalformed($"Payload flags 0x{flags:x} set reserved bits.");
+        }
+
+        ReadOnlySequence<byte> payload = reader.ReadBytes() ?? ThrowNil<ReadOnlySequence<byte>>("payload");
+        ReadOnlySequence<byte> envelope = reader.Sequence.Slice(start, reader.Position);
+        SkipRest(ref reader, extra);
+        return new PublishFrame(sid, topic, replyTo, (PayloadFlags)flags, payload, envelope);
+    }
+
+    private static string? ReadString(ref MessagePackReader reader, string field)
+    {
+        ReadOnlySequence<byte>? bytes = reader.ReadStringSequence();
+        if (bytes is not { } b)
+        {
+            return null;
+        }
+
+        try
+        {
+            return StrictUtf8.GetString(b);
+        }
+        catch (DecoderFallbackException e)
+        {
+            ThrowHelper.ThrowMalformed($"Field {field} is not valid UTF-8.", e);
+            return null; // unreachable
+        }
+    }
+
+    private static void Require(int elementCount, int required, string frame)
+    {
+        if (elementCount < required)
+        {
+            ThrowHelper.ThrowMalformed($"{frame} needs {required} elements, got {elementCount}.");
+        }
+    }
+
+    /// <summary>Skips elements a later protocol version may add, then requires the body to be over.</summary>
+    private static void SkipRest(ref MessagePackReader reader, int elements)
+    {
+        for (int i = 0; i < elements; i++)
+        {
+            Skip(ref reader, 0);
+        }
+
+        if (!reader.End)
+        {
+            ThrowHelper.ThrowMalformed("Bytes follow the frame's MessagePack array.");
+        }
+    }
+
+    private static void Skip(ref MessagePackReader reader, int depth)
+    {
+        if (depth > ProtocolConstants.MaxSkipDepth)
+        {
+            ThrowHelper.ThrowMalformed($"Unknown elements nest deeper than {ProtocolConstants.MaxSkipDepth}.");
+        }
+
+        switch (reader.NextMessagePackType)
+        {
+            case MessagePackType.Array:
+                int items = reader.ReadArrayHeader();
+                for (int i = 0; i < items; i++) Skip(ref reader, depth + 1);
+                break;
+            case MessagePackType.Map:
+                int pairs = reader.ReadMapHeader();
+                for (int i = 0; i < pairs; i++)
+                {
+                    Skip(ref reader, depth + 1);
+                    Skip(ref reader, depth + 1);
+                }
+
+                break;
+            default:
+                reader.Skip(); // a scalar, string, binary or extension: no recursion
+                break;
+        }
+    }
+
+    private static bool IsDecodeFailure(Exception e) => e is MessagePackSerializationException or EndOfStreamException or OverflowException or InvalidOperationException;
+
+    private static T ThrowNil<T>(string field)
+    {
+        ThrowHelper.ThrowMalformed($"Field {field} may not be nil.");
+        return default!;
+    }
+
+    private static T ThrowMalformed<T>(string frame, Exception e)
+    {
+        ThrowHelper.ThrowMalformed($"{frame} is malformed: {e.Message}", e);
+        return default!;
+    }
+}

@@ -1,0 +1,194 @@
+using System.Buffers;
+using System.Buffers.Binary;
+using System.Text;
+using MessagePack;
+
+namespace Herald.Protocol;
+
+/// <summary>
+/// Encodes frames (spec §2-§4): the four-byte length prefix, then the MessagePack body. The body size is
+/// computed first (MessagePack's header sizes are fixed by the value) so the frame is written in one
+/// pass straight into the caller's buffer, with no temporary copy.
+/// </summary>
+public static class FrameWriter
+{
+    public static void WriteHello(IBufferWriter<byte> output, string clientName, Capabilities capabilities, string? auth = null, uint version = ProtocolConstants.Version)
+    {
+        ArgumentNullException.ThrowIfNull(clientName);
+        int nameBytes = Encoding.UTF8.GetByteCount(clientName);
+        int authBytes = auth is null ? 0 : Encoding.UTF8.GetByteCount(auth);
+        int body = 1 + 1 + UIntSize(version) + StrSize(nameBytes) + UIntSize((uint)capabilities) + (auth is null ? 1 : StrSize(authBytes));
+        var w = Start(output, body, 5, FrameType.Hello);
+        w.Write(version);
+        w.Write(clientName);
+        w.Write((uint)capabilities);
+        w.Write(auth);
+        w.Flush();
+    }
+
+    public static void WriteWelcome(IBufferWriter<byte> output, string serverName, ulong connectionId, Capabilities capabilities, IReadOnlyCollection<KeyValuePair<string, ulong>> limits, uint version = ProtocolConstants.Version)
+    {
+        ArgumentNullException.ThrowIfNull(serverName);
+        ArgumentNullException.ThrowIfNull(limits);
+        int body = 1 + 1 + UIntSize(version) + StrSize(Encoding.UTF8.GetByteCount(serverName)) + UIntSize(connectionId) + UIntSize((uint)capabilities) + MapHeaderSize(limits.Count);
+        foreach (KeyValuePair<string, ulong> limit in limits)
+        {
+            body += StrSize(Encoding.UTF8.GetByteCount(limit.Key)) + UIntSize(limit.Value);
+        }
+
+        var w = Start(output, body, 6, FrameType.Welcome);
+        w.Write(version);
+        w.Write(serverName);
+        w.Write(connectionId);
+        w.Write((uint)capabilities);
+        w.WriteMapHeader(limits.Count);
+        foreach (KeyValuePair<string, ulong> limit in limits)
+        {
+            w.Write(limit.Key);
+            w.Write(limit.Value);
+        }
+
+        w.Flush();
+    }
+
+    public static void WriteSubscribe(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> pattern, SubscribeOptions options = SubscribeOptions.None)
+    {
+        int body = 1 + 1 + UIntSize(sid) + StrSize(pattern.Length) + UIntSize((uint)options);
+        var w = Start(output, body, 4, FrameType.Subscribe);
+        w.Write(sid);
+        w.WriteString(pattern);
+        w.Write((uint)options);
+        w.Flush();
+    }
+
+    public static void WriteUnsubscribe(IBufferWriter<byte> output, uint sid)
+    {
+        var w = Start(output, 1 + 1 + UIntSize(sid), 2, FrameType.Unsubscribe);
+        w.Write(sid);
+        w.Flush();
+    }
+
+    /// <summary>Writes PUBLISH. An empty <paramref name="replyTo"/> is encoded as nil (no reply wanted).</summary>
+    public static void WritePublish(IBufferWriter<byte> output, ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, PayloadFlags flags, ReadOnlySpan<byte> payload)
+    {
+        int body = 1 + 1 + EnvelopeSize(topic.Length, replyTo.Length, flags, payload.Length);
+        var w = Start(output, body, 5, FrameType.Publish);
+        WriteEnvelope(ref w, topic, replyTo, flags, payload);
+        w.Flush();
+    }
+
+    /// <summary>Writes a whole MESSAGE frame (the broker instead copies a PUBLISH envelope, see <see cref="WriteMessageHeader"/>).</summary>
+    public static void WriteMessage(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, PayloadFlags flags, ReadOnlySpan<byte> payload)
+    {
+        int envelope = EnvelopeSize(topic.Length, replyTo.Length, flags, payload.Length);
+        Span<byte> header = output.GetSpan(ProtocolConstants.MessageHeaderSize);
+        WriteMessageHeader(header, envelope, sid);
+        output.Advance(ProtocolConstants.MessageHeaderSize);
+        var w = new MessagePackWriter(output);
+        WriteEnvelope(ref w, topic, replyTo, flags, payload);
+        w.Flush();
+    }
+
+    /// <summary>
+    /// Writes the eleven bytes that start a MESSAGE frame whose envelope (topic, reply_to, flags,
+    /// payload, already encoded) is <paramref name="envelopeLength"/> bytes long (spec §4.6).
+    /// <code>
+    /// | length (4) | 0x96 | 0x06 | 0xce | sid (4, BE) | envelope ... |
+    /// </code>
+    /// </summary>
+    public static void WriteMessageHeader(Span<byte> destination, int envelopeLength, uint sid)
+    {
+        BinaryPrimitives.WriteUInt32BigEndian(destination, (uint)(ProtocolConstants.MessageHeaderSize - ProtocolConstants.LengthPrefixSize + envelopeLength));
+        destination[4] = 0x96; // fixarray of 6
+        destination[5] = (byte)FrameType.Message;
+        destination[6] = MessagePackCode.UInt32;
+        BinaryPrimitives.WriteUInt32BigEndian(destination[ProtocolConstants.MessageSidOffset..], sid);
+    }
+
+    /// <summary>Writes <paramref name="sid"/> into a copy of an encoded MESSAGE frame (spec §4.6).</summary>
+    public static void StampSid(Span<byte> messageFrame, uint sid) =>
+        BinaryPrimitives.WriteUInt32BigEndian(messageFrame[ProtocolConstants.MessageSidOffset..], sid);
+
+    public static void WritePing(IBufferWriter<byte> output) => WriteEmpty(output, FrameType.Ping);
+
+    public static void WritePong(IBufferWriter<byte> output) => WriteEmpty(output, FrameType.Pong);
+
+    public static void WriteError(IBufferWriter<byte> output, ErrorCode code, bool fatal, string message, ulong count = 0)
+    {
+        ArgumentNullException.ThrowIfNull(message);
+        int body = 1 + 1 + UIntSize((uint)code) + 1 + StrSize(Encoding.UTF8.GetByteCount(message)) + UIntSize(count);
+        var w = Start(output, body, 5, FrameType.Error);
+        w.Write((uint)code);
+        w.Write(fatal);
+        w.Write(message);
+        w.Write(count);
+        w.Flush();
+    }
+
+    /// <summary>Size of an encoded envelope: topic, reply_to (nil when empty), flags, payload.</summary>
+    public static int EnvelopeSize(int topicLength, int replyToLength, PayloadFlags flags, int payloadLength) =>
+        StrSize(topicLength) + (replyToLength == 0 ? 1 : StrSize(replyToLength)) + UIntSize((uint)flags) + BinSize(payloadLength);
+
+    private static void WriteEnvelope(ref MessagePackWriter w, ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, PayloadFlags flags, ReadOnlySpan<byte> payload)
+    {
+        w.WriteString(topic);
+        if (replyTo.IsEmpty)
+        {
+            w.WriteNil();
+        }
+        else
+        {
+            w.WriteString(replyTo);
+        }
+
+        w.Write((uint)flags);
+        w.Write(payload);
+    }
+
+    private static void WriteEmpty(IBufferWriter<byte> output, FrameType type)
+    {
+        Span<byte> span = output.GetSpan(6);
+        BinaryPrimitives.WriteUInt32BigEndian(span, 2);
+        span[4] = 0x91; // fixarray of 1
+        span[5] = (byte)type;
+        output.Advance(6);
+    }
+
+    private static MessagePackWriter Start(IBufferWriter<byte> output, int bodyLength, int elements, FrameType type)
+    {
+        ArgumentNullException.ThrowIfNull(output);
+        Span<byte> prefix = output.GetSpan(ProtocolConstants.LengthPrefixSize);
+        BinaryPrimitives.WriteUInt32BigEndian(prefix, (uint)bodyLength);
+        output.Advance(ProtocolConstants.LengthPrefixSize);
+        var w = new MessagePackWriter(output);
+        w.WriteArrayHeader(elements);
+        w.Write((byte)type);
+        return w;
+    }
+
+    internal static int UIntSize(ulong value) => value switch
+    {
+        < 0x80 => 1,
+        <= byte.MaxValue => 2,
+        <= ushort.MaxValue => 3,
+        <= uint.MaxValue => 5,
+        _ => 9,
+    };
+
+    internal static int StrSize(int length) => length switch
+    {
+        < 32 => 1,
+        <= byte.MaxValue => 2,
+        <= ushort.MaxValue => 3,
+        _ => 5,
+    } + length;
+
+    internal static int BinSize(int length) => length switch
+    {
+        <= byte.MaxValue => 2,
+        <= ushort.MaxValue => 3,
+        _ => 5,
+    } + length;
+
+    private static int MapHeaderSize(int count) => count < 16 ? 1 : count <= ushort.MaxValue ? 3 : 5;
+}

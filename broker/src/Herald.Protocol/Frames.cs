@@ -1,0 +1,42 @@
+using System.Buffers;
+using System.Text;
+
+namespace Herald.Protocol;
+
+/// <summary>HELLO (spec §4.1).</summary>
+public readonly record struct HelloFrame(uint Version, string ClientName, Capabilities Capabilities, string? Auth);
+
+/// <summary>WELCOME (spec §4.2).</summary>
+public readonly record struct WelcomeFrame(uint Version, string ServerName, ulong ConnectionId, Capabilities Capabilities, IReadOnlyDictionary<string, ulong> Limits);
+
+/// <summary>SUBSCRIBE (spec §4.3). <see cref="Pattern"/> is a slice of the frame: copy it to keep it.</summary>
+public readonly record struct SubscribeFrame(uint Sid, ReadOnlySequence<byte> Pattern, SubscribeOptions Options)
+{
+    public string PatternString => Encoding.UTF8.GetString(Pattern);
+}
+
+/// <summary>UNSUBSCRIBE (spec §4.4).</summary>
+public readonly record struct UnsubscribeFrame(uint Sid);
+
+/// <summary>
+/// PUBLISH (spec §4.5) or MESSAGE (spec §4.6; <see cref="Sid"/> is 0 for PUBLISH). Every member is a
+/// slice of the frame it was read from, valid only while that buffer is.
+/// </summary>
+public readonly record struct PublishFrame(
+    uint Sid,
+    ReadOnlySequence<byte> Topic,
+    ReadOnlySequence<byte>? ReplyTo,
+    PayloadFlags Flags,
+    ReadOnlySequence<byte> Payload,
+    ReadOnlySequence<byte> Envelope)
+{
+    /// <summary>The encoded elements topic..payload, exactly as MESSAGE carries them after its sid.</summary>
+    public ReadOnlySequence<byte> Envelope { get; } = Envelope;
+
+    public string TopicString => Encoding.UTF8.GetString(Topic);
+
+    public string? ReplyToString => ReplyTo is { } r ? Encoding.UTF8.GetString(r) : null;
+}
+
+/// <summary>ERROR (spec §4.8).</summary>
+public readonly record struct ErrorFrame(ErrorCode Code, bool Fatal, string Message, ulong Count);

@@ -1,0 +1,178 @@
+using System.Text;
+
+namespace Herald.Protocol;
+
+/// <summary>
+/// Topic and pattern rules (spec §5): dot-separated non-empty tokens of printable ASCII
+/// (0x21-0x7E) other than '.', '*' and '>'; in patterns a whole token may be '*' (one token) or, last,
+/// '>' (one or more trailing tokens).
+/// </summary>
+public static class Topic
+{
+    public const byte Separator = (byte)'.';
+    public const byte SingleWildcard = (byte)'*';
+    public const byte TailWildcard = (byte)'>';
+
+    /// <summary>Checks a publish topic; returns <see cref="ErrorCode.None"/> when valid.</summary>
+    public static ErrorCode ValidateName(ReadOnlySpan<byte> topic, int maxLength) => Validate(topic, maxLength, allowWildcards: false);
+
+    /// <summary>Checks a subscription pattern; returns <see cref="ErrorCode.None"/> when valid.</summary>
+    public static ErrorCode ValidatePattern(ReadOnlySpan<byte> pattern, int maxLength) => Validate(pattern, maxLength, allowWildcards: true);
+
+    /// <summary>A publish topic the broker keeps for itself (first token starts with '$').</summary>
+    public static bool IsReserved(ReadOnlySpan<byte> topic) => topic.Length > 0 && topic[0] == (byte)'$';
+
+    /// <summary>Whether a pattern contains a wildcard token.</summary>
+    public static bool HasWildcard(ReadOnlySpan<byte> pattern)
+    {
+        int start = 0;
+        while (start <= pattern.Length)
+        {
+            int dot = pattern[start..].IndexOf(Separator);
+            int end = dot < 0 ? pattern.Length : start + dot;
+            if (end - start == 1 && pattern[start] is SingleWildcard or TailWildcard)
+            {
+                return true;
+            }
+
+            if (dot < 0)
+            {
+                break;
+            }
+
+            start = end + 1;
+        }
+
+        return false;
+    }
+
+    /// <summary>Whether <paramref name="topic"/> matches <paramref name="pattern"/> (both assumed valid).</summary>
+    public static bool Matches(string pattern, string topic)
+    {
+        ArgumentNullException.ThrowIfNull(pattern);
+        ArgumentNullException.ThrowIfNull(topic);
+        int p = 0, t = 0;
+        while (true)
+        {
+            int pEnd = pattern.IndexOf('.', p);
+            if (pEnd < 0) pEnd = pattern.Length;
+            int tEnd = topic.IndexOf('.', t);
+            if (tEnd < 0) tEnd = topic.Length;
+
+            ReadOnlySpan<char> pTok = pattern.AsSpan(p, pEnd - p);
+            if (pTok is ">")
+            {
+                return true; // at least one topic token is left: we are inside the topic here
+            }
+
+            if (pTok is not "*" && !pTok.SequenceEqual(topic.AsSpan(t, tEnd - t)))
+            {
+                return false;
+            }
+
+            bool patternDone = pEnd == pattern.Length;
+            bool topicDone = tEnd == topic.Length;
+            if (patternDone || topicDone)
+            {
+                return patternDone && topicDone;
+            }
+
+            p = pEnd + 1;
+            t = tEnd + 1;
+        }
+    }
+
+    /// <summary>Validates and returns a string topic's UTF-8 bytes, or throws <see cref="ProtocolException"/>.</summary>
+    public static byte[] EncodeName(string topic, int maxLength = int.MaxValue) => Encode(topic, maxLength, allowWildcards: false);
+
+    /// <summary>Validates and returns a string pattern's UTF-8 bytes, or throws <see cref="ProtocolException"/>.</summary>
+    public static byte[] EncodePattern(string pattern, int maxLength = int.MaxValue) => Encode(pattern, maxLength, allowWildcards: true);
+
+    private static byte[] Encode(string value, int maxLength, bool allowWildcards)
+    {
+        ArgumentNullException.ThrowIfNull(value);
+        byte[] bytes = Encoding.UTF8.GetBytes(value);
+        ErrorCode error = Validate(bytes, maxLength, allowWildcards);
+        if (error != ErrorCode.None)
+        {
+            ThrowHelper.Throw(error, Describe(error, bytes, maxLength));
+        }
+
+        return bytes;
+    }
+
+    /// <summary>A human-readable reason for an ERROR frame.</summary>
+    public static string Describe(ErrorCode error, ReadOnlySpan<byte> topic, int maxLength) => error switch
+    {
+        ErrorCode.TopicTooLong => $"Topic of {topic.Length} bytes is longer than the limit of {maxLength} bytes.",
+        ErrorCode.ReservedTopic => $"Topic '{Printable(topic)}' is reserved for the broker ('$' prefix).",
+        _ => $"Topic '{Printable(topic)}' is not valid (spec §5: dot-separated non-empty tokens of printable ASCII; '*' and '>' only as whole tokens of a pattern, '>' last).",
+    };
+
+    private static string Printable(ReadOnlySpan<byte> topic)
+    {
+        const int Shown = 64;
+        ReadOnlySpan<byte> head = topic.Length > Shown ? topic[..Shown] : topic;
+        var sb = new StringBuilder(head.Length + 3);
+        foreach (byte b in head)
+        {
+            sb.Append(b is >= 0x20 and < 0x7F ? (char)b : '?');
+        }
+
+        if (topic.Length > Shown) sb.Append("...");
+        return sb.ToString();
+    }
+
+    private static ErrorCode Validate(ReadOnlySpan<byte> value, int maxLength, bool allowWildcards)
+    {
+        if (value.Length > maxLength)
+        {
+            return ErrorCode.TopicTooLong;
+        }
+
+        if (value.IsEmpty)
+        {
+            return ErrorCode.InvalidTopic;
+        }
+
+        int tokenStart = 0;
+        for (int i = 0; i <= value.Length; i++)
+        {
+            if (i == value.Length || value[i] == Separator)
+            {
+                int tokenLength = i - tokenStart;
+                if (tokenLength == 0)
+                {
+                    return ErrorCode.InvalidTopic; // leading, trailing or double dot
+                }
+
+                if (tokenLength == 1 && value[tokenStart] is SingleWildcard or TailWildcard)
+                {
+                    if (!allowWildcards)
+                    {
+                        return ErrorCode.InvalidTopic;
+                    }
+
+                    if (value[tokenStart] == TailWildcard && i != value.Length)
+                    {
+                        return ErrorCode.InvalidTopic; // '>' must be the last token
+                    }
+                }
+                else
+                {
+                    foreach (byte b in value.Slice(tokenStart, tokenLength))
+                    {
+                        if (b is < 0x21 or > 0x7E or SingleWildcard or TailWildcard)
+                        {
+                            return ErrorCode.InvalidTopic;
+                        }
+                    }
+                }
+
+                tokenStart = i + 1;
+            }
+        }
+
+        return ErrorCode.None;
+    }
+}
