@@ -24,11 +24,6 @@ internal sealed class MessageBuffer
         _refCount = 1;
     }
 
-    /// <summary>Frames encoded so far by this process (observability and the encode-once test).</summary>
-    public static long TotalRented => Interlocked.Read(ref _totalRented);
-
-    private static long _totalRented;
-
     public int Length { get; }
 
     /// <summary>The frame. Valid until the caller's reference is released.</summary>
@@ -37,7 +32,6 @@ internal sealed class MessageBuffer
     /// <summary>Rents a buffer of exactly <paramref name="length"/> bytes, held once by the caller.</summary>
     public static MessageBuffer Rent(int length)
     {
-        Interlocked.Increment(ref _totalRented);
         return new MessageBuffer(ArrayPool<byte>.Shared.Rent(length), length);
     }
 

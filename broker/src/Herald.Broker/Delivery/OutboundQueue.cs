@@ -28,13 +28,14 @@ public enum SlowConsumerPolicy
 /// drain picks them up on its next turn, so at most one drain runs per connection.
 /// </para>
 /// <para>
-/// Control frames (WELCOME, PONG, non-fatal ERROR) live in their own short list, are written before the
-/// messages of the same turn and are never dropped. A fatal ERROR is written last, after which the queue
-/// accepts nothing more (<see cref="Complete"/>).
+/// Control frames (WELCOME, PING, PONG, non-fatal ERROR) are queued in order with the messages and are
+/// never dropped. A fatal ERROR is written last, after which the queue accepts nothing more
+/// (<see cref="Complete"/>).
 /// </para>
 /// </remarks>
 internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
 {
+    private const uint ControlSid = 0; // sids start at 1 (spec §4.3): 0 marks a control frame
     private const int SmallFrame = 4096;
     private const int LargeArray = 8192;
 
@@ -50,7 +51,6 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
     private int _head;
     private int _count;
     private long _pendingBytes;
-    private List<MessageBuffer>? _control;
     private MessageBuffer? _final;
     private long _droppedUnreported;
     private bool _scheduled;
@@ -60,7 +60,6 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
 
     // Owned by the running drain.
     private Entry[] _batch = [];
-    private List<MessageBuffer>? _controlBatch;
 
     public OutboundQueue(PipeWriter output, int maxPendingBytes, int maxPendingMessages, SlowConsumerPolicy policy, Action<OutboundQueue> onSlowConsumer)
     {
@@ -136,7 +135,11 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
         return schedule;
     }
 
-    /// <summary>Queues a control frame (never dropped, written ahead of queued messages). Returns whether to <see cref="Flush"/>.</summary>
+    /// <summary>
+    /// Queues a control frame (WELCOME, PING, PONG, a non-fatal ERROR) in order with the messages, so a
+    /// PONG also tells the client that everything queued before it has been written. Control frames are
+    /// never dropped and do not count against the limits. Returns whether to <see cref="Flush"/>.
+    /// </summary>
     public bool EnqueueControl(MessageBuffer frame)
     {
         lock (_gate)
@@ -147,7 +150,8 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                 return false;
             }
 
-            (_control ??= new List<MessageBuffer>(2)).Add(frame);
+            Push(new Entry(frame, ControlSid));
+            _pendingBytes -= frame.Length; // only messages count against the limits
             bool schedule = !_scheduled;
             _scheduled = true;
             return schedule;
@@ -211,12 +215,6 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
             _completing = true;
             _closed = true;
             ClearMessages();
-            if (_control is not null)
-            {
-                foreach (MessageBuffer b in _control) b.Release();
-                _control.Clear();
-            }
-
             _final?.Release();
             _final = null;
             _drained?.TrySetResult();
@@ -240,7 +238,6 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                 int count;
                 long dropped;
                 MessageBuffer? final = null;
-                List<MessageBuffer>? control;
                 lock (_gate)
                 {
                     if (_closed)
@@ -250,14 +247,6 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                     }
 
                     count = _count;
-                    control = null;
-                    if (_control is { Count: > 0 })
-                    {
-                        control = _control;
-                        _control = _controlBatch;
-                        _controlBatch = null;
-                    }
-
                     dropped = _droppedUnreported;
                     _droppedUnreported = 0;
                     if (count > 0)
@@ -271,7 +260,7 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                         _final = null;
                     }
 
-                    if (count == 0 && control is null && dropped == 0 && final is null)
+                    if (count == 0 && dropped == 0 && final is null)
                     {
                         if (_completing)
                         {
@@ -284,18 +273,6 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                     }
                 }
 
-                if (control is not null)
-                {
-                    foreach (MessageBuffer frame in control)
-                    {
-                        Write(frame.Span);
-                        frame.Release();
-                    }
-
-                    control.Clear();
-                    _controlBatch = control;
-                }
-
                 if (dropped > 0)
                 {
                     WriteDroppedNotice(dropped);
@@ -305,14 +282,14 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                 for (int i = 0; i < count; i++)
                 {
                     ref Entry entry = ref batch[i];
-                    WriteMessage(entry.Frame.Span, entry.Sid);
+                    WriteFrame(entry.Frame.Span, entry.Sid);
                     entry.Frame.Release();
                     entry = default;
                 }
 
                 if (final is not null)
                 {
-                    Write(final.Span);
+                    _output.Write(final.Span);
                     final.Release();
                 }
 
@@ -341,34 +318,33 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
         }
     }
 
-    /// <summary>Copies a MESSAGE frame into the pipe and stamps this subscription's sid into the copy (spec §4.6).</summary>
-    private void WriteMessage(ReadOnlySpan<byte> frame, uint sid)
+    /// <summary>
+    /// Copies a frame into the pipe; for a MESSAGE, stamps this subscription's sid into the copy
+    /// (spec §4.6), so the shared bytes are never touched.
+    /// </summary>
+    private void WriteFrame(ReadOnlySpan<byte> frame, uint sid)
     {
+        if (sid == ControlSid)
+        {
+            _output.Write(frame);
+            return;
+        }
+
         if (frame.Length <= SmallFrame)
         {
             Span<byte> span = _output.GetSpan(frame.Length);
             frame.CopyTo(span);
-            if (sid != 0)
-            {
-                FrameWriter.StampSid(span, sid);
-            }
-
+            FrameWriter.StampSid(span, sid);
             _output.Advance(frame.Length);
             return;
         }
 
         Span<byte> header = stackalloc byte[ProtocolConstants.MessageHeaderSize];
         frame[..ProtocolConstants.MessageHeaderSize].CopyTo(header);
-        if (sid != 0)
-        {
-            FrameWriter.StampSid(header, sid);
-        }
-
+        FrameWriter.StampSid(header, sid);
         _output.Write(header);
         _output.Write(frame[ProtocolConstants.MessageHeaderSize..]);
     }
-
-    private void Write(ReadOnlySpan<byte> frame) => _output.Write(frame);
 
     private void WriteDroppedNotice(long dropped)
     {
@@ -388,19 +364,35 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
         _pendingBytes += entry.Frame.Length;
     }
 
-    // Caller holds _gate.
+    // Caller holds _gate. Drops the oldest messages until `incoming` fits; control frames met on the
+    // way are kept, in order, at the front.
     private void DropOldestFor(int incoming)
     {
-        while (_count > 0 && (_count + 1 > _maxPendingMessages || _pendingBytes + incoming > _maxPendingBytes))
+        int mask = _ring.Length - 1;
+        int keptControls = 0;
+        while (_count > keptControls && (_count + 1 > _maxPendingMessages || _pendingBytes + incoming > _maxPendingBytes))
         {
-            ref Entry oldest = ref _ring[_head];
-            _pendingBytes -= oldest.Frame.Length;
-            oldest.Frame.Release();
-            oldest = default;
-            _head = (_head + 1) & (_ring.Length - 1);
-            _count--;
+            ref Entry entry = ref _ring[(_head + keptControls) & mask];
+            if (entry.Sid == ControlSid)
+            {
+                keptControls++;
+                continue;
+            }
+
+            _pendingBytes -= entry.Frame.Length;
+            entry.Frame.Release();
             _droppedUnreported++;
             DroppedTotal++;
+
+            // Close the gap: shift the kept control frames one slot towards the back.
+            for (int i = keptControls; i > 0; i--)
+            {
+                _ring[(_head + i) & mask] = _ring[(_head + i - 1) & mask];
+            }
+
+            _ring[_head] = default;
+            _head = (_head + 1) & mask;
+            _count--;
         }
     }
 

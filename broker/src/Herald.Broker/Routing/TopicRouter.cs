@@ -33,6 +33,7 @@ internal sealed class TopicRouter : IDisposable
     private readonly ConcurrentDictionary<string, Subscription[]> _cache = new(StringComparer.Ordinal);
     private readonly ConcurrentDictionary<string, Subscription[]>.AlternateLookup<ReadOnlySpan<char>> _cacheBySpan;
     private int _subscriptionCount;
+    private long _encodedFrames;
 
     public TopicRouter()
     {
@@ -44,6 +45,9 @@ internal sealed class TopicRouter : IDisposable
     public int SubscriptionCount => Volatile.Read(ref _subscriptionCount);
 
     public int CachedTopicCount => _cache.Count;
+
+    /// <summary>MESSAGE frames encoded so far: one per publication that had at least one subscriber.</summary>
+    public long EncodedFrames => Interlocked.Read(ref _encodedFrames);
 
     public void Add(Subscription subscription)
     {
@@ -100,6 +104,7 @@ internal sealed class TopicRouter : IDisposable
             return 0;
         }
 
+        Interlocked.Increment(ref _encodedFrames);
         int envelopeLength = (int)publish.Envelope.Length;
         MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + envelopeLength);
         Span<byte> bytes = frame.Span;

@@ -1,0 +1,216 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Net;
+using System.Net.Sockets;
+using System.Text;
+using Herald.Protocol;
+using MessagePack;
+
+namespace Herald.Broker.Tests.Infrastructure;
+
+/// <summary>A frame received from the broker, copied out of the socket buffer.</summary>
+public sealed record Frame(FrameType Type, uint Sid = 0, string Topic = "", string? ReplyTo = null, byte[]? Payload = null, ErrorFrame? Error = null, WelcomeFrame? Welcome = null)
+{
+    public string Text => Encoding.UTF8.GetString(Payload ?? []);
+
+    public override string ToString() => Type switch
+    {
+        FrameType.Message => $"MESSAGE sid={Sid} topic={Topic} payload={Text}",
+        FrameType.Error => $"ERROR {Error}",
+        _ => Type.ToString(),
+    };
+}
+
+/// <summary>
+/// A raw protocol client over a real socket, for tests: it can speak the protocol properly and also send
+/// anything at all. Reads go through the same <see cref="FrameReader"/> and <see cref="FrameDecoder"/>
+/// the broker uses.
+/// </summary>
+public sealed class ProtocolClient : IAsyncDisposable
+{
+    public static readonly TimeSpan DefaultTimeout = TimeSpan.FromSeconds(15);
+
+    private readonly Socket _socket;
+    private readonly NetworkStream _stream;
+    private readonly PipeReader _reader;
+    private readonly ArrayBufferWriter<byte> _out = new();
+
+    private ProtocolClient(Socket socket)
+    {
+        _socket = socket;
+        _stream = new NetworkStream(socket, ownsSocket: true);
+        _reader = PipeReader.Create(_stream, new StreamPipeReaderOptions(bufferSize: 64 * 1024));
+    }
+
+    public static async Task<ProtocolClient> ConnectAsync(int port, int? receiveBufferSize = null)
+    {
+        var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        if (receiveBufferSize is { } size)
+        {
+            socket.ReceiveBufferSize = size;
+        }
+
+        await socket.ConnectAsync(new IPEndPoint(IPAddress.Loopback, port));
+        return new ProtocolClient(socket);
+    }
+
+    /// <summary>Connects and completes the handshake.</summary>
+    public static async Task<ProtocolClient> OpenAsync(int port, string name = "test", int? receiveBufferSize = null)
+    {
+        ProtocolClient client = await ConnectAsync(port, receiveBufferSize);
+        await client.HelloAsync(name);
+        return client;
+    }
+
+    public async Task<WelcomeFrame> HelloAsync(string name = "test")
+    {
+        await SendAsync(w => FrameWriter.WriteHello(w, name, Capabilities.None));
+        Frame welcome = await ReadAsync();
+        Assert.True(welcome.Type == FrameType.Welcome, $"Expected WELCOME, got {welcome}");
+        return welcome.Welcome!.Value;
+    }
+
+    public Task SubscribeAsync(uint sid, string pattern, SubscribeOptions options = SubscribeOptions.None) =>
+        SendAsync(w => FrameWriter.WriteSubscribe(w, sid, Encoding.UTF8.GetBytes(pattern), options));
+
+    public Task UnsubscribeAsync(uint sid) => SendAsync(w => FrameWriter.WriteUnsubscribe(w, sid));
+
+    public Task PublishAsync(string topic, string payload, string? replyTo = null) => PublishAsync(topic, Encoding.UTF8.GetBytes(payload), replyTo);
+
+    public Task PublishAsync(string topic, byte[] payload, string? replyTo = null) =>
+        SendAsync(w => FrameWriter.WritePublish(w, Encoding.UTF8.GetBytes(topic), replyTo is null ? default : Encoding.UTF8.GetBytes(replyTo), PayloadFlags.None, payload));
+
+    /// <summary>
+    /// Sends PING and waits for PONG: every frame sent before it has been processed by the broker, and
+    /// whatever those frames queued to this connection has arrived. Returns the messages read on the way.
+    /// </summary>
+    public async Task<List<Frame>> PingPongAsync()
+    {
+        await SendAsync(FrameWriter.WritePing);
+        var before = new List<Frame>();
+        while (true)
+        {
+            Frame frame = await ReadAsync();
+            if (frame.Type == FrameType.Pong)
+            {
+                return before;
+            }
+
+            Assert.True(frame.Type is FrameType.Message or FrameType.Ping, $"Expected PONG, got {frame}");
+            if (frame.Type == FrameType.Message)
+            {
+                before.Add(frame);
+            }
+        }
+    }
+
+    /// <summary>Encodes frames into one buffer and sends them with one write.</summary>
+    public async Task SendAsync(Action<IBufferWriter<byte>> write)
+    {
+        _out.ResetWrittenCount();
+        write(_out);
+        await _stream.WriteAsync(_out.WrittenMemory);
+    }
+
+    public async Task SendRawAsync(byte[] bytes) => await _stream.WriteAsync(bytes);
+
+    /// <summary>Closes the sending side only (the broker sees end of stream).</summary>
+    public void ShutdownSend() => _socket.Shutdown(SocketShutdown.Send);
+
+    /// <summary>Reads the next frame; fails if the connection closes or nothing comes in time.</summary>
+    public async Task<Frame> ReadAsync(TimeSpan? timeout = null) =>
+        await TryReadAsync(timeout) ?? throw new Xunit.Sdk.XunitException("The broker closed the connection.");
+
+    public async Task<Frame> ReadMessageAsync(TimeSpan? timeout = null)
+    {
+        Frame frame = await ReadAsync(timeout);
+        Assert.True(frame.Type == FrameType.Message, $"Expected MESSAGE, got {frame}");
+        return frame;
+    }
+
+    /// <summary>Reads the next frame, or null at end of stream.</summary>
+    public async Task<Frame?> TryReadAsync(TimeSpan? timeout = null)
+    {
+        using var cts = new CancellationTokenSource(timeout ?? DefaultTimeout);
+        while (true)
+        {
+            ReadResult result;
+            try
+            {
+                result = await _reader.ReadAsync(cts.Token);
+            }
+            catch (IOException)
+            {
+                return null; // reset by the broker
+            }
+
+            ReadOnlySequence<byte> buffer = result.Buffer;
+            if (FrameReader.TryReadFrame(ref buffer, int.MaxValue, out ReadOnlySequence<byte> body))
+            {
+                Frame frame = Decode(body);
+                _reader.AdvanceTo(buffer.Start);
+                return frame;
+            }
+
+            if (result.IsCompleted)
+            {
+                Assert.True(buffer.IsEmpty, $"The connection closed with {buffer.Length} bytes of a partial frame.");
+                _reader.AdvanceTo(buffer.End);
+                return null;
+            }
+
+            _reader.AdvanceTo(buffer.Start, buffer.End);
+        }
+    }
+
+    /// <summary>Reads frames until the broker closes the connection; returns them.</summary>
+    public async Task<List<Frame>> ReadUntilClosedAsync(TimeSpan? timeout = null)
+    {
+        var frames = new List<Frame>();
+        while (await TryReadAsync(timeout) is { } frame)
+        {
+            frames.Add(frame);
+        }
+
+        return frames;
+    }
+
+    /// <summary>Expects a fatal ERROR with <paramref name="code"/> (possibly after other frames) and then the end of the connection.</summary>
+    public async Task<ErrorFrame> ExpectClosedWithAsync(ErrorCode code)
+    {
+        List<Frame> frames = await ReadUntilClosedAsync();
+        Assert.NotEmpty(frames);
+        Frame last = frames[^1];
+        Assert.True(last.Type == FrameType.Error, $"Expected a final ERROR {code}, got {string.Join(", ", frames.TakeLast(3))}");
+        Assert.Equal(code, last.Error!.Value.Code);
+        Assert.True(last.Error.Value.Fatal);
+        return last.Error.Value;
+    }
+
+    private static Frame Decode(ReadOnlySequence<byte> body)
+    {
+        var reader = new MessagePackReader(body);
+        FrameType type = FrameDecoder.ReadHeader(ref reader, out int count);
+        switch (type)
+        {
+            case FrameType.Message:
+                PublishFrame m = FrameDecoder.ReadMessage(ref reader, count);
+                return new Frame(type, m.Sid, m.TopicString, m.ReplyToString, m.Payload.ToArray());
+            case FrameType.Error:
+                return new Frame(type, Error: FrameDecoder.ReadError(ref reader, count));
+            case FrameType.Welcome:
+                return new Frame(type, Welcome: FrameDecoder.ReadWelcome(ref reader, count));
+            case FrameType.Ping or FrameType.Pong:
+                FrameDecoder.ReadEmpty(ref reader, count);
+                return new Frame(type);
+            default:
+                throw new Xunit.Sdk.XunitException($"The broker sent a {type} frame.");
+        }
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        await _reader.CompleteAsync();
+        await _stream.DisposeAsync();
+    }
+}

@@ -1,0 +1,98 @@
+using System.Diagnostics.Metrics;
+using Herald.Broker.Hosting;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
+
+namespace Herald.Broker.Tests.Infrastructure;
+
+/// <summary>The real broker, started in-process on loopback, on one ephemeral port unless told otherwise.</summary>
+public sealed class TestBroker : IAsyncDisposable
+{
+    private readonly WebApplication _app;
+    private bool _stopped;
+
+    private TestBroker(WebApplication app, int[] ports)
+    {
+        _app = app;
+        Ports = ports;
+    }
+
+    public int Port => Ports[0];
+
+    public int[] Ports { get; }
+
+    public IServiceProvider Services => _app.Services;
+
+    public static async Task<TestBroker> StartAsync(Action<HeraldOptions>? configure = null, string[]? args = null)
+    {
+        string[] all = ["--Logging:LogLevel:Default=Warning", "--Logging:LogLevel:Herald=Error", .. args ?? []];
+        WebApplication app = HeraldHost.Build(all, options =>
+        {
+            options.Tcp.Host = "127.0.0.1";
+            options.Tcp.PortRangeStart = 0;
+            options.Tcp.PortRangeEnd = 0;
+            configure?.Invoke(options);
+        });
+        await app.StartAsync();
+        int[] ports = app.Urls.Select(u => new Uri(u).Port).Order().ToArray();
+        return new TestBroker(app, ports);
+    }
+
+    /// <summary>Starts a graceful stop (what a SIGTERM does) without waiting for it.</summary>
+    public Task StopAsync()
+    {
+        _stopped = true;
+        return _app.StopAsync();
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        if (!_stopped)
+        {
+            await _app.StopAsync();
+        }
+
+        await _app.DisposeAsync();
+    }
+}
+
+/// <summary>Collects the broker's counters by name, through a real <see cref="MeterListener"/>.</summary>
+public sealed class MetricsProbe : IDisposable
+{
+    private readonly MeterListener _listener = new();
+    private readonly Dictionary<string, long> _totals = [];
+    private readonly Lock _gate = new();
+
+    public MetricsProbe()
+    {
+        _listener.InstrumentPublished = (instrument, listener) =>
+        {
+            if (instrument.Meter.Name == "Herald.Broker")
+            {
+                listener.EnableMeasurementEvents(instrument);
+            }
+        };
+        _listener.SetMeasurementEventCallback<long>((instrument, value, tags, _) =>
+        {
+            lock (_gate)
+            {
+                _totals[instrument.Name] = _totals.GetValueOrDefault(instrument.Name) + value;
+            }
+        });
+        _listener.Start();
+    }
+
+    public long this[string name]
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _totals.GetValueOrDefault(name);
+            }
+        }
+    }
+
+    public void Dispose() => _listener.Dispose();
+}

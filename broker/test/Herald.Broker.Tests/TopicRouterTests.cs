@@ -1,0 +1,174 @@
+using System.Buffers;
+using System.Text;
+using Herald.Broker.Delivery;
+using Herald.Broker.Routing;
+using Herald.Protocol;
+
+namespace Herald.Broker.Tests;
+
+/// <summary>The router's matching table, in-process (the socket tests cover the same router end to end).</summary>
+public sealed class TopicRouterTests : IDisposable
+{
+    private readonly TopicRouter _router = new();
+
+    public void Dispose() => _router.Dispose();
+
+    [Theory]
+    [InlineData("a.b.c", "a.b.c", true)]
+    [InlineData("a.b.c", "a.b", false)]
+    [InlineData("a.b.c", "a.b.c.d", false)]
+    [InlineData("a.*.c", "a.b.c", true)]
+    [InlineData("a.*.c", "a.c", false)]
+    [InlineData("a.*.c", "a.b.b.c", false)]
+    [InlineData("*", "a", true)]
+    [InlineData("*", "a.b", false)]
+    [InlineData("*.*", "a.b", true)]
+    [InlineData("a.>", "a.b", true)]
+    [InlineData("a.>", "a.b.c.d", true)]
+    [InlineData("a.>", "a", false)]
+    [InlineData(">", "a", true)]
+    [InlineData(">", "a.b.c", true)]
+    [InlineData("*.b.>", "a.b.c", true)]
+    [InlineData("*.b.>", "a.b", false)]
+    [InlineData("*.b.>", "a.x.c", false)]
+    [InlineData("A.b", "a.b", false)]
+    public void Pattern_matching(string pattern, string topic, bool matches)
+    {
+        var sink = new RecordingSink();
+        _router.Add(new Subscription(sink, 1, pattern, noEcho: false));
+
+        Assert.Equal(matches ? 1 : 0, _router.Match(topic.AsSpan()).Length);
+        Assert.Equal(matches, Topic.Matches(pattern, topic)); // the client-side matcher agrees
+    }
+
+    [Fact]
+    public void Each_matching_subscription_appears_once_however_patterns_overlap()
+    {
+        var sink = new RecordingSink();
+        string[] patterns = ["a.b.c", "a.*.c", "a.b.*", "*.*.*", "a.>", ">", "*.b.>", "x.>"];
+        uint sid = 1;
+        foreach (string pattern in patterns)
+        {
+            _router.Add(new Subscription(sink, sid++, pattern, noEcho: false));
+        }
+
+        Subscription[] matched = _router.Match("a.b.c".AsSpan());
+
+        Assert.Equal(["*.*.*", "*.b.>", ">", "a.*.c", "a.>", "a.b.*", "a.b.c"], matched.Select(s => s.Pattern).Order());
+    }
+
+    [Fact]
+    public void Cached_matches_follow_subscribe_and_unsubscribe()
+    {
+        var sink = new RecordingSink();
+        var literal = new Subscription(sink, 1, "p.q", noEcho: false);
+        var wildcard = new Subscription(sink, 2, "p.*", noEcho: false);
+        Assert.Empty(_router.Match("p.q".AsSpan())); // an empty result is cached too
+
+        _router.Add(literal);
+        Assert.Single(_router.Match("p.q".AsSpan()));
+        _router.Add(wildcard);
+        Assert.Equal(2, _router.Match("p.q".AsSpan()).Length);
+        Assert.Single(_router.Match("p.other".AsSpan()));
+
+        Assert.True(_router.Remove(literal));
+        Assert.Same(wildcard, Assert.Single(_router.Match("p.q".AsSpan())));
+        Assert.True(_router.Remove(wildcard));
+        Assert.Empty(_router.Match("p.q".AsSpan()));
+        Assert.Empty(_router.Match("p.other".AsSpan()));
+        Assert.False(_router.Remove(wildcard));
+        Assert.Equal(0, _router.SubscriptionCount);
+    }
+
+    [Fact]
+    public void Publish_encodes_once_and_every_sink_gets_the_same_bytes()
+    {
+        var sinks = Enumerable.Range(0, 50).Select(_ => new RecordingSink()).ToArray();
+        for (int i = 0; i < sinks.Length; i++)
+        {
+            _router.Add(new Subscription(sinks[i], (uint)(i + 1), "t.*", noEcho: i == 0));
+        }
+
+        PublishFrame publish = Decode(w => FrameWriter.WritePublish(w, "t.x"u8, "_INBOX.r"u8, PayloadFlags.None, "payload"u8));
+        var toFlush = new List<IMessageSink>();
+
+        int delivered = _router.Publish(publish, origin: sinks[0], toFlush);
+
+        Assert.Equal(49, delivered);                       // sinks[0] asked not to see its own publication
+        Assert.Equal(49, toFlush.Count);                   // each idle sink is flushed once, by the publisher
+        Assert.Equal(1, _router.EncodedFrames);
+        MessageBuffer shared = sinks[1].Frames[0].Frame;
+        Assert.All(sinks.Skip(1), s => Assert.Same(shared, Assert.Single(s.Frames).Frame));
+        Assert.Empty(sinks[0].Frames);
+    }
+
+    [Fact]
+    public void Publish_without_subscribers_encodes_nothing()
+    {
+        PublishFrame publish = Decode(w => FrameWriter.WritePublish(w, "nobody.home"u8, default, PayloadFlags.None, "x"u8));
+
+        Assert.Equal(0, _router.Publish(publish, origin: null, []));
+        Assert.Equal(0, _router.EncodedFrames);
+    }
+
+    [Fact]
+    public async Task Concurrent_subscribe_unsubscribe_and_publish_stay_consistent()
+    {
+        var stable = new RecordingSink();
+        _router.Add(new Subscription(stable, 1, "load.>", noEcho: false));
+        using var stop = new CancellationTokenSource();
+        Task churn = Task.Run(() =>
+        {
+            var sink = new RecordingSink();
+            for (uint i = 0; !stop.IsCancellationRequested; i++)
+            {
+                var s = new Subscription(sink, i + 2, (i % 3) switch { 0 => "load.a", 1 => "load.*", _ => "load.>" }, noEcho: false);
+                _router.Add(s);
+                _router.Remove(s);
+            }
+        });
+
+        for (int i = 0; i < 20_000; i++)
+        {
+            Subscription[] matched = _router.Match("load.a".AsSpan());
+            Assert.Contains(matched, s => s.Sink == stable); // never lost while others churn
+        }
+
+        await stop.CancelAsync();
+        await churn;
+        Assert.Single(_router.Match("load.a".AsSpan()));
+    }
+
+    private static PublishFrame Decode(Action<IBufferWriter<byte>> write)
+    {
+        var buffer = new ArrayBufferWriter<byte>();
+        write(buffer);
+        var sequence = new ReadOnlySequence<byte>(buffer.WrittenMemory);
+        Assert.True(FrameReader.TryReadFrame(ref sequence, int.MaxValue, out ReadOnlySequence<byte> body));
+        var reader = new MessagePack.MessagePackReader(body);
+        FrameDecoder.ReadHeader(ref reader, out int count);
+        return FrameDecoder.ReadPublish(ref reader, count);
+    }
+
+    /// <summary>A sink that keeps what it is given (in-process router tests only; sockets are tested elsewhere).</summary>
+    private sealed class RecordingSink : IMessageSink
+    {
+        public List<(MessageBuffer Frame, uint Sid)> Frames { get; } = [];
+
+        public bool Enqueue(MessageBuffer frame, uint sid)
+        {
+            Frames.Add((frame, sid));
+            return Frames.Count == 1;
+        }
+
+        public void Flush()
+        {
+        }
+
+        public void ScheduleFlush()
+        {
+        }
+
+        public override string ToString() => Encoding.ASCII.GetString(Frames.Count > 0 ? Frames[0].Frame.Span : []);
+    }
+}
