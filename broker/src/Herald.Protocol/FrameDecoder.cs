@@ -207,6 +207,12 @@ public static class FrameDecoder
             ThrowHelper.ThrowMalformed($"Payload flags 0x{flags:x} set reserved bits.");
         }
 
+        if (reader.NextMessagePackType != MessagePackType.Binary && !reader.IsNil)
+        {
+            // ReadBytes would also take a str (MessagePack's old-spec compatibility); spec §2: a payload is bin.
+            ThrowHelper.ThrowMalformed("Field payload is not MessagePack bin.");
+        }
+
         ReadOnlySequence<byte> payload = reader.ReadBytes() ?? ThrowNil<ReadOnlySequence<byte>>("payload");
         ReadOnlySequence<byte> envelope = reader.Sequence.Slice(start, reader.Position);
         SkipRest(ref reader, extra);
@@ -282,7 +288,9 @@ public static class FrameDecoder
         }
     }
 
-    private static bool IsDecodeFailure(Exception e) => e is MessagePackSerializationException or EndOfStreamException or OverflowException or InvalidOperationException;
+    // ArgumentOutOfRangeException: MessagePack reads a str32/bin32 length of 2^31 or more as a negative int and
+    // then fails slicing or advancing by it.
+    private static bool IsDecodeFailure(Exception e) => e is MessagePackSerializationException or EndOfStreamException or OverflowException or InvalidOperationException or ArgumentOutOfRangeException;
 
     private static T ThrowNil<T>(string field)
     {

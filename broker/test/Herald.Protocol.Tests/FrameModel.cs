@@ -1,0 +1,232 @@
+using System.Buffers;
+using System.Globalization;
+using System.Text;
+using System.Text.Json;
+using MessagePack;
+
+namespace Herald.Protocol.Tests;
+
+/// <summary>
+/// A frame as the library sees it: <see cref="Frame"/> is the <see cref="HelloFrame"/>, <see cref="WelcomeFrame"/>,
+/// <see cref="SubscribeFrame"/>, <see cref="UnsubscribeFrame"/>, <see cref="PublishFrame"/> (PUBLISH and MESSAGE) or
+/// <see cref="ErrorFrame"/> that <see cref="FrameDecoder"/> returns; <c>null</c> for PING and PONG.
+/// </summary>
+internal sealed record DecodedFrame(FrameType Type, object? Frame);
+
+/// <summary>
+/// The test side of the codec: decodes a body with <see cref="FrameDecoder"/>, builds the frame a vector's
+/// <c>fields</c> describe, re-encodes with <see cref="FrameWriter"/>, and prints a frame as one line of text so
+/// that two frames are equal exactly when their lines are.
+/// </summary>
+internal static class FrameModel
+{
+    private static readonly UTF8Encoding StrictUtf8 = new(encoderShouldEmitUTF8Identifier: false, throwOnInvalidBytes: true);
+
+    /// <summary>The field names of spec §4, in wire order.</summary>
+    public static string[] FieldNames(FrameType type) => type switch
+    {
+        FrameType.Hello => ["version", "client_name", "capabilities", "auth"],
+        FrameType.Welcome => ["version", "server_name", "connection_id", "capabilities", "limits"],
+        FrameType.Subscribe => ["sid", "pattern", "options"],
+        FrameType.Unsubscribe => ["sid"],
+        FrameType.Publish => ["topic", "reply_to", "flags", "payload"],
+        FrameType.Message => ["sid", "topic", "reply_to", "flags", "payload"],
+        FrameType.Error => ["code", "fatal", "message", "count"],
+        _ => [],
+    };
+
+    /// <summary>Decodes one frame body: <see cref="FrameDecoder.ReadHeader"/>, then the reader for its type.</summary>
+    public static DecodedFrame Decode(ReadOnlySequence<byte> body)
+    {
+        var reader = new MessagePackReader(body);
+        FrameType type = FrameDecoder.ReadHeader(ref reader, out int count);
+        object? frame;
+        switch (type)
+        {
+            case FrameType.Hello:
+                frame = FrameDecoder.ReadHello(ref reader, count);
+                break;
+            case FrameType.Welcome:
+                frame = FrameDecoder.ReadWelcome(ref reader, count);
+                break;
+            case FrameType.Subscribe:
+                frame = FrameDecoder.ReadSubscribe(ref reader, count);
+                break;
+            case FrameType.Unsubscribe:
+                frame = FrameDecoder.ReadUnsubscribe(ref reader, count);
+                break;
+            case FrameType.Publish:
+                frame = FrameDecoder.ReadPublish(ref reader, count);
+                break;
+            case FrameType.Message:
+                frame = FrameDecoder.ReadMessage(ref reader, count);
+                break;
+            case FrameType.Error:
+                frame = FrameDecoder.ReadError(ref reader, count);
+                break;
+            case FrameType.Ping:
+            case FrameType.Pong:
+                FrameDecoder.ReadEmpty(ref reader, count);
+                frame = null;
+                break;
+            default:
+                throw new InvalidOperationException($"ReadHeader returned {type}, which is not a frame type of spec §3.");
+        }
+
+        return new DecodedFrame(type, frame);
+    }
+
+    /// <summary>Encodes <paramref name="frame"/> with the reference encoder.</summary>
+    public static void Write(DecodedFrame frame, IBufferWriter<byte> output)
+    {
+        switch (frame.Frame)
+        {
+            case HelloFrame h:
+                FrameWriter.WriteHello(output, h.ClientName, h.Capabilities, h.Auth, h.Version);
+                break;
+            case WelcomeFrame w:
+                FrameWriter.WriteWelcome(output, w.ServerName, w.ConnectionId, w.Capabilities, w.Limits, w.Version);
+                break;
+            case SubscribeFrame s:
+                FrameWriter.WriteSubscribe(output, s.Sid, s.Pattern.ToArray(), s.Options);
+                break;
+            case UnsubscribeFrame u:
+                FrameWriter.WriteUnsubscribe(output, u.Sid);
+                break;
+            case PublishFrame p when frame.Type == FrameType.Publish:
+                FrameWriter.WritePublish(output, p.Topic.ToArray(), p.ReplyTo?.ToArray(), p.Flags, p.Payload.ToArray());
+                break;
+            case PublishFrame m:
+                FrameWriter.WriteMessage(output, m.Sid, m.Topic.ToArray(), m.ReplyTo?.ToArray(), m.Flags, m.Payload.ToArray());
+                break;
+            case ErrorFrame e:
+                FrameWriter.WriteError(output, e.Code, e.Fatal, e.Message, e.Count);
+                break;
+            case null when frame.Type == FrameType.Ping:
+                FrameWriter.WritePing(output);
+                break;
+            case null when frame.Type == FrameType.Pong:
+                FrameWriter.WritePong(output);
+                break;
+            default:
+                throw new InvalidOperationException($"Cannot write {frame}.");
+        }
+    }
+
+    public static byte[] Encode(DecodedFrame frame)
+    {
+        var output = new ArrayBufferWriter<byte>();
+        Write(frame, output);
+        return output.WrittenSpan.ToArray();
+    }
+
+    /// <summary>The frame a vector's <c>fields</c> describe (spec §10: strings as JSON strings, payload as hex, nil as null).</summary>
+    public static DecodedFrame FromJson(FrameType type, JsonElement fields)
+    {
+        string[] expected = FieldNames(type);
+        string[] actual = fields.EnumerateObject().Select(p => p.Name).ToArray();
+        if (!expected.Order(StringComparer.Ordinal).SequenceEqual(actual.Order(StringComparer.Ordinal)))
+        {
+            throw new InvalidDataException($"{type} fields must be [{string.Join(", ", expected)}], the vector has [{string.Join(", ", actual)}].");
+        }
+
+        object? frame = type switch
+        {
+            FrameType.Hello => new HelloFrame(
+                fields.GetProperty("version").GetUInt32(),
+                fields.GetProperty("client_name").GetString()!,
+                (Capabilities)fields.GetProperty("capabilities").GetUInt32(),
+                fields.GetProperty("auth").GetString()),
+            FrameType.Welcome => new WelcomeFrame(
+                fields.GetProperty("version").GetUInt32(),
+                fields.GetProperty("server_name").GetString()!,
+                fields.GetProperty("connection_id").GetUInt64(),
+                (Capabilities)fields.GetProperty("capabilities").GetUInt32(),
+                Limits(fields.GetProperty("limits"))),
+            FrameType.Subscribe => new SubscribeFrame(
+                fields.GetProperty("sid").GetUInt32(),
+                Utf8(fields.GetProperty("pattern"))!.Value,
+                (SubscribeOptions)fields.GetProperty("options").GetUInt32()),
+            FrameType.Unsubscribe => new UnsubscribeFrame(fields.GetProperty("sid").GetUInt32()),
+            FrameType.Publish or FrameType.Message => new PublishFrame(
+                type == FrameType.Message ? fields.GetProperty("sid").GetUInt32() : 0,
+                Utf8(fields.GetProperty("topic"))!.Value,
+                Utf8(fields.GetProperty("reply_to")),
+                (PayloadFlags)fields.GetProperty("flags").GetUInt32(),
+                new ReadOnlySequence<byte>(Convert.FromHexString(fields.GetProperty("payload").GetString()!)),
+                default),
+            FrameType.Error => new ErrorFrame(
+                (ErrorCode)fields.GetProperty("code").GetUInt32(),
+                fields.GetProperty("fatal").GetBoolean(),
+                fields.GetProperty("message").GetString()!,
+                fields.GetProperty("count").GetUInt64()),
+            _ => null,
+        };
+        return new DecodedFrame(type, frame);
+    }
+
+    /// <summary>
+    /// One line naming the type and every field in wire order: numbers in decimal, strings quoted (or as
+    /// <c>x'..'</c> hex when they are not UTF-8), payloads as hex, nil as <c>nil</c>, limits sorted by key.
+    /// </summary>
+    /// <param name="emptyReplyToIsNil">
+    /// Print an empty <c>reply_to</c> as nil: <see cref="FrameWriter"/> documents that it writes an empty
+    /// reply_to as nil, so a re-encoded frame can only be compared under this reading.
+    /// </param>
+    public static string Describe(DecodedFrame frame, bool emptyReplyToIsNil = false)
+    {
+        string[] values = frame.Frame switch
+        {
+            HelloFrame h => [Num(h.Version), Text(h.ClientName), Num((uint)h.Capabilities), h.Auth is null ? "nil" : Text(h.Auth)],
+            WelcomeFrame w =>
+            [
+                Num(w.Version), Text(w.ServerName), Num(w.ConnectionId), Num((uint)w.Capabilities),
+                "{" + string.Join(", ", w.Limits.OrderBy(l => l.Key, StringComparer.Ordinal).Select(l => $"{Text(l.Key)}: {Num(l.Value)}")) + "}",
+            ],
+            SubscribeFrame s => [Num(s.Sid), Text(s.Pattern), Num((uint)s.Options)],
+            UnsubscribeFrame u => [Num(u.Sid)],
+            PublishFrame p =>
+            [
+                .. frame.Type == FrameType.Message ? [Num(p.Sid)] : Array.Empty<string>(),
+                Text(p.Topic),
+                p.ReplyTo is not { } r || (emptyReplyToIsNil && r.IsEmpty) ? "nil" : Text(r),
+                Num((uint)p.Flags),
+                "x'" + Convert.ToHexStringLower(p.Payload.ToArray()) + "'",
+            ],
+            ErrorFrame e => [Num((uint)e.Code), e.Fatal ? "true" : "false", Text(e.Message), Num(e.Count)],
+            _ => [],
+        };
+        return frame.Type.ToString().ToUpperInvariant() + " {" + string.Join(", ", FieldNames(frame.Type).Zip(values, (n, v) => $"{n}={v}")) + "}";
+    }
+
+    private static string Num(ulong value) => value.ToString(CultureInfo.InvariantCulture);
+
+    private static string Text(string value) => JsonSerializer.Serialize(value);
+
+    private static string Text(ReadOnlySequence<byte> value)
+    {
+        byte[] bytes = value.ToArray();
+        try
+        {
+            return Text(StrictUtf8.GetString(bytes));
+        }
+        catch (DecoderFallbackException)
+        {
+            return "x'" + Convert.ToHexStringLower(bytes) + "'";
+        }
+    }
+
+    private static ReadOnlySequence<byte>? Utf8(JsonElement value) =>
+        value.ValueKind == JsonValueKind.Null ? null : new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(value.GetString()!));
+
+    private static OrderedDictionary<string, ulong> Limits(JsonElement limits)
+    {
+        var result = new OrderedDictionary<string, ulong>(StringComparer.Ordinal);
+        foreach (JsonProperty limit in limits.EnumerateObject())
+        {
+            result.Add(limit.Name, limit.Value.GetUInt64());
+        }
+
+        return result;
+    }
+}
