@@ -1,0 +1,67 @@
+using System.Buffers;
+using System.Text;
+using Herald.Protocol;
+
+namespace Herald.Benchmarks.Codec;
+
+/// <summary>Test data shared by the codec benchmarks: what a publisher's socket buffer looks like.</summary>
+internal static class PublishFrames
+{
+    public const int MaxFrame = 1024 * 1024;
+
+    /// <summary>Pipe's default segment size: how a PipeReader hands the broker a busy socket's bytes.</summary>
+    public const int PipeSegmentSize = 4096;
+
+    public static readonly byte[] Topic = Encoding.ASCII.GetBytes("prices.eu.ACME");
+
+    public static readonly byte[] ReplyTo = Encoding.ASCII.GetBytes("_INBOX.9f2c1ab07e4d.1234");
+
+    public static byte[] Payload(int size)
+    {
+        byte[] payload = new byte[size];
+        new Random(42).NextBytes(payload);
+        return payload;
+    }
+
+    /// <summary><paramref name="count"/> PUBLISH frames back to back, as one array.</summary>
+    public static byte[] Encode(int count, int payloadSize)
+    {
+        byte[] payload = Payload(payloadSize);
+        var output = new ArrayBufferWriter<byte>(count * (payloadSize + 64));
+        for (int i = 0; i < count; i++)
+        {
+            FrameWriter.WritePublish(output, Topic, default, PayloadFlags.None, payload);
+        }
+
+        return output.WrittenSpan.ToArray();
+    }
+
+    /// <summary>The same bytes cut into segments of <paramref name="segmentSize"/>, so frames straddle segment ends.</summary>
+    public static ReadOnlySequence<byte> Segmented(byte[] data, int segmentSize)
+    {
+        var first = new Segment(data.AsMemory(0, Math.Min(segmentSize, data.Length)), 0);
+        Segment last = first;
+        for (int offset = segmentSize; offset < data.Length; offset += segmentSize)
+        {
+            last = last.Append(data.AsMemory(offset, Math.Min(segmentSize, data.Length - offset)));
+        }
+
+        return new ReadOnlySequence<byte>(first, 0, last, last.Memory.Length);
+    }
+
+    private sealed class Segment : ReadOnlySequenceSegment<byte>
+    {
+        public Segment(ReadOnlyMemory<byte> memory, long runningIndex)
+        {
+            Memory = memory;
+            RunningIndex = runningIndex;
+        }
+
+        public Segment Append(ReadOnlyMemory<byte> memory)
+        {
+            var next = new Segment(memory, RunningIndex + Memory.Length);
+            Next = next;
+            return next;
+        }
+    }
+}

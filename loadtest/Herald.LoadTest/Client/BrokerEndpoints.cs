@@ -1,0 +1,64 @@
+using System.Globalization;
+using System.Net;
+using System.Net.Sockets;
+
+namespace Herald.LoadTest.Client;
+
+/// <summary>
+/// The broker's address and the ports connections are spread over (all ports are equal, spec §1).
+/// Connection <c>i</c> goes to port <c>First + i % Count</c>.
+/// </summary>
+internal sealed class BrokerEndpoints
+{
+    private BrokerEndpoints(IPAddress address, string host, int firstPort, int lastPort)
+    {
+        Address = address;
+        Host = host;
+        FirstPort = firstPort;
+        LastPort = lastPort;
+    }
+
+    public IPAddress Address { get; }
+
+    public string Host { get; }
+
+    public int FirstPort { get; }
+
+    public int LastPort { get; }
+
+    public int PortCount => LastPort - FirstPort + 1;
+
+    /// <summary>"127.0.0.1:4502" or "127.0.0.1:4502-4534".</summary>
+    public string Display => PortCount == 1
+        ? $"{Host}:{FirstPort}"
+        : $"{Host}:{FirstPort}-{LastPort}";
+
+    /// <summary>Resolves <paramref name="host"/> once, so a thousand connections do not mean a thousand lookups.</summary>
+    public static async Task<BrokerEndpoints> ResolveAsync(string host, int firstPort, int lastPort, CancellationToken cancellationToken)
+    {
+        if (!IPAddress.TryParse(host, out IPAddress? address))
+        {
+            IPAddress[] addresses = await Dns.GetHostAddressesAsync(host, cancellationToken);
+            address = addresses.FirstOrDefault(a => a.AddressFamily == AddressFamily.InterNetwork) ?? addresses.FirstOrDefault()
+                ?? throw new SocketException((int)SocketError.HostNotFound);
+        }
+
+        return new BrokerEndpoints(address, host, firstPort, lastPort);
+    }
+
+    /// <summary>Parses "4502" or "4502-4534".</summary>
+    public static bool TryParsePortRange(string text, out int first, out int last)
+    {
+        first = last = 0;
+        int dash = text.IndexOf('-', StringComparison.Ordinal);
+        string a = dash < 0 ? text : text[..dash];
+        string b = dash < 0 ? text : text[(dash + 1)..];
+        return int.TryParse(a, NumberStyles.None, CultureInfo.InvariantCulture, out first)
+            && int.TryParse(b, NumberStyles.None, CultureInfo.InvariantCulture, out last)
+            && first is > 0 and <= 65535 && last >= first && last <= 65535;
+    }
+
+    public IPEndPoint At(int port) => new(Address, port);
+
+    public IPEndPoint For(int connectionIndex) => new(Address, FirstPort + (connectionIndex % PortCount));
+}

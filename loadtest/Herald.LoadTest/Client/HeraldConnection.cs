@@ -1,0 +1,306 @@
+using System.Buffers;
+using System.Net;
+using System.Net.Sockets;
+using System.Runtime.CompilerServices;
+using Herald.Protocol;
+using MessagePack;
+
+namespace Herald.LoadTest.Client;
+
+/// <summary>
+/// One TCP connection to the broker, built for load generation rather than comfort: a raw
+/// <see cref="Socket"/> with TCP_NODELAY, one growable receive buffer that <see cref="FrameReader"/>
+/// parses in place (no copy, no allocation per frame), and whole-buffer sends so a caller can pipeline
+/// hundreds of frames per system call.
+/// <para>
+/// Reading is pull-based, the canonical loop being
+/// <code>
+/// while (true)
+/// {
+///     while (connection.TryReadFrame(out var body)) { ...handle body... }
+///     if (!await connection.ReceiveAsync()) break; // the broker closed the connection
+/// }
+/// </code>
+/// A body is a slice of the receive buffer: valid until the next <see cref="ReceiveAsync"/>. Because the
+/// buffer is one array, every body is a single segment (<c>body.FirstSpan</c> is the whole body).
+/// </para>
+/// <para>
+/// Threading: one task at a time reads (<see cref="TryReadFrame"/>, <see cref="ReceiveAsync"/>, the
+/// handshake helpers). Any task may send; <see cref="SendAsync"/> serialises senders on <c>_sendGate</c>
+/// so a PONG from the reading task never interleaves with a batch from a publishing task.
+/// </para>
+/// </summary>
+internal sealed class HeraldConnection : IAsyncDisposable
+{
+    /// <summary>Default receive buffer: large enough for ~400 MESSAGE frames of a 128-byte payload.</summary>
+    public const int DefaultReceiveBufferSize = 64 * 1024;
+
+    private static readonly byte[] PingFrame = [0, 0, 0, 2, 0x91, (byte)FrameType.Ping];
+    private static readonly byte[] PongFrame = [0, 0, 0, 2, 0x91, (byte)FrameType.Pong];
+
+    private readonly Socket _socket;
+    private readonly SemaphoreSlim _sendGate = new(1, 1);
+    private byte[] _buffer;
+    private int _start; // first byte not yet handed out as a frame
+    private int _end;   // one past the last byte received
+    private int _maxFrameBody = 1024 * 1024; // spec §9 default until WELCOME says otherwise
+    private long _bytesReceived;
+    private long _bytesSent;
+    private int _disposed;
+
+    private HeraldConnection(Socket socket, string name, int receiveBufferSize)
+    {
+        _socket = socket;
+        Name = name;
+        _buffer = GC.AllocateUninitializedArray<byte>(receiveBufferSize);
+    }
+
+    /// <summary>Client name sent in HELLO; also used in messages about this connection.</summary>
+    public string Name { get; }
+
+    public WelcomeFrame Welcome { get; private set; }
+
+    public long BytesReceived => Volatile.Read(ref _bytesReceived);
+
+    public long BytesSent => Volatile.Read(ref _bytesSent);
+
+    /// <summary>Opens a TCP connection and completes the HELLO/WELCOME handshake (spec §6.1).</summary>
+    /// <exception cref="SocketException">The broker is unreachable.</exception>
+    /// <exception cref="BrokerErrorException">The broker answered HELLO with an ERROR.</exception>
+    public static async Task<HeraldConnection> ConnectAsync(IPEndPoint endPoint, string clientName, CancellationToken cancellationToken, int receiveBufferSize = DefaultReceiveBufferSize)
+    {
+        var socket = new Socket(endPoint.AddressFamily, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        var connection = new HeraldConnection(socket, clientName, receiveBufferSize);
+        try
+        {
+            await socket.ConnectAsync(endPoint, cancellationToken);
+            await connection.HandshakeAsync(cancellationToken);
+            return connection;
+        }
+        catch
+        {
+            await connection.DisposeAsync();
+            throw;
+        }
+    }
+
+    /// <summary>
+    /// Opens <paramref name="count"/> connections (connection <c>i</c> to <c>endpoints.For(i)</c>, named
+    /// <c>name(i)</c>), a bounded number at a time so the broker's accept backlog is not overrun, and runs
+    /// <paramref name="prepare"/> (e.g. subscribe) on each. All or nothing: on any failure every opened
+    /// connection is closed and the first failure is thrown.
+    /// </summary>
+    public static async Task<HeraldConnection[]> ConnectManyAsync(
+        BrokerEndpoints endpoints,
+        int count,
+        Func<int, string> name,
+        Func<HeraldConnection, int, CancellationToken, Task>? prepare,
+        CancellationToken cancellationToken)
+    {
+        var connections = new HeraldConnection?[count];
+        try
+        {
+            var parallel = new ParallelOptions { MaxDegreeOfParallelism = 32, CancellationToken = cancellationToken };
+            await Parallel.ForEachAsync(Enumerable.Range(0, count), parallel, async (i, token) =>
+            {
+                HeraldConnection connection = await ConnectAsync(endpoints.For(i), name(i), token);
+                connections[i] = connection;
+                if (prepare is not null)
+                {
+                    await prepare(connection, i, token);
+                }
+            });
+        }
+        catch
+        {
+            foreach (HeraldConnection? connection in connections)
+            {
+                connection?.Close();
+            }
+
+            throw;
+        }
+
+        return connections!;
+    }
+
+    /// <summary>
+    /// Hands out the next whole frame already buffered, advancing past it; <c>false</c> when more bytes
+    /// must be received first.
+    /// </summary>
+    /// <exception cref="ProtocolException">The broker sent a frame over the WELCOME max frame, or of length 0.</exception>
+    public bool TryReadFrame(out ReadOnlySequence<byte> body)
+    {
+        var buffered = new ReadOnlySequence<byte>(_buffer, _start, _end - _start);
+        if (!FrameReader.TryReadFrame(ref buffered, _maxFrameBody, out body))
+        {
+            return false;
+        }
+
+        _start = _end - (int)buffered.Length;
+        return true;
+    }
+
+    /// <summary>
+    /// Receives more bytes (at least one) after the buffered frames were consumed. Returns <c>false</c>
+    /// when the broker closed the connection. Invalidates every body handed out so far.
+    /// </summary>
+    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder<>))] // no allocation per receive
+    public async ValueTask<bool> ReceiveAsync(CancellationToken cancellationToken = default)
+    {
+        int pending = _end - _start;
+        if (_start > 0)
+        {
+            if (pending > 0)
+            {
+                Buffer.BlockCopy(_buffer, _start, _buffer, 0, pending); // at most one partial frame
+            }
+
+            _start = 0;
+            _end = pending;
+        }
+
+        if (_end == _buffer.Length)
+        {
+            // A frame larger than the buffer (FrameReader already checked it against max_frame).
+            byte[] larger = GC.AllocateUninitializedArray<byte>(Math.Min(_buffer.Length * 2, _maxFrameBody + ProtocolConstants.LengthPrefixSize));
+            Buffer.BlockCopy(_buffer, 0, larger, 0, _end);
+            _buffer = larger;
+        }
+
+        int received = await _socket.ReceiveAsync(_buffer.AsMemory(_end), SocketFlags.None, cancellationToken);
+        if (received == 0)
+        {
+            return false;
+        }
+
+        _end += received;
+        Volatile.Write(ref _bytesReceived, _bytesReceived + received);
+        return true;
+    }
+
+    /// <summary>Sends all of <paramref name="frames"/> (any number of whole frames) in as few writes as the kernel allows.</summary>
+    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder))]
+    public async ValueTask SendAsync(ReadOnlyMemory<byte> frames, CancellationToken cancellationToken = default)
+    {
+        await _sendGate.WaitAsync(cancellationToken);
+        try
+        {
+            while (!frames.IsEmpty)
+            {
+                int sent = await _socket.SendAsync(frames, SocketFlags.None, cancellationToken);
+                frames = frames[sent..];
+                Volatile.Write(ref _bytesSent, _bytesSent + sent);
+            }
+        }
+        finally
+        {
+            _sendGate.Release();
+        }
+    }
+
+    public ValueTask SendPongAsync() => SendAsync(PongFrame);
+
+    /// <summary>
+    /// Subscribes and waits until the broker has read the SUBSCRIBE, using a PING as a barrier: the
+    /// broker applies a SUBSCRIBE before it reads the next frame (spec §4.3), so once the PONG is back
+    /// every later PUBLISH, from any connection, reaches the subscription. Call before the reading loop
+    /// starts: frames other than PONG, PING and ERROR received meanwhile are dropped.
+    /// </summary>
+    public async Task SubscribeAsync(uint sid, string pattern, CancellationToken cancellationToken)
+    {
+        var frames = new ArrayBufferWriter<byte>(64 + pattern.Length);
+        FrameWriter.WriteSubscribe(frames, sid, Topic.EncodePattern(pattern));
+        frames.Write(PingFrame);
+        await SendAsync(frames.WrittenMemory, cancellationToken);
+        while (true)
+        {
+            while (TryReadFrame(out ReadOnlySequence<byte> body))
+            {
+                var reader = new MessagePackReader(body);
+                switch (FrameDecoder.ReadHeader(ref reader, out int elements))
+                {
+                    case FrameType.Pong:
+                        return;
+                    case FrameType.Ping:
+                        await SendPongAsync();
+                        break;
+                    case FrameType.Error:
+                        ErrorFrame error = FrameDecoder.ReadError(ref reader, elements);
+                        if (error.Fatal)
+                        {
+                            throw new BrokerErrorException(error);
+                        }
+
+                        break;
+                }
+            }
+
+            if (!await ReceiveAsync(cancellationToken))
+            {
+                throw new IOException($"{Name}: the broker closed the connection while subscribing to '{pattern}'.");
+            }
+        }
+    }
+
+    /// <summary>Shuts the socket down; a pending <see cref="ReceiveAsync"/> then fails or returns <c>false</c>.</summary>
+    public void Close()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+        {
+            return;
+        }
+
+        try
+        {
+            _socket.Shutdown(SocketShutdown.Both);
+        }
+        catch (SocketException)
+        {
+            // already reset by the peer
+        }
+
+        _socket.Dispose();
+    }
+
+    public ValueTask DisposeAsync()
+    {
+        Close();
+        return ValueTask.CompletedTask;
+    }
+
+    private async Task HandshakeAsync(CancellationToken cancellationToken)
+    {
+        var hello = new ArrayBufferWriter<byte>(64 + Name.Length);
+        FrameWriter.WriteHello(hello, Name, Capabilities.None);
+        await SendAsync(hello.WrittenMemory, cancellationToken);
+        while (true)
+        {
+            while (TryReadFrame(out ReadOnlySequence<byte> body))
+            {
+                var reader = new MessagePackReader(body);
+                FrameType type = FrameDecoder.ReadHeader(ref reader, out int elements);
+                switch (type)
+                {
+                    case FrameType.Welcome:
+                        Welcome = FrameDecoder.ReadWelcome(ref reader, elements);
+                        if (Welcome.Limits.TryGetValue("max_frame", out ulong maxFrame) && maxFrame is > 0 and <= int.MaxValue - ProtocolConstants.LengthPrefixSize)
+                        {
+                            _maxFrameBody = (int)maxFrame;
+                        }
+
+                        return;
+                    case FrameType.Error:
+                        throw new BrokerErrorException(FrameDecoder.ReadError(ref reader, elements));
+                    default:
+                        throw new ProtocolException(ErrorCode.UnexpectedFrame, $"{Name}: expected WELCOME, got {type}.");
+                }
+            }
+
+            if (!await ReceiveAsync(cancellationToken))
+            {
+                throw new IOException($"{Name}: the broker closed the connection during the handshake.");
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+using System.Text.Json;
+
+namespace Herald.LoadTest.Reporting;
+
+/// <summary>
+/// Writes a run's result as JSON (<c>--out result.json</c>) for comparing runs: the scenario, when and
+/// where it ran (machine), then the scenario's own sections.
+/// </summary>
+internal static class ResultFile
+{
+    public static void Write(string path, string scenario, Action<Utf8JsonWriter> writeBody)
+    {
+        ArgumentNullException.ThrowIfNull(writeBody);
+        string? directory = Path.GetDirectoryName(Path.GetFullPath(path));
+        if (directory is not null)
+        {
+            Directory.CreateDirectory(directory);
+        }
+
+        using FileStream file = File.Create(path);
+        using var json = new Utf8JsonWriter(file, new JsonWriterOptions { Indented = true });
+        json.WriteStartObject();
+        json.WriteString("scenario", scenario);
+        json.WriteString("finishedUtc", DateTimeOffset.UtcNow);
+        MachineInfo.Write(json);
+        writeBody(json);
+        json.WriteEndObject();
+    }
+}
