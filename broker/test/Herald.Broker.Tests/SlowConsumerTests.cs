@@ -52,6 +52,7 @@ public sealed class SlowConsumerTests
             o.Limits.MaxPendingBytes = 256 * 1024;
             o.Limits.SlowConsumerPolicy = SlowConsumerPolicy.DropOldest;
         });
+        using var metrics = new MetricsProbe();
         await using var stalled = await ProtocolClient.OpenAsync(broker.Port, "stalled", receiveBufferSize: 4096);
         await using var fast = await ProtocolClient.OpenAsync(broker.Port, "fast");
         await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "publisher");
@@ -93,6 +94,7 @@ public sealed class SlowConsumerTests
         Assert.True(dropped > 0);
         Assert.Equal(Chunk * Chunks, delivered + dropped);
         Assert.Equal(Chunk * Chunks - 1, last); // the newest message is never the one dropped
+        Assert.Equal(dropped, metrics["herald.messages.dropped"]);
     }
 
     /// <summary>Publishes in chunks, waiting for the fast subscriber to receive each chunk before the next.</summary>

@@ -1,5 +1,6 @@
 using System.Buffers;
 using System.IO.Pipelines;
+using Herald.Broker.Telemetry;
 using Herald.Protocol;
 
 namespace Herald.Broker.Delivery;
@@ -43,7 +44,8 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
     private readonly int _maxPendingBytes;
     private readonly int _maxPendingMessages;
     private readonly SlowConsumerPolicy _policy;
-    private readonly Action<OutboundQueue> _onSlowConsumer;
+    private readonly Action _onSlowConsumer;
+    private readonly BrokerMetrics _metrics;
     private readonly Lock _gate = new();
 
     // Guarded by _gate.
@@ -61,32 +63,15 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
     // Owned by the running drain.
     private Entry[] _batch = [];
 
-    public OutboundQueue(PipeWriter output, int maxPendingBytes, int maxPendingMessages, SlowConsumerPolicy policy, Action<OutboundQueue> onSlowConsumer)
+    public OutboundQueue(PipeWriter output, int maxPendingBytes, int maxPendingMessages, SlowConsumerPolicy policy, BrokerMetrics metrics, Action onSlowConsumer)
     {
+        _metrics = metrics;
         _output = output;
         _maxPendingBytes = maxPendingBytes;
         _maxPendingMessages = maxPendingMessages;
         _policy = policy;
         _onSlowConsumer = onSlowConsumer;
     }
-
-    /// <summary>Messages dropped by the DropOldest policy over the connection's life.</summary>
-    public long DroppedTotal { get; private set; }
-
-    /// <summary>Bytes queued and not yet handed to the transport.</summary>
-    public long PendingBytes
-    {
-        get
-        {
-            lock (_gate)
-            {
-                return _pendingBytes;
-            }
-        }
-    }
-
-    /// <summary>Set once the queue refused a message because the consumer was too slow (Disconnect policy).</summary>
-    public bool IsSlowConsumer { get; private set; }
 
     /// <inheritdoc/>
     public bool Enqueue(MessageBuffer frame, uint sid)
@@ -107,7 +92,6 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                 {
                     frame.Release();
                     slow = true;
-                    IsSlowConsumer = true;
                     ClearMessages();
                     _final = ControlFrames.Error(ErrorCode.SlowConsumer, $"Slow consumer: more than {_maxPendingMessages} messages or {_maxPendingBytes} bytes were waiting to be sent to this connection.");
                     _completing = true;
@@ -129,7 +113,8 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
 
         if (slow)
         {
-            _onSlowConsumer(this);
+            _metrics.SlowConsumer(nameof(SlowConsumerPolicy.Disconnect));
+            _onSlowConsumer();
         }
 
         return schedule;
@@ -275,6 +260,8 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
 
                 if (dropped > 0)
                 {
+                    _metrics.SlowConsumer(nameof(SlowConsumerPolicy.DropOldest));
+                    _metrics.Dropped(dropped);
                     WriteDroppedNotice(dropped);
                 }
 
@@ -382,7 +369,6 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
             _pendingBytes -= entry.Frame.Length;
             entry.Frame.Release();
             _droppedUnreported++;
-            DroppedTotal++;
 
             // Close the gap: shift the kept control frames one slot towards the back.
             for (int i = keptControls; i > 0; i--)

@@ -55,6 +55,7 @@ public static class HeraldHost
         HeraldOptionsValidator.ThrowIfInvalid(preview);
 
         services.Configure<HostOptions>(host => host.ShutdownTimeout = preview.Limits.ShutdownDrainTimeout + TimeSpan.FromSeconds(5));
+        builder.WebHost.UseSockets(sockets => sockets.UnsafePreferInlineScheduling = preview.Tcp.InlineScheduling);
         builder.WebHost.ConfigureKestrel(kestrel =>
         {
             kestrel.AddServerHeader = false;

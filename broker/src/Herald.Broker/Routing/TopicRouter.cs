@@ -44,8 +44,6 @@ internal sealed class TopicRouter : IDisposable
 
     public int SubscriptionCount => Volatile.Read(ref _subscriptionCount);
 
-    public int CachedTopicCount => _cache.Count;
-
     /// <summary>MESSAGE frames encoded so far: one per publication that had at least one subscriber.</summary>
     public long EncodedFrames => Interlocked.Read(ref _encodedFrames);
 

@@ -51,7 +51,7 @@ internal sealed class ClientSession
         _transport = transport;
         Id = id;
         _openedAt = _lastReadAt = Environment.TickCount64;
-        Outbound = new OutboundQueue(connection.Transport.Output, _limits.MaxPendingBytes, _limits.MaxPendingMessages, _limits.SlowConsumerPolicy, OnSlowConsumer);
+        Outbound = new OutboundQueue(connection.Transport.Output, _limits.MaxPendingBytes, _limits.MaxPendingMessages, _limits.SlowConsumerPolicy, broker.Metrics, OnSlowConsumer);
     }
 
     public long Id { get; }
@@ -59,10 +59,6 @@ internal sealed class ClientSession
     public OutboundQueue Outbound { get; }
 
     public EndPoint? RemoteEndPoint => _connection.RemoteEndPoint;
-
-    public string? ClientName { get; private set; }
-
-    public int SubscriptionCount => _subscriptions?.Count ?? 0;
 
     /// <summary>
     /// The canonical read loop: read, parse frames until the reader says "need more", flush every queue
@@ -222,7 +218,6 @@ internal sealed class ClientSession
             Throw(ErrorCode.UnsupportedVersion, $"Protocol version {hello.Version} is not supported; this broker speaks version {ProtocolConstants.Version}.");
         }
 
-        ClientName = hello.ClientName;
         Volatile.Write(ref _welcomed, true);
         var writer = new ArrayBufferWriter<byte>(256);
         FrameWriter.WriteWelcome(writer, _broker.Options.ServerName, (ulong)Id, Capabilities.None, _broker.WelcomeLimits);
@@ -292,10 +287,10 @@ internal sealed class ClientSession
             return;
         }
 
-        string name = ValidateTopic(topic, isPattern: false);
-        if (!isReplyTo && Topic.IsReserved(Encoding.ASCII.GetBytes(name)))
+        string name = ValidateTopic(topic, isPattern: false); // split across segments: rare, may allocate
+        if (!isReplyTo && name.StartsWith('$'))
         {
-            Throw(ErrorCode.ReservedTopic, Topic.Describe(ErrorCode.ReservedTopic, Encoding.ASCII.GetBytes(name), _limits.MaxTopicLength));
+            Throw(ErrorCode.ReservedTopic, $"Topic '{name}' is reserved for the broker ('$' prefix).");
         }
     }
 
@@ -349,11 +344,7 @@ internal sealed class ClientSession
         toFlush.Clear();
     }
 
-    private void OnSlowConsumer(OutboundQueue queue)
-    {
-        _broker.Metrics.SlowConsumer(nameof(SlowConsumerPolicy.Disconnect));
-        RequestClose(ErrorCode.SlowConsumer, "Slow consumer.");
-    }
+    private void OnSlowConsumer() => RequestClose(ErrorCode.SlowConsumer, "Slow consumer.");
 
     /// <summary>Unsubscribes everything, sends the closing ERROR after what may still be sent, and completes the transport.</summary>
     private async Task CloseAsync()

@@ -27,10 +27,6 @@ internal sealed class SessionRegistry : BackgroundService
         _lifetime.ApplicationStopping.Register(CloseAll);
     }
 
-    public int Count => _sessions.Count;
-
-    public ICollection<ClientSession> Sessions => _sessions.Values;
-
     /// <summary>Runs one connection from accept to close.</summary>
     public async Task RunAsync(ConnectionContext connection, string transport)
     {
