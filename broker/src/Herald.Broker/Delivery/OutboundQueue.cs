@@ -36,8 +36,7 @@ public enum SlowConsumerPolicy
 /// </remarks>
 internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
 {
-    private const uint ControlSid = 0; // sids start at 1 (spec §4.3): 0 marks a control frame
-    private const int SmallFrame = 4096;
+    private const uint ControlSid = FrameCopy.ControlSid;
     private const int LargeArray = 8192;
 
     private readonly PipeWriter _output;
@@ -269,7 +268,7 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                 for (int i = 0; i < count; i++)
                 {
                     ref Entry entry = ref batch[i];
-                    WriteFrame(entry.Frame.Span, entry.Sid);
+                    FrameCopy.Write(_output, entry.Frame.Span, entry.Sid);
                     entry.Frame.Release();
                     entry = default;
                 }
@@ -303,34 +302,6 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                 _scheduled = false;
             }
         }
-    }
-
-    /// <summary>
-    /// Copies a frame into the pipe; for a MESSAGE, stamps this subscription's sid into the copy
-    /// (spec §4.6), so the shared bytes are never touched.
-    /// </summary>
-    private void WriteFrame(ReadOnlySpan<byte> frame, uint sid)
-    {
-        if (sid == ControlSid)
-        {
-            _output.Write(frame);
-            return;
-        }
-
-        if (frame.Length <= SmallFrame)
-        {
-            Span<byte> span = _output.GetSpan(frame.Length);
-            frame.CopyTo(span);
-            FrameWriter.StampSid(span, sid);
-            _output.Advance(frame.Length);
-            return;
-        }
-
-        Span<byte> header = stackalloc byte[ProtocolConstants.MessageHeaderSize];
-        frame[..ProtocolConstants.MessageHeaderSize].CopyTo(header);
-        FrameWriter.StampSid(header, sid);
-        _output.Write(header);
-        _output.Write(frame[ProtocolConstants.MessageHeaderSize..]);
     }
 
     private void WriteDroppedNotice(long dropped)

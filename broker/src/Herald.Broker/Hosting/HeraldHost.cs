@@ -2,6 +2,8 @@ using System.Net;
 using Herald.Broker.Routing;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
+using Herald.Broker.Policy;
+using Herald.Broker.Transports.LongPoll;
 using Herald.Broker.Transports.Tcp;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Builder;
@@ -22,6 +24,8 @@ public static class HeraldHost
     /// Creates the broker application. <paramref name="configure"/> lets tests and embedders override
     /// options after configuration is bound (it runs before validation).
     /// </summary>
+    private static IPAddress ParseHost(string host) => HeraldOptionsValidator.TryParseHost(host, out IPAddress parsed) ? parsed : IPAddress.None; // validated before use
+
     public static WebApplication Build(string[] args, Action<HeraldOptions>? configure = null)
     {
         WebApplicationBuilder builder = WebApplication.CreateSlimBuilder(new WebApplicationOptions
@@ -46,6 +50,11 @@ public static class HeraldHost
         services.AddSingleton<BrokerCore>();
         services.AddSingleton<SessionRegistry>();
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
+        services.AddSingleton<PollSessionStore>();
+        services.AddHostedService(sp => sp.GetRequiredService<PollSessionStore>());
+        services.AddSingleton(sp => new PolicyDocuments(sp.GetRequiredService<IOptions<HeraldOptions>>().Value));
+        var listeners = new Listeners();
+        services.AddSingleton(listeners);
 
         // Kestrel needs the port range while it is being built, so the options are bound and validated
         // here as well: a bad configuration fails before anything listens, with every problem listed.
@@ -59,22 +68,87 @@ public static class HeraldHost
         builder.WebHost.ConfigureKestrel(kestrel =>
         {
             kestrel.AddServerHeader = false;
-            IPAddress address = HeraldOptionsValidator.TryParseHost(preview.Tcp.Host, out IPAddress parsed) ? parsed : IPAddress.None; // validated above
+            IPAddress address = ParseHost(preview.Tcp.Host);
             for (int port = preview.Tcp.PortRangeStart; port <= preview.Tcp.PortRangeEnd; port++)
             {
                 kestrel.Listen(address, port, listen =>
                 {
                     listen.Protocols = HttpProtocols.None;
                     listen.UseConnectionHandler<TcpConnectionHandler>();
+                    listeners.Tcp.Add(listen);
                 });
             }
+
+            if (preview.Http.Port >= 0)
+            {
+                kestrel.Listen(ParseHost(preview.Http.Host), preview.Http.Port, listen =>
+                {
+                    listen.Protocols = HttpProtocols.Http1; // long polls are HTTP/1.1 requests; no TLS here for h2 negotiation
+                    listeners.Http = listen;
+                });
+            }
+
+            if (preview.Policy.Port >= 0)
+            {
+                if (Listeners.CanBind(address, preview.Policy.Port, out string? reason))
+                {
+                    kestrel.Listen(address, preview.Policy.Port, listen =>
+                    {
+                        listen.Protocols = HttpProtocols.None;
+                        listen.UseConnectionHandler<SocketPolicyHandler>();
+                        listeners.Policy = listen;
+                    });
+                }
+                else
+                {
+                    listeners.PolicyUnavailable = reason; // the broker runs without it, and says so
+                }
+            }
+
+            // Kestrel's request-header timeout and minimum data rates stay at their defaults (slowloris);
+            // bodies are capped per request by the long-poll endpoints.
+            kestrel.Limits.MaxRequestBodySize = preview.LongPoll.MaxBodyBytes;
+            kestrel.Limits.RequestHeadersTimeout = preview.Http.RequestHeadersTimeout;
         });
+        services.AddCors(cors => cors.AddDefaultPolicy(policy =>
+        {
+            string[] domains = preview.Policy.AllowedDomains;
+            if (domains.Contains("*"))
+            {
+                policy.AllowAnyOrigin();
+            }
+            else
+            {
+                policy.WithOrigins(domains.SelectMany(d => d.Contains("://", StringComparison.Ordinal) ? [d] : new[] { "http://" + d, "https://" + d }).ToArray())
+                    .SetIsOriginAllowedToAllowWildcardSubdomains();
+            }
+
+            policy.AllowAnyHeader().AllowAnyMethod()
+                .WithExposedHeaders("Herald-First-Sequence", "Herald-Count", "Herald-Dropped", "Retry-After", "Location");
+        }));
 
         WebApplication app = builder.Build();
+        app.UseCors();
+        app.MapLongPoll();
+        app.MapPolicyFiles();
         app.Lifetime.ApplicationStarted.Register(() =>
         {
             HeraldOptions o = app.Services.GetRequiredService<IOptions<HeraldOptions>>().Value;
-            app.Services.GetRequiredService<BrokerCore>().Log.TcpListening(o.ServerName, o.Tcp.Host, o.Tcp.PortRangeStart, o.Tcp.PortRangeEnd);
+            ILogger log = app.Services.GetRequiredService<BrokerCore>().Log;
+            log.TcpListening(o.ServerName, o.Tcp.Host, o.Tcp.PortRangeStart, o.Tcp.PortRangeEnd);
+            if (listeners.HttpPort is { } http)
+            {
+                log.HttpListening(o.Http.Host, http);
+            }
+
+            if (listeners.PolicyPort is { } policy)
+            {
+                log.PolicyListening(policy);
+            }
+            else if (listeners.PolicyUnavailable is { } reason)
+            {
+                log.PolicyPortDenied(o.Policy.Port, reason);
+            }
         });
         return app;
     }

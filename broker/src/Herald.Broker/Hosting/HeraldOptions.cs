@@ -18,7 +18,86 @@ public sealed class HeraldOptions
 
     public TcpOptions Tcp { get; set; } = new();
 
+    public HttpOptions Http { get; set; } = new();
+
+    public LongPollOptions LongPoll { get; set; } = new();
+
+    public PolicyOptions Policy { get; set; } = new();
+
     public LimitOptions Limits { get; set; } = new();
+}
+
+public sealed class HttpOptions
+{
+    /// <summary>Address the HTTP listener binds (long-poll, policy files): an IP address, or <c>localhost</c>/<c>any</c>.</summary>
+    [Required]
+    public string Host { get; set; } = "0.0.0.0";
+
+    /// <summary>HTTP port; 0 binds an ephemeral port (tests); -1 turns HTTP off.</summary>
+    [Range(-1, 65535)]
+    public int Port { get; set; } = 8080;
+
+    /// <summary>Time a client has to send its request headers (Kestrel's limit; stops slowloris clients).</summary>
+    public TimeSpan RequestHeadersTimeout { get; set; } = TimeSpan.FromSeconds(10);
+}
+
+/// <summary>The HTTP long-poll transport's knobs (protocol-spec/longpoll.md §3), after WCF's polling duplex.</summary>
+public sealed class LongPollOptions
+{
+    /// <summary>How long a poll is held when no message is waiting (WCF serverPollTimeout).</summary>
+    public TimeSpan PollTimeout { get; set; } = TimeSpan.FromSeconds(15);
+
+    /// <summary>A session without any request (and no poll held) for this long ends, with its subscriptions.</summary>
+    public TimeSpan InactivityTimeout { get; set; } = TimeSpan.FromSeconds(60);
+
+    /// <summary>Most sessions alive at once.</summary>
+    [Range(1, 10_000_000)]
+    public int MaxSessions { get; set; } = 100_000;
+
+    /// <summary>Most session creations in progress at once (WCF maxPendingSessions).</summary>
+    [Range(1, 1_000_000)]
+    public int MaxPendingSessions { get; set; } = 1_000;
+
+    /// <summary>Unacknowledged messages a session may hold before its slow-consumer policy acts (WCF maxPendingMessagesPerSession).</summary>
+    [Range(1, 10_000_000)]
+    public int MaxPendingMessagesPerSession { get; set; } = 10_000;
+
+    /// <summary><c>Disconnect</c> ends the session; <c>DropOldest</c> drops the oldest and reports the gap.</summary>
+    public Delivery.SlowConsumerPolicy SlowConsumerPolicy { get; set; } = Delivery.SlowConsumerPolicy.Disconnect;
+
+    /// <summary>Most messages in one poll response.</summary>
+    [Range(1, 1_000_000)]
+    public int MaxMessagesPerPoll { get; set; } = 1_000;
+
+    /// <summary>Most bytes in one poll response (at least one message is always sent).</summary>
+    [Range(1024, int.MaxValue)]
+    public int MaxBytesPerPoll { get; set; } = 1024 * 1024;
+
+    /// <summary>Most polls held at once, over all sessions.</summary>
+    [Range(1, 10_000_000)]
+    public int MaxConcurrentPolls { get; set; } = 100_000;
+
+    /// <summary>Largest request body (publish payloads, JSON), bytes.</summary>
+    [Range(64, 64 * 1024 * 1024)]
+    public int MaxBodyBytes { get; set; } = 1024 * 1024;
+}
+
+/// <summary>The Silverlight/Flash socket policy (protocol-spec/longpoll.md §4).</summary>
+public sealed class PolicyOptions
+{
+    /// <summary>TCP port of the policy responder. Below 1024 needs root or CAP_NET_BIND_SERVICE; 0 binds an ephemeral port (tests); -1 turns it off.</summary>
+    [Range(-1, 65535)]
+    public int Port { get; set; } = 943;
+
+    /// <summary>Domains granted access, in both the socket and the HTTP policies and CORS. <c>*</c> is everyone.</summary>
+    public string[] AllowedDomains { get; set; } = ["*"];
+
+    /// <summary>How long a policy client has to send its request.</summary>
+    public TimeSpan Timeout { get; set; } = TimeSpan.FromSeconds(3);
+
+    /// <summary>Most policy connections served at once; more are closed at once.</summary>
+    [Range(1, 1_000_000)]
+    public int MaxConcurrentRequests { get; set; } = 1_000;
 }
 
 public sealed class TcpOptions

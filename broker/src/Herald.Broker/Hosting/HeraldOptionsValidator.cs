@@ -13,6 +13,28 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Annotations(failures, "Herald", options);
         Annotations(failures, "Herald:Tcp", options.Tcp);
         Annotations(failures, "Herald:Limits", options.Limits);
+        Annotations(failures, "Herald:Http", options.Http);
+        Annotations(failures, "Herald:LongPoll", options.LongPoll);
+        Annotations(failures, "Herald:Policy", options.Policy);
+        if (!TryParseHost(options.Http.Host, out _))
+        {
+            failures.Add($"Herald:Http:Host '{options.Http.Host}' is not an IP address, 'localhost' or 'any'.");
+        }
+
+        Check(failures, "Herald:Http:RequestHeadersTimeout", options.Http.RequestHeadersTimeout, TimeSpan.FromMilliseconds(10), TimeSpan.FromMinutes(10));
+        LongPollOptions poll = options.LongPoll;
+        Check(failures, "Herald:LongPoll:PollTimeout", poll.PollTimeout, TimeSpan.FromMilliseconds(10), TimeSpan.FromHours(1));
+        Check(failures, "Herald:LongPoll:InactivityTimeout", poll.InactivityTimeout, TimeSpan.FromMilliseconds(10), TimeSpan.FromDays(1));
+        if (poll.InactivityTimeout <= poll.PollTimeout)
+        {
+            failures.Add($"Herald:LongPoll:InactivityTimeout ({poll.InactivityTimeout}) must be longer than Herald:LongPoll:PollTimeout ({poll.PollTimeout}).");
+        }
+
+        Check(failures, "Herald:Policy:Timeout", options.Policy.Timeout, TimeSpan.FromMilliseconds(10), TimeSpan.FromMinutes(1));
+        if (options.Policy.AllowedDomains.Length == 0 || options.Policy.AllowedDomains.Any(string.IsNullOrWhiteSpace))
+        {
+            failures.Add("Herald:Policy:AllowedDomains must list at least one domain (or '*'), none empty.");
+        }
         TcpOptions tcp = options.Tcp;
         if (tcp.PortRangeEnd < tcp.PortRangeStart)
         {
@@ -33,10 +55,10 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         }
 
         LimitOptions limits = options.Limits;
-        Check(failures, "HandshakeTimeout", limits.HandshakeTimeout, TimeSpan.FromMilliseconds(10), TimeSpan.FromMinutes(10));
-        Check(failures, "PingInterval", limits.PingInterval, TimeSpan.FromMilliseconds(10), TimeSpan.FromHours(1));
-        Check(failures, "ShutdownDrainTimeout", limits.ShutdownDrainTimeout, TimeSpan.Zero, TimeSpan.FromMinutes(10));
-        Check(failures, "ErrorFlushTimeout", limits.ErrorFlushTimeout, TimeSpan.Zero, TimeSpan.FromMinutes(1));
+        Check(failures, "Herald:Limits:HandshakeTimeout", limits.HandshakeTimeout, TimeSpan.FromMilliseconds(10), TimeSpan.FromMinutes(10));
+        Check(failures, "Herald:Limits:PingInterval", limits.PingInterval, TimeSpan.FromMilliseconds(10), TimeSpan.FromHours(1));
+        Check(failures, "Herald:Limits:ShutdownDrainTimeout", limits.ShutdownDrainTimeout, TimeSpan.Zero, TimeSpan.FromMinutes(10));
+        Check(failures, "Herald:Limits:ErrorFlushTimeout", limits.ErrorFlushTimeout, TimeSpan.Zero, TimeSpan.FromMinutes(1));
         if (limits.MaxPendingBytes < limits.MaxFrameBytes + 16)
         {
             failures.Add($"Herald:Limits:MaxPendingBytes ({limits.MaxPendingBytes}) must hold at least one frame of Herald:Limits:MaxFrameBytes ({limits.MaxFrameBytes}).");
@@ -86,7 +108,7 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
     {
         if (value < min || value > max)
         {
-            failures.Add($"Herald:Limits:{name} ({value}) must be between {min} and {max}.");
+            failures.Add($"{name} ({value}) must be between {min} and {max}.");
         }
     }
 }

@@ -1,7 +1,6 @@
 using System.Buffers;
 using System.IO.Pipelines;
 using System.Net;
-using System.Text;
 using Herald.Broker.Delivery;
 using Herald.Broker.Hosting;
 using Herald.Broker.Routing;
@@ -238,7 +237,7 @@ internal sealed class ClientSession
             Throw(ErrorCode.TooManySubscriptions, $"More than {_limits.MaxSubscriptionsPerConnection} subscriptions on one connection.");
         }
 
-        string pattern = ValidateTopic(subscribe.Pattern, isPattern: true);
+        string pattern = TopicRules.CheckPattern(subscribe.Pattern, _limits.MaxTopicLength);
         var subscription = new Subscription(Outbound, subscribe.Sid, pattern, (subscribe.Options & SubscribeOptions.NoEcho) != 0);
         _subscriptions.Add(subscribe.Sid, subscription);
         _broker.Router.Add(subscription);
@@ -258,58 +257,14 @@ internal sealed class ClientSession
 
     private void Publish(in PublishFrame publish)
     {
-        ValidateTopicName(publish.Topic);
+        TopicRules.CheckName(publish.Topic, _limits.MaxTopicLength);
         if (publish.ReplyTo is { } replyTo)
         {
-            ValidateTopicName(replyTo, isReplyTo: true);
+            TopicRules.CheckName(replyTo, _limits.MaxTopicLength, isReplyTo: true);
         }
 
         int deliveries = _broker.Router.Publish(publish, Outbound, _toFlush);
         _broker.Metrics.Published(_transport, deliveries);
-    }
-
-    private void ValidateTopicName(in ReadOnlySequence<byte> topic, bool isReplyTo = false)
-    {
-        if (topic.IsSingleSegment)
-        {
-            ReadOnlySpan<byte> span = topic.FirstSpan;
-            ErrorCode error = Topic.ValidateName(span, _limits.MaxTopicLength);
-            if (error == ErrorCode.None && !isReplyTo && Topic.IsReserved(span))
-            {
-                error = ErrorCode.ReservedTopic;
-            }
-
-            if (error != ErrorCode.None)
-            {
-                Throw(error, Topic.Describe(error, span, _limits.MaxTopicLength));
-            }
-
-            return;
-        }
-
-        string name = ValidateTopic(topic, isPattern: false); // split across segments: rare, may allocate
-        if (!isReplyTo && name.StartsWith('$'))
-        {
-            Throw(ErrorCode.ReservedTopic, $"Topic '{name}' is reserved for the broker ('$' prefix).");
-        }
-    }
-
-    /// <summary>Validates a topic or pattern (any segmentation) and returns it as a string.</summary>
-    private string ValidateTopic(in ReadOnlySequence<byte> topic, bool isPattern)
-    {
-        if (topic.Length > _limits.MaxTopicLength)
-        {
-            Throw(ErrorCode.TopicTooLong, $"Topic of {topic.Length} bytes is longer than the limit of {_limits.MaxTopicLength} bytes.");
-        }
-
-        byte[] bytes = topic.ToArray();
-        ErrorCode error = isPattern ? Topic.ValidatePattern(bytes, _limits.MaxTopicLength) : Topic.ValidateName(bytes, _limits.MaxTopicLength);
-        if (error != ErrorCode.None)
-        {
-            Throw(error, Topic.Describe(error, bytes, _limits.MaxTopicLength));
-        }
-
-        return Encoding.ASCII.GetString(bytes);
     }
 
     private void Control(MessageBuffer frame)

@@ -34,6 +34,21 @@ internal static partial class BrokerLog
     [LoggerMessage(2006, LogLevel.Error, "Connection {ConnectionId} from {Remote} failed; it is closed and nothing else is affected.")]
     public static partial void ConnectionFailed(this ILogger logger, Exception exception, long connectionId, EndPoint? remote);
 
+    [LoggerMessage(3001, LogLevel.Debug, "Long-poll session {SessionId} ended after {Timeout} without a request.")]
+    public static partial void SessionExpired(this ILogger logger, long sessionId, TimeSpan timeout);
+
+    [LoggerMessage(3002, LogLevel.Warning, "Long-poll session {SessionId} ended: more than {Limit} unacknowledged messages (slow consumer).")]
+    public static partial void SessionSlowConsumer(this ILogger logger, long sessionId, int limit);
+
+    [LoggerMessage(3003, LogLevel.Information, "Herald listening for HTTP (long-poll, policy files) on {Host}:{Port}.")]
+    public static partial void HttpListening(this ILogger logger, string host, int port);
+
+    [LoggerMessage(4001, LogLevel.Information, "Socket policy responder listening on port {Port}.")]
+    public static partial void PolicyListening(this ILogger logger, int port);
+
+    [LoggerMessage(4002, LogLevel.Warning, "Socket policy responder not started: port {Port} needs root or CAP_NET_BIND_SERVICE ({Reason}). Set Herald:Policy:Port to a port above 1023 and redirect 943 to it, or run with the capability.")]
+    public static partial void PolicyPortDenied(this ILogger logger, int port, string reason);
+
     [LoggerMessage(2007, LogLevel.Warning, "Connection {ConnectionId} from {Remote} did not take its last frames within {Timeout}; aborted.")]
     public static partial void DrainTimedOut(this ILogger logger, long connectionId, EndPoint? remote, TimeSpan timeout);
 }

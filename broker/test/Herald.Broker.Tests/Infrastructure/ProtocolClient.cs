@@ -11,6 +11,9 @@ namespace Herald.Broker.Tests.Infrastructure;
 /// <summary>A frame received from the broker, copied out of the socket buffer.</summary>
 public sealed record Frame(FrameType Type, uint Sid = 0, string Topic = "", string? ReplyTo = null, byte[]? Payload = null, ErrorFrame? Error = null, WelcomeFrame? Welcome = null)
 {
+    /// <summary>The frame body exactly as received (MessagePack, without the length prefix).</summary>
+    public byte[]? Body { get; init; }
+
     public string Text => Encoding.UTF8.GetString(Payload ?? []);
 
     public override string ToString() => Type switch
@@ -195,7 +198,7 @@ public sealed class ProtocolClient : IAsyncDisposable
         {
             case FrameType.Message:
                 PublishFrame m = FrameDecoder.ReadMessage(ref reader, count);
-                return new Frame(type, m.Sid, m.TopicString, m.ReplyToString, m.Payload.ToArray());
+                return new Frame(type, m.Sid, m.TopicString, m.ReplyToString, m.Payload.ToArray()) { Body = body.ToArray() };
             case FrameType.Error:
                 return new Frame(type, Error: FrameDecoder.ReadError(ref reader, count));
             case FrameType.Welcome:

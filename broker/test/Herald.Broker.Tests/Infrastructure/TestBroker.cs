@@ -12,15 +12,25 @@ public sealed class TestBroker : IAsyncDisposable
     private readonly WebApplication _app;
     private bool _stopped;
 
-    private TestBroker(WebApplication app, int[] ports)
+    private TestBroker(WebApplication app, Listeners listeners)
     {
         _app = app;
-        Ports = ports;
+        Ports = listeners.TcpPorts.Order().ToArray();
+        HttpPort = listeners.HttpPort ?? 0;
+        PolicyPort = listeners.PolicyPort ?? 0;
+        Http = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{HttpPort}"), Timeout = TimeSpan.FromSeconds(60) };
     }
 
     public int Port => Ports[0];
 
     public int[] Ports { get; }
+
+    public int HttpPort { get; }
+
+    public int PolicyPort { get; }
+
+    /// <summary>A client for the broker's HTTP port (long-poll, policy files).</summary>
+    public HttpClient Http { get; }
 
     public IServiceProvider Services => _app.Services;
 
@@ -32,11 +42,13 @@ public sealed class TestBroker : IAsyncDisposable
             options.Tcp.Host = "127.0.0.1";
             options.Tcp.PortRangeStart = 0;
             options.Tcp.PortRangeEnd = 0;
+            options.Http.Host = "127.0.0.1";
+            options.Http.Port = 0;
+            options.Policy.Port = 0;
             configure?.Invoke(options);
         });
         await app.StartAsync();
-        int[] ports = app.Urls.Select(u => new Uri(u).Port).Order().ToArray();
-        return new TestBroker(app, ports);
+        return new TestBroker(app, app.Services.GetRequiredService<Listeners>());
     }
 
     /// <summary>Starts a graceful stop (what a SIGTERM does) without waiting for it.</summary>
@@ -48,6 +60,7 @@ public sealed class TestBroker : IAsyncDisposable
 
     public async ValueTask DisposeAsync()
     {
+        Http.Dispose();
         if (!_stopped)
         {
             await _app.StopAsync();

@@ -1,0 +1,25 @@
+using System.Text.Json.Serialization;
+
+namespace Herald.Broker.Transports.LongPoll;
+
+/// <summary>Request bodies of the long-poll endpoints (longpoll §1).</summary>
+internal sealed record CreateSessionRequest(string? Client);
+
+internal sealed record SubscribeRequest(long? Sid, string? Pattern, bool? NoEcho);
+
+internal sealed record CreateSessionResponse(
+    string Session,
+    long PollTimeoutMs,
+    long InactivityTimeoutMs,
+    int MaxMessagesPerPoll,
+    int MaxBytesPerPoll,
+    int MaxPendingMessages,
+    int MaxTopicLength,
+    int MaxBodyBytes);
+
+/// <summary>Source-generated JSON for the long-poll bodies: no reflection on the request path.</summary>
+[JsonSourceGenerationOptions(PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase, UnmappedMemberHandling = JsonUnmappedMemberHandling.Skip)]
+[JsonSerializable(typeof(CreateSessionRequest))]
+[JsonSerializable(typeof(SubscribeRequest))]
+[JsonSerializable(typeof(CreateSessionResponse))]
+internal sealed partial class LongPollJsonContext : JsonSerializerContext;
