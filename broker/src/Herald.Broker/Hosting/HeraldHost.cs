@@ -52,7 +52,7 @@ public static class HeraldHost
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
         services.AddSingleton<PollSessionStore>();
         services.AddHostedService(sp => sp.GetRequiredService<PollSessionStore>());
-        services.AddSingleton(sp => new PolicyDocuments(sp.GetRequiredService<IOptions<HeraldOptions>>().Value));
+        services.AddSingleton(sp => new PolicyDocuments(sp.GetRequiredService<IOptions<HeraldOptions>>().Value, sp.GetRequiredService<Listeners>()));
         var listeners = new Listeners();
         services.AddSingleton(listeners);
 

@@ -6,34 +6,44 @@ namespace Herald.Broker.Policy;
 
 /// <summary>
 /// The Silverlight and Flash policy documents (protocol-spec/longpoll.md §4), built once from the
-/// configured port range and domains. XML is produced by <see cref="XDocument"/>, so a domain is
+/// configured port range (or, for an ephemeral port, the one bound) and domains, on first use, which
+/// comes after the listeners are bound. XML is produced by <see cref="XDocument"/>, so a domain is
 /// always escaped, never spliced into markup.
 /// </summary>
 internal sealed class PolicyDocuments
 {
-    public PolicyDocuments(HeraldOptions options)
-    {
-        string ports = $"{options.Tcp.PortRangeStart}-{options.Tcp.PortRangeEnd}";
-        string[] domains = options.Policy.AllowedDomains;
+    private readonly Lazy<byte[][]> _documents;
 
-        SocketClientAccessPolicy = Encode(ClientAccessPolicy(domains, new XElement("socket-resource", new XAttribute("port", ports), new XAttribute("protocol", "tcp"))));
-        HttpClientAccessPolicy = Encode(ClientAccessPolicy(domains, new XElement("resource", new XAttribute("path", "/"), new XAttribute("include-subpaths", "true"))));
-        byte[] flash = Encode(CrossDomainPolicy(domains, ports));
-        SocketCrossDomainPolicy = [.. flash, 0]; // Flash reads the socket policy up to a NUL
-        HttpCrossDomainPolicy = Encode(CrossDomainPolicy(domains, toPorts: null));
+    public PolicyDocuments(HeraldOptions options, Listeners listeners)
+    {
+        _documents = new Lazy<byte[][]>(() =>
+        {
+            (int first, int last) = options.Tcp.PortRangeStart == 0
+                ? (listeners.TcpPorts.Min(), listeners.TcpPorts.Max())
+                : (options.Tcp.PortRangeStart, options.Tcp.PortRangeEnd);
+            string ports = $"{first}-{last}";
+            string[] domains = options.Policy.AllowedDomains;
+            return
+            [
+                Encode(ClientAccessPolicy(domains, new XElement("socket-resource", new XAttribute("port", ports), new XAttribute("protocol", "tcp")))),
+                [.. Encode(CrossDomainPolicy(domains, ports)), 0], // Flash reads the socket policy up to a NUL
+                Encode(ClientAccessPolicy(domains, new XElement("resource", new XAttribute("path", "/"), new XAttribute("include-subpaths", "true")))),
+                Encode(CrossDomainPolicy(domains, toPorts: null)),
+            ];
+        });
     }
 
     /// <summary>Answer to Silverlight's <c>&lt;policy-file-request/&gt;</c> on the policy port.</summary>
-    public byte[] SocketClientAccessPolicy { get; }
+    public byte[] SocketClientAccessPolicy => _documents.Value[0];
 
     /// <summary>Answer to Flash's request on the policy port, NUL-terminated.</summary>
-    public byte[] SocketCrossDomainPolicy { get; }
+    public byte[] SocketCrossDomainPolicy => _documents.Value[1];
 
     /// <summary><c>/clientaccesspolicy.xml</c> over HTTP.</summary>
-    public byte[] HttpClientAccessPolicy { get; }
+    public byte[] HttpClientAccessPolicy => _documents.Value[2];
 
     /// <summary><c>/crossdomain.xml</c> over HTTP.</summary>
-    public byte[] HttpCrossDomainPolicy { get; }
+    public byte[] HttpCrossDomainPolicy => _documents.Value[3];
 
     private static XDocument ClientAccessPolicy(string[] domains, XElement grant)
     {

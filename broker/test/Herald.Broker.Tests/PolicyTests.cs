@@ -1,0 +1,120 @@
+using System.Net;
+using System.Net.Sockets;
+using System.Text;
+using System.Xml.Linq;
+using Herald.Broker.Tests.Infrastructure;
+
+namespace Herald.Broker.Tests;
+
+/// <summary>The socket-policy responder (protocol-spec/longpoll.md §4) over raw sockets, and the HTTP policy files.</summary>
+public sealed class PolicyTests
+{
+    private static readonly byte[] Request = Encoding.ASCII.GetBytes("<policy-file-request/>");
+
+    [Fact]
+    public async Task Silverlight_request_gets_the_client_access_policy_for_the_configured_ports_and_domains()
+    {
+        await using var broker = await TestBroker.StartAsync(o => o.Policy.AllowedDomains = ["http://app.example", "https://x.example"]);
+
+        (byte[] answer, bool closed) = await ExchangeAsync(broker.PolicyPort, Request);
+
+        Assert.True(closed);
+        XDocument policy = XDocument.Parse(Encoding.UTF8.GetString(answer));
+        XElement socket = policy.Descendants("socket-resource").Single();
+        Assert.Equal($"{broker.Port}-{broker.Port}", socket.Attribute("port")!.Value);
+        Assert.Equal("tcp", socket.Attribute("protocol")!.Value);
+        Assert.Equal(["http://app.example", "https://x.example"], policy.Descendants("domain").Select(d => d.Attribute("uri")!.Value));
+    }
+
+    [Fact]
+    public async Task Flash_request_gets_a_nul_terminated_cross_domain_policy()
+    {
+        await using var broker = await TestBroker.StartAsync();
+
+        (byte[] answer, bool closed) = await ExchangeAsync(broker.PolicyPort, [.. Request, 0]);
+
+        Assert.True(closed);
+        Assert.Equal(0, answer[^1]);
+        XDocument policy = XDocument.Parse(Encoding.UTF8.GetString(answer, 0, answer.Length - 1));
+        XElement allow = policy.Descendants("allow-access-from").Single();
+        Assert.Equal(("*", $"{broker.Port}-{broker.Port}"), (allow.Attribute("domain")!.Value, allow.Attribute("to-ports")!.Value));
+    }
+
+    [Theory]
+    [InlineData("garbage")]
+    [InlineData("oversized")]
+    [InlineData("wrong-terminator")]
+    [InlineData("http")]
+    public async Task Anything_else_is_closed_without_an_answer(string kind)
+    {
+        await using var broker = await TestBroker.StartAsync();
+        using var metrics = new MetricsProbe();
+        byte[] bytes = kind switch
+        {
+            "garbage" => Encoding.ASCII.GetBytes("<hello/>"),
+            "oversized" => [.. Request, .. Request],
+            "wrong-terminator" => [.. Request, (byte)'\n'],
+            _ => Encoding.ASCII.GetBytes("GET /clientaccesspolicy.xml HTTP/1.1\r\n\r\n"),
+        };
+
+        (byte[] answer, bool closed) = await ExchangeAsync(broker.PolicyPort, bytes);
+
+        Assert.True(closed);
+        Assert.Empty(answer);
+        Assert.Equal(1, metrics["herald.policy.requests"]);
+    }
+
+    [Fact]
+    public async Task A_client_too_slow_to_ask_is_closed_without_an_answer()
+    {
+        await using var broker = await TestBroker.StartAsync(o => o.Policy.Timeout = TimeSpan.FromMilliseconds(200));
+
+        (byte[] answer, bool closed) = await ExchangeAsync(broker.PolicyPort, Request[..10]); // never finishes
+
+        Assert.True(closed);
+        Assert.Empty(answer);
+    }
+
+    [Fact]
+    public async Task Many_concurrent_requests_are_all_answered()
+    {
+        await using var broker = await TestBroker.StartAsync();
+
+        var answers = await Task.WhenAll(Enumerable.Range(0, 200).Select(_ => ExchangeAsync(broker.PolicyPort, Request)));
+
+        Assert.All(answers, a => Assert.Contains("socket-resource", Encoding.UTF8.GetString(a.Answer), StringComparison.Ordinal));
+    }
+
+    [Fact]
+    public async Task Http_policy_files_are_served_with_the_same_domains()
+    {
+        await using var broker = await TestBroker.StartAsync(o => o.Policy.AllowedDomains = ["a.example", "b.example\"<x>"]);
+
+        XDocument silverlight = XDocument.Parse(await broker.Http.GetStringAsync("/clientaccesspolicy.xml"));
+        XDocument flash = XDocument.Parse(await broker.Http.GetStringAsync("/crossdomain.xml"));
+
+        Assert.Equal(["a.example", "b.example\"<x>"], silverlight.Descendants("domain").Select(d => d.Attribute("uri")!.Value)); // escaped, not spliced
+        Assert.Equal("/", silverlight.Descendants("resource").Single().Attribute("path")!.Value);
+        Assert.Equal(["a.example", "b.example\"<x>"], flash.Descendants("allow-access-from").Select(d => d.Attribute("domain")!.Value));
+    }
+
+    /// <summary>Sends bytes, then reads until the broker closes the connection.</summary>
+    private static async Task<(byte[] Answer, bool Closed)> ExchangeAsync(int port, byte[] request)
+    {
+        using var client = new TcpClient();
+        await client.ConnectAsync(IPAddress.Loopback, port);
+        NetworkStream stream = client.GetStream();
+        await stream.WriteAsync(request);
+        var answer = new MemoryStream();
+        try
+        {
+            await stream.CopyToAsync(answer).WaitAsync(TimeSpan.FromSeconds(20));
+        }
+        catch (IOException)
+        {
+            // reset instead of a clean close: still closed
+        }
+
+        return (answer.ToArray(), true);
+    }
+}
