@@ -25,6 +25,7 @@ public enum ErrorCode : uint
     AuthenticationFailed = 19,
     PermissionDenied = 20,
     InternalError = 21,
+    DecompressionFailed = 22,
 }
 
 public static class ErrorCodes

@@ -132,7 +132,8 @@ public sealed class LongPollLimitTests
     [Theory]
     [InlineData("{\"sid\": 1", HttpStatusCode.BadRequest, "MalformedRequest")]
     [InlineData("{\"sid\": \"one\", \"pattern\": \"a\"}", HttpStatusCode.BadRequest, "MalformedRequest")]
-    [InlineData("{\"pattern\": \"a\"}", HttpStatusCode.BadRequest, "DuplicateSubscription")]
+    [InlineData("{\"pattern\": \"a\"}", HttpStatusCode.BadRequest, "MalformedRequest")]
+    [InlineData("{\"sid\": 1, \"pattern\": \"\"}", HttpStatusCode.BadRequest, "InvalidTopic")]
     [InlineData("{\"sid\": 0, \"pattern\": \"a\"}", HttpStatusCode.BadRequest, "DuplicateSubscription")]
     [InlineData("{\"sid\": 1}", HttpStatusCode.BadRequest, "MalformedRequest")]
     [InlineData("{\"sid\": 1, \"pattern\": \"a..b\"}", HttpStatusCode.BadRequest, "InvalidTopic")]
@@ -162,7 +163,7 @@ public sealed class LongPollLimitTests
         await AssertProblem(unknownSession, HttpStatusCode.NotFound, "SessionNotFound");
         await AssertProblem(unknownSid, HttpStatusCode.NotFound, "UnknownSubscription");
         await AssertProblem(reserved, HttpStatusCode.BadRequest, "ReservedTopic");
-        await AssertProblem(noTopic, HttpStatusCode.BadRequest, "InvalidTopic");
+        await AssertProblem(noTopic, HttpStatusCode.BadRequest, "MalformedRequest");
         await AssertProblem(badAck, HttpStatusCode.BadRequest, "MalformedRequest");
     }
 

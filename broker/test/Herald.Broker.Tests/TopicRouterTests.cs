@@ -155,6 +155,8 @@ public sealed class TopicRouterTests : IDisposable
     {
         public List<(MessageBuffer Frame, uint Sid)> Frames { get; } = [];
 
+        public bool AcceptsZstd { get; init; }
+
         public bool Enqueue(MessageBuffer frame, uint sid)
         {
             Frames.Add((frame, sid));

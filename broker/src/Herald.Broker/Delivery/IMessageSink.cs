@@ -6,6 +6,9 @@ namespace Herald.Broker.Delivery;
 /// </summary>
 internal interface IMessageSink
 {
+    /// <summary>Whether this subscriber negotiated Zstd and may be sent compressed MESSAGE frames.</summary>
+    bool AcceptsZstd { get; }
+
     /// <summary>
     /// Queues a MESSAGE frame for subscription <paramref name="sid"/>, taking over one reference to
     /// <paramref name="frame"/> (the sink releases it once written or dropped). Returns <c>true</c> when

@@ -29,6 +29,9 @@ internal sealed class MessageBuffer
     /// <summary>The frame. Valid until the caller's reference is released.</summary>
     public Span<byte> Span => new(_array, 0, Length);
 
+    /// <summary>The frame as memory, for encoders that write through <see cref="MessageBufferWriter"/>.</summary>
+    public Memory<byte> Memory => new(_array, 0, Length);
+
     /// <summary>Rents a buffer of exactly <paramref name="length"/> bytes, held once by the caller.</summary>
     public static MessageBuffer Rent(int length)
     {

@@ -73,6 +73,9 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
     }
 
     /// <inheritdoc/>
+    public bool AcceptsZstd { get; set; }
+
+    /// <inheritdoc/>
     public bool Enqueue(MessageBuffer frame, uint sid)
     {
         bool slow = false;

@@ -25,6 +25,17 @@ public sealed class HeraldOptions
     public PolicyOptions Policy { get; set; } = new();
 
     public LimitOptions Limits { get; set; } = new();
+
+    /// <summary>Log format (levels stay in the standard <c>Logging</c> section).</summary>
+    public LoggingOptions Logging { get; set; } = new();
+
+    /// <summary>Metrics and traces: Prometheus scrape endpoint, OTLP export.</summary>
+    public TelemetryOptions Telemetry { get; set; } = new();
+
+    /// <summary>Health and JSON monitoring endpoints.</summary>
+    public MonitoringOptions Monitoring { get; set; } = new();
+
+    public Compression.CompressionOptions Compression { get; set; } = new();
 }
 
 public sealed class HttpOptions

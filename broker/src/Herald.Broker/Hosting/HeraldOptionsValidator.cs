@@ -16,6 +16,13 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Annotations(failures, "Herald:Http", options.Http);
         Annotations(failures, "Herald:LongPoll", options.LongPoll);
         Annotations(failures, "Herald:Policy", options.Policy);
+        Annotations(failures, "Herald:Compression", options.Compression);
+        if (options.Compression.CpuBackoffStart > options.Compression.CpuDisableLimit)
+        {
+            failures.Add($"Herald:Compression:CpuBackoffStart ({options.Compression.CpuBackoffStart}) must not be above Herald:Compression:CpuDisableLimit ({options.Compression.CpuDisableLimit}).");
+        }
+
+        Check(failures, "Herald:Compression:ProbeInterval", options.Compression.ProbeInterval, TimeSpan.FromMilliseconds(1), TimeSpan.FromDays(1));
         if (!TryParseHost(options.Http.Host, out _))
         {
             failures.Add($"Herald:Http:Host '{options.Http.Host}' is not an IP address, 'localhost' or 'any'.");
@@ -52,6 +59,15 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         if (!TryParseHost(tcp.Host, out _))
         {
             failures.Add($"Herald:Tcp:Host '{tcp.Host}' is not an IP address, 'localhost' or 'any'.");
+        }
+
+        OtlpOptions otlp = options.Telemetry.Otlp;
+        Annotations(failures, "Herald:Monitoring", options.Monitoring);
+        Check(failures, "Herald:Monitoring:DrainDelay", options.Monitoring.DrainDelay, TimeSpan.Zero, TimeSpan.FromMinutes(5));
+        Check(failures, "Herald:Telemetry:Otlp:MetricsInterval", otlp.MetricsInterval, TimeSpan.FromMilliseconds(100), TimeSpan.FromHours(1));
+        if (!string.IsNullOrEmpty(otlp.Endpoint) && !(Uri.TryCreate(otlp.Endpoint, UriKind.Absolute, out Uri? endpoint) && endpoint.Scheme is "http" or "https"))
+        {
+            failures.Add($"Herald:Telemetry:Otlp:Endpoint '{otlp.Endpoint}' is not an absolute http:// or https:// address.");
         }
 
         LimitOptions limits = options.Limits;

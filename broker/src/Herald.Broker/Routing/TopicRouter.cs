@@ -1,6 +1,7 @@
 using System.Buffers;
 using System.Collections.Concurrent;
 using System.Text;
+using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
 using Herald.Protocol;
 
@@ -90,11 +91,14 @@ internal sealed class TopicRouter : IDisposable
 
     /// <summary>
     /// Routes one publication: encodes its MESSAGE frame once (only if someone is subscribed) and queues
-    /// the same bytes to every matching subscription. Sinks that were idle are added to
-    /// <paramref name="toFlush"/>; the caller flushes them once, at the end of its read batch.
-    /// Returns the number of deliveries.
+    /// the same bytes to every matching subscription. A subscriber that negotiated Zstd may instead get
+    /// the compressed form, and one that did not gets the plain form of a compressed publication: each
+    /// form is built at most once, only if some subscriber needs it (<paramref name="encoder"/>).
+    /// Sinks that were idle are added to <paramref name="toFlush"/>; the caller flushes them once, at
+    /// the end of its read batch. Returns the number of deliveries.
     /// </summary>
-    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush)
+    /// <param name="plainPayload">For a publication sent compressed: its payload, decompressed.</param>
+    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder = null, ReadOnlySpan<byte> plainPayload = default)
     {
         Subscription[] subscriptions = Match(publish.Topic);
         if (subscriptions.Length == 0)
@@ -102,16 +106,12 @@ internal sealed class TopicRouter : IDisposable
             return 0;
         }
 
-        Interlocked.Increment(ref _encodedFrames);
-        int envelopeLength = (int)publish.Envelope.Length;
-        MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + envelopeLength);
-        Span<byte> bytes = frame.Span;
-        FrameWriter.WriteMessageHeader(bytes, envelopeLength, sid: 0);
-        publish.Envelope.CopyTo(bytes[ProtocolConstants.MessageHeaderSize..]);
-
-        // One atomic add for the whole fan-out; each sink releases its own reference when written.
-        frame.Retain(subscriptions.Length);
-        int delivered = 0;
+        bool sentCompressed = (publish.Flags & PayloadFlags.Zstd) != 0;
+        MessageBuffer? asSent = null;
+        MessageBuffer? other = null;
+        bool otherTried = false;
+        int asSentUses = 0;
+        int otherUses = 0;
         foreach (Subscription subscription in subscriptions)
         {
             if (subscription.NoEcho && ReferenceEquals(subscription.Sink, origin))
@@ -119,15 +119,63 @@ internal sealed class TopicRouter : IDisposable
                 continue;
             }
 
-            delivered++;
+            MessageBuffer frame;
+            if (subscription.Sink.AcceptsZstd != sentCompressed && (other ??= TryOther(publish, sentCompressed, encoder, plainPayload, subscriptions.Length, ref otherTried)) is { } alternate)
+            {
+                frame = alternate;
+                otherUses++;
+            }
+            else
+            {
+                frame = asSent ??= CopyAsSent(publish, subscriptions.Length);
+                asSentUses++;
+            }
+
             if (subscription.Sink.Enqueue(frame, subscription.Sid))
             {
                 toFlush.Add(subscription.Sink);
             }
         }
 
-        frame.Release(subscriptions.Length - delivered + 1); // the unused references and our own
-        return delivered;
+        // Each form was retained once per subscription up front (one atomic add); drop the unused
+        // references and our own. Every sink releases its own when written.
+        asSent?.Release(subscriptions.Length - asSentUses + 1);
+        other?.Release(subscriptions.Length - otherUses + 1);
+        return asSentUses + otherUses;
+    }
+
+    /// <summary>The frame as the publisher sent it: header, then its envelope copied as is (no re-encode).</summary>
+    private MessageBuffer CopyAsSent(in PublishFrame publish, int holders)
+    {
+        Interlocked.Increment(ref _encodedFrames);
+        int envelopeLength = (int)publish.Envelope.Length;
+        MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + envelopeLength);
+        Span<byte> bytes = frame.Span;
+        FrameWriter.WriteMessageHeader(bytes, envelopeLength, sid: 0);
+        publish.Envelope.CopyTo(bytes[ProtocolConstants.MessageHeaderSize..]);
+        frame.Retain(holders);
+        return frame;
+    }
+
+    /// <summary>The other form, tried once: compressed for Zstd subscribers of a plain publication, plain for the others of a compressed one.</summary>
+    private MessageBuffer? TryOther(in PublishFrame publish, bool sentCompressed, MessageEncoder? encoder, ReadOnlySpan<byte> plainPayload, int holders, ref bool tried)
+    {
+        if (tried)
+        {
+            return null;
+        }
+
+        tried = true;
+        MessageBuffer? frame = sentCompressed
+            ? MessageEncoder.Encode(publish, PayloadFlags.None, plainPayload)
+            : encoder?.TryCompress(publish);
+        if (frame is not null)
+        {
+            Interlocked.Increment(ref _encodedFrames);
+            frame.Retain(holders);
+        }
+
+        return frame;
     }
 
     /// <summary>Every subscription matching a topic given as (already validated) ASCII bytes.</summary>
@@ -350,5 +398,62 @@ internal sealed class TopicRouter : IDisposable
                     break;
             }
         }
+    }
+
+    /// <summary>
+    /// Monitoring only (<c>/subsz</c>, the <c>herald.topics</c> gauge), never on the publish path: every
+    /// pattern with at least one subscription and its number of subscriptions, at most <paramref name="max"/>
+    /// of them (in no particular order), and in <paramref name="patterns"/> how many there are in all.
+    /// Walks the trie under the read lock: O(patterns); publishes that hit the match cache are not held up.
+    /// </summary>
+    public IReadOnlyList<(string Pattern, int Subscribers)> Snapshot(int max, out int patterns)
+    {
+        var found = new List<(string, int)>(Math.Min(max, 1024));
+        patterns = 0;
+        var pending = new Stack<Node>();
+        _gate.EnterReadLock();
+        try
+        {
+            pending.Push(_root);
+            while (pending.TryPop(out Node? node))
+            {
+                if (node.Subscriptions.Count > 0)
+                {
+                    patterns++;
+                    if (found.Count < max)
+                    {
+                        foreach (Subscription first in node.Subscriptions)
+                        {
+                            found.Add((first.Pattern, node.Subscriptions.Count)); // every subscription of a node has its pattern
+                            break;
+                        }
+                    }
+                }
+
+                if (node.Children is { } children)
+                {
+                    foreach (Node child in children.Values)
+                    {
+                        pending.Push(child);
+                    }
+                }
+
+                if (node.Star is { } star)
+                {
+                    pending.Push(star);
+                }
+
+                if (node.Tail is { } tail)
+                {
+                    pending.Push(tail);
+                }
+            }
+        }
+        finally
+        {
+            _gate.ExitReadLock();
+        }
+
+        return found;
     }
 }

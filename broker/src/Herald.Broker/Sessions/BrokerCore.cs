@@ -1,3 +1,4 @@
+using Herald.Broker.Compression;
 using Herald.Broker.Hosting;
 using Herald.Broker.Routing;
 using Herald.Broker.Telemetry;
@@ -9,8 +10,9 @@ namespace Herald.Broker.Sessions;
 /// <summary>What every session shares: the options, the one router, metrics and the log.</summary>
 internal sealed class BrokerCore
 {
-    public BrokerCore(IOptions<HeraldOptions> options, TopicRouter router, BrokerMetrics metrics, ILogger<BrokerCore> log)
+    public BrokerCore(IOptions<HeraldOptions> options, TopicRouter router, MessageEncoder encoder, BrokerMetrics metrics, ILogger<BrokerCore> log)
     {
+        Encoder = encoder;
         Options = options.Value;
         Router = router;
         Metrics = metrics;
@@ -30,6 +32,9 @@ internal sealed class BrokerCore
     public HeraldOptions Options { get; }
 
     public TopicRouter Router { get; }
+
+    /// <summary>Builds the compressed or plain second form of a publication when a subscriber needs it.</summary>
+    public MessageEncoder Encoder { get; }
 
     public BrokerMetrics Metrics { get; }
 

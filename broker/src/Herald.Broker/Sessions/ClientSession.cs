@@ -1,6 +1,7 @@
 using System.Buffers;
 using System.IO.Pipelines;
 using System.Net;
+using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
 using Herald.Broker.Hosting;
 using Herald.Broker.Routing;
@@ -218,8 +219,10 @@ internal sealed class ClientSession
         }
 
         Volatile.Write(ref _welcomed, true);
+        Capabilities accepted = (hello.Capabilities & Capabilities.Zstd) != 0 && _broker.Encoder.Enabled ? Capabilities.Zstd : Capabilities.None;
+        Outbound.AcceptsZstd = accepted.HasFlag(Capabilities.Zstd);
         var writer = new ArrayBufferWriter<byte>(256);
-        FrameWriter.WriteWelcome(writer, _broker.Options.ServerName, (ulong)Id, Capabilities.None, _broker.WelcomeLimits);
+        FrameWriter.WriteWelcome(writer, _broker.Options.ServerName, (ulong)Id, accepted, _broker.WelcomeLimits);
         Control(MessageBuffer.Copy(writer.WrittenSpan));
         _broker.Log.Welcomed(Id, RemoteEndPoint, hello.ClientName);
     }
@@ -263,8 +266,28 @@ internal sealed class ClientSession
             TopicRules.CheckName(replyTo, _limits.MaxTopicLength, isReplyTo: true);
         }
 
-        int deliveries = _broker.Router.Publish(publish, Outbound, _toFlush);
-        _broker.Metrics.Published(_transport, deliveries);
+        if ((publish.Flags & PayloadFlags.Zstd) == 0)
+        {
+            _broker.Metrics.Published(_transport, _broker.Router.Publish(publish, Outbound, _toFlush, _broker.Encoder));
+            return;
+        }
+
+        // Sent compressed: only by a client that negotiated it, and always checked (bounded, so no
+        // decompression bomb) before anything is routed; subscribers without Zstd get the plain form.
+        if (!Outbound.AcceptsZstd)
+        {
+            Throw(ErrorCode.MalformedFrame, "A Zstd-compressed payload was sent without negotiating Zstd in HELLO.");
+        }
+
+        int length = Zstd.Decompress(publish.Payload, _limits.MaxFrameBytes, out byte[] plain);
+        try
+        {
+            _broker.Metrics.Published(_transport, _broker.Router.Publish(publish, Outbound, _toFlush, _broker.Encoder, plain.AsSpan(0, length)));
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(plain);
+        }
     }
 
     private void Control(MessageBuffer frame)

@@ -1,5 +1,6 @@
 using System.Collections.Concurrent;
 using Herald.Broker.Hosting;
+using Herald.Broker.Monitoring;
 using Herald.Broker.Telemetry;
 using Herald.Protocol;
 using Microsoft.AspNetCore.Connections;
@@ -15,6 +16,10 @@ namespace Herald.Broker.Sessions;
 internal sealed class SessionRegistry : BackgroundService
 {
     private readonly ConcurrentDictionary<long, ClientSession> _sessions = new();
+
+    // Monitoring (/connz): each open session with its transport and start time, added and removed with _sessions.
+    private readonly ConcurrentDictionary<long, OpenConnection> _open = new();
+
     private readonly BrokerCore _broker;
     private readonly IHostApplicationLifetime _lifetime;
     private long _nextId;
@@ -32,6 +37,7 @@ internal sealed class SessionRegistry : BackgroundService
     {
         var session = new ClientSession(_broker, connection, Interlocked.Increment(ref _nextId), transport);
         _sessions[session.Id] = session;
+        _open[session.Id] = new OpenConnection(session, transport, DateTimeOffset.UtcNow);
         _broker.Metrics.ConnectionOpened(transport);
         try
         {
@@ -45,9 +51,19 @@ internal sealed class SessionRegistry : BackgroundService
         finally
         {
             _sessions.TryRemove(session.Id, out _);
+            _open.TryRemove(session.Id, out _);
             _broker.Metrics.ConnectionClosed(transport);
         }
     }
+
+    /// <summary>Open sessions now (monitoring).</summary>
+    public int Count => _sessions.Count;
+
+    /// <summary>Whether shutdown has begun (monitoring: <c>/readyz</c>).</summary>
+    public bool IsStopping => _stopping;
+
+    /// <summary>A moment's snapshot of the open sessions, for monitoring (<c>/connz</c>, the queue gauges). Never on the hot path.</summary>
+    public ICollection<OpenConnection> OpenConnections => _open.Values;
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
     {

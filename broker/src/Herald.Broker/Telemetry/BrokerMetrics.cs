@@ -1,63 +1,254 @@
+using System.Diagnostics;
 using System.Diagnostics.Metrics;
 using Herald.Protocol;
 
 namespace Herald.Broker.Telemetry;
 
+/// <summary>Why a connection or long-poll session ended: the bounded values of <c>herald.close.reason</c>.</summary>
+internal enum DisconnectReason
+{
+    /// <summary>The client closed it (end of stream, or DELETE of a long-poll session).</summary>
+    ClientClose,
+
+    /// <summary>The slow-consumer policy <c>Disconnect</c> closed it.</summary>
+    SlowConsumer,
+
+    /// <summary>The client broke the protocol (any fatal ERROR other than the ones below).</summary>
+    ProtocolError,
+
+    /// <summary>Handshake timeout, stale connection (unanswered PINGs), long-poll inactivity.</summary>
+    Timeout,
+
+    /// <summary>The broker is shutting down.</summary>
+    Shutdown,
+
+    /// <summary>A fault in the broker (InternalError).</summary>
+    Error,
+}
+
 /// <summary>
-/// The broker's meter. Counters are added once per publish or per connection event, never per
-/// subscriber, and carry only bounded tags (transport, error code): no topic names.
+/// The broker's meter, <c>Herald.Broker</c>, exported to Prometheus (<c>/metrics</c>) and OTLP by
+/// <see cref="TelemetrySetup"/>. Names follow OpenTelemetry's conventions: a <c>herald.</c> namespace,
+/// UCUM units (<c>By</c>, <c>s</c>, <c>{message}</c>), namespaced attributes. Prometheus shows
+/// <c>herald.messages.published</c> (a counter) as <c>herald_messages_published_total</c> and the attribute
+/// <c>herald.transport</c> as the label <c>herald_transport</c>.
 /// </summary>
+/// <remarks>
+/// <para>
+/// The hot path stays cheap: instruments are added once per publish, per write batch or per connection
+/// event, never per subscriber, and carry only bounded attributes (transport, reason, error code, policy,
+/// outcome): never a topic name. Each method also keeps a plain running total (one interlocked add) that
+/// <c>/varz</c> reads, so the monitoring endpoints need no listener of their own.
+/// </para>
+/// <para>
+/// Values that are state rather than events (open connections per transport aside) are observable
+/// instruments read at collection time: see <see cref="BrokerGauges"/>. Compression instruments are
+/// created on the same meter by <c>Compression/</c>.
+/// </para>
+/// </remarks>
 internal sealed class BrokerMetrics
 {
     public const string MeterName = "Herald.Broker";
 
+    /// <summary><c>tcp</c> or <c>longpoll</c> (the transport's own constant).</summary>
+    public const string TransportAttribute = "herald.transport";
+
+    public const string CloseReasonAttribute = "herald.close.reason";
+
+    /// <summary>The protocol error code (OpenTelemetry's general <c>error.type</c>).</summary>
+    public const string ErrorTypeAttribute = "error.type";
+
+    public const string SlowConsumerPolicyAttribute = "herald.slow_consumer.policy";
+
+    public const string PolicyOutcomeAttribute = "herald.policy.outcome";
+
+    public const string PollOutcomeAttribute = "herald.poll.outcome";
+
+    /// <summary>Bucket bounds of <c>herald.fanout.duration</c>, seconds: 10 us to 5 s.</summary>
+    public static readonly double[] FanoutBuckets = [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+
+    private static readonly string[] ReasonNames = ["client_close", "slow_consumer", "protocol_error", "timeout", "shutdown", "error"];
+
     private readonly Counter<long> _published;
+    private readonly Counter<long> _publishedBytes;
     private readonly Counter<long> _delivered;
+    private readonly Counter<long> _deliveredBytes;
+    private readonly Counter<long> _sent;
+    private readonly Counter<long> _sentBytes;
+    private readonly Histogram<double> _fanout;
     private readonly Counter<long> _protocolErrors;
     private readonly Counter<long> _slowConsumers;
     private readonly Counter<long> _dropped;
     private readonly UpDownCounter<long> _connections;
+    private readonly Counter<long> _opened;
+    private readonly Counter<long> _closed;
     private readonly Counter<long> _policyRequests;
     private readonly Counter<long> _polls;
     private readonly Counter<long> _redelivered;
 
+    // Running totals for /varz (Interlocked).
+    private long _totalPublished;
+    private long _totalPublishedBytes;
+    private long _totalDelivered;
+    private long _totalSent;
+    private long _totalSentBytes;
+    private long _totalOpened;
+    private long _totalSlowConsumers;
+    private long _totalDropped;
+    private long _totalProtocolErrors;
+
     public BrokerMetrics(IMeterFactory meterFactory)
     {
         Meter meter = meterFactory.Create(MeterName);
-        _published = meter.CreateCounter<long>("herald.messages.published", "{message}", "Publications received.");
+        Meter = meter;
+
+        // Existing names are kept: tests and dashboards read them.
+        _published = meter.CreateCounter<long>("herald.messages.published", "{message}", "Publications received, by the publisher's transport.");
+        _publishedBytes = meter.CreateCounter<long>("herald.messages.published.bytes", "By", "Bytes of the MESSAGE frames built from publications (one per publication that had a subscriber), by the publisher's transport.");
         _delivered = meter.CreateCounter<long>("herald.messages.delivered", "{message}", "Messages queued to subscribers (one per matching subscription).");
-        _protocolErrors = meter.CreateCounter<long>("herald.protocol.errors", "{error}", "Connections closed or warned for breaking the protocol, by error code.");
+        _deliveredBytes = meter.CreateCounter<long>("herald.messages.delivered.bytes", "By", "Bytes queued to subscribers (frame size times subscribers).");
+        _sent = meter.CreateCounter<long>("herald.messages.sent", "{message}", "MESSAGE frames written to subscribers (TCP socket writes, long-poll responses), by the subscriber's transport.");
+        _sentBytes = meter.CreateCounter<long>("herald.messages.sent.bytes", "By", "Bytes of MESSAGE frames written to subscribers, by the subscriber's transport.");
+        _fanout = meter.CreateHistogram<double>(
+            "herald.fanout.duration",
+            "s",
+            "Time from a publication being read to its last subscriber write.",
+            tags: null,
+            advice: new InstrumentAdvice<double> { HistogramBucketBoundaries = FanoutBuckets });
+        _protocolErrors = meter.CreateCounter<long>("herald.protocol.errors", "{error}", "Connections closed or warned for breaking the protocol, by error code (error.type).");
         _slowConsumers = meter.CreateCounter<long>("herald.slow_consumers", "{event}", "Slow-consumer policy actions, by policy.");
         _dropped = meter.CreateCounter<long>("herald.messages.dropped", "{message}", "Messages dropped by the DropOldest policy.");
         _connections = meter.CreateUpDownCounter<long>("herald.connections", "{connection}", "Open connections (TCP) and sessions (long-poll), by transport.");
+        _opened = meter.CreateCounter<long>("herald.connections.opened", "{connection}", "Connections accepted (TCP) and sessions created (long-poll), by transport.");
+        _closed = meter.CreateCounter<long>("herald.connections.closed", "{connection}", "Connections and sessions ended, by transport and reason (herald.close.reason).");
         _policyRequests = meter.CreateCounter<long>("herald.policy.requests", "{request}", "Socket-policy connections, by outcome (silverlight, flash, refused, timeout, busy, aborted).");
-        _polls = meter.CreateCounter<long>("herald.longpoll.polls", "{poll}", "Long polls answered, by outcome (messages, empty, replaced, ended).");
+        _polls = meter.CreateCounter<long>("herald.longpoll.polls", "{poll}", "Long polls answered, by outcome (messages, empty: the poll timeout passed, replaced, ended).");
         _redelivered = meter.CreateCounter<long>("herald.longpoll.redeliveries", "{response}", "Poll responses that sent again messages a lost response had carried.");
     }
 
+    /// <summary>The broker's one meter; <see cref="BrokerGauges"/> and <c>Compression/</c> add their instruments to it.</summary>
+    public Meter Meter { get; }
+
+    public long TotalPublished => Interlocked.Read(ref _totalPublished);
+
+    public long TotalPublishedBytes => Interlocked.Read(ref _totalPublishedBytes);
+
+    public long TotalDelivered => Interlocked.Read(ref _totalDelivered);
+
+    public long TotalSent => Interlocked.Read(ref _totalSent);
+
+    public long TotalSentBytes => Interlocked.Read(ref _totalSentBytes);
+
+    public long TotalConnectionsOpened => Interlocked.Read(ref _totalOpened);
+
+    public long TotalSlowConsumers => Interlocked.Read(ref _totalSlowConsumers);
+
+    public long TotalDropped => Interlocked.Read(ref _totalDropped);
+
+    public long TotalProtocolErrors => Interlocked.Read(ref _totalProtocolErrors);
+
+    /// <summary>Once per publication: <paramref name="deliveries"/> subscriptions got it.</summary>
     public void Published(string transport, int deliveries)
     {
-        var tag = new KeyValuePair<string, object?>("transport", transport);
-        _published.Add(1, tag);
+        _published.Add(1, new KeyValuePair<string, object?>(TransportAttribute, transport));
+        Interlocked.Increment(ref _totalPublished);
         if (deliveries > 0)
         {
             _delivered.Add(deliveries);
+            Interlocked.Add(ref _totalDelivered, deliveries);
         }
     }
 
-    public void ProtocolError(ErrorCode code) => _protocolErrors.Add(1, new KeyValuePair<string, object?>("code", code.ToString()));
+    /// <summary>
+    /// Once per publication, with the size of the MESSAGE frame routed (header and envelope; 0 if nobody
+    /// was subscribed, so no frame was built): also counts published and delivered bytes.
+    /// </summary>
+    public void Published(string transport, int deliveries, int frameBytes)
+    {
+        Published(transport, deliveries);
+        if (deliveries > 0 && frameBytes > 0)
+        {
+            _publishedBytes.Add(frameBytes, new KeyValuePair<string, object?>(TransportAttribute, transport));
+            Interlocked.Add(ref _totalPublishedBytes, frameBytes);
+            _deliveredBytes.Add((long)frameBytes * deliveries);
+        }
+    }
 
-    public void SlowConsumer(string policy) => _slowConsumers.Add(1, new KeyValuePair<string, object?>("policy", policy));
+    /// <summary>Once per write batch (a drain of a TCP queue, one long-poll response): frames written to one subscriber.</summary>
+    public void Sent(string transport, int messages, long bytes)
+    {
+        if (messages <= 0)
+        {
+            return;
+        }
 
-    public void Dropped(long count) => _dropped.Add(count);
+        var tag = new KeyValuePair<string, object?>(TransportAttribute, transport);
+        _sent.Add(messages, tag);
+        _sentBytes.Add(bytes, tag);
+        Interlocked.Add(ref _totalSent, messages);
+        Interlocked.Add(ref _totalSentBytes, bytes);
+    }
 
-    public void PolicyRequest(string outcome) => _policyRequests.Add(1, new KeyValuePair<string, object?>("outcome", outcome));
+    /// <summary>Whether anyone listens to <c>herald.fanout.duration</c>: check it before taking timestamps.</summary>
+    public bool FanoutEnabled => _fanout.Enabled;
 
-    public void Poll(string outcome) => _polls.Add(1, new KeyValuePair<string, object?>("outcome", outcome));
+    /// <summary>
+    /// Once per publication, when its last subscriber write is done. <paramref name="receivedTimestamp"/> is
+    /// <see cref="Stopwatch.GetTimestamp"/> taken when the PUBLISH was read.
+    /// </summary>
+    public void FanoutCompleted(long receivedTimestamp) => _fanout.Record(Stopwatch.GetElapsedTime(receivedTimestamp).TotalSeconds);
+
+    public void ProtocolError(ErrorCode code)
+    {
+        _protocolErrors.Add(1, new KeyValuePair<string, object?>(ErrorTypeAttribute, code.ToString()));
+        Interlocked.Increment(ref _totalProtocolErrors);
+    }
+
+    public void SlowConsumer(string policy)
+    {
+        _slowConsumers.Add(1, new KeyValuePair<string, object?>(SlowConsumerPolicyAttribute, policy));
+        Interlocked.Increment(ref _totalSlowConsumers);
+    }
+
+    public void Dropped(long count)
+    {
+        _dropped.Add(count);
+        Interlocked.Add(ref _totalDropped, count);
+    }
+
+    public void PolicyRequest(string outcome) => _policyRequests.Add(1, new KeyValuePair<string, object?>(PolicyOutcomeAttribute, outcome));
+
+    public void Poll(string outcome) => _polls.Add(1, new KeyValuePair<string, object?>(PollOutcomeAttribute, outcome));
 
     public void Redelivered() => _redelivered.Add(1);
 
-    public void ConnectionOpened(string transport) => _connections.Add(1, new KeyValuePair<string, object?>("transport", transport));
+    public void ConnectionOpened(string transport)
+    {
+        var tag = new KeyValuePair<string, object?>(TransportAttribute, transport);
+        _connections.Add(1, tag);
+        _opened.Add(1, tag);
+        Interlocked.Increment(ref _totalOpened);
+    }
 
-    public void ConnectionClosed(string transport) => _connections.Add(-1, new KeyValuePair<string, object?>("transport", transport));
+    public void ConnectionClosed(string transport) => _connections.Add(-1, new KeyValuePair<string, object?>(TransportAttribute, transport));
+
+    /// <summary>Once per connection or session that ends, with why (in addition to <see cref="ConnectionClosed"/>).</summary>
+    public void Disconnected(string transport, DisconnectReason reason) =>
+        _closed.Add(1, new KeyValuePair<string, object?>(TransportAttribute, transport), new KeyValuePair<string, object?>(CloseReasonAttribute, ReasonNames[(int)reason]));
+
+    /// <summary>The same, from the code a TCP connection was closed with (<see cref="ErrorCode.None"/>: the client closed it).</summary>
+    public void Disconnected(string transport, ErrorCode code) => Disconnected(transport, ReasonOf(code));
+
+    public static DisconnectReason ReasonOf(ErrorCode code) => code switch
+    {
+        ErrorCode.None => DisconnectReason.ClientClose,
+        ErrorCode.SlowConsumer => DisconnectReason.SlowConsumer,
+        ErrorCode.HandshakeTimeout or ErrorCode.StaleConnection => DisconnectReason.Timeout,
+        ErrorCode.ShuttingDown => DisconnectReason.Shutdown,
+        ErrorCode.InternalError => DisconnectReason.Error,
+        _ => DisconnectReason.ProtocolError,
+    };
+
+    /// <summary>The attribute value of <paramref name="reason"/> (<c>client_close</c>, ...).</summary>
+    public static string NameOf(DisconnectReason reason) => ReasonNames[(int)reason];
 }

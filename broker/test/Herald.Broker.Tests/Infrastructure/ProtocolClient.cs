@@ -14,6 +14,8 @@ public sealed record Frame(FrameType Type, uint Sid = 0, string Topic = "", stri
     /// <summary>The frame body exactly as received (MessagePack, without the length prefix).</summary>
     public byte[]? Body { get; init; }
 
+    public PayloadFlags Flags { get; init; }
+
     public string Text => Encoding.UTF8.GetString(Payload ?? []);
 
     public override string ToString() => Type switch
@@ -58,16 +60,16 @@ public sealed class ProtocolClient : IAsyncDisposable
     }
 
     /// <summary>Connects and completes the handshake.</summary>
-    public static async Task<ProtocolClient> OpenAsync(int port, string name = "test", int? receiveBufferSize = null)
+    public static async Task<ProtocolClient> OpenAsync(int port, string name = "test", int? receiveBufferSize = null, Capabilities capabilities = Capabilities.None)
     {
         ProtocolClient client = await ConnectAsync(port, receiveBufferSize);
-        await client.HelloAsync(name);
+        await client.HelloAsync(name, capabilities);
         return client;
     }
 
-    public async Task<WelcomeFrame> HelloAsync(string name = "test")
+    public async Task<WelcomeFrame> HelloAsync(string name = "test", Capabilities capabilities = Capabilities.None)
     {
-        await SendAsync(w => FrameWriter.WriteHello(w, name, Capabilities.None));
+        await SendAsync(w => FrameWriter.WriteHello(w, name, capabilities));
         Frame welcome = await ReadAsync();
         Assert.True(welcome.Type == FrameType.Welcome, $"Expected WELCOME, got {welcome}");
         return welcome.Welcome!.Value;
@@ -198,7 +200,7 @@ public sealed class ProtocolClient : IAsyncDisposable
         {
             case FrameType.Message:
                 PublishFrame m = FrameDecoder.ReadMessage(ref reader, count);
-                return new Frame(type, m.Sid, m.TopicString, m.ReplyToString, m.Payload.ToArray()) { Body = body.ToArray() };
+                return new Frame(type, m.Sid, m.TopicString, m.ReplyToString, m.Payload.ToArray()) { Body = body.ToArray(), Flags = m.Flags };
             case FrameType.Error:
                 return new Frame(type, Error: FrameDecoder.ReadError(ref reader, count));
             case FrameType.Welcome:

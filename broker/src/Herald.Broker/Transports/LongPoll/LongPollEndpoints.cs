@@ -1,6 +1,7 @@
 using System.Buffers;
 using System.Text;
 using System.Text.Json;
+using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
 using Herald.Broker.Routing;
 using Herald.Broker.Sessions;
@@ -41,12 +42,8 @@ internal static class LongPollEndpoints
         try
         {
             ReadOnlySequence<byte> body = await ReadBodyAsync(context, broker).ConfigureAwait(false);
-            if (!body.IsEmpty)
-            {
-                _ = Deserialize(body, LongPollJsonContext.Default.CreateSessionRequest);
-            }
-
-            session = store.Create();
+            CreateSessionRequest? request = body.IsEmpty ? null : Deserialize(body, LongPollJsonContext.Default.CreateSessionRequest);
+            session = store.Create(zstd: request?.Zstd ?? false);
         }
         finally
         {
@@ -65,7 +62,8 @@ internal static class LongPollEndpoints
                 options.LongPoll.MaxBytesPerPoll,
                 options.LongPoll.MaxPendingMessagesPerSession,
                 options.Limits.MaxTopicLength,
-                options.LongPoll.MaxBodyBytes),
+                options.LongPoll.MaxBodyBytes,
+                session.AcceptsZstd),
             LongPollJsonContext.Default.CreateSessionResponse).ConfigureAwait(false);
     });
 
@@ -81,12 +79,17 @@ internal static class LongPollEndpoints
         PollSession owner = store.Get(session);
         ReadOnlySequence<byte> body = await ReadBodyAsync(context, broker).ConfigureAwait(false);
         SubscribeRequest request = Deserialize(body, LongPollJsonContext.Default.SubscribeRequest);
-        if (request.Sid is not { } sid || sid is < 1 or > uint.MaxValue)
+        if (request.Sid is not { } sid || sid is < 0 or > uint.MaxValue)
         {
-            throw new ProtocolException(ErrorCode.DuplicateSubscription, "sid must be an integer from 1 to 4294967295.");
+            throw new LongPollException(StatusCodes.Status400BadRequest, "MalformedRequest", "sid is required: an integer from 1 to 4294967295.");
         }
 
-        if (string.IsNullOrEmpty(request.Pattern))
+        if (sid == 0)
+        {
+            throw new ProtocolException(ErrorCode.DuplicateSubscription, "Subscription id 0 is not allowed.");
+        }
+
+        if (request.Pattern is null)
         {
             throw new LongPollException(StatusCodes.Status400BadRequest, "MalformedRequest", "pattern is required.");
         }
@@ -129,9 +132,9 @@ internal static class LongPollEndpoints
         {
             string? topic = context.Request.Query["topic"];
             string? replyTo = context.Request.Query["replyTo"];
-            if (string.IsNullOrEmpty(topic))
+            if (topic is null)
             {
-                throw new ProtocolException(ErrorCode.InvalidTopic, "The topic query parameter is required.");
+                throw new LongPollException(StatusCodes.Status400BadRequest, "MalformedRequest", "The topic query parameter is required.");
             }
 
             var encoded = new ArrayBufferWriter<byte>((int)body.Length + topic.Length + 32);
@@ -149,11 +152,34 @@ internal static class LongPollEndpoints
             }
         }
 
+        // Compressed payloads are all checked (bounded) before anything is routed.
+        var plain = new (byte[] Bytes, int Length)[publishes.Count];
         var toFlush = new List<IMessageSink>();
-        foreach (PublishFrame publish in publishes)
+        try
         {
-            int deliveries = broker.Router.Publish(publish, origin, toFlush);
-            broker.Metrics.Published(PollSessionStore.Transport, deliveries);
+            for (int i = 0; i < publishes.Count; i++)
+            {
+                if ((publishes[i].Flags & PayloadFlags.Zstd) != 0)
+                {
+                    plain[i].Length = Zstd.Decompress(publishes[i].Payload, broker.Options.Limits.MaxFrameBytes, out plain[i].Bytes);
+                }
+            }
+
+            for (int i = 0; i < publishes.Count; i++)
+            {
+                int deliveries = broker.Router.Publish(publishes[i], origin, toFlush, broker.Encoder, plain[i].Bytes is null ? default : plain[i].Bytes.AsSpan(0, plain[i].Length));
+                broker.Metrics.Published(PollSessionStore.Transport, deliveries);
+            }
+        }
+        finally
+        {
+            foreach ((byte[] bytes, _) in plain)
+            {
+                if (bytes is { Length: > 0 })
+                {
+                    ArrayPool<byte>.Shared.Return(bytes);
+                }
+            }
         }
 
         foreach (IMessageSink sink in toFlush)
@@ -243,7 +269,7 @@ internal static class LongPollEndpoints
 
             if (WantsJson(context.Request))
             {
-                await WriteJsonAsync(context.Response, batch, ack).ConfigureAwait(false);
+                await WriteJsonAsync(context.Response, batch, ack, broker.Options.Limits.MaxFrameBytes).ConfigureAwait(false);
             }
             else
             {
@@ -279,7 +305,7 @@ internal static class LongPollEndpoints
     }
 
     /// <summary>The JSON body, for debugging and curl (longpoll §2.2): decoded per session, so slower.</summary>
-    private static async Task WriteJsonAsync(HttpResponse response, PollBatch batch, long ack)
+    private static async Task WriteJsonAsync(HttpResponse response, PollBatch batch, long ack, int maxFrame)
     {
         response.ContentType = "application/json";
         SetSequenceHeaders(response, batch);
@@ -292,7 +318,7 @@ internal static class LongPollEndpoints
             var reader = new MessagePackReader(frame.Span[ProtocolConstants.LengthPrefixSize..].ToArray());
             FrameDecoder.ReadHeader(ref reader, out int count);
             PublishFrame message = FrameDecoder.ReadMessage(ref reader, count);
-            byte[] payload = message.Payload.ToArray();
+            byte[] payload = PlainPayload(message, maxFrame);
             json.WriteStartObject();
             json.WriteNumber("seq", batch.FirstSequence + i);
             json.WriteNumber("sid", sid);
@@ -320,6 +346,20 @@ internal static class LongPollEndpoints
         json.WriteNumber("ack", batch.Count > 0 ? batch.FirstSequence + batch.Count - 1 : ack);
         json.WriteEndObject();
         await json.FlushAsync().ConfigureAwait(false);
+    }
+
+    /// <summary>JSON readers get the payload as published: a Zstd one is decompressed (it was checked when published).</summary>
+    private static byte[] PlainPayload(in PublishFrame message, int maxFrame)
+    {
+        if ((message.Flags & PayloadFlags.Zstd) == 0)
+        {
+            return message.Payload.ToArray();
+        }
+
+        int length = Zstd.Decompress(message.Payload, maxFrame, out byte[] rented);
+        byte[] payload = rented.AsSpan(0, length).ToArray();
+        ArrayPool<byte>.Shared.Return(rented);
+        return payload;
     }
 
     private static void SetSequenceHeaders(HttpResponse response, PollBatch batch)

@@ -3,7 +3,7 @@ using System.Text.Json.Serialization;
 namespace Herald.Broker.Transports.LongPoll;
 
 /// <summary>Request bodies of the long-poll endpoints (longpoll §1).</summary>
-internal sealed record CreateSessionRequest(string? Client);
+internal sealed record CreateSessionRequest(string? Client, bool? Zstd);
 
 internal sealed record SubscribeRequest(long? Sid, string? Pattern, bool? NoEcho);
 
@@ -15,7 +15,8 @@ internal sealed record CreateSessionResponse(
     int MaxBytesPerPoll,
     int MaxPendingMessages,
     int MaxTopicLength,
-    int MaxBodyBytes);
+    int MaxBodyBytes,
+    bool Zstd);
 
 /// <summary>Source-generated JSON for the long-poll bodies: no reflection on the request path.</summary>
 [JsonSourceGenerationOptions(PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase, UnmappedMemberHandling = JsonUnmappedMemberHandling.Skip)]

@@ -68,6 +68,9 @@ internal sealed class PollSession : IMessageSink
 
     public string Token { get; }
 
+    /// <inheritdoc/>
+    public bool AcceptsZstd { get; init; }
+
     public long Id { get; }
 
     /// <summary>Whether a poll is held right now (an idle session is one with none).</summary>

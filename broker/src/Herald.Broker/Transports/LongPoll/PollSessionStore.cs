@@ -41,6 +41,12 @@ internal sealed class PollSessionStore : BackgroundService
 
     public bool IsStopping => _stopping;
 
+    /// <summary>Polls held now, over all sessions (monitoring).</summary>
+    public int HeldPolls => Volatile.Read(ref _polls);
+
+    /// <summary>A moment's snapshot of the live sessions, for monitoring (<c>/connz</c>, the queue gauges). Never on the hot path.</summary>
+    public ICollection<PollSession> Sessions => _sessions.Values;
+
     /// <summary>
     /// Counts a session creation as pending from the moment its request arrives (a client slow to send
     /// its body holds a slot, as WCF's maxPendingSessions counts channels not yet accepted). Throws 503
@@ -59,7 +65,7 @@ internal sealed class PollSessionStore : BackgroundService
     public void EndCreate() => Interlocked.Decrement(ref _creating);
 
     /// <summary>Creates a session (between <see cref="BeginCreate"/> and <see cref="EndCreate"/>).</summary>
-    public PollSession Create()
+    public PollSession Create(bool zstd)
     {
         if (_sessions.Count >= _options.MaxSessions)
         {
@@ -68,7 +74,7 @@ internal sealed class PollSessionStore : BackgroundService
 
         // 256 random bits: unguessable, so the token alone is the session's credential.
         string token = Base64Url.EncodeToString(RandomNumberGenerator.GetBytes(32));
-        var session = new PollSession(token, Interlocked.Increment(ref _nextId), _options, OnSlowConsumer);
+        var session = new PollSession(token, Interlocked.Increment(ref _nextId), _options, OnSlowConsumer) { AcceptsZstd = zstd && _broker.Encoder.Enabled };
         _sessions[token] = session;
         _broker.Metrics.ConnectionOpened(Transport);
         return session;

@@ -1,0 +1,83 @@
+using System.ComponentModel.DataAnnotations;
+
+namespace Herald.Broker.Hosting;
+
+/// <summary>How log lines are written to standard output.</summary>
+public enum LogFormat
+{
+    /// <summary>One human-readable line per event (development).</summary>
+    Text,
+
+    /// <summary>One compact JSON object per line (CLEF, Serilog's rendered compact format): containers, log shippers.</summary>
+    Json,
+}
+
+/// <summary><c>Herald:Logging</c>. Levels stay in the standard <c>Logging:LogLevel</c> section.</summary>
+public sealed class LoggingOptions
+{
+    /// <summary><c>Text</c> for a terminal, <c>Json</c> for a container (the Docker image sets it).</summary>
+    public LogFormat Format { get; set; } = LogFormat.Text;
+}
+
+/// <summary><c>Herald:Telemetry</c>: where metrics and traces go.</summary>
+public sealed class TelemetryOptions
+{
+    /// <summary>Serve the Prometheus text format at <c>/metrics</c> on the HTTP port.</summary>
+    public bool Prometheus { get; set; } = true;
+
+    public OtlpOptions Otlp { get; set; } = new();
+}
+
+/// <summary>Wire protocol of the OTLP exporter.</summary>
+public enum OtlpProtocol
+{
+    /// <summary>gRPC, usually port 4317.</summary>
+    Grpc,
+
+    /// <summary>HTTP with protobuf bodies, usually port 4318 (<c>/v1/metrics</c>, <c>/v1/traces</c>).</summary>
+    HttpProtobuf,
+}
+
+/// <summary><c>Herald:Telemetry:Otlp</c>: push metrics and traces to an OpenTelemetry collector.</summary>
+public sealed class OtlpOptions
+{
+    /// <summary>Export over OTLP at all (off by default: Prometheus scrapes <c>/metrics</c>).</summary>
+    public bool Enabled { get; set; }
+
+    /// <summary>
+    /// The collector, e.g. <c>http://otel-collector:4317</c>. Empty: the standard
+    /// <c>OTEL_EXPORTER_OTLP_ENDPOINT</c> variable, else the exporter's default (localhost).
+    /// With <c>HttpProtobuf</c>, a base address gets <c>/v1/metrics</c> and <c>/v1/traces</c> appended.
+    /// </summary>
+    public string? Endpoint { get; set; }
+
+    public OtlpProtocol Protocol { get; set; } = OtlpProtocol.Grpc;
+
+    /// <summary>How often metrics are pushed.</summary>
+    public TimeSpan MetricsInterval { get; set; } = TimeSpan.FromSeconds(15);
+
+    /// <summary>Also export traces of the HTTP endpoints (long-poll, policy files; not the probes or scrapes).</summary>
+    public bool Traces { get; set; } = true;
+}
+
+/// <summary><c>Herald:Monitoring</c>: health and the JSON monitoring endpoints on the HTTP port.</summary>
+public sealed class MonitoringOptions
+{
+    /// <summary>
+    /// Serve <c>/varz</c>, <c>/connz</c> and <c>/subsz</c>. They show client addresses and subscribed
+    /// patterns: keep the HTTP port private (or these off) where it faces the internet.
+    /// <c>/healthz</c>, <c>/readyz</c> and <c>/metrics</c> do not depend on this.
+    /// </summary>
+    public bool Enabled { get; set; } = true;
+
+    /// <summary>
+    /// On shutdown <c>/readyz</c> answers 503 at once; the broker keeps its HTTP listener open this much
+    /// longer before stopping, so a load balancer sees the 503 and stops sending new clients first
+    /// (Kubernetes: a few seconds, under the pod's termination grace period).
+    /// </summary>
+    public TimeSpan DrainDelay { get; set; } = TimeSpan.Zero;
+
+    /// <summary>Most entries in one page of <c>/connz</c> or <c>/subsz</c> (<c>?limit=</c> is capped to it).</summary>
+    [Range(1, 1_000_000)]
+    public int MaxPageSize { get; set; } = 10_000;
+}

@@ -1,0 +1,284 @@
+using System.Globalization;
+using System.Net;
+using System.Runtime.InteropServices;
+using Herald.Broker.Hosting;
+using Herald.Broker.Routing;
+using Herald.Broker.Sessions;
+using Herald.Broker.Telemetry;
+using Herald.Broker.Transports.LongPoll;
+using Herald.Protocol;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Routing;
+using Microsoft.Extensions.DependencyInjection;
+
+namespace Herald.Broker.Monitoring;
+
+/// <summary>
+/// Health (<c>/healthz</c>, <c>/readyz</c>) and the JSON monitoring endpoints in the spirit of NATS's
+/// (<c>/varz</c>, <c>/connz</c>, <c>/subsz</c>), on the HTTP port. Each request reads the broker's state
+/// once (a snapshot of the session tables, a walk of the router under its read lock): nothing here runs
+/// on the message path.
+/// </summary>
+internal static class MonitoringEndpoints
+{
+    private const int DefaultPageSize = 1024;
+
+    /// <summary>Most patterns <c>/subsz</c> sorts; past it the answer says <c>truncated</c>.</summary>
+    private const int MaxSortedPatterns = 100_000;
+
+    public static void MapHealth(this IEndpointRouteBuilder app)
+    {
+        // Alive: the process answers HTTP. Stays 200 while draining, so an orchestrator does not kill a broker that is finishing its work.
+        app.MapGet("/healthz", (HttpContext context) => Health(context, alive: true));
+
+        // Ready: every listener is bound and the broker is not shutting down.
+        app.MapGet("/readyz", (HttpContext context) => Health(context, alive: false));
+    }
+
+    public static void MapMonitoring(this IEndpointRouteBuilder app)
+    {
+        app.MapGet("/varz", Varz);
+        app.MapGet("/connz", Connz);
+        app.MapGet("/subsz", Subsz);
+    }
+
+    private static IResult Health(HttpContext context, bool alive)
+    {
+        BrokerHealth health = context.RequestServices.GetRequiredService<BrokerHealth>();
+        Readiness state = health.State;
+        Listeners listeners = health.Listeners;
+        IReadOnlyList<int> tcp = state == Readiness.Starting ? [] : listeners.TcpPorts;
+        string policy = listeners.PolicyPort is { } port ? port.ToString(CultureInfo.InvariantCulture)
+            : listeners.PolicyUnavailable is { } reason ? "unavailable: " + reason
+            : "off";
+        var report = new HealthReport(
+            alive ? "alive" : state.ToString().ToLowerInvariant(),
+            tcp.Count == 0 ? null : tcp.Count == 1 ? tcp[0].ToString(CultureInfo.InvariantCulture) : $"{tcp.Min()}-{tcp.Max()}",
+            state == Readiness.Starting ? null : listeners.HttpPort,
+            policy);
+        int status = alive || state == Readiness.Ready ? StatusCodes.Status200OK : StatusCodes.Status503ServiceUnavailable;
+        context.Response.Headers.CacheControl = "no-store";
+        return Results.Json(report, MonitoringJsonContext.Default.HealthReport, statusCode: status);
+    }
+
+    private static IResult Varz(HttpContext context)
+    {
+        IServiceProvider services = context.RequestServices;
+        BrokerCore broker = services.GetRequiredService<BrokerCore>();
+        BrokerHealth health = services.GetRequiredService<BrokerHealth>();
+        SessionRegistry sessions = services.GetRequiredService<SessionRegistry>();
+        PollSessionStore polls = services.GetRequiredService<PollSessionStore>();
+        ProcessUsage usage = services.GetRequiredService<ProcessUsage>();
+        BrokerMetrics metrics = broker.Metrics;
+        Listeners listeners = health.Listeners;
+        broker.Router.Snapshot(0, out int topics);
+
+        DateTimeOffset now = DateTimeOffset.UtcNow;
+        TimeSpan uptime = now - health.StartedAt;
+        IReadOnlyList<int> tcp = listeners.TcpPorts;
+        GCMemoryInfo gc = GC.GetGCMemoryInfo();
+        var varz = new Varz(
+            broker.Options.ServerName,
+            TelemetrySetup.Version,
+            RuntimeInformation.FrameworkDescription,
+            Environment.MachineName,
+            Environment.ProcessId,
+            health.State.ToString().ToLowerInvariant(),
+            health.StartedAt,
+            now,
+            FormatUptime(uptime),
+            Math.Round(uptime.TotalSeconds, 3),
+            new VarzPorts(tcp.Count > 0 ? tcp.Min() : null, tcp.Count > 0 ? tcp.Max() : null, listeners.HttpPort, listeners.PolicyPort, listeners.PolicyUnavailable),
+            sessions.Count,
+            polls.Count,
+            metrics.TotalConnectionsOpened,
+            polls.HeldPolls,
+            broker.Router.SubscriptionCount,
+            topics,
+            new VarzMessages(metrics.TotalPublished, metrics.TotalPublishedBytes, metrics.TotalDelivered, metrics.TotalSent, metrics.TotalSentBytes, metrics.TotalDropped),
+            metrics.TotalSlowConsumers,
+            metrics.TotalProtocolErrors,
+            new VarzProcess(
+                Environment.ProcessorCount,
+                Math.Round(usage.CpuSeconds, 3),
+                Math.Round(usage.SampleCpuPercent(), 1),
+                Environment.WorkingSet,
+                gc.HeapSizeBytes,
+                GC.GetTotalAllocatedBytes(),
+                [GC.CollectionCount(0), GC.CollectionCount(1), GC.CollectionCount(2)],
+                ThreadPool.ThreadCount),
+            broker.Options.Limits,
+            broker.Options.LongPoll);
+        return Results.Json(varz, MonitoringJsonContext.Default.Varz);
+    }
+
+    /// <summary><c>/connz?offset=&amp;limit=&amp;transport=</c>: TCP connections by id, then long-poll sessions by id.</summary>
+    private static IResult Connz(HttpContext context)
+    {
+        IServiceProvider services = context.RequestServices;
+        if (!TryPage(context, services, out int offset, out int limit, out IResult? problem))
+        {
+            return problem;
+        }
+
+        string? transport = context.Request.Query["transport"];
+        var rows = new List<(string Transport, long Id, object Source)>();
+        if (transport is null or "tcp")
+        {
+            foreach (OpenConnection open in services.GetRequiredService<SessionRegistry>().OpenConnections)
+            {
+                rows.Add((open.Transport, open.Session.Id, open));
+            }
+        }
+
+        if (transport is null or PollSessionStore.Transport)
+        {
+            foreach (PollSession session in services.GetRequiredService<PollSessionStore>().Sessions)
+            {
+                rows.Add((PollSessionStore.Transport, session.Id, session));
+            }
+        }
+
+        rows.Sort((a, b) => a.Transport != b.Transport ? (a.Transport == "tcp" ? -1 : b.Transport == "tcp" ? 1 : string.CompareOrdinal(a.Transport, b.Transport)) : a.Id.CompareTo(b.Id));
+        DateTimeOffset now = DateTimeOffset.UtcNow;
+        long tick = Environment.TickCount64;
+        var page = new List<ConnectionInfo>(Math.Max(0, Math.Min(limit, rows.Count - offset)));
+        for (int i = offset; i < rows.Count && page.Count < limit; i++)
+        {
+            page.Add(rows[i].Source switch
+            {
+                OpenConnection open => Describe(open, now),
+                PollSession session => Describe(session, tick),
+                _ => throw new InvalidOperationException("unreachable"),
+            });
+        }
+
+        return Results.Json(new Connz(now, rows.Count, offset, limit, page.Count, page), MonitoringJsonContext.Default.Connz);
+    }
+
+    /// <summary><c>/subsz?offset=&amp;limit=&amp;topic=</c>: patterns by subscriptions (most first); <c>topic</c> keeps those matching it.</summary>
+    private static IResult Subsz(HttpContext context)
+    {
+        IServiceProvider services = context.RequestServices;
+        if (!TryPage(context, services, out int offset, out int limit, out IResult? problem))
+        {
+            return problem;
+        }
+
+        string? topic = context.Request.Query["topic"];
+        TopicRouter router = services.GetRequiredService<TopicRouter>();
+        IReadOnlyList<(string Pattern, int Subscribers)> snapshot = router.Snapshot(MaxSortedPatterns, out int patterns);
+        var matching = new List<(string Pattern, int Subscribers)>(snapshot.Count);
+        foreach ((string Pattern, int Subscribers) entry in snapshot)
+        {
+            if (string.IsNullOrEmpty(topic) || Topic.Matches(entry.Pattern, topic))
+            {
+                matching.Add(entry);
+            }
+        }
+
+        matching.Sort((a, b) => a.Subscribers != b.Subscribers ? b.Subscribers.CompareTo(a.Subscribers) : string.CompareOrdinal(a.Pattern, b.Pattern));
+        var page = new List<PatternInfo>(Math.Max(0, Math.Min(limit, matching.Count - offset)));
+        for (int i = offset; i < matching.Count && page.Count < limit; i++)
+        {
+            page.Add(new PatternInfo(matching[i].Pattern, matching[i].Subscribers));
+        }
+
+        var subsz = new Subsz(DateTimeOffset.UtcNow, router.SubscriptionCount, patterns, string.IsNullOrEmpty(topic) ? null : topic, matching.Count, offset, limit, patterns > snapshot.Count, page);
+        return Results.Json(subsz, MonitoringJsonContext.Default.Subsz);
+    }
+
+    private static ConnectionInfo Describe(OpenConnection open, DateTimeOffset now)
+    {
+        ClientSession session = open.Session;
+        IPEndPoint? remote = session.RemoteEndPoint as IPEndPoint;
+        IPAddress? address = remote?.Address is { IsIPv4MappedToIPv6: true } mapped ? mapped.MapToIPv4() : remote?.Address;
+        IConnectionStats? stats = ConnectionStats.Of(session);
+        return new ConnectionInfo(
+            session.Id,
+            open.Transport,
+            address?.ToString(),
+            remote?.Port,
+            open.Since,
+            Math.Round((now - open.Since).TotalSeconds, 3),
+            IdleSeconds: null,
+            Polling: null,
+            stats?.ClientName,
+            stats?.SubscriptionCount,
+            stats?.PendingMessages,
+            stats?.PendingBytes);
+    }
+
+    private static ConnectionInfo Describe(PollSession session, long tick)
+    {
+        IConnectionStats? stats = ConnectionStats.Of(session);
+        return new ConnectionInfo(
+            session.Id,
+            PollSessionStore.Transport,
+            Ip: null,
+            Port: null,
+            Start: null,
+            UptimeSeconds: null,
+            Math.Round(Math.Max(0, tick - session.LastActivity) / 1000.0, 3),
+            session.IsPolling,
+            stats?.ClientName,
+            stats?.SubscriptionCount,
+            stats?.PendingMessages,
+            stats?.PendingBytes);
+    }
+
+    private static bool TryPage(HttpContext context, IServiceProvider services, out int offset, out int limit, [System.Diagnostics.CodeAnalysis.NotNullWhen(false)] out IResult? problem)
+    {
+        int max = services.GetRequiredService<BrokerCore>().Options.Monitoring.MaxPageSize;
+        offset = 0;
+        limit = Math.Min(DefaultPageSize, max);
+        problem = null;
+        string? offsetText = context.Request.Query["offset"];
+        string? limitText = context.Request.Query["limit"];
+        if (offsetText is not null && (!int.TryParse(offsetText, NumberStyles.None, CultureInfo.InvariantCulture, out offset) || offset < 0))
+        {
+            problem = BadRequest("offset must be a whole number, 0 or more.");
+            return false;
+        }
+
+        if (limitText is not null)
+        {
+            if (!int.TryParse(limitText, NumberStyles.None, CultureInfo.InvariantCulture, out limit) || limit < 1)
+            {
+                problem = BadRequest($"limit must be a whole number from 1 to {max}.");
+                return false;
+            }
+
+            limit = Math.Min(limit, max);
+        }
+
+        return true;
+    }
+
+    private static IResult BadRequest(string detail) =>
+        Results.Problem(detail, statusCode: StatusCodes.Status400BadRequest, title: "MalformedRequest", extensions: new Dictionary<string, object?> { ["code"] = "MalformedRequest" });
+
+    /// <summary>NATS-style uptime: <c>3d4h5m6s</c>.</summary>
+    private static string FormatUptime(TimeSpan uptime)
+    {
+        var text = new System.Text.StringBuilder();
+        if (uptime.Days > 0)
+        {
+            text.Append(CultureInfo.InvariantCulture, $"{uptime.Days}d");
+        }
+
+        if (uptime.Days > 0 || uptime.Hours > 0)
+        {
+            text.Append(CultureInfo.InvariantCulture, $"{uptime.Hours}h");
+        }
+
+        if (uptime.TotalMinutes >= 1)
+        {
+            text.Append(CultureInfo.InvariantCulture, $"{uptime.Minutes}m");
+        }
+
+        text.Append(CultureInfo.InvariantCulture, $"{uptime.Seconds}s");
+        return text.ToString();
+    }
+}

@@ -1,0 +1,81 @@
+using System.Text.Json;
+using System.Text.Json.Serialization;
+using Herald.Broker.Hosting;
+
+namespace Herald.Broker.Monitoring;
+
+/// <summary><c>/healthz</c> and <c>/readyz</c>.</summary>
+internal sealed record HealthReport(string Status, string? TcpPorts, int? HttpPort, string Policy);
+
+/// <summary><c>/varz</c>: server information, configuration limits and totals since start (after NATS's <c>/varz</c>).</summary>
+internal sealed record Varz(
+    string ServerName,
+    string Version,
+    string Runtime,
+    string Host,
+    int Pid,
+    string Status,
+    DateTimeOffset Start,
+    DateTimeOffset Now,
+    string Uptime,
+    double UptimeSeconds,
+    VarzPorts Ports,
+    int Connections,
+    int LongPollSessions,
+    long TotalConnections,
+    int HeldPolls,
+    int Subscriptions,
+    int Topics,
+    VarzMessages Messages,
+    long SlowConsumers,
+    long ProtocolErrors,
+    VarzProcess Process,
+    LimitOptions Limits,
+    LongPollOptions LongPoll);
+
+internal sealed record VarzPorts(int? TcpFirst, int? TcpLast, int? Http, int? Policy, string? PolicyUnavailable);
+
+/// <summary>Message totals: <c>published</c> received, <c>delivered</c> queued to subscriptions, <c>sent</c> written to them.</summary>
+internal sealed record VarzMessages(long Published, long PublishedBytes, long Delivered, long Sent, long SentBytes, long Dropped);
+
+/// <summary>The process: CPU (percent of one core since the previous <c>/varz</c>) and memory.</summary>
+internal sealed record VarzProcess(int Cores, double CpuSeconds, double CpuPercent, long WorkingSetBytes, long GcHeapBytes, long GcAllocatedBytes, int[] GcCollections, int ThreadPoolThreads);
+
+/// <summary><c>/connz</c>: one page of the open connections and long-poll sessions (after NATS's <c>/connz</c>).</summary>
+internal sealed record Connz(DateTimeOffset Now, int Total, int Offset, int Limit, int NumConnections, IReadOnlyList<ConnectionInfo> Connections);
+
+/// <summary>
+/// One connection (TCP) or session (long-poll). Fields a transport does not know are left out: a long-poll
+/// session has no one remote address (each request may come from another), a TCP connection is never idle-polling.
+/// </summary>
+internal sealed record ConnectionInfo(
+    long Cid,
+    string Transport,
+    string? Ip,
+    int? Port,
+    DateTimeOffset? Start,
+    double? UptimeSeconds,
+    double? IdleSeconds,
+    bool? Polling,
+    string? Name,
+    int? Subscriptions,
+    long? PendingMessages,
+    long? PendingBytes);
+
+/// <summary><c>/subsz</c>: subscribed patterns with their number of subscriptions, most subscribed first.</summary>
+internal sealed record Subsz(DateTimeOffset Now, int NumSubscriptions, int NumPatterns, string? Topic, int Total, int Offset, int Limit, bool Truncated, IReadOnlyList<PatternInfo> Patterns);
+
+internal sealed record PatternInfo(string Pattern, int Subscribers);
+
+/// <summary>Source-generated JSON for the monitoring endpoints: snake_case as NATS's, indented for people and curl, nulls left out.</summary>
+[JsonSourceGenerationOptions(
+    JsonSerializerDefaults.Web,
+    PropertyNamingPolicy = JsonKnownNamingPolicy.SnakeCaseLower,
+    WriteIndented = true,
+    UseStringEnumConverter = true,
+    DefaultIgnoreCondition = JsonIgnoreCondition.WhenWritingNull)]
+[JsonSerializable(typeof(HealthReport))]
+[JsonSerializable(typeof(Varz))]
+[JsonSerializable(typeof(Connz))]
+[JsonSerializable(typeof(Subsz))]
+internal sealed partial class MonitoringJsonContext : JsonSerializerContext;

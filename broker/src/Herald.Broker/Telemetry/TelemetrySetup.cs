@@ -1,0 +1,131 @@
+using System.Globalization;
+using System.Reflection;
+using Herald.Broker.Hosting;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
+using OpenTelemetry.Exporter;
+using OpenTelemetry.Metrics;
+using OpenTelemetry.Resources;
+using OpenTelemetry.Trace;
+using Serilog;
+using Serilog.Formatting.Compact;
+
+namespace Herald.Broker.Telemetry;
+
+/// <summary>
+/// Logs, metrics and traces for the host (issue 5). Serilog is only the sink of
+/// Microsoft.Extensions.Logging: every line still comes from the source-generated methods of
+/// <see cref="BrokerLog"/>, and the standard <c>Logging:LogLevel</c> filters still decide what is written.
+/// OpenTelemetry collects the <c>Herald.Broker</c> meter, ASP.NET Core's and Kestrel's, and the runtime's,
+/// for the Prometheus scrape endpoint and, when configured, OTLP.
+/// </summary>
+internal static class TelemetrySetup
+{
+    public const string ServiceName = "herald";
+
+    /// <summary>Paths that are not traced: probes and scrapes, polled every few seconds.</summary>
+    private static readonly string[] Untraced = ["/metrics", "/healthz", "/readyz", "/varz", "/connz", "/subsz"];
+
+    /// <summary>The broker's version, from its assembly (informational version, without the source-link suffix).</summary>
+    public static string Version { get; } = ReadVersion();
+
+    /// <summary>Replaces the default logging providers with one Serilog console sink in the configured format.</summary>
+    public static void AddHeraldLogging(this ILoggingBuilder logging, LoggingOptions options)
+    {
+        // Verbose here: the Microsoft.Extensions.Logging filters (Logging:LogLevel) run before this sink.
+        LoggerConfiguration configuration = new LoggerConfiguration().MinimumLevel.Verbose();
+        configuration = options.Format == LogFormat.Json
+            ? configuration.WriteTo.Console(new RenderedCompactJsonFormatter())
+            : configuration.WriteTo.Console(
+                outputTemplate: "[{Timestamp:HH:mm:ss.fff} {Level:u3}] {SourceContext}: {Message:lj}{NewLine}{Exception}",
+                formatProvider: CultureInfo.InvariantCulture);
+        logging.ClearProviders();
+        logging.AddSerilog(configuration.CreateLogger(), dispose: true);
+    }
+
+    public static void AddHeraldTelemetry(this IServiceCollection services, HeraldOptions options)
+    {
+        TelemetryOptions telemetry = options.Telemetry;
+        OtlpOptions otlp = telemetry.Otlp;
+        OpenTelemetry.OpenTelemetryBuilder builder = services.AddOpenTelemetry()
+            .ConfigureResource(resource => resource.AddService(ServiceName, serviceVersion: Version, serviceInstanceId: Environment.MachineName))
+            .WithMetrics(metrics =>
+            {
+                metrics.AddMeter(BrokerMetrics.MeterName)
+                    .AddAspNetCoreInstrumentation()  // http.server.*, kestrel.* (connections per port)
+                    .AddRuntimeInstrumentation();    // dotnet.* : GC, heap, CPU time, thread pool
+                if (telemetry.Prometheus)
+                {
+                    // No response cache: each scrape (and each test) sees the values of that moment.
+                    metrics.AddPrometheusExporter(prometheus => prometheus.ScrapeResponseCacheDurationMilliseconds = 0);
+                }
+
+                if (otlp.Enabled)
+                {
+                    metrics.AddOtlpExporter((exporter, reader) =>
+                    {
+                        Configure(exporter, otlp, "v1/metrics");
+                        reader.PeriodicExportingMetricReaderOptions.ExportIntervalMilliseconds = (int)otlp.MetricsInterval.TotalMilliseconds;
+                    });
+                }
+            });
+
+        if (otlp.Enabled && otlp.Traces)
+        {
+            builder.WithTracing(tracing => tracing
+                .AddAspNetCoreInstrumentation(aspnet => aspnet.Filter = context => !IsUntraced(context.Request.Path))
+                .AddOtlpExporter(exporter => Configure(exporter, otlp, "v1/traces")));
+        }
+    }
+
+    /// <summary>Maps <c>/metrics</c> when Prometheus is on.</summary>
+    public static void MapHeraldTelemetry(this WebApplication app, HeraldOptions options)
+    {
+        if (options.Telemetry.Prometheus)
+        {
+            app.MapPrometheusScrapingEndpoint();
+        }
+    }
+
+    private static void Configure(OtlpExporterOptions exporter, OtlpOptions otlp, string signalPath)
+    {
+        exporter.Protocol = otlp.Protocol == OtlpProtocol.HttpProtobuf ? OtlpExportProtocol.HttpProtobuf : OtlpExportProtocol.Grpc;
+        if (!string.IsNullOrEmpty(otlp.Endpoint))
+        {
+            var endpoint = new Uri(otlp.Endpoint, UriKind.Absolute);
+            if (otlp.Protocol == OtlpProtocol.HttpProtobuf && endpoint.AbsolutePath is "/" or "")
+            {
+                endpoint = new Uri(endpoint, signalPath); // set in code, the HTTP exporter takes the full signal URL
+            }
+
+            exporter.Endpoint = endpoint;
+        }
+    }
+
+    private static bool IsUntraced(PathString path)
+    {
+        foreach (string untraced in Untraced)
+        {
+            if (path.StartsWithSegments(untraced, StringComparison.OrdinalIgnoreCase))
+            {
+                return true;
+            }
+        }
+
+        return false;
+    }
+
+    private static string ReadVersion()
+    {
+        string? version = typeof(TelemetrySetup).Assembly.GetCustomAttribute<AssemblyInformationalVersionAttribute>()?.InformationalVersion;
+        if (string.IsNullOrEmpty(version))
+        {
+            return typeof(TelemetrySetup).Assembly.GetName().Version?.ToString() ?? "0.0.0";
+        }
+
+        int plus = version.IndexOf('+', StringComparison.Ordinal);
+        return plus < 0 ? version : version[..plus];
+    }
+}
