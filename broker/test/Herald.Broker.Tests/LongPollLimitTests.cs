@@ -118,11 +118,16 @@ public sealed class LongPollLimitTests
     {
         await using var broker = await TestBroker.StartAsync(o => o.LongPoll.MaxBodyBytes = 100);
 
-        using HttpResponseMessage declared = await broker.Http.PostAsync("/poll/publish?topic=t", new ByteArrayContent(new byte[101]));
+        // Kestrel closes a connection whose refused body it did not read: one connection per request, so
+        // the second request never lands on a connection the broker is closing.
+        using var tooBig = new HttpRequestMessage(HttpMethod.Post, "/poll/publish?topic=t") { Content = new ByteArrayContent(new byte[101]) };
+        tooBig.Headers.ConnectionClose = true;
+        using HttpResponseMessage declared = await broker.Http.SendAsync(tooBig);
         using var chunked = new StreamContent(new MemoryStream(new byte[500]));   // no Content-Length: caught while reading
         chunked.Headers.ContentLength = null;
         using var request = new HttpRequestMessage(HttpMethod.Post, "/poll/publish?topic=t") { Content = chunked };
         request.Headers.TransferEncodingChunked = true;
+        request.Headers.ConnectionClose = true;
         using HttpResponseMessage streamed = await broker.Http.SendAsync(request);
 
         await AssertProblem(declared, HttpStatusCode.RequestEntityTooLarge, "BodyTooLarge");
