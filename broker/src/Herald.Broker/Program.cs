@@ -1,5 +1,11 @@
 using Herald.Broker.Hosting;
+using Herald.Broker.Monitoring;
 using Microsoft.Extensions.Options;
+
+if (args.Length > 0 && args[0] == HealthProbe.Argument)
+{
+    return await HealthProbe.RunAsync(args).ConfigureAwait(false); // the container HEALTHCHECK: no host, one GET
+}
 
 try
 {

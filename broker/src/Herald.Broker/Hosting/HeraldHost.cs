@@ -68,8 +68,9 @@ public static class HeraldHost
         builder.Configuration.GetSection(HeraldOptions.Section).Bind(preview);
         configure?.Invoke(preview);
         HeraldOptionsValidator.ThrowIfInvalid(preview);
+        builder.AddHeraldOperations(preview); // logs, metrics, traces, health, monitoring
 
-        services.Configure<HostOptions>(host => host.ShutdownTimeout = preview.Limits.ShutdownDrainTimeout + TimeSpan.FromSeconds(5));
+        services.Configure<HostOptions>(host => host.ShutdownTimeout = preview.Monitoring.DrainDelay + preview.Limits.ShutdownDrainTimeout + TimeSpan.FromSeconds(5));
         builder.WebHost.UseSockets(sockets => sockets.UnsafePreferInlineScheduling = preview.Tcp.InlineScheduling);
         builder.WebHost.ConfigureKestrel(kestrel =>
         {
@@ -137,11 +138,13 @@ public static class HeraldHost
         app.UseCors();
         app.MapLongPoll();
         app.MapPolicyFiles();
+        app.MapHeraldOperations(preview);
         app.Lifetime.ApplicationStarted.Register(() =>
         {
             HeraldOptions o = app.Services.GetRequiredService<IOptions<HeraldOptions>>().Value;
             ILogger log = app.Services.GetRequiredService<BrokerCore>().Log;
-            log.TcpListening(o.ServerName, o.Tcp.Host, o.Tcp.PortRangeStart, o.Tcp.PortRangeEnd);
+            IReadOnlyList<int> tcp = listeners.TcpPorts; // the ports bound: an ephemeral one (0) shows its number
+            log.TcpListening(o.ServerName, o.Tcp.Host, tcp.Min(), tcp.Max());
             if (listeners.HttpPort is { } http)
             {
                 log.HttpListening(o.Http.Host, http);

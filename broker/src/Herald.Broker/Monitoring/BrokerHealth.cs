@@ -18,8 +18,9 @@ internal enum Readiness
 
 /// <summary>
 /// The broker's readiness, from the host's life cycle: ready once started (Kestrel binds every listener
-/// before <c>ApplicationStarted</c>, and a failed bind stops the start), draining from the moment
-/// <c>ApplicationStopping</c> fires, before any connection is closed.
+/// before <c>ApplicationStarted</c>, and a failed bind stops the start), draining from the moment the stop
+/// begins: <c>ApplicationStopping</c> (SIGTERM fires it first) or the host's first stopping step
+/// (<see cref="DrainDelay"/>), whichever comes first.
 /// </summary>
 internal sealed class BrokerHealth
 {
@@ -29,10 +30,13 @@ internal sealed class BrokerHealth
     {
         Listeners = listeners;
         lifetime.ApplicationStarted.Register(() => Interlocked.CompareExchange(ref _state, (int)Readiness.Ready, (int)Readiness.Starting));
-        lifetime.ApplicationStopping.Register(() => Volatile.Write(ref _state, (int)Readiness.Draining));
+        lifetime.ApplicationStopping.Register(BeginDraining);
     }
 
     public Readiness State => (Readiness)Volatile.Read(ref _state);
+
+    /// <summary>From now on <c>/readyz</c> answers 503. Idempotent.</summary>
+    public void BeginDraining() => Volatile.Write(ref _state, (int)Readiness.Draining);
 
     public Listeners Listeners { get; }
 

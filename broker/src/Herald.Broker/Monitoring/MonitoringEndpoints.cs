@@ -93,6 +93,7 @@ internal static class MonitoringEndpoints
             sessions.Count,
             polls.Count,
             metrics.TotalConnectionsOpened,
+            metrics.TotalConnectionsClosed,
             polls.HeldPolls,
             broker.Router.SubscriptionCount,
             topics,
@@ -101,7 +102,7 @@ internal static class MonitoringEndpoints
             metrics.TotalProtocolErrors,
             new VarzProcess(
                 Environment.ProcessorCount,
-                Math.Round(usage.CpuSeconds, 3),
+                Math.Round(ProcessUsage.CpuSeconds, 3),
                 Math.Round(usage.SampleCpuPercent(), 1),
                 Environment.WorkingSet,
                 gc.HeapSizeBytes,
@@ -109,7 +110,8 @@ internal static class MonitoringEndpoints
                 [GC.CollectionCount(0), GC.CollectionCount(1), GC.CollectionCount(2)],
                 ThreadPool.ThreadCount),
             broker.Options.Limits,
-            broker.Options.LongPoll);
+            broker.Options.LongPoll,
+            broker.Options.Compression);
         return Results.Json(varz, MonitoringJsonContext.Default.Varz);
     }
 

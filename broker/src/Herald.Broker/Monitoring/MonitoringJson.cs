@@ -23,6 +23,7 @@ internal sealed record Varz(
     int Connections,
     int LongPollSessions,
     long TotalConnections,
+    long ClosedConnections,
     int HeldPolls,
     int Subscriptions,
     int Topics,
@@ -31,7 +32,8 @@ internal sealed record Varz(
     long ProtocolErrors,
     VarzProcess Process,
     LimitOptions Limits,
-    LongPollOptions LongPoll);
+    LongPollOptions LongPoll,
+    Compression.CompressionOptions Compression);
 
 internal sealed record VarzPorts(int? TcpFirst, int? TcpLast, int? Http, int? Policy, string? PolicyUnavailable);
 

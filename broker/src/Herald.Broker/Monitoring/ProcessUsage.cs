@@ -7,7 +7,7 @@ internal sealed class ProcessUsage
     private long _lastTick = Environment.TickCount64;
     private TimeSpan _lastCpu = Environment.CpuUsage.TotalTime;
 
-    public double CpuSeconds => Environment.CpuUsage.TotalTime.TotalSeconds;
+    public static double CpuSeconds => Environment.CpuUsage.TotalTime.TotalSeconds;
 
     /// <summary>CPU used since the previous call (or since start), in percent of one core.</summary>
     public double SampleCpuPercent()

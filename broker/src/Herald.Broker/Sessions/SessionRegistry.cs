@@ -59,9 +59,6 @@ internal sealed class SessionRegistry : BackgroundService
     /// <summary>Open sessions now (monitoring).</summary>
     public int Count => _sessions.Count;
 
-    /// <summary>Whether shutdown has begun (monitoring: <c>/readyz</c>).</summary>
-    public bool IsStopping => _stopping;
-
     /// <summary>A moment's snapshot of the open sessions, for monitoring (<c>/connz</c>, the queue gauges). Never on the hot path.</summary>
     public ICollection<OpenConnection> OpenConnections => _open.Values;
 

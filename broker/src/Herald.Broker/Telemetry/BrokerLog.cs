@@ -6,7 +6,8 @@ namespace Herald.Broker.Telemetry;
 
 /// <summary>
 /// Every log line of the broker core, source-generated, with stable event ids (1xxx: listeners and
-/// life cycle, 2xxx: connections). Nothing here is called per message.
+/// life cycle, 2xxx: connections, 3xxx: long-poll, 4xxx: socket policy, 5xxx: operations). Nothing here
+/// is called per message. Serilog writes them (text or JSON, <see cref="TelemetrySetup"/>).
 /// </summary>
 internal static partial class BrokerLog
 {
@@ -48,6 +49,15 @@ internal static partial class BrokerLog
 
     [LoggerMessage(4002, LogLevel.Warning, "Socket policy responder not started: port {Port} needs root or CAP_NET_BIND_SERVICE ({Reason}). Set Herald:Policy:Port to a port above 1023 and redirect 943 to it, or run with the capability.")]
     public static partial void PolicyPortDenied(this ILogger logger, int port, string reason);
+
+    [LoggerMessage(5001, LogLevel.Information, "Operations on HTTP port {Port}: /healthz, /readyz{Metrics}{Monitoring}.")]
+    public static partial void OperationsEndpoints(this ILogger logger, int port, string metrics, string monitoring);
+
+    [LoggerMessage(5002, LogLevel.Warning, "HTTP is off (Herald:Http:Port=-1): no /healthz, /readyz, /metrics or monitoring endpoints.")]
+    public static partial void OperationsEndpointsOff(this ILogger logger);
+
+    [LoggerMessage(5003, LogLevel.Information, "OTLP export of metrics{Traces} to {Endpoint} ({Protocol}), metrics every {Interval}.")]
+    public static partial void OtlpExport(this ILogger logger, string traces, string endpoint, Hosting.OtlpProtocol protocol, TimeSpan interval);
 
     [LoggerMessage(2007, LogLevel.Warning, "Connection {ConnectionId} from {Remote} did not take its last frames within {Timeout}; aborted.")]
     public static partial void DrainTimedOut(this ILogger logger, long connectionId, EndPoint? remote, TimeSpan timeout);

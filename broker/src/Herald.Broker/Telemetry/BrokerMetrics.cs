@@ -41,7 +41,7 @@ internal enum DisconnectReason
 /// <c>/varz</c> reads, so the monitoring endpoints need no listener of their own.
 /// </para>
 /// <para>
-/// Values that are state rather than events (open connections per transport aside) are observable
+/// Values that are state rather than events (open connections, subscriptions, queues) are observable
 /// instruments read at collection time: see <see cref="BrokerGauges"/>. Compression instruments are
 /// created on the same meter by <c>Compression/</c>.
 /// </para>
@@ -79,7 +79,6 @@ internal sealed class BrokerMetrics
     private readonly Counter<long> _protocolErrors;
     private readonly Counter<long> _slowConsumers;
     private readonly Counter<long> _dropped;
-    private readonly UpDownCounter<long> _connections;
     private readonly Counter<long> _opened;
     private readonly Counter<long> _closed;
     private readonly Counter<long> _policyRequests;
@@ -93,6 +92,7 @@ internal sealed class BrokerMetrics
     private long _totalSent;
     private long _totalSentBytes;
     private long _totalOpened;
+    private long _totalClosed;
     private long _totalSlowConsumers;
     private long _totalDropped;
     private long _totalProtocolErrors;
@@ -118,7 +118,6 @@ internal sealed class BrokerMetrics
         _protocolErrors = meter.CreateCounter<long>("herald.protocol.errors", "{error}", "Connections closed or warned for breaking the protocol, by error code (error.type).");
         _slowConsumers = meter.CreateCounter<long>("herald.slow_consumers", "{event}", "Slow-consumer policy actions, by policy.");
         _dropped = meter.CreateCounter<long>("herald.messages.dropped", "{message}", "Messages dropped by the DropOldest policy.");
-        _connections = meter.CreateUpDownCounter<long>("herald.connections", "{connection}", "Open connections (TCP) and sessions (long-poll), by transport.");
         _opened = meter.CreateCounter<long>("herald.connections.opened", "{connection}", "Connections accepted (TCP) and sessions created (long-poll), by transport.");
         _closed = meter.CreateCounter<long>("herald.connections.closed", "{connection}", "Connections and sessions ended, by transport and reason (herald.close.reason).");
         _policyRequests = meter.CreateCounter<long>("herald.policy.requests", "{request}", "Socket-policy connections, by outcome (silverlight, flash, refused, timeout, busy, aborted).");
@@ -140,6 +139,8 @@ internal sealed class BrokerMetrics
     public long TotalSentBytes => Interlocked.Read(ref _totalSentBytes);
 
     public long TotalConnectionsOpened => Interlocked.Read(ref _totalOpened);
+
+    public long TotalConnectionsClosed => Interlocked.Read(ref _totalClosed);
 
     public long TotalSlowConsumers => Interlocked.Read(ref _totalSlowConsumers);
 
@@ -224,13 +225,17 @@ internal sealed class BrokerMetrics
 
     public void ConnectionOpened(string transport)
     {
-        var tag = new KeyValuePair<string, object?>(TransportAttribute, transport);
-        _connections.Add(1, tag);
-        _opened.Add(1, tag);
+        _opened.Add(1, new KeyValuePair<string, object?>(TransportAttribute, transport));
         Interlocked.Increment(ref _totalOpened);
     }
 
-    public void ConnectionClosed(string transport) => _connections.Add(-1, new KeyValuePair<string, object?>(TransportAttribute, transport));
+    /// <summary>
+    /// Paired with <see cref="ConnectionOpened"/> by the session tables; counts toward <c>/varz</c> only. The
+    /// open count (<c>herald.connections</c>) is read from the session tables themselves
+    /// (<see cref="BrokerGauges"/>), and why a connection ended is recorded by
+    /// <see cref="Disconnected(string, DisconnectReason)"/>.
+    /// </summary>
+    public void ConnectionClosed(string transport) => Interlocked.Increment(ref _totalClosed);
 
     /// <summary>Once per connection or session that ends, with why (in addition to <see cref="ConnectionClosed"/>).</summary>
     public void Disconnected(string transport, DisconnectReason reason) =>

@@ -10,6 +10,7 @@ using OpenTelemetry.Metrics;
 using OpenTelemetry.Resources;
 using OpenTelemetry.Trace;
 using Serilog;
+using Serilog.Extensions.Logging;
 using Serilog.Formatting.Compact;
 
 namespace Herald.Broker.Telemetry;
@@ -42,7 +43,10 @@ internal static class TelemetrySetup
                 outputTemplate: "[{Timestamp:HH:mm:ss.fff} {Level:u3}] {SourceContext}: {Message:lj}{NewLine}{Exception}",
                 formatProvider: CultureInfo.InvariantCulture);
         logging.ClearProviders();
-        logging.AddSerilog(configuration.CreateLogger(), dispose: true);
+
+        // The provider alone, not AddSerilog(): that also adds a Trace-level rule for this provider, which
+        // would override every Logging:LogLevel setting. The host disposes the provider (and flushes the sink).
+        logging.AddProvider(new SerilogLoggerProvider(configuration.CreateLogger(), dispose: true));
     }
 
     public static void AddHeraldTelemetry(this IServiceCollection services, HeraldOptions options)

@@ -1,0 +1,63 @@
+using Herald.Broker.Monitoring;
+using Herald.Broker.Sessions;
+using Herald.Broker.Telemetry;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+
+namespace Herald.Broker.Hosting;
+
+/// <summary>
+/// Everything an operator needs, added to the host in two calls (issue 5): logs, metrics and traces,
+/// health, the monitoring endpoints and the shutdown drain delay.
+/// </summary>
+internal static class OperationsSetup
+{
+    /// <summary>Before the app is built: the Serilog sink, OpenTelemetry and the monitoring services.</summary>
+    public static void AddHeraldOperations(this WebApplicationBuilder builder, HeraldOptions options)
+    {
+        builder.Logging.AddHeraldLogging(options.Logging);
+        IServiceCollection services = builder.Services;
+        services.AddHeraldTelemetry(options);
+        services.AddSingleton<BrokerGauges>();
+        services.AddSingleton<BrokerHealth>();
+        services.AddSingleton<ProcessUsage>();
+        services.AddHostedService(sp => new DrainDelay(options.Monitoring.DrainDelay, sp.GetRequiredService<BrokerHealth>()));
+    }
+
+    /// <summary>After the app is built: the endpoints; creates the health state and the gauges so they see the whole life cycle.</summary>
+    public static void MapHeraldOperations(this WebApplication app, HeraldOptions options)
+    {
+        app.Services.GetRequiredService<BrokerHealth>();
+        app.Services.GetRequiredService<BrokerGauges>();
+        app.MapHealth();
+        if (options.Monitoring.Enabled)
+        {
+            app.MapMonitoring();
+        }
+
+        app.MapHeraldTelemetry(options);
+        app.Lifetime.ApplicationStarted.Register(() => LogEndpoints(app, options));
+    }
+
+    private static void LogEndpoints(WebApplication app, HeraldOptions options)
+    {
+        ILogger log = app.Services.GetRequiredService<BrokerCore>().Log;
+        if (app.Services.GetRequiredService<Listeners>().HttpPort is { } port)
+        {
+            log.OperationsEndpoints(port, options.Telemetry.Prometheus ? ", /metrics" : "", options.Monitoring.Enabled ? ", /varz, /connz, /subsz" : "");
+        }
+        else
+        {
+            log.OperationsEndpointsOff();
+        }
+
+        OtlpOptions otlp = options.Telemetry.Otlp;
+        if (otlp.Enabled)
+        {
+            string endpoint = string.IsNullOrEmpty(otlp.Endpoint) ? Environment.GetEnvironmentVariable("OTEL_EXPORTER_OTLP_ENDPOINT") ?? "the exporter's default" : otlp.Endpoint;
+            log.OtlpExport(otlp.Traces ? " and traces" : "", endpoint, otlp.Protocol, otlp.MetricsInterval);
+        }
+    }
+}

@@ -1,0 +1,290 @@
+using System.Collections.Concurrent;
+using System.Globalization;
+using System.Net;
+using System.Text;
+using Herald.Broker.Hosting;
+using Herald.Broker.Tests.Infrastructure;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Hosting;
+using Microsoft.AspNetCore.Hosting.Server;
+using Microsoft.AspNetCore.Hosting.Server.Features;
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.DependencyInjection;
+using OpenTelemetry.Metrics;
+using OpenTelemetry.Trace;
+
+namespace Herald.Broker.Tests;
+
+/// <summary>
+/// The Prometheus scrape endpoint and the OTLP export, read the way a collector reads them. Isolated:
+/// OpenTelemetry subscribes to meters by name, so a broker's /metrics would also count the brokers of
+/// tests running beside it in this process (a broker process has one).
+/// </summary>
+[Collection(nameof(Isolated))]
+public sealed class OperationsMetricsTests
+{
+    [Fact]
+    public async Task Scraped_metrics_change_as_messages_flow_over_tcp_and_long_poll()
+    {
+        await using var broker = await TestBroker.StartAsync();
+        PrometheusScrape before = await PrometheusScrape.GetAsync(broker.Http);
+        Assert.Equal(0, before.Sum("herald_connections", ("herald_transport", "tcp")));
+        Assert.True(before.Has("herald_connections"), "open connections are reported (as 0) before anyone connects");
+
+        await using var subscriber = await ProtocolClient.OpenAsync(broker.Port, "sub");
+        await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "pub");
+        await subscriber.SubscribeAsync(1, "orders.*");
+        await subscriber.PingPongAsync();
+        LongPollClient poller = await LongPollClient.CreateAsync(broker.Http);
+        await poller.SubscribeAsync(1, "orders.>");
+        for (int i = 0; i < 5; i++)
+        {
+            await publisher.PublishAsync("orders.eu", $"tcp {i}");
+        }
+
+        using (await LongPollClient.PublishOneShotAsync(broker.Http, "orders.us", "http"))
+        {
+        }
+
+        await publisher.PingPongAsync();
+        for (int i = 0; i < 6; i++)
+        {
+            await subscriber.ReadMessageAsync();
+        }
+
+        Assert.Equal(6, (await poller.PollAsync(0)).Count);
+        PrometheusScrape during = await PrometheusScrape.GetAsync(broker.Http);
+
+        Assert.Equal(5, during.Sum("herald_messages_published_total", ("herald_transport", "tcp")) - before.Sum("herald_messages_published_total", ("herald_transport", "tcp")));
+        Assert.Equal(1, during.Sum("herald_messages_published_total", ("herald_transport", "longpoll")) - before.Sum("herald_messages_published_total", ("herald_transport", "longpoll")));
+        Assert.Equal(12, during.Sum("herald_messages_delivered_total") - before.Sum("herald_messages_delivered_total")); // 6 publications x 2 subscriptions
+        Assert.Equal(2, during.Sum("herald_connections", ("herald_transport", "tcp")));
+        Assert.Equal(1, during.Sum("herald_connections", ("herald_transport", "longpoll")));
+        Assert.Equal(2, during.Sum("herald_connections_opened_total", ("herald_transport", "tcp")));
+        Assert.Equal(2, during.Sum("herald_subscriptions"));
+        Assert.Equal(2, during.Sum("herald_topics")); // orders.* and orders.>
+        Assert.Equal(1, during.Sum("herald_longpoll_polls_total", ("herald_poll_outcome", "messages")));
+        Assert.True(during.Sum("http_server_request_duration_seconds_count", ("http_route", "/poll/publish")) >= 1, "ASP.NET Core's request metrics are exported");
+        Assert.True(during.Has("dotnet_process_cpu_time_seconds_total"), "runtime metrics are exported");
+
+        await subscriber.DisposeAsync();
+        await publisher.DisposeAsync();
+        PrometheusScrape after = await Eventually(broker, s => s.Sum("herald_connections", ("herald_transport", "tcp")) == 0);
+        Assert.Equal(1, after.Sum("herald_subscriptions")); // the long-poll one is left
+    }
+
+    [Fact]
+    public async Task Prometheus_can_be_turned_off()
+    {
+        await using var broker = await TestBroker.StartAsync(o => o.Telemetry.Prometheus = false);
+
+        using HttpResponseMessage response = await broker.Http.GetAsync("/metrics");
+
+        Assert.Equal(HttpStatusCode.NotFound, response.StatusCode);
+    }
+
+    [Fact]
+    public async Task Otlp_export_sends_broker_metrics_and_http_traces_to_a_collector()
+    {
+        await using var collector = await FakeOtlpCollector.StartAsync();
+        await using var broker = await TestBroker.StartAsync(o =>
+        {
+            o.Telemetry.Otlp.Enabled = true;
+            o.Telemetry.Otlp.Protocol = OtlpProtocol.HttpProtobuf;
+            o.Telemetry.Otlp.Endpoint = collector.BaseAddress;
+            o.Telemetry.Otlp.MetricsInterval = TimeSpan.FromMilliseconds(200);
+        });
+        await using (var client = await ProtocolClient.OpenAsync(broker.Port))
+        {
+            await client.PublishAsync("traced", "x");
+            await client.PingPongAsync();
+        }
+
+        using (await LongPollClient.PublishOneShotAsync(broker.Http, "traced", "over http"))
+        using (await broker.Http.GetAsync("/healthz"))
+        {
+        }
+
+        // Push now rather than wait for the span batch delay and the export interval. (The meter provider's
+        // flush reports false whatever OTLP did: its Prometheus reader only collects when scraped.)
+        Assert.True(broker.Services.GetRequiredService<TracerProvider>().ForceFlush(10_000));
+        broker.Services.GetRequiredService<MeterProvider>().ForceFlush(10_000);
+
+        string traces = collector.Received("/v1/traces");
+        string metrics = await collector.WaitForAsync("/v1/metrics", "herald.messages.published");
+        Assert.Contains("/poll/publish", traces, StringComparison.Ordinal);     // the span of the long-poll publish
+        Assert.DoesNotContain("/healthz", traces, StringComparison.Ordinal);    // probes are not traced
+        Assert.Contains("herald.messages.published", metrics, StringComparison.Ordinal);
+        Assert.Contains("herald.transport", metrics, StringComparison.Ordinal);
+        Assert.Contains("herald", metrics, StringComparison.Ordinal);           // service.name
+    }
+
+    private static async Task<PrometheusScrape> Eventually(TestBroker broker, Func<PrometheusScrape, bool> condition)
+    {
+        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
+        while (true)
+        {
+            PrometheusScrape scrape = await PrometheusScrape.GetAsync(broker.Http);
+            if (condition(scrape) || DateTime.UtcNow > deadline)
+            {
+                return scrape;
+            }
+
+            await Task.Delay(20);
+        }
+    }
+
+    /// <summary>An OTLP/HTTP receiver on loopback that keeps every request body it gets, by path.</summary>
+    private sealed class FakeOtlpCollector : IAsyncDisposable
+    {
+        private readonly WebApplication _app;
+        private readonly ConcurrentQueue<(string Path, byte[] Body)> _received = new();
+
+        private FakeOtlpCollector(WebApplication app) => _app = app;
+
+        public string BaseAddress { get; private set; } = "";
+
+        public static async Task<FakeOtlpCollector> StartAsync()
+        {
+            WebApplicationBuilder builder = WebApplication.CreateSlimBuilder();
+            builder.WebHost.UseKestrel(k => k.Listen(IPAddress.Loopback, 0));
+            WebApplication app = builder.Build();
+            var collector = new FakeOtlpCollector(app);
+            app.MapPost("/v1/{signal}", async (HttpContext context) =>
+            {
+                using var body = new MemoryStream();
+                await context.Request.Body.CopyToAsync(body);
+                collector._received.Enqueue((context.Request.Path.Value!, body.ToArray()));
+                context.Response.ContentType = "application/x-protobuf"; // an empty Export*ServiceResponse
+            });
+            await app.StartAsync();
+            collector.BaseAddress = app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First();
+            return collector;
+        }
+
+        /// <summary>Every body received on <paramref name="path"/>, as Latin-1 text (protobuf strings are readable in it).</summary>
+        public string Received(string path) => string.Concat(_received.Where(r => r.Path == path).Select(r => Encoding.Latin1.GetString(r.Body)));
+
+        /// <summary>Waits (10 s at most) until a body on <paramref name="path"/> mentions <paramref name="text"/>; returns all of them.</summary>
+        public async Task<string> WaitForAsync(string path, string text)
+        {
+            var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
+            while (!Received(path).Contains(text, StringComparison.Ordinal) && DateTime.UtcNow < deadline)
+            {
+                await Task.Delay(20);
+            }
+
+            return Received(path);
+        }
+
+        public async ValueTask DisposeAsync() => await _app.DisposeAsync();
+    }
+}
+
+/// <summary>One sample of a Prometheus text exposition: <c>name{labels} value</c>.</summary>
+public sealed record PrometheusSample(string Name, IReadOnlyDictionary<string, string> Labels, double Value);
+
+/// <summary>A parsed <c>/metrics</c> answer (Prometheus text format 0.0.4), as Prometheus itself reads it.</summary>
+public sealed class PrometheusScrape
+{
+    private PrometheusScrape(List<PrometheusSample> samples, string text)
+    {
+        Samples = samples;
+        Text = text;
+        Names = samples.Select(s => s.Name).ToHashSet(StringComparer.Ordinal);
+    }
+
+    public IReadOnlyList<PrometheusSample> Samples { get; }
+
+    public IReadOnlySet<string> Names { get; }
+
+    public string Text { get; }
+
+    public static async Task<PrometheusScrape> GetAsync(HttpClient http)
+    {
+        using HttpResponseMessage response = await http.GetAsync("/metrics");
+        response.EnsureSuccessStatusCode();
+        Assert.StartsWith("text/plain", response.Content.Headers.ContentType?.MediaType, StringComparison.Ordinal);
+        return Parse(await response.Content.ReadAsStringAsync());
+    }
+
+    public static PrometheusScrape Parse(string text)
+    {
+        var samples = new List<PrometheusSample>();
+        foreach (string raw in text.Split('\n'))
+        {
+            string line = raw.Trim();
+            if (line.Length == 0 || line.StartsWith('#'))
+            {
+                continue;
+            }
+
+            int brace = line.IndexOf('{', StringComparison.Ordinal);
+            int space = line.IndexOf(' ', StringComparison.Ordinal);
+            var labels = new Dictionary<string, string>(StringComparer.Ordinal);
+            string name;
+            string rest;
+            if (brace >= 0 && brace < space)
+            {
+                name = line[..brace];
+                int end = ParseLabels(line, brace + 1, labels);
+                rest = line[(end + 1)..].Trim();
+            }
+            else
+            {
+                name = line[..space];
+                rest = line[(space + 1)..].Trim();
+            }
+
+            string value = rest.Split(' ')[0];
+            samples.Add(new PrometheusSample(name, labels, value switch
+            {
+                "+Inf" => double.PositiveInfinity,
+                "-Inf" => double.NegativeInfinity,
+                "NaN" => double.NaN,
+                _ => double.Parse(value, CultureInfo.InvariantCulture),
+            }));
+        }
+
+        return new PrometheusScrape(samples, text);
+    }
+
+    public bool Has(string name) => Names.Contains(name);
+
+    /// <summary>The sum of every sample of <paramref name="name"/> whose labels include <paramref name="where"/> (0 if none).</summary>
+    public double Sum(string name, params (string Label, string Value)[] where) =>
+        Samples.Where(s => s.Name == name && where.All(w => s.Labels.TryGetValue(w.Label, out string? v) && v == w.Value)).Sum(s => s.Value);
+
+    // Returns the index of the closing brace.
+    private static int ParseLabels(string line, int i, Dictionary<string, string> labels)
+    {
+        while (line[i] != '}')
+        {
+            int equals = line.IndexOf('=', i);
+            string label = line[i..equals].Trim(' ', ',');
+            var value = new StringBuilder();
+            int j = equals + 2; // past ="
+            for (; line[j] != '"'; j++)
+            {
+                if (line[j] == '\\')
+                {
+                    j++;
+                    value.Append(line[j] == 'n' ? '\n' : line[j]);
+                }
+                else
+                {
+                    value.Append(line[j]);
+                }
+            }
+
+            labels[label] = value.ToString();
+            i = j + 1;
+            while (line[i] is ',' or ' ')
+            {
+                i++;
+            }
+        }
+
+        return i;
+    }
+}

@@ -1,0 +1,204 @@
+using System.Buffers;
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Globalization;
+using System.Net;
+using System.Net.Sockets;
+using System.Text.Json;
+using Herald.Broker.Hosting;
+using Herald.Broker.Tests.Infrastructure;
+using Herald.Protocol;
+
+namespace Herald.Broker.Tests;
+
+/// <summary>The broker as a real process: what it writes to stdout in JSON mode, and its <c>--probe</c> mode.</summary>
+public sealed class OperationsProcessTests
+{
+    [Fact]
+    public async Task In_json_mode_every_line_on_stdout_is_one_json_log_event()
+    {
+        await using var broker = BrokerProcess.Start(
+            "--Herald:Logging:Format=json",
+            "--Logging:LogLevel:Herald=Debug",
+            "--Herald:Tcp:Host=127.0.0.1",
+            "--Herald:Tcp:PortRangeStart=0",
+            "--Herald:Tcp:PortRangeEnd=0",
+            "--Herald:Http:Port=-1",
+            "--Herald:Policy:Port=-1");
+        JsonElement listening = await broker.WaitForEventAsync(1001);
+        int port = listening.GetProperty("First").GetInt32();
+
+        // A client whose name needs escaping says HELLO (a Debug event), then breaks the protocol (a Warning).
+        using (var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp))
+        {
+            await socket.ConnectAsync(new IPEndPoint(IPAddress.Loopback, port));
+            var frames = new ArrayBufferWriter<byte>();
+            FrameWriter.WriteHello(frames, "quote\" backslash\\ newline\n tab\t é", Capabilities.None);
+            FrameWriter.WriteHello(frames, "again", Capabilities.None);
+            await socket.SendAsync(frames.WrittenMemory);
+            await broker.WaitForEventAsync(2002);
+        }
+
+        broker.Terminate(); // SIGTERM, as docker stop sends
+        Assert.Equal(0, await broker.WaitForExitAsync());
+
+        Assert.Empty(broker.Stderr);
+        Assert.NotEmpty(broker.Stdout);
+        var events = new List<JsonElement>();
+        foreach (string line in broker.Stdout)
+        {
+            using JsonDocument document = JsonDocument.Parse(line); // throws on anything that is not one JSON value
+            Assert.Equal(JsonValueKind.Object, document.RootElement.ValueKind);
+            events.Add(document.RootElement.Clone());
+        }
+
+        Assert.All(events, e =>
+        {
+            Assert.True(DateTimeOffset.TryParse(e.GetProperty("@t").GetString(), CultureInfo.InvariantCulture, out _));
+            Assert.False(string.IsNullOrEmpty(e.GetProperty("@m").GetString()));
+        });
+        var ids = events.Where(e => e.TryGetProperty("EventId", out _)).Select(e => e.GetProperty("EventId").GetProperty("Id").GetInt32()).ToHashSet();
+        Assert.Superset(new HashSet<int> { 1001, 2001, 2002, 1002 }, ids); // listening, HELLO, protocol error, shutdown
+        JsonElement welcomed = events.First(e => e.TryGetProperty("EventId", out JsonElement id) && id.GetProperty("Id").GetInt32() == 2001);
+        Assert.Equal("quote\" backslash\\ newline\n tab\t é", welcomed.GetProperty("ClientName").GetString());
+        Assert.Equal("Herald.Broker.Sessions.BrokerCore", welcomed.GetProperty("SourceContext").GetString());
+    }
+
+    [Fact]
+    public async Task Probe_mode_exits_0_for_a_healthy_broker_and_1_for_none()
+    {
+        await using var broker = await TestBroker.StartAsync();
+        string port = broker.HttpPort.ToString(CultureInfo.InvariantCulture);
+
+        // An absolute URL; a path on the configured HTTP port (as the image's HEALTHCHECK uses it); nobody listening.
+        Assert.Equal(0, await BrokerProcess.RunAsync("--probe", $"http://127.0.0.1:{port}/healthz"));
+        Assert.Equal(0, await BrokerProcess.RunAsync("--probe", "/readyz", "--Herald:Http:Host=127.0.0.1", $"--Herald:Http:Port={port}"));
+        Assert.Equal(1, await BrokerProcess.RunAsync("--probe", $"http://127.0.0.1:{FreePort()}/healthz"));
+    }
+
+    private static int FreePort()
+    {
+        using var listener = new TcpListener(IPAddress.Loopback, 0);
+        listener.Start();
+        return ((IPEndPoint)listener.LocalEndpoint).Port; // closed again at once: nobody listens there
+    }
+}
+
+/// <summary>
+/// <c>dotnet Herald.Broker.dll</c> as a child process (the build copies the broker next to the tests),
+/// its stdout and stderr collected line by line.
+/// </summary>
+public sealed class BrokerProcess : IAsyncDisposable
+{
+    private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(30);
+
+    private readonly Process _process;
+    private readonly ConcurrentQueue<string> _stdout = new();
+    private readonly ConcurrentQueue<string> _stderr = new();
+    private readonly SemaphoreSlim _lines = new(0);
+
+    private BrokerProcess(Process process)
+    {
+        _process = process;
+        process.OutputDataReceived += (_, e) => Add(_stdout, e.Data);
+        process.ErrorDataReceived += (_, e) => Add(_stderr, e.Data);
+        process.BeginOutputReadLine();
+        process.BeginErrorReadLine();
+    }
+
+    public IReadOnlyCollection<string> Stdout => _stdout;
+
+    public IReadOnlyCollection<string> Stderr => _stderr;
+
+    public static BrokerProcess Start(params string[] args) => new(Process.Start(StartInfo(args))!);
+
+    /// <summary>Runs the broker executable to its end (e.g. <c>--probe</c>) and returns its exit code.</summary>
+    public static async Task<int> RunAsync(params string[] args)
+    {
+        await using var run = Start(args);
+        return await run.WaitForExitAsync();
+    }
+
+    /// <summary>Waits for the JSON log event with <paramref name="eventId"/> and returns it.</summary>
+    public async Task<JsonElement> WaitForEventAsync(int eventId)
+    {
+        using var cts = new CancellationTokenSource(Timeout);
+        while (true)
+        {
+            foreach (string line in _stdout)
+            {
+                if (line.StartsWith('{'))
+                {
+                    using JsonDocument document = JsonDocument.Parse(line);
+                    if (document.RootElement.TryGetProperty("EventId", out JsonElement id) && id.GetProperty("Id").GetInt32() == eventId)
+                    {
+                        return document.RootElement.Clone();
+                    }
+                }
+            }
+
+            if (_process.HasExited)
+            {
+                throw new Xunit.Sdk.XunitException($"The broker exited ({_process.ExitCode}) before event {eventId}:\n{string.Join('\n', _stdout.Concat(_stderr))}");
+            }
+
+            await _lines.WaitAsync(cts.Token);
+        }
+    }
+
+    /// <summary>Sends SIGTERM, as <c>docker stop</c> and Kubernetes do.</summary>
+    public void Terminate()
+    {
+        using Process kill = Process.Start("kill", ["-TERM", _process.Id.ToString(CultureInfo.InvariantCulture)])!;
+        kill.WaitForExit();
+    }
+
+    public async Task<int> WaitForExitAsync()
+    {
+        using var cts = new CancellationTokenSource(Timeout);
+        await _process.WaitForExitAsync(cts.Token);
+        _process.WaitForExit(); // and for the end of the redirected streams
+        return _process.ExitCode;
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        if (!_process.HasExited)
+        {
+            _process.Kill(entireProcessTree: true);
+            await _process.WaitForExitAsync();
+        }
+
+        _process.Dispose();
+        _lines.Dispose();
+    }
+
+    private static ProcessStartInfo StartInfo(string[] args)
+    {
+        string dll = typeof(HeraldHost).Assembly.Location;
+        var info = new ProcessStartInfo("dotnet")
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            UseShellExecute = false,
+            WorkingDirectory = Path.GetDirectoryName(dll)!,
+            StandardOutputEncoding = System.Text.Encoding.UTF8,
+        };
+        info.ArgumentList.Add(dll);
+        foreach (string arg in args)
+        {
+            info.ArgumentList.Add(arg);
+        }
+
+        return info;
+    }
+
+    private void Add(ConcurrentQueue<string> lines, string? line)
+    {
+        if (line is not null)
+        {
+            lines.Enqueue(line);
+            _lines.Release();
+        }
+    }
+}
