@@ -28,15 +28,9 @@ public sealed partial class OperationsDeployTests
     /// (issue 4), not yet called there: each must still be a declared instrument whose exported name is
     /// the one queried (checked below). Remove a name once its call site records it.
     /// </summary>
-    private static readonly HashSet<string> AwaitingCallSites =
-    [
-        "herald_connections_closed_total",        // BrokerMetrics.Disconnected: ClientSession.CloseAsync, PollSessionStore
-        "herald_messages_published_bytes_total",  // BrokerMetrics.Published(transport, deliveries, frameBytes)
-        "herald_messages_sent_total",             // BrokerMetrics.Sent: OutboundQueue drain, long-poll responses
-        "herald_messages_sent_bytes_total",
-        "herald_fanout_duration_seconds_bucket",  // BrokerMetrics.FanoutCompleted
-        "herald_queue_size_bytes",                // IConnectionStats on ClientSession / PollSession
-    ];
+    // Metrics the deploy/ files query that a short test run cannot produce yet (none today); a name that
+    // becomes recorded must leave this list (checked below), so it cannot go stale.
+    private static readonly HashSet<string> AwaitingCallSites = [];
 
     private static readonly HashSet<string> PromQlWords =
         ["and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left", "group_right", "inf", "nan", "atan2"];

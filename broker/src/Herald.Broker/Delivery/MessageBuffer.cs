@@ -26,6 +26,9 @@ internal sealed class MessageBuffer
 
     public int Length { get; }
 
+    /// <summary><see cref="System.Diagnostics.Stopwatch"/> timestamp of the PUBLISH this frame carries (0: not measured), for the fan-out latency.</summary>
+    public long ReceivedAt { get; set; }
+
     /// <summary>The frame. Valid until the caller's reference is released.</summary>
     public Span<byte> Span => new(_array, 0, Length);
 
@@ -49,8 +52,8 @@ internal sealed class MessageBuffer
     /// <summary>Adds <paramref name="count"/> holders at once (one atomic operation per publish, not per subscriber).</summary>
     public void Retain(int count) => Interlocked.Add(ref _refCount, count);
 
-    /// <summary>Drops <paramref name="count"/> holders; the last one returns the bytes to the pool.</summary>
-    public void Release(int count = 1)
+    /// <summary>Drops <paramref name="count"/> holders; the last one returns the bytes to the pool and gets <c>true</c>.</summary>
+    public bool Release(int count = 1)
     {
         int left = Interlocked.Add(ref _refCount, -count);
         if (left == 0)
@@ -58,10 +61,10 @@ internal sealed class MessageBuffer
             byte[]? array = _array;
             _array = null;
             ArrayPool<byte>.Shared.Return(array!);
+            return true;
         }
-        else
-        {
-            Debug.Assert(left > 0, "MessageBuffer released more often than retained.");
-        }
+
+        Debug.Assert(left > 0, "MessageBuffer released more often than retained.");
+        return false;
     }
 }

@@ -45,6 +45,7 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
     private readonly SlowConsumerPolicy _policy;
     private readonly Action _onSlowConsumer;
     private readonly BrokerMetrics _metrics;
+    private readonly string _transport;
     private readonly Lock _gate = new();
 
     // Guarded by _gate.
@@ -62,8 +63,9 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
     // Owned by the running drain.
     private Entry[] _batch = [];
 
-    public OutboundQueue(PipeWriter output, int maxPendingBytes, int maxPendingMessages, SlowConsumerPolicy policy, BrokerMetrics metrics, Action onSlowConsumer)
+    public OutboundQueue(PipeWriter output, string transport, int maxPendingBytes, int maxPendingMessages, SlowConsumerPolicy policy, BrokerMetrics metrics, Action onSlowConsumer)
     {
+        _transport = transport;
         _metrics = metrics;
         _output = output;
         _maxPendingBytes = maxPendingBytes;
@@ -74,6 +76,18 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
 
     /// <inheritdoc/>
     public bool AcceptsZstd { get; set; }
+
+    /// <summary>Frames queued and not yet handed to the transport (monitoring).</summary>
+    public (long Messages, long Bytes) Pending
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return (_count, _pendingBytes);
+            }
+        }
+    }
 
     /// <inheritdoc/>
     public bool Enqueue(MessageBuffer frame, uint sid)
@@ -268,13 +282,29 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                 }
 
                 Entry[] batch = _batch;
+                int messages = 0;
+                long bytes = 0;
                 for (int i = 0; i < count; i++)
                 {
                     ref Entry entry = ref batch[i];
-                    FrameCopy.Write(_output, entry.Frame.Span, entry.Sid);
-                    entry.Frame.Release();
+                    MessageBuffer frame = entry.Frame;
+                    FrameCopy.Write(_output, frame.Span, entry.Sid);
+                    if (entry.Sid != ControlSid)
+                    {
+                        messages++;
+                        bytes += frame.Length;
+                    }
+
+                    long receivedAt = frame.ReceivedAt;
+                    if (frame.Release() && receivedAt != 0)
+                    {
+                        _metrics.FanoutCompleted(receivedAt); // this was the publication's last subscriber write
+                    }
+
                     entry = default;
                 }
+
+                _metrics.Sent(_transport, messages, bytes);
 
                 if (final is not null)
                 {

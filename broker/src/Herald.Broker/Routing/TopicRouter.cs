@@ -3,6 +3,7 @@ using System.Collections.Concurrent;
 using System.Text;
 using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
+using Herald.Broker.Telemetry;
 using Herald.Protocol;
 
 namespace Herald.Broker.Routing;
@@ -36,8 +37,11 @@ internal sealed class TopicRouter : IDisposable
     private int _subscriptionCount;
     private long _encodedFrames;
 
-    public TopicRouter()
+    private readonly BrokerMetrics? _metrics;
+
+    public TopicRouter(BrokerMetrics? metrics = null)
     {
+        _metrics = metrics;
         _cacheBySpan = _cache.GetAlternateLookup<ReadOnlySpan<char>>();
     }
 
@@ -98,7 +102,8 @@ internal sealed class TopicRouter : IDisposable
     /// the end of its read batch. Returns the number of deliveries.
     /// </summary>
     /// <param name="plainPayload">For a publication sent compressed: its payload, decompressed.</param>
-    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder = null, ReadOnlySpan<byte> plainPayload = default)
+    /// <param name="receivedAt"><see cref="System.Diagnostics.Stopwatch"/> timestamp of the read that carried the PUBLISH, or 0 (fan-out latency not measured).</param>
+    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder = null, ReadOnlySpan<byte> plainPayload = default, long receivedAt = 0)
     {
         Subscription[] subscriptions = Match(publish.Topic);
         if (subscriptions.Length == 0)
@@ -120,14 +125,14 @@ internal sealed class TopicRouter : IDisposable
             }
 
             MessageBuffer frame;
-            if (subscription.Sink.AcceptsZstd != sentCompressed && (other ??= TryOther(publish, sentCompressed, encoder, plainPayload, subscriptions.Length, ref otherTried)) is { } alternate)
+            if (subscription.Sink.AcceptsZstd != sentCompressed && (other ??= TryOther(publish, sentCompressed, encoder, plainPayload, subscriptions.Length, receivedAt, ref otherTried)) is { } alternate)
             {
                 frame = alternate;
                 otherUses++;
             }
             else
             {
-                frame = asSent ??= CopyAsSent(publish, subscriptions.Length);
+                frame = asSent ??= CopyAsSent(publish, subscriptions.Length, receivedAt);
                 asSentUses++;
             }
 
@@ -139,13 +144,27 @@ internal sealed class TopicRouter : IDisposable
 
         // Each form was retained once per subscription up front (one atomic add); drop the unused
         // references and our own. Every sink releases its own when written.
-        asSent?.Release(subscriptions.Length - asSentUses + 1);
-        other?.Release(subscriptions.Length - otherUses + 1);
+        ReleaseOwn(asSent, subscriptions.Length - asSentUses + 1);
+        ReleaseOwn(other, subscriptions.Length - otherUses + 1);
         return asSentUses + otherUses;
     }
 
+    private void ReleaseOwn(MessageBuffer? frame, int references)
+    {
+        if (frame is null)
+        {
+            return;
+        }
+
+        long receivedAt = frame.ReceivedAt;
+        if (frame.Release(references) && receivedAt != 0 && _metrics is not null)
+        {
+            _metrics.FanoutCompleted(receivedAt); // every subscriber wrote it before the fan-out loop ended
+        }
+    }
+
     /// <summary>The frame as the publisher sent it: header, then its envelope copied as is (no re-encode).</summary>
-    private MessageBuffer CopyAsSent(in PublishFrame publish, int holders)
+    private MessageBuffer CopyAsSent(in PublishFrame publish, int holders, long receivedAt)
     {
         Interlocked.Increment(ref _encodedFrames);
         int envelopeLength = (int)publish.Envelope.Length;
@@ -153,12 +172,13 @@ internal sealed class TopicRouter : IDisposable
         Span<byte> bytes = frame.Span;
         FrameWriter.WriteMessageHeader(bytes, envelopeLength, sid: 0);
         publish.Envelope.CopyTo(bytes[ProtocolConstants.MessageHeaderSize..]);
+        frame.ReceivedAt = receivedAt;
         frame.Retain(holders);
         return frame;
     }
 
     /// <summary>The other form, tried once: compressed for Zstd subscribers of a plain publication, plain for the others of a compressed one.</summary>
-    private MessageBuffer? TryOther(in PublishFrame publish, bool sentCompressed, MessageEncoder? encoder, ReadOnlySpan<byte> plainPayload, int holders, ref bool tried)
+    private MessageBuffer? TryOther(in PublishFrame publish, bool sentCompressed, MessageEncoder? encoder, ReadOnlySpan<byte> plainPayload, int holders, long receivedAt, ref bool tried)
     {
         if (tried)
         {
@@ -172,6 +192,7 @@ internal sealed class TopicRouter : IDisposable
         if (frame is not null)
         {
             Interlocked.Increment(ref _encodedFrames);
+            frame.ReceivedAt = receivedAt;
             frame.Retain(holders);
         }
 

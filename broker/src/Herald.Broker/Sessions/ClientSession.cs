@@ -1,9 +1,11 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Net;
 using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
 using Herald.Broker.Hosting;
+using Herald.Broker.Monitoring;
 using Herald.Broker.Routing;
 using Herald.Broker.Telemetry;
 using Herald.Protocol;
@@ -23,7 +25,7 @@ namespace Herald.Broker.Sessions;
 /// handshake state. <see cref="RequestClose"/>, <see cref="CheckLiveness"/> and the outbound queue may
 /// be called from any thread.
 /// </remarks>
-internal sealed class ClientSession
+internal sealed class ClientSession : IConnectionStats
 {
     private readonly BrokerCore _broker;
     private readonly ConnectionContext _connection;
@@ -32,6 +34,8 @@ internal sealed class ClientSession
     private readonly List<IMessageSink> _toFlush = [];
     private Dictionary<uint, Subscription>? _subscriptions;
     private bool _welcomed;
+    private int _subscriptionCount;
+    private long _readAt; // Stopwatch timestamp of the current read batch, when fan-out latency is measured
 
     // Liveness, shared with the sweeper (Environment.TickCount64 milliseconds).
     private readonly long _openedAt;
@@ -51,7 +55,7 @@ internal sealed class ClientSession
         _transport = transport;
         Id = id;
         _openedAt = _lastReadAt = Environment.TickCount64;
-        Outbound = new OutboundQueue(connection.Transport.Output, _limits.MaxPendingBytes, _limits.MaxPendingMessages, _limits.SlowConsumerPolicy, broker.Metrics, OnSlowConsumer);
+        Outbound = new OutboundQueue(connection.Transport.Output, transport, _limits.MaxPendingBytes, _limits.MaxPendingMessages, _limits.SlowConsumerPolicy, broker.Metrics, OnSlowConsumer);
     }
 
     public long Id { get; }
@@ -59,6 +63,18 @@ internal sealed class ClientSession
     public OutboundQueue Outbound { get; }
 
     public EndPoint? RemoteEndPoint => _connection.RemoteEndPoint;
+
+    /// <inheritdoc/>
+    public string? ClientName { get; private set; }
+
+    /// <inheritdoc/>
+    public int SubscriptionCount => Volatile.Read(ref _subscriptionCount);
+
+    /// <inheritdoc/>
+    public long PendingMessages => Outbound.Pending.Messages;
+
+    /// <inheritdoc/>
+    public long PendingBytes => Outbound.Pending.Bytes;
 
     /// <summary>
     /// The canonical read loop: read, parse frames until the reader says "need more", flush every queue
@@ -79,6 +95,7 @@ internal sealed class ClientSession
                 }
 
                 ReadOnlySequence<byte> buffer = result.Buffer;
+                _readAt = _broker.Metrics.FanoutEnabled ? Stopwatch.GetTimestamp() : 0;
                 Volatile.Write(ref _lastReadAt, Environment.TickCount64);
                 Volatile.Write(ref _pingsOutstanding, 0);
                 try
@@ -218,6 +235,7 @@ internal sealed class ClientSession
             Throw(ErrorCode.UnsupportedVersion, $"Protocol version {hello.Version} is not supported; this broker speaks version {ProtocolConstants.Version}.");
         }
 
+        ClientName = hello.ClientName;
         Volatile.Write(ref _welcomed, true);
         Capabilities accepted = (hello.Capabilities & Capabilities.Zstd) != 0 && _broker.Encoder.Enabled ? Capabilities.Zstd : Capabilities.None;
         Outbound.AcceptsZstd = accepted.HasFlag(Capabilities.Zstd);
@@ -244,6 +262,7 @@ internal sealed class ClientSession
         var subscription = new Subscription(Outbound, subscribe.Sid, pattern, (subscribe.Options & SubscribeOptions.NoEcho) != 0);
         _subscriptions.Add(subscribe.Sid, subscription);
         _broker.Router.Add(subscription);
+        Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
     }
 
     private void Unsubscribe(in UnsubscribeFrame unsubscribe)
@@ -256,6 +275,7 @@ internal sealed class ClientSession
         }
 
         _broker.Router.Remove(subscription);
+        Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
     }
 
     private void Publish(in PublishFrame publish)
@@ -268,7 +288,7 @@ internal sealed class ClientSession
 
         if ((publish.Flags & PayloadFlags.Zstd) == 0)
         {
-            _broker.Metrics.Published(_transport, _broker.Router.Publish(publish, Outbound, _toFlush, _broker.Encoder));
+            _broker.Metrics.Published(_transport, _broker.Router.Publish(publish, Outbound, _toFlush, _broker.Encoder, receivedAt: _readAt), FrameBytes(publish));
             return;
         }
 
@@ -282,13 +302,16 @@ internal sealed class ClientSession
         int length = Zstd.Decompress(publish.Payload, _limits.MaxFrameBytes, out byte[] plain);
         try
         {
-            _broker.Metrics.Published(_transport, _broker.Router.Publish(publish, Outbound, _toFlush, _broker.Encoder, plain.AsSpan(0, length)));
+            _broker.Metrics.Published(_transport, _broker.Router.Publish(publish, Outbound, _toFlush, _broker.Encoder, plain.AsSpan(0, length), _readAt), FrameBytes(publish));
         }
         finally
         {
             ArrayPool<byte>.Shared.Return(plain);
         }
     }
+
+    /// <summary>The size of the MESSAGE frame a publication is routed as (header and envelope as sent).</summary>
+    private static int FrameBytes(in PublishFrame publish) => ProtocolConstants.MessageHeaderSize + (int)publish.Envelope.Length;
 
     private void Control(MessageBuffer frame)
     {
@@ -335,9 +358,11 @@ internal sealed class ClientSession
             }
 
             _subscriptions.Clear();
+            Volatile.Write(ref _subscriptionCount, 0);
         }
 
         var code = (ErrorCode)Volatile.Read(ref _closeCode);
+        _broker.Metrics.Disconnected(_transport, code);
         if (code == ErrorCode.None)
         {
             // The client closed: nobody is left to write to.

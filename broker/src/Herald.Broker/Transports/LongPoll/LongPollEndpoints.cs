@@ -5,6 +5,7 @@ using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
 using Herald.Broker.Routing;
 using Herald.Broker.Sessions;
+using Herald.Broker.Telemetry;
 using Herald.Protocol;
 using MessagePack;
 using Microsoft.AspNetCore.Builder;
@@ -43,7 +44,7 @@ internal static class LongPollEndpoints
         {
             ReadOnlySequence<byte> body = await ReadBodyAsync(context, broker).ConfigureAwait(false);
             CreateSessionRequest? request = body.IsEmpty ? null : Deserialize(body, LongPollJsonContext.Default.CreateSessionRequest);
-            session = store.Create(zstd: request?.Zstd ?? false);
+            session = store.Create(zstd: request?.Zstd ?? false, request?.Client);
         }
         finally
         {
@@ -69,7 +70,7 @@ internal static class LongPollEndpoints
 
     private static Task Close(HttpContext context, string session) => Handle(context, (store, broker) =>
     {
-        store.End(store.Get(session));
+        store.End(store.Get(session), DisconnectReason.ClientClose);
         context.Response.StatusCode = StatusCodes.Status204NoContent;
         return Task.CompletedTask;
     });
@@ -167,8 +168,9 @@ internal static class LongPollEndpoints
 
             for (int i = 0; i < publishes.Count; i++)
             {
-                int deliveries = broker.Router.Publish(publishes[i], origin, toFlush, broker.Encoder, plain[i].Bytes is null ? default : plain[i].Bytes.AsSpan(0, plain[i].Length));
-                broker.Metrics.Published(PollSessionStore.Transport, deliveries);
+                long receivedAt = broker.Metrics.FanoutEnabled ? System.Diagnostics.Stopwatch.GetTimestamp() : 0;
+                int deliveries = broker.Router.Publish(publishes[i], origin, toFlush, broker.Encoder, plain[i].Bytes is null ? default : plain[i].Bytes.AsSpan(0, plain[i].Length), receivedAt);
+                broker.Metrics.Published(PollSessionStore.Transport, deliveries, ProtocolConstants.MessageHeaderSize + (int)publishes[i].Envelope.Length);
             }
         }
         finally
@@ -267,6 +269,13 @@ internal static class LongPollEndpoints
                 broker.Metrics.Redelivered();
             }
 
+            long sentBytes = 0;
+            for (int i = 0; i < batch.Count; i++)
+            {
+                sentBytes += batch.Messages[i].Frame.Length;
+            }
+
+            broker.Metrics.Sent(PollSessionStore.Transport, batch.Count, sentBytes);
             if (WantsJson(context.Request))
             {
                 await WriteJsonAsync(context.Response, batch, ack, broker.Options.Limits.MaxFrameBytes).ConfigureAwait(false);

@@ -1,5 +1,7 @@
 using Herald.Broker.Delivery;
 using Herald.Broker.Hosting;
+using Herald.Broker.Monitoring;
+using Herald.Broker.Telemetry;
 using Herald.Broker.Routing;
 using Herald.Protocol;
 using Microsoft.AspNetCore.Http;
@@ -40,11 +42,12 @@ internal readonly record struct PollBatch(long FirstSequence, (MessageBuffer Fra
 /// <see cref="Flush"/> from their own threads; HTTP requests of the same session may run concurrently.
 /// Lock order: session, then router (the router never calls a sink while holding its own lock).
 /// </remarks>
-internal sealed class PollSession : IMessageSink
+internal sealed class PollSession : IMessageSink, IConnectionStats
 {
     private readonly Lock _gate = new();
     private readonly LongPollOptions _options;
     private readonly Action<PollSession> _onSlowConsumer;
+    private readonly BrokerMetrics _metrics;
     private readonly Dictionary<uint, Subscription> _subscriptions = [];
 
     // Unacknowledged messages, oldest first: _ring[_head] has sequence _headSequence, then consecutive.
@@ -54,12 +57,14 @@ internal sealed class PollSession : IMessageSink
     private long _headSequence = 1;
     private long _highestSent;
     private long _highestAck;
+    private long _pendingBytes;
     private TaskCompletionSource<PollWake>? _waiter;
     private bool _ended;
     private long _lastActivity = Environment.TickCount64;
 
-    public PollSession(string token, long id, LongPollOptions options, Action<PollSession> onSlowConsumer)
+    public PollSession(string token, long id, LongPollOptions options, BrokerMetrics metrics, Action<PollSession> onSlowConsumer)
     {
+        _metrics = metrics;
         Token = token;
         Id = id;
         _options = options;
@@ -70,6 +75,45 @@ internal sealed class PollSession : IMessageSink
 
     /// <inheritdoc/>
     public bool AcceptsZstd { get; init; }
+
+    /// <inheritdoc/>
+    public string? ClientName { get; init; }
+
+    /// <inheritdoc/>
+    public int SubscriptionCount
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _subscriptions.Count;
+            }
+        }
+    }
+
+    /// <inheritdoc/>
+    public long PendingMessages
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _count;
+            }
+        }
+    }
+
+    /// <inheritdoc/>
+    public long PendingBytes
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _pendingBytes;
+            }
+        }
+    }
 
     public long Id { get; }
 
@@ -93,6 +137,8 @@ internal sealed class PollSession : IMessageSink
     public bool Enqueue(MessageBuffer frame, uint sid)
     {
         bool slow = false;
+        bool dropped = false;
+        bool wake;
         lock (_gate)
         {
             if (_ended)
@@ -111,6 +157,7 @@ internal sealed class PollSession : IMessageSink
                 else
                 {
                     DropHead(); // the client sees the gap on its next poll (Herald-Dropped)
+                    dropped = true;
                 }
             }
 
@@ -123,12 +170,24 @@ internal sealed class PollSession : IMessageSink
 
                 _ring[(_head + _count) & (_ring.Length - 1)] = (frame, sid);
                 _count++;
-                return _waiter is not null;
+                _pendingBytes += frame.Length;
             }
+
+            wake = !slow && _waiter is not null;
         }
 
-        _onSlowConsumer(this);
-        return false;
+        if (dropped)
+        {
+            _metrics.SlowConsumer(nameof(SlowConsumerPolicy.DropOldest));
+            _metrics.Dropped(1);
+        }
+
+        if (slow)
+        {
+            _onSlowConsumer(this);
+        }
+
+        return wake;
     }
 
     /// <inheritdoc/>
@@ -294,6 +353,7 @@ internal sealed class PollSession : IMessageSink
     private void DropHead()
     {
         ref (MessageBuffer Frame, uint Sid) head = ref _ring[_head];
+        _pendingBytes -= head.Frame.Length;
         head.Frame.Release();
         head = default;
         _head = (_head + 1) & (_ring.Length - 1);

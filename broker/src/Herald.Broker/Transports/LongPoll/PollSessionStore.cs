@@ -5,6 +5,7 @@ using Herald.Broker.Hosting;
 using Herald.Broker.Routing;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
+using Herald.Protocol;
 using Microsoft.AspNetCore.Http;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
@@ -65,7 +66,7 @@ internal sealed class PollSessionStore : BackgroundService
     public void EndCreate() => Interlocked.Decrement(ref _creating);
 
     /// <summary>Creates a session (between <see cref="BeginCreate"/> and <see cref="EndCreate"/>).</summary>
-    public PollSession Create(bool zstd)
+    public PollSession Create(bool zstd, string? clientName)
     {
         if (_sessions.Count >= _options.MaxSessions)
         {
@@ -74,7 +75,11 @@ internal sealed class PollSessionStore : BackgroundService
 
         // 256 random bits: unguessable, so the token alone is the session's credential.
         string token = Base64Url.EncodeToString(RandomNumberGenerator.GetBytes(32));
-        var session = new PollSession(token, Interlocked.Increment(ref _nextId), _options, OnSlowConsumer) { AcceptsZstd = zstd && _broker.Encoder.Enabled };
+        var session = new PollSession(token, Interlocked.Increment(ref _nextId), _options, _broker.Metrics, OnSlowConsumer)
+        {
+            AcceptsZstd = zstd && _broker.Encoder.Enabled,
+            ClientName = clientName is { Length: > ProtocolConstants.MaxClientNameBytes } ? clientName[..ProtocolConstants.MaxClientNameBytes] : clientName,
+        };
         _sessions[token] = session;
         _broker.Metrics.ConnectionOpened(Transport);
         return session;
@@ -96,12 +101,13 @@ internal sealed class PollSessionStore : BackgroundService
         throw new LongPollException(StatusCodes.Status404NotFound, "SessionNotFound", "No such session.");
     }
 
-    public void End(PollSession session, PollWake reason = PollWake.Ended)
+    public void End(PollSession session, DisconnectReason why, PollWake reason = PollWake.Ended)
     {
         if (_sessions.TryRemove(session.Token, out _))
         {
             _expired[session.Token] = Environment.TickCount64;
             _broker.Metrics.ConnectionClosed(Transport);
+            _broker.Metrics.Disconnected(Transport, why);
         }
 
         session.End(_broker.Router, reason);
@@ -145,7 +151,7 @@ internal sealed class PollSessionStore : BackgroundService
             if (now - session.LastActivity > inactivity && !session.IsPolling)
             {
                 _broker.Log.SessionExpired(session.Id, _options.InactivityTimeout);
-                End(session);
+                End(session, DisconnectReason.Timeout);
             }
         }
 
@@ -163,7 +169,7 @@ internal sealed class PollSessionStore : BackgroundService
     {
         _broker.Metrics.SlowConsumer(nameof(Delivery.SlowConsumerPolicy.Disconnect));
         _broker.Log.SessionSlowConsumer(session.Id, _options.MaxPendingMessagesPerSession);
-        End(session);
+        End(session, DisconnectReason.SlowConsumer);
     }
 
     private void EndAll()
@@ -171,7 +177,7 @@ internal sealed class PollSessionStore : BackgroundService
         _stopping = true;
         foreach (PollSession session in _sessions.Values)
         {
-            End(session, PollWake.ShuttingDown);
+            End(session, DisconnectReason.Shutdown, PollWake.ShuttingDown);
         }
     }
 
