@@ -1,5 +1,6 @@
 using System.Net;
 using Herald.Broker.Routing;
+using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
 using Herald.Broker.Compression;
@@ -53,6 +54,7 @@ public static class HeraldHost
         services.AddSingleton(sp => new CompressionAdvisor(sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Compression, sp.GetRequiredService<ICpuLoad>(), sp.GetRequiredService<TimeProvider>()));
         services.AddSingleton<CompressionMetrics>();
         services.AddSingleton(sp => new MessageEncoder(sp.GetRequiredService<CompressionAdvisor>(), sp.GetRequiredService<CompressionMetrics>(), sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Compression));
+        services.AddSingleton<Authenticator>();
         services.AddSingleton<BrokerCore>();
         services.AddSingleton<SessionRegistry>();
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
@@ -144,6 +146,11 @@ public static class HeraldHost
             HeraldOptions o = app.Services.GetRequiredService<IOptions<HeraldOptions>>().Value;
             ILogger log = app.Services.GetRequiredService<BrokerCore>().Log;
             IReadOnlyList<int> tcp = listeners.TcpPorts; // the ports bound: an ephemeral one (0) shows its number
+            if (o.Security.Auth.Mode == AuthMode.None && !(IPAddress.IsLoopback(ParseHost(o.Tcp.Host)) && IPAddress.IsLoopback(ParseHost(o.Http.Host))))
+            {
+                log.OpenToTheNetwork($"TCP {o.Tcp.Host}, HTTP {o.Http.Host}");
+            }
+
             log.TcpListening(o.ServerName, o.Tcp.Host, tcp.Min(), tcp.Max());
             if (listeners.HttpPort is { } http)
             {

@@ -36,6 +36,8 @@ public sealed class HeraldOptions
     public MonitoringOptions Monitoring { get; set; } = new();
 
     public Compression.CompressionOptions Compression { get; set; } = new();
+
+    public Security.SecurityOptions Security { get; set; } = new();
 }
 
 public sealed class HttpOptions

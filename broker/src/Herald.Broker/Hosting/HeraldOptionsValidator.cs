@@ -17,6 +17,7 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Annotations(failures, "Herald:LongPoll", options.LongPoll);
         Annotations(failures, "Herald:Policy", options.Policy);
         Annotations(failures, "Herald:Compression", options.Compression);
+        ValidateSecurity(failures, options.Security);
         if (options.Compression.CpuBackoffStart > options.Compression.CpuDisableLimit)
         {
             failures.Add($"Herald:Compression:CpuBackoffStart ({options.Compression.CpuBackoffStart}) must not be above Herald:Compression:CpuDisableLimit ({options.Compression.CpuDisableLimit}).");
@@ -81,6 +82,60 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         }
 
         return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
+    }
+
+    private static void ValidateSecurity(List<string> failures, Security.SecurityOptions security)
+    {
+        Security.AuthOptions auth = security.Auth;
+        Check(failures, "Herald:Security:Auth:FailureDelay", auth.FailureDelay, TimeSpan.Zero, TimeSpan.FromSeconds(30));
+        if (auth.Mode == Security.AuthMode.Token)
+        {
+            if (auth.Tokens.Count == 0)
+            {
+                failures.Add("Herald:Security:Auth:Mode is Token but Herald:Security:Auth:Tokens is empty.");
+            }
+
+            foreach (Security.TokenOptions token in auth.Tokens)
+            {
+                if (token.Sha256.Length != 64 || !token.Sha256.All(Uri.IsHexDigit))
+                {
+                    failures.Add($"Herald:Security:Auth:Tokens '{token.Name}': Sha256 must be 64 hex digits (printf %s \"$TOKEN\" | sha256sum).");
+                }
+
+                Patterns(failures, token.Name, token.Permissions);
+            }
+        }
+
+        if (auth.Mode == Security.AuthMode.Jwt)
+        {
+            Security.JwtOptions jwt = auth.Jwt;
+            bool hmac = !string.IsNullOrEmpty(jwt.HmacSecret);
+            if (hmac == !string.IsNullOrEmpty(jwt.PublicKeyPemFile))
+            {
+                failures.Add("Herald:Security:Auth:Jwt needs exactly one of HmacSecret and PublicKeyPemFile.");
+            }
+            else if (hmac && System.Text.Encoding.UTF8.GetByteCount(jwt.HmacSecret!) < 32)
+            {
+                failures.Add("Herald:Security:Auth:Jwt:HmacSecret must be at least 32 bytes.");
+            }
+            else if (!hmac && !File.Exists(jwt.PublicKeyPemFile))
+            {
+                failures.Add($"Herald:Security:Auth:Jwt:PublicKeyPemFile '{jwt.PublicKeyPemFile}' does not exist.");
+            }
+
+            Check(failures, "Herald:Security:Auth:Jwt:ClockSkew", jwt.ClockSkew, TimeSpan.Zero, TimeSpan.FromHours(1));
+        }
+    }
+
+    private static void Patterns(List<string> failures, string name, Security.PermissionOptions permissions)
+    {
+        foreach (string pattern in permissions.Publish.Concat(permissions.Subscribe).Concat(permissions.DenyPublish).Concat(permissions.DenySubscribe))
+        {
+            if (Herald.Protocol.Topic.ValidatePattern(System.Text.Encoding.UTF8.GetBytes(pattern), 4096) != Herald.Protocol.ErrorCode.None)
+            {
+                failures.Add($"Herald:Security:Auth:Tokens '{name}': '{pattern}' is not a valid topic pattern.");
+            }
+        }
     }
 
     /// <summary>Validates, throwing <see cref="OptionsValidationException"/> with every failure.</summary>

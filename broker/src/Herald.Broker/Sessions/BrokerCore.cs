@@ -1,6 +1,7 @@
 using Herald.Broker.Compression;
 using Herald.Broker.Hosting;
 using Herald.Broker.Routing;
+using Herald.Broker.Security;
 using Herald.Broker.Telemetry;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
@@ -10,8 +11,9 @@ namespace Herald.Broker.Sessions;
 /// <summary>What every session shares: the options, the one router, metrics and the log.</summary>
 internal sealed class BrokerCore
 {
-    public BrokerCore(IOptions<HeraldOptions> options, TopicRouter router, MessageEncoder encoder, BrokerMetrics metrics, ILogger<BrokerCore> log)
+    public BrokerCore(IOptions<HeraldOptions> options, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger<BrokerCore> log)
     {
+        Authenticator = authenticator;
         Encoder = encoder;
         Options = options.Value;
         Router = router;
@@ -32,6 +34,9 @@ internal sealed class BrokerCore
     public HeraldOptions Options { get; }
 
     public TopicRouter Router { get; }
+
+    /// <summary>Who a client is and what it may do (HELLO's auth, or an HTTP bearer token).</summary>
+    public Authenticator Authenticator { get; }
 
     /// <summary>Builds the compressed or plain second form of a publication when a subscriber needs it.</summary>
     public MessageEncoder Encoder { get; }

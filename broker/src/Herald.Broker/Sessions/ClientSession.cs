@@ -7,6 +7,7 @@ using Herald.Broker.Delivery;
 using Herald.Broker.Hosting;
 using Herald.Broker.Monitoring;
 using Herald.Broker.Routing;
+using Herald.Broker.Security;
 using Herald.Broker.Telemetry;
 using Herald.Protocol;
 using MessagePack;
@@ -34,6 +35,7 @@ internal sealed class ClientSession : IConnectionStats
     private readonly List<IMessageSink> _toFlush = [];
     private Dictionary<uint, Subscription>? _subscriptions;
     private bool _welcomed;
+    private Identity _identity = Identity.Anonymous;
     private int _subscriptionCount;
     private long _readAt; // Stopwatch timestamp of the current read batch, when fan-out latency is measured
 
@@ -167,6 +169,12 @@ internal sealed class ClientSession : IConnectionStats
             return;
         }
 
+        if (Volatile.Read(ref _identity).ExpiresAt is { } expires && DateTimeOffset.UtcNow >= expires)
+        {
+            RequestClose(ErrorCode.AuthenticationFailed, "The credential has expired; a client refreshes it with a new HELLO before it does.");
+            return;
+        }
+
         long interval = (long)_limits.PingInterval.TotalMilliseconds;
         if (now - Volatile.Read(ref _lastReadAt) < interval || now - _lastPingAt < interval)
         {
@@ -225,7 +233,7 @@ internal sealed class ClientSession : IConnectionStats
 
     private void Hello(in HelloFrame hello)
     {
-        if (_welcomed)
+        if (_welcomed && _broker.Authenticator.Mode == AuthMode.None)
         {
             Throw(ErrorCode.UnexpectedFrame, "HELLO was already accepted on this connection.");
         }
@@ -234,6 +242,20 @@ internal sealed class ClientSession : IConnectionStats
         {
             Throw(ErrorCode.UnsupportedVersion, $"Protocol version {hello.Version} is not supported; this broker speaks version {ProtocolConstants.Version}.");
         }
+
+        Identity identity = _broker.Authenticator.Authenticate(hello.Auth, out string failure) ?? throw new ProtocolException(ErrorCode.AuthenticationFailed, failure);
+        if (_welcomed)
+        {
+            // A refresh (spec §4.1): the same identity with a fresh credential, before the old one expires.
+            if (identity.Name != _identity.Name)
+            {
+                Throw(ErrorCode.AuthenticationFailed, "A refreshing HELLO must authenticate the same identity.");
+            }
+
+            // Answered by a fresh WELCOME, below.
+        }
+
+        Volatile.Write(ref _identity, identity);
 
         ClientName = hello.ClientName;
         Volatile.Write(ref _welcomed, true);
@@ -259,6 +281,12 @@ internal sealed class ClientSession : IConnectionStats
         }
 
         string pattern = TopicRules.CheckPattern(subscribe.Pattern, _limits.MaxTopicLength);
+        if (!_identity.Permissions.CanSubscribe(pattern))
+        {
+            Denied($"Subscribing to '{pattern}' is not permitted for '{_identity.Name}'.");
+            return;
+        }
+
         var subscription = new Subscription(Outbound, subscribe.Sid, pattern, (subscribe.Options & SubscribeOptions.NoEcho) != 0);
         _subscriptions.Add(subscribe.Sid, subscription);
         _broker.Router.Add(subscription);
@@ -284,6 +312,12 @@ internal sealed class ClientSession : IConnectionStats
         if (publish.ReplyTo is { } replyTo)
         {
             TopicRules.CheckName(replyTo, _limits.MaxTopicLength, isReplyTo: true);
+        }
+
+        if (!_identity.Permissions.IsAllowAll && !_identity.Permissions.CanPublish(publish.TopicString))
+        {
+            Denied($"Publishing to '{publish.TopicString}' is not permitted for '{_identity.Name}'.");
+            return;
         }
 
         if ((publish.Flags & PayloadFlags.Zstd) == 0)
@@ -312,6 +346,13 @@ internal sealed class ClientSession : IConnectionStats
 
     /// <summary>The size of the MESSAGE frame a publication is routed as (header and envelope as sent).</summary>
     private static int FrameBytes(in PublishFrame publish) => ProtocolConstants.MessageHeaderSize + (int)publish.Envelope.Length;
+
+    /// <summary>A refused SUBSCRIBE or PUBLISH (spec §8 PermissionDenied): told, counted, the connection stays.</summary>
+    private void Denied(string message)
+    {
+        _broker.Metrics.ProtocolError(ErrorCode.PermissionDenied);
+        Control(ControlFrames.Error(ErrorCode.PermissionDenied, message));
+    }
 
     private void Control(MessageBuffer frame)
     {
@@ -379,6 +420,11 @@ internal sealed class ClientSession : IConnectionStats
             {
                 _broker.Metrics.ProtocolError(code);
             }
+        }
+
+        if (code == ErrorCode.AuthenticationFailed)
+        {
+            await Task.Delay(_broker.Authenticator.FailureDelay).ConfigureAwait(false); // the same delay for every failure: no timing oracle
         }
 
         // Shutdown delivers what is queued first (spec §6.4); an error or timeout tells the client at once.

@@ -59,6 +59,9 @@ internal static partial class BrokerLog
     [LoggerMessage(5003, LogLevel.Information, "OTLP export of metrics{Traces} to {Endpoint} ({Protocol}), metrics every {Interval}.")]
     public static partial void OtlpExport(this ILogger logger, string traces, string endpoint, Hosting.OtlpProtocol protocol, TimeSpan interval);
 
+    [LoggerMessage(6001, LogLevel.Warning, "SECURITY: authentication is off (Herald:Security:Auth:Mode=None) and the broker listens beyond loopback ({Hosts}): anyone who can reach it may publish and subscribe to everything.")]
+    public static partial void OpenToTheNetwork(this ILogger logger, string hosts);
+
     [LoggerMessage(2007, LogLevel.Warning, "Connection {ConnectionId} from {Remote} did not take its last frames within {Timeout}; aborted.")]
     public static partial void DrainTimedOut(this ILogger logger, long connectionId, EndPoint? remote, TimeSpan timeout);
 }

@@ -4,6 +4,7 @@ using System.Text.Json;
 using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
 using Herald.Broker.Routing;
+using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
 using Herald.Protocol;
@@ -44,7 +45,8 @@ internal static class LongPollEndpoints
         {
             ReadOnlySequence<byte> body = await ReadBodyAsync(context, broker).ConfigureAwait(false);
             CreateSessionRequest? request = body.IsEmpty ? null : Deserialize(body, LongPollJsonContext.Default.CreateSessionRequest);
-            session = store.Create(zstd: request?.Zstd ?? false, request?.Client);
+            Identity identity = await AuthenticateAsync(context, broker).ConfigureAwait(false);
+            session = store.Create(zstd: request?.Zstd ?? false, request?.Client, identity);
         }
         finally
         {
@@ -96,6 +98,11 @@ internal static class LongPollEndpoints
         }
 
         string pattern = TopicRules.CheckPattern(new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(request.Pattern)), broker.Options.Limits.MaxTopicLength);
+        if (!owner.Identity.Permissions.CanSubscribe(pattern))
+        {
+            throw Denied(broker, $"Subscribing to '{pattern}' is not permitted for '{owner.Identity.Name}'.");
+        }
+
         owner.Subscribe(new Subscription(owner, (uint)sid, pattern, request.NoEcho ?? false), broker.Options.Limits.MaxSubscriptionsPerConnection, broker.Router);
         context.Response.StatusCode = StatusCodes.Status204NoContent;
     });
@@ -112,15 +119,23 @@ internal static class LongPollEndpoints
         return Task.CompletedTask;
     });
 
-    private static Task PublishInSession(HttpContext context, string session) => Handle(context, (store, broker) => PublishAsync(context, broker, store.Get(session)));
+    private static Task PublishInSession(HttpContext context, string session) => Handle(context, (store, broker) =>
+    {
+        PollSession owner = store.Get(session);
+        return PublishAsync(context, broker, owner, owner.Identity);
+    });
 
-    private static Task PublishOneShot(HttpContext context) => Handle(context, (store, broker) => PublishAsync(context, broker, origin: null));
+    private static Task PublishOneShot(HttpContext context) => Handle(context, async (store, broker) =>
+    {
+        Identity identity = await AuthenticateAsync(context, broker).ConfigureAwait(false);
+        await PublishAsync(context, broker, origin: null, identity).ConfigureAwait(false);
+    });
 
     /// <summary>
     /// Routes a raw payload (topic from the query) or a body of PUBLISH frames (longpoll §1.3). Frames are
     /// all checked before any is routed.
     /// </summary>
-    private static async Task PublishAsync(HttpContext context, BrokerCore broker, PollSession? origin)
+    private static async Task PublishAsync(HttpContext context, BrokerCore broker, PollSession? origin, Identity identity)
     {
         ReadOnlySequence<byte> body = await ReadBodyAsync(context, broker).ConfigureAwait(false);
         int maxTopic = broker.Options.Limits.MaxTopicLength;
@@ -147,6 +162,11 @@ internal static class LongPollEndpoints
         foreach (PublishFrame publish in publishes)
         {
             TopicRules.CheckName(publish.Topic, maxTopic);
+            if (!identity.Permissions.IsAllowAll && !identity.Permissions.CanPublish(publish.TopicString))
+            {
+                throw Denied(broker, $"Publishing to '{publish.TopicString}' is not permitted for '{identity.Name}'.");
+            }
+
             if (publish.ReplyTo is { } r)
             {
                 TopicRules.CheckName(r, maxTopic, isReplyTo: true);
@@ -435,6 +455,27 @@ internal static class LongPollEndpoints
         }
     }
 
+    /// <summary>The bearer token's identity (longpoll §1); a failure waits the configured delay, then 401.</summary>
+    private static async Task<Identity> AuthenticateAsync(HttpContext context, BrokerCore broker)
+    {
+        string? header = context.Request.Headers.Authorization;
+        string? credential = header is not null && header.StartsWith("Bearer ", StringComparison.OrdinalIgnoreCase) ? header["Bearer ".Length..].Trim() : null;
+        if (broker.Authenticator.Authenticate(credential, out string failure) is { } identity)
+        {
+            return identity;
+        }
+
+        broker.Metrics.ProtocolError(ErrorCode.AuthenticationFailed);
+        await Task.Delay(broker.Authenticator.FailureDelay, context.RequestAborted).ConfigureAwait(false);
+        throw new LongPollException(StatusCodes.Status401Unauthorized, "AuthenticationFailed", failure);
+    }
+
+    private static LongPollException Denied(BrokerCore broker, string message)
+    {
+        broker.Metrics.ProtocolError(ErrorCode.PermissionDenied);
+        return new LongPollException(StatusCodes.Status403Forbidden, "PermissionDenied", message);
+    }
+
     private static LongPollException TooLarge(int max) => new(StatusCodes.Status413PayloadTooLarge, "BodyTooLarge", $"The request body is over the limit of {max} bytes.");
 
     private static T Deserialize<T>(ReadOnlySequence<byte> body, System.Text.Json.Serialization.Metadata.JsonTypeInfo<T> type)
@@ -477,6 +518,11 @@ internal static class LongPollEndpoints
         }
 
         context.Response.Clear();
+        if (status == StatusCodes.Status401Unauthorized)
+        {
+            context.Response.Headers.WWWAuthenticate = "Bearer";
+        }
+
         if (retryAfter is { } after)
         {
             context.Response.Headers.RetryAfter = ((int)Math.Ceiling(after.TotalSeconds)).ToString(System.Globalization.CultureInfo.InvariantCulture);

@@ -3,6 +3,7 @@ using Herald.Broker.Hosting;
 using Herald.Broker.Monitoring;
 using Herald.Broker.Telemetry;
 using Herald.Broker.Routing;
+using Herald.Broker.Security;
 using Herald.Protocol;
 using Microsoft.AspNetCore.Http;
 
@@ -78,6 +79,9 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
 
     /// <inheritdoc/>
     public string? ClientName { get; init; }
+
+    /// <summary>Who created the session (bearer token); every operation of the session acts as it.</summary>
+    public Identity Identity { get; init; } = Identity.Anonymous;
 
     /// <inheritdoc/>
     public int SubscriptionCount

@@ -3,6 +3,7 @@ using System.Collections.Concurrent;
 using System.Security.Cryptography;
 using Herald.Broker.Hosting;
 using Herald.Broker.Routing;
+using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
 using Herald.Protocol;
@@ -66,7 +67,7 @@ internal sealed class PollSessionStore : BackgroundService
     public void EndCreate() => Interlocked.Decrement(ref _creating);
 
     /// <summary>Creates a session (between <see cref="BeginCreate"/> and <see cref="EndCreate"/>).</summary>
-    public PollSession Create(bool zstd, string? clientName)
+    public PollSession Create(bool zstd, string? clientName, Identity identity)
     {
         if (_sessions.Count >= _options.MaxSessions)
         {
@@ -78,6 +79,7 @@ internal sealed class PollSessionStore : BackgroundService
         var session = new PollSession(token, Interlocked.Increment(ref _nextId), _options, _broker.Metrics, OnSlowConsumer)
         {
             AcceptsZstd = zstd && _broker.Encoder.Enabled,
+            Identity = identity,
             ClientName = clientName is { Length: > ProtocolConstants.MaxClientNameBytes } ? clientName[..ProtocolConstants.MaxClientNameBytes] : clientName,
         };
         _sessions[token] = session;
@@ -148,7 +150,11 @@ internal sealed class PollSessionStore : BackgroundService
         long inactivity = (long)_options.InactivityTimeout.TotalMilliseconds;
         foreach (PollSession session in _sessions.Values)
         {
-            if (now - session.LastActivity > inactivity && !session.IsPolling)
+            if (session.Identity.ExpiresAt is { } expires && DateTimeOffset.UtcNow >= expires)
+            {
+                End(session, DisconnectReason.Timeout);
+            }
+            else if (now - session.LastActivity > inactivity && !session.IsPolling)
             {
                 _broker.Log.SessionExpired(session.Id, _options.InactivityTimeout);
                 End(session, DisconnectReason.Timeout);

@@ -1,0 +1,178 @@
+using System.IdentityModel.Tokens.Jwt;
+using System.Security.Claims;
+using System.Security.Cryptography;
+using System.Text;
+using Herald.Broker.Hosting;
+using Microsoft.Extensions.Options;
+using Microsoft.IdentityModel.Tokens;
+
+namespace Herald.Broker.Security;
+
+/// <summary>
+/// Turns the credential a client presents (HELLO's <c>auth</c>, or an HTTP bearer token) into an
+/// <see cref="Identity"/>, by the configured mode. Never logs a credential.
+/// </summary>
+internal sealed class Authenticator
+{
+    private readonly SecurityOptions _options;
+    private readonly TimeProvider _time;
+    private readonly (byte[] Hash, Identity Identity)[] _tokens;
+    private readonly TokenValidationParameters? _jwt;
+
+    public Authenticator(IOptions<HeraldOptions> options, TimeProvider time)
+    {
+        _options = options.Value.Security;
+        _time = time;
+        _tokens = _options.Auth.Tokens
+            .Select(t => (Convert.FromHexString(t.Sha256), new Identity(t.Name, ToPermissions(t.Permissions), null)))
+            .ToArray();
+        if (_options.Auth.Mode == AuthMode.Jwt)
+        {
+            _jwt = JwtParameters(_options.Auth.Jwt);
+        }
+    }
+
+    public AuthMode Mode => _options.Auth.Mode;
+
+    public TimeSpan FailureDelay => _options.Auth.FailureDelay;
+
+    /// <summary>The identity for <paramref name="credential"/>, or null with <paramref name="failure"/> saying why (without the credential).</summary>
+    public Identity? Authenticate(string? credential, out string failure)
+    {
+        failure = "";
+        switch (_options.Auth.Mode)
+        {
+            case AuthMode.None:
+                return Identity.Anonymous;
+            case AuthMode.Token:
+                if (string.IsNullOrEmpty(credential))
+                {
+                    failure = "A token is required.";
+                    return null;
+                }
+
+                byte[] hash = SHA256.HashData(Encoding.UTF8.GetBytes(credential));
+                foreach ((byte[] expected, Identity identity) in _tokens)
+                {
+                    if (CryptographicOperations.FixedTimeEquals(hash, expected))
+                    {
+                        return identity;
+                    }
+                }
+
+                failure = "The token is not valid.";
+                return null;
+            default:
+                return ValidateJwt(credential, out failure);
+        }
+    }
+
+    private Identity? ValidateJwt(string? credential, out string failure)
+    {
+        failure = "";
+        if (string.IsNullOrEmpty(credential))
+        {
+            failure = "A JWT is required.";
+            return null;
+        }
+
+        try
+        {
+            var handler = new JwtSecurityTokenHandler { MapInboundClaims = false };
+            ClaimsPrincipal principal = handler.ValidateToken(credential, _jwt, out SecurityToken token);
+            string name = principal.FindFirst("sub")?.Value ?? principal.FindFirst("name")?.Value ?? "jwt";
+            var permissions = new Permissions(Claims(principal, "herald_pub"), Claims(principal, "herald_sub"), Claims(principal, "herald_deny_pub"), Claims(principal, "herald_deny_sub"), _options.AllowInboxReplies);
+            return new Identity(name, permissions, token.ValidTo == DateTime.MinValue ? null : new DateTimeOffset(token.ValidTo, TimeSpan.Zero));
+        }
+        catch (Exception e) when (e is SecurityTokenException or ArgumentException or FormatException)
+        {
+            failure = e switch
+            {
+                SecurityTokenExpiredException => "The JWT has expired.",
+                SecurityTokenNotYetValidException => "The JWT is not valid yet.",
+                SecurityTokenInvalidAudienceException => "The JWT is for another audience.",
+                SecurityTokenInvalidIssuerException => "The JWT is from another issuer.",
+                SecurityTokenSignatureKeyNotFoundException or SecurityTokenInvalidSignatureException => "The JWT signature is not valid.",
+                _ => "The JWT is not valid.",
+            };
+            return null;
+        }
+    }
+
+    private TokenValidationParameters JwtParameters(JwtOptions jwt)
+    {
+        SecurityKey key;
+        if (!string.IsNullOrEmpty(jwt.HmacSecret))
+        {
+            key = new SymmetricSecurityKey(Encoding.UTF8.GetBytes(jwt.HmacSecret));
+        }
+        else
+        {
+            string pem = File.ReadAllText(jwt.PublicKeyPemFile!);
+            key = TryEcdsa(pem, out ECDsa? ecdsa) ? new ECDsaSecurityKey(ecdsa) : Rsa(pem);
+        }
+
+        return new TokenValidationParameters
+        {
+            IssuerSigningKey = key,
+            ValidateIssuerSigningKey = true,
+            ValidateIssuer = !string.IsNullOrEmpty(jwt.Issuer),
+            ValidIssuer = jwt.Issuer,
+            ValidateAudience = !string.IsNullOrEmpty(jwt.Audience),
+            ValidAudience = jwt.Audience,
+            ValidateLifetime = true,
+            RequireExpirationTime = false,
+            ClockSkew = jwt.ClockSkew,
+            LifetimeValidator = (notBefore, expires, _, p) => Lifetime(notBefore, expires, p.ClockSkew),
+        };
+    }
+
+    private bool Lifetime(DateTime? notBefore, DateTime? expires, TimeSpan skew)
+    {
+        DateTime now = _time.GetUtcNow().UtcDateTime;
+        if (notBefore is { } nbf && now + skew < nbf)
+        {
+            throw new SecurityTokenNotYetValidException("not yet valid");
+        }
+
+        if (expires is { } exp && now - skew >= exp)
+        {
+            throw new SecurityTokenExpiredException("expired");
+        }
+
+        return true;
+    }
+
+    private static RsaSecurityKey Rsa(string pem)
+    {
+        var rsa = RSA.Create();
+        rsa.ImportFromPem(pem);
+        return new RsaSecurityKey(rsa);
+    }
+
+    private static bool TryEcdsa(string pem, [System.Diagnostics.CodeAnalysis.NotNullWhen(true)] out ECDsa? ecdsa)
+    {
+        ecdsa = ECDsa.Create();
+        try
+        {
+            ecdsa.ImportFromPem(pem);
+            return true;
+        }
+        catch (CryptographicException)
+        {
+            ecdsa.Dispose();
+            ecdsa = null;
+            return false;
+        }
+        catch (ArgumentException)
+        {
+            ecdsa.Dispose();
+            ecdsa = null;
+            return false;
+        }
+    }
+
+    private static IEnumerable<string> Claims(ClaimsPrincipal principal, string type) => principal.FindAll(type).Select(c => c.Value);
+
+    private Permissions ToPermissions(PermissionOptions p) => new(p.Publish, p.Subscribe, p.DenyPublish, p.DenySubscribe, _options.AllowInboxReplies);
+}
