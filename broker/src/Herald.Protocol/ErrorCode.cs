@@ -26,10 +26,13 @@ public enum ErrorCode : uint
     PermissionDenied = 20,
     InternalError = 21,
     DecompressionFailed = 22,
+    TooManyConnections = 23,
+    RateLimited = 24,
+    TooManyTopics = 25,
 }
 
 public static class ErrorCodes
 {
     /// <summary>Whether the broker closes the connection after an ERROR with this code (spec §8).</summary>
-    public static bool IsFatal(ErrorCode code) => code is not (ErrorCode.UnknownSubscription or ErrorCode.MessagesDropped or ErrorCode.PermissionDenied);
+    public static bool IsFatal(ErrorCode code) => code is not (ErrorCode.UnknownSubscription or ErrorCode.MessagesDropped or ErrorCode.PermissionDenied or ErrorCode.RateLimited or ErrorCode.TooManyTopics);
 }

@@ -26,6 +26,14 @@ public static class HeraldHost
     /// Creates the broker application. <paramref name="configure"/> lets tests and embedders override
     /// options after configuration is bound (it runs before validation).
     /// </summary>
+    private static void UseTls(ListenOptions listen, CertificateSource certificates, TlsOptions tls) =>
+        listen.UseHttps(https =>
+        {
+            https.ServerCertificateSelector = (_, _) => certificates.Current; // reloaded when the file changes
+            https.SslProtocols = System.Security.Authentication.SslProtocols.Tls12 | System.Security.Authentication.SslProtocols.Tls13;
+            https.HandshakeTimeout = tls.HandshakeTimeout;
+        });
+
     private static IPAddress ParseHost(string host) => HeraldOptionsValidator.TryParseHost(host, out IPAddress parsed) ? parsed : IPAddress.None; // validated before use
 
     public static WebApplication Build(string[] args, Action<HeraldOptions>? configure = null)
@@ -78,11 +86,19 @@ public static class HeraldHost
         {
             kestrel.AddServerHeader = false;
             IPAddress address = ParseHost(preview.Tcp.Host);
+            TlsOptions tls = preview.Security.Tls;
+            CertificateSource? certificates = tls.Enabled ? new CertificateSource(tls) : null;
             for (int port = preview.Tcp.PortRangeStart; port <= preview.Tcp.PortRangeEnd; port++)
             {
+                bool secure = certificates is not null && tls.IsTlsPort(port);
                 kestrel.Listen(address, port, listen =>
                 {
                     listen.Protocols = HttpProtocols.None;
+                    if (secure)
+                    {
+                        UseTls(listen, certificates!, tls); // TLS first, then the same protocol core
+                    }
+
                     listen.UseConnectionHandler<TcpConnectionHandler>();
                     listeners.Tcp.Add(listen);
                 });
@@ -92,7 +108,12 @@ public static class HeraldHost
             {
                 kestrel.Listen(ParseHost(preview.Http.Host), preview.Http.Port, listen =>
                 {
-                    listen.Protocols = HttpProtocols.Http1; // long polls are HTTP/1.1 requests; no TLS here for h2 negotiation
+                    listen.Protocols = HttpProtocols.Http1; // long polls are HTTP/1.1 requests
+                    if (certificates is not null && tls.Http)
+                    {
+                        UseTls(listen, certificates, tls);
+                    }
+
                     listeners.Http = listen;
                 });
             }

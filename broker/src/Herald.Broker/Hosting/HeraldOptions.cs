@@ -173,6 +173,26 @@ public sealed class LimitOptions
     /// <summary>How long shutdown waits for queued frames to be written before closing connections.</summary>
     public TimeSpan ShutdownDrainTimeout { get; set; } = TimeSpan.FromSeconds(5);
 
+    /// <summary>Most TCP connections at once; more are told <c>TooManyConnections</c> and closed. 0: no limit.</summary>
+    [Range(0, 10_000_000)]
+    public int MaxConnections { get; set; } = 100_000;
+
+    /// <summary>Most TCP connections from one remote address at once. 0: no limit.</summary>
+    [Range(0, 10_000_000)]
+    public int MaxConnectionsPerAddress { get; set; }
+
+    /// <summary>Publications per second one connection may sustain (token bucket); faster publishers are slowed down and told <c>RateLimited</c>, nothing is dropped. 0: no limit.</summary>
+    [Range(0, 100_000_000)]
+    public int PublishRatePerSecond { get; set; }
+
+    /// <summary>Publications a connection may send in a burst above <see cref="PublishRatePerSecond"/>.</summary>
+    [Range(1, 100_000_000)]
+    public int PublishBurst { get; set; } = 1000;
+
+    /// <summary>Most distinct subscription patterns in the broker; a SUBSCRIBE that would add one more gets <c>TooManyTopics</c>. 0: no limit.</summary>
+    [Range(0, 100_000_000)]
+    public int MaxTopics { get; set; } = 1_000_000;
+
     /// <summary>How long a connection closed for a protocol error or slow consumption gets to take its ERROR frame.</summary>
     public TimeSpan ErrorFlushTimeout { get; set; } = TimeSpan.FromSeconds(2);
 }

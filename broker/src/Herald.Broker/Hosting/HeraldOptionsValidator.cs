@@ -86,6 +86,26 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
 
     private static void ValidateSecurity(List<string> failures, Security.SecurityOptions security)
     {
+        Security.TlsOptions tls = security.Tls;
+        if (tls.Enabled)
+        {
+            if (string.IsNullOrEmpty(tls.CertificatePath) || !File.Exists(tls.CertificatePath))
+            {
+                failures.Add($"Herald:Security:Tls is on but Herald:Security:Tls:CertificatePath '{tls.CertificatePath}' does not exist.");
+            }
+            else if (!string.IsNullOrEmpty(tls.KeyPath) && !File.Exists(tls.KeyPath))
+            {
+                failures.Add($"Herald:Security:Tls:KeyPath '{tls.KeyPath}' does not exist.");
+            }
+
+            if (!string.IsNullOrWhiteSpace(tls.TcpPorts) && tls.TcpPorts.Trim() is not ("all" or "*") && !System.Text.RegularExpressions.Regex.IsMatch(tls.TcpPorts.Trim(), @"^\d+(\s*-\s*\d+)?$"))
+            {
+                failures.Add($"Herald:Security:Tls:TcpPorts '{tls.TcpPorts}' must be empty, 'all', or a range like 4502-4517.");
+            }
+
+            Check(failures, "Herald:Security:Tls:HandshakeTimeout", tls.HandshakeTimeout, TimeSpan.FromMilliseconds(10), TimeSpan.FromMinutes(5));
+        }
+
         Security.AuthOptions auth = security.Auth;
         Check(failures, "Herald:Security:Auth:FailureDelay", auth.FailureDelay, TimeSpan.Zero, TimeSpan.FromSeconds(30));
         if (auth.Mode == Security.AuthMode.Token)

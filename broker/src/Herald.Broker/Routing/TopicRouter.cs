@@ -35,13 +35,16 @@ internal sealed class TopicRouter : IDisposable
     private readonly ConcurrentDictionary<string, Subscription[]> _cache = new(StringComparer.Ordinal);
     private readonly ConcurrentDictionary<string, Subscription[]>.AlternateLookup<ReadOnlySpan<char>> _cacheBySpan;
     private int _subscriptionCount;
+    private int _patternCount;
+    private readonly int _maxPatterns;
     private long _encodedFrames;
 
     private readonly BrokerMetrics? _metrics;
 
-    public TopicRouter(BrokerMetrics? metrics = null)
+    public TopicRouter(BrokerMetrics? metrics = null, Microsoft.Extensions.Options.IOptions<Hosting.HeraldOptions>? options = null)
     {
         _metrics = metrics;
+        _maxPatterns = options?.Value.Limits.MaxTopics ?? 0;
         _cacheBySpan = _cache.GetAlternateLookup<ReadOnlySpan<char>>();
     }
 
@@ -57,10 +60,20 @@ internal sealed class TopicRouter : IDisposable
         _gate.EnterWriteLock();
         try
         {
+            if (_maxPatterns > 0 && _patternCount >= _maxPatterns && !HasSubscribers(subscription.Pattern))
+            {
+                throw new ProtocolException(ErrorCode.TooManyTopics, $"The broker holds its maximum of {_maxPatterns} distinct subscription patterns.");
+            }
+
             Node node = _root;
             foreach (Range token in Tokens(subscription.Pattern))
             {
                 node = node.GetOrAddChild(subscription.Pattern[token]);
+            }
+
+            if (node.Subscriptions.Count == 0)
+            {
+                _patternCount++;
             }
 
             node.Subscriptions.Add(subscription);
@@ -301,12 +314,43 @@ internal sealed class TopicRouter : IDisposable
         }
     }
 
+    // Caller holds the write lock. Whether the pattern already has a subscription (so adding one makes no new pattern).
+    private bool HasSubscribers(string pattern)
+    {
+        Node? node = _root;
+        int start = 0;
+        while (node is not null)
+        {
+            int end = pattern.IndexOf('.', start);
+            if (end < 0)
+            {
+                end = pattern.Length;
+            }
+
+            node = node.GetChild(pattern.AsSpan(start, end - start));
+            if (end == pattern.Length)
+            {
+                break;
+            }
+
+            start = end + 1;
+        }
+
+        return node is { Subscriptions.Count: > 0 };
+    }
+
     // Caller holds the write lock.
-    private static bool Remove(Node node, string pattern, int start, Subscription subscription)
+    private bool Remove(Node node, string pattern, int start, Subscription subscription)
     {
         if (start > pattern.Length)
         {
-            return node.Subscriptions.Remove(subscription);
+            bool removed = node.Subscriptions.Remove(subscription);
+            if (removed && node.Subscriptions.Count == 0)
+            {
+                _patternCount--;
+            }
+
+            return removed;
         }
 
         int end = pattern.IndexOf('.', start);

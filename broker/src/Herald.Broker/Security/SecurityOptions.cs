@@ -18,12 +18,55 @@ public sealed class SecurityOptions
 {
     public AuthOptions Auth { get; set; } = new();
 
+    public TlsOptions Tls { get; set; } = new();
+
     /// <summary>
     /// Let every identity publish to <c>_INBOX.</c> topics (replies) and subscribe to its own
     /// <c>_INBOX.&lt;unique&gt;.&gt;</c> (at least 16 characters of unique token), so request/reply works
     /// without granting everything.
     /// </summary>
     public bool AllowInboxReplies { get; set; } = true;
+}
+
+/// <summary>TLS on the TCP listeners and the HTTP port (Kestrel's TLS; TLS 1.2 and 1.3 only).</summary>
+public sealed class TlsOptions
+{
+    /// <summary>Certificate: a PKCS#12 (.pfx) file, or a PEM certificate with <see cref="KeyPath"/>. Reloaded when the file changes.</summary>
+    public string? CertificatePath { get; set; }
+
+    /// <summary>PEM private key, when <see cref="CertificatePath"/> is a PEM certificate.</summary>
+    public string? KeyPath { get; set; }
+
+    /// <summary>Password of the .pfx (or of an encrypted PEM key).</summary>
+    public string? Password { get; set; }
+
+    /// <summary>Which TCP ports use TLS: empty (none), <c>all</c>, or a range <c>4502-4517</c> (plain and TLS side by side).</summary>
+    public string TcpPorts { get; set; } = "";
+
+    /// <summary>Serve HTTP (long-poll, monitoring) over TLS.</summary>
+    public bool Http { get; set; }
+
+    /// <summary>Time a client has to complete the TLS handshake.</summary>
+    public TimeSpan HandshakeTimeout { get; set; } = TimeSpan.FromSeconds(10);
+
+    /// <summary>Whether TCP <paramref name="port"/> (of the range starting at <paramref name="first"/>) uses TLS.</summary>
+    public bool IsTlsPort(int port)
+    {
+        if (string.IsNullOrWhiteSpace(TcpPorts))
+        {
+            return false;
+        }
+
+        if (TcpPorts.Trim() is "all" or "*")
+        {
+            return true;
+        }
+
+        string[] range = TcpPorts.Split('-', StringSplitOptions.TrimEntries);
+        return int.TryParse(range[0], out int low) && int.TryParse(range[^1], out int high) && port >= low && port <= high;
+    }
+
+    public bool Enabled => !string.IsNullOrWhiteSpace(TcpPorts) || Http;
 }
 
 public sealed class AuthOptions

@@ -39,6 +39,11 @@ internal sealed class ClientSession : IConnectionStats
     private int _subscriptionCount;
     private long _readAt; // Stopwatch timestamp of the current read batch, when fan-out latency is measured
 
+    // Publish rate limit (token bucket), owned by the read loop.
+    private double _tokens;
+    private long _refilledAt = Stopwatch.GetTimestamp();
+    private bool _rateWarned;
+
     // Liveness, shared with the sweeper (Environment.TickCount64 milliseconds).
     private readonly long _openedAt;
     private long _lastReadAt;
@@ -57,6 +62,7 @@ internal sealed class ClientSession : IConnectionStats
         _transport = transport;
         Id = id;
         _openedAt = _lastReadAt = Environment.TickCount64;
+        _tokens = _limits.PublishBurst;
         Outbound = new OutboundQueue(connection.Transport.Output, transport, _limits.MaxPendingBytes, _limits.MaxPendingMessages, _limits.SlowConsumerPolicy, broker.Metrics, OnSlowConsumer);
     }
 
@@ -111,6 +117,13 @@ internal sealed class ClientSession : IConnectionStats
                 {
                     FlushTouched();
                     input.AdvanceTo(buffer.Start, buffer.End);
+                }
+
+                if (_tokens < 0)
+                {
+                    // Over the publish rate: read nothing more until the debt is paid. TCP backpressure
+                    // slows the publisher down; nothing it sent is dropped.
+                    await Task.Delay(TimeSpan.FromSeconds(-_tokens / _limits.PublishRatePerSecond)).ConfigureAwait(false);
                 }
 
                 if (result.IsCompleted)
@@ -288,8 +301,18 @@ internal sealed class ClientSession : IConnectionStats
         }
 
         var subscription = new Subscription(Outbound, subscribe.Sid, pattern, (subscribe.Options & SubscribeOptions.NoEcho) != 0);
+        try
+        {
+            _broker.Router.Add(subscription);
+        }
+        catch (ProtocolException e) when (e.Code == ErrorCode.TooManyTopics)
+        {
+            _broker.Metrics.ProtocolError(e.Code);
+            Control(ControlFrames.Error(e.Code, e.Message)); // refused, told; the connection stays
+            return;
+        }
+
         _subscriptions.Add(subscribe.Sid, subscription);
-        _broker.Router.Add(subscription);
         Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
     }
 
@@ -312,6 +335,11 @@ internal sealed class ClientSession : IConnectionStats
         if (publish.ReplyTo is { } replyTo)
         {
             TopicRules.CheckName(replyTo, _limits.MaxTopicLength, isReplyTo: true);
+        }
+
+        if (_limits.PublishRatePerSecond > 0)
+        {
+            TakeToken();
         }
 
         if (!_identity.Permissions.IsAllowAll && !_identity.Permissions.CanPublish(publish.TopicString))
@@ -346,6 +374,24 @@ internal sealed class ClientSession : IConnectionStats
 
     /// <summary>The size of the MESSAGE frame a publication is routed as (header and envelope as sent).</summary>
     private static int FrameBytes(in PublishFrame publish) => ProtocolConstants.MessageHeaderSize + (int)publish.Envelope.Length;
+
+    private void TakeToken()
+    {
+        long now = Stopwatch.GetTimestamp();
+        int rate = _limits.PublishRatePerSecond;
+        _tokens = Math.Min(_limits.PublishBurst, _tokens + (Stopwatch.GetElapsedTime(_refilledAt, now).TotalSeconds * rate)) - 1;
+        _refilledAt = now;
+        if (_tokens < 0 && !_rateWarned)
+        {
+            _rateWarned = true; // once per episode
+            _broker.Metrics.ProtocolError(ErrorCode.RateLimited);
+            Control(ControlFrames.Error(ErrorCode.RateLimited, $"Publishing faster than {rate} messages/s (burst {_limits.PublishBurst}): reads are paused to hold that rate; nothing is dropped."));
+        }
+        else if (_tokens >= 0)
+        {
+            _rateWarned = false;
+        }
+    }
 
     /// <summary>A refused SUBSCRIBE or PUBLISH (spec §8 PermissionDenied): told, counted, the connection stays.</summary>
     private void Denied(string message)

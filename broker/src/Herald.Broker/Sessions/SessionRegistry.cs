@@ -1,3 +1,4 @@
+using System.Net;
 using System.Collections.Concurrent;
 using Herald.Broker.Hosting;
 using Herald.Broker.Monitoring;
@@ -19,6 +20,7 @@ internal sealed class SessionRegistry : BackgroundService
 
     // Monitoring (/connz): each open session with its transport and start time, added and removed with _sessions.
     private readonly ConcurrentDictionary<long, OpenConnection> _open = new();
+    private readonly ConcurrentDictionary<IPAddress, int> _perAddress = new();
 
     private readonly BrokerCore _broker;
     private readonly IHostApplicationLifetime _lifetime;
@@ -39,11 +41,22 @@ internal sealed class SessionRegistry : BackgroundService
         _sessions[session.Id] = session;
         _open[session.Id] = new OpenConnection(session, transport, DateTimeOffset.UtcNow);
         _broker.Metrics.ConnectionOpened(transport);
+        IPAddress? address = (connection.RemoteEndPoint as IPEndPoint)?.Address;
+        int fromAddress = address is null ? 0 : _perAddress.AddOrUpdate(address, 1, static (_, n) => n + 1);
         try
         {
+            LimitOptions limits = _broker.Options.Limits;
             if (_stopping)
             {
                 session.RequestClose(ErrorCode.ShuttingDown, "The broker is shutting down.");
+            }
+            else if (limits.MaxConnections > 0 && _sessions.Count > limits.MaxConnections)
+            {
+                session.RequestClose(ErrorCode.TooManyConnections, $"The broker holds its maximum of {limits.MaxConnections} connections.");
+            }
+            else if (limits.MaxConnectionsPerAddress > 0 && fromAddress > limits.MaxConnectionsPerAddress)
+            {
+                session.RequestClose(ErrorCode.TooManyConnections, $"More than {limits.MaxConnectionsPerAddress} connections from {address}.");
             }
 
             await session.RunAsync().ConfigureAwait(false);
@@ -52,6 +65,10 @@ internal sealed class SessionRegistry : BackgroundService
         {
             _sessions.TryRemove(session.Id, out _);
             _open.TryRemove(session.Id, out _);
+            if (address is not null && _perAddress.AddOrUpdate(address, 0, static (_, n) => n - 1) <= 0)
+            {
+                _perAddress.TryRemove(new KeyValuePair<IPAddress, int>(address, 0)); // only if still 0
+            }
             _broker.Metrics.ConnectionClosed(transport);
         }
     }

@@ -281,8 +281,8 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
                 throw new ProtocolException(ErrorCode.TooManySubscriptions, $"More than {maxSubscriptions} subscriptions on one session.");
             }
 
+            router.Add(subscription); // may refuse (TooManyTopics): then nothing changed
             _subscriptions.Add(subscription.Sid, subscription);
-            router.Add(subscription);
         }
     }
 
