@@ -16,6 +16,7 @@ IScenario[] scenarios =
 [
     new FanoutScenario(),
     new RpcScenario(),
+    new BroadcastScenario(),
 ];
 
 if (args.Length == 0 || args[0] is "help" or "--help" or "-h")

@@ -64,15 +64,20 @@ internal sealed class HeraldConnection : IAsyncDisposable
 
     public long BytesSent => Volatile.Read(ref _bytesSent);
 
-    /// <summary>Opens a TCP connection and completes the HELLO/WELCOME handshake (spec §6.1).</summary>
+    /// <summary>
+    /// Opens a TCP connection and completes the HELLO/WELCOME handshake (spec §6.1). With
+    /// <paramref name="localAddress"/> the socket is bound to that source address first
+    /// (<see cref="SourceAddresses.Bind"/>), to spread many connections over several source addresses.
+    /// </summary>
     /// <exception cref="SocketException">The broker is unreachable.</exception>
     /// <exception cref="BrokerErrorException">The broker answered HELLO with an ERROR.</exception>
-    public static async Task<HeraldConnection> ConnectAsync(IPEndPoint endPoint, string clientName, CancellationToken cancellationToken, int receiveBufferSize = DefaultReceiveBufferSize)
+    public static async Task<HeraldConnection> ConnectAsync(IPEndPoint endPoint, string clientName, CancellationToken cancellationToken, int receiveBufferSize = DefaultReceiveBufferSize, IPAddress? localAddress = null)
     {
         var socket = new Socket(endPoint.AddressFamily, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
         var connection = new HeraldConnection(socket, clientName, receiveBufferSize);
         try
         {
+            SourceAddresses.Bind(socket, localAddress);
             await socket.ConnectAsync(endPoint, cancellationToken);
             await connection.HandshakeAsync(cancellationToken);
             return connection;
