@@ -1,0 +1,76 @@
+// Publishes a text message with the Herald .NET client, then flushes (PING/PONG) so it has reached the
+// broker before the process exits:
+//
+//   dotnet Herald.Client.Publish.dll --url tcp://127.0.0.1:4502 --topic chat.room1 --message hello [--count N] [--credential TOKEN]
+//
+// Exit codes: 0 published and flushed, 1 the broker could not be reached, refused, or did not confirm
+// within 30 seconds, 2 bad arguments.
+using System.Globalization;
+using Herald.Client;
+
+const string Usage = "usage: Herald.Client.Publish --url tcp://host:4502|http://host:8080 --topic T --message M [--count N] [--credential TOKEN]";
+
+string? url = null, topic = null, message = null, credential = null;
+int count = 1;
+for (int i = 0; i < args.Length; i++)
+{
+    string? value = i + 1 < args.Length ? args[i + 1] : null;
+    switch (args[i])
+    {
+        case "--url" when value is not null:
+            url = value;
+            i++;
+            break;
+        case "--topic" when value is not null:
+            topic = value;
+            i++;
+            break;
+        case "--message" when value is not null:
+            message = value;
+            i++;
+            break;
+        case "--credential" when value is not null:
+            credential = value;
+            i++;
+            break;
+        case "--count" when int.TryParse(value, NumberStyles.None, CultureInfo.InvariantCulture, out count) && count > 0:
+            i++;
+            break;
+        case "-h" or "--help":
+            Console.WriteLine(Usage);
+            return 0;
+        default:
+            Console.Error.WriteLine($"unexpected argument '{args[i]}'\n{Usage}");
+            return 2;
+    }
+}
+
+if (url is null || topic is null || message is null)
+{
+    Console.Error.WriteLine(Usage);
+    return 2;
+}
+
+using var deadline = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+try
+{
+    await using var client = new HeraldClient(url, new HeraldClientOptions { ClientName = "herald-publish", Credential = credential });
+    for (int i = 0; i < count; i++)
+    {
+        await client.PublishAsync(topic, message, cancellationToken: deadline.Token);
+    }
+
+    await client.FlushAsync(deadline.Token);
+    Console.WriteLine($"published {count} message(s) to {topic} on {client.Url}");
+    return 0;
+}
+catch (Exception e) when (e is HeraldException or ArgumentException)
+{
+    Console.Error.WriteLine($"error: {e.Message}");
+    return 1;
+}
+catch (OperationCanceledException)
+{
+    Console.Error.WriteLine($"error: the broker at {url} did not confirm the messages within 30 seconds");
+    return 1;
+}

@@ -1,0 +1,86 @@
+namespace Herald.Client;
+
+/// <summary>Where a <see cref="HeraldClient"/> stands with its broker; see <see cref="HeraldClient.StateChanged"/>.</summary>
+public enum ConnectionState
+{
+    /// <summary>Not connected yet (or the first connection attempt failed). The next call connects.</summary>
+    Disconnected,
+
+    /// <summary>The first connection is being made.</summary>
+    Connecting,
+
+    /// <summary>Connected; subscriptions are live at the broker.</summary>
+    Connected,
+
+    /// <summary>The connection was lost; the client is reconnecting with backoff. Publications are buffered.</summary>
+    Reconnecting,
+
+    /// <summary>Disposed, or reconnecting was given up (see <see cref="ConnectionStateChangedEventArgs.Error"/>). Final.</summary>
+    Closed,
+}
+
+/// <summary>The transport a client speaks, chosen by its address.</summary>
+public enum HeraldTransport
+{
+    /// <summary><c>tcp://</c>: the binary protocol (protocol-spec/README.md).</summary>
+    Tcp,
+
+    /// <summary><c>http://</c>, <c>https://</c>: HTTP long-poll (protocol-spec/longpoll.md).</summary>
+    LongPoll,
+}
+
+public sealed class ConnectionStateChangedEventArgs : EventArgs
+{
+    public ConnectionStateChangedEventArgs(ConnectionState previous, ConnectionState current, Exception? error)
+    {
+        Previous = previous;
+        Current = current;
+        Error = error;
+    }
+
+    public ConnectionState Previous { get; }
+
+    public ConnectionState Current { get; }
+
+    /// <summary>Why the connection was lost or could not be made, if it was.</summary>
+    public Exception? Error { get; }
+}
+
+/// <summary>An error nobody awaited: a non-fatal ERROR from the broker, a lost connection, a handler that threw.</summary>
+public sealed class HeraldErrorEventArgs : EventArgs
+{
+    public HeraldErrorEventArgs(HeraldException exception) => Exception = exception;
+
+    public HeraldException Exception { get; }
+}
+
+/// <summary>What the broker told the client about the current connection.</summary>
+public sealed class HeraldServerInfo
+{
+    internal HeraldServerInfo(HeraldTransport transport, string? serverName, ulong? connectionId, int? port, bool compression, IReadOnlyDictionary<string, ulong> limits)
+    {
+        Transport = transport;
+        ServerName = serverName;
+        ConnectionId = connectionId;
+        Port = port;
+        Compression = compression;
+        Limits = limits;
+    }
+
+    public HeraldTransport Transport { get; }
+
+    /// <summary>TCP: the broker's name from WELCOME. Long-poll: <c>null</c>.</summary>
+    public string? ServerName { get; }
+
+    /// <summary>TCP: the connection id from WELCOME (the broker's logs and <c>/connz</c> show it).</summary>
+    public ulong? ConnectionId { get; }
+
+    /// <summary>TCP: the port connected to (one of the address's range).</summary>
+    public int? Port { get; }
+
+    /// <summary>Zstd was negotiated: the broker may send compressed messages, and large publications may be compressed.</summary>
+    public bool Compression { get; }
+
+    /// <summary>TCP: WELCOME's limits (spec §4.2). Long-poll: the session's (longpoll §1.1), by their JSON names.</summary>
+    public IReadOnlyDictionary<string, ulong> Limits { get; }
+}

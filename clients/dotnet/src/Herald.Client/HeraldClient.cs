@@ -1,0 +1,534 @@
+using System.Buffers;
+using System.Collections.Concurrent;
+using System.Globalization;
+using System.Security.Cryptography;
+using System.Text;
+using Herald.Client.Compression;
+using Herald.Client.Delivery;
+using Herald.Client.Protocol;
+using Herald.Client.Serialization;
+using Herald.Client.Transports;
+using Herald.Protocol;
+
+namespace Herald.Client;
+
+/// <summary>
+/// A client of a Herald broker, over raw TCP (<c>tcp://host:4502</c>) or HTTP long-poll
+/// (<c>http://host:8080</c>), with one API for both. Publish, subscribe (enumerate a subscription or give
+/// it a handler), request/reply, raw bytes, UTF-8 text or MessagePack-typed payloads.
+/// </summary>
+/// <remarks>
+/// <para>
+/// Connecting: call <see cref="ConnectAsync"/>, or just use the client: the first call connects. A lost
+/// connection is re-made automatically, with exponential backoff and jitter; the subscriptions are made
+/// again on the new connection before <see cref="State"/> turns <see cref="ConnectionState.Connected"/>,
+/// and publications made meanwhile are buffered (bounded, <see cref="HeraldClientOptions.PublishBufferSize"/>)
+/// and sent after them. Publications already handed to the old connection when it dropped may be lost
+/// (at most once).
+/// </para>
+/// <para>
+/// Threading: every member is thread-safe. Handlers and events run on the thread pool, never on the
+/// caller's <see cref="SynchronizationContext"/> (unless a subscription asks for it,
+/// <see cref="HeraldClientOptions.DeliverOnCapturedContext"/>). Each subscription's messages arrive in order.
+/// </para>
+/// </remarks>
+public sealed partial class HeraldClient : IAsyncDisposable
+{
+    private readonly HeraldClientOptions _options;
+    private readonly BrokerAddress _address;
+    private readonly HttpClient? _http;
+    private readonly EventQueue _events = new();
+    private readonly ConcurrentDictionary<uint, HeraldSubscription> _subscriptions = new();
+    private readonly ConcurrentDictionary<string, TaskCompletionSource<HeraldMessage>> _requests = new(StringComparer.Ordinal);
+    private readonly string _inboxPrefix;
+    private long _lastRequest;
+    private Task<HeraldSubscription>? _inbox;
+
+    /// <summary>A client of the broker at <paramref name="url"/> (see <see cref="HeraldClientOptions.Url"/>), with default options.</summary>
+    public HeraldClient(string url)
+        : this(new HeraldClientOptions { Url = url })
+    {
+    }
+
+    /// <summary>A client of the broker at <paramref name="url"/>, with <paramref name="options"/> (whose <see cref="HeraldClientOptions.Url"/> is ignored).</summary>
+    public HeraldClient(string url, HeraldClientOptions options)
+        : this(WithUrl(options, url))
+    {
+    }
+
+    /// <summary>A client configured by <paramref name="options"/> (a copy is taken).</summary>
+    /// <exception cref="ArgumentException">An option or the address is not valid.</exception>
+    public HeraldClient(HeraldClientOptions options)
+    {
+        ArgumentNullException.ThrowIfNull(options);
+        _options = options.Clone();
+        _options.Validate();
+        _address = BrokerAddress.Parse(_options.Url!);
+        Serializer = new PayloadSerializer(_options.SerializerOptions);
+        _offline = new PublishBuffer(_options.PublishBufferSize);
+        _inboxPrefix = ProtocolConstants.InboxPrefix + Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(12));
+        if (_address.Transport == HeraldTransport.LongPoll)
+        {
+            HttpMessageHandler handler = _options.HttpMessageHandler ?? new SocketsHttpHandler
+            {
+                ConnectTimeout = _options.ConnectTimeout,
+                PooledConnectionLifetime = TimeSpan.FromMinutes(5),
+                SslOptions = { RemoteCertificateValidationCallback = _options.ServerCertificateValidation },
+            };
+            _http = new HttpClient(handler, disposeHandler: _options.HttpMessageHandler is null) { Timeout = Timeout.InfiniteTimeSpan };
+        }
+    }
+
+    /// <summary>Raised, in order, whenever <see cref="State"/> changes. On the thread pool.</summary>
+    public event EventHandler<ConnectionStateChangedEventArgs>? StateChanged;
+
+    /// <summary>
+    /// Raised for errors no call was waiting for: a non-fatal ERROR from the broker (say,
+    /// <see cref="ErrorCode.MessagesDropped"/>), a lost connection, a handler that threw, a publication the
+    /// broker refused after it was sent. On the thread pool.
+    /// </summary>
+    public event EventHandler<HeraldErrorEventArgs>? Error;
+
+    /// <summary>The broker's address, normalized.</summary>
+    public string Url => _address.ToString();
+
+    /// <summary>The transport, chosen by the address's scheme.</summary>
+    public HeraldTransport Transport => _address.Transport;
+
+    /// <summary>What the broker said about the current (or last) connection; <c>null</c> before the first.</summary>
+    public HeraldServerInfo? ServerInfo => Volatile.Read(ref _current)?.Info ?? Volatile.Read(ref _serverInfo);
+
+    internal PayloadSerializer Serializer { get; }
+
+    /// <summary>Connects now, if not connected yet, and waits until connected (through a reconnect, too).</summary>
+    /// <exception cref="HeraldConnectionException">The broker cannot be reached.</exception>
+    /// <exception cref="HeraldException">The broker refused the handshake (its code says why).</exception>
+    public Task ConnectAsync(CancellationToken cancellationToken = default) => ConnectedAsync(cancellationToken);
+
+    /// <summary>
+    /// Waits until the broker has processed everything this client sent before the call (TCP: a PING/PONG
+    /// round trip, spec §4.7; long-poll: every publish request answered). Waits for a reconnect first if
+    /// there is one under way.
+    /// </summary>
+    /// <exception cref="HeraldException">The connection was lost before the flush completed.</exception>
+    public async Task FlushAsync(CancellationToken cancellationToken = default)
+    {
+        BrokerConnection connection = await ConnectedAsync(cancellationToken).ConfigureAwait(false);
+        await connection.FlushAsync(cancellationToken).ConfigureAwait(false);
+    }
+
+    /// <summary>
+    /// Presents a fresh credential (from <see cref="HeraldClientOptions.CredentialProvider"/>, else
+    /// <see cref="HeraldClientOptions.Credential"/>) for the same identity, before the current one expires
+    /// (spec §4.1 refresh: HELLO again, a new WELCOME answers). Only for a broker with authentication on.
+    /// Long-poll: a session keeps the identity it was created with; when its JWT expires the session ends
+    /// and the client reconnects with a fresh credential, so this does nothing.
+    /// </summary>
+    public async Task RefreshCredentialAsync(CancellationToken cancellationToken = default)
+    {
+        BrokerConnection connection = await ConnectedAsync(cancellationToken).ConfigureAwait(false);
+        string? credential = await CredentialAsync(cancellationToken).ConfigureAwait(false);
+        await connection.RefreshAsync(credential, cancellationToken).ConfigureAwait(false);
+    }
+
+    // --- Publish ---------------------------------------------------------------------------------------
+
+    /// <summary>
+    /// Publishes <paramref name="payload"/> to <paramref name="topic"/> (no wildcards, spec §5). Completes
+    /// when the publication is queued (use <see cref="FlushAsync"/> to know the broker has it). Disconnected,
+    /// it is buffered and sent after the reconnect.
+    /// </summary>
+    /// <exception cref="HeraldException">The topic breaks the rules (<see cref="ErrorCode.InvalidTopic"/>, <see cref="ErrorCode.ReservedTopic"/>, <see cref="ErrorCode.TopicTooLong"/>) or the payload is over the broker's limit (<see cref="ErrorCode.FrameTooLarge"/>); nothing was sent.</exception>
+    /// <exception cref="HeraldBufferFullException">Disconnected, and the buffer is full.</exception>
+    public ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, string? replyTo = null, CancellationToken cancellationToken = default) =>
+        PublishCoreAsync(EncodeTopic(topic), EncodeReplyTo(replyTo), payload, cancellationToken);
+
+    /// <inheritdoc cref="PublishAsync(string, ReadOnlyMemory{byte}, string?, CancellationToken)"/>
+    public ValueTask PublishAsync(string topic, byte[] payload, string? replyTo = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(payload);
+        return PublishCoreAsync(EncodeTopic(topic), EncodeReplyTo(replyTo), payload, cancellationToken);
+    }
+
+    /// <summary>Publishes <paramref name="text"/> as UTF-8 bytes (a long-poll JSON reader sees it as <c>text</c>).</summary>
+    public ValueTask PublishAsync(string topic, string text, string? replyTo = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(text);
+        return PublishCoreAsync(EncodeTopic(topic), EncodeReplyTo(replyTo), Encoding.UTF8.GetBytes(text), cancellationToken);
+    }
+
+    /// <summary>
+    /// Publishes <paramref name="value"/> serialized with MessagePack (<see cref="HeraldClientOptions.SerializerOptions"/>).
+    /// A <see cref="string"/> or a byte buffer (<c>byte[]</c>, <c>Memory&lt;byte&gt;</c>, <c>ArraySegment&lt;byte&gt;</c>) is sent as
+    /// it is, as by the other overloads (and <see cref="HeraldMessage.Deserialize{T}"/> gives it back the same way).
+    /// </summary>
+    public ValueTask PublishAsync<T>(string topic, T value, string? replyTo = null, CancellationToken cancellationToken = default) =>
+        PublishCoreAsync(EncodeTopic(topic), EncodeReplyTo(replyTo), Serializer.ToPayload(value), cancellationToken);
+
+    // --- Subscribe -------------------------------------------------------------------------------------
+
+    /// <summary>
+    /// Subscribes to <paramref name="pattern"/> (<c>*</c> one token, <c>&gt;</c> the rest, spec §5). Read the
+    /// messages by enumerating the subscription: <c>await foreach (var m in subscription)</c>. When connected,
+    /// completes once the broker has the subscription (a publication sent after it is delivered to it);
+    /// disconnected, it is made on the next connection.
+    /// </summary>
+    /// <exception cref="HeraldException">The broker refused it (<see cref="ErrorCode.InvalidTopic"/>, <see cref="ErrorCode.TooManySubscriptions"/>, ...).</exception>
+    public Task<HeraldSubscription> SubscribeAsync(string pattern, SubscriptionOptions? options = null, CancellationToken cancellationToken = default) =>
+        SubscribeCoreAsync(pattern, options, handler: null, cancellationToken);
+
+    /// <summary>
+    /// Subscribes and calls <paramref name="handler"/> for every message, one at a time, in order, on the
+    /// thread pool (the WCF duplex callback model). An exception from it is reported through <see cref="Error"/>.
+    /// </summary>
+    /// <inheritdoc cref="SubscribeAsync(string, SubscriptionOptions?, CancellationToken)"/>
+    public Task<HeraldSubscription> SubscribeAsync(string pattern, Action<HeraldMessage> handler, SubscriptionOptions? options = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(handler);
+        return SubscribeCoreAsync(pattern, options, (m, _) => { handler(m); return default; }, cancellationToken);
+    }
+
+    /// <inheritdoc cref="SubscribeAsync(string, Action{HeraldMessage}, SubscriptionOptions?, CancellationToken)"/>
+    public Task<HeraldSubscription> SubscribeAsync(string pattern, Func<HeraldMessage, Task> handler, SubscriptionOptions? options = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(handler);
+        return SubscribeCoreAsync(pattern, options, (m, _) => new ValueTask(handler(m)), cancellationToken);
+    }
+
+    /// <summary>As the other handler overloads; the token is cancelled when the subscription ends.</summary>
+    /// <inheritdoc cref="SubscribeAsync(string, Action{HeraldMessage}, SubscriptionOptions?, CancellationToken)"/>
+    public Task<HeraldSubscription> SubscribeAsync(string pattern, Func<HeraldMessage, CancellationToken, Task> handler, SubscriptionOptions? options = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(handler);
+        return SubscribeCoreAsync(pattern, options, (m, token) => new ValueTask(handler(m, token)), cancellationToken);
+    }
+
+    // --- Request/reply -----------------------------------------------------------------------------------
+
+    /// <summary>
+    /// Publishes a request with a fresh <c>reply_to</c> inbox topic and waits for the first reply (spec §7).
+    /// The client subscribes its inbox (<c>_INBOX.&lt;random&gt;.&gt;</c>) once, on the first request.
+    /// </summary>
+    /// <param name="timeout">How long to wait for the reply; <see cref="HeraldClientOptions.RequestTimeout"/> if <c>null</c>.</param>
+    /// <exception cref="HeraldTimeoutException">No reply in time (nobody answered, or nobody subscribes to <paramref name="topic"/>).</exception>
+    public async Task<HeraldMessage> RequestAsync(string topic, ReadOnlyMemory<byte> payload, TimeSpan? timeout = null, CancellationToken cancellationToken = default)
+    {
+        byte[] encodedTopic = EncodeTopic(topic);
+        TimeSpan wait = timeout ?? _options.RequestTimeout;
+        ArgumentOutOfRangeException.ThrowIfLessThanOrEqual(wait, TimeSpan.Zero, nameof(timeout));
+        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        deadline.CancelAfter(wait);
+        string token = Interlocked.Increment(ref _lastRequest).ToString(CultureInfo.InvariantCulture);
+        var reply = new TaskCompletionSource<HeraldMessage>(TaskCreationOptions.RunContinuationsAsynchronously);
+        _requests[token] = reply;
+        try
+        {
+            await EnsureInboxAsync(deadline.Token).ConfigureAwait(false);
+            await PublishCoreAsync(encodedTopic, Encoding.UTF8.GetBytes($"{_inboxPrefix}.{token}"), payload, deadline.Token).ConfigureAwait(false);
+            return await reply.Task.WaitAsync(deadline.Token).ConfigureAwait(false);
+        }
+        catch (OperationCanceledException e) when (deadline.IsCancellationRequested && !cancellationToken.IsCancellationRequested)
+        {
+            throw new HeraldTimeoutException($"No reply to the request on '{topic}' within {wait.TotalMilliseconds.ToString(CultureInfo.InvariantCulture)} ms.", e);
+        }
+        finally
+        {
+            _requests.TryRemove(token, out _);
+        }
+    }
+
+    /// <inheritdoc cref="RequestAsync(string, ReadOnlyMemory{byte}, TimeSpan?, CancellationToken)"/>
+    public Task<HeraldMessage> RequestAsync(string topic, byte[] payload, TimeSpan? timeout = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(payload);
+        return RequestAsync(topic, new ReadOnlyMemory<byte>(payload), timeout, cancellationToken);
+    }
+
+    /// <summary>A request whose payload is <paramref name="text"/> as UTF-8.</summary>
+    /// <inheritdoc cref="RequestAsync(string, ReadOnlyMemory{byte}, TimeSpan?, CancellationToken)"/>
+    public Task<HeraldMessage> RequestAsync(string topic, string text, TimeSpan? timeout = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(text);
+        return RequestAsync(topic, new ReadOnlyMemory<byte>(Encoding.UTF8.GetBytes(text)), timeout, cancellationToken);
+    }
+
+    /// <summary>A request and its reply as MessagePack-serialized values.</summary>
+    /// <inheritdoc cref="RequestAsync(string, ReadOnlyMemory{byte}, TimeSpan?, CancellationToken)"/>
+    public async Task<TReply> RequestAsync<TRequest, TReply>(string topic, TRequest request, TimeSpan? timeout = null, CancellationToken cancellationToken = default)
+    {
+        HeraldMessage reply = await RequestAsync(topic, Serializer.ToPayload(request), timeout, cancellationToken).ConfigureAwait(false);
+        return reply.Deserialize<TReply>();
+    }
+
+    // --- Internals shared with the transports ----------------------------------------------------------------
+
+    /// <summary>The live subscription with <paramref name="sid"/>, or <c>null</c>: a late message for an ended one is dropped (spec §4.4).</summary>
+    internal HeraldSubscription? FindSubscription(uint sid) => _subscriptions.TryGetValue(sid, out HeraldSubscription? subscription) ? subscription : null;
+
+    /// <summary>Raises <see cref="Error"/> on the thread pool.</summary>
+    internal void ReportError(HeraldException error) => _events.Post(() => Error?.Invoke(this, new HeraldErrorEventArgs(error)));
+
+    private async ValueTask PublishCoreAsync(byte[] topic, byte[]? replyTo, ReadOnlyMemory<byte> payload, CancellationToken cancellationToken)
+    {
+        cancellationToken.ThrowIfCancellationRequested();
+        await StartAsync(cancellationToken).ConfigureAwait(false);
+
+        // Compressed outside the lock; used only if the connection the publication lands on granted Zstd.
+        byte[]? compressed = null;
+        if (_options.CompressPublishesAbove is { } above && payload.Length >= above && Volatile.Read(ref _current)?.Zstd == true)
+        {
+            compressed = ZstdCodec.TryCompress(payload.Span);
+        }
+
+        while (true)
+        {
+            Task room;
+            lock (_gate)
+            {
+                ThrowIfClosed();
+                BrokerConnection? connection = _current;
+                if (connection is null)
+                {
+                    if (!_offline.TryAppend(topic, replyTo, payload.Span))
+                    {
+                        throw new HeraldBufferFullException(
+                            $"The client is {_state.ToString().ToLowerInvariant()} and its publish buffer ({_offline.Limit} bytes, HeraldClientOptions.PublishBufferSize) "
+                            + $"cannot take a publication of {payload.Length} bytes to '{Encoding.UTF8.GetString(topic)}'; it was not kept.")
+                        {
+                            BufferSize = _offline.Limit,
+                        };
+                    }
+
+                    return;
+                }
+
+                bool zstd = compressed is not null && connection.Zstd;
+                ReadOnlySpan<byte> body = zstd ? compressed : payload.Span;
+                PayloadFlags flags = zstd ? PayloadFlags.Zstd : PayloadFlags.None;
+                CheckLimits(connection, topic, replyTo, flags, body.Length);
+                if (connection.Outbound.TryEnqueuePublish(topic, replyTo, flags, body))
+                {
+                    return;
+                }
+
+                room = connection.Outbound.WaitForRoomAsync();
+            }
+
+            await room.WaitAsync(cancellationToken).ConfigureAwait(false);
+        }
+    }
+
+    private async Task<HeraldSubscription> SubscribeCoreAsync(string pattern, SubscriptionOptions? options, Func<HeraldMessage, CancellationToken, ValueTask>? handler, CancellationToken cancellationToken)
+    {
+        byte[] encoded = EncodePattern(pattern);
+        SynchronizationContext? context = (options?.DeliverOnCapturedContext ?? _options.DeliverOnCapturedContext) && handler is not null ? SynchronizationContext.Current : null;
+        await StartAsync(cancellationToken).ConfigureAwait(false);
+        return await AddSubscriptionAsync(
+            sid => new HeraldSubscription(
+                this,
+                sid,
+                pattern,
+                encoded,
+                options?.NoEcho == true ? SubscribeOptions.NoEcho : SubscribeOptions.None,
+                options?.Capacity ?? _options.SubscriptionCapacity,
+                options?.FullMode ?? _options.SubscriptionFullMode,
+                handler,
+                context),
+            cancellationToken).ConfigureAwait(false);
+    }
+
+    /// <summary>
+    /// Adds a subscription to the table and sends it on the current connection, if there is one, then waits
+    /// for the broker to have it (TCP: PING/PONG behind the SUBSCRIBE; long-poll: the 204). A refusal removes
+    /// it again and throws; a lost connection leaves it to the reconnect.
+    /// </summary>
+    private async Task<HeraldSubscription> AddSubscriptionAsync(Func<uint, HeraldSubscription> create, CancellationToken cancellationToken)
+    {
+        HeraldSubscription subscription;
+        BrokerConnection? connection;
+        Task? confirmed = null;
+        lock (_gate)
+        {
+            ThrowIfClosed();
+            subscription = create(NextSidLocked());
+            _subscriptions[subscription.Sid] = subscription;
+            connection = _current;
+            if (connection is not null)
+            {
+                subscription.SentOn = connection;
+                if (connection.SubscribesInline)
+                {
+                    confirmed = connection.EnqueueSubscribe(subscription);
+                }
+            }
+        }
+
+        subscription.Start();
+        if (connection is null)
+        {
+            return subscription; // made on the next connection, before it counts as connected
+        }
+
+        try
+        {
+            await (confirmed ?? connection.SubscribeAsync(subscription, cancellationToken)).WaitAsync(cancellationToken).ConfigureAwait(false);
+
+            lock (_gate)
+            {
+                if (ReferenceEquals(subscription.SentOn, connection))
+                {
+                    subscription.Confirmed = true;
+                }
+            }
+
+            return subscription;
+        }
+        catch (HeraldException e) when (e is not HeraldConnectionException && (IsSubscriptionError(e.ErrorCode) || e.HttpStatus is >= 400 and < 500))
+        {
+            Remove(subscription);
+            subscription.End(e);
+            throw;
+        }
+        catch (HeraldException)
+        {
+            return subscription; // the connection was lost: the reconnect makes the subscription again
+        }
+        catch (OperationCanceledException)
+        {
+            await UnsubscribeAsync(subscription, CancellationToken.None).ConfigureAwait(false);
+            throw;
+        }
+    }
+
+    /// <summary>Unsubscribes (spec §4.4): out of the table at once (late messages are dropped), then UNSUBSCRIBE or DELETE.</summary>
+    internal async ValueTask UnsubscribeAsync(HeraldSubscription subscription, CancellationToken cancellationToken)
+    {
+        BrokerConnection? connection = null;
+        lock (_gate)
+        {
+            if (!_subscriptions.TryRemove(KeyValuePair.Create(subscription.Sid, subscription)))
+            {
+                subscription.End(null);
+                return;
+            }
+
+            if (_current is { } current && ReferenceEquals(subscription.SentOn, current))
+            {
+                if (current.SubscribesInline)
+                {
+                    current.Outbound.EnqueueUnsubscribe(subscription.Sid);
+                }
+                else
+                {
+                    connection = current;
+                }
+            }
+        }
+
+        subscription.End(null);
+        if (connection is not null)
+        {
+            try
+            {
+                await connection.UnsubscribeAsync(subscription.Sid, cancellationToken).ConfigureAwait(false);
+            }
+            catch (HeraldConnectionException)
+            {
+                // The session is gone, and its subscriptions with it.
+            }
+        }
+    }
+
+    private void Remove(HeraldSubscription subscription) => _subscriptions.TryRemove(KeyValuePair.Create(subscription.Sid, subscription));
+
+    /// <summary>Subscribes the request inbox once (again after a failure), with a handler that completes the waiting request.</summary>
+    private Task EnsureInboxAsync(CancellationToken cancellationToken)
+    {
+        Task inbox;
+        lock (_gate)
+        {
+            ThrowIfClosed();
+            if (_inbox is { IsCompletedSuccessfully: true } done && !done.Result.IsActive)
+            {
+                _inbox = null; // the broker refused it once (too many subscriptions): subscribe it again
+            }
+
+            _inbox ??= Task.Run(SubscribeInboxAsync, CancellationToken.None);
+            inbox = _inbox;
+        }
+
+        return inbox.WaitAsync(cancellationToken);
+    }
+
+    private async Task<HeraldSubscription> SubscribeInboxAsync()
+    {
+        string pattern = _inboxPrefix + ".>";
+        try
+        {
+            await StartAsync(_closing.Token).ConfigureAwait(false);
+            return await AddSubscriptionAsync(sid => new HeraldSubscription(this, sid, pattern, Encoding.UTF8.GetBytes(pattern), OnReply), _closing.Token).ConfigureAwait(false);
+        }
+        catch
+        {
+            lock (_gate)
+            {
+                _inbox = null;
+            }
+
+            throw;
+        }
+    }
+
+    /// <summary>The inbox handler, on the reading thread: completes the request the reply's last token names.</summary>
+    private void OnReply(HeraldMessage reply)
+    {
+        string token = reply.Topic.Length > _inboxPrefix.Length + 1 ? reply.Topic[(_inboxPrefix.Length + 1)..] : "";
+        if (_requests.TryRemove(token, out TaskCompletionSource<HeraldMessage>? waiting))
+        {
+            waiting.TrySetResult(reply);
+        }
+    }
+
+    /// <summary>Caller holds <c>_gate</c>.</summary>
+    private uint NextSidLocked()
+    {
+        do
+        {
+            _lastSid = _lastSid == uint.MaxValue ? 1 : _lastSid + 1;
+        }
+        while (_subscriptions.ContainsKey(_lastSid));
+        return _lastSid;
+    }
+
+    private static void CheckLimits(BrokerConnection connection, byte[] topic, byte[]? replyTo, PayloadFlags flags, int payloadLength)
+    {
+        if (topic.Length > connection.MaxTopic || (replyTo?.Length ?? 0) > connection.MaxTopic)
+        {
+            byte[] tooLong = topic.Length > connection.MaxTopic ? topic : replyTo!;
+            throw new HeraldException(ErrorCode.TopicTooLong, Topic.Describe(ErrorCode.TopicTooLong, tooLong, connection.MaxTopic) + " It was not sent.");
+        }
+
+        int body = ClientFrames.PublishBodySize(topic.Length, replyTo?.Length ?? 0, flags, payloadLength);
+        if (body > connection.MaxBody)
+        {
+            throw new HeraldException(ErrorCode.FrameTooLarge, $"A publication of {payloadLength} bytes to '{Encoding.UTF8.GetString(topic)}' makes a {body}-byte frame; the broker takes at most {connection.MaxBody} (spec §9). It was not sent.");
+        }
+    }
+
+    private byte[] EncodeTopic(string topic) => ClientTopics.EncodeTopic(topic, Volatile.Read(ref _maxTopic));
+
+    private byte[]? EncodeReplyTo(string? replyTo) => ClientTopics.EncodeReplyTo(replyTo, Volatile.Read(ref _maxTopic));
+
+    private byte[] EncodePattern(string pattern) => ClientTopics.EncodePattern(pattern, Volatile.Read(ref _maxTopic));
+
+    private static bool IsSubscriptionError(ErrorCode code) =>
+        code is ErrorCode.InvalidTopic or ErrorCode.TopicTooLong or ErrorCode.DuplicateSubscription or ErrorCode.TooManySubscriptions or ErrorCode.PermissionDenied or ErrorCode.TooManyTopics;
+
+    private static HeraldClientOptions WithUrl(HeraldClientOptions options, string url)
+    {
+        ArgumentNullException.ThrowIfNull(options);
+        HeraldClientOptions copy = options.Clone();
+        copy.Url = url;
+        return copy;
+    }
+}

@@ -1,0 +1,173 @@
+using System.Net.Security;
+using System.Text;
+using System.Threading.Channels;
+using Herald.Protocol;
+using MessagePack;
+
+namespace Herald.Client;
+
+/// <summary>
+/// Settings of a <see cref="HeraldClient"/>. The client takes a copy when it is created; changing the
+/// object afterwards has no effect on it. Every value is checked then (an <see cref="ArgumentException"/>
+/// names the bad one).
+/// </summary>
+public sealed class HeraldClientOptions
+{
+    /// <summary>
+    /// The broker: <c>tcp://host:4502</c> (binary protocol), <c>tcp://host:4502-4534</c> (a port of the
+    /// range picked at random for each connection, which spreads clients over the broker's listeners),
+    /// <c>tls://host:4502</c> (the same over TLS, for the broker's <c>Herald:Security:Tls:TcpPorts</c>), or
+    /// <c>http://host:8080</c> / <c>https://...</c> (HTTP long-poll, for networks that only let HTTP through).
+    /// </summary>
+    public string? Url { get; set; }
+
+    /// <summary>
+    /// The credential for a broker with authentication on (a static token or a JWT): sent in HELLO's
+    /// <c>auth</c> (spec §4.1), or as <c>Authorization: Bearer</c> when a long-poll session is created.
+    /// </summary>
+    public string? Credential { get; set; }
+
+    /// <summary>
+    /// Asked for the credential before every connection (and by <see cref="HeraldClient.RefreshCredentialAsync"/>),
+    /// so a reconnect, or a refresh before a JWT expires, uses a fresh one. Wins over <see cref="Credential"/>.
+    /// With it, a connection the broker closes as <c>AuthenticationFailed</c> (an expired token) is
+    /// reconnected; without it, the client closes.
+    /// </summary>
+    public Func<CancellationToken, ValueTask<string?>>? CredentialProvider { get; set; }
+
+    /// <summary>
+    /// <c>tls://</c> and <c>https://</c>: checks the broker's certificate (say, to trust a self-signed one).
+    /// <c>null</c>: the system's validation, for the host name of the address.
+    /// </summary>
+    public RemoteCertificateValidationCallback? ServerCertificateValidation { get; set; }
+
+    /// <summary>Sent to the broker in HELLO (or when a long-poll session is created); shown in its logs and <c>/connz</c>. At most 128 UTF-8 bytes.</summary>
+    public string ClientName { get; set; } = "herald-dotnet";
+
+    /// <summary>Ask the broker for Zstd compression (spec §11). Compressed messages are decompressed before you see them.</summary>
+    public bool EnableCompression { get; set; } = true;
+
+    /// <summary>
+    /// When compression was negotiated, payloads of at least this many bytes are published Zstd-compressed
+    /// (if that makes them smaller). <c>null</c> (the default): never; the broker still compresses what it sends.
+    /// </summary>
+    public int? CompressPublishesAbove { get; set; }
+
+    /// <summary>
+    /// Bytes of publications the client holds that are not yet written to the broker. Connected, a publish
+    /// over it waits for the socket (back-pressure). Disconnected, publications are kept up to this size and
+    /// sent after the reconnect; past it <see cref="HeraldBufferFullException"/> is thrown. 0: nothing is
+    /// kept while disconnected.
+    /// </summary>
+    public int PublishBufferSize { get; set; } = 8 * 1024 * 1024;
+
+    /// <summary>Time one connection attempt may take: TCP connect plus HELLO/WELCOME, or the long-poll session; plus restoring the subscriptions.</summary>
+    public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(10);
+
+    /// <summary>Delay before the first reconnect attempt; it doubles with every failed attempt, up to <see cref="MaxReconnectDelay"/>. Each delay is jittered (between half and all of it).</summary>
+    public TimeSpan ReconnectDelay { get; set; } = TimeSpan.FromMilliseconds(100);
+
+    /// <summary>Longest delay between two reconnect attempts.</summary>
+    public TimeSpan MaxReconnectDelay { get; set; } = TimeSpan.FromSeconds(5);
+
+    /// <summary>Reconnect attempts after a connection is lost before the client gives up and closes; -1 (the default): never give up.</summary>
+    public int MaxReconnectAttempts { get; set; } = -1;
+
+    /// <summary>TCP: idle time after which the client PINGs the broker (spec §6.2). <see cref="Timeout.InfiniteTimeSpan"/>: never.</summary>
+    public TimeSpan PingInterval { get; set; } = TimeSpan.FromSeconds(30);
+
+    /// <summary>TCP: unanswered PINGs after which the broker is presumed dead and the client reconnects.</summary>
+    public int MaxPingsOutstanding { get; set; } = 2;
+
+    /// <summary>Default time <see cref="HeraldClient.RequestAsync(string, ReadOnlyMemory{byte}, TimeSpan?, CancellationToken)"/> waits for a reply.</summary>
+    public TimeSpan RequestTimeout { get; set; } = TimeSpan.FromSeconds(5);
+
+    /// <summary>Messages a subscription buffers for its reader or handler (see <see cref="SubscriptionOptions.Capacity"/>).</summary>
+    public int SubscriptionCapacity { get; set; } = 10_000;
+
+    /// <summary>What a subscription does when its buffer is full (see <see cref="SubscriptionOptions.FullMode"/>).</summary>
+    public BoundedChannelFullMode SubscriptionFullMode { get; set; } = BoundedChannelFullMode.Wait;
+
+    /// <summary>
+    /// Run subscription handlers on the <see cref="SynchronizationContext"/> that was current when
+    /// <c>SubscribeAsync</c> was called (a UI thread, say). Off by default: handlers run on the thread pool,
+    /// which is much faster; turn it on only for handlers that must touch UI objects.
+    /// </summary>
+    public bool DeliverOnCapturedContext { get; set; }
+
+    /// <summary>
+    /// MessagePack options for typed payloads. Serialization uses them as they are; deserialization adds
+    /// <see cref="MessagePackSecurity.UntrustedData"/> unless they already carry a security setting of their own.
+    /// </summary>
+    public MessagePackSerializerOptions SerializerOptions { get; set; } = MessagePackSerializerOptions.Standard;
+
+    /// <summary>Largest frame body accepted from the broker, and largest decompressed payload, in bytes.</summary>
+    public int MaxIncomingFrameBytes { get; set; } = 64 * 1024 * 1024;
+
+    /// <summary>How long <see cref="HeraldClient.DisposeAsync"/> waits for queued publications to reach the broker.</summary>
+    public TimeSpan CloseTimeout { get; set; } = TimeSpan.FromSeconds(5);
+
+    /// <summary>Long-poll: the HTTP handler to use (proxy, TLS settings, tests). Not disposed by the client. <c>null</c>: a <see cref="SocketsHttpHandler"/> of its own.</summary>
+    public HttpMessageHandler? HttpMessageHandler { get; set; }
+
+    internal HeraldClientOptions Clone() => (HeraldClientOptions)MemberwiseClone();
+
+    internal void Validate()
+    {
+        ArgumentException.ThrowIfNullOrWhiteSpace(Url, nameof(Url));
+        ArgumentNullException.ThrowIfNull(ClientName, nameof(ClientName));
+        ArgumentNullException.ThrowIfNull(SerializerOptions, nameof(SerializerOptions));
+        if (Encoding.UTF8.GetByteCount(ClientName) > ProtocolConstants.MaxClientNameBytes)
+        {
+            throw new ArgumentException($"ClientName is longer than {ProtocolConstants.MaxClientNameBytes} UTF-8 bytes.", nameof(ClientName));
+        }
+
+        Positive(ConnectTimeout, nameof(ConnectTimeout));
+        Positive(ReconnectDelay, nameof(ReconnectDelay));
+        Positive(MaxReconnectDelay, nameof(MaxReconnectDelay));
+        Positive(RequestTimeout, nameof(RequestTimeout));
+        Positive(CloseTimeout, nameof(CloseTimeout));
+        if (PingInterval != Timeout.InfiniteTimeSpan)
+        {
+            Positive(PingInterval, nameof(PingInterval));
+        }
+
+        ArgumentOutOfRangeException.ThrowIfNegative(PublishBufferSize, nameof(PublishBufferSize));
+        ArgumentOutOfRangeException.ThrowIfLessThan(MaxReconnectAttempts, -1, nameof(MaxReconnectAttempts));
+        ArgumentOutOfRangeException.ThrowIfLessThan(MaxPingsOutstanding, 1, nameof(MaxPingsOutstanding));
+        ArgumentOutOfRangeException.ThrowIfLessThan(SubscriptionCapacity, 1, nameof(SubscriptionCapacity));
+        ArgumentOutOfRangeException.ThrowIfLessThan(MaxIncomingFrameBytes, 64, nameof(MaxIncomingFrameBytes));
+        if (CompressPublishesAbove is { } above)
+        {
+            ArgumentOutOfRangeException.ThrowIfNegative(above, nameof(CompressPublishesAbove));
+        }
+    }
+
+    private static void Positive(TimeSpan value, string name)
+    {
+        if (value <= TimeSpan.Zero)
+        {
+            throw new ArgumentOutOfRangeException(name, value, $"{name} must be positive.");
+        }
+    }
+}
+
+/// <summary>Settings of one subscription; what is left <c>null</c> comes from <see cref="HeraldClientOptions"/>.</summary>
+public sealed class SubscriptionOptions
+{
+    /// <summary>Do not receive what this same client publishes (spec §4.3 "no echo").</summary>
+    public bool NoEcho { get; set; }
+
+    /// <summary>Messages buffered between the connection and the reader or handler.</summary>
+    public int? Capacity { get; set; }
+
+    /// <summary>
+    /// When the buffer is full: <see cref="BoundedChannelFullMode.Wait"/> (the default) stops reading from the
+    /// broker until there is room, so nothing is lost and the broker's slow-consumer policy decides (spec §6.3);
+    /// the drop modes keep reading and count what they drop in <see cref="HeraldSubscription.DroppedMessages"/>.
+    /// </summary>
+    public BoundedChannelFullMode? FullMode { get; set; }
+
+    /// <summary>Overrides <see cref="HeraldClientOptions.DeliverOnCapturedContext"/> for this subscription.</summary>
+    public bool? DeliverOnCapturedContext { get; set; }
+}

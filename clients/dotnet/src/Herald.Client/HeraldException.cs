@@ -1,0 +1,112 @@
+using Herald.Protocol;
+
+namespace Herald.Client;
+
+/// <summary>
+/// Something went wrong talking to the broker. When the broker said so itself (an ERROR frame, spec §8, or
+/// a long-poll problem, longpoll §3), <see cref="ErrorCode"/> is its code; when the client refused
+/// something before sending it (a topic the broker would refuse), the code is the one the broker would
+/// have sent. Otherwise the code is <see cref="Protocol.ErrorCode.None"/>.
+/// </summary>
+public class HeraldException : Exception
+{
+    public HeraldException()
+        : base("Herald error.")
+    {
+    }
+
+    public HeraldException(string message)
+        : base(message)
+    {
+    }
+
+    public HeraldException(string message, Exception innerException)
+        : base(message, innerException)
+    {
+    }
+
+    public HeraldException(ErrorCode errorCode, string message, Exception? innerException = null)
+        : base(message, innerException) => ErrorCode = errorCode;
+
+    /// <summary>The protocol's error code (spec §8), or <see cref="Protocol.ErrorCode.None"/>.</summary>
+    public ErrorCode ErrorCode { get; }
+
+    /// <summary>The broker closed the connection after this error (the ERROR frame's <c>fatal</c>).</summary>
+    public bool IsFatal { get; init; }
+
+    /// <summary>For <see cref="Protocol.ErrorCode.MessagesDropped"/>: how many messages were lost.</summary>
+    public ulong Count { get; init; }
+
+    /// <summary>Long-poll: the problem's <c>code</c> (longpoll §3), e.g. <c>SessionExpired</c>.</summary>
+    public string? ProblemCode { get; init; }
+
+    /// <summary>Long-poll: the HTTP status of the refusal.</summary>
+    public int? HttpStatus { get; init; }
+}
+
+/// <summary>
+/// A publication did not fit in the client's buffer while it was disconnected
+/// (<see cref="HeraldClientOptions.PublishBufferSize"/>). Nothing of it was kept; try again after the
+/// reconnect (<see cref="HeraldClient.StateChanged"/>) or raise the limit.
+/// </summary>
+public sealed class HeraldBufferFullException : HeraldException
+{
+    public HeraldBufferFullException()
+        : base("The publish buffer is full.")
+    {
+    }
+
+    public HeraldBufferFullException(string message)
+        : base(message)
+    {
+    }
+
+    public HeraldBufferFullException(string message, Exception innerException)
+        : base(message, innerException)
+    {
+    }
+
+    /// <summary>The configured <see cref="HeraldClientOptions.PublishBufferSize"/>.</summary>
+    public int BufferSize { get; init; }
+}
+
+/// <summary>No reply arrived in time for a request.</summary>
+public sealed class HeraldTimeoutException : HeraldException
+{
+    public HeraldTimeoutException()
+        : base("The request timed out.")
+    {
+    }
+
+    public HeraldTimeoutException(string message)
+        : base(message)
+    {
+    }
+
+    public HeraldTimeoutException(string message, Exception innerException)
+        : base(message, innerException)
+    {
+    }
+}
+
+/// <summary>
+/// The broker could not be reached, or the connection was lost (the inner exception says how), or the
+/// client gave up reconnecting.
+/// </summary>
+public sealed class HeraldConnectionException : HeraldException
+{
+    public HeraldConnectionException()
+        : base("The connection to the broker failed.")
+    {
+    }
+
+    public HeraldConnectionException(string message)
+        : base(message)
+    {
+    }
+
+    public HeraldConnectionException(string message, Exception innerException)
+        : base(message, innerException)
+    {
+    }
+}

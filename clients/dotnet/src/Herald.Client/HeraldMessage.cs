@@ -1,0 +1,101 @@
+using System.Buffers;
+using System.Text;
+using Herald.Client.Compression;
+using Herald.Client.Serialization;
+using Herald.Protocol;
+
+namespace Herald.Client;
+
+/// <summary>
+/// A message a subscription received (spec §4.6). The payload is the publisher's bytes, decompressed if it
+/// travelled compressed. A message is immutable and may be kept and passed between threads.
+/// </summary>
+public sealed class HeraldMessage
+{
+    private readonly HeraldClient? _client;
+    private readonly PayloadSerializer _serializer;
+
+    internal HeraldMessage(HeraldClient? client, HeraldSubscription? subscription, PayloadSerializer serializer, string topic, string? replyTo, ReadOnlyMemory<byte> payload, bool wasCompressed)
+    {
+        _client = client;
+        _serializer = serializer;
+        Subscription = subscription;
+        Topic = topic;
+        ReplyTo = replyTo;
+        Payload = payload;
+        WasCompressed = wasCompressed;
+    }
+
+    /// <summary>The topic it was published to (never a pattern).</summary>
+    public string Topic { get; }
+
+    /// <summary>Where the publisher wants a reply (request/reply, spec §7), or <c>null</c>. See <see cref="RespondAsync(ReadOnlyMemory{byte}, CancellationToken)"/>.</summary>
+    public string? ReplyTo { get; }
+
+    /// <summary>The payload, as published.</summary>
+    public ReadOnlyMemory<byte> Payload { get; }
+
+    /// <summary>It travelled Zstd-compressed (and was decompressed on arrival).</summary>
+    public bool WasCompressed { get; }
+
+    /// <summary>The subscription that received it.</summary>
+    public HeraldSubscription? Subscription { get; }
+
+    /// <summary>The payload as UTF-8 text.</summary>
+    public string GetString() => Encoding.UTF8.GetString(Payload.Span);
+
+    /// <summary>
+    /// The payload as a MessagePack-serialized <typeparamref name="T"/> (deserialized as untrusted data). A
+    /// <see cref="string"/> is the payload as UTF-8 and a byte buffer type the bytes themselves, as
+    /// <see cref="HeraldClient.PublishAsync{T}"/> sends them.
+    /// </summary>
+    /// <exception cref="HeraldException">The payload is not a <typeparamref name="T"/>.</exception>
+    public T Deserialize<T>() => _serializer.FromPayload<T>(Payload, Topic);
+
+    /// <summary>Publishes a reply to <see cref="ReplyTo"/>.</summary>
+    /// <exception cref="InvalidOperationException">The message has no <see cref="ReplyTo"/>.</exception>
+    public ValueTask RespondAsync(ReadOnlyMemory<byte> payload, CancellationToken cancellationToken = default) =>
+        Responder().PublishAsync(ReplyTo!, payload, replyTo: null, cancellationToken);
+
+    /// <inheritdoc cref="RespondAsync(ReadOnlyMemory{byte}, CancellationToken)"/>
+    public ValueTask RespondAsync(byte[] payload, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(payload);
+        return Responder().PublishAsync(ReplyTo!, new ReadOnlyMemory<byte>(payload), replyTo: null, cancellationToken);
+    }
+
+    /// <summary>Publishes <paramref name="text"/> (UTF-8) as the reply to <see cref="ReplyTo"/>.</summary>
+    public ValueTask RespondAsync(string text, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(text);
+        return Responder().PublishAsync(ReplyTo!, new ReadOnlyMemory<byte>(Encoding.UTF8.GetBytes(text)), replyTo: null, cancellationToken);
+    }
+
+    /// <summary>Publishes <paramref name="value"/>, MessagePack-serialized (bytes and text as they are), as the reply to <see cref="ReplyTo"/>.</summary>
+    public ValueTask RespondAsync<T>(T value, CancellationToken cancellationToken = default) =>
+        Responder().PublishAsync(ReplyTo!, _serializer.ToPayload(value), replyTo: null, cancellationToken);
+
+    public override string ToString() => $"{Topic} ({Payload.Length} bytes{(ReplyTo is null ? "" : ", reply to " + ReplyTo)})";
+
+    /// <summary>
+    /// Builds a message from a MESSAGE frame: copies it out of the read buffer and decompresses a Zstd
+    /// payload, bounded by <paramref name="maxPayload"/>.
+    /// </summary>
+    /// <exception cref="ProtocolException"><see cref="ErrorCode.DecompressionFailed"/>.</exception>
+    internal static HeraldMessage FromFrame(in PublishFrame frame, HeraldClient? client, HeraldSubscription? subscription, PayloadSerializer serializer, int maxPayload)
+    {
+        bool compressed = (frame.Flags & PayloadFlags.Zstd) != 0;
+        byte[] payload = compressed ? ZstdCodec.Decompress(frame.Payload, maxPayload) : frame.Payload.ToArray();
+        return new HeraldMessage(client, subscription, serializer, frame.TopicString, frame.ReplyToString, payload, compressed);
+    }
+
+    private HeraldClient Responder()
+    {
+        if (ReplyTo is null)
+        {
+            throw new InvalidOperationException($"The message on '{Topic}' has no reply_to: nobody is waiting for a reply.");
+        }
+
+        return _client ?? throw new InvalidOperationException("This message did not come from a client.");
+    }
+}

@@ -1,0 +1,269 @@
+using System.Runtime.CompilerServices;
+using System.Threading.Channels;
+using Herald.Protocol;
+
+namespace Herald.Client;
+
+/// <summary>
+/// A live subscription to a topic pattern (spec §4.3, wildcards <c>*</c> and <c>&gt;</c>). Either
+/// enumerate it (<c>await foreach (var m in subscription)</c>) or, when it was created with a handler, let
+/// the handler receive each message, one at a time and in order. Dispose it to unsubscribe. It survives
+/// reconnects: the client subscribes again on every new connection.
+/// </summary>
+/// <remarks>
+/// Delivery: the connection's reader hands each message to the subscription's bounded buffer
+/// (<see cref="SubscriptionOptions.Capacity"/>). A handler runs on the thread pool, never on the
+/// caller's <see cref="SynchronizationContext"/>, unless <see cref="SubscriptionOptions.DeliverOnCapturedContext"/>
+/// asked for the context that was current at subscribe time.
+/// </remarks>
+public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsyncDisposable
+{
+    private readonly HeraldClient _client;
+    private readonly Channel<HeraldMessage>? _channel;
+    private readonly Func<HeraldMessage, CancellationToken, ValueTask>? _handler;
+    private readonly Action<HeraldMessage>? _inline;
+    private readonly SynchronizationContext? _context;
+    private readonly CancellationTokenSource _stop = new();
+    private long _dropped;
+    private int _ended;
+
+    /// <summary>A subscription read by enumeration or dispatched to <paramref name="handler"/>.</summary>
+    internal HeraldSubscription(HeraldClient client, uint sid, string pattern, byte[] patternBytes, SubscribeOptions wireOptions, int capacity, BoundedChannelFullMode fullMode, Func<HeraldMessage, CancellationToken, ValueTask>? handler, SynchronizationContext? context)
+    {
+        _client = client;
+        Sid = sid;
+        Pattern = pattern;
+        PatternBytes = patternBytes;
+        WireOptions = wireOptions;
+        _handler = handler;
+        _context = context;
+        _channel = Channel.CreateBounded<HeraldMessage>(
+            new BoundedChannelOptions(capacity) { FullMode = fullMode, SingleReader = handler is not null, SingleWriter = false, AllowSynchronousContinuations = false },
+            _ => Interlocked.Increment(ref _dropped));
+    }
+
+    /// <summary>An internal subscription (the request inbox) whose messages go straight to <paramref name="inline"/> on the reading thread.</summary>
+    internal HeraldSubscription(HeraldClient client, uint sid, string pattern, byte[] patternBytes, Action<HeraldMessage> inline)
+    {
+        _client = client;
+        Sid = sid;
+        Pattern = pattern;
+        PatternBytes = patternBytes;
+        _inline = inline;
+    }
+
+    /// <summary>The pattern subscribed to.</summary>
+    public string Pattern { get; }
+
+    /// <summary>The subscription id on the wire (spec §4.3): in the broker's <c>/subsz</c> and logs.</summary>
+    public uint Sid { get; }
+
+    /// <summary>Not unsubscribed, and its client not closed.</summary>
+    public bool IsActive => Volatile.Read(ref _ended) == 0;
+
+    /// <summary>Messages dropped because the buffer was full (drop modes of <see cref="SubscriptionOptions.FullMode"/> only).</summary>
+    public long DroppedMessages => Interlocked.Read(ref _dropped);
+
+    internal byte[] PatternBytes { get; }
+
+    internal SubscribeOptions WireOptions { get; }
+
+    /// <summary>The connection this subscription was last sent on. Caller holds the client's gate.</summary>
+    internal object? SentOn { get; set; }
+
+    /// <summary>The broker has accepted it on <see cref="SentOn"/>. Caller holds the client's gate.</summary>
+    internal bool Confirmed { get; set; }
+
+    /// <summary>
+    /// Reads the messages in order until the subscription ends (unsubscribed, client disposed). Not for a
+    /// subscription created with a handler. Resumes on the context your <c>await foreach</c> captures: add
+    /// <c>.ConfigureAwait(false)</c> in library code.
+    /// </summary>
+    public IAsyncEnumerator<HeraldMessage> GetAsyncEnumerator(CancellationToken cancellationToken = default)
+    {
+        if (_channel is null || _handler is not null)
+        {
+            throw new InvalidOperationException($"The subscription to '{Pattern}' delivers to its handler; it cannot also be enumerated.");
+        }
+
+        return _channel.Reader.ReadAllAsync(cancellationToken).GetAsyncEnumerator(cancellationToken);
+    }
+
+    /// <summary>The messages' payloads as MessagePack-serialized <typeparamref name="T"/> (see <see cref="HeraldMessage.Deserialize{T}"/>).</summary>
+    public async IAsyncEnumerable<T> ReadAllAsync<T>([EnumeratorCancellation] CancellationToken cancellationToken = default)
+    {
+        await foreach (HeraldMessage message in this.WithCancellation(cancellationToken).ConfigureAwait(false))
+        {
+            yield return message.Deserialize<T>();
+        }
+    }
+
+    /// <summary>Waits for the next message.</summary>
+    /// <exception cref="ChannelClosedException">The subscription was unsubscribed (or its client disposed) and every message read.</exception>
+    /// <exception cref="HeraldException">The subscription ended with an error: refused by the broker, or the client gave up reconnecting.</exception>
+    public async ValueTask<HeraldMessage> ReadAsync(CancellationToken cancellationToken = default)
+    {
+        if (_channel is null || _handler is not null)
+        {
+            throw new InvalidOperationException($"The subscription to '{Pattern}' delivers to its handler; it cannot also be read.");
+        }
+
+        // WaitToReadAsync throws the error the subscription ended with, rather than wrapping it.
+        while (await _channel.Reader.WaitToReadAsync(cancellationToken).ConfigureAwait(false))
+        {
+            if (_channel.Reader.TryRead(out HeraldMessage? message))
+            {
+                return message;
+            }
+        }
+
+        throw new ChannelClosedException($"The subscription to '{Pattern}' has ended.");
+    }
+
+    /// <summary>
+    /// Unsubscribes (spec §4.4). No handler call starts after this; an enumeration ends after the
+    /// messages that had already arrived.
+    /// </summary>
+    public ValueTask UnsubscribeAsync(CancellationToken cancellationToken = default) => _client.UnsubscribeAsync(this, cancellationToken);
+
+    /// <summary>Unsubscribes; see <see cref="UnsubscribeAsync"/>.</summary>
+    public ValueTask DisposeAsync() => UnsubscribeAsync();
+
+    public override string ToString() => $"{Pattern} (sid {Sid})";
+
+    /// <summary>Starts the handler's dispatch loop, on the thread pool.</summary>
+    internal void Start()
+    {
+        if (_handler is not null)
+        {
+            _ = Task.Run(DispatchAsync);
+        }
+    }
+
+    /// <summary>Hands a message over without waiting; <c>false</c> when the buffer is full (mode Wait): call <see cref="DeliverAsync"/>.</summary>
+    internal bool TryDeliver(HeraldMessage message)
+    {
+        if (_inline is not null)
+        {
+            _inline(message);
+            return true;
+        }
+
+        return Volatile.Read(ref _ended) != 0 || _channel!.Writer.TryWrite(message) || _channel.Reader.Completion.IsCompleted;
+    }
+
+    /// <summary>Waits for room in the buffer (mode Wait), holding up the connection's reader: back-pressure towards the broker.</summary>
+    internal async ValueTask DeliverAsync(HeraldMessage message, CancellationToken cancellationToken)
+    {
+        try
+        {
+            using var both = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, _stop.Token);
+            await _channel!.Writer.WriteAsync(message, both.Token).ConfigureAwait(false);
+        }
+        catch (ChannelClosedException)
+        {
+            // Unsubscribed meanwhile: the message is dropped, as spec §4.4 says of late messages.
+        }
+        catch (OperationCanceledException) when (!cancellationToken.IsCancellationRequested)
+        {
+            // Unsubscribed while waiting for room.
+        }
+    }
+
+    /// <summary>Ends delivery: unsubscribed (<paramref name="error"/> null) or failed. Idempotent.</summary>
+    internal void End(Exception? error)
+    {
+        if (Interlocked.Exchange(ref _ended, 1) != 0)
+        {
+            return;
+        }
+
+        _channel?.Writer.TryComplete(error);
+        _stop.Cancel();
+    }
+
+    /// <summary>The handler's loop: one message at a time, in order, on the thread pool or the captured context.</summary>
+    private async Task DispatchAsync()
+    {
+        ChannelReader<HeraldMessage> reader = _channel!.Reader;
+        CancellationToken stop = _stop.Token;
+        try
+        {
+            while (await reader.WaitToReadAsync(stop).ConfigureAwait(false))
+            {
+                while (!stop.IsCancellationRequested && reader.TryRead(out HeraldMessage? message))
+                {
+                    try
+                    {
+                        if (_context is null)
+                        {
+                            await _handler!(message, stop).ConfigureAwait(false);
+                        }
+                        else
+                        {
+                            await InvokeOnContextAsync(message, stop).ConfigureAwait(false);
+                        }
+                    }
+                    catch (OperationCanceledException) when (stop.IsCancellationRequested)
+                    {
+                        return;
+                    }
+                    catch (Exception e) when (e is not OutOfMemoryException)
+                    {
+                        _client.ReportError(new HeraldException($"The handler of the subscription to '{Pattern}' threw on a message on '{message.Topic}': {e.Message}", e));
+                    }
+                }
+            }
+        }
+        catch (OperationCanceledException) when (stop.IsCancellationRequested)
+        {
+            // Unsubscribed.
+        }
+        catch (ChannelClosedException)
+        {
+            // The client closed.
+        }
+    }
+
+    /// <summary>Posts one handler call to the captured context and waits for it (and for its task) to finish, keeping the order.</summary>
+    private Task InvokeOnContextAsync(HeraldMessage message, CancellationToken stop)
+    {
+        var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        _context!.Post(
+            static state =>
+            {
+                var (self, m, finished, token) = ((HeraldSubscription, HeraldMessage, TaskCompletionSource, CancellationToken))state!;
+                try
+                {
+                    ValueTask call = self._handler!(m, token);
+                    if (call.IsCompletedSuccessfully)
+                    {
+                        finished.TrySetResult();
+                    }
+                    else
+                    {
+                        _ = CompleteAsync(call, finished);
+                    }
+                }
+                catch (Exception e) when (e is not OutOfMemoryException)
+                {
+                    finished.TrySetException(e);
+                }
+            },
+            (this, message, done, stop));
+        return done.Task.WaitAsync(stop);
+    }
+
+    private static async Task CompleteAsync(ValueTask call, TaskCompletionSource done)
+    {
+        try
+        {
+            await call.ConfigureAwait(false);
+            done.TrySetResult();
+        }
+        catch (Exception e) when (e is not OutOfMemoryException)
+        {
+            done.TrySetException(e);
+        }
+    }
+}

@@ -1,0 +1,39 @@
+using System.Buffers;
+using Herald.Protocol;
+
+namespace Herald.Client.Protocol;
+
+/// <summary>
+/// The frames a client sends (spec §4.1, §4.3-§4.5, §4.7), encoded by the shared
+/// <see cref="FrameWriter"/> so they are byte for byte the canonical vectors of protocol-spec/vectors/.
+/// Every frame the client writes goes through here; the conformance tests run the vectors through it.
+/// </summary>
+internal static class ClientFrames
+{
+    /// <summary>Bytes of a PING or PONG frame, prefix included.</summary>
+    public const int EmptyFrameSize = ProtocolConstants.LengthPrefixSize + 2;
+
+    public static void Hello(IBufferWriter<byte> output, string clientName, Capabilities capabilities, string? auth = null, uint version = ProtocolConstants.Version) =>
+        FrameWriter.WriteHello(output, clientName, capabilities, auth, version);
+
+    public static void Subscribe(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> pattern, SubscribeOptions options) =>
+        FrameWriter.WriteSubscribe(output, sid, pattern, options);
+
+    public static void Unsubscribe(IBufferWriter<byte> output, uint sid) => FrameWriter.WriteUnsubscribe(output, sid);
+
+    /// <summary>PUBLISH; an empty <paramref name="replyTo"/> is written as nil (no reply wanted).</summary>
+    public static void Publish(IBufferWriter<byte> output, ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, PayloadFlags flags, ReadOnlySpan<byte> payload) =>
+        FrameWriter.WritePublish(output, topic, replyTo, flags, payload);
+
+    /// <summary>Bytes of a whole PUBLISH frame, prefix included.</summary>
+    public static int PublishSize(int topicLength, int replyToLength, PayloadFlags flags, int payloadLength) =>
+        ProtocolConstants.LengthPrefixSize + PublishBodySize(topicLength, replyToLength, flags, payloadLength);
+
+    /// <summary>Bytes of a PUBLISH body (what the broker compares with its <c>max_frame</c>): array header, type, envelope.</summary>
+    public static int PublishBodySize(int topicLength, int replyToLength, PayloadFlags flags, int payloadLength) =>
+        1 + 1 + FrameWriter.EnvelopeSize(topicLength, replyToLength, flags, payloadLength);
+
+    public static void Ping(IBufferWriter<byte> output) => FrameWriter.WritePing(output);
+
+    public static void Pong(IBufferWriter<byte> output) => FrameWriter.WritePong(output);
+}

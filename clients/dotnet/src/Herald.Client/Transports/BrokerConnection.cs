@@ -1,0 +1,161 @@
+using Herald.Protocol;
+
+namespace Herald.Client.Transports;
+
+/// <summary>
+/// One link to the broker: a TCP connection or a long-poll session. The client makes a new one for
+/// every (re)connect and throws it away when it is lost; all protocol state that must outlive it
+/// (subscriptions, buffered publications, pending requests) lives in the client. A transport only moves
+/// frames: every MESSAGE it reads is handed to the same delivery path, every publication comes from the
+/// same <see cref="FrameQueue"/>.
+/// </summary>
+internal abstract class BrokerConnection : IAsyncDisposable
+{
+    private readonly TaskCompletionSource<Exception> _lost = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private readonly CancellationTokenSource _lifetime = new();
+    private int _disposed;
+
+    protected BrokerConnection(HeraldClient client, HeraldClientOptions options)
+    {
+        Client = client;
+        Options = options;
+        Outbound = new FrameQueue(options.PublishBufferSize);
+    }
+
+    /// <summary>The frames waiting to be written.</summary>
+    public FrameQueue Outbound { get; }
+
+    /// <summary>Completes, with the reason, when the connection is lost (or closed).</summary>
+    public Task<Exception> Lost => _lost.Task;
+
+    /// <summary>What the broker said about this connection; set by <see cref="OpenAsync"/>.</summary>
+    public HeraldServerInfo Info { get; protected set; } = null!;
+
+    public bool Zstd => Info.Compression;
+
+    /// <summary>Largest PUBLISH body the broker accepts.</summary>
+    public int MaxBody { get; protected set; } = int.MaxValue;
+
+    /// <summary>Longest topic or pattern the broker accepts, in bytes.</summary>
+    public int MaxTopic { get; protected set; } = int.MaxValue;
+
+    /// <summary>
+    /// TCP: SUBSCRIBE and UNSUBSCRIBE are frames queued in order with the publications
+    /// (<see cref="EnqueueSubscribe"/>, <see cref="FrameQueue.EnqueueUnsubscribe"/>). Long-poll: they are
+    /// HTTP requests (<see cref="SubscribeAsync"/>, <see cref="UnsubscribeAsync"/>).
+    /// </summary>
+    public abstract bool SubscribesInline { get; }
+
+    protected HeraldClient Client { get; }
+
+    protected HeraldClientOptions Options { get; }
+
+    /// <summary>Cancelled when the connection is lost: every loop of the connection stops on it.</summary>
+    protected CancellationToken Lifetime => _lifetime.Token;
+
+    /// <summary>
+    /// Connects and completes the handshake (TCP HELLO/WELCOME, or creating the session) with
+    /// <paramref name="credential"/>, if the broker wants one, then starts the connection's loops.
+    /// </summary>
+    public abstract Task OpenAsync(string? credential, CancellationToken cancellationToken);
+
+    /// <summary>
+    /// TCP: queues a SUBSCRIBE (without waiting: the caller may hold the client's gate). The task completes
+    /// when the broker has it, or fails with its refusal.
+    /// </summary>
+    public virtual Task EnqueueSubscribe(HeraldSubscription subscription) => throw new NotSupportedException();
+
+    /// <summary>Presents a fresh credential for the same identity (spec §4.1 refresh). Long-poll: a session keeps the identity it was created with.</summary>
+    public virtual Task RefreshAsync(string? credential, CancellationToken cancellationToken) => Task.CompletedTask;
+
+    /// <summary>Long-poll: subscribes with an HTTP request.</summary>
+    public virtual Task SubscribeAsync(HeraldSubscription subscription, CancellationToken cancellationToken) => throw new NotSupportedException();
+
+    /// <summary>Long-poll: unsubscribes with an HTTP request.</summary>
+    public virtual Task UnsubscribeAsync(uint sid, CancellationToken cancellationToken) => throw new NotSupportedException();
+
+    /// <summary>
+    /// Completes when everything queued before the call has been processed by the broker: TCP, a
+    /// PING/PONG round trip (spec §4.7); long-poll, every publish request answered.
+    /// </summary>
+    public abstract Task FlushAsync(CancellationToken cancellationToken);
+
+    /// <summary>Marks the connection lost (the first reason wins) and stops its loops. Any thread.</summary>
+    public void Fail(Exception reason)
+    {
+        if (_lost.TrySetResult(reason))
+        {
+            OnLost(reason);
+            _lifetime.Cancel();
+        }
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+        {
+            return;
+        }
+
+        Fail(new HeraldConnectionException("The connection was closed by the client."));
+        await CloseAsync().ConfigureAwait(false);
+    }
+
+    /// <summary>Writes one batch of frames (the writer loop's only call).</summary>
+    protected abstract ValueTask WriteAsync(ReadOnlyMemory<byte> frames, CancellationToken cancellationToken);
+
+    /// <summary>Releases the transport's resources after the connection is lost or closed.</summary>
+    protected abstract ValueTask CloseAsync();
+
+    /// <summary>Called once, when the connection is lost, before its loops are cancelled.</summary>
+    protected virtual void OnLost(Exception reason)
+    {
+    }
+
+    protected void StartWriter() => _ = Task.Run(RunWriterAsync);
+
+    /// <summary>Copies a MESSAGE out of the read buffer for its subscription; <c>null</c> when its sid is no longer live (spec §4.4) or it cannot be decompressed (reported).</summary>
+    protected HeraldMessage? Materialize(in PublishFrame frame)
+    {
+        HeraldSubscription? subscription = Client.FindSubscription(frame.Sid);
+        if (subscription is null)
+        {
+            return null;
+        }
+
+        try
+        {
+            return HeraldMessage.FromFrame(frame, Client, subscription, Client.Serializer, Options.MaxIncomingFrameBytes);
+        }
+        catch (ProtocolException e)
+        {
+            Client.ReportError(new HeraldException(e.Code, $"A message on '{frame.TopicString}' was dropped: {e.Message}", e));
+            return null;
+        }
+    }
+
+    /// <summary>Hands a message to its subscription, waiting for room if its buffer is full (back-pressure).</summary>
+    protected static ValueTask DeliverAsync(HeraldMessage message, CancellationToken cancellationToken) =>
+        message.Subscription!.TryDeliver(message) ? default : message.Subscription.DeliverAsync(message, cancellationToken);
+
+    /// <summary>What a failed I/O call means for the connection.</summary>
+    protected static HeraldException LostBecause(string what, Exception e) =>
+        e as HeraldException ?? new HeraldConnectionException($"{what}: {e.Message}", e);
+
+    private async Task RunWriterAsync()
+    {
+        CancellationToken lifetime = Lifetime;
+        try
+        {
+            await Outbound.RunWriterAsync(WriteAsync, lifetime).ConfigureAwait(false);
+        }
+        catch (OperationCanceledException) when (lifetime.IsCancellationRequested)
+        {
+            // Lost or closed: nothing to write to.
+        }
+        catch (Exception e) when (e is not OutOfMemoryException)
+        {
+            Fail(LostBecause("Writing to the broker failed", e));
+        }
+    }
+}

@@ -1,0 +1,340 @@
+using System.Buffers;
+using System.Globalization;
+using System.Net;
+using System.Net.Http.Headers;
+using System.Net.Http.Json;
+using System.Text.Json;
+using Herald.Protocol;
+
+namespace Herald.Client.Transports.LongPoll;
+
+/// <summary>
+/// The HTTP long-poll transport (protocol-spec/longpoll.md): one session is one "connection". Creating
+/// the session is the handshake; subscriptions are JSON requests; publications are PUBLISH frames POSTed
+/// as a frames body (one POST per batch, split at <c>maxBodyBytes</c>); and one poll at a time fetches
+/// the MESSAGE frames, binary, acknowledging what it received with the next poll's <c>ack</c>, so a
+/// response lost on the way is sent again and nothing is lost or duplicated (longpoll §2).
+/// </summary>
+/// <remarks>
+/// A failed poll is retried once with the same <c>ack</c> (the session keeps the messages); a second
+/// failure in a row, or a session the broker no longer knows (404, 410) or is shutting down (503), is a
+/// lost connection: the client creates a new session and subscribes again.
+/// </remarks>
+internal sealed class LongPollConnection : BrokerConnection
+{
+    public const string FramesMediaType = "application/vnd.herald.frames";
+
+    /// <summary>How much longer than the broker's poll timeout a held poll may take before it counts as failed.</summary>
+    private static readonly TimeSpan PollGrace = TimeSpan.FromSeconds(10);
+
+    private static readonly MediaTypeHeaderValue FramesContentType = new(FramesMediaType);
+
+    private readonly HttpClient _http;
+    private readonly Uri _base;
+    private Uri? _session;
+    private TimeSpan _pollTimeout;
+
+    public LongPollConnection(HeraldClient client, HeraldClientOptions options, BrokerAddress address, HttpClient http)
+        : base(client, options)
+    {
+        _http = http;
+        _base = address.HttpBase!;
+    }
+
+    public override bool SubscribesInline => false;
+
+    /// <summary>Creates the session (longpoll §1.1); the credential goes as a bearer token, and the session token is the only credential after that.</summary>
+    public override async Task OpenAsync(string? credential, CancellationToken cancellationToken)
+    {
+        var body = new CreateSessionRequest { Client = Options.ClientName, Zstd = Options.EnableCompression };
+        using HttpResponseMessage response = await SendAsync(
+            () =>
+            {
+                var request = new HttpRequestMessage(HttpMethod.Post, new Uri(_base, "poll/sessions")) { Content = JsonContent.Create(body, LongPollJsonContext.Default.CreateSessionRequest) };
+                if (credential is not null)
+                {
+                    request.Headers.Authorization = new AuthenticationHeaderValue("Bearer", credential);
+                }
+
+                return request;
+            },
+            "Creating a long-poll session",
+            cancellationToken).ConfigureAwait(false);
+        if (response.StatusCode != HttpStatusCode.Created)
+        {
+            throw await RefusedAsync(response, "creating a session", cancellationToken).ConfigureAwait(false);
+        }
+
+        CreateSessionResponse session = await response.Content.ReadFromJsonAsync(LongPollJsonContext.Default.CreateSessionResponse, cancellationToken).ConfigureAwait(false)
+            ?? throw new HeraldException("The broker answered the session creation with no body.");
+        if (string.IsNullOrEmpty(session.Session))
+        {
+            throw new HeraldException("The broker answered the session creation without a session token.");
+        }
+
+        _session = new Uri(_base, $"poll/sessions/{Uri.EscapeDataString(session.Session)}/");
+        _pollTimeout = TimeSpan.FromMilliseconds(Math.Max(session.PollTimeoutMs, 0));
+        MaxBody = session.MaxBodyBytes is > ProtocolConstants.LengthPrefixSize and <= int.MaxValue ? (int)session.MaxBodyBytes - ProtocolConstants.LengthPrefixSize : int.MaxValue;
+        MaxTopic = session.MaxTopicLength is > 0 and <= int.MaxValue ? (int)session.MaxTopicLength : int.MaxValue;
+        var limits = new Dictionary<string, ulong>(StringComparer.Ordinal)
+        {
+            ["pollTimeoutMs"] = (ulong)Math.Max(session.PollTimeoutMs, 0),
+            ["inactivityTimeoutMs"] = (ulong)Math.Max(session.InactivityTimeoutMs, 0),
+            ["maxMessagesPerPoll"] = (ulong)Math.Max(session.MaxMessagesPerPoll, 0),
+            ["maxBytesPerPoll"] = (ulong)Math.Max(session.MaxBytesPerPoll, 0),
+            ["maxPendingMessages"] = (ulong)Math.Max(session.MaxPendingMessages, 0),
+            ["maxTopicLength"] = (ulong)Math.Max(session.MaxTopicLength, 0),
+            ["maxBodyBytes"] = (ulong)Math.Max(session.MaxBodyBytes, 0),
+        };
+        Info = new HeraldServerInfo(HeraldTransport.LongPoll, serverName: null, connectionId: null, port: null, session.Zstd && Options.EnableCompression, limits);
+
+        StartWriter();
+        _ = Task.Run(PollLoopAsync, CancellationToken.None);
+    }
+
+    public override async Task SubscribeAsync(HeraldSubscription subscription, CancellationToken cancellationToken)
+    {
+        var body = new SubscribeRequest { Sid = subscription.Sid, Pattern = subscription.Pattern, NoEcho = (subscription.WireOptions & SubscribeOptions.NoEcho) != 0 };
+        using HttpResponseMessage response = await SendAsync(
+            () => new HttpRequestMessage(HttpMethod.Post, new Uri(_session!, "subscriptions")) { Content = JsonContent.Create(body, LongPollJsonContext.Default.SubscribeRequest) },
+            "Subscribing",
+            cancellationToken).ConfigureAwait(false);
+        if (response.StatusCode != HttpStatusCode.NoContent)
+        {
+            throw await RefusedAsync(response, $"the subscription to '{subscription.Pattern}'", cancellationToken).ConfigureAwait(false);
+        }
+    }
+
+    public override async Task UnsubscribeAsync(uint sid, CancellationToken cancellationToken)
+    {
+        using HttpResponseMessage response = await SendAsync(
+            () => new HttpRequestMessage(HttpMethod.Delete, new Uri(_session!, $"subscriptions/{sid.ToString(CultureInfo.InvariantCulture)}")),
+            "Unsubscribing",
+            cancellationToken).ConfigureAwait(false);
+        if (response.StatusCode is not (HttpStatusCode.NoContent or HttpStatusCode.NotFound))
+        {
+            throw await RefusedAsync(response, $"unsubscribing sid {sid}", cancellationToken).ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>A publish request is answered once its frames are routed: waiting for the writer is a flush.</summary>
+    public override Task FlushAsync(CancellationToken cancellationToken) => Outbound.WhenWrittenAsync().WaitAsync(cancellationToken);
+
+    /// <summary>POSTs a batch of PUBLISH frames as one or more frames bodies of at most <c>maxBodyBytes</c> (longpoll §1.3).</summary>
+    protected override async ValueTask WriteAsync(ReadOnlyMemory<byte> frames, CancellationToken cancellationToken)
+    {
+        int maxBody = MaxBody == int.MaxValue ? int.MaxValue : MaxBody + ProtocolConstants.LengthPrefixSize;
+        while (!frames.IsEmpty)
+        {
+            int length = ChunkLength(frames.Span, maxBody);
+            await PostFramesAsync(frames[..length], cancellationToken).ConfigureAwait(false);
+            frames = frames[length..];
+        }
+    }
+
+    protected override async ValueTask CloseAsync()
+    {
+        if (_session is null)
+        {
+            return;
+        }
+
+        // Ending the session at once frees its subscriptions instead of waiting for the inactivity timeout.
+        try
+        {
+            using var timeout = new CancellationTokenSource(Options.CloseTimeout);
+            using HttpResponseMessage response = await _http.DeleteAsync(_session, timeout.Token).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is HttpRequestException or OperationCanceledException)
+        {
+            // The broker is gone or slow: the session ends by itself.
+        }
+    }
+
+    private async Task PostFramesAsync(ReadOnlyMemory<byte> body, CancellationToken cancellationToken)
+    {
+        using HttpResponseMessage response = await SendAsync(
+            () => new HttpRequestMessage(HttpMethod.Post, new Uri(_session!, "publish")) { Content = new ReadOnlyMemoryContent(body) { Headers = { ContentType = FramesContentType } } },
+            "Publishing",
+            cancellationToken).ConfigureAwait(false);
+        if (response.StatusCode == HttpStatusCode.Accepted)
+        {
+            return;
+        }
+
+        HeraldException refused = await RefusedAsync(response, "a batch of publications", cancellationToken).ConfigureAwait(false);
+        if (refused is HeraldConnectionException)
+        {
+            throw refused; // the session is gone: the connection is lost
+        }
+
+        // All or none (longpoll §1.3): this batch was not routed; the session carries on.
+        Client.ReportError(refused);
+    }
+
+    /// <summary>
+    /// The poll loop (longpoll §2): one poll at a time, binary, each acknowledging what the previous
+    /// returned. Messages are handed to their subscriptions before the next poll acknowledges them.
+    /// </summary>
+    private async Task PollLoopAsync()
+    {
+        CancellationToken lifetime = Lifetime;
+        long ack = 0;
+        int failures = 0;
+        var messages = new List<HeraldMessage>();
+        try
+        {
+            while (true)
+            {
+                HttpResponseMessage response;
+                using (var timeout = CancellationTokenSource.CreateLinkedTokenSource(lifetime))
+                {
+                    timeout.CancelAfter(_pollTimeout + PollGrace);
+                    try
+                    {
+                        using var request = new HttpRequestMessage(HttpMethod.Get, new Uri(_session!, $"messages?ack={ack.ToString(CultureInfo.InvariantCulture)}"));
+                        request.Headers.Accept.Add(new MediaTypeWithQualityHeaderValue(FramesMediaType));
+                        response = await _http.SendAsync(request, HttpCompletionOption.ResponseContentRead, timeout.Token).ConfigureAwait(false);
+                    }
+                    catch (Exception e) when ((e is HttpRequestException or OperationCanceledException) && !lifetime.IsCancellationRequested)
+                    {
+                        if (++failures >= 2)
+                        {
+                            Fail(new HeraldConnectionException($"Polling the broker failed twice in a row: {e.Message}", e));
+                            return;
+                        }
+
+                        continue; // the session still holds every message above ack: just ask again
+                    }
+                }
+
+                using (response)
+                {
+                    if (response.StatusCode == HttpStatusCode.OK)
+                    {
+                        failures = 0;
+                        PollPage page = PollPage.FromHeaders(response.Headers);
+                        byte[] body = await response.Content.ReadAsByteArrayAsync(lifetime).ConfigureAwait(false);
+                        messages.Clear();
+                        PollBody.Read(new ReadOnlySequence<byte>(body), page, Options.MaxIncomingFrameBytes, (long _, in PublishFrame message) =>
+                        {
+                            if (Materialize(message) is { } m)
+                            {
+                                messages.Add(m);
+                            }
+                        });
+                        if (page.Dropped > 0)
+                        {
+                            Client.ReportError(new HeraldException(ErrorCode.MessagesDropped, $"The broker dropped {page.Dropped} messages of this session (its slow-consumer policy).") { Count = (ulong)page.Dropped });
+                        }
+
+                        foreach (HeraldMessage message in messages)
+                        {
+                            await DeliverAsync(message, lifetime).ConfigureAwait(false);
+                        }
+
+                        ack = page.NextAck(ack);
+                        continue;
+                    }
+
+                    if (response.StatusCode == HttpStatusCode.Conflict)
+                    {
+                        continue; // PollReplaced: a poll of ours the broker had not yet seen end; this one carries on
+                    }
+
+                    HeraldException refused = await RefusedAsync(response, "a poll", lifetime).ConfigureAwait(false);
+                    if (refused.ProblemCode is "TooManyPolls")
+                    {
+                        await Task.Delay(RetryAfter(response), lifetime).ConfigureAwait(false); // over capacity for now: the session waits
+                        continue;
+                    }
+
+                    if (refused is HeraldConnectionException || ++failures >= 2)
+                    {
+                        Fail(refused);
+                        return;
+                    }
+                }
+            }
+        }
+        catch (OperationCanceledException) when (lifetime.IsCancellationRequested)
+        {
+            // Lost or closed.
+        }
+        catch (ProtocolException e)
+        {
+            Fail(new HeraldException(e.Code, $"The broker sent an invalid poll response: {e.Message}", e));
+        }
+        catch (Exception e) when (e is not OutOfMemoryException)
+        {
+            Fail(LostBecause("Polling the broker failed", e));
+        }
+    }
+
+    /// <summary>Sends a request; a transport failure is a <see cref="HeraldConnectionException"/>.</summary>
+    private async Task<HttpResponseMessage> SendAsync(Func<HttpRequestMessage> create, string what, CancellationToken cancellationToken)
+    {
+        using HttpRequestMessage request = create();
+        try
+        {
+            return await _http.SendAsync(request, HttpCompletionOption.ResponseContentRead, cancellationToken).ConfigureAwait(false);
+        }
+        catch (HttpRequestException e)
+        {
+            throw new HeraldConnectionException($"{what} failed: {e.Message}", e);
+        }
+    }
+
+    /// <summary>
+    /// The exception for a refusal (longpoll §3): the problem's <c>code</c> as an <see cref="ErrorCode"/>
+    /// where the protocol has one; a <see cref="HeraldConnectionException"/> when the session is gone (404,
+    /// 410) or the broker is stopping or full (503), which the client answers by reconnecting.
+    /// </summary>
+    private static async Task<HeraldException> RefusedAsync(HttpResponseMessage response, string what, CancellationToken cancellationToken)
+    {
+        Problem? problem = null;
+        try
+        {
+            if (response.Content.Headers.ContentType?.MediaType is { } type && type.Contains("json", StringComparison.OrdinalIgnoreCase))
+            {
+                problem = await response.Content.ReadFromJsonAsync(LongPollJsonContext.Default.Problem, cancellationToken).ConfigureAwait(false);
+            }
+        }
+        catch (JsonException)
+        {
+            // Not a problem document: the status says enough.
+        }
+
+        int status = (int)response.StatusCode;
+        string code = problem?.Code ?? problem?.Title ?? response.StatusCode.ToString();
+        string message = $"The broker refused {what}: {status} {code}{(problem?.Detail is { Length: > 0 } detail ? ": " + detail : "")}";
+        if (code != "TooManyPolls" && response.StatusCode is HttpStatusCode.NotFound or HttpStatusCode.Gone or HttpStatusCode.ServiceUnavailable)
+        {
+            return new HeraldConnectionException(message) { ProblemCode = code, HttpStatus = status };
+        }
+
+        ErrorCode errorCode = Enum.TryParse(code, ignoreCase: false, out ErrorCode parsed) && Enum.IsDefined(parsed) && !int.TryParse(code, out _) ? parsed : ErrorCode.None;
+        return new HeraldException(errorCode, message) { ProblemCode = code, HttpStatus = status };
+    }
+
+    private static TimeSpan RetryAfter(HttpResponseMessage response) =>
+        response.Headers.RetryAfter?.Delta is { } delta && delta > TimeSpan.Zero ? TimeSpan.FromTicks(Math.Min(delta.Ticks, TimeSpan.FromSeconds(30).Ticks)) : TimeSpan.FromSeconds(1);
+
+    /// <summary>Bytes of the longest run of whole frames at the front of <paramref name="frames"/> that fits in <paramref name="maxBody"/> (at least one frame).</summary>
+    private static int ChunkLength(ReadOnlySpan<byte> frames, int maxBody)
+    {
+        int length = 0;
+        while (length < frames.Length)
+        {
+            int next = ProtocolConstants.LengthPrefixSize + (int)System.Buffers.Binary.BinaryPrimitives.ReadUInt32BigEndian(frames[length..]);
+            if (length > 0 && (long)length + next > maxBody)
+            {
+                break;
+            }
+
+            length += next;
+        }
+
+        return length;
+    }
+}

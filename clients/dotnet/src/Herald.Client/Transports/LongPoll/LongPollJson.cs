@@ -1,0 +1,61 @@
+using System.Text.Json.Serialization;
+
+namespace Herald.Client.Transports.LongPoll;
+
+/// <summary><c>POST /poll/sessions</c> body (longpoll §1.1).</summary>
+internal sealed class CreateSessionRequest
+{
+    public string? Client { get; init; }
+
+    public bool Zstd { get; init; }
+}
+
+/// <summary><c>201</c> answer to <c>POST /poll/sessions</c> (longpoll §1.1).</summary>
+internal sealed class CreateSessionResponse
+{
+    public string? Session { get; init; }
+
+    public long PollTimeoutMs { get; init; }
+
+    public long InactivityTimeoutMs { get; init; }
+
+    public long MaxMessagesPerPoll { get; init; }
+
+    public long MaxBytesPerPoll { get; init; }
+
+    public long MaxPendingMessages { get; init; }
+
+    public long MaxTopicLength { get; init; }
+
+    public long MaxBodyBytes { get; init; }
+
+    public bool Zstd { get; init; }
+}
+
+/// <summary><c>POST .../subscriptions</c> body (longpoll §1.2).</summary>
+internal sealed class SubscribeRequest
+{
+    public uint Sid { get; init; }
+
+    public string? Pattern { get; init; }
+
+    public bool NoEcho { get; init; }
+}
+
+/// <summary>An RFC 7807 problem with the broker's <c>code</c> (longpoll §3).</summary>
+internal sealed class Problem
+{
+    public string? Code { get; init; }
+
+    public string? Title { get; init; }
+
+    public string? Detail { get; init; }
+}
+
+/// <summary>Source-generated JSON for the long-poll bodies: no reflection.</summary>
+[JsonSourceGenerationOptions(PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase)]
+[JsonSerializable(typeof(CreateSessionRequest))]
+[JsonSerializable(typeof(CreateSessionResponse))]
+[JsonSerializable(typeof(SubscribeRequest))]
+[JsonSerializable(typeof(Problem))]
+internal sealed partial class LongPollJsonContext : JsonSerializerContext;

@@ -1,0 +1,63 @@
+using System.Buffers;
+using System.Globalization;
+using System.Net.Http.Headers;
+using Herald.Client.Protocol;
+using Herald.Protocol;
+
+namespace Herald.Client.Transports.LongPoll;
+
+/// <summary>What the headers of a binary poll response say (longpoll §2.1).</summary>
+internal readonly record struct PollPage(long FirstSequence, int Count, long Dropped)
+{
+    /// <summary>The <c>ack</c> of the next poll: the last sequence received, or the same ack after an empty poll.</summary>
+    public long NextAck(long ack) => Count > 0 ? FirstSequence + Count - 1 : ack;
+
+    /// <exception cref="ProtocolException">A header is missing or not a number.</exception>
+    public static PollPage FromHeaders(HttpResponseHeaders headers) => new(
+        Header(headers, "Herald-First-Sequence"),
+        checked((int)Header(headers, "Herald-Count")),
+        Header(headers, "Herald-Dropped"));
+
+    private static long Header(HttpResponseHeaders headers, string name) =>
+        headers.TryGetValues(name, out IEnumerable<string>? values)
+        && long.TryParse(values.FirstOrDefault(), NumberStyles.None, CultureInfo.InvariantCulture, out long value)
+            ? value
+            : throw new ProtocolException(ErrorCode.MalformedFrame, $"The poll response has no valid {name} header.");
+}
+
+/// <summary>Receives one MESSAGE of a poll body with its sequence number.</summary>
+internal delegate void PollMessageVisitor(long sequence, in PublishFrame message);
+
+/// <summary>
+/// Reads a binary poll body (longpoll §2.1): the MESSAGE frames back to back, exactly the bytes a TCP
+/// client gets, read through the same <see cref="ServerFrames.TryRead"/>.
+/// </summary>
+internal static class PollBody
+{
+    /// <exception cref="ProtocolException">A frame is invalid or not a MESSAGE, the body ends inside a frame, or it holds other than <c>Herald-Count</c> frames.</exception>
+    public static void Read(ReadOnlySequence<byte> body, PollPage page, int maxFrame, PollMessageVisitor visit)
+    {
+        long sequence = page.FirstSequence;
+        int count = 0;
+        while (ServerFrames.TryRead(ref body, maxFrame, out ServerFrame frame))
+        {
+            if (frame.Type != FrameType.Message)
+            {
+                throw new ProtocolException(ErrorCode.UnexpectedFrame, $"A poll body holds a {frame.Type} frame; only MESSAGE frames belong there.");
+            }
+
+            visit(sequence++, frame.Message);
+            count++;
+        }
+
+        if (!body.IsEmpty)
+        {
+            throw new ProtocolException(ErrorCode.MalformedFrame, $"The poll body ends with {body.Length} bytes of an incomplete frame.");
+        }
+
+        if (count != page.Count)
+        {
+            throw new ProtocolException(ErrorCode.MalformedFrame, $"The poll body holds {count} frames; Herald-Count says {page.Count}.");
+        }
+    }
+}

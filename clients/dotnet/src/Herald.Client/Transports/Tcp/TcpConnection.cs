@@ -1,0 +1,389 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Net.Security;
+using System.Net.Sockets;
+using System.Security.Authentication;
+using Herald.Client.Protocol;
+using Herald.Protocol;
+
+namespace Herald.Client.Transports.Tcp;
+
+/// <summary>
+/// The binary protocol over one TCP connection (spec §1-§6): HELLO/WELCOME, then three loops. The reader
+/// parses frames in place with the canonical read loop (parse until the reader says "need more", then
+/// advance); the writer (<see cref="FrameQueue"/>) writes whole batches; the pinger PINGs an idle broker
+/// and gives up on one that stops answering (spec §6.2).
+/// </summary>
+/// <remarks>
+/// PING/PONG pairs are matched in order: every PING this client sends puts an entry in <c>_pongs</c>
+/// (a waiting flush or subscription, or <c>null</c> for a liveness PING or a fence), and every PONG
+/// completes the oldest. The broker answers PINGs in order and after everything read before them
+/// (spec §4.7), which is what makes a PONG a flush, and what lets a non-fatal refusal of a SUBSCRIBE
+/// (<c>PermissionDenied</c>, <c>TooManyTopics</c>: no sid in the ERROR) be pinned on it: the SUBSCRIBE is
+/// sent between two PINGs, so an ERROR that arrives between their PONGs is its answer.
+/// Threading: <c>_pongs</c> is guarded by <c>_pongGate</c> (taken before the queue's own lock); the rest
+/// belongs to the loops.
+/// </remarks>
+internal sealed class TcpConnection : BrokerConnection
+{
+    private const int ReadBufferSize = 64 * 1024;
+
+    private readonly BrokerAddress _address;
+    private readonly Lock _pongGate = new();
+    private readonly Queue<PongWaiter?> _pongs = new();
+    private Socket? _socket;
+    private Stream? _stream;
+    private PipeReader? _input;
+    private Task? _reading;
+    private long _lastReadAt;
+    private int _pingsOutstanding;
+    private int _port;
+
+    public TcpConnection(HeraldClient client, HeraldClientOptions options, BrokerAddress address)
+        : base(client, options) => _address = address;
+
+    public override bool SubscribesInline => true;
+
+    public override async Task OpenAsync(string? credential, CancellationToken cancellationToken)
+    {
+        int port = _address.PickPort();
+        var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        _socket = socket;
+        try
+        {
+            await socket.ConnectAsync(_address.Host, port, cancellationToken).ConfigureAwait(false);
+        }
+        catch (SocketException e)
+        {
+            throw new HeraldConnectionException($"Could not connect to {_address.Host}:{port}: {e.Message}", e);
+        }
+
+        _stream = new NetworkStream(socket, ownsSocket: true);
+        if (_address.Tls)
+        {
+            var tls = new SslStream(_stream, leaveInnerStreamOpen: false);
+            _stream = tls;
+            try
+            {
+                await tls.AuthenticateAsClientAsync(
+                    new SslClientAuthenticationOptions
+                    {
+                        TargetHost = _address.Host,
+                        RemoteCertificateValidationCallback = Options.ServerCertificateValidation,
+                        EnabledSslProtocols = SslProtocols.Tls12 | SslProtocols.Tls13,
+                    },
+                    cancellationToken).ConfigureAwait(false);
+            }
+            catch (Exception e) when (e is AuthenticationException or IOException)
+            {
+                throw new HeraldConnectionException($"The TLS handshake with {_address.Host}:{port} failed: {e.Message}", e);
+            }
+        }
+
+        _input = PipeReader.Create(_stream, new StreamPipeReaderOptions(bufferSize: ReadBufferSize, minimumReadSize: 4096, leaveOpen: true));
+
+        var hello = new ArrayBufferWriter<byte>(64);
+        ClientFrames.Hello(hello, Options.ClientName, Capabilities, credential);
+        await _stream.WriteAsync(hello.WrittenMemory, cancellationToken).ConfigureAwait(false);
+        WelcomeFrame welcome = await ReadWelcomeAsync(cancellationToken).ConfigureAwait(false);
+
+        _port = port;
+        Welcomed(welcome);
+        Volatile.Write(ref _lastReadAt, Environment.TickCount64);
+
+        _reading = Task.Run(ReadLoopAsync, CancellationToken.None);
+        StartWriter();
+        if (Options.PingInterval != Timeout.InfiniteTimeSpan)
+        {
+            _ = Task.Run(PingLoopAsync, CancellationToken.None);
+        }
+    }
+
+    public override Task FlushAsync(CancellationToken cancellationToken) =>
+        Expect(subscription: null, queue => queue.EnqueuePing()).WaitAsync(cancellationToken);
+
+    public override Task EnqueueSubscribe(HeraldSubscription subscription) =>
+        Expect(subscription, queue => queue.EnqueueFencedSubscribe(subscription.Sid, subscription.PatternBytes, subscription.WireOptions), fenced: true);
+
+    /// <summary>HELLO again with <paramref name="credential"/>; the broker answers WELCOME, then the PONG behind it completes this.</summary>
+    public override Task RefreshAsync(string? credential, CancellationToken cancellationToken) =>
+        Expect(subscription: null, queue => queue.EnqueueRefresh(Options.ClientName, Capabilities, credential)).WaitAsync(cancellationToken);
+
+    private Capabilities Capabilities => Options.EnableCompression ? Capabilities.Zstd : Capabilities.None;
+
+    /// <summary>Queues frames ending in a PING (after a fence PING when <paramref name="fenced"/>) and returns what completes at its PONG.</summary>
+    private Task Expect(HeraldSubscription? subscription, Func<FrameQueue, bool> enqueue, bool fenced = false)
+    {
+        var waiter = new PongWaiter(subscription);
+        lock (_pongGate)
+        {
+            if (Lost.IsCompleted)
+            {
+                return Task.FromException(Lost.Result);
+            }
+
+            if (fenced)
+            {
+                _pongs.Enqueue(null);
+            }
+
+            _pongs.Enqueue(waiter);
+            if (!enqueue(Outbound))
+            {
+                return Task.FromException(new HeraldConnectionException("The connection is closed."));
+            }
+        }
+
+        return waiter.Done.Task;
+    }
+
+    private void Welcomed(in WelcomeFrame welcome)
+    {
+        bool zstd = (welcome.Capabilities & Capabilities.Zstd) != 0 && Options.EnableCompression;
+        Info = new HeraldServerInfo(HeraldTransport.Tcp, welcome.ServerName, welcome.ConnectionId, _port, zstd, welcome.Limits);
+        MaxBody = Limit(welcome, "max_frame");
+        MaxTopic = Limit(welcome, "max_topic");
+    }
+
+    protected override ValueTask WriteAsync(ReadOnlyMemory<byte> frames, CancellationToken cancellationToken) =>
+        _stream!.WriteAsync(frames, cancellationToken);
+
+    protected override void OnLost(Exception reason)
+    {
+        PongWaiter?[] waiting;
+        lock (_pongGate)
+        {
+            waiting = [.. _pongs];
+            _pongs.Clear();
+        }
+
+        foreach (PongWaiter? waiter in waiting)
+        {
+            waiter?.Done.TrySetException(reason);
+        }
+    }
+
+    /// <summary>The loops are already cancelled; closing the socket ends a read in progress, and the reader is completed only once its loop is done (a pipe reader is not thread-safe).</summary>
+    protected override async ValueTask CloseAsync()
+    {
+        if (_stream is not null)
+        {
+            await _stream.DisposeAsync().ConfigureAwait(false);
+        }
+        else
+        {
+            _socket?.Dispose();
+        }
+
+        if (_reading is not null)
+        {
+            await _reading.ConfigureAwait(false); // never throws: the loop catches everything
+        }
+
+        if (_input is not null)
+        {
+            await _input.CompleteAsync().ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>Reads up to WELCOME (spec §6.1): an ERROR instead (say, UnsupportedVersion) fails the attempt with its code.</summary>
+    private async Task<WelcomeFrame> ReadWelcomeAsync(CancellationToken cancellationToken)
+    {
+        PipeReader input = _input!;
+        while (true)
+        {
+            ReadResult result = await input.ReadAsync(cancellationToken).ConfigureAwait(false);
+            ReadOnlySequence<byte> buffer = result.Buffer;
+            try
+            {
+                if (ServerFrames.TryRead(ref buffer, Options.MaxIncomingFrameBytes, out ServerFrame frame))
+                {
+                    return frame.Type switch
+                    {
+                        FrameType.Welcome => frame.Welcome,
+                        FrameType.Error => throw BrokerError(frame.Error),
+                        _ => throw new HeraldException(ErrorCode.UnexpectedFrame, $"The broker answered HELLO with {frame.Type}, not WELCOME."),
+                    };
+                }
+            }
+            catch (ProtocolException e)
+            {
+                throw new HeraldException(e.Code, $"The broker's answer to HELLO is not a valid frame: {e.Message}", e);
+            }
+            finally
+            {
+                input.AdvanceTo(buffer.Start, buffer.End);
+            }
+
+            if (result.IsCompleted)
+            {
+                throw new HeraldConnectionException("The broker closed the connection before WELCOME.");
+            }
+        }
+    }
+
+    /// <summary>The canonical read loop: parse every whole frame, then advance; a full subscription buffer holds it up (back-pressure).</summary>
+    private async Task ReadLoopAsync()
+    {
+        CancellationToken lifetime = Lifetime;
+        PipeReader input = _input!;
+        int maxFrame = Options.MaxIncomingFrameBytes;
+        try
+        {
+            while (true)
+            {
+                ReadResult result = await input.ReadAsync(lifetime).ConfigureAwait(false);
+                ReadOnlySequence<byte> buffer = result.Buffer;
+                Volatile.Write(ref _lastReadAt, Environment.TickCount64);
+                Volatile.Write(ref _pingsOutstanding, 0);
+                try
+                {
+                    while (ServerFrames.TryRead(ref buffer, maxFrame, out ServerFrame frame))
+                    {
+                        HeraldMessage? message = Handle(frame);
+                        if (message is not null)
+                        {
+                            await DeliverAsync(message, lifetime).ConfigureAwait(false);
+                        }
+                    }
+                }
+                finally
+                {
+                    input.AdvanceTo(buffer.Start, buffer.End);
+                }
+
+                if (result.IsCompleted)
+                {
+                    Fail(new HeraldConnectionException(buffer.IsEmpty
+                        ? "The broker closed the connection."
+                        : $"The broker closed the connection in the middle of a frame ({buffer.Length} bytes of it arrived)."));
+                    return;
+                }
+            }
+        }
+        catch (OperationCanceledException) when (lifetime.IsCancellationRequested)
+        {
+            // Lost or closed.
+        }
+        catch (ProtocolException e)
+        {
+            Fail(new HeraldException(e.Code, $"The broker sent an invalid frame: {e.Message}", e));
+        }
+        catch (Exception e) when (e is not OutOfMemoryException)
+        {
+            Fail(LostBecause("Reading from the broker failed", e));
+        }
+    }
+
+    private HeraldMessage? Handle(in ServerFrame frame)
+    {
+        switch (frame.Type)
+        {
+            case FrameType.Message:
+                return Materialize(frame.Message);
+            case FrameType.Ping:
+                Outbound.EnqueuePong();
+                return null;
+            case FrameType.Pong:
+                PongWaiter? waiter;
+                lock (_pongGate)
+                {
+                    _pongs.TryDequeue(out waiter);
+                }
+
+                if (waiter?.Refusal is { } refusal)
+                {
+                    waiter.Done.TrySetException(refusal);
+                }
+                else
+                {
+                    waiter?.Done.TrySetResult();
+                }
+
+                return null;
+            case FrameType.Error:
+                HeraldException error = BrokerError(frame.Error);
+                if (frame.Error.Fatal)
+                {
+                    throw error; // the broker closes the connection now (spec §4.8)
+                }
+
+                if (error.ErrorCode is ErrorCode.PermissionDenied or ErrorCode.TooManyTopics)
+                {
+                    lock (_pongGate)
+                    {
+                        if (_pongs.TryPeek(out PongWaiter? head) && head?.Subscription is not null)
+                        {
+                            head.Refusal ??= error; // between the fence's PONG and its own: the SUBSCRIBE's answer
+                            return null;
+                        }
+                    }
+                }
+
+                Client.ReportError(error);
+                return null;
+            case FrameType.Welcome:
+                Welcomed(frame.Welcome); // the answer to a refreshing HELLO (spec §4.1)
+                return null;
+            default:
+                throw new ProtocolException(ErrorCode.UnexpectedFrame, $"The broker sent {frame.Type} after WELCOME.");
+        }
+    }
+
+    /// <summary>PINGs the broker after <see cref="HeraldClientOptions.PingInterval"/> of silence; gives up after <see cref="HeraldClientOptions.MaxPingsOutstanding"/> unanswered ones.</summary>
+    private async Task PingLoopAsync()
+    {
+        CancellationToken lifetime = Lifetime;
+        TimeSpan interval = Options.PingInterval;
+        using var timer = new PeriodicTimer(interval);
+        try
+        {
+            while (await timer.WaitForNextTickAsync(lifetime).ConfigureAwait(false))
+            {
+                if (Environment.TickCount64 - Volatile.Read(ref _lastReadAt) < (long)interval.TotalMilliseconds)
+                {
+                    continue;
+                }
+
+                if (Volatile.Read(ref _pingsOutstanding) >= Options.MaxPingsOutstanding)
+                {
+                    Fail(new HeraldException(ErrorCode.StaleConnection, $"The broker answered none of {Options.MaxPingsOutstanding} PINGs; the connection is presumed dead."));
+                    return;
+                }
+
+                Interlocked.Increment(ref _pingsOutstanding);
+                lock (_pongGate)
+                {
+                    _pongs.Enqueue(null);
+                    Outbound.EnqueuePing();
+                }
+
+            }
+        }
+        catch (OperationCanceledException) when (lifetime.IsCancellationRequested)
+        {
+            // Lost or closed.
+        }
+    }
+
+    internal static HeraldException BrokerError(in ErrorFrame error) =>
+        new(error.Code, $"The broker sent ERROR {error.Code}{(error.Fatal ? " and closed the connection" : "")}: {error.Message}")
+        {
+            IsFatal = error.Fatal,
+            Count = error.Count,
+        };
+
+    private static int Limit(in WelcomeFrame welcome, string key) =>
+        welcome.Limits.TryGetValue(key, out ulong value) && value is > 0 and <= int.MaxValue ? (int)value : int.MaxValue;
+
+    /// <summary>What waits for one PONG: a flush, a refresh, or a subscription (which collects a refusal that arrives before it).</summary>
+    private sealed class PongWaiter(HeraldSubscription? subscription)
+    {
+        public TaskCompletionSource Done { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+        public HeraldSubscription? Subscription { get; } = subscription;
+
+        /// <summary>Caller holds <c>_pongGate</c>.</summary>
+        public HeraldException? Refusal { get; set; }
+    }
+}

@@ -1,0 +1,74 @@
+using System.Buffers;
+using System.Globalization;
+using System.Text;
+using System.Text.Json;
+using Herald.Client.Protocol;
+using Herald.Protocol;
+
+namespace Herald.Client.Tests.Conformance;
+
+/// <summary>
+/// Frames as one comparable line of text: what the client decoded, and what a vector's <c>fields</c>
+/// say. A transcript of a whole read (<see cref="Of"/>) is the frames, then how reading stopped.
+/// </summary>
+internal static class FrameText
+{
+    public static string Of(ServerFrame frame) => frame.Type switch
+    {
+        FrameType.Welcome => Welcome(frame.Welcome.Version, frame.Welcome.ServerName, frame.Welcome.ConnectionId, (uint)frame.Welcome.Capabilities, frame.Welcome.Limits),
+        FrameType.Message => Message(frame.Message.Sid, frame.Message.TopicString, frame.Message.ReplyToString, (uint)frame.Message.Flags, frame.Message.Payload.ToArray()),
+        FrameType.Error => Error((uint)frame.Error.Code, frame.Error.Fatal, frame.Error.Message, frame.Error.Count),
+        _ => frame.Type.ToString().ToUpperInvariant(),
+    };
+
+    /// <summary>A vector's <c>fields</c>, in the same form.</summary>
+    public static string Of(FrameType type, JsonElement f) => type switch
+    {
+        FrameType.Welcome => Welcome(
+            f.GetProperty("version").GetUInt32(),
+            f.GetProperty("server_name").GetString()!,
+            f.GetProperty("connection_id").GetUInt64(),
+            f.GetProperty("capabilities").GetUInt32(),
+            f.GetProperty("limits").EnumerateObject().ToDictionary(p => p.Name, p => p.Value.GetUInt64())),
+        FrameType.Message => Message(
+            f.GetProperty("sid").GetUInt32(),
+            f.GetProperty("topic").GetString()!,
+            f.GetProperty("reply_to").GetString(),
+            f.GetProperty("flags").GetUInt32(),
+            Convert.FromHexString(f.GetProperty("payload").GetString()!)),
+        FrameType.Error => Error(f.GetProperty("code").GetUInt32(), f.GetProperty("fatal").GetBoolean(), f.GetProperty("message").GetString()!, f.GetProperty("count").GetUInt64()),
+        _ => type.ToString().ToUpperInvariant(),
+    };
+
+    /// <summary>Reads frames with the client's reader until it stops: each frame, then "need more (n bytes left)" or the error.</summary>
+    public static string Of(ReadOnlySequence<byte> buffer, int maxFrame)
+    {
+        var text = new StringBuilder();
+        try
+        {
+            while (ServerFrames.TryRead(ref buffer, maxFrame, out ServerFrame frame))
+            {
+                text.Append(Of(frame)).Append('\n');
+            }
+
+            return text.Append(NeedMore(buffer.Length)).ToString();
+        }
+        catch (ProtocolException e)
+        {
+            return text.Append(Failed(e.Code)).ToString();
+        }
+    }
+
+    public static string NeedMore(long left) => $"need more data ({left} bytes left)";
+
+    public static string Failed(ErrorCode code) => $"error {code}";
+
+    public static string Message(uint sid, string topic, string? replyTo, uint flags, byte[] payload) =>
+        $"MESSAGE sid={sid} topic={topic} reply_to={replyTo ?? "nil"} flags={flags} payload={Convert.ToHexStringLower(payload)}";
+
+    private static string Welcome(uint version, string name, ulong id, uint capabilities, IReadOnlyDictionary<string, ulong> limits) =>
+        $"WELCOME version={version} server_name={name} connection_id={id} capabilities={capabilities} limits={{{string.Join(",", limits.OrderBy(l => l.Key, StringComparer.Ordinal).Select(l => string.Create(CultureInfo.InvariantCulture, $"{l.Key}={l.Value}")))}}}";
+
+    private static string Error(uint code, bool fatal, string message, ulong count) =>
+        $"ERROR code={code} fatal={fatal} message={message} count={count}";
+}

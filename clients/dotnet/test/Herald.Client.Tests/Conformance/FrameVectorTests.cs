@@ -1,0 +1,183 @@
+using System.Buffers;
+using System.Text.Json;
+using Herald.Client.Protocol;
+using Herald.Client.Serialization;
+using Herald.Client.Tests.Infrastructure;
+using Herald.Protocol;
+
+namespace Herald.Client.Tests.Conformance;
+
+/// <summary>
+/// Every frame vector of protocol-spec/vectors/ that concerns a client (spec §10): the broker's frames
+/// through the client's reader (<see cref="ServerFrames"/>), fed whole, split at every byte and one byte
+/// per segment; the client's frames through its encoder (<see cref="ClientFrames"/>), byte for byte.
+/// </summary>
+public class FrameVectorTests
+{
+    [Fact]
+    public void Every_vector_file_is_run_here_or_named_as_read_elsewhere()
+    {
+        string[] files = [.. Directory.GetFiles(Vectors.Folder, "*.json").Select(Path.GetFileName).Order(StringComparer.Ordinal)!];
+        string[] known = [.. Vectors.ServerFiles.Keys.Concat(Vectors.ClientFiles.Keys).Concat(Vectors.OtherFiles).Distinct().Order(StringComparer.Ordinal)];
+
+        Assert.Equal(known, files);
+        foreach (string file in Vectors.ServerFiles.Keys)
+        {
+            Assert.Contains(Vectors.Cases, v => v.File == file && v.Kind == "valid");
+            Assert.Contains(Vectors.Cases, v => v.File == file && v.Kind == "incomplete");
+            Assert.Contains(Vectors.Cases, v => v.File == file && v.Kind == "invalid");
+        }
+
+        foreach (string file in Vectors.ClientFiles.Keys)
+        {
+            Assert.Contains(Vectors.Cases, v => v.File == file && v.Kind == "valid" && v.Canonical);
+        }
+    }
+
+    [Theory]
+    [MemberData(nameof(Vectors.ServerValid), MemberType = typeof(Vectors))]
+    public void Server_frame_decodes_to_its_fields(CaseName id)
+    {
+        FrameVector v = Vectors.Get(id);
+        ReadOnlySequence<byte> buffer = Sequences.Whole(v.Bytes);
+
+        Assert.True(ServerFrames.TryRead(ref buffer, Vectors.MaxFrame, out ServerFrame frame));
+
+        Assert.True(buffer.IsEmpty);
+        Assert.Equal(v.Frame, frame.Type);
+        Assert.Equal(FrameText.Of(v.Frame, v.Fields), FrameText.Of(frame));
+    }
+
+    [Theory]
+    [MemberData(nameof(Vectors.ServerIncomplete), MemberType = typeof(Vectors))]
+    public void Incomplete_server_frame_needs_more_data_and_consumes_nothing(CaseName id)
+    {
+        FrameVector v = Vectors.Get(id);
+        ReadOnlySequence<byte> buffer = Sequences.Whole(v.Bytes);
+        ReadOnlySequence<byte> before = buffer;
+
+        Assert.False(ServerFrames.TryRead(ref buffer, Vectors.MaxFrame, out _));
+
+        Assert.Equal(before.Start, buffer.Start);
+        Assert.Equal(before.End, buffer.End);
+    }
+
+    [Theory]
+    [MemberData(nameof(Vectors.ServerInvalid), MemberType = typeof(Vectors))]
+    public void Invalid_server_frame_fails_with_its_error_code(CaseName id)
+    {
+        FrameVector v = Vectors.Get(id);
+
+        var e = Assert.Throws<ProtocolException>(() =>
+        {
+            ReadOnlySequence<byte> buffer = Sequences.Whole(v.Bytes);
+            ServerFrames.TryRead(ref buffer, Vectors.MaxFrame, out _);
+        });
+
+        Assert.Equal(v.Error, e.Code);
+    }
+
+    [Theory]
+    [MemberData(nameof(Vectors.ServerAll), MemberType = typeof(Vectors))]
+    public void Server_frame_gives_the_same_answer_split_at_every_byte_and_byte_by_byte(CaseName id)
+    {
+        FrameVector v = Vectors.Get(id);
+        string expected = Expected(v);
+
+        Assert.Equal(expected, FrameText.Of(Sequences.Whole(v.Bytes), Vectors.MaxFrame));
+        Assert.Equal(expected, FrameText.Of(Sequences.OneBytePerSegment(v.Bytes), Vectors.MaxFrame));
+        for (int at = 0; at <= v.Bytes.Length; at++)
+        {
+            string actual = FrameText.Of(Sequences.SplitAt(v.Bytes, at), Vectors.MaxFrame);
+            Assert.True(actual == expected, $"Split at byte {at}:\nexpected {expected}\nactual   {actual}");
+        }
+    }
+
+    [Theory]
+    [MemberData(nameof(Vectors.ServerValid), MemberType = typeof(Vectors))]
+    public void Server_frame_followed_by_another_yields_both_in_order_at_every_split(CaseName id)
+    {
+        FrameVector first = Vectors.Get(id);
+        FrameVector[] valid = [.. Vectors.Cases.Where(c => Vectors.ServerFiles.ContainsKey(c.File) && c.Kind == "valid")];
+        FrameVector second = valid[(Array.IndexOf(valid, first) + 1) % valid.Length];
+        byte[] both = [.. first.Bytes, .. second.Bytes];
+        string expected = FrameText.Of(first.Frame, first.Fields) + "\n" + FrameText.Of(second.Frame, second.Fields) + "\n" + FrameText.NeedMore(0);
+
+        for (int at = 0; at <= both.Length; at++)
+        {
+            Assert.Equal(expected, FrameText.Of(Sequences.SplitAt(both, at), Vectors.MaxFrame));
+        }
+    }
+
+    [Theory]
+    [MemberData(nameof(Vectors.ServerMessages), MemberType = typeof(Vectors))]
+    public void Message_becomes_a_HeraldMessage_with_its_topic_reply_to_and_payload(CaseName id)
+    {
+        FrameVector v = Vectors.Get(id);
+        ReadOnlySequence<byte> buffer = Sequences.OneBytePerSegment(v.Bytes);
+        Assert.True(ServerFrames.TryRead(ref buffer, Vectors.MaxFrame, out ServerFrame frame));
+        byte[] payload = Convert.FromHexString(v.Fields.GetProperty("payload").GetString()!);
+
+        if ((frame.Message.Flags & PayloadFlags.Zstd) != 0)
+        {
+            // The payload travels compressed: the client decompresses it (bounded) or drops the message with DecompressionFailed.
+            var e = Record.Exception(() => HeraldMessage.FromFrame(frame.Message, null, null, PayloadSerializer.Default, Vectors.MaxFrame));
+            Assert.True(e is null || e is ProtocolException { Code: ErrorCode.DecompressionFailed }, $"Unexpected {e}");
+            return;
+        }
+
+        HeraldMessage message = HeraldMessage.FromFrame(frame.Message, null, null, PayloadSerializer.Default, Vectors.MaxFrame);
+
+        Assert.Equal(v.Fields.GetProperty("topic").GetString(), message.Topic);
+        Assert.Equal(v.Fields.GetProperty("reply_to").GetString(), message.ReplyTo);
+        Assert.Equal(payload, message.Payload.ToArray());
+        Assert.False(message.WasCompressed);
+    }
+
+    [Theory]
+    [MemberData(nameof(Vectors.ClientCanonical), MemberType = typeof(Vectors))]
+    public void Client_frame_is_encoded_exactly_as_the_canonical_vector(CaseName id)
+    {
+        FrameVector v = Vectors.Get(id);
+        JsonElement f = v.Fields;
+        var output = new ArrayBufferWriter<byte>();
+
+        switch (v.Frame)
+        {
+            case FrameType.Hello:
+                ClientFrames.Hello(output, f.GetProperty("client_name").GetString()!, (Capabilities)f.GetProperty("capabilities").GetUInt32(), f.GetProperty("auth").GetString(), f.GetProperty("version").GetUInt32());
+                break;
+            case FrameType.Subscribe:
+                ClientFrames.Subscribe(output, f.GetProperty("sid").GetUInt32(), Utf8(f.GetProperty("pattern")), (SubscribeOptions)f.GetProperty("options").GetUInt32());
+                break;
+            case FrameType.Unsubscribe:
+                ClientFrames.Unsubscribe(output, f.GetProperty("sid").GetUInt32());
+                break;
+            case FrameType.Publish:
+                byte[] replyTo = f.GetProperty("reply_to").ValueKind == JsonValueKind.Null ? [] : Utf8(f.GetProperty("reply_to"));
+                byte[] payload = Convert.FromHexString(f.GetProperty("payload").GetString()!);
+                ClientFrames.Publish(output, Utf8(f.GetProperty("topic")), replyTo, (PayloadFlags)f.GetProperty("flags").GetUInt32(), payload);
+                Assert.Equal(v.Bytes.Length, ClientFrames.PublishSize(Utf8(f.GetProperty("topic")).Length, replyTo.Length, (PayloadFlags)f.GetProperty("flags").GetUInt32(), payload.Length));
+                break;
+            case FrameType.Ping:
+                ClientFrames.Ping(output);
+                break;
+            case FrameType.Pong:
+                ClientFrames.Pong(output);
+                break;
+            default:
+                throw new InvalidDataException($"{id}: not a client frame.");
+        }
+
+        Assert.Equal(Convert.ToHexStringLower(v.Bytes), Convert.ToHexStringLower(output.WrittenSpan));
+    }
+
+    private static string Expected(FrameVector v) => v.Kind switch
+    {
+        "valid" => FrameText.Of(v.Frame, v.Fields) + "\n" + FrameText.NeedMore(0),
+        "incomplete" => FrameText.NeedMore(v.Bytes.Length),
+        _ => FrameText.Failed(v.Error),
+    };
+
+    private static byte[] Utf8(JsonElement e) => System.Text.Encoding.UTF8.GetBytes(e.GetString()!);
+}

@@ -1,0 +1,99 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Net;
+using System.Net.Sockets;
+using Herald.Protocol;
+using MessagePack;
+
+namespace Herald.Client.Tests.Infrastructure;
+
+/// <summary>
+/// A scripted broker on a real loopback socket, for what the real one will not do on demand: stay silent
+/// to PINGs, send a PING or a non-fatal ERROR now, refuse a HELLO. It speaks through the shared codec.
+/// </summary>
+public sealed class FakeBroker : IDisposable
+{
+    private readonly TcpListener _listener = new(IPAddress.Loopback, 0);
+
+    public FakeBroker() => _listener.Start();
+
+    public int Port => ((IPEndPoint)_listener.LocalEndpoint).Port;
+
+    public string Url => $"tcp://127.0.0.1:{Port}";
+
+    public async Task<FakeConnection> AcceptAsync() => new(await _listener.AcceptSocketAsync().WaitAsync(Wait.Limit));
+
+    public void Dispose() => _listener.Stop();
+}
+
+/// <summary>One client connection to a <see cref="FakeBroker"/>.</summary>
+public sealed class FakeConnection : IAsyncDisposable
+{
+    private readonly NetworkStream _stream;
+    private readonly PipeReader _reader;
+
+    public FakeConnection(Socket socket)
+    {
+        _stream = new NetworkStream(socket, ownsSocket: true);
+        _reader = PipeReader.Create(_stream);
+    }
+
+    /// <summary>Reads HELLO, answers WELCOME, then answers the client's first PING (its subscriptions flush) with PONG.</summary>
+    public async Task<HelloFrame> HandshakeAsync()
+    {
+        HelloFrame hello = default;
+        Assert.Equal(FrameType.Hello, await ReadAsync(body =>
+        {
+            var reader = new MessagePackReader(body);
+            FrameDecoder.ReadHeader(ref reader, out int count);
+            hello = FrameDecoder.ReadHello(ref reader, count);
+        }));
+        await SendAsync(w => FrameWriter.WriteWelcome(w, "fake", 1, Capabilities.None, [new("max_frame", 65536), new("max_topic", 256)]));
+        await ExpectAsync(FrameType.Ping);
+        await SendAsync(FrameWriter.WritePong);
+        return hello;
+    }
+
+    /// <summary>Reads frames until one of <paramref name="type"/>, skipping others.</summary>
+    public async Task ExpectAsync(FrameType type)
+    {
+        while (await ReadAsync() != type)
+        {
+        }
+    }
+
+    /// <summary>The type of the next frame the client sends; <paramref name="inspect"/> sees its body.</summary>
+    public async Task<FrameType> ReadAsync(Action<ReadOnlySequence<byte>>? inspect = null)
+    {
+        using var timeout = new CancellationTokenSource(Wait.Limit);
+        while (true)
+        {
+            ReadResult result = await _reader.ReadAsync(timeout.Token);
+            ReadOnlySequence<byte> buffer = result.Buffer;
+            if (FrameReader.TryReadFrame(ref buffer, int.MaxValue, out ReadOnlySequence<byte> body))
+            {
+                var reader = new MessagePackReader(body);
+                FrameType type = FrameDecoder.ReadHeader(ref reader, out _);
+                inspect?.Invoke(body);
+                _reader.AdvanceTo(buffer.Start);
+                return type;
+            }
+
+            Assert.False(result.IsCompleted, "The client closed the connection.");
+            _reader.AdvanceTo(buffer.Start, buffer.End);
+        }
+    }
+
+    public async Task SendAsync(Action<IBufferWriter<byte>> write)
+    {
+        var output = new ArrayBufferWriter<byte>();
+        write(output);
+        await _stream.WriteAsync(output.WrittenMemory);
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        await _reader.CompleteAsync();
+        await _stream.DisposeAsync();
+    }
+}

@@ -1,0 +1,94 @@
+using System.Net;
+using System.Net.Sockets;
+using Herald.Broker.Hosting;
+using Herald.Client;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.Extensions.DependencyInjection;
+
+namespace Herald.Client.Tests.Infrastructure;
+
+/// <summary>
+/// The real broker, started in-process through <see cref="HeraldHost.Build"/> on loopback: TCP and HTTP
+/// on ephemeral ports, or on the ports given (a reconnect test restarts a broker on the same ones).
+/// </summary>
+public sealed class TestBroker : IAsyncDisposable
+{
+    private readonly WebApplication _app;
+    private bool _stopped;
+
+    private TestBroker(WebApplication app)
+    {
+        _app = app;
+        Listeners listeners = app.Services.GetRequiredService<Listeners>();
+        TcpPort = listeners.TcpPorts.Min();
+        HttpPort = listeners.HttpPort ?? 0;
+    }
+
+    public int TcpPort { get; }
+
+    public int HttpPort { get; }
+
+    public string TcpUrl => $"tcp://127.0.0.1:{TcpPort}";
+
+    public string HttpUrl => $"http://127.0.0.1:{HttpPort}";
+
+    public string Url(HeraldTransport transport) => transport == HeraldTransport.Tcp ? TcpUrl : HttpUrl;
+
+    public static async Task<TestBroker> StartAsync(Action<HeraldOptions>? configure = null, int tcpPort = 0, int httpPort = 0)
+    {
+        string[] args = ["--Logging:LogLevel:Default=Warning", "--Logging:LogLevel:Herald=Error"];
+        WebApplication app = HeraldHost.Build(args, options =>
+        {
+            options.Tcp.Host = "127.0.0.1";
+            options.Tcp.PortRangeStart = tcpPort;
+            options.Tcp.PortRangeEnd = tcpPort;
+            options.Http.Host = "127.0.0.1";
+            options.Http.Port = httpPort;
+            options.Policy.Port = -1;
+            options.Limits.ShutdownDrainTimeout = TimeSpan.FromSeconds(1);
+            configure?.Invoke(options);
+        });
+        await app.StartAsync();
+        return new TestBroker(app);
+    }
+
+    /// <summary>A graceful stop, as SIGTERM: clients get a ShuttingDown ERROR (TCP) or 503 (long-poll), then the ports are free.</summary>
+    public async Task StopAsync()
+    {
+        if (!_stopped)
+        {
+            _stopped = true;
+            await _app.StopAsync();
+        }
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        await StopAsync();
+        await _app.DisposeAsync();
+    }
+
+    /// <summary>
+    /// A port that is free now, below the kernel's ephemeral range (so no outgoing connection of another
+    /// test takes it while a broker restarts on it).
+    /// </summary>
+    public static int FreePort()
+    {
+        for (int attempt = 0; attempt < 100; attempt++)
+        {
+            int port = Random.Shared.Next(20_000, 32_000);
+            try
+            {
+                using var probe = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+                probe.Bind(new IPEndPoint(IPAddress.Loopback, port));
+                return port;
+            }
+            catch (SocketException)
+            {
+                // taken: try another
+            }
+        }
+
+        throw new InvalidOperationException("No free port found.");
+    }
+}

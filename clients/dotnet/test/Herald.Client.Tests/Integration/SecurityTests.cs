@@ -1,0 +1,190 @@
+using System.Net;
+using System.Security.Cryptography;
+using System.Security.Cryptography.X509Certificates;
+using System.Text;
+using Herald.Broker.Security;
+using Herald.Client.Tests.Infrastructure;
+using Herald.Protocol;
+
+namespace Herald.Client.Tests.Integration;
+
+/// <summary>A broker with static-token authentication: alice may use <c>chat.&gt;</c> except <c>chat.admin.&gt;</c>; bob may use everything.</summary>
+public sealed class AuthBroker : IAsyncLifetime
+{
+    public const string Alice = "alice-token-0123456789";
+    public const string Bob = "bob-token-0123456789";
+
+    public TestBroker Broker { get; private set; } = null!;
+
+    public async Task InitializeAsync() => Broker = await TestBroker.StartAsync(o =>
+    {
+        o.Security.Auth.Mode = AuthMode.Token;
+        o.Security.Auth.FailureDelay = TimeSpan.FromMilliseconds(10);
+        o.Security.Auth.Tokens.Add(new TokenOptions
+        {
+            Name = "alice",
+            Sha256 = Sha256(Alice),
+            Permissions = { Publish = { "chat.>" }, Subscribe = { "chat.>" }, DenyPublish = { "chat.admin.>" }, DenySubscribe = { "chat.admin.>" } },
+        });
+        o.Security.Auth.Tokens.Add(new TokenOptions { Name = "bob", Sha256 = Sha256(Bob), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
+    });
+
+    public async Task DisposeAsync() => await Broker.DisposeAsync();
+
+    private static string Sha256(string token) => Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(token)));
+}
+
+/// <summary>Authentication (HELLO's auth, a bearer token for long-poll), permissions (§12) and their refusals.</summary>
+public class SecurityTests(AuthBroker fixture) : IClassFixture<AuthBroker>
+{
+    public static TheoryData<HeraldTransport> Transports => PubSubTests.Transports;
+
+    [Theory]
+    [MemberData(nameof(Transports))]
+    public async Task A_client_with_a_good_credential_works_within_its_permissions(HeraldTransport transport)
+    {
+        string topic = "chat." + Guid.NewGuid().ToString("N");
+        await using var alice = new HeraldClient(fixture.Broker.Url(transport), new HeraldClientOptions { Credential = AuthBroker.Alice });
+        await using var bob = new HeraldClient(fixture.Broker.TcpUrl, new HeraldClientOptions { CredentialProvider = _ => ValueTask.FromResult<string?>(AuthBroker.Bob) });
+        await using HeraldSubscription subscription = await alice.SubscribeAsync(topic);
+        await using HeraldSubscription service = await bob.SubscribeAsync("svc.whoami", async m => await m.RespondAsync("bob answers"));
+
+        await bob.PublishAsync(topic, "hi alice");
+
+        Assert.Equal("hi alice", (await subscription.ReadAsync(Wait.Token())).GetString());
+
+        // Request/reply needs no grant on _INBOX (AllowInboxReplies): alice may not publish to svc.> though.
+        await using HeraldSubscription inboxOnly = await bob.SubscribeAsync(topic + ".ask", async m => await m.RespondAsync("ok"));
+        Assert.Equal("ok", (await alice.RequestAsync(topic + ".ask", "?", TimeSpan.FromSeconds(10))).GetString());
+    }
+
+    [Theory]
+    [MemberData(nameof(Transports))]
+    public async Task A_subscription_the_identity_is_not_granted_fails_with_PermissionDenied_and_the_connection_stays(HeraldTransport transport)
+    {
+        await using var alice = new HeraldClient(fixture.Broker.Url(transport), new HeraldClientOptions { Credential = AuthBroker.Alice });
+        var watcher = new StateWatcher(alice);
+        await using HeraldSubscription allowed = await alice.SubscribeAsync("chat.room.>");
+
+        var denied = await Assert.ThrowsAsync<HeraldException>(() => alice.SubscribeAsync("chat.admin.>"));
+        var wildcard = await Assert.ThrowsAsync<HeraldException>(() => alice.SubscribeAsync("chat.>")); // could match chat.admin.x
+        var outside = await Assert.ThrowsAsync<HeraldException>(() => alice.SubscribeAsync("prices.>"));
+
+        Assert.All([denied, wildcard, outside], e => Assert.Equal(ErrorCode.PermissionDenied, e.ErrorCode));
+        Assert.All([denied, wildcard, outside], e => Assert.False(e.IsFatal));
+        await alice.PublishAsync("chat.room.1", "still here");
+        Assert.Equal("still here", (await allowed.ReadAsync(Wait.Token())).GetString());
+        await watcher.WaitForAsync(ConnectionState.Connected);
+        Assert.Equal([ConnectionState.Connecting, ConnectionState.Connected], watcher.History);
+    }
+
+    [Fact]
+    public async Task A_publication_the_identity_is_not_granted_is_reported_through_Error()
+    {
+        await using var alice = new HeraldClient(fixture.Broker.TcpUrl, new HeraldClientOptions { Credential = AuthBroker.Alice });
+        var reported = new TaskCompletionSource<HeraldException>(TaskCreationOptions.RunContinuationsAsynchronously);
+        alice.Error += (_, e) => reported.TrySetResult(e.Exception);
+
+        await alice.PublishAsync("chat.admin.reboot", "now"); // no acknowledgement for a PUBLISH: the refusal comes later
+        await alice.FlushAsync(Wait.Token());
+
+        HeraldException error = await reported.Task.Within();
+        Assert.Equal(ErrorCode.PermissionDenied, error.ErrorCode);
+        Assert.Equal(ConnectionState.Connected, alice.State);
+    }
+
+    [Theory]
+    [InlineData(HeraldTransport.Tcp, "wrong-token")]
+    [InlineData(HeraldTransport.Tcp, null)]
+    [InlineData(HeraldTransport.LongPoll, "wrong-token")]
+    [InlineData(HeraldTransport.LongPoll, null)]
+    public async Task A_missing_or_wrong_credential_fails_ConnectAsync_with_AuthenticationFailed(HeraldTransport transport, string? credential)
+    {
+        await using var client = new HeraldClient(fixture.Broker.Url(transport), new HeraldClientOptions { Credential = credential });
+
+        var e = await Assert.ThrowsAsync<HeraldException>(() => client.ConnectAsync(Wait.Token()));
+
+        Assert.Equal(ErrorCode.AuthenticationFailed, e.ErrorCode);
+        Assert.DoesNotContain("wrong-token", e.Message, StringComparison.Ordinal);
+        Assert.Equal(ConnectionState.Disconnected, client.State);
+    }
+
+    [Fact]
+    public async Task RefreshCredentialAsync_presents_a_fresh_credential_and_the_connection_carries_on()
+    {
+        int asked = 0;
+        await using var bob = new HeraldClient(fixture.Broker.TcpUrl, new HeraldClientOptions
+        {
+            CredentialProvider = _ => ValueTask.FromResult<string?>(Interlocked.Increment(ref asked) > 0 ? AuthBroker.Bob : null),
+        });
+        await using HeraldSubscription subscription = await bob.SubscribeAsync("refresh.>");
+        ulong? connection = bob.ServerInfo!.ConnectionId;
+
+        await bob.RefreshCredentialAsync(Wait.Token());
+
+        Assert.Equal(2, asked);
+        Assert.Equal(connection, bob.ServerInfo!.ConnectionId);
+        await bob.PublishAsync("refresh.after", "same connection");
+        Assert.Equal("same connection", (await subscription.ReadAsync(Wait.Token())).GetString());
+        Assert.Equal(ConnectionState.Connected, bob.State);
+    }
+}
+
+/// <summary>TLS on the TCP port (<c>tls://</c>) and on HTTP (<c>https://</c>), with a self-signed certificate the client is told to trust.</summary>
+public sealed class TlsTests : IAsyncLifetime
+{
+    private readonly string _pfx = Path.Combine(Path.GetTempPath(), $"herald-client-test-{Guid.NewGuid():N}.pfx");
+    private string _thumbprint = "";
+    private TestBroker _broker = null!;
+
+    public async Task InitializeAsync()
+    {
+        using var key = RSA.Create(2048);
+        var request = new CertificateRequest("CN=localhost", key, HashAlgorithmName.SHA256, RSASignaturePadding.Pkcs1);
+        var san = new SubjectAlternativeNameBuilder();
+        san.AddIpAddress(IPAddress.Loopback);
+        san.AddDnsName("localhost");
+        request.CertificateExtensions.Add(san.Build());
+        using X509Certificate2 certificate = request.CreateSelfSigned(DateTimeOffset.UtcNow.AddMinutes(-5), DateTimeOffset.UtcNow.AddDays(1));
+        await File.WriteAllBytesAsync(_pfx, certificate.Export(X509ContentType.Pfx, "test"));
+        _thumbprint = certificate.GetCertHashString();
+        _broker = await TestBroker.StartAsync(o =>
+        {
+            o.Security.Tls.CertificatePath = _pfx;
+            o.Security.Tls.Password = "test";
+            o.Security.Tls.TcpPorts = "all";
+            o.Security.Tls.Http = true;
+        });
+    }
+
+    public async Task DisposeAsync()
+    {
+        await _broker.DisposeAsync();
+        File.Delete(_pfx);
+    }
+
+    [Fact]
+    public async Task Tls_and_https_clients_publish_to_each_other_when_the_certificate_is_trusted()
+    {
+        var options = new HeraldClientOptions { ServerCertificateValidation = (_, certificate, _, _) => certificate?.GetCertHashString() == _thumbprint };
+        await using var tcp = new HeraldClient($"tls://localhost:{_broker.TcpPort}", options);
+        await using var https = new HeraldClient($"https://localhost:{_broker.HttpPort}", options);
+        await using HeraldSubscription subscription = await https.SubscribeAsync("secure.>");
+
+        await tcp.PublishAsync("secure.channel", "over TLS");
+
+        Assert.Equal("over TLS", (await subscription.ReadAsync(Wait.Token())).GetString());
+        Assert.Equal($"tls://localhost:{_broker.TcpPort}", tcp.Url);
+    }
+
+    [Theory]
+    [InlineData("tls")]
+    [InlineData("https")]
+    public async Task An_untrusted_certificate_fails_the_connection(string scheme)
+    {
+        int port = scheme == "tls" ? _broker.TcpPort : _broker.HttpPort;
+        await using var client = new HeraldClient($"{scheme}://localhost:{port}");
+
+        await Assert.ThrowsAsync<HeraldConnectionException>(() => client.ConnectAsync(Wait.Token()));
+    }
+}
