@@ -1,0 +1,536 @@
+/**
+ * The Herald client: one API over TCP (Node, `tcp://host:4502`) and HTTP long-poll (browsers and Node,
+ * `http://host:8080`), with automatic reconnect (exponential backoff with jitter), re-subscription and a
+ * bounded buffer for what is published while disconnected.
+ */
+import { HeraldError } from "./protocol/errors.js";
+import { checkPattern, checkPublishTopic, checkReplyTo, DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
+import { LongPollTransport } from "./longpoll.js";
+import { Message, Subscription, type MessageHandler, type SubscribeOptions, type SubscriptionOwner } from "./subscription.js";
+import { TcpTransport } from "./tcp.js";
+import type { PendingPublish, Transport, TransportEvents, TransportInfo, TransportOptions } from "./transport.js";
+import { backoff, deferred, quiet, randomToken, sleep, toBytes, type Deferred } from "./util.js";
+
+/**
+ * - `connecting`: opening the first connection.
+ * - `connected`: subscriptions are live, publications go out at once.
+ * - `reconnecting`: the connection was lost (or long-poll requests are failing); publications are
+ *   buffered and subscriptions will be restored.
+ * - `closed`: `close()` was called, or reconnecting gave up. Final.
+ */
+export type ConnectionState = "connecting" | "connected" | "reconnecting" | "closed";
+
+export type Payload = Uint8Array | ArrayBuffer | string;
+
+export interface ConnectOptions {
+  /** Client name shown in the broker's logs and `/connz` (HELLO client_name; at most 128 bytes). */
+  name?: string;
+  /** Ask for Zstd-compressed messages (spec §11); they are decompressed here. Default true. */
+  compression?: boolean;
+  /** Reconnect automatically when the connection is lost. Default true. */
+  reconnect?: boolean;
+  /** First reconnect delay; doubles each attempt, with jitter. Default 250 ms. */
+  reconnectDelayMs?: number;
+  /** Longest reconnect delay. Default 5000 ms. */
+  maxReconnectDelayMs?: number;
+  /** Attempts in a row before giving up (state `closed`). Default: never give up. */
+  maxReconnectAttempts?: number;
+  /** Time for one connection attempt (TCP handshake, session creation). Default 10 000 ms. */
+  connectTimeoutMs?: number;
+  /**
+   * `connect()` keeps trying (with backoff) instead of failing when the first attempt fails.
+   * Default false: `connect()` rejects with the first attempt's error.
+   */
+  waitOnFirstConnect?: boolean;
+  /** TCP: PING the broker after this long without hearing from it. Default: the broker's ping_interval_ms. */
+  pingIntervalMs?: number;
+  /** Default timeout of `request()`. Default 10 000 ms. */
+  requestTimeoutMs?: number;
+  /** Bytes of publications kept while disconnected (or queued on long-poll); more is `BufferFull`. Default 8 MiB. */
+  maxBufferBytes?: number;
+  /** Messages a subscription's iterator keeps for a slow consumer before dropping the oldest. Default 65 536. */
+  maxPendingMessages?: number;
+  /** Long-poll: the `fetch` to use (default: the global one). */
+  fetch?: typeof fetch;
+}
+
+export interface PublishOptions {
+  /** Topic the receivers should reply to (request/reply). */
+  replyTo?: string | null;
+}
+
+export interface RequestOptions {
+  /** How long to wait for the reply. Default: the client's `requestTimeoutMs`. */
+  timeoutMs?: number;
+}
+
+export interface ClientEvents {
+  /** Every state change; `error` is why the connection was lost or the client closed. */
+  state: (state: ConnectionState, error?: Error) => void;
+  /** The connection was lost (state turns `reconnecting` or `closed`). */
+  disconnect: (error: Error) => void;
+  /** Connected again after a loss, subscriptions restored. */
+  reconnect: () => void;
+  /**
+   * Problems that do not end the connection: `MessagesDropped` (the broker's slow-consumer policy, or a
+   * slow iterator), `UnknownSubscription`, a refused subscription, a handler that threw, ...
+   */
+  error: (error: HeraldError) => void;
+}
+
+type Listener = (...args: never[]) => void;
+
+const DEFAULTS = {
+  name: "herald-ts",
+  compression: true,
+  reconnect: true,
+  reconnectDelayMs: 250,
+  maxReconnectDelayMs: 5000,
+  maxReconnectAttempts: Infinity,
+  connectTimeoutMs: 10_000,
+  waitOnFirstConnect: false,
+  requestTimeoutMs: 10_000,
+  maxBufferBytes: 8 * 1024 * 1024,
+  maxPendingMessages: 65_536,
+};
+
+function asHeraldError(e: unknown, code = "ConnectionLost"): HeraldError {
+  if (e instanceof HeraldError) return e;
+  return new HeraldError(code, (e as Error)?.message ?? String(e), { cause: e });
+}
+
+export class HeraldClient implements SubscriptionOwner {
+  /** The broker address this client connects to. */
+  readonly url: URL;
+  /** Resolves when the client has closed. */
+  readonly closed: Promise<void>;
+
+  private readonly options: typeof DEFAULTS & ConnectOptions;
+  private readonly kind: "tcp" | "longpoll";
+  private _state: ConnectionState = "connecting";
+  private transport: Transport | null = null;
+  private lastInfo: TransportInfo | null = null;
+  private lastMaxTopic = DEFAULT_MAX_TOPIC;
+  private generation = 0;
+  private currentLost: Deferred<HeraldError> | null = null;
+  private readonly subs = new Map<number, Subscription>();
+  private nextSid = 1;
+  private buffer: PendingPublish[] = [];
+  private bufferedBytes = 0;
+  private inboxPrefix: string | null = null;
+  private requestCounter = 0;
+  private readonly requests = new Map<string, { reply: Deferred<Message>; timer: ReturnType<typeof setTimeout> }>();
+  private readonly listeners = new Map<keyof ClientEvents, Set<Listener>>();
+  private readonly stop = new AbortController();
+  private readonly closedD = deferred<void>();
+  /** @internal resolves on the first connection; rejects if it fails and the client fails fast. */
+  readonly opened: Promise<void>;
+  private readonly openedD = deferred<void>();
+
+  constructor(url: string | URL, options: ConnectOptions = {}) {
+    this.url = typeof url === "string" ? new URL(url) : url;
+    const protocol = this.url.protocol;
+    if (protocol === "tcp:") this.kind = "tcp";
+    else if (protocol === "http:" || protocol === "https:") this.kind = "longpoll";
+    else throw new HeraldError("ConnectFailed", `Unsupported address '${this.url.href}': use tcp://host:4502 (Node) or http://host:8080 (long-poll).`);
+    this.options = { ...DEFAULTS, ...Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) };
+    if (new TextEncoder().encode(this.options.name).length > 128) {
+      throw new HeraldError("ConnectFailed", "The client name is longer than 128 UTF-8 bytes (spec §4.1).");
+    }
+    this.closed = this.closedD.promise;
+    this.opened = quiet(this.openedD.promise);
+    this.run(!this.options.waitOnFirstConnect).catch((e) => this.shutdown(asHeraldError(e, "InternalError")));
+  }
+
+  /** The connection state (see {@link ConnectionState}); changes are reported by the `state` event. */
+  get state(): ConnectionState {
+    return this._state;
+  }
+
+  /** What the current (or last) connection negotiated: transport, server name, compression, limits. */
+  get info(): TransportInfo | null {
+    return this.transport?.info ?? this.lastInfo;
+  }
+
+  on<E extends keyof ClientEvents>(event: E, listener: ClientEvents[E]): () => void {
+    let set = this.listeners.get(event);
+    if (!set) this.listeners.set(event, (set = new Set()));
+    set.add(listener as Listener);
+    return () => this.off(event, listener);
+  }
+
+  off<E extends keyof ClientEvents>(event: E, listener: ClientEvents[E]): void {
+    this.listeners.get(event)?.delete(listener as Listener);
+  }
+
+  private emit<E extends keyof ClientEvents>(event: E, ...args: Parameters<ClientEvents[E]>): void {
+    for (const listener of [...(this.listeners.get(event) ?? [])]) {
+      try {
+        (listener as (...a: unknown[]) => void)(...args);
+      } catch (e) {
+        setTimeout(() => {
+          throw e; // a listener bug surfaces like an EventEmitter listener's would
+        });
+      }
+    }
+  }
+
+  private setState(state: ConnectionState, error?: Error): void {
+    if (this._state === state || this._state === "closed") return;
+    this._state = state;
+    this.emit("state", state, error);
+  }
+
+  private isClosed(): boolean {
+    return this._state === "closed";
+  }
+
+  /** @internal */
+  reportError(error: HeraldError): void {
+    this.emit("error", error);
+  }
+
+  // -------------------------------------------------------------------------------------------------------
+  // Connection loop
+
+  private transportOptions(): TransportOptions {
+    return {
+      name: this.options.name,
+      compression: this.options.compression,
+      connectTimeoutMs: this.options.connectTimeoutMs,
+      pingIntervalMs: this.options.pingIntervalMs,
+      maxBufferBytes: this.options.maxBufferBytes,
+      fetch: this.options.fetch,
+      retryDelayMs: this.options.reconnectDelayMs,
+      maxRetryDelayMs: this.options.maxReconnectDelayMs,
+    };
+  }
+
+  private async run(failFast: boolean): Promise<void> {
+    let attempt = 0;
+    let everConnected = false;
+    while (this._state !== "closed") {
+      const gen = ++this.generation;
+      const lost = deferred<HeraldError>();
+      this.currentLost = lost;
+      const events: TransportEvents = {
+        message: (sid, topic, replyTo, payload) => {
+          if (gen === this.generation) this.dispatch(sid, topic, replyTo, payload);
+        },
+        error: (error) => {
+          if (gen === this.generation) this.emit("error", error);
+        },
+        interrupted: (error) => {
+          if (gen === this.generation && this._state === "connected") {
+            this.setState("reconnecting", asHeraldError(error));
+          }
+        },
+        resumed: () => {
+          if (gen === this.generation && this._state === "reconnecting" && this.transport) {
+            this.setState("connected");
+            this.emit("reconnect");
+          }
+        },
+        lost: (error) => lost.resolve(error),
+      };
+
+      let transport: Transport;
+      try {
+        transport =
+          this.kind === "tcp"
+            ? await TcpTransport.open(this.url, this.transportOptions(), events)
+            : await LongPollTransport.open(this.url, this.transportOptions(), events);
+      } catch (e) {
+        if (this.isClosed()) return;
+        const error = asHeraldError(e, "ConnectFailed");
+        attempt++;
+        if (!everConnected && failFast) {
+          this.openedD.reject(error);
+          await this.shutdown(error);
+          return;
+        }
+        if (attempt > this.options.maxReconnectAttempts) {
+          await this.shutdown(error);
+          return;
+        }
+        await sleep(
+          Math.max(error.retryAfterMs ?? 0, backoff(attempt, this.options.reconnectDelayMs, this.options.maxReconnectDelayMs)),
+          this.stop.signal,
+        );
+        continue;
+      }
+      if (this.isClosed()) {
+        await transport.close();
+        return;
+      }
+
+      this.transport = transport;
+      this.lastInfo = transport.info;
+      this.lastMaxTopic = transport.maxTopic;
+      let lostError: HeraldError | null = null;
+      try {
+        await Promise.race([this.restore(transport), lost.promise.then((e) => Promise.reject(e))]);
+        attempt = 0;
+        const first = !everConnected;
+        everConnected = true;
+        this.setState("connected");
+        this.drainBuffer(transport);
+        if (first) this.openedD.resolve();
+        else this.emit("reconnect");
+        lostError = await lost.promise;
+      } catch (e) {
+        lostError = asHeraldError(e);
+        attempt++;
+      }
+      if (this.isClosed()) return;
+      this.transport = null;
+      const unsent = transport.takeUnsent();
+      if (unsent.length > 0) {
+        this.buffer.unshift(...unsent);
+        this.bufferedBytes += unsent.reduce((n, p) => n + p.payload.length, 0);
+      }
+      await transport.close().catch(() => undefined);
+      this.emit("disconnect", lostError);
+      if (!this.options.reconnect || attempt > this.options.maxReconnectAttempts) {
+        await this.shutdown(lostError);
+        return;
+      }
+      this.setState(everConnected ? "reconnecting" : "connecting", lostError);
+      if (attempt > 0) {
+        await sleep(
+          Math.max(lostError.retryAfterMs ?? 0, backoff(attempt, this.options.reconnectDelayMs, this.options.maxReconnectDelayMs)),
+          this.stop.signal,
+        );
+      }
+    }
+  }
+
+  /** Subscribes every live subscription again on a new transport (same sids). */
+  private async restore(transport: Transport): Promise<void> {
+    await Promise.all([...this.subs.values()].map((sub) => this.register(sub, transport)));
+  }
+
+  /** Sends a subscription to the broker; never rejects (a refusal ends that subscription). */
+  private async register(sub: Subscription, transport: Transport): Promise<void> {
+    try {
+      await transport.subscribe(sub.sid, sub.pattern, sub.noEcho);
+      sub.markReady();
+    } catch (e) {
+      const error = asHeraldError(e);
+      // Only a long-poll 4xx answer is a refusal; anything else means the connection failed, and the
+      // subscription is restored on the next one.
+      const refused = error.status !== undefined && error.status >= 400 && error.status < 500;
+      if (!refused || sub.isClosed) return;
+      // The broker refused it: end it, and say so.
+      this.subs.delete(sub.sid);
+      sub.end(error);
+      this.emit("error", error);
+    }
+  }
+
+  private drainBuffer(transport: Transport): void {
+    while (this.buffer.length > 0 && this.transport === transport) {
+      const p = this.buffer.shift()!;
+      this.bufferedBytes -= p.payload.length;
+      if (!transport.publish(p)) {
+        this.buffer.unshift(p);
+        this.bufferedBytes += p.payload.length;
+        return;
+      }
+    }
+  }
+
+  private dispatch(sid: number, topic: string, replyTo: string | null, payload: Uint8Array): void {
+    const sub = this.subs.get(sid);
+    if (!sub) return; // a MESSAGE already queued for a subscription that ended (spec §4.4)
+    sub.deliver(new Message(topic, replyTo, payload, sid, this));
+  }
+
+  private async shutdown(error: HeraldError): Promise<void> {
+    if (this._state === "closed") return;
+    this.setState("closed", error);
+    this.stop.abort();
+    this.currentLost?.resolve(error);
+    const transport = this.transport;
+    this.transport = null;
+    for (const p of this.buffer.splice(0)) p.reject(error);
+    this.bufferedBytes = 0;
+    for (const { reply, timer } of this.requests.values()) {
+      clearTimeout(timer);
+      reply.reject(error);
+    }
+    this.requests.clear();
+    for (const sub of this.subs.values()) sub.end();
+    this.subs.clear();
+    this.openedD.reject(error);
+    if (transport) await transport.close().catch(() => undefined);
+    this.closedD.resolve();
+  }
+
+  // -------------------------------------------------------------------------------------------------------
+  // API
+
+  /**
+   * Publishes `payload` (bytes, or a string sent as UTF-8) to `topic`. Resolves when it has been handed to
+   * the connection (TCP: written; long-poll: accepted by the broker). While disconnected it is buffered
+   * (up to `maxBufferBytes`) and sent after the reconnect.
+   */
+  publish(topic: string, payload: Payload, options: PublishOptions = {}): Promise<void> {
+    try {
+      if (this._state === "closed") throw new HeraldError("Closed", "The client is closed.");
+      const maxTopic = this.transport?.maxTopic ?? this.lastMaxTopic;
+      checkPublishTopic(topic, maxTopic);
+      const replyTo = options.replyTo ? options.replyTo : null;
+      if (replyTo !== null) checkReplyTo(replyTo, maxTopic);
+      const bytes = toBytes(payload);
+      return new Promise<void>((resolve, reject) => {
+        const p: PendingPublish = { topic, replyTo, payload: bytes, resolve, reject };
+        if (this.transport && this.buffer.length === 0 && this.transport.publish(p)) return;
+        if (this.bufferedBytes + bytes.length > this.options.maxBufferBytes) {
+          reject(new HeraldError("BufferFull", `More than ${this.options.maxBufferBytes} bytes are waiting for the connection.`));
+          return;
+        }
+        this.buffer.push(p);
+        this.bufferedBytes += bytes.length;
+      });
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /**
+   * Subscribes to a topic pattern (`prices.>`, `chat.*.room`). Without a handler the subscription is an
+   * async iterable (`for await (const msg of sub)`); with one, the handler gets every message.
+   * `sub.ready` resolves when the broker has the subscription.
+   */
+  subscribe(pattern: string, options?: SubscribeOptions): Subscription;
+  subscribe(pattern: string, handler: MessageHandler, options?: SubscribeOptions): Subscription;
+  subscribe(pattern: string, handlerOrOptions?: MessageHandler | SubscribeOptions, maybeOptions?: SubscribeOptions): Subscription {
+    const handler = typeof handlerOrOptions === "function" ? handlerOrOptions : undefined;
+    const options = (typeof handlerOrOptions === "function" ? maybeOptions : handlerOrOptions) ?? {};
+    if (this._state === "closed") throw new HeraldError("Closed", "The client is closed.");
+    checkPattern(pattern, this.transport?.maxTopic ?? this.lastMaxTopic);
+    const max = this.transport?.maxSubscriptions ?? Infinity;
+    if (this.subs.size >= max) {
+      throw new HeraldError("TooManySubscriptions", `The broker allows ${max} subscriptions per connection.`);
+    }
+    const sid = this.allocateSid();
+    const sub = new Subscription(this, sid, pattern, options.noEcho === true, handler, options.maxPending ?? this.options.maxPendingMessages);
+    this.subs.set(sid, sub);
+    if (this.transport) void this.register(sub, this.transport);
+    return sub;
+  }
+
+  private allocateSid(): number {
+    for (;;) {
+      const sid = this.nextSid;
+      this.nextSid = this.nextSid >= 0xffffffff ? 1 : this.nextSid + 1;
+      if (!this.subs.has(sid)) return sid;
+    }
+  }
+
+  /** @internal Ends subscription `sid` here at once and on the broker. */
+  async unsubscribeSid(sid: number): Promise<void> {
+    const sub = this.subs.get(sid);
+    if (!sub) return;
+    this.subs.delete(sid);
+    sub.end();
+    const transport = this.transport;
+    if (transport) await transport.unsubscribe(sid).catch(() => undefined);
+  }
+
+  /**
+   * Request/reply (spec §7): publishes with a fresh `replyTo` under this client's inbox
+   * (`_INBOX.<random>.>`, subscribed on first use) and resolves with the first reply, or rejects with a
+   * `Timeout` error.
+   */
+  async request(topic: string, payload: Payload, options: RequestOptions = {}): Promise<Message> {
+    if (this._state === "closed") throw new HeraldError("Closed", "The client is closed.");
+    if (this.inboxPrefix === null) {
+      const prefix = `_INBOX.${randomToken()}`;
+      this.subscribe(`${prefix}.>`, (message) => {
+        const token = message.topic.slice(prefix.length + 1);
+        const pending = this.requests.get(token);
+        if (!pending) return; // late reply
+        this.requests.delete(token);
+        clearTimeout(pending.timer);
+        pending.reply.resolve(message);
+      });
+      this.inboxPrefix = prefix;
+    }
+    const token = String(++this.requestCounter);
+    const timeoutMs = options.timeoutMs ?? this.options.requestTimeoutMs;
+    const reply = deferred<Message>();
+    const timer = setTimeout(() => {
+      this.requests.delete(token);
+      reply.reject(new HeraldError("Timeout", `No reply to the request on '${topic}' within ${timeoutMs} ms.`));
+    }, timeoutMs);
+    this.requests.set(token, { reply, timer });
+    try {
+      await this.publish(topic, payload, { replyTo: `${this.inboxPrefix}.${token}` });
+    } catch (e) {
+      clearTimeout(timer);
+      this.requests.delete(token);
+      throw e;
+    }
+    return reply.promise;
+  }
+
+  /**
+   * Resolves when everything published and subscribed before has been processed by the broker (TCP: a
+   * PING/PONG round trip; long-poll: every queued request answered).
+   */
+  async flush(): Promise<void> {
+    if (this._state === "closed") throw new HeraldError("Closed", "The client is closed.");
+    if (!this.transport || this.buffer.length > 0) await this.waitForState("connected");
+    await this.transport!.flush();
+  }
+
+  private waitForState(state: ConnectionState): Promise<void> {
+    if (this._state === state) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const off = this.on("state", (s, error) => {
+        if (s === state) {
+          off();
+          resolve();
+        } else if (s === "closed") {
+          off();
+          reject(error ?? new HeraldError("Closed", "The client is closed."));
+        }
+      });
+    });
+  }
+
+  /**
+   * Closes the client: gives what was published up to 2 s to reach the broker, ends the connection (and
+   * the long-poll session), ends every subscription and rejects what is still waiting.
+   */
+  async close(): Promise<void> {
+    if (this._state === "closed") return this.closed;
+    const transport = this.transport;
+    if (transport && this._state === "connected") {
+      await Promise.race([transport.flush().catch(() => undefined), sleep(2000)]);
+    }
+    await this.shutdown(new HeraldError("Closed", "The client was closed."));
+  }
+}
+
+/**
+ * Connects to a broker and resolves once connected (subscriptions can be made before that too).
+ * `tcp://host:4502` (Node) or `http://host:8080` (long-poll; browsers and Node).
+ * Rejects if the first attempt fails, unless `waitOnFirstConnect` is set.
+ */
+export async function connect(url: string | URL, options: ConnectOptions = {}): Promise<HeraldClient> {
+  const client = new HeraldClient(url, options);
+  await client.opened;
+  return client;
+}
+
+/**
+ * Creates a client that connects in the background and keeps trying (lazy connect): use it at once;
+ * publications wait in the buffer until the connection is up.
+ */
+export function createClient(url: string | URL, options: ConnectOptions = {}): HeraldClient {
+  return new HeraldClient(url, { waitOnFirstConnect: true, ...options });
+}
+

@@ -1,0 +1,18 @@
+/**
+ * Herald client for TypeScript and JavaScript: TCP (Node) and HTTP long-poll (browsers and Node).
+ *
+ * ```ts
+ * import { connect } from "@herald/client";
+ * const client = await connect("tcp://127.0.0.1:4502");      // or "http://127.0.0.1:8080"
+ * const sub = client.subscribe("chat.>");
+ * await client.publish("chat.room1", "hello");
+ * for await (const msg of sub) console.log(msg.topic, msg.text());
+ * ```
+ */
+export { connect, createClient, HeraldClient } from "./client.js";
+export type { ConnectionState, ConnectOptions, PublishOptions, RequestOptions, ClientEvents, Payload } from "./client.js";
+export { Message, Subscription } from "./subscription.js";
+export type { MessageHandler, SubscribeOptions } from "./subscription.js";
+export type { TransportInfo } from "./transport.js";
+export { HeraldError, ProtocolError, ErrorCode, errorCodeName } from "./protocol/errors.js";
+export { validateTopic, validatePattern, topicMatches, isReservedTopic } from "./protocol/topics.js";

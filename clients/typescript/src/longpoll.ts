@@ -1,0 +1,520 @@
+/**
+ * The HTTP long-poll transport (protocol-spec/longpoll.md) over `fetch` and `AbortController`: works in
+ * browsers and in Node 20.
+ *
+ * - A session is created with `POST /poll/sessions` (`{"zstd": true}`: compressed MESSAGE frames are
+ *   decompressed here).
+ * - One poll at a time: `GET .../messages?ack=N` with the binary media type; the body is MESSAGE frames
+ *   back to back; `ack` is the last sequence received. A poll that fails in transit (network error, body
+ *   cut, our own timeout) is sent again with the same `ack`, so the broker sends the same messages again:
+ *   nothing is lost and nothing is delivered twice.
+ * - 409 `PollReplaced` (another poll took over): poll again. 410/404 (session ended or unknown, e.g. the
+ *   broker restarted): the transport is lost; the client creates a new session and subscribes again.
+ *   503: wait `Retry-After`, then poll again.
+ * - Subscribe, unsubscribe and publish go through one ordered queue, so they reach the broker in the
+ *   order they were made (a publish after a subscribe on the same client is routed after it). Publishes
+ *   waiting together are sent in one request as PUBLISH frames (`application/vnd.herald.frames`); a
+ *   lone one is sent raw (`?topic=`), which a browser sends without a CORS preflight.
+ */
+import { HeraldError } from "./protocol/errors.js";
+import { PayloadFlags, encodePublish } from "./protocol/frames.js";
+import { parsePollBody, type PollResult } from "./protocol/poll.js";
+import { DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
+import { zstdDecompress } from "./protocol/zstd.js";
+import type { PendingPublish, Transport, TransportEvents, TransportInfo, TransportOptions } from "./transport.js";
+import { backoff, deferred, sleep, type Deferred } from "./util.js";
+
+export const FRAMES_MEDIA_TYPE = "application/vnd.herald.frames";
+/** Largest decompressed payload accepted (the broker's largest configurable max frame). */
+const MAX_DECOMPRESSED = 64 * 1024 * 1024;
+const REQUEST_TIMEOUT_MS = 30_000;
+const MAX_PUBLISHES_PER_REQUEST = 1000;
+
+type Op =
+  | { kind: "sub"; sid: number; pattern: string; noEcho: boolean; done: Deferred<void> }
+  | { kind: "unsub"; sid: number; done: Deferred<void> }
+  | { kind: "pub"; p: PendingPublish; size: number }
+  | { kind: "flush"; done: Deferred<void> };
+
+interface SessionInfo {
+  session: string;
+  pollTimeoutMs?: number;
+  inactivityTimeoutMs?: number;
+  maxMessagesPerPoll?: number;
+  maxBytesPerPoll?: number;
+  maxPendingMessages?: number;
+  maxTopicLength?: number;
+  maxBodyBytes?: number;
+  zstd?: boolean;
+}
+
+type FetchFn = typeof fetch;
+
+/** Turns a non-2xx answer into a HeraldError with the problem's `code` (longpoll §3). */
+async function problem(res: Response, what: string): Promise<HeraldError> {
+  let code = `Http${res.status}`;
+  let detail = res.statusText;
+  try {
+    const body = (await res.json()) as { code?: unknown; detail?: unknown; title?: unknown };
+    if (typeof body.code === "string") code = body.code;
+    if (typeof body.detail === "string") detail = body.detail;
+  } catch {
+    // not a problem document
+  }
+  const retryAfter = Number(res.headers.get("Retry-After"));
+  return new HeraldError(code, `${what}: HTTP ${res.status} ${code}${detail ? `: ${detail}` : ""}`, {
+    status: res.status,
+    retryAfterMs: Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter * 1000 : undefined,
+  });
+}
+
+function isSessionGone(e: HeraldError): boolean {
+  return e.status === 410 || (e.status === 404 && e.code !== "UnknownSubscription") || e.code === "SessionExpired";
+}
+
+function isTransient(e: HeraldError): boolean {
+  return e.status === undefined || e.status === 408 || e.status === 429 || e.status >= 500;
+}
+
+/** fetch with a timeout and an outer abort signal; network failures become `ConnectionLost` errors. */
+async function timedFetch(
+  fetchFn: FetchFn,
+  url: string,
+  init: RequestInit,
+  timeoutMs: number,
+  outer: AbortSignal | undefined,
+): Promise<{ res: Response; done: () => void; signal: AbortSignal }> {
+  const ctrl = new AbortController();
+  const onAbort = (): void => ctrl.abort();
+  outer?.addEventListener("abort", onAbort, { once: true });
+  if (outer?.aborted) ctrl.abort();
+  const timer = setTimeout(() => ctrl.abort(), timeoutMs);
+  const done = (): void => {
+    clearTimeout(timer);
+    outer?.removeEventListener("abort", onAbort);
+  };
+  try {
+    const res = await fetchFn(url, { ...init, signal: ctrl.signal });
+    return { res, done, signal: ctrl.signal };
+  } catch (e) {
+    done();
+    throw new HeraldError("ConnectionLost", `${init.method ?? "GET"} ${url}: ${(e as Error).message ?? e}`, { cause: e });
+  }
+}
+
+export class LongPollTransport implements Transport {
+  readonly info: TransportInfo;
+  readonly maxTopic: number;
+  readonly maxSubscriptions = Infinity;
+  private readonly maxBodyBytes: number;
+  private readonly pollTimeoutMs: number;
+  private readonly inactivityTimeoutMs: number;
+  /** When the broker last answered a request of this session (a session idle longer has ended there). */
+  private lastAnswer = Date.now();
+  private ack = 0;
+  private readonly ops: Op[] = [];
+  private queuedBytes = 0;
+  private opsRunning = false;
+  private solo = 0;
+  private stopped = false;
+  private readonly stop = new AbortController();
+  private readonly troubled = new Set<"poll" | "ops">();
+  private readonly sessionUrl: string;
+
+  private constructor(
+    base: string,
+    session: SessionInfo,
+    private readonly fetchFn: FetchFn,
+    private readonly options: TransportOptions,
+    private readonly events: TransportEvents,
+  ) {
+    this.sessionUrl = `${base}poll/sessions/${encodeURIComponent(session.session)}`;
+    this.maxTopic = session.maxTopicLength ?? DEFAULT_MAX_TOPIC;
+    this.maxBodyBytes = session.maxBodyBytes ?? 1024 * 1024;
+    this.pollTimeoutMs = session.pollTimeoutMs ?? 15_000;
+    this.inactivityTimeoutMs = session.inactivityTimeoutMs ?? 60_000;
+    const limits: Record<string, number> = {};
+    for (const [key, value] of Object.entries(session)) if (typeof value === "number") limits[key] = value;
+    this.info = { transport: "longpoll", compression: session.zstd === true, limits };
+  }
+
+  /** Creates a session (`POST /poll/sessions`) and starts polling. */
+  static async open(url: URL, options: TransportOptions, events: TransportEvents): Promise<LongPollTransport> {
+    const base = url.href.endsWith("/") ? url.href : `${url.href}/`;
+    const fetchFn: FetchFn = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    let call;
+    try {
+      call = await timedFetch(
+        fetchFn,
+        `${base}poll/sessions`,
+        {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify({ client: options.name, zstd: options.compression }),
+        },
+        options.connectTimeoutMs,
+        undefined,
+      );
+    } catch (e) {
+      throw new HeraldError("ConnectFailed", (e as Error).message, { cause: e });
+    }
+    try {
+      if (call.res.status !== 201) throw await problem(call.res, "Creating a long-poll session");
+      const session = (await call.res.json()) as SessionInfo;
+      if (typeof session.session !== "string") {
+        throw new HeraldError("HttpError", "The broker's session answer has no session token.");
+      }
+      const transport = new LongPollTransport(base, session, fetchFn, options, events);
+      void transport.pollLoop();
+      return transport;
+    } finally {
+      call.done();
+    }
+  }
+
+  private retryDelay(failures: number): number {
+    return backoff(failures, this.options.retryDelayMs, this.options.maxRetryDelayMs);
+  }
+
+  // ---------------------------------------------------------------------------------------------------
+  // Health: interrupted while a request keeps failing, resumed when both loops are fine again.
+
+  private interrupt(source: "poll" | "ops", error: unknown): void {
+    if (this.stopped) return;
+    if (Date.now() - this.lastAnswer > this.inactivityTimeoutMs) {
+      // No answer for longer than the session's inactivity timeout: the broker has ended it.
+      this.lose(new HeraldError("SessionExpired", `No answer from the broker for ${this.inactivityTimeoutMs} ms: the session has ended.`, { cause: error }));
+      return;
+    }
+    const wasFine = this.troubled.size === 0;
+    this.troubled.add(source);
+    if (wasFine) this.events.interrupted(error);
+  }
+
+  private resume(source: "poll" | "ops"): void {
+    if (!this.troubled.delete(source) || this.stopped) return;
+    if (this.troubled.size === 0) this.events.resumed();
+  }
+
+  private lose(error: HeraldError): void {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.stop.abort();
+    // Waiting subscribes are not refused: they are sent again on the next session.
+    this.rejectOps(new HeraldError("ConnectionLost", `The long-poll session was lost: ${error.message}`, { cause: error }), false);
+    this.events.lost(error);
+  }
+
+  private rejectOps(error: HeraldError, publishesToo: boolean): void {
+    for (let i = this.ops.length - 1; i >= 0; i--) {
+      const op = this.ops[i]!;
+      if (op.kind === "pub") {
+        if (!publishesToo) continue;
+        op.p.reject(error);
+      } else {
+        op.done.reject(error);
+      }
+      this.ops.splice(i, 1);
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------
+  // Polling (longpoll §2)
+
+  private async pollLoop(): Promise<void> {
+    let failures = 0;
+    while (!this.stopped) {
+      let call;
+      try {
+        call = await timedFetch(
+          this.fetchFn,
+          `${this.sessionUrl}/messages?ack=${this.ack}`,
+          { method: "GET", headers: { Accept: FRAMES_MEDIA_TYPE }, cache: "no-store" },
+          this.pollTimeoutMs + 15_000,
+          this.stop.signal,
+        );
+      } catch (e) {
+        if (this.stopped) return;
+        failures++;
+        this.interrupt("poll", e);
+        await sleep(this.retryDelay(failures), this.stop.signal);
+        continue;
+      }
+      this.lastAnswer = Date.now();
+      try {
+        const { res } = call;
+        if (res.status === 200) {
+          // Reading the body is part of the transit: if it fails, the same ack asks for it again.
+          const body = new Uint8Array(await res.arrayBuffer());
+          if (this.stopped) return;
+          this.deliver(res.headers, body);
+          if (failures > 0) {
+            failures = 0;
+            this.resume("poll");
+          }
+          continue;
+        }
+        const error = await problem(res, "Polling");
+        if (this.stopped) return;
+        if (res.status === 409) {
+          // PollReplaced: a newer poll took over this session (ours, abandoned after a timeout, or another
+          // tab sharing it). Poll again, after a pause so two pollers cannot spin.
+          await sleep(1000, this.stop.signal);
+          continue;
+        }
+        if (isSessionGone(error) || res.status === 400) {
+          this.lose(error);
+          return;
+        }
+        failures++;
+        this.interrupt("poll", error);
+        await sleep(Math.max(error.retryAfterMs ?? 0, this.retryDelay(failures)), this.stop.signal);
+      } catch (e) {
+        // The body was cut or our timeout aborted it: poll again with the same ack.
+        if (this.stopped) return;
+        failures++;
+        this.interrupt("poll", e);
+        await sleep(this.retryDelay(failures), this.stop.signal);
+      } finally {
+        call.done();
+      }
+    }
+  }
+
+  /** Delivers a binary poll body (longpoll §2.1) and moves `ack` past it. */
+  private deliver(headers: Headers, body: Uint8Array): void {
+    let result: PollResult;
+    try {
+      result = parsePollBody(this.ack, headers, body, MAX_DECOMPRESSED + 65536);
+    } catch (e) {
+      // Not a transit failure (the body arrived whole): skip what the headers say it held, and say so.
+      const first = Number(headers.get("Herald-First-Sequence"));
+      const count = Number(headers.get("Herald-Count"));
+      if (Number.isSafeInteger(first) && count > 0) this.ack = Math.max(this.ack, first + count - 1);
+      this.events.error(new HeraldError("MalformedFrame", `A poll answer could not be read: ${(e as Error).message}`, { cause: e }));
+      return;
+    }
+    if (result.dropped > 0) {
+      this.events.error(
+        new HeraldError("MessagesDropped", `The broker dropped ${result.dropped} messages of this session (slow consumer).`, {
+          count: result.dropped,
+        }),
+      );
+    }
+    for (const message of result.messages) {
+      if (message.seq <= this.ack) continue; // already delivered
+      this.ack = message.seq;
+      let payload = message.payload;
+      if (message.flags & PayloadFlags.Zstd) {
+        try {
+          if (!this.info.compression) throw new HeraldError("DecompressionFailed", "Compressed MESSAGE without Zstd negotiated.");
+          payload = zstdDecompress(payload, MAX_DECOMPRESSED);
+        } catch (e) {
+          this.events.error(e as HeraldError);
+          continue;
+        }
+      }
+      this.events.message(message.sid, message.topic, message.replyTo, payload);
+      if (this.stopped) return;
+    }
+    this.ack = Math.max(this.ack, result.ack);
+  }
+
+  // ---------------------------------------------------------------------------------------------------
+  // The ordered queue of subscribe, unsubscribe and publish requests
+
+  private enqueue(op: Op): void {
+    this.ops.push(op);
+    void this.runOps();
+  }
+
+  private async runOps(): Promise<void> {
+    if (this.opsRunning) return;
+    this.opsRunning = true;
+    let failures = 0;
+    try {
+      while (this.ops.length > 0 && !this.stopped) {
+        const op = this.ops[0]!;
+        if (op.kind === "flush") {
+          this.ops.shift();
+          op.done.resolve();
+          continue;
+        }
+        let taken = 1;
+        try {
+          if (op.kind === "sub") {
+            await this.send("POST", "/subscriptions", "Subscribing", {
+              headers: { "Content-Type": "application/json" },
+              body: JSON.stringify({ sid: op.sid, pattern: op.pattern, noEcho: op.noEcho }),
+            });
+          } else if (op.kind === "unsub") {
+            try {
+              await this.send("DELETE", `/subscriptions/${op.sid}`, "Unsubscribing", {});
+            } catch (e) {
+              if ((e as HeraldError).code !== "UnknownSubscription") throw e;
+            }
+          } else {
+            taken = await this.sendPublishes();
+          }
+        } catch (e) {
+          if (this.stopped) break;
+          const error = e as HeraldError;
+          if (isSessionGone(error)) {
+            this.lose(error);
+            break;
+          }
+          if (isTransient(error)) {
+            failures++;
+            this.interrupt("ops", error);
+            await sleep(Math.max(error.retryAfterMs ?? 0, this.retryDelay(failures)), this.stop.signal);
+            continue;
+          }
+          // Refused (400, 413): a batch is all or none, so send its publishes one by one to fail only the bad one.
+          if (op.kind === "pub" && taken > 1) {
+            this.solo = taken;
+            continue;
+          }
+          this.ops.shift();
+          if (op.kind === "pub") {
+            this.queuedBytes -= op.size;
+            this.solo = Math.max(0, this.solo - 1);
+            op.p.reject(error);
+          } else {
+            op.done.reject(error);
+          }
+          continue;
+        }
+        if (failures > 0) {
+          failures = 0;
+          this.resume("ops");
+        }
+        const done = this.ops.splice(0, taken);
+        for (const d of done) {
+          if (d.kind === "pub") {
+            this.queuedBytes -= d.size;
+            this.solo = Math.max(0, this.solo - 1);
+            d.p.resolve();
+          } else if (d.kind !== "flush") {
+            d.done.resolve();
+          }
+        }
+      }
+    } finally {
+      this.opsRunning = false;
+    }
+  }
+
+  /** Sends the publishes at the head of the queue (one raw, or several as frames); returns how many. */
+  private async sendPublishes(): Promise<number> {
+    const batch: Extract<Op, { kind: "pub" }>[] = [];
+    let bytes = 0;
+    const max = this.solo > 0 ? 1 : MAX_PUBLISHES_PER_REQUEST;
+    for (const op of this.ops) {
+      if (op.kind !== "pub" || batch.length >= max) break;
+      if (batch.length > 0 && bytes + op.size > this.maxBodyBytes) break;
+      batch.push(op);
+      bytes += op.size;
+    }
+    if (batch.length === 1) {
+      const { topic, replyTo, payload } = batch[0]!.p;
+      const query = `?topic=${encodeURIComponent(topic)}${replyTo ? `&replyTo=${encodeURIComponent(replyTo)}` : ""}`;
+      await this.send("POST", `/publish${query}`, "Publishing", { body: payload as BodyInit });
+      return 1;
+    }
+    const frames = batch.map((op) => encodePublish(op.p.topic, op.p.replyTo, PayloadFlags.None, op.p.payload));
+    const body = new Uint8Array(frames.reduce((n, f) => n + f.length, 0));
+    let at = 0;
+    for (const frame of frames) {
+      body.set(frame, at);
+      at += frame.length;
+    }
+    await this.send("POST", "/publish", "Publishing", { headers: { "Content-Type": FRAMES_MEDIA_TYPE }, body });
+    return batch.length;
+  }
+
+  /** One request on the session; anything but 2xx throws the problem as a HeraldError. */
+  private async send(method: string, path: string, what: string, init: RequestInit): Promise<void> {
+    const call = await timedFetch(this.fetchFn, this.sessionUrl + path, { ...init, method }, REQUEST_TIMEOUT_MS, this.stop.signal);
+    this.lastAnswer = Date.now();
+    try {
+      if (call.res.status >= 200 && call.res.status < 300) {
+        await call.res.arrayBuffer().catch(() => undefined);
+        return;
+      }
+      throw await problem(call.res, what);
+    } finally {
+      call.done();
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------
+  // Transport
+
+  subscribe(sid: number, pattern: string, noEcho: boolean): Promise<void> {
+    if (this.stopped) return Promise.reject(new HeraldError("ConnectionLost", "The long-poll session has ended."));
+    const done = deferred<void>();
+    this.enqueue({ kind: "sub", sid, pattern, noEcho, done });
+    return done.promise;
+  }
+
+  unsubscribe(sid: number): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    const done = deferred<void>();
+    this.enqueue({ kind: "unsub", sid, done });
+    return done.promise;
+  }
+
+  publish(p: PendingPublish): boolean {
+    if (this.stopped) return false;
+    // Frame overhead: prefix, array, type, topic and reply_to headers, flags, bin header.
+    const size = p.payload.length + p.topic.length + (p.replyTo?.length ?? 0) + 24;
+    if (size > this.maxBodyBytes) {
+      p.reject(new HeraldError("BodyTooLarge", `A payload of ${p.payload.length} bytes is over the session's maxBodyBytes of ${this.maxBodyBytes}.`));
+      return true;
+    }
+    if (this.queuedBytes + size > this.options.maxBufferBytes) {
+      p.reject(new HeraldError("BufferFull", `More than ${this.options.maxBufferBytes} bytes are waiting to be published.`));
+      return true;
+    }
+    this.queuedBytes += size;
+    this.enqueue({ kind: "pub", p, size });
+    return true;
+  }
+
+  flush(): Promise<void> {
+    if (this.stopped) return Promise.reject(new HeraldError("ConnectionLost", "The long-poll session has ended."));
+    const done = deferred<void>();
+    this.enqueue({ kind: "flush", done });
+    return done.promise;
+  }
+
+  takeUnsent(): PendingPublish[] {
+    const unsent: PendingPublish[] = [];
+    for (const op of this.ops.splice(0)) {
+      if (op.kind === "pub") unsent.push(op.p);
+      else op.done.reject(new HeraldError("ConnectionLost", "The long-poll session has ended."));
+    }
+    this.queuedBytes = 0;
+    return unsent;
+  }
+
+  async close(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.stop.abort();
+    this.rejectOps(new HeraldError("Closed", "The client was closed."), true);
+    // End the session on the broker (best effort: it would expire on its own).
+    try {
+      const call = await timedFetch(this.fetchFn, this.sessionUrl, { method: "DELETE" }, 2000, undefined);
+      await call.res.arrayBuffer().catch(() => undefined);
+      call.done();
+    } catch {
+      // the broker is gone or slow: the session expires by itself
+    }
+  }
+
+  /** The highest sequence number received (the next poll's `ack`). */
+  get acknowledged(): number {
+    return this.ack;
+  }
+}

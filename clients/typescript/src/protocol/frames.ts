@@ -1,0 +1,441 @@
+/**
+ * Frames of the Herald wire protocol, version 1 (protocol-spec/README.md): encoders (MessagePack through
+ * `@msgpack/msgpack`, which writes the smallest encoding of every value, as the reference encoder does),
+ * a strict decoder for frame bodies and a streaming frame reader.
+ */
+import { Encoder } from "@msgpack/msgpack";
+import { HeraldError, ProtocolError, malformed } from "./errors.js";
+import { MsgReader } from "./reader.js";
+
+/** The protocol version this library speaks (spec §4.1). */
+export const PROTOCOL_VERSION = 1;
+/** Bytes of the length prefix (spec §2). */
+export const LENGTH_PREFIX_SIZE = 4;
+/** Longest HELLO client name, in UTF-8 bytes (spec §4.1). */
+export const MAX_CLIENT_NAME_BYTES = 128;
+/** Most entries of the WELCOME limits map (spec §4.2). */
+export const MAX_LIMITS = 256;
+/** The broker's default max frame size (spec §9). */
+export const DEFAULT_MAX_FRAME = 1024 * 1024;
+
+/** Frame types (spec §3). */
+export const FrameType = {
+  Hello: 1,
+  Welcome: 2,
+  Subscribe: 3,
+  Unsubscribe: 4,
+  Publish: 5,
+  Message: 6,
+  Ping: 7,
+  Pong: 8,
+  Error: 9,
+} as const;
+export type FrameTypeValue = (typeof FrameType)[keyof typeof FrameType];
+
+/** HELLO/WELCOME capability bits (spec §4.1). */
+export const Capabilities = { None: 0, Zstd: 1 } as const;
+/** SUBSCRIBE option bits (spec §4.3). */
+export const SubscribeOptions = { None: 0, NoEcho: 1 } as const;
+/** PUBLISH/MESSAGE flag bits (spec §4.5). */
+export const PayloadFlags = { None: 0, Zstd: 1 } as const;
+
+export interface HelloFrame {
+  type: 1;
+  version: number;
+  clientName: string;
+  capabilities: number;
+  auth: string | null;
+}
+export interface WelcomeFrame {
+  type: 2;
+  version: number;
+  serverName: string;
+  /** A `bigint` only above 2^53-1. */
+  connectionId: number | bigint;
+  capabilities: number;
+  /** Integer limits by key (spec §4.2); a value is a `bigint` only above 2^53-1. */
+  limits: Record<string, number | bigint>;
+}
+export interface SubscribeFrame {
+  type: 3;
+  sid: number;
+  pattern: string;
+  options: number;
+}
+export interface UnsubscribeFrame {
+  type: 4;
+  sid: number;
+}
+export interface PublishFrame {
+  type: 5;
+  topic: string;
+  replyTo: string | null;
+  flags: number;
+  payload: Uint8Array;
+}
+export interface MessageFrame {
+  type: 6;
+  sid: number;
+  topic: string;
+  replyTo: string | null;
+  flags: number;
+  payload: Uint8Array;
+}
+export interface PingFrame {
+  type: 7;
+}
+export interface PongFrame {
+  type: 8;
+}
+export interface ErrorFrame {
+  type: 9;
+  code: number;
+  fatal: boolean;
+  message: string;
+  /** A `bigint` only above 2^53-1. */
+  count: number | bigint;
+}
+export type Frame =
+  | HelloFrame
+  | WelcomeFrame
+  | SubscribeFrame
+  | UnsubscribeFrame
+  | PublishFrame
+  | MessageFrame
+  | PingFrame
+  | PongFrame
+  | ErrorFrame;
+
+// ---------------------------------------------------------------------------------------------------------
+// Encoding
+
+const encoder = new Encoder({ useBigInt64: true, initialBufferSize: 4096 });
+const utf8 = new TextEncoder();
+
+function framed(body: Uint8Array): Uint8Array {
+  const out = new Uint8Array(LENGTH_PREFIX_SIZE + body.length);
+  new DataView(out.buffer).setUint32(0, body.length);
+  out.set(body, LENGTH_PREFIX_SIZE);
+  return out;
+}
+
+function encodeFrame(elements: unknown[]): Uint8Array {
+  return framed(encoder.encodeSharedRef(elements));
+}
+
+function checkUint32(name: string, value: number): void {
+  if (!Number.isInteger(value) || value < 0 || value > 0xffffffff) {
+    throw new RangeError(`${name} must be an integer from 0 to 4294967295, got ${value}.`);
+  }
+}
+
+/**
+ * Checks an unsigned 64-bit value and returns it ready for the encoder: above 2^32-1 as a bigint, which
+ * `@msgpack/msgpack` (with useBigInt64) writes as uint64 (a large `number` would become a float).
+ */
+function uint64(name: string, value: number | bigint): number | bigint {
+  const ok =
+    typeof value === "bigint" ? value >= 0n && value <= 0xffffffffffffffffn : Number.isSafeInteger(value) && value >= 0;
+  if (!ok) throw new RangeError(`${name} must be an unsigned 64-bit integer, got ${value}.`);
+  if (typeof value === "bigint") return value <= 0xffffffffn ? Number(value) : value;
+  return value > 0xffffffff ? BigInt(value) : value;
+}
+
+/** HELLO `[1, version, client_name, capabilities, auth]` (spec §4.1). */
+export function encodeHello(
+  clientName: string,
+  capabilities = 0,
+  auth: string | null = null,
+  version = PROTOCOL_VERSION,
+): Uint8Array {
+  checkUint32("version", version);
+  checkUint32("capabilities", capabilities);
+  if (utf8.encode(clientName).length > MAX_CLIENT_NAME_BYTES) {
+    throw new RangeError(`The client name is longer than ${MAX_CLIENT_NAME_BYTES} UTF-8 bytes.`);
+  }
+  return encodeFrame([FrameType.Hello, version, clientName, capabilities, auth]);
+}
+
+/** WELCOME (server to client, spec §4.2); for tests and fake servers. */
+export function encodeWelcome(
+  serverName: string,
+  connectionId: number | bigint,
+  capabilities: number,
+  limits: Record<string, number | bigint>,
+  version = PROTOCOL_VERSION,
+): Uint8Array {
+  checkUint32("version", version);
+  checkUint32("capabilities", capabilities);
+  // A plain object keeps insertion order for name keys; @msgpack/msgpack writes it as a map.
+  const map: Record<string, number | bigint> = {};
+  for (const [key, value] of Object.entries(limits)) {
+    Object.defineProperty(map, key, { value: uint64(`limit ${key}`, value), enumerable: true });
+  }
+  return encodeFrame([FrameType.Welcome, version, serverName, uint64("connectionId", connectionId), capabilities, map]);
+}
+
+/** SUBSCRIBE `[3, sid, pattern, options]` (spec §4.3). */
+export function encodeSubscribe(sid: number, pattern: string, options = 0): Uint8Array {
+  checkUint32("sid", sid);
+  checkUint32("options", options);
+  return encodeFrame([FrameType.Subscribe, sid, pattern, options]);
+}
+
+/** UNSUBSCRIBE `[4, sid]` (spec §4.4). */
+export function encodeUnsubscribe(sid: number): Uint8Array {
+  checkUint32("sid", sid);
+  return encodeFrame([FrameType.Unsubscribe, sid]);
+}
+
+/** PUBLISH `[5, topic, reply_to, flags, payload]` (spec §4.5). An empty `replyTo` is written as nil. */
+export function encodePublish(topic: string, replyTo: string | null, flags: number, payload: Uint8Array): Uint8Array {
+  checkUint32("flags", flags);
+  return encodeFrame([FrameType.Publish, topic, replyTo === "" ? null : replyTo, flags, payload]);
+}
+
+/** MESSAGE (server to client, spec §4.6) with the sid always as uint32 (`0xce`), as the broker writes it. */
+export function encodeMessage(
+  sid: number,
+  topic: string,
+  replyTo: string | null,
+  flags: number,
+  payload: Uint8Array,
+): Uint8Array {
+  checkUint32("sid", sid);
+  checkUint32("flags", flags);
+  // 0xffffffff is always written as 0xce + 4 bytes: encode with it, then stamp the real sid in.
+  const frame = encodeFrame([FrameType.Message, 0xffffffff, topic, replyTo === "" ? null : replyTo, flags, payload]);
+  new DataView(frame.buffer, frame.byteOffset).setUint32(7, sid);
+  return frame;
+}
+
+export function encodePing(): Uint8Array {
+  return encodeFrame([FrameType.Ping]);
+}
+
+export function encodePong(): Uint8Array {
+  return encodeFrame([FrameType.Pong]);
+}
+
+/** ERROR (server to client, spec §4.8); for tests and fake servers. */
+export function encodeError(code: number, fatal: boolean, message: string, count: number | bigint = 0): Uint8Array {
+  checkUint32("code", code);
+  return encodeFrame([FrameType.Error, code, fatal, message, uint64("count", count)]);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Decoding
+
+function require(count: number, needed: number, frame: string): void {
+  if (count < needed) throw malformed(`${frame} needs ${needed} elements, got ${count}.`);
+}
+
+function skipRest(r: MsgReader, elements: number): void {
+  for (let i = 0; i < elements; i++) r.skip(0);
+  if (!r.atEnd) throw malformed("Bytes follow the frame's MessagePack array.");
+}
+
+function nonNil<T>(value: T | null, field: string): T {
+  if (value === null) throw malformed(`Field ${field} may not be nil.`);
+  return value;
+}
+
+/** Reads the array header and frame type of a body. */
+export function decodeHeader(r: MsgReader): { type: FrameTypeValue; count: number } {
+  const count = r.readArrayHeader();
+  if (count < 1) throw malformed("Frame body is an empty array; its first element must be the frame type.");
+  const type = r.readUint32();
+  if (type === 0 || type > FrameType.Error) {
+    throw new ProtocolError("UnknownFrameType", `Unknown frame type ${type}.`);
+  }
+  return { type: type as FrameTypeValue, count };
+}
+
+/**
+ * Decodes one frame body (the bytes after the length prefix). Throws a {@link ProtocolError}
+ * (`MalformedFrame`, `UnknownFrameType`) for anything the spec refuses. Payloads are views into `body`.
+ */
+export function decodeFrame(body: Uint8Array): Frame {
+  const r = new MsgReader(body);
+  const { type, count } = decodeHeader(r);
+  switch (type) {
+    case FrameType.Hello: {
+      require(count, 5, "HELLO");
+      const version = r.readUint32();
+      const clientName = nonNil(r.readString(true), "client_name");
+      if (utf8.encode(clientName).length > MAX_CLIENT_NAME_BYTES) {
+        throw malformed(`HELLO client_name is longer than ${MAX_CLIENT_NAME_BYTES} bytes.`);
+      }
+      const capabilities = r.readUint32();
+      const auth = r.readString(true);
+      skipRest(r, count - 5);
+      return { type, version, clientName, capabilities, auth };
+    }
+    case FrameType.Welcome: {
+      require(count, 6, "WELCOME");
+      const version = r.readUint32();
+      const serverName = nonNil(r.readString(true), "server_name");
+      const connectionId = r.readUnsigned();
+      const capabilities = r.readUint32();
+      const pairs = r.readMapHeader();
+      if (pairs > MAX_LIMITS) throw malformed(`WELCOME limits map has more than ${MAX_LIMITS} entries.`);
+      const limits: Record<string, number | bigint> = Object.create(null);
+      for (let i = 0; i < pairs; i++) {
+        const key = nonNil(r.readString(true), "limits key");
+        if (r.nextIsInteger()) limits[key] = r.readUnsigned();
+        else r.skip(0); // a later version's non-integer limit: ignored
+      }
+      skipRest(r, count - 6);
+      return { type, version, serverName, connectionId, capabilities, limits: { ...limits } };
+    }
+    case FrameType.Subscribe: {
+      require(count, 4, "SUBSCRIBE");
+      const sid = r.readUint32();
+      const pattern = nonNil(r.readString(false), "pattern");
+      const options = r.readUint32();
+      skipRest(r, count - 4);
+      return { type, sid, pattern, options };
+    }
+    case FrameType.Unsubscribe: {
+      require(count, 2, "UNSUBSCRIBE");
+      const sid = r.readUint32();
+      skipRest(r, count - 2);
+      return { type, sid };
+    }
+    case FrameType.Publish: {
+      require(count, 5, "PUBLISH");
+      const env = readEnvelope(r);
+      skipRest(r, count - 5);
+      return { type, ...env };
+    }
+    case FrameType.Message: {
+      require(count, 6, "MESSAGE");
+      const sid = r.readUint32();
+      const env = readEnvelope(r);
+      skipRest(r, count - 6);
+      return { type, sid, ...env };
+    }
+    case FrameType.Ping:
+      skipRest(r, count - 1);
+      return { type };
+    case FrameType.Pong:
+      skipRest(r, count - 1);
+      return { type };
+    case FrameType.Error: {
+      require(count, 5, "ERROR");
+      const code = r.readUint32();
+      const fatal = r.readBool();
+      const message = nonNil(r.readString(true), "message");
+      const errorCount = r.readUnsigned();
+      skipRest(r, count - 5);
+      return { type, code, fatal, message, count: errorCount };
+    }
+  }
+}
+
+function readEnvelope(r: MsgReader): { topic: string; replyTo: string | null; flags: number; payload: Uint8Array } {
+  const topic = nonNil(r.readString(false), "topic");
+  const replyTo = r.readString(false);
+  const flags = r.readUint32();
+  if ((flags & ~PayloadFlags.Zstd) !== 0) {
+    throw malformed(`Payload flags 0x${flags.toString(16)} set reserved bits.`);
+  }
+  const payload = nonNil(r.readBin(), "payload");
+  return { topic, replyTo, flags, payload };
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Framing
+
+/**
+ * Splits a byte stream into frame bodies (spec §2). Push chunks as they arrive, then call {@link next}
+ * until it returns `null` ("need more data"; nothing is consumed then). The length prefix is checked
+ * against `maxFrame` as soon as its four bytes are here, before the body is waited for: an oversized
+ * frame is `FrameTooLarge` and a zero length `MalformedFrame`. After an error the reader stays failed.
+ * Bodies are views of the pushed chunks when a frame lies in one chunk; chunks are never written to.
+ */
+export class FrameReader {
+  private chunks: Uint8Array[] = [];
+  private offset = 0; // consumed bytes of chunks[0]
+  private length = 0; // unconsumed bytes in all chunks
+  private failure: HeraldError | null = null;
+
+  constructor(public maxFrame: number = DEFAULT_MAX_FRAME) {}
+
+  /** Bytes buffered and not yet returned as frames. */
+  get buffered(): number {
+    return this.length;
+  }
+
+  push(chunk: Uint8Array): void {
+    if (chunk.length === 0) return;
+    this.chunks.push(chunk);
+    this.length += chunk.length;
+  }
+
+  /** The next whole frame body, or `null` when more data is needed. */
+  next(): Uint8Array | null {
+    if (this.failure) throw this.failure;
+    if (this.length < LENGTH_PREFIX_SIZE) return null;
+    const prefix = this.peek(LENGTH_PREFIX_SIZE);
+    const size = ((prefix[0]! << 24) | (prefix[1]! << 16) | (prefix[2]! << 8) | prefix[3]!) >>> 0;
+    if (size > this.maxFrame) {
+      this.failure = new ProtocolError(
+        "FrameTooLarge",
+        `Frame of ${size} bytes is larger than the limit of ${this.maxFrame} bytes.`,
+      );
+      throw this.failure;
+    }
+    if (size === 0) {
+      this.failure = malformed("Frame body length is 0.");
+      throw this.failure;
+    }
+    if (this.length - LENGTH_PREFIX_SIZE < size) return null;
+    this.consume(LENGTH_PREFIX_SIZE);
+    const body = this.peek(size);
+    this.consume(size);
+    return body;
+  }
+
+  /** The first `n` unconsumed bytes (a view when they lie in one chunk, else a copy). */
+  private peek(n: number): Uint8Array {
+    const first = this.chunks[0]!;
+    if (first.length - this.offset >= n) return first.subarray(this.offset, this.offset + n);
+    const out = new Uint8Array(n);
+    let filled = 0;
+    let skip = this.offset;
+    for (const chunk of this.chunks) {
+      const take = Math.min(chunk.length - skip, n - filled);
+      out.set(chunk.subarray(skip, skip + take), filled);
+      filled += take;
+      skip = 0;
+      if (filled === n) break;
+    }
+    return out;
+  }
+
+  private consume(n: number): void {
+    this.length -= n;
+    while (n > 0) {
+      const first = this.chunks[0]!;
+      const left = first.length - this.offset;
+      if (n < left) {
+        this.offset += n;
+        return;
+      }
+      n -= left;
+      this.chunks.shift();
+      this.offset = 0;
+    }
+  }
+}
+
+/** Decodes a whole buffer of frames back to back (a long-poll body); throws if it ends mid-frame. */
+export function decodeFrames(bytes: Uint8Array, maxFrame = DEFAULT_MAX_FRAME): Frame[] {
+  const reader = new FrameReader(maxFrame);
+  reader.push(bytes);
+  const frames: Frame[] = [];
+  for (let body = reader.next(); body !== null; body = reader.next()) frames.push(decodeFrame(body));
+  if (reader.buffered > 0) throw malformed(`The body ends with ${reader.buffered} bytes of an incomplete frame.`);
+  return frames;
+}

@@ -1,0 +1,305 @@
+/**
+ * The TCP transport (Node only): one socket to a port of the broker's range, speaking the binary frames
+ * of protocol-spec/README.md. HELLO/WELCOME handshake, PONG for every PING, client PINGs when the broker is
+ * quiet (a dead broker is noticed), PING/PONG as a flush barrier, writes coalesced per tick (cork).
+ */
+import type { Socket } from "node:net";
+import { HeraldError, ProtocolError, errorCodeName } from "./protocol/errors.js";
+import {
+  Capabilities,
+  DEFAULT_MAX_FRAME,
+  FrameReader,
+  FrameType,
+  PayloadFlags,
+  SubscribeOptions,
+  decodeFrame,
+  encodeHello,
+  encodePing,
+  encodePong,
+  encodePublish,
+  encodeSubscribe,
+  encodeUnsubscribe,
+  type Frame,
+  type WelcomeFrame,
+} from "./protocol/frames.js";
+import { DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
+import { zstdDecompress } from "./protocol/zstd.js";
+import type { PendingPublish, Transport, TransportEvents, TransportInfo, TransportOptions } from "./transport.js";
+import { deferred, type Deferred } from "./util.js";
+
+/** The first port of the broker's TCP range (spec §1). */
+export const DEFAULT_TCP_PORT = 4502;
+const DEFAULT_PING_INTERVAL_MS = 30_000;
+const MAX_PINGS_OUTSTANDING = 2;
+
+function limitNumber(limits: Record<string, number | bigint>, key: string, fallback: number): number {
+  const v = limits[key];
+  if (v === undefined) return fallback;
+  return typeof v === "bigint" ? Number.MAX_SAFE_INTEGER : v;
+}
+
+export class TcpTransport implements Transport {
+  info: TransportInfo = { transport: "tcp", compression: false, limits: {} };
+  maxTopic = DEFAULT_MAX_TOPIC;
+  maxSubscriptions = Infinity;
+  private maxFrame = DEFAULT_MAX_FRAME;
+  private readonly reader = new FrameReader(DEFAULT_MAX_FRAME);
+  private welcome: Deferred<WelcomeFrame> | null = deferred<WelcomeFrame>();
+  private readonly pongWaiters: (Deferred<void> | null)[] = [];
+  private pendingFlush: Promise<void> | null = null;
+  private corked = false;
+  private dead = false;
+  private closing = false;
+  private fatal: HeraldError | null = null;
+  private readSinceTick = true;
+  private pingsOutstanding = 0;
+  private pingTimer: ReturnType<typeof setInterval> | undefined;
+
+  private constructor(
+    private readonly socket: Socket,
+    private readonly address: string,
+    private readonly events: TransportEvents,
+  ) {}
+
+  /** Connects, sends HELLO and waits for WELCOME (or the broker's ERROR). */
+  static async open(url: URL, options: TransportOptions, events: TransportEvents): Promise<TcpTransport> {
+    let net: typeof import("node:net");
+    try {
+      net = await import("node:net");
+    } catch (e) {
+      throw new HeraldError(
+        "ConnectFailed",
+        "tcp:// addresses need Node (node:net). In a browser, connect to the broker's HTTP port (http://host:8080) for long-poll.",
+        { cause: e },
+      );
+    }
+    const host = url.hostname.replace(/^\[(.*)\]$/, "$1") || "127.0.0.1";
+    const port = url.port ? Number(url.port) : DEFAULT_TCP_PORT;
+    const address = `tcp://${url.host || host}`;
+    const socket = net.createConnection({ host, port });
+    socket.setNoDelay(true);
+    socket.setKeepAlive(true, 30_000);
+    const transport = new TcpTransport(socket, address, events);
+    await transport.handshake(options);
+    return transport;
+  }
+
+  private async handshake(options: TransportOptions): Promise<void> {
+    const welcome = this.welcome!;
+    const timer = setTimeout(
+      () => this.fail(new HeraldError("Timeout", `No WELCOME from ${this.address} within ${options.connectTimeoutMs} ms.`)),
+      options.connectTimeoutMs,
+    );
+    // Plain Uint8Array views (not Buffer) so payloads look the same on every transport.
+    this.socket.on("data", (chunk: Buffer) => this.onData(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength)));
+    this.socket.on("error", (e: Error) => {
+      const code = this.welcome ? "ConnectFailed" : "ConnectionLost";
+      this.fail(new HeraldError(code, `${this.address}: ${e.message}`, { cause: e }));
+    });
+    this.socket.on("close", () =>
+      this.fail(this.fatal ?? new HeraldError("ConnectionLost", `The connection to ${this.address} closed.`)),
+    );
+    this.socket.once("connect", () => {
+      try {
+        this.write(encodeHello(options.name, options.compression ? Capabilities.Zstd : Capabilities.None));
+      } catch (e) {
+        this.fail(new HeraldError("ConnectFailed", `HELLO could not be sent: ${(e as Error).message}`, { cause: e }));
+      }
+    });
+    let frame: WelcomeFrame;
+    try {
+      frame = await welcome.promise;
+    } finally {
+      clearTimeout(timer);
+    }
+    const limits = frame.limits;
+    this.maxFrame = limitNumber(limits, "max_frame", DEFAULT_MAX_FRAME);
+    this.maxTopic = limitNumber(limits, "max_topic", DEFAULT_MAX_TOPIC);
+    this.maxSubscriptions = limitNumber(limits, "max_subscriptions", Infinity);
+    // A MESSAGE is a PUBLISH (at most max_frame, or a payload decompressed to at most max_frame) plus a sid.
+    this.reader.maxFrame = this.maxFrame + 2 * this.maxTopic + 64 * 1024;
+    this.info = {
+      transport: "tcp",
+      serverName: frame.serverName,
+      connectionId: frame.connectionId,
+      compression: (frame.capabilities & Capabilities.Zstd) !== 0,
+      limits,
+    };
+    const interval = options.pingIntervalMs ?? limitNumber(limits, "ping_interval_ms", DEFAULT_PING_INTERVAL_MS);
+    this.pingTimer = setInterval(() => this.keepAlive(), Math.max(100, interval));
+    (this.pingTimer as { unref?: () => void }).unref?.();
+  }
+
+  private onData(chunk: Uint8Array): void {
+    this.readSinceTick = true;
+    this.pingsOutstanding = 0;
+    this.reader.push(chunk);
+    try {
+      for (let body = this.reader.next(); body !== null && !this.dead; body = this.reader.next()) {
+        this.onFrame(decodeFrame(body));
+      }
+    } catch (e) {
+      this.fail(e instanceof HeraldError ? e : new HeraldError("ConnectionLost", String(e), { cause: e }));
+    }
+  }
+
+  private onFrame(frame: Frame): void {
+    switch (frame.type) {
+      case FrameType.Message: {
+        if (this.welcome) throw new ProtocolError("UnexpectedFrame", "MESSAGE before WELCOME.");
+        let payload = frame.payload;
+        if (frame.flags & PayloadFlags.Zstd) {
+          if (!this.info.compression) throw new ProtocolError("UnexpectedFrame", "Compressed MESSAGE without Zstd negotiated.");
+          try {
+            payload = zstdDecompress(payload, this.maxFrame);
+          } catch (e) {
+            this.events.error(e as HeraldError);
+            return;
+          }
+        }
+        this.events.message(frame.sid, frame.topic, frame.replyTo, payload);
+        return;
+      }
+      case FrameType.Ping:
+        this.write(encodePong());
+        return;
+      case FrameType.Pong:
+        this.pongWaiters.shift()?.resolve();
+        return;
+      case FrameType.Error: {
+        const error = new HeraldError(errorCodeName(frame.code), `Broker: ${frame.message}`, {
+          fatal: frame.fatal,
+          count: frame.count,
+        });
+        if (frame.fatal || this.welcome) {
+          this.fatal = error;
+          this.fail(error); // the broker writes nothing after a fatal ERROR and closes
+        } else {
+          this.events.error(error);
+        }
+        return;
+      }
+      case FrameType.Welcome:
+        if (!this.welcome) throw new ProtocolError("UnexpectedFrame", "A second WELCOME.");
+        this.welcome.resolve(frame);
+        this.welcome = null;
+        return;
+      default:
+        throw new ProtocolError("UnexpectedFrame", `The broker sent a client frame (type ${frame.type}).`);
+    }
+  }
+
+  private keepAlive(): void {
+    if (this.dead) return;
+    if (this.readSinceTick) {
+      this.readSinceTick = false;
+      return;
+    }
+    if (this.pingsOutstanding >= MAX_PINGS_OUTSTANDING) {
+      this.fail(new HeraldError("StaleConnection", `${this.address} answered none of ${MAX_PINGS_OUTSTANDING} PINGs.`));
+      return;
+    }
+    this.pingsOutstanding++;
+    this.pongWaiters.push(null);
+    this.write(encodePing());
+  }
+
+  /** Writes a frame; writes of one tick go out together. Returns false when the socket wants a drain. */
+  private write(frame: Uint8Array): boolean {
+    if (this.dead) throw new HeraldError("ConnectionLost", `The connection to ${this.address} is closed.`);
+    if (!this.corked) {
+      this.corked = true;
+      this.socket.cork();
+      process.nextTick(() => {
+        this.corked = false;
+        this.socket.uncork();
+      });
+    }
+    return this.socket.write(frame);
+  }
+
+  private fail(error: HeraldError): void {
+    if (this.dead) return;
+    this.dead = true;
+    if (this.pingTimer) clearInterval(this.pingTimer);
+    this.socket.destroy();
+    for (const waiter of this.pongWaiters.splice(0)) waiter?.reject(error);
+    if (this.welcome) {
+      this.welcome.reject(error.code === "ConnectionLost" ? new HeraldError("ConnectFailed", error.message, { cause: error }) : error);
+      this.welcome = null;
+      return;
+    }
+    if (!this.closing) this.events.lost(error);
+  }
+
+  subscribe(sid: number, pattern: string, noEcho: boolean): Promise<void> {
+    if (this.dead) return Promise.reject(new HeraldError("ConnectionLost", "Not connected."));
+    this.write(encodeSubscribe(sid, pattern, noEcho ? SubscribeOptions.NoEcho : SubscribeOptions.None));
+    return this.flush();
+  }
+
+  unsubscribe(sid: number): Promise<void> {
+    if (!this.dead) this.write(encodeUnsubscribe(sid));
+    return Promise.resolve();
+  }
+
+  publish(p: PendingPublish): boolean {
+    if (this.dead) return false;
+    const frame = encodePublish(p.topic, p.replyTo, PayloadFlags.None, p.payload);
+    if (frame.length - 4 > this.maxFrame) {
+      p.reject(
+        new HeraldError("FrameTooLarge", `PUBLISH of ${frame.length - 4} bytes is over the broker's max_frame of ${this.maxFrame}.`),
+      );
+      return true;
+    }
+    if (this.write(frame)) {
+      p.resolve();
+    } else {
+      // Backpressure: the caller's promise waits until the socket has taken what it buffered.
+      const onDrain = (): void => {
+        this.socket.off("close", onClose);
+        p.resolve();
+      };
+      const onClose = (): void => {
+        this.socket.off("drain", onDrain);
+        p.reject(new HeraldError("ConnectionLost", `The connection to ${this.address} closed while publishing.`));
+      };
+      this.socket.once("drain", onDrain);
+      this.socket.once("close", onClose);
+    }
+    return true;
+  }
+
+  flush(): Promise<void> {
+    if (this.dead) return Promise.reject(new HeraldError("ConnectionLost", "Not connected."));
+    if (!this.pendingFlush) {
+      const d = deferred<void>();
+      this.pendingFlush = d.promise;
+      queueMicrotask(() => {
+        this.pendingFlush = null;
+        if (this.dead) return d.reject(new HeraldError("ConnectionLost", "Not connected."));
+        this.pongWaiters.push(d);
+        this.write(encodePing());
+      });
+    }
+    return this.pendingFlush;
+  }
+
+  takeUnsent(): PendingPublish[] {
+    return [];
+  }
+
+  async close(): Promise<void> {
+    this.closing = true;
+    if (this.dead) return;
+    if (this.pingTimer) clearInterval(this.pingTimer);
+    const closed = new Promise<void>((resolve) => {
+      this.socket.once("close", () => resolve());
+      const timer = setTimeout(resolve, 1000);
+      (timer as { unref?: () => void }).unref?.();
+    });
+    this.socket.end(); // sends what is buffered, then FIN
+    await closed;
+    this.fail(new HeraldError("Closed", "The client closed the connection."));
+  }
+}

@@ -1,0 +1,75 @@
+/**
+ * What the client needs from a transport (TCP or HTTP long-poll). One transport object is one connection
+ * or one long-poll session; the client opens a new one to reconnect.
+ */
+import type { HeraldError } from "./protocol/errors.js";
+
+/** A publication waiting to be sent, with the promise returned to the caller. */
+export interface PendingPublish {
+  topic: string;
+  replyTo: string | null;
+  payload: Uint8Array;
+  resolve(): void;
+  reject(error: unknown): void;
+}
+
+/** Events a transport reports to its client. */
+export interface TransportEvents {
+  /** A MESSAGE for subscription `sid` (payload already decompressed). */
+  message(sid: number, topic: string, replyTo: string | null, payload: Uint8Array): void;
+  /** A non-fatal problem (`MessagesDropped`, `UnknownSubscription`, a bad message, ...). */
+  error(error: HeraldError): void;
+  /** Long-poll: requests are failing, the session is kept and retried (state `reconnecting`). */
+  interrupted(error: unknown): void;
+  /** Long-poll: requests succeed again on the same session, nothing was lost. */
+  resumed(): void;
+  /** The connection or session is gone for good: the client opens a new one. Reported once. */
+  lost(error: HeraldError): void;
+}
+
+export interface TransportInfo {
+  transport: "tcp" | "longpoll";
+  /** WELCOME server name (TCP). */
+  serverName?: string;
+  /** WELCOME connection id (TCP). */
+  connectionId?: number | bigint;
+  /** Whether Zstd compression was negotiated. */
+  compression: boolean;
+  /** WELCOME limits (TCP) or the long-poll session's answer. */
+  limits: Record<string, number | bigint>;
+}
+
+export interface Transport {
+  readonly info: TransportInfo;
+  /** Longest topic or pattern the broker accepts, in bytes. */
+  readonly maxTopic: number;
+  /** Most subscriptions the broker allows at once (Infinity when it does not say). */
+  readonly maxSubscriptions: number;
+  /** Sends a SUBSCRIBE; resolves when the broker has it (live for publications routed after). */
+  subscribe(sid: number, pattern: string, noEcho: boolean): Promise<void>;
+  /** Ends a subscription on the broker. */
+  unsubscribe(sid: number): Promise<void>;
+  /**
+   * Takes a publication: it resolves or rejects it when sent. Returns false when the transport is gone
+   * (the client keeps it for the next connection).
+   */
+  publish(p: PendingPublish): boolean;
+  /** Resolves when everything sent before has been processed by the broker. */
+  flush(): Promise<void>;
+  /** Publications taken but not sent when the transport was lost (to send again on the next one). */
+  takeUnsent(): PendingPublish[];
+  /** Closes on purpose (no `lost` event). */
+  close(): Promise<void>;
+}
+
+export interface TransportOptions {
+  name: string;
+  compression: boolean;
+  connectTimeoutMs: number;
+  pingIntervalMs: number | undefined;
+  maxBufferBytes: number;
+  fetch: typeof fetch | undefined;
+  /** Long-poll: first and longest wait between retries of a failing request. */
+  retryDelayMs: number;
+  maxRetryDelayMs: number;
+}

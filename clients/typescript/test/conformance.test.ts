@@ -1,0 +1,321 @@
+/**
+ * Conformance: every vector in protocol-spec/vectors (README §10, longpoll.json) run through this
+ * client's decoder, encoder, frame reader, topic rules and long-poll body parser.
+ *
+ * Frame vectors are fed whole, split at every byte boundary into two segments, and one byte at a time;
+ * the answer must be the same each way (README §10).
+ */
+import assert from "node:assert/strict";
+import { readFileSync, readdirSync } from "node:fs";
+import { describe, test } from "node:test";
+import {
+  FrameReader,
+  HeraldError,
+  checkPublishTopic,
+  decodeFrame,
+  encodeError,
+  encodeHello,
+  encodeMessage,
+  encodePing,
+  encodePong,
+  encodePublish,
+  encodeSubscribe,
+  encodeUnsubscribe,
+  encodeWelcome,
+  isReservedTopic,
+  parsePollBody,
+  topicMatches,
+  validatePattern,
+  validateTopic,
+  type Frame,
+} from "@herald/client/protocol";
+
+const vectorsDir = new URL("../../../protocol-spec/vectors/", import.meta.url);
+
+/** JSON.parse keeping integers above 2^53 exact (as bigint): the vectors hold uint64 values. */
+function readJson(name: string): any {
+  const text = readFileSync(new URL(name, vectorsDir), "utf8");
+  const marked = text.replace(/([:\[,]\s*)(\d{16,})(?=\s*[,\]}])/g, '$1"__bigint:$2"');
+  return JSON.parse(marked, (_key, value) =>
+    typeof value === "string" && value.startsWith("__bigint:") ? BigInt(value.slice(9)) : value,
+  );
+}
+
+const limits = readJson("limits.json") as { max_frame: number; max_topic: number };
+
+const hex = (bytes: Uint8Array): string => Buffer.from(bytes).toString("hex");
+const unhex = (text: string): Uint8Array => new Uint8Array(Buffer.from(text, "hex"));
+
+/** Whole, every two-way split, and one-byte segments. */
+function segmentations(bytes: Uint8Array): Uint8Array[][] {
+  const out: Uint8Array[][] = [[bytes]];
+  for (let i = 1; i < bytes.length; i++) out.push([bytes.subarray(0, i), bytes.subarray(i)]);
+  if (bytes.length > 1) out.push(Array.from(bytes, (_, i) => bytes.subarray(i, i + 1)));
+  if (bytes.length === 0) out.push([]);
+  return out;
+}
+
+interface Outcome {
+  frames: Frame[];
+  error: string | null;
+  buffered: number;
+}
+
+/** Feeds segments to a FrameReader, decoding every frame as soon as it is whole. */
+function feed(segments: Uint8Array[], maxFrame = limits.max_frame): Outcome {
+  const reader = new FrameReader(maxFrame);
+  const frames: Frame[] = [];
+  try {
+    for (const segment of segments) {
+      reader.push(segment);
+      for (let body = reader.next(); body !== null; body = reader.next()) frames.push(decodeFrame(body));
+    }
+  } catch (e) {
+    assert.ok(e instanceof HeraldError, `expected a HeraldError, got ${e}`);
+    return { frames, error: e.code, buffered: reader.buffered };
+  }
+  return { frames, error: null, buffered: reader.buffered };
+}
+
+const camel = (key: string): string => key.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+
+/** A decoded frame as the vectors' `fields` (numbers as bigint, payload as hex). */
+function normalize(value: unknown): unknown {
+  if (typeof value === "number") return BigInt(value);
+  if (typeof value === "bigint") return value;
+  if (value instanceof Uint8Array) return hex(value);
+  if (value === null || typeof value !== "object") return value;
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, normalize(v)]));
+}
+
+function expectedFields(fields: Record<string, unknown>): unknown {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(fields)) out[camel(key)] = normalize(value);
+  return out;
+}
+
+function actualFields(frame: Frame): unknown {
+  const { type: _type, ...rest } = frame as Frame & Record<string, unknown>;
+  return normalize(rest);
+}
+
+const frameTypes: Record<string, number> = {
+  HELLO: 1,
+  WELCOME: 2,
+  SUBSCRIBE: 3,
+  UNSUBSCRIBE: 4,
+  PUBLISH: 5,
+  MESSAGE: 6,
+  PING: 7,
+  PONG: 8,
+  ERROR: 9,
+};
+
+/** The frame encoded from a vector's fields with this client's encoders. */
+function encode(frame: string, f: any): Uint8Array {
+  switch (frame) {
+    case "HELLO":
+      return encodeHello(f.client_name, Number(f.capabilities), f.auth, Number(f.version));
+    case "WELCOME":
+      return encodeWelcome(f.server_name, f.connection_id, Number(f.capabilities), f.limits, Number(f.version));
+    case "SUBSCRIBE":
+      return encodeSubscribe(Number(f.sid), f.pattern, Number(f.options));
+    case "UNSUBSCRIBE":
+      return encodeUnsubscribe(Number(f.sid));
+    case "PUBLISH":
+      return encodePublish(f.topic, f.reply_to, Number(f.flags), unhex(f.payload));
+    case "MESSAGE":
+      return encodeMessage(Number(f.sid), f.topic, f.reply_to, Number(f.flags), unhex(f.payload));
+    case "PING":
+      return encodePing();
+    case "PONG":
+      return encodePong();
+    case "ERROR":
+      return encodeError(Number(f.code), f.fatal, f.message, f.count);
+    default:
+      throw new Error(`unknown frame ${frame}`);
+  }
+}
+
+const frameFiles = readdirSync(vectorsDir)
+  .filter((name) => name.endsWith(".json"))
+  .map((name) => ({ name, data: readJson(name) }))
+  .filter(({ data }) => typeof data.frame === "string");
+
+test("the vectors folder has a file for every frame type", () => {
+  assert.deepEqual(frameFiles.map(({ data }) => data.frame).sort(), Object.keys(frameTypes).sort());
+});
+
+for (const { name, data } of frameFiles) {
+  describe(`${name} (${data.frame})`, () => {
+    for (const v of data.valid) {
+      test(`valid: ${v.name}`, () => {
+        const bytes = unhex(v.hex);
+        for (const segments of segmentations(bytes)) {
+          const outcome = feed(segments);
+          assert.equal(outcome.error, null, `split into ${segments.length} segments`);
+          assert.equal(outcome.frames.length, 1, `split into ${segments.length} segments`);
+          assert.equal(outcome.buffered, 0);
+          const frame = outcome.frames[0]!;
+          assert.equal(frame.type, frameTypes[data.frame]);
+          assert.deepEqual(actualFields(frame), expectedFields(v.fields));
+        }
+        if (v.canonical) assert.equal(hex(encode(data.frame, v.fields)), v.hex, "canonical encoding");
+      });
+    }
+    for (const v of data.incomplete) {
+      test(`incomplete: ${v.name}`, () => {
+        const bytes = unhex(v.hex);
+        for (const segments of segmentations(bytes)) {
+          const outcome = feed(segments);
+          assert.equal(outcome.error, null);
+          assert.equal(outcome.frames.length, 0, "no frame yet");
+          assert.equal(outcome.buffered, bytes.length, "nothing consumed");
+        }
+      });
+    }
+    for (const v of data.invalid) {
+      test(`invalid: ${v.name} -> ${v.error}`, () => {
+        for (const segments of segmentations(unhex(v.hex))) {
+          const outcome = feed(segments);
+          assert.equal(outcome.error, v.error, `split into ${segments.length} segments`);
+          assert.equal(outcome.frames.length, 0);
+        }
+      });
+    }
+  });
+}
+
+describe("topics.json", () => {
+  const topics = readJson("topics.json");
+  const max = limits.max_topic;
+  test("valid names", () => {
+    for (const t of topics.valid_names) assert.equal(validateTopic(t, max), null, t);
+  });
+  test("valid patterns", () => {
+    for (const p of topics.valid_patterns) assert.equal(validatePattern(p, max), null, p);
+  });
+  test("invalid names", () => {
+    for (const { topic, error } of topics.invalid_names) assert.equal(validateTopic(topic, max), error, JSON.stringify(topic));
+  });
+  test("invalid patterns", () => {
+    for (const { pattern, error } of topics.invalid_patterns) {
+      assert.equal(validatePattern(pattern, max), error, JSON.stringify(pattern));
+    }
+  });
+  test("matches", () => {
+    for (const { pattern, topic, matches } of topics.matches) assert.equal(topicMatches(pattern, topic), matches, `${pattern} ~ ${topic}`);
+  });
+  test("reserved", () => {
+    for (const { topic, reserved } of topics.reserved) assert.equal(isReservedTopic(topic), reserved, topic);
+  });
+});
+
+describe("longpoll.json", () => {
+  const lp = readJson("longpoll.json");
+  const headersOf = (h: Record<string, string>) => new Headers(h);
+
+  for (const v of lp.pollBinary) {
+    test(`pollBinary: ${v.name}`, () => {
+      const result = parsePollBody(Number(v.ack), headersOf(v.headers), unhex(v.hex), limits.max_frame);
+      assert.deepEqual(
+        result.messages.map((m) => ({ ...m, payload: hex(m.payload) })),
+        v.messages.map((m: any) => ({ ...m, seq: Number(m.seq), sid: Number(m.sid), flags: Number(m.flags) })),
+      );
+      assert.equal(result.dropped, Number(v.headers["Herald-Dropped"]));
+      // The same poll answered as JSON (pollJson): same next ack, same gap, same payloads, and `text`
+      // present exactly when the payload is valid UTF-8.
+      const json = lp.pollJson.find((j: any) => j.name === v.name);
+      assert.ok(json, "a pollJson case of the same name");
+      assert.equal(result.ack, Number(json.body.ack));
+      assert.equal(result.dropped, Number(json.body.dropped));
+      const strict = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+      json.body.messages.forEach((j: any, i: number) => {
+        const m = result.messages[i]!;
+        assert.equal(Buffer.from(m.payload).toString("base64"), j.payload);
+        let text: string | undefined;
+        try {
+          text = strict.decode(m.payload);
+        } catch {
+          text = undefined;
+        }
+        assert.equal(text, j.text);
+      });
+    });
+  }
+
+  test("pollBinary: a body cut short is refused (the transport then polls again with the same ack)", () => {
+    const v = lp.pollBinary[1];
+    assert.throws(() => parsePollBody(4, headersOf(v.headers), unhex(v.hex).subarray(0, 40)), { code: "MalformedFrame" });
+  });
+
+  test("pollBinary: without Herald-* headers the messages follow the ack", () => {
+    const v = lp.pollBinary[1];
+    const result = parsePollBody(4, headersOf({}), unhex(v.hex));
+    assert.deepEqual(result.messages.map((m) => m.seq), [5, 6, 7]);
+    assert.equal(result.ack, 7);
+  });
+
+  for (const v of [...lp.framesBody.valid, ...lp.framesBody.invalid]) {
+    test(`framesBody: ${v.name}`, () => {
+      const reader = new FrameReader(limits.max_frame);
+      reader.push(unhex(v.hex));
+      const frames: any[] = [];
+      let failure: any = null;
+      try {
+        for (let body = reader.next(); body !== null; body = reader.next()) {
+          const frame = decodeFrame(body);
+          frames.push(frame);
+        }
+      } catch (e) {
+        failure = { kind: "error", error: (e as HeraldError).code };
+      }
+      const names = Object.fromEntries(Object.entries(frameTypes).map(([k, t]) => [t, k]));
+      assert.deepEqual(
+        frames.map((f) => ({ ...f, type: names[f.type], ...(f.payload ? { payload: hex(f.payload) } : {}) })),
+        v.frames.map((f: any) => normalizeNumbers(f)),
+      );
+      if (!failure) {
+        const wrong = frames.find((f) => f.type !== 5);
+        if (wrong) failure = { kind: "wrongType", type: names[wrong.type] };
+        else if (reader.buffered > 0) failure = { kind: "incomplete", leftover: reader.buffered };
+        else if (frames.length === 0) failure = { kind: "empty" };
+        else {
+          for (const f of frames) {
+            try {
+              checkPublishTopic(f.topic, Number(lp.limits.maxTopicLength));
+            } catch (e) {
+              failure = { kind: "topic", error: (e as HeraldError).code };
+              break;
+            }
+          }
+        }
+      }
+      assert.deepEqual(failure, v.failure ?? null);
+    });
+  }
+
+  test("requests: the client's pattern check agrees with the broker's answers to subscribe bodies", () => {
+    const max = Number(lp.limits.maxTopicLength);
+    let checked = 0;
+    for (const v of lp.requests) {
+      if (v.endpoint !== "subscribe") continue;
+      let body: any;
+      try {
+        body = JSON.parse(v.body);
+      } catch {
+        continue;
+      }
+      if (typeof body?.pattern !== "string" || typeof body.sid !== "number" || body.sid < 1 || body.sid > 0xffffffff) continue;
+      if (!Number.isInteger(body.sid) || (body.noEcho !== undefined && typeof body.noEcho !== "boolean") || v.given) continue;
+      const expected = v.code === "InvalidTopic" || v.code === "TopicTooLong" ? v.code : null;
+      assert.equal(validatePattern(body.pattern, max), expected, v.name);
+      checked++;
+    }
+    assert.ok(checked >= 10, `checked ${checked} subscribe bodies`);
+  });
+});
+
+function normalizeNumbers(f: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(f).map(([k, v]) => [k, typeof v === "bigint" ? Number(v) : v]));
+}

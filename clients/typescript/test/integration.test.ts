@@ -1,0 +1,639 @@
+/**
+ * Integration: the client against a real broker (started here as a child process on free ports), over
+ * TCP and HTTP long-poll, including reconnects across a broker restart and a lost poll response.
+ */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { createConnection, createServer, type Socket } from "node:net";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { HeraldError, connect, createClient, type ConnectOptions, type HeraldClient, type Message } from "@herald/client";
+import {
+  FrameReader,
+  FrameType,
+  decodeFrame,
+  encodeError,
+  encodeHello,
+  encodeMessage,
+  encodePing,
+  encodeSubscribe,
+  encodeWelcome,
+  parsePollBody,
+  zstdDecompress,
+  type Frame,
+} from "@herald/client/protocol";
+import { Broker, freePort } from "./helpers/broker.js";
+import { delay, nextMessage, once, stateIs, take, uniqueTopic, within } from "./helpers/wait.js";
+
+let broker: Broker;
+const clients: HeraldClient[] = [];
+const fast: ConnectOptions = { reconnectDelayMs: 100, maxReconnectDelayMs: 1000, connectTimeoutMs: 5000 };
+
+async function open(url: string, options: ConnectOptions = {}): Promise<HeraldClient> {
+  const client = await connect(url, { ...fast, ...options });
+  clients.push(client);
+  return client;
+}
+
+const tcp = (options: ConnectOptions = {}) => open(broker.tcpUrl, { name: "it-tcp", ...options });
+const poll = (options: ConnectOptions = {}) => open(broker.httpUrl, { name: "it-poll", ...options });
+
+before(async () => {
+  broker = await Broker.start(["--Herald:LongPoll:PollTimeout=00:00:03"]);
+});
+
+after(async () => {
+  await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
+  await broker?.stop();
+});
+
+/** Asserts that nothing more arrives on `sub` for `ms`. */
+async function nothingMore(sub: { next(): Promise<Message | undefined> }, ms = 300): Promise<void> {
+  const next = sub.next();
+  const winner = await Promise.race([next.then((m) => m ?? "ended"), delay(ms).then(() => "quiet")]);
+  assert.equal(winner, "quiet", `unexpected message: ${typeof winner === "object" ? (winner as Message).topic : winner}`);
+}
+
+describe("TCP", () => {
+  test("connects: WELCOME limits, state, info", async () => {
+    const client = await tcp();
+    assert.equal(client.state, "connected");
+    assert.equal(client.info?.transport, "tcp");
+    assert.equal(client.info?.serverName, "herald");
+    assert.equal(client.info?.limits.max_frame, 1024 * 1024);
+    assert.equal(client.info?.compression, true);
+  });
+
+  test("pub/sub: strings, binary, empty payloads, reply_to", async () => {
+    const sub_ = await tcp();
+    const pub = await tcp();
+    const topic = uniqueTopic("it.tcp");
+    const sub = sub_.subscribe(`${topic}.>`);
+    await sub.ready;
+    const binary = Uint8Array.from({ length: 256 }, (_, i) => i);
+    await pub.publish(`${topic}.a`, "héllo €");
+    await pub.publish(`${topic}.b`, binary, { replyTo: "_INBOX.x.1" });
+    await pub.publish(`${topic}.c`, new Uint8Array(0));
+    const [a, b, c] = await take(sub, 3);
+    assert.equal(a!.topic, `${topic}.a`);
+    assert.equal(a!.text(), "héllo €");
+    assert.equal(a!.replyTo, null);
+    assert.deepEqual(b!.payload, binary);
+    assert.equal(b!.replyTo, "_INBOX.x.1");
+    assert.equal(c!.payload.length, 0);
+  });
+
+  test("wildcards: * is one token, > the rest", async () => {
+    const client = await tcp();
+    const topic = uniqueTopic("it.wild");
+    const star = client.subscribe(`${topic}.*.x`);
+    const tail = client.subscribe(`${topic}.>`);
+    await Promise.all([star.ready, tail.ready]);
+    await client.publish(`${topic}.a.x`, "1");
+    await client.publish(`${topic}.a.b.x`, "2");
+    assert.equal((await nextMessage(star)).text(), "1");
+    assert.deepEqual((await take(tail, 2)).map((m) => m.text()), ["1", "2"]);
+    await client.flush();
+    await nothingMore(star);
+  });
+
+  test("callback subscription and unsubscribe", async () => {
+    const client = await tcp();
+    const topic = uniqueTopic("it.cb");
+    const got: string[] = [];
+    const sub = client.subscribe(topic, (msg) => {
+      got.push(msg.text());
+    });
+    await sub.ready;
+    await client.publish(topic, "one");
+    await client.publish(topic, "two");
+    await client.flush();
+    await within(
+      (async () => {
+        while (got.length < 2) await delay(10);
+      })(),
+      5000,
+      "two callbacks",
+    );
+    await sub.unsubscribe();
+    assert.equal(sub.isClosed, true);
+    await client.publish(topic, "three");
+    await client.flush();
+    await delay(200);
+    assert.deepEqual(got, ["one", "two"]);
+  });
+
+  test("async iterator: for await, and leaving the loop unsubscribes", async () => {
+    const client = await tcp();
+    const topic = uniqueTopic("it.iter");
+    const sub = client.subscribe(topic);
+    await sub.ready;
+    for (let i = 0; i < 5; i++) await client.publish(topic, `m${i}`);
+    const got: string[] = [];
+    for await (const msg of sub) {
+      got.push(msg.text());
+      if (got.length === 3) break;
+    }
+    assert.deepEqual(got, ["m0", "m1", "m2"]);
+    assert.equal(sub.isClosed, true);
+    assert.equal(await sub.next(), undefined);
+  });
+
+  test("noEcho skips this client's own publications", async () => {
+    const a = await tcp();
+    const b = await tcp();
+    const topic = uniqueTopic("it.echo");
+    const sub = a.subscribe(topic, { noEcho: true });
+    await sub.ready;
+    await a.publish(topic, "mine");
+    await a.flush();
+    await b.publish(topic, "theirs");
+    assert.equal((await nextMessage(sub)).text(), "theirs");
+    await nothingMore(sub);
+  });
+
+  test("request/reply, and a request nobody answers times out", async () => {
+    const responder = await tcp();
+    const requester = await tcp();
+    const topic = uniqueTopic("it.rpc");
+    const service = responder.subscribe(topic, (msg) => msg.respond(`echo:${msg.text()}`));
+    await service.ready;
+    const replies = await Promise.all([1, 2, 3].map((i) => requester.request(topic, `q${i}`, { timeoutMs: 5000 })));
+    assert.deepEqual(replies.map((r) => r.text()), ["echo:q1", "echo:q2", "echo:q3"]);
+    assert.match(replies[0]!.topic, /^_INBOX\.[0-9A-Za-z]+\.\d+$/);
+    const started = Date.now();
+    await assert.rejects(requester.request(uniqueTopic("it.nobody"), "hello?", { timeoutMs: 300 }), (e: HeraldError) => e.code === "Timeout");
+    assert.ok(Date.now() - started >= 290);
+  });
+
+  test("bad topics and patterns are refused locally (the broker would close the connection)", async () => {
+    const client = await tcp();
+    await assert.rejects(client.publish("a..b", "x"), { code: "InvalidTopic" });
+    await assert.rejects(client.publish("$SYS.x", "x"), { code: "ReservedTopic" });
+    await assert.rejects(client.publish("a.*", "x"), { code: "InvalidTopic" });
+    await assert.rejects(client.publish("x".repeat(300), "x"), { code: "TopicTooLong" });
+    assert.throws(() => client.subscribe("a.>.b"), { code: "InvalidTopic" });
+    await assert.rejects(client.publish("ok.topic", new Uint8Array(2 * 1024 * 1024)), { code: "FrameTooLarge" });
+    // Still connected and working.
+    const topic = uniqueTopic("it.after");
+    const sub = client.subscribe(topic);
+    await sub.ready;
+    await client.publish(topic, "fine");
+    assert.equal((await nextMessage(sub)).text(), "fine");
+    assert.equal(client.state, "connected");
+  });
+
+  test("Zstd: the broker compresses large payloads for a client that asked; they arrive decompressed", async () => {
+    const topic = uniqueTopic("it.zstd");
+    const text = "Herald compresses repetitive payloads. ".repeat(2000); // ~78 KB
+    // The raw protocol shows the MESSAGE really travels compressed (flags bit 0)...
+    const raw = await rawTcp(broker.tcpPort, 1);
+    assert.equal(raw.welcome.capabilities & 1, 1, "zstd granted in WELCOME");
+    raw.socket.write(encodeSubscribe(1, topic));
+    raw.socket.write(encodePing());
+    await raw.nextOf(FrameType.Pong);
+    // ...and the client's subscription gets the same payload decompressed.
+    const client = await tcp({ compression: true });
+    const sub = client.subscribe(topic);
+    await sub.ready;
+    const pub = await tcp({ compression: false });
+    let compressed: Frame | null = null;
+    for (let attempt = 0; attempt < 5 && !compressed; attempt++) {
+      await pub.publish(topic, text);
+      const frame = await raw.nextOf(FrameType.Message);
+      const msg = await nextMessage(sub);
+      assert.equal(msg.text(), text);
+      if (frame.type === FrameType.Message && frame.flags === 1) {
+        compressed = frame;
+        assert.ok(frame.payload.length < text.length / 10, `compressed to ${frame.payload.length} bytes`);
+        assert.equal(new TextDecoder().decode(zstdDecompress(frame.payload, 1 << 20)), text);
+        // Bounded: a payload that would decompress past the limit is refused (no decompression bombs).
+        assert.throws(() => zstdDecompress(frame.payload, 1000), { code: "DecompressionFailed" });
+        assert.throws(() => zstdDecompress(frame.payload.subarray(0, 20), 1 << 20), { code: "DecompressionFailed" });
+      }
+    }
+    raw.socket.destroy();
+    assert.ok(compressed, "one of five large compressible payloads was sent compressed");
+  });
+});
+
+describe("TCP against a scripted server", () => {
+  test("answers PING with PONG, reports non-fatal ERRORs, drops unknown sids, and reconnects after a fatal ERROR", async () => {
+    const received: Frame[] = [];
+    const sockets: Socket[] = [];
+    let onFrame: (() => void) | null = null;
+    const server = createServer((socket) => {
+      sockets.push(socket);
+      const reader = new FrameReader();
+      socket.on("data", (chunk) => {
+        reader.push(chunk);
+        for (let body = reader.next(); body; body = reader.next()) {
+          const frame = decodeFrame(body);
+          received.push(frame);
+          if (frame.type === FrameType.Hello) {
+            socket.write(encodeWelcome("scripted", sockets.length, 0, { max_frame: 65536, max_topic: 64, ping_interval_ms: 60_000 }));
+          }
+          // The second connection answers PINGs like the broker does.
+          if (frame.type === FrameType.Ping && socket === sockets[1]) socket.write(new Uint8Array([0, 0, 0, 2, 0x91, 0x08]));
+          onFrame?.();
+        }
+      });
+      socket.on("error", () => undefined);
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const port = (server.address() as { port: number }).port;
+    const waitFor = (type: number, count = 1) =>
+      within(
+        new Promise<void>((resolve) => {
+          const check = () => {
+            if (received.filter((f) => f.type === type).length >= count) {
+              onFrame = null;
+              resolve();
+            }
+          };
+          onFrame = check;
+          check();
+        }),
+        5000,
+        `frame type ${type} x${count}`,
+      );
+    try {
+      const client = await open(`tcp://127.0.0.1:${port}`, { name: "scripted-test" });
+      assert.equal(client.info?.serverName, "scripted");
+      const hello = received.find((f) => f.type === FrameType.Hello) as Extract<Frame, { type: 1 }>;
+      assert.deepEqual({ ...hello }, { type: 1, version: 1, clientName: "scripted-test", capabilities: 1, auth: null });
+      // A topic over the WELCOME's max_topic (64) is refused before it is sent.
+      await assert.rejects(client.publish("t".repeat(65), "x"), { code: "TopicTooLong" });
+
+      sockets[0]!.write(encodePing());
+      await waitFor(FrameType.Pong);
+
+      const errors: HeraldError[] = [];
+      client.on("error", (e) => errors.push(e));
+      const sub = client.subscribe("a.b");
+      await waitFor(FrameType.Subscribe);
+      sockets[0]!.write(encodeError(14, false, "Dropped 5 messages.", 5));
+      sockets[0]!.write(encodeMessage(999, "a.b", null, 0, new TextEncoder().encode("unknown sid")));
+      sockets[0]!.write(encodeMessage(sub.sid, "a.b", "_INBOX.z.1", 0, new TextEncoder().encode("known")));
+      const msg = await nextMessage(sub);
+      assert.equal(msg.text(), "known");
+      assert.equal(msg.replyTo, "_INBOX.z.1");
+      assert.equal(errors.length, 1);
+      assert.equal(errors[0]!.code, "MessagesDropped");
+      assert.equal(errors[0]!.count, 5);
+      assert.equal(client.state, "connected");
+
+      // A fatal ERROR ends the connection: the client reconnects and subscribes again with the same sid.
+      const lost = once(client, "disconnect");
+      const back = once(client, "reconnect");
+      sockets[0]!.write(encodeError(17, true, "Shutting down.", 0));
+      const [error] = await lost;
+      assert.equal((error as HeraldError).code, "ShuttingDown");
+      assert.equal((error as HeraldError).fatal, true);
+      await waitFor(FrameType.Subscribe, 2);
+      await back; // after the PING/PONG behind the re-subscription
+      assert.ok(received.filter((f) => f.type === FrameType.Ping).length >= 2);
+      const resubscribe = received.filter((f) => f.type === FrameType.Subscribe).map((f) => ({ ...f }));
+      assert.deepEqual(resubscribe[1], resubscribe[0]);
+      await client.close();
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      server.close();
+    }
+  });
+});
+
+describe("long-poll", () => {
+  test("connects: session, info", async () => {
+    const client = await poll();
+    assert.equal(client.state, "connected");
+    assert.equal(client.info?.transport, "longpoll");
+    assert.equal(client.info?.compression, true);
+    assert.equal(client.info?.limits.pollTimeoutMs, 3000);
+  });
+
+  test("pub/sub over long-poll, both ways with TCP", async () => {
+    const web = await poll();
+    const node = await tcp();
+    const topic = uniqueTopic("it.lp");
+    const webSub = web.subscribe(`${topic}.>`);
+    const nodeSub = node.subscribe(`${topic}.>`);
+    await Promise.all([webSub.ready, nodeSub.ready]);
+    await node.publish(`${topic}.from-tcp`, "hello long-poll", { replyTo: "_INBOX.r.1" });
+    const m1 = await nextMessage(webSub);
+    assert.equal(m1.topic, `${topic}.from-tcp`);
+    assert.equal(m1.text(), "hello long-poll");
+    assert.equal(m1.replyTo, "_INBOX.r.1");
+    assert.equal((await nextMessage(nodeSub)).text(), "hello long-poll");
+    const binary = Uint8Array.from({ length: 300 }, (_, i) => (i * 7) & 0xff);
+    await web.publish(`${topic}.from-poll`, binary);
+    const m2 = await nextMessage(nodeSub);
+    assert.equal(m2.topic, `${topic}.from-poll`);
+    assert.deepEqual(m2.payload, binary);
+    assert.deepEqual((await nextMessage(webSub)).payload, binary);
+  });
+
+  test("publishes keep their order (batched as frames) and a subscribe made before a publish is live for it", async () => {
+    let publishRequests = 0;
+    const countingFetch: typeof fetch = (input, init) => {
+      if (new URL(String(input)).pathname.endsWith("/publish")) publishRequests++;
+      return fetch(input, init);
+    };
+    const web = await poll({ fetch: countingFetch });
+    const node = await tcp();
+    const topic = uniqueTopic("it.order");
+    const nodeSub = node.subscribe(topic);
+    await nodeSub.ready;
+    // Not awaited one by one: they queue up and go out in few requests, in order.
+    const own = web.subscribe(topic); // no await: the publishes below queue behind it
+    await Promise.all(Array.from({ length: 300 }, (_, i) => web.publish(topic, `n${i}`)));
+    const got = await take(nodeSub, 300, 20_000);
+    assert.deepEqual(got.map((m) => m.text()), Array.from({ length: 300 }, (_, i) => `n${i}`));
+    const mine = await take(own, 300, 20_000);
+    assert.equal(mine[0]!.text(), "n0");
+    assert.equal(mine[299]!.text(), "n299");
+    assert.ok(publishRequests < 100, `300 publishes went out in ${publishRequests} requests`);
+  });
+
+  test("request/reply across transports, callback and unsubscribe over long-poll", async () => {
+    const web = await poll();
+    const node = await tcp();
+    const topic = uniqueTopic("it.lprpc");
+    const service = web.subscribe(topic, (msg) => msg.respond(msg.text().toUpperCase()));
+    await service.ready;
+    assert.equal((await node.request(topic, "shout", { timeoutMs: 5000 })).text(), "SHOUT");
+    const back = node.subscribe(`${topic}.svc`, (msg) => msg.respond(`node:${msg.text()}`));
+    await back.ready;
+    assert.equal((await web.request(`${topic}.svc`, "hi", { timeoutMs: 5000 })).text(), "node:hi");
+    await service.unsubscribe();
+    await assert.rejects(node.request(topic, "anyone?", { timeoutMs: 500 }), { code: "Timeout" });
+  });
+
+  test("noEcho over long-poll", async () => {
+    const web = await poll();
+    const node = await tcp();
+    const topic = uniqueTopic("it.lpecho");
+    const sub = web.subscribe(topic, { noEcho: true });
+    await sub.ready;
+    await web.publish(topic, "mine");
+    await node.publish(topic, "theirs");
+    assert.equal((await nextMessage(sub)).text(), "theirs");
+    await nothingMore(sub);
+  });
+
+  test("a poll response lost in transit is delivered again by the next poll (same ack): no loss, no duplicate", async () => {
+    const polls: string[] = [];
+    let cut = 0;
+    const lossyFetch: typeof fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      const url = new URL(String(input));
+      if (url.pathname.endsWith("/messages")) {
+        polls.push(url.searchParams.get("ack")!);
+        if (cut === 0 && res.status === 200 && res.headers.get("Herald-Count") !== "0") {
+          cut++;
+          await res.arrayBuffer(); // the broker sent the whole response...
+          // ...and the connection broke before the client read it.
+          const broken = new ReadableStream({ start: (c) => c.error(new TypeError("terminated: other side closed")) });
+          return new Response(broken, { status: 200, headers: res.headers });
+        }
+      }
+      return res;
+    };
+    const web = await poll({ fetch: lossyFetch });
+    const node = await tcp();
+    const topic = uniqueTopic("it.lost");
+    const sub = web.subscribe(topic);
+    await sub.ready;
+    await node.publish(topic, "first");
+    await node.publish(topic, "second");
+    const got = await take(sub, 2);
+    assert.deepEqual(got.map((m) => m.text()), ["first", "second"]);
+    await node.publish(topic, "third");
+    assert.equal((await nextMessage(sub)).text(), "third");
+    await nothingMore(sub);
+    assert.equal(cut, 1, "one poll response was cut");
+    // The poll after the cut one asked with the same ack.
+    const i = polls.findIndex((ack, k) => k > 0 && ack === polls[k - 1] && ack !== undefined);
+    assert.ok(i > 0, `a poll repeated its ack: ${polls.join(",")}`);
+    const metrics = await (await fetch(`${broker.httpUrl}/metrics`)).text();
+    const redelivered = /^herald_longpoll_redeliveries_total(?:\{[^}]*\})? (\d+)/m.exec(metrics);
+    assert.ok(redelivered && Number(redelivered[1]) >= 1, "the broker counted a redelivery");
+  });
+
+  test("409 PollReplaced: another poll on the session takes over, the client polls again, nothing is lost", async () => {
+    let token = "";
+    const spyFetch: typeof fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      if (String(input).endsWith("/poll/sessions") && res.status === 201) {
+        token = ((await res.clone().json()) as { session: string }).session;
+      }
+      return res;
+    };
+    const web = await poll({ fetch: spyFetch });
+    const node = await tcp();
+    const topic = uniqueTopic("it.409");
+    const sub = web.subscribe(topic);
+    await sub.ready;
+    await delay(100); // the client's poll is held
+    // An outside poll replaces the client's held poll (which gets 409), then is itself replaced.
+    const outside = fetch(`${broker.httpUrl}/poll/sessions/${token}/messages?ack=0`);
+    await delay(200);
+    await node.publish(topic, "during the fight");
+    assert.equal((await nextMessage(sub, 8000)).text(), "during the fight");
+    await outside.then((r) => r.arrayBuffer()).catch(() => undefined);
+    await node.publish(topic, "after");
+    assert.equal((await nextMessage(sub, 8000)).text(), "after");
+  });
+
+  test("503 with Retry-After: the client waits and polls again with the same ack", async () => {
+    let injected = 0;
+    const acks: string[] = [];
+    const busyFetch: typeof fetch = async (input, init) => {
+      const url = new URL(String(input));
+      if (url.pathname.endsWith("/messages")) {
+        acks.push(url.searchParams.get("ack")!);
+        if (injected === 0 && acks.length === 2) {
+          injected++;
+          const body = JSON.stringify({ status: 503, title: "TooManyPolls", code: "TooManyPolls" });
+          return new Response(body, { status: 503, headers: { "Retry-After": "1", "Content-Type": "application/problem+json" } });
+        }
+      }
+      return fetch(input, init);
+    };
+    const web = await poll({ fetch: busyFetch });
+    const node = await tcp();
+    const topic = uniqueTopic("it.503");
+    const sub = web.subscribe(topic);
+    await sub.ready;
+    await node.publish(topic, "a");
+    assert.equal((await nextMessage(sub)).text(), "a");
+    await node.publish(topic, "b");
+    assert.equal((await nextMessage(sub, 8000)).text(), "b");
+    assert.equal(injected, 1);
+  });
+
+  test("410 session ended: a new session is created and subscriptions restored", async () => {
+    let token = "";
+    const spyFetch: typeof fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      if (String(input).endsWith("/poll/sessions") && res.status === 201) {
+        token = ((await res.clone().json()) as { session: string }).session;
+      }
+      return res;
+    };
+    const web = await poll({ fetch: spyFetch });
+    const node = await tcp();
+    const topic = uniqueTopic("it.410");
+    const sub = web.subscribe(topic);
+    await sub.ready;
+    const first = token;
+    const reconnected = once(web, "reconnect");
+    const disconnected = once(web, "disconnect");
+    // End the session behind the client's back: its held poll is answered 410.
+    assert.equal((await fetch(`${broker.httpUrl}/poll/sessions/${first}`, { method: "DELETE" })).status, 204);
+    const [error] = await disconnected;
+    assert.equal((error as HeraldError).code, "SessionExpired");
+    await reconnected;
+    assert.notEqual(token, first, "a new session");
+    await node.publish(topic, "to the new session");
+    assert.equal((await nextMessage(sub)).text(), "to the new session");
+  });
+
+  test("Zstd over long-poll: compressed MESSAGE frames in the poll body are decompressed", async () => {
+    let compressedSeen = 0;
+    const spyFetch: typeof fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      if (String(input).includes("/messages?") && res.status === 200) {
+        const body = new Uint8Array(await res.clone().arrayBuffer());
+        const parsed = parsePollBody(Number(new URL(String(input)).searchParams.get("ack")), res.headers, body);
+        compressedSeen += parsed.messages.filter((m) => m.flags === 1).length;
+      }
+      return res;
+    };
+    const web = await poll({ fetch: spyFetch, compression: true });
+    assert.equal(web.info?.compression, true);
+    const node = await tcp({ compression: false });
+    const topic = uniqueTopic("it.lpzstd");
+    const sub = web.subscribe(topic);
+    await sub.ready;
+    const text = "long-poll sessions can ask for Zstd too. ".repeat(1500);
+    for (let attempt = 0; attempt < 5 && compressedSeen === 0; attempt++) {
+      await node.publish(topic, text);
+      assert.equal((await nextMessage(sub)).text(), text);
+    }
+    assert.ok(compressedSeen > 0, "a compressed frame came through the poll");
+  });
+});
+
+describe("README", () => {
+  test("the README's example (examples/quickstart.mjs) runs", async () => {
+    const example = fileURLToPath(new URL("../examples/quickstart.mjs", import.meta.url));
+    const run = spawnSync(process.execPath, [example], {
+      encoding: "utf8",
+      timeout: 30_000,
+      env: { ...process.env, HERALD_TCP_URL: broker.tcpUrl, HERALD_HTTP_URL: broker.httpUrl },
+    });
+    assert.equal(run.status, 0, `${run.stdout}\n${run.stderr}`);
+    assert.match(run.stdout, /prices\.eu\.ACME: 101\.5/);
+    assert.match(run.stdout, /prices\.us\.ACME: \{"bid":99\.1,"ask":99\.3\}/);
+    assert.match(run.stdout, /reply: echo: hello/);
+  });
+});
+
+describe("reconnect", () => {
+  test("both transports reconnect after the broker restarts on the same ports, re-subscribe, and send what was buffered", async () => {
+    const node = await tcp();
+    const web = await poll();
+    const topic = uniqueTopic("it.restart");
+    const nodeSub = node.subscribe(`${topic}.>`);
+    const webSub = web.subscribe(`${topic}.>`);
+    await Promise.all([nodeSub.ready, webSub.ready]);
+    const states: string[] = [];
+    node.on("state", (s) => states.push(s));
+    const nodeBack = once(node, "reconnect", 60_000);
+    const webBack = once(web, "reconnect", 60_000);
+    const nodeLost = once(node, "disconnect", 30_000);
+
+    const restarting = broker.restart();
+    await nodeLost;
+    assert.equal(node.state, "reconnecting");
+    // Published while disconnected: buffered, sent after the reconnect (behind the re-subscription).
+    const buffered = node.publish(`${topic}.buffered`, "sent while the broker was down");
+    await restarting;
+    await Promise.all([nodeBack, webBack]);
+    await buffered;
+    assert.equal(node.state, "connected");
+    assert.equal(web.state, "connected");
+    assert.deepEqual(states.slice(0, 2), ["reconnecting", "connected"]);
+
+    assert.equal((await nextMessage(nodeSub, 10_000)).text(), "sent while the broker was down");
+    // Subscriptions were restored on the new broker: a fresh client's publication reaches both.
+    const other = await tcp();
+    await node.flush();
+    await web.flush();
+    await other.publish(`${topic}.after`, "after the restart");
+    assert.equal((await nextMessage(nodeSub, 10_000)).text(), "after the restart");
+    // The long-poll client may also have the buffered one (if its new session was up in time).
+    const webGot = await nextMessage(webSub, 10_000);
+    if (webGot.text() !== "after the restart") assert.equal((await nextMessage(webSub, 10_000)).text(), "after the restart");
+  });
+
+  test("with reconnect off, a lost connection closes the client", async () => {
+    const client = await open(broker.tcpUrl, { reconnect: false });
+    const closed = stateIs(client, "closed", 30_000);
+    await broker.restart();
+    await closed;
+    await assert.rejects(client.publish("a.b", "x"), { code: "Closed" });
+  });
+
+  test("connect() fails fast when nothing listens, and keeps trying with waitOnFirstConnect", async () => {
+    const closedPort = await freePort();
+    await assert.rejects(connect(`tcp://127.0.0.1:${closedPort}`, { connectTimeoutMs: 2000 }), (e: HeraldError) => e.code === "ConnectFailed");
+    await assert.rejects(connect(`http://127.0.0.1:${closedPort}`, { connectTimeoutMs: 2000 }), (e: HeraldError) => e.code === "ConnectFailed");
+    // Lazy: createClient keeps trying; a broker that appears later is found.
+    const late = await Broker.start();
+    try {
+      const port = late.tcpPort;
+      await late.stop();
+      const client = createClient(`tcp://127.0.0.1:${port}`, { ...fast });
+      clients.push(client);
+      const published = client.publish("lazy.topic", "queued before the first connection");
+      assert.equal(client.state, "connecting");
+      await delay(300);
+      await late.restart();
+      await stateIs(client, "connected", 30_000);
+      await published;
+    } finally {
+      await late.stop();
+    }
+  });
+});
+
+/** A raw protocol connection (for looking at the frames the broker sends). */
+async function rawTcp(port: number, capabilities: number): Promise<{ socket: Socket; welcome: Extract<Frame, { type: 2 }>; nextOf(type: number): Promise<Frame> }> {
+  const socket = createConnection({ host: "127.0.0.1", port });
+  const reader = new FrameReader(64 * 1024 * 1024);
+  const frames: Frame[] = [];
+  let wake: (() => void) | null = null;
+  socket.on("data", (chunk) => {
+    reader.push(chunk);
+    for (let body = reader.next(); body; body = reader.next()) frames.push(decodeFrame(body));
+    wake?.();
+  });
+  await new Promise<void>((resolve, reject) => socket.once("connect", resolve).once("error", reject));
+  socket.write(encodeHello("raw", capabilities));
+  const nextOf = async (type: number): Promise<Frame> =>
+    within(
+      (async () => {
+        for (;;) {
+          const i = frames.findIndex((f) => f.type === type);
+          if (i >= 0) return frames.splice(i, 1)[0]!;
+          await new Promise<void>((r) => (wake = r));
+        }
+      })(),
+      5000,
+      `frame type ${type}`,
+    );
+  const welcome = (await nextOf(FrameType.Welcome)) as Extract<Frame, { type: 2 }>;
+  return { socket, welcome, nextOf };
+}
