@@ -233,6 +233,48 @@ public sealed class SecurityTests
         }
     }
 
+    [Fact]
+    public async Task Jwt_keys_can_come_from_a_jwks_file()
+    {
+        using var rsa = RSA.Create(2048);
+        var key = new RsaSecurityKey(rsa) { KeyId = "key-1" };
+        JsonWebKey jwk = JsonWebKeyConverter.ConvertFromRSASecurityKey(new RsaSecurityKey(rsa.ExportParameters(false)) { KeyId = "key-1" });
+        string jwks = Path.Combine(Path.GetTempPath(), $"herald-{Guid.NewGuid():N}.jwks.json");
+        File.WriteAllText(jwks, System.Text.Json.JsonSerializer.Serialize(new { keys = new[] { new { kty = jwk.Kty, kid = jwk.Kid, n = jwk.N, e = jwk.E, use = "sig" } } }));
+        try
+        {
+            await using var broker = await TestBroker.StartAsync(o =>
+            {
+                o.Security.Auth.Mode = AuthMode.Jwt;
+                o.Security.Auth.Jwt.JwksFile = jwks;
+            });
+            var token = new JwtSecurityToken("any", "any", [new Claim("sub", "rsa-user"), new Claim("herald_pub", ">"), new Claim("herald_sub", ">")],
+                DateTime.UtcNow, DateTime.UtcNow.AddHours(1), new SigningCredentials(key, SecurityAlgorithms.RsaSha256));
+            await using var client = await ProtocolClient.ConnectAsync(broker.Port);
+
+            await client.SendAsync(w => FrameWriter.WriteHello(w, "rsa", Capabilities.None, new JwtSecurityTokenHandler().WriteToken(token)));
+
+            Assert.Equal(FrameType.Welcome, (await client.ReadAsync()).Type);
+        }
+        finally
+        {
+            File.Delete(jwks);
+        }
+    }
+
+    [Fact]
+    public async Task A_refused_operation_can_be_configured_to_close_the_connection()
+    {
+        await using var broker = await JwtBroker(o => o.Security.DisconnectOnPermissionDenied = true);
+        await using var client = await ProtocolClient.ConnectAsync(broker.Port);
+        await client.SendAsync(w => FrameWriter.WriteHello(w, "strict", Capabilities.None, Jwt(DateTime.UtcNow)));
+        await client.ReadAsync();
+
+        await client.SubscribeAsync(1, "secret.x");
+
+        Assert.Contains("secret.x", (await client.ExpectClosedWithAsync(ErrorCode.PermissionDenied)).Message, StringComparison.Ordinal);
+    }
+
     private static Task<TestBroker> JwtBroker(Action<Hosting.HeraldOptions>? more = null) => TestBroker.StartAsync(o =>
     {
         o.Security.Auth.Mode = AuthMode.Jwt;

@@ -13,10 +13,11 @@ internal static class ControlFrames
 
     public static MessageBuffer Pong() => MessageBuffer.Copy(PongBytes);
 
-    public static MessageBuffer Error(ErrorCode code, string message)
+    /// <summary>An ERROR frame; <paramref name="fatal"/> overrides the code's usual flag (a connection closing says so).</summary>
+    public static MessageBuffer Error(ErrorCode code, string message, bool? fatal = null)
     {
         var writer = new ArrayBufferWriter<byte>(64 + message.Length);
-        FrameWriter.WriteError(writer, code, ErrorCodes.IsFatal(code), message);
+        FrameWriter.WriteError(writer, code, fatal ?? ErrorCodes.IsFatal(code), message);
         return MessageBuffer.Copy(writer.WrittenSpan);
     }
 }

@@ -130,9 +130,17 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         {
             Security.JwtOptions jwt = auth.Jwt;
             bool hmac = !string.IsNullOrEmpty(jwt.HmacSecret);
-            if (hmac == !string.IsNullOrEmpty(jwt.PublicKeyPemFile))
+            int sources = (hmac ? 1 : 0) + (string.IsNullOrEmpty(jwt.PublicKeyPemFile) ? 0 : 1) + (string.IsNullOrEmpty(jwt.JwksFile) ? 0 : 1);
+            if (sources != 1)
             {
-                failures.Add("Herald:Security:Auth:Jwt needs exactly one of HmacSecret and PublicKeyPemFile.");
+                failures.Add("Herald:Security:Auth:Jwt needs exactly one of HmacSecret, PublicKeyPemFile and JwksFile.");
+            }
+            else if (!string.IsNullOrEmpty(jwt.JwksFile))
+            {
+                if (!File.Exists(jwt.JwksFile))
+                {
+                    failures.Add($"Herald:Security:Auth:Jwt:JwksFile '{jwt.JwksFile}' does not exist.");
+                }
             }
             else if (hmac && System.Text.Encoding.UTF8.GetByteCount(jwt.HmacSecret!) < 32)
             {

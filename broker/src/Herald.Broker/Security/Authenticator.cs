@@ -101,20 +101,24 @@ internal sealed class Authenticator
 
     private TokenValidationParameters JwtParameters(JwtOptions jwt)
     {
-        SecurityKey key;
-        if (!string.IsNullOrEmpty(jwt.HmacSecret))
+        IList<SecurityKey> keys;
+        if (!string.IsNullOrEmpty(jwt.JwksFile))
         {
-            key = new SymmetricSecurityKey(Encoding.UTF8.GetBytes(jwt.HmacSecret));
+            keys = new JsonWebKeySet(File.ReadAllText(jwt.JwksFile)).GetSigningKeys();
+        }
+        else if (!string.IsNullOrEmpty(jwt.HmacSecret))
+        {
+            keys = [new SymmetricSecurityKey(Encoding.UTF8.GetBytes(jwt.HmacSecret))];
         }
         else
         {
             string pem = File.ReadAllText(jwt.PublicKeyPemFile!);
-            key = TryEcdsa(pem, out ECDsa? ecdsa) ? new ECDsaSecurityKey(ecdsa) : Rsa(pem);
+            keys = [TryEcdsa(pem, out ECDsa? ecdsa) ? new ECDsaSecurityKey(ecdsa) : Rsa(pem)];
         }
 
         return new TokenValidationParameters
         {
-            IssuerSigningKey = key,
+            IssuerSigningKeys = keys,
             ValidateIssuerSigningKey = true,
             ValidateIssuer = !string.IsNullOrEmpty(jwt.Issuer),
             ValidIssuer = jwt.Issuer,

@@ -26,6 +26,9 @@ public sealed class SecurityOptions
     /// without granting everything.
     /// </summary>
     public bool AllowInboxReplies { get; set; } = true;
+
+    /// <summary>Close a TCP connection after a refused SUBSCRIBE or PUBLISH (fatal <c>PermissionDenied</c>) instead of only telling it.</summary>
+    public bool DisconnectOnPermissionDenied { get; set; }
 }
 
 /// <summary>TLS on the TCP listeners and the HTTP port (Kestrel's TLS; TLS 1.2 and 1.3 only).</summary>
@@ -117,6 +120,9 @@ public sealed class JwtOptions
 
     /// <summary>A PEM file with the RSA or ECDSA public key (RS*/PS*/ES*).</summary>
     public string? PublicKeyPemFile { get; set; }
+
+    /// <summary>A JWKS file (JSON Web Key Set) whose keys may sign tokens; the token's <c>kid</c> picks one.</summary>
+    public string? JwksFile { get; set; }
 
     /// <summary>Required <c>iss</c>; not checked when empty.</summary>
     public string? Issuer { get; set; }

@@ -396,6 +396,11 @@ internal sealed class ClientSession : IConnectionStats
     /// <summary>A refused SUBSCRIBE or PUBLISH (spec §8 PermissionDenied): told, counted, the connection stays.</summary>
     private void Denied(string message)
     {
+        if (_broker.Options.Security.DisconnectOnPermissionDenied)
+        {
+            Throw(ErrorCode.PermissionDenied, message); // configured: refused, then closed
+        }
+
         _broker.Metrics.ProtocolError(ErrorCode.PermissionDenied);
         Control(ControlFrames.Error(ErrorCode.PermissionDenied, message));
     }
@@ -475,7 +480,7 @@ internal sealed class ClientSession : IConnectionStats
 
         // Shutdown delivers what is queued first (spec §6.4); an error or timeout tells the client at once.
         bool drainQueued = code == ErrorCode.ShuttingDown;
-        MessageBuffer? final = code == ErrorCode.SlowConsumer ? null : ControlFrames.Error(code, reason);
+        MessageBuffer? final = code == ErrorCode.SlowConsumer ? null : ControlFrames.Error(code, reason, fatal: true);
         TimeSpan timeout = drainQueued ? _limits.ShutdownDrainTimeout : _limits.ErrorFlushTimeout;
         Task drained = Outbound.Complete(final, discardQueued: !drainQueued);
         if (await Task.WhenAny(drained, Task.Delay(timeout)).ConfigureAwait(false) == drained)
