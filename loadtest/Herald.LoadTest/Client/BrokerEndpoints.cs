@@ -20,6 +20,11 @@ internal sealed class BrokerEndpoints
 
     public IPAddress Address { get; }
 
+    /// <summary>Connections speak TLS (<c>--tls</c>), trusting the system's CAs or <see cref="TlsThumbprint"/>.</summary>
+    public bool Tls { get; set; }
+
+    public string? TlsThumbprint { get; set; }
+
     public string Host { get; }
 
     public int FirstPort { get; }

@@ -39,6 +39,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
     private static readonly byte[] PongFrame = [0, 0, 0, 2, 0x91, (byte)FrameType.Pong];
 
     private readonly Socket _socket;
+    private Stream? _tls; // set when the connection speaks TLS; reads and writes then go through it
     private readonly SemaphoreSlim _sendGate = new(1, 1);
     private byte[] _buffer;
     private int _start; // first byte not yet handed out as a frame
@@ -71,7 +72,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
     /// </summary>
     /// <exception cref="SocketException">The broker is unreachable.</exception>
     /// <exception cref="BrokerErrorException">The broker answered HELLO with an ERROR.</exception>
-    public static async Task<HeraldConnection> ConnectAsync(IPEndPoint endPoint, string clientName, CancellationToken cancellationToken, int receiveBufferSize = DefaultReceiveBufferSize, IPAddress? localAddress = null)
+    public static async Task<HeraldConnection> ConnectAsync(IPEndPoint endPoint, string clientName, CancellationToken cancellationToken, int receiveBufferSize = DefaultReceiveBufferSize, IPAddress? localAddress = null, BrokerEndpoints? tlsFrom = null)
     {
         var socket = new Socket(endPoint.AddressFamily, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
         var connection = new HeraldConnection(socket, clientName, receiveBufferSize);
@@ -79,6 +80,16 @@ internal sealed class HeraldConnection : IAsyncDisposable
         {
             SourceAddresses.Bind(socket, localAddress);
             await socket.ConnectAsync(endPoint, cancellationToken);
+            if (tlsFrom is { Tls: true })
+            {
+                string? trusted = tlsFrom.TlsThumbprint;
+                var ssl = new System.Net.Security.SslStream(new NetworkStream(socket, ownsSocket: false), leaveInnerStreamOpen: false,
+                    (_, certificate, _, errors) => errors == System.Net.Security.SslPolicyErrors.None
+                        || (trusted is not null && certificate is not null && string.Equals(certificate.GetCertHashString(), trusted, StringComparison.OrdinalIgnoreCase)));
+                await ssl.AuthenticateAsClientAsync(new System.Net.Security.SslClientAuthenticationOptions { TargetHost = tlsFrom.Host }, cancellationToken);
+                connection._tls = ssl;
+            }
+
             await connection.HandshakeAsync(cancellationToken);
             return connection;
         }
@@ -108,7 +119,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
             var parallel = new ParallelOptions { MaxDegreeOfParallelism = 32, CancellationToken = cancellationToken };
             await Parallel.ForEachAsync(Enumerable.Range(0, count), parallel, async (i, token) =>
             {
-                HeraldConnection connection = await ConnectAsync(endpoints.For(i), name(i), token);
+                HeraldConnection connection = await ConnectAsync(endpoints.For(i), name(i), token, tlsFrom: endpoints);
                 connections[i] = connection;
                 if (prepare is not null)
                 {
@@ -173,7 +184,9 @@ internal sealed class HeraldConnection : IAsyncDisposable
             _buffer = larger;
         }
 
-        int received = await _socket.ReceiveAsync(_buffer.AsMemory(_end), SocketFlags.None, cancellationToken);
+        int received = _tls is null
+            ? await _socket.ReceiveAsync(_buffer.AsMemory(_end), SocketFlags.None, cancellationToken)
+            : await _tls.ReadAsync(_buffer.AsMemory(_end), cancellationToken);
         if (received == 0)
         {
             return false;
@@ -191,6 +204,13 @@ internal sealed class HeraldConnection : IAsyncDisposable
         await _sendGate.WaitAsync(cancellationToken);
         try
         {
+            if (_tls is not null)
+            {
+                await _tls.WriteAsync(frames, cancellationToken);
+                Volatile.Write(ref _bytesSent, _bytesSent + frames.Length);
+                return;
+            }
+
             while (!frames.IsEmpty)
             {
                 int sent = await _socket.SendAsync(frames, SocketFlags.None, cancellationToken);
@@ -265,6 +285,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
             // already reset by the peer
         }
 
+        _tls?.Dispose();
         _socket.Dispose();
     }
 

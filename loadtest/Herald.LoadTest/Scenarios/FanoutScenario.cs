@@ -80,6 +80,8 @@ internal sealed class FanoutScenario : IScenario
                 try
                 {
                     endpoints = await BrokerEndpoints.ResolveAsync(options.Broker.Host, options.Broker.FirstPort, options.Broker.LastPort, setup.Token);
+                    endpoints.Tls = options.Broker.Tls;
+                    endpoints.TlsThumbprint = options.Broker.TlsThumbprint;
                     Console.WriteLine($"broker: subscribers on {endpoints.Display}, publisher on {endpoints.Host}:{options.Broker.Port}");
                     subscriberConnections = await HeraldConnection.ConnectManyAsync(
                         endpoints,
@@ -87,7 +89,7 @@ internal sealed class FanoutScenario : IScenario
                         i => $"loadtest-fanout-sub-{i}",
                         (connection, _, token) => connection.SubscribeAsync(Sid, options.Topic, token),
                         setup.Token);
-                    publisherConnection = await HeraldConnection.ConnectAsync(endpoints.At(options.Broker.Port), "loadtest-fanout-pub", setup.Token);
+                    publisherConnection = await HeraldConnection.ConnectAsync(endpoints.At(options.Broker.Port), "loadtest-fanout-pub", setup.Token, tlsFrom: endpoints);
                 }
                 catch (Exception e) when (RunState.IsSetupFailure(e) && !cancellationToken.IsCancellationRequested)
                 {
