@@ -52,6 +52,19 @@ export interface ConnectOptions {
   maxPendingMessages?: number;
   /** Long-poll: the `fetch` to use (default: the global one). */
   fetch?: typeof fetch;
+  /**
+   * The credential (a static token or a JWT) when the broker has authentication on: sent as HELLO `auth`
+   * over TCP/TLS and as `Authorization: Bearer` when a long-poll session is created. A function is called
+   * for every new connection or session and by {@link HeraldClient.refreshCredential}, so it can hand out
+   * fresh tokens. A refused credential (`AuthenticationFailed`) closes the client: it does not reconnect.
+   */
+  credential?: string | (() => string | Promise<string>);
+  /**
+   * `tls://`: PEM certificate(s) to trust besides the system's, e.g. a self-signed broker certificate
+   * (a `Buffer` works too). Not used by `https://` long-poll: Node's `fetch` takes no CA, start Node with
+   * `NODE_EXTRA_CA_CERTS=ca.pem` instead (browsers use their own trust store).
+   */
+  ca?: string | Uint8Array;
 }
 
 export interface PublishOptions {
@@ -130,9 +143,14 @@ export class HeraldClient implements SubscriptionOwner {
   constructor(url: string | URL, options: ConnectOptions = {}) {
     this.url = typeof url === "string" ? new URL(url) : url;
     const protocol = this.url.protocol;
-    if (protocol === "tcp:") this.kind = "tcp";
+    if (protocol === "tcp:" || protocol === "tls:") this.kind = "tcp";
     else if (protocol === "http:" || protocol === "https:") this.kind = "longpoll";
-    else throw new HeraldError("ConnectFailed", `Unsupported address '${this.url.href}': use tcp://host:4502 (Node) or http://host:8080 (long-poll).`);
+    else {
+      throw new HeraldError(
+        "ConnectFailed",
+        `Unsupported address '${this.url.href}': use tcp://host:4502 or tls://host:4502 (Node), or http(s)://host:8080 (long-poll).`,
+      );
+    }
     this.options = { ...DEFAULTS, ...Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) };
     if (new TextEncoder().encode(this.options.name).length > 128) {
       throw new HeraldError("ConnectFailed", "The client name is longer than 128 UTF-8 bytes (spec §4.1).");
@@ -193,8 +211,24 @@ export class HeraldClient implements SubscriptionOwner {
   // -------------------------------------------------------------------------------------------------------
   // Connection loop
 
-  private transportOptions(): TransportOptions {
+  /** The credential for a new connection or a refresh (calls the `credential` function). */
+  private async resolveCredential(): Promise<string | null> {
+    const credential = this.options.credential;
+    if (credential === undefined) return null;
+    let value: string;
+    try {
+      value = typeof credential === "function" ? await credential() : credential;
+    } catch (e) {
+      throw new HeraldError("AuthenticationFailed", `The credential function failed: ${(e as Error)?.message ?? e}`, { cause: e });
+    }
+    if (typeof value !== "string") throw new HeraldError("AuthenticationFailed", "The credential function returned no string.");
+    return value;
+  }
+
+  private transportOptions(auth: string | null): TransportOptions {
     return {
+      auth,
+      ca: this.options.ca,
       name: this.options.name,
       compression: this.options.compression,
       connectTimeoutMs: this.options.connectTimeoutMs,
@@ -236,14 +270,21 @@ export class HeraldClient implements SubscriptionOwner {
 
       let transport: Transport;
       try {
+        const options = this.transportOptions(await this.resolveCredential());
         transport =
           this.kind === "tcp"
-            ? await TcpTransport.open(this.url, this.transportOptions(), events)
-            : await LongPollTransport.open(this.url, this.transportOptions(), events);
+            ? await TcpTransport.open(this.url, options, events)
+            : await LongPollTransport.open(this.url, options, events);
       } catch (e) {
         if (this.isClosed()) return;
         const error = asHeraldError(e, "ConnectFailed");
         attempt++;
+        if (error.code === "AuthenticationFailed") {
+          // A refused credential is not a passing network problem: retrying would only hammer the broker.
+          this.openedD.reject(error);
+          await this.shutdown(error);
+          return;
+        }
         if (!everConnected && failFast) {
           this.openedD.reject(error);
           await this.shutdown(error);
@@ -291,7 +332,7 @@ export class HeraldClient implements SubscriptionOwner {
       }
       await transport.close().catch(() => undefined);
       this.emit("disconnect", lostError);
-      if (!this.options.reconnect || attempt > this.options.maxReconnectAttempts) {
+      if (!this.options.reconnect || attempt > this.options.maxReconnectAttempts || lostError.code === "AuthenticationFailed") {
         await this.shutdown(lostError);
         return;
       }
@@ -502,6 +543,26 @@ export class HeraldClient implements SubscriptionOwner {
   }
 
   /**
+   * Sends a fresh credential (the `credential` option, called again if it is a function) before the
+   * current one expires. TCP/TLS: HELLO again (spec §4.1); resolves when the broker's new WELCOME has
+   * come. A refused one closes the client with `AuthenticationFailed` (and rejects with it). Long-poll: a
+   * session is bound to the credential it was created with, so this does nothing (a new session, after
+   * the old one expired, is created with a fresh credential). While disconnected it does nothing either:
+   * the next connection calls the credential function anyway.
+   */
+  async refreshCredential(): Promise<void> {
+    if (this._state === "closed") throw new HeraldError("Closed", "The client is closed.");
+    if (this.options.credential === undefined) {
+      throw new HeraldError("NoCredential", "refreshCredential() needs the `credential` option.");
+    }
+    const transport = this.transport;
+    if (!(transport instanceof TcpTransport)) return;
+    const auth = (await this.resolveCredential())!;
+    if (this.transport !== transport) return;
+    await transport.refresh(this.options.name, this.options.compression, auth);
+  }
+
+  /**
    * Closes the client: gives what was published up to 2 s to reach the broker, ends the connection (and
    * the long-poll session), ends every subscription and rejects what is still waiting.
    */
@@ -517,7 +578,7 @@ export class HeraldClient implements SubscriptionOwner {
 
 /**
  * Connects to a broker and resolves once connected (subscriptions can be made before that too).
- * `tcp://host:4502` (Node) or `http://host:8080` (long-poll; browsers and Node).
+ * `tcp://host:4502` or `tls://host:4502` (Node), or `http(s)://host:8080` (long-poll; browsers and Node).
  * Rejects if the first attempt fails, unless `waitOnFirstConnect` is set.
  */
 export async function connect(url: string | URL, options: ConnectOptions = {}): Promise<HeraldClient> {

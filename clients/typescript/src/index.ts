@@ -3,7 +3,7 @@
  *
  * ```ts
  * import { connect } from "@herald/client";
- * const client = await connect("tcp://127.0.0.1:4502");      // or "http://127.0.0.1:8080"
+ * const client = await connect("tcp://127.0.0.1:4502");      // or tls://, http://, https://
  * const sub = client.subscribe("chat.>");
  * await client.publish("chat.room1", "hello");
  * for await (const msg of sub) console.log(msg.topic, msg.text());

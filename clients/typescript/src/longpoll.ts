@@ -149,7 +149,11 @@ export class LongPollTransport implements Transport {
         `${base}poll/sessions`,
         {
           method: "POST",
-          headers: { "Content-Type": "application/json" },
+          headers: {
+            "Content-Type": "application/json",
+            // longpoll §1.1: the credential goes with the session creation only; the session is bound to it.
+            ...(options.auth !== null ? { Authorization: `Bearer ${options.auth}` } : {}),
+          },
           body: JSON.stringify({ client: options.name, zstd: options.compression }),
         },
         options.connectTimeoutMs,

@@ -54,32 +54,46 @@ export class TcpTransport implements Transport {
   private readSinceTick = true;
   private pingsOutstanding = 0;
   private pingTimer: ReturnType<typeof setInterval> | undefined;
+  /** Refreshes (a second HELLO, spec §4.1) waiting for their WELCOME, in order. */
+  private readonly refreshWaiters: Deferred<WelcomeFrame>[] = [];
 
   private constructor(
     private readonly socket: Socket,
     private readonly address: string,
     private readonly events: TransportEvents,
+    private readonly secure: boolean,
   ) {}
 
-  /** Connects, sends HELLO and waits for WELCOME (or the broker's ERROR). */
+  /** Connects (`tcp://`, or `tls://` over TLS), sends HELLO and waits for WELCOME (or the broker's ERROR). */
   static async open(url: URL, options: TransportOptions, events: TransportEvents): Promise<TcpTransport> {
+    const secure = url.protocol === "tls:";
     let net: typeof import("node:net");
+    let tls: typeof import("node:tls") | undefined;
     try {
       net = await import("node:net");
+      if (secure) tls = await import("node:tls");
     } catch (e) {
       throw new HeraldError(
         "ConnectFailed",
-        "tcp:// addresses need Node (node:net). In a browser, connect to the broker's HTTP port (http://host:8080) for long-poll.",
+        "tcp:// and tls:// addresses need Node (node:net). In a browser, connect to the broker's HTTP port (http://host:8080) for long-poll.",
         { cause: e },
       );
     }
     const host = url.hostname.replace(/^\[(.*)\]$/, "$1") || "127.0.0.1";
     const port = url.port ? Number(url.port) : DEFAULT_TCP_PORT;
-    const address = `tcp://${url.host || host}`;
-    const socket = net.createConnection({ host, port });
+    const address = `${secure ? "tls" : "tcp"}://${url.host || host}`;
+    const socket = tls
+      ? tls.connect({
+          host,
+          port,
+          // SNI takes a host name only (not an IP address); the certificate is checked against `host` either way.
+          servername: net.isIP(host) ? undefined : host,
+          ca: options.ca === undefined ? undefined : typeof options.ca === "string" ? options.ca : Buffer.from(options.ca),
+        })
+      : net.createConnection({ host, port });
     socket.setNoDelay(true);
     socket.setKeepAlive(true, 30_000);
-    const transport = new TcpTransport(socket, address, events);
+    const transport = new TcpTransport(socket, address, events, secure);
     await transport.handshake(options);
     return transport;
   }
@@ -99,9 +113,10 @@ export class TcpTransport implements Transport {
     this.socket.on("close", () =>
       this.fail(this.fatal ?? new HeraldError("ConnectionLost", `The connection to ${this.address} closed.`)),
     );
-    this.socket.once("connect", () => {
+    // Over TLS, HELLO goes out once the handshake is done (the credential only ever travels encrypted).
+    this.socket.once(this.secure ? "secureConnect" : "connect", () => {
       try {
-        this.write(encodeHello(options.name, options.compression ? Capabilities.Zstd : Capabilities.None));
+        this.write(encodeHello(options.name, options.compression ? Capabilities.Zstd : Capabilities.None, options.auth));
       } catch (e) {
         this.fail(new HeraldError("ConnectFailed", `HELLO could not be sent: ${(e as Error).message}`, { cause: e }));
       }
@@ -180,10 +195,18 @@ export class TcpTransport implements Transport {
         return;
       }
       case FrameType.Welcome:
-        if (!this.welcome) throw new ProtocolError("UnexpectedFrame", "A second WELCOME.");
-        this.welcome.resolve(frame);
-        this.welcome = null;
-        return;
+        if (this.welcome) {
+          this.welcome.resolve(frame);
+          this.welcome = null;
+          return;
+        }
+        if (this.refreshWaiters.length > 0) {
+          // The answer to a refresh (spec §4.1).
+          this.info = { ...this.info, serverName: frame.serverName, connectionId: frame.connectionId };
+          this.refreshWaiters.shift()!.resolve(frame);
+          return;
+        }
+        throw new ProtocolError("UnexpectedFrame", "A second WELCOME.");
       default:
         throw new ProtocolError("UnexpectedFrame", `The broker sent a client frame (type ${frame.type}).`);
     }
@@ -224,12 +247,25 @@ export class TcpTransport implements Transport {
     if (this.pingTimer) clearInterval(this.pingTimer);
     this.socket.destroy();
     for (const waiter of this.pongWaiters.splice(0)) waiter?.reject(error);
+    for (const waiter of this.refreshWaiters.splice(0)) waiter.reject(error);
     if (this.welcome) {
       this.welcome.reject(error.code === "ConnectionLost" ? new HeraldError("ConnectFailed", error.message, { cause: error }) : error);
       this.welcome = null;
       return;
     }
     if (!this.closing) this.events.lost(error);
+  }
+
+  /**
+   * Sends HELLO again with a fresh credential (spec §4.1, authentication on) and resolves on the new
+   * WELCOME. A refused credential is a fatal `AuthenticationFailed`: the connection is lost with it.
+   */
+  async refresh(name: string, compression: boolean, auth: string): Promise<void> {
+    if (this.dead) throw new HeraldError("ConnectionLost", "Not connected.");
+    const d = deferred<WelcomeFrame>();
+    this.refreshWaiters.push(d);
+    this.write(encodeHello(name, compression ? Capabilities.Zstd : Capabilities.None, auth));
+    await d.promise;
   }
 
   subscribe(sid: number, pattern: string, noEcho: boolean): Promise<void> {

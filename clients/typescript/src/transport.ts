@@ -72,4 +72,8 @@ export interface TransportOptions {
   /** Long-poll: first and longest wait between retries of a failing request. */
   retryDelayMs: number;
   maxRetryDelayMs: number;
+  /** The credential for this connection (HELLO `auth`, long-poll `Authorization: Bearer`), or null. */
+  auth: string | null;
+  /** TLS (tls://): PEM certificate(s) to trust besides the system's (e.g. a self-signed one). */
+  ca: string | Uint8Array | undefined;
 }

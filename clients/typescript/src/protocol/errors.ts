@@ -26,6 +26,9 @@ export const ErrorCode = {
   PermissionDenied: 20,
   InternalError: 21,
   DecompressionFailed: 22,
+  TooManyConnections: 23,
+  RateLimited: 24,
+  TooManyTopics: 25,
 } as const;
 
 /** A spec §8 error name such as `"InvalidTopic"`. */
@@ -49,7 +52,8 @@ export type ClientErrorCode =
   | "Timeout" // a request or connection attempt took too long
   | "BufferFull" // too much waiting to be sent while disconnected
   | "HandlerFailed" // a subscription's handler threw (reported as an `error` event)
-  | "HttpError"; // an HTTP answer this client does not understand
+  | "HttpError" // an HTTP answer this client does not understand
+  | "NoCredential"; // refreshCredential() without a `credential` option
 
 /**
  * Every error this library raises. `code` is a spec §8 name (`"InvalidTopic"`), a long-poll problem code

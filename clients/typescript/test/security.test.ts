@@ -1,0 +1,256 @@
+/**
+ * Security: the client against a real broker with token authentication (README "Security", spec §4.1,
+ * longpoll §1.1), and with TLS on its TCP port and HTTPS (a self-signed certificate made here with openssl).
+ */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { ErrorCode, HeraldError, connect, createClient, type ConnectOptions, type HeraldClient } from "@herald/client";
+import { Broker } from "./helpers/broker.js";
+import { nextMessage, stateIs, uniqueTopic, within } from "./helpers/wait.js";
+
+const TOKEN = "s3cret-token-for-alice";
+const OTHER = "s3cret-token-for-bob";
+const sha256 = (text: string): string => createHash("sha256").update(text).digest("hex");
+
+/** Token mode with two identities that may publish and subscribe everything. */
+const authArgs = [
+  "--Herald:Security:Auth:Mode=Token",
+  ...[
+    ["alice", TOKEN],
+    ["bob", OTHER],
+  ].flatMap(([name, token], i) => [
+    `--Herald:Security:Auth:Tokens:${i}:Name=${name}`,
+    `--Herald:Security:Auth:Tokens:${i}:Sha256=${sha256(token!)}`,
+    `--Herald:Security:Auth:Tokens:${i}:Permissions:Publish:0=>`,
+    `--Herald:Security:Auth:Tokens:${i}:Permissions:Subscribe:0=>`,
+  ]),
+];
+
+const clients: HeraldClient[] = [];
+const fast: ConnectOptions = { reconnectDelayMs: 100, maxReconnectDelayMs: 1000, connectTimeoutMs: 5000 };
+
+async function open(url: string, options: ConnectOptions = {}): Promise<HeraldClient> {
+  const client = await connect(url, { ...fast, ...options });
+  clients.push(client);
+  return client;
+}
+
+/** Expects `promise` to reject with a HeraldError of `code`. */
+async function rejectsWith(promise: Promise<unknown>, code: string): Promise<HeraldError> {
+  try {
+    await promise;
+  } catch (e) {
+    assert.ok(e instanceof HeraldError, `not a HeraldError: ${e}`);
+    assert.equal(e.code, code, e.message);
+    return e;
+  }
+  assert.fail(`expected a ${code} error`);
+}
+
+/** Publishes on `pub` and expects it on a fresh subscription of `sub`. */
+async function roundTrip(pub: HeraldClient, sub: HeraldClient): Promise<void> {
+  const topic = uniqueTopic("sec");
+  const subscription = sub.subscribe(topic);
+  await subscription.ready;
+  await pub.publish(topic, "hello");
+  const message = await nextMessage(subscription);
+  assert.equal(message.text(), "hello");
+  await subscription.unsubscribe();
+}
+
+after(async () => {
+  await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
+});
+
+describe("token authentication", () => {
+  let broker: Broker;
+  before(async () => {
+    broker = await Broker.start(authArgs);
+  });
+  after(async () => {
+    await broker?.stop();
+  });
+
+  test("TCP: a good token connects; pub/sub works", async () => {
+    const a = await open(broker.tcpUrl, { credential: TOKEN });
+    const b = await open(broker.tcpUrl, { credential: () => OTHER });
+    assert.equal(a.state, "connected");
+    await roundTrip(a, b);
+    await roundTrip(b, a);
+  });
+
+  test("TCP: a wrong or missing token fails with AuthenticationFailed (code 19) and the client closes", async () => {
+    for (const credential of ["wrong-token", undefined]) {
+      const client = createClient(broker.tcpUrl, { ...fast, credential, waitOnFirstConnect: false });
+      const error = await rejectsWith(client.opened, "AuthenticationFailed");
+      assert.equal(ErrorCode[error.code as keyof typeof ErrorCode], 19);
+      assert.equal(error.fatal, true);
+      assert.equal(client.state, "closed");
+    }
+  });
+
+  test("TCP: a refused credential stops reconnecting even with waitOnFirstConnect", async () => {
+    let calls = 0;
+    const client = createClient(broker.tcpUrl, {
+      ...fast,
+      credential: () => {
+        calls++;
+        return "wrong-token";
+      },
+    });
+    let closedWith: Error | undefined;
+    client.on("state", (state, error) => {
+      if (state === "closed") closedWith = error;
+    });
+    await within(client.closed, 10_000, "the client to close");
+    assert.equal((closedWith as HeraldError).code, "AuthenticationFailed");
+    assert.equal(calls, 1);
+  });
+
+  test("TCP: refreshCredential sends HELLO again and the connection stays", async () => {
+    let calls = 0;
+    const client = await open(broker.tcpUrl, {
+      credential: async () => {
+        calls++;
+        return TOKEN;
+      },
+    });
+    const id = client.info?.connectionId;
+    const other = await open(broker.tcpUrl, { credential: OTHER });
+    assert.equal(calls, 1);
+    await client.refreshCredential();
+    await client.refreshCredential();
+    assert.equal(calls, 3);
+    assert.equal(client.state, "connected");
+    assert.equal(client.info?.connectionId, id);
+    await roundTrip(other, client);
+    await roundTrip(client, other);
+  });
+
+  test("TCP: refreshCredential with a refused credential closes the client", async () => {
+    let token = TOKEN;
+    const client = await open(broker.tcpUrl, { credential: () => token });
+    token = "expired-or-wrong";
+    await rejectsWith(client.refreshCredential(), "AuthenticationFailed");
+    await stateIs(client, "closed", 5000);
+  });
+
+  test("refreshCredential without a credential option is an error", async () => {
+    const plain = createClient(broker.tcpUrl, { ...fast, waitOnFirstConnect: false });
+    await rejectsWith(plain.refreshCredential(), "NoCredential");
+    await plain.close();
+  });
+
+  test("long-poll: a good token creates a session (Authorization: Bearer); pub/sub with TCP works", async () => {
+    const seen: (string | null)[] = [];
+    const recording: typeof fetch = (input, init) => {
+      seen.push(new Headers(init?.headers).get("Authorization"));
+      return fetch(input, init);
+    };
+    const p = await open(broker.httpUrl, { credential: TOKEN, fetch: recording });
+    const t = await open(broker.tcpUrl, { credential: OTHER });
+    assert.equal(p.info?.transport, "longpoll");
+    assert.equal(seen[0], `Bearer ${TOKEN}`);
+    await roundTrip(p, t);
+    await roundTrip(t, p);
+    await p.refreshCredential(); // nothing to do on long-poll
+  });
+
+  test("long-poll: a wrong or missing token is 401 AuthenticationFailed and the client closes", async () => {
+    for (const credential of ["wrong-token", undefined]) {
+      const client = createClient(broker.httpUrl, { ...fast, credential, waitOnFirstConnect: false });
+      const error = await rejectsWith(client.opened, "AuthenticationFailed");
+      assert.equal(error.status, 401);
+      assert.equal(client.state, "closed");
+    }
+  });
+});
+
+describe("TLS", () => {
+  let broker: Broker;
+  let dir: string;
+  let ca: string;
+  let caFile: string;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), "herald-tls-"));
+    const made = spawnSync(
+      "openssl",
+      [
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+        "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        "-keyout", join(dir, "key.pem"), "-out", join(dir, "crt.pem"),
+      ],
+      { encoding: "utf8" },
+    );
+    assert.equal(made.status, 0, `openssl failed: ${made.stderr}`);
+    caFile = join(dir, "crt.pem");
+    ca = readFileSync(caFile, "utf8");
+    broker = await Broker.start([
+      ...authArgs,
+      `--Herald:Security:Tls:CertificatePath=${caFile}`,
+      `--Herald:Security:Tls:KeyPath=${join(dir, "key.pem")}`,
+      "--Herald:Security:Tls:TcpPorts=all",
+      "--Herald:Security:Tls:Http=true",
+    ]);
+  });
+  after(async () => {
+    await broker?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const tlsUrl = (host = "127.0.0.1") => `tls://${host}:${broker.tcpPort}`;
+
+  test("tls:// with the self-signed certificate as ca and a token: pub/sub works", async () => {
+    const a = await open(tlsUrl(), { credential: TOKEN, ca });
+    const b = await open(tlsUrl("localhost"), { credential: OTHER, ca: Buffer.from(ca) });
+    assert.equal(a.info?.transport, "tcp");
+    await roundTrip(a, b);
+    await a.refreshCredential();
+    await roundTrip(b, a);
+  });
+
+  test("tls:// without trusting the certificate fails to connect", async () => {
+    const client = createClient(tlsUrl(), { ...fast, credential: TOKEN, waitOnFirstConnect: false });
+    const error = await rejectsWith(client.opened, "ConnectFailed");
+    assert.match(error.message, /self[- ]signed|certificate/i);
+  });
+
+  test("tls:// with a wrong token fails with AuthenticationFailed", async () => {
+    const client = createClient(tlsUrl(), { ...fast, credential: "wrong-token", ca, waitOnFirstConnect: false });
+    await rejectsWith(client.opened, "AuthenticationFailed");
+  });
+
+  test("tcp:// (plain) to a TLS port does not connect", async () => {
+    const client = createClient(`tcp://127.0.0.1:${broker.tcpPort}`, { ...fast, credential: TOKEN, connectTimeoutMs: 2000, waitOnFirstConnect: false });
+    await assert.rejects(client.opened, HeraldError);
+  });
+
+  test("https:// long-poll with NODE_EXTRA_CA_CERTS (a child Node process) and a token", () => {
+    const index = fileURLToPath(new URL("../dist/index.js", import.meta.url));
+    const script = `
+      const { connect } = await import(${JSON.stringify(new URL(`file://${index}`).href)});
+      const poll = await connect(${JSON.stringify(`https://127.0.0.1:${broker.httpPort}`)}, { credential: ${JSON.stringify(TOKEN)} });
+      const tls = await connect(${JSON.stringify(tlsUrl())}, { credential: ${JSON.stringify(OTHER)}, ca: process.env.HERALD_CA });
+      const sub = poll.subscribe("sec.https");
+      await sub.ready;
+      await tls.publish("sec.https", "over https");
+      const message = await sub.next();
+      console.log(poll.info.transport + ":" + message.text());
+      await poll.close();
+      await tls.close();
+    `;
+    const result = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
+      env: { ...process.env, NODE_EXTRA_CA_CERTS: caFile, HERALD_CA: ca },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    assert.equal(result.status, 0, `child failed: ${result.stderr}`);
+    assert.equal(result.stdout.trim(), "longpoll:over https");
+  });
+});
