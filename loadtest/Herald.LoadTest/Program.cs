@@ -17,6 +17,7 @@ IScenario[] scenarios =
     new FanoutScenario(),
     new RpcScenario(),
     new BroadcastScenario(),
+    new CompressionScenario(),
 ];
 
 if (args.Length == 0 || args[0] is "help" or "--help" or "-h")

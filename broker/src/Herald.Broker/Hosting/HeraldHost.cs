@@ -167,9 +167,9 @@ public static class HeraldHost
             HeraldOptions o = app.Services.GetRequiredService<IOptions<HeraldOptions>>().Value;
             ILogger log = app.Services.GetRequiredService<BrokerCore>().Log;
             IReadOnlyList<int> tcp = listeners.TcpPorts; // the ports bound: an ephemeral one (0) shows its number
-            if (o.Security.Auth.Mode == AuthMode.None && !(IPAddress.IsLoopback(ParseHost(o.Tcp.Host)) && IPAddress.IsLoopback(ParseHost(o.Http.Host))))
+            if (o.Security.Auth.Mode == AuthMode.None && !(IPAddress.IsLoopback(ParseHost(o.Tcp.Host)) && (o.Http.Port < 0 || IPAddress.IsLoopback(ParseHost(o.Http.Host)))))
             {
-                log.OpenToTheNetwork($"TCP {o.Tcp.Host}, HTTP {o.Http.Host}");
+                log.OpenToTheNetwork(o.Http.Port < 0 ? $"TCP {o.Tcp.Host}" : $"TCP {o.Tcp.Host}, HTTP {o.Http.Host}");
             }
 
             log.TcpListening(o.ServerName, o.Tcp.Host, tcp.Min(), tcp.Max());

@@ -1,0 +1,467 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Text.Json;
+using Herald.LoadTest.Reporting;
+
+namespace Herald.LoadTest.Scenarios;
+
+/// <summary>
+/// <c>compression</c>: the adaptive-encoding seed's figures 3 and 4. For each message class (simple,
+/// medium, complex), broker mode (no compression, always, adaptive) and link rate (e.g. 100 and 1.5
+/// Mbit/s): one publisher and one subscriber over TCP, the subscriber reading through a token bucket at
+/// the link rate; the figures are messages/s and payload MB/s delivered, wire MB/s, the compression ratio
+/// seen on the wire, and the CPU of the broker and of the load tool.
+/// <para>
+/// Modes are broker configuration, so by default the tool starts a fresh broker (<c>--broker-dll</c>) as a
+/// child process for every run, measures its CPU time over the window, and kills it afterwards
+/// (<see cref="CompressionRun.BrokerArguments"/>). <c>--external</c> measures a broker started by hand.
+/// </para>
+/// </summary>
+internal sealed class CompressionScenario : IScenario
+{
+    public string Name => "compression";
+
+    public string Summary => "Seed figures 3/4: no / always / adaptive Zstd x 3 message classes x link rates.";
+
+    public string Usage => $"""
+        compression: one publisher, one subscriber reading through a token bucket at the link rate (TCP
+        backpressure then throttles the broker as a slow link would). For each class x mode x link it starts
+        a broker configured for the mode, measures, and kills it.
+
+          --class C              simple | medium | complex | all (comma list allowed)   (default all)
+          --mode M               none | always | adaptive | all (comma list allowed)    (default all)
+          --link-mbps R          subscriber link in Mbit/s; comma list, e.g. 100,1.5   (default 100)
+          --seconds S            measured window on links >= 10 Mbit/s                   (default 10)
+          --warmup S             warm-up before it                                      (default 3)
+          --slow-seconds S       measured window on slower links                        (default 30)
+          --slow-warmup S        warm-up before it                                      (default 10)
+          --in-flight N          publications sent but not yet received by the subscriber (default 4)
+          --pool N               distinct payloads per class; sizes from the seed's distribution (default 100)
+          --seed N               seed of sizes and contents                             (default 1)
+          --grace S              after the window, time for what is in flight (default 2 + in-flight x 250 KB at the link rate)
+          --receive-window BYTES subscriber socket receive buffer, SO_RCVBUF              (default 65536)
+          --max-seconds S        time cap of the whole matrix: runs that would end later are skipped (default 1200)
+          --broker-dll PATH      broker started per run       (default {CompressionScenarioOptions.DefaultBrokerDll})
+          --port N               the port it listens on (must be free)                  (default 4702)
+          --setup-timeout S      broker start, connect and subscribe                    (default 30)
+          --external             start no broker: measure the one at --host:--port (one --mode; start it with
+                                 the arguments printed for that mode); --broker-pid PID for its CPU time
+          --host HOST            with --external                                        (default 127.0.0.1)
+          --out FILE             also write every run as JSON
+
+        Each run's broker: dotnet BROKER_DLL --Herald:Http:Port=-1 --Herald:Policy:Port=-1 --Herald:Tcp:Host=127.0.0.1
+          --Herald:Tcp:PortRangeStart=PORT --Herald:Tcp:PortRangeEnd=PORT, and for mode
+          none      nothing more (compression stays on, but the subscriber does not ask for zstd: all plain)
+          always    --Herald:Compression:NoCompressionLimit=0 --Herald:Compression:CompressionRatioDisableLimit=1
+                    --Herald:Compression:CpuDisableLimit=1 --Herald:Compression:CpuBackoffStart=1
+          adaptive  nothing more (the broker's defaults)
+        Exit codes: 0 ok, 1 a run failed a check (payload mismatch, loss, disconnection, ERROR), 2 usage,
+        3 no broker could be started or reached, 130 Ctrl+C.
+        """;
+
+    public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    {
+        CompressionScenarioOptions options = CompressionScenarioOptions.Read(commandLine);
+        commandLine.RejectUnused();
+        CultureInfo c = CultureInfo.InvariantCulture;
+        if (!options.External && !File.Exists(options.BrokerDll))
+        {
+            Console.Error.WriteLine($"error: no broker at '{Path.GetFullPath(options.BrokerDll)}': build it (dotnet build -c Release broker/src/Herald.Broker) or pass --broker-dll.");
+            return ExitCodes.Usage;
+        }
+
+        Console.WriteLine(string.Create(c,
+            $"compression: classes {string.Join(",", options.Classes.Select(PayloadClasses.Name))}; modes {string.Join(",", options.Modes.Select(m => m.ToString().ToLowerInvariant()))}; links {string.Join(",", options.Links.Select(l => l.ToString(c)))} Mbit/s"));
+        Console.WriteLine(string.Create(c,
+            $"windows: {options.Warmup} s warm-up + {options.Seconds} s on links >= {CompressionScenarioOptions.SlowLinkMbps} Mbit/s, {options.SlowWarmup} s + {options.SlowSeconds} s below; {options.InFlight} publications in flight; time cap {options.MaxSeconds} s"));
+        Console.WriteLine(options.External
+            ? $"broker: external at {options.Host}:{options.Port} (it must be configured for mode {options.Modes[0].ToString().ToLowerInvariant()}: {string.Join(' ', CompressionRun.BrokerArguments(options.Modes[0], options.Port))})"
+            : $"broker: a fresh child per run, dotnet {options.BrokerDll} on port {options.Port}");
+        Console.WriteLine($"machine: {MachineInfo.Describe()}");
+
+        var payloadSets = new Dictionary<PayloadClass, PayloadSet>();
+        foreach (PayloadClass payloadClass in options.Classes)
+        {
+            var set = new PayloadSet(payloadClass, options.Pool, options.Seed);
+            payloadSets[payloadClass] = set;
+            Console.WriteLine(string.Create(c,
+                $"payloads {PayloadClasses.Name(payloadClass),-8}: {options.Pool} on '{set.Topic}', {set.MinSize:N0}..{set.MaxSize:N0} B, mean {set.MeanSize / 1000:F1} KB, {set.InBand} in {PayloadClasses.BandLow / 1000}-{PayloadClasses.BandHigh / 1000} KB; Zstd ratio at the broker's default levels {set.ReferenceRatio:F3} ({set.TotalBytes / 1e6 / Math.Max(set.ReferenceCompressSeconds, 1e-6):F0} MB/s on one core here)"));
+        }
+
+        var log = new RunLog();
+        var results = new List<CompressionRunResult>();
+        var skipped = new List<string>();
+        long matrixStart = Stopwatch.GetTimestamp();
+        double startupEstimate = 3;
+        foreach (double link in options.Links)
+        {
+            bool slow = link < CompressionScenarioOptions.SlowLinkMbps;
+            double grace = options.Grace ?? CompressionScenarioOptions.AutoGrace(options.InFlight, link * 1e6 / 8);
+            double estimate = startupEstimate + (slow ? options.SlowWarmup + options.SlowSeconds : options.Warmup + options.Seconds) + grace + 2;
+            foreach (PayloadClass payloadClass in options.Classes)
+            {
+                foreach (CompressionMode mode in options.Modes)
+                {
+                    string label = string.Create(c, $"{PayloadClasses.Name(payloadClass)} / {mode.ToString().ToLowerInvariant()} / {link} Mbit/s");
+                    double elapsed = Stopwatch.GetElapsedTime(matrixStart).TotalSeconds;
+                    if (cancellationToken.IsCancellationRequested)
+                    {
+                        skipped.Add($"{label}: interrupted");
+                        continue;
+                    }
+
+                    if (elapsed + estimate > options.MaxSeconds)
+                    {
+                        skipped.Add(string.Create(c, $"{label}: would end after about {elapsed + estimate:F0} s, over --max-seconds {options.MaxSeconds}"));
+                        continue;
+                    }
+
+                    Console.WriteLine();
+                    Console.WriteLine(string.Create(c, $"run {results.Count + 1}: {label} ({elapsed:F0} s elapsed)"));
+                    long runStart = Stopwatch.GetTimestamp();
+                    CompressionRunResult result = await CompressionRun.ExecuteAsync(options, payloadSets[payloadClass], mode, link, log, cancellationToken);
+                    results.Add(result);
+                    PrintRun(result);
+                    double actual = Stopwatch.GetElapsedTime(runStart).TotalSeconds;
+                    startupEstimate = Math.Max(startupEstimate, actual - (estimate - startupEstimate)); // learn how long brokers take to start and stop
+                }
+            }
+        }
+
+        double totalSeconds = Stopwatch.GetElapsedTime(matrixStart).TotalSeconds;
+        Console.WriteLine();
+        PrintTables(options, results);
+        foreach (string skip in skipped)
+        {
+            Console.WriteLine($"  skipped: {skip}");
+        }
+
+        PrintBrokerNotes(results);
+        Console.WriteLine(string.Create(c, $"matrix: {results.Count} runs in {totalSeconds:F0} s; {results.Count(r => r.Ok)} ok"));
+
+        if (options.Out is { } path)
+        {
+            ResultFile.Write(path, Name, json =>
+            {
+                WriteParameters(json, options);
+                json.WriteStartArray("payloadSets");
+                foreach (PayloadSet set in payloadSets.Values)
+                {
+                    json.WriteStartObject();
+                    json.WriteString("class", PayloadClasses.Name(set.Class));
+                    json.WriteString("topic", set.Topic);
+                    json.WriteNumber("count", set.Payloads.Length);
+                    json.WriteNumber("minBytes", set.MinSize);
+                    json.WriteNumber("maxBytes", set.MaxSize);
+                    json.WriteNumber("meanBytes", set.MeanSize);
+                    json.WriteNumber("inBand", set.InBand);
+                    json.WriteNumber("referenceZstdRatio", set.ReferenceRatio);
+                    json.WriteEndObject();
+                }
+
+                json.WriteEndArray();
+                json.WriteStartArray("runs");
+                foreach (CompressionRunResult result in results)
+                {
+                    result.Write(json);
+                }
+
+                json.WriteEndArray();
+                json.WriteStartArray("skipped");
+                foreach (string skip in skipped)
+                {
+                    json.WriteStringValue(skip);
+                }
+
+                json.WriteEndArray();
+                json.WriteNumber("totalSeconds", totalSeconds);
+                Outcome.Write(json, [.. results.Where(r => !r.Ok).Select(r => $"{PayloadClasses.Name(r.Class)}/{r.Mode.ToString().ToLowerInvariant()}/{r.LinkMbps.ToString(CultureInfo.InvariantCulture)}: {r.SetupFailure ?? string.Join("; ", r.Failures)}")], cancellationToken.IsCancellationRequested, log);
+            });
+            Console.WriteLine($"result written to {path}");
+        }
+
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return ExitCodes.Interrupted;
+        }
+
+        if (results.Count > 0 && results.All(r => r.SetupFailure is not null))
+        {
+            return ExitCodes.BrokerUnreachable;
+        }
+
+        return results.All(r => r.Ok) && skipped.Count == 0 ? ExitCodes.Ok : ExitCodes.RunFailed;
+    }
+
+    private static void PrintRun(CompressionRunResult r)
+    {
+        CultureInfo c = CultureInfo.InvariantCulture;
+        if (r.SetupFailure is not null)
+        {
+            Console.WriteLine($"  => SETUP FAILED: {r.SetupFailure}");
+            foreach (string line in r.BrokerTail.TakeLast(10))
+            {
+                Console.WriteLine($"     broker: {line}");
+            }
+
+            return;
+        }
+
+        if (r.Measured)
+        {
+            Console.WriteLine(string.Create(c,
+                $"  => {r.Status}: {r.MessagesPerSecond:F2} msg/s, payload {r.PayloadMBps:F2} MB/s, wire {r.WireMBps:F3} MB/s ({100 * r.LinkUse:F0}% of the link), wire ratio {r.WireRatio:F3}, {CompressionRun.Share(r.CompressedMessages, r.Messages).Trim()} compressed, broker {Cores(r.Resources.BrokerCores)} cores, tool {r.Resources.ToolCores:F2}, other {Cores(r.OtherCores)}"));
+        }
+        else
+        {
+            Console.WriteLine($"  => {r.Status}: nothing measured");
+        }
+
+        foreach (string failure in r.Failures)
+        {
+            Console.WriteLine($"     FAILED: {failure}");
+        }
+
+        if (r.BrokerWarnings + r.BrokerErrors > 0)
+        {
+            Console.WriteLine($"     broker logged {r.BrokerWarnings} warnings, {r.BrokerErrors} errors; first: {(r.BrokerNotable.Count > 0 ? r.BrokerNotable[0] : "")}");
+        }
+    }
+
+    private static string Cores(double? cores) => cores is { } v ? v.ToString("F2", CultureInfo.InvariantCulture) : "-";
+
+    private static void PrintTables(CompressionScenarioOptions options, List<CompressionRunResult> results)
+    {
+        CultureInfo c = CultureInfo.InvariantCulture;
+        int cores = Environment.ProcessorCount;
+        Console.WriteLine($"compression results ({MachineInfo.Describe()})");
+        Console.WriteLine("msg/s and payload MB/s: delivered to the subscriber, payload uncompressed; wire: bytes read from the socket;");
+        Console.WriteLine($"wire ratio: payload bytes on the wire / uncompressed; CPU in cores (of {cores}), over the measured window; other: the rest of the machine.");
+        foreach (double link in options.Links)
+        {
+            List<CompressionRunResult> rows = [.. results.Where(r => r.LinkMbps.Equals(link))];
+            if (rows.Count == 0)
+            {
+                continue;
+            }
+
+            bool slow = link < CompressionScenarioOptions.SlowLinkMbps;
+            Console.WriteLine();
+            Console.WriteLine(string.Create(c, $"link {link} Mbit/s ({link / 8:F3} MB/s), {(slow ? options.SlowSeconds : options.Seconds)} s window after {(slow ? options.SlowWarmup : options.Warmup)} s warm-up"));
+            Console.WriteLine("| class   | mode     |    msg/s | payload MB/s | wire MB/s | link use | wire ratio | compressed | broker CPU | tool CPU | other CPU | result |");
+            Console.WriteLine("|---------|----------|---------:|-------------:|----------:|---------:|-----------:|-----------:|-----------:|---------:|----------:|--------|");
+            foreach (CompressionRunResult r in rows)
+            {
+                string name = PayloadClasses.Name(r.Class);
+                string mode = r.Mode.ToString().ToLowerInvariant();
+                if (!r.Measured)
+                {
+                    Console.WriteLine($"| {name,-7} | {mode,-8} | {"-",8} | {"-",12} | {"-",9} | {"-",8} | {"-",10} | {"-",10} | {"-",10} | {"-",8} | {"-",9} | {r.Status} |");
+                    continue;
+                }
+
+                Console.WriteLine(string.Create(c,
+                    $"| {name,-7} | {mode,-8} | {r.MessagesPerSecond,8:F2} | {r.PayloadMBps,12:F2} | {r.WireMBps,9:F3} | {100 * r.LinkUse,7:F0}% | {r.WireRatio,10:F3} | {CompressionRun.Share(r.CompressedMessages, r.Messages),10} | {Cores(r.Resources.BrokerCores),10} | {r.Resources.ToolCores,8:F2} | {Cores(r.OtherCores),9} | {r.Status} |"));
+            }
+
+            // The seed's figures: one row per class, one column per mode.
+            Console.WriteLine();
+            Console.WriteLine(string.Create(c, $"figure 3 ({link} Mbit/s): payload MB/s delivered      figure 4 ({link} Mbit/s): broker CPU, cores"));
+            Console.WriteLine("| class   |     none |   always | adaptive |     |     none |   always | adaptive |");
+            Console.WriteLine("|---------|---------:|---------:|---------:|-----|---------:|---------:|---------:|");
+            foreach (PayloadClass payloadClass in options.Classes)
+            {
+                string Cell(CompressionMode mode, Func<CompressionRunResult, string> value) =>
+                    rows.FirstOrDefault(r => r.Class == payloadClass && r.Mode == mode) is { Measured: true } r ? value(r) : "-";
+                string Throughput(CompressionMode mode) => Cell(mode, r => r.PayloadMBps.ToString("F2", c));
+                string Cpu(CompressionMode mode) => Cell(mode, r => Cores(r.Resources.BrokerCores));
+                Console.WriteLine(
+                    $"| {PayloadClasses.Name(payloadClass),-7} | {Throughput(CompressionMode.None),8} | {Throughput(CompressionMode.Always),8} | {Throughput(CompressionMode.Adaptive),8} |     | {Cpu(CompressionMode.None),8} | {Cpu(CompressionMode.Always),8} | {Cpu(CompressionMode.Adaptive),8} |");
+            }
+        }
+
+        Console.WriteLine();
+    }
+
+    /// <summary>Each distinct warning or error the brokers logged, once, with the runs it appeared in.</summary>
+    private static void PrintBrokerNotes(List<CompressionRunResult> results)
+    {
+        var seen = new Dictionary<string, List<string>>(StringComparer.Ordinal);
+        foreach (CompressionRunResult r in results)
+        {
+            string run = string.Create(CultureInfo.InvariantCulture, $"{PayloadClasses.Name(r.Class)}/{r.Mode.ToString().ToLowerInvariant()}/{r.LinkMbps}");
+            foreach (string line in r.BrokerNotable.Distinct())
+            {
+                int time = line.StartsWith('[') ? line.IndexOf(' ', StringComparison.Ordinal) : -1; // "[hh:mm:ss.fff WRN] ..." -> "[WRN] ..."
+                string key = time > 0 ? "[" + line[(time + 1)..] : line;
+                if (!seen.TryGetValue(key, out List<string>? runs))
+                {
+                    seen[key] = runs = [];
+                }
+
+                runs.Add(run);
+            }
+        }
+
+        foreach ((string line, List<string> runs) in seen)
+        {
+            Console.WriteLine(runs.Count == results.Count && results.Count > 1
+                ? $"broker log, in every run: {line}"
+                : $"broker log, in {string.Join(", ", runs)}: {line}");
+        }
+    }
+
+    private static void WriteParameters(Utf8JsonWriter json, CompressionScenarioOptions options)
+    {
+        json.WriteStartObject("parameters");
+        json.WriteStartArray("classes");
+        foreach (PayloadClass payloadClass in options.Classes)
+        {
+            json.WriteStringValue(PayloadClasses.Name(payloadClass));
+        }
+
+        json.WriteEndArray();
+        json.WriteStartArray("modes");
+        foreach (CompressionMode mode in options.Modes)
+        {
+            json.WriteStringValue(mode.ToString().ToLowerInvariant());
+        }
+
+        json.WriteEndArray();
+        json.WriteStartArray("linkMbps");
+        foreach (double link in options.Links)
+        {
+            json.WriteNumberValue(link);
+        }
+
+        json.WriteEndArray();
+        json.WriteNumber("seconds", options.Seconds);
+        json.WriteNumber("warmupSeconds", options.Warmup);
+        json.WriteNumber("slowSeconds", options.SlowSeconds);
+        json.WriteNumber("slowWarmupSeconds", options.SlowWarmup);
+        json.WriteNumber("slowLinkBelowMbps", CompressionScenarioOptions.SlowLinkMbps);
+        json.WriteNumber("inFlight", options.InFlight);
+        json.WriteNumber("pool", options.Pool);
+        json.WriteNumber("seed", options.Seed);
+        json.WriteNumber("receiveWindow", options.ReceiveWindow);
+        json.WriteNumber("maxSeconds", options.MaxSeconds);
+        json.WriteBoolean("external", options.External);
+        json.WriteString("brokerDll", options.BrokerDll);
+        json.WriteString("host", options.Host);
+        json.WriteNumber("port", options.Port);
+        json.WriteStartObject("brokerArguments");
+        foreach (CompressionMode mode in Enum.GetValues<CompressionMode>())
+        {
+            json.WriteString(mode.ToString().ToLowerInvariant(), string.Join(' ', CompressionRun.BrokerArguments(mode, options.Port)));
+        }
+
+        json.WriteEndObject();
+        json.WriteEndObject();
+    }
+}
+
+/// <summary>The <c>compression</c> scenario's command line.</summary>
+internal sealed record CompressionScenarioOptions(
+    PayloadClass[] Classes,
+    CompressionMode[] Modes,
+    double[] Links,
+    double Seconds,
+    double Warmup,
+    double SlowSeconds,
+    double SlowWarmup,
+    int InFlight,
+    int Pool,
+    int Seed,
+    double? Grace,
+    int ReceiveWindow,
+    double MaxSeconds,
+    string BrokerDll,
+    int Port,
+    double SetupTimeout,
+    bool External,
+    string Host,
+    int? BrokerPid,
+    string? Out)
+{
+    /// <summary>Links below this rate get the slow windows (<c>--slow-seconds</c>, <c>--slow-warmup</c>).</summary>
+    public const double SlowLinkMbps = 10;
+
+    public const string DefaultBrokerDll = "broker/src/Herald.Broker/bin/Release/net10.0/Herald.Broker.dll";
+
+    /// <summary>2 s plus the time the link takes to carry <paramref name="inFlight"/> of the largest payloads uncompressed.</summary>
+    public static double AutoGrace(int inFlight, double linkBytesPerSecond) => 2 + (inFlight * (PayloadClasses.MaxSize + 64.0) / linkBytesPerSecond);
+
+    public static CompressionScenarioOptions Read(CommandLine options)
+    {
+        PayloadClass[] classes = ParseList(options.String("class", "all"), "class", Enum.GetValues<PayloadClass>(), text => PayloadClasses.TryParse(text, out PayloadClass p) ? p : null);
+        CompressionMode[] modes = ParseList(options.String("mode", "all"), "mode", Enum.GetValues<CompressionMode>(), text => Enum.TryParse(text, ignoreCase: true, out CompressionMode m) && Enum.IsDefined(m) && !int.TryParse(text, out _) ? m : null);
+        double[] links = [.. options.String("link-mbps", "100").Split(',', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries).Select(text =>
+            double.TryParse(text, NumberStyles.Float, CultureInfo.InvariantCulture, out double v) && v is >= 0.01 and <= 100_000
+                ? v
+                : throw new UsageException($"--link-mbps takes rates in Mbit/s from 0.01 to 100000, comma separated; got '{text}'."))];
+        if (links.Length == 0)
+        {
+            throw new UsageException("--link-mbps needs at least one rate.");
+        }
+
+        bool external = options.Flag("external");
+        if (external && modes.Length != 1)
+        {
+            throw new UsageException("--external measures the broker you started, in one configuration: give one --mode.");
+        }
+
+        int? pid = options.Has("broker-pid") ? options.Int("broker-pid", 0, 1) : null;
+        if (pid is not null && !external)
+        {
+            throw new UsageException("--broker-pid is for --external; without it the tool measures the brokers it starts.");
+        }
+
+        if (options.Has("host") && !external)
+        {
+            throw new UsageException("--host is for --external; the brokers the tool starts listen on 127.0.0.1.");
+        }
+
+        return new CompressionScenarioOptions(
+            classes,
+            modes,
+            links,
+            options.Seconds("seconds", 10, 0.5),
+            options.Seconds("warmup", 3, 0),
+            options.Seconds("slow-seconds", 30, 0.5),
+            options.Seconds("slow-warmup", 10, 0),
+            options.Int("in-flight", 4, 1, 1000),
+            options.Int("pool", 100, 1, 10_000),
+            options.Int("seed", 1, 0),
+            options.Has("grace") ? options.Seconds("grace", 0, 0, 600) : null,
+            options.Int("receive-window", 64 * 1024, 0, 64 * 1024 * 1024),
+            options.Seconds("max-seconds", 1200, 1),
+            options.String("broker-dll", DefaultBrokerDll),
+            options.Int("port", 4702, 1, 65535),
+            options.Seconds("setup-timeout", 30, 1),
+            external,
+            options.String("host", "127.0.0.1"),
+            pid,
+            options.OptionalString("out"));
+    }
+
+    private static T[] ParseList<T>(string text, string option, T[] all, Func<string, T?> parse)
+        where T : struct
+    {
+        if (text.Equals("all", StringComparison.OrdinalIgnoreCase))
+        {
+            return all;
+        }
+
+        var values = new List<T>();
+        foreach (string item in text.Split(',', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries))
+        {
+            T value = parse(item) ?? throw new UsageException($"--{option}: '{item}' is not one of {string.Join(", ", all.Select(a => a.ToString()!.ToLowerInvariant()))} or all.");
+            if (!values.Contains(value))
+            {
+                values.Add(value);
+            }
+        }
+
+        return values.Count > 0 ? [.. values] : throw new UsageException($"--{option} needs a value.");
+    }
+}
