@@ -72,7 +72,7 @@ internal static class MonitoringEndpoints
         ProcessUsage usage = services.GetRequiredService<ProcessUsage>();
         BrokerMetrics metrics = broker.Metrics;
         Listeners listeners = health.Listeners;
-        broker.Router.Snapshot(0, out int topics);
+        int topics = broker.Router.PatternCount;
 
         DateTimeOffset now = DateTimeOffset.UtcNow;
         TimeSpan uptime = now - health.StartedAt;

@@ -52,6 +52,9 @@ internal sealed class TopicRouter : IDisposable
 
     public int SubscriptionCount => Volatile.Read(ref _subscriptionCount);
 
+    /// <summary>Distinct patterns with at least one subscription (kept on subscribe/unsubscribe, for <c>MaxTopics</c> and the topics gauge).</summary>
+    public int PatternCount => Volatile.Read(ref _patternCount);
+
     /// <summary>MESSAGE frames encoded so far: one per publication that had at least one subscriber.</summary>
     public long EncodedFrames => Interlocked.Read(ref _encodedFrames);
 

@@ -25,11 +25,7 @@ internal sealed class BrokerGauges
         meter.CreateObservableUpDownCounter("herald.subscriptions", () => (long)router.SubscriptionCount, "{subscription}", "Live subscriptions, all transports.");
         meter.CreateObservableUpDownCounter(
             "herald.topics",
-            () =>
-            {
-                router.Snapshot(0, out int patterns);
-                return (long)patterns;
-            },
+            () => (long)router.PatternCount,
             "{topic}",
             "Distinct subscribed topics and wildcard patterns (each with at least one subscription).");
         meter.CreateObservableUpDownCounter("herald.longpoll.polls.held", () => (long)polls.HeldPolls, "{poll}", "Long polls held open now, waiting for a message or the poll timeout.");
