@@ -4,6 +4,8 @@ using System.Diagnostics;
 using System.Globalization;
 using System.Text.Json;
 using Herald.LoadTest.Client;
+using Herald.LoadTest.Peers;
+using Herald.LoadTest.Peers.Nats;
 using Herald.LoadTest.Reporting;
 using Herald.Protocol;
 using MessagePack;
@@ -50,6 +52,7 @@ internal sealed class FanoutScenario : IScenario
           --topic NAME           topic                                           (default bench.fanout)
           --batch-bytes N        PUBLISH bytes per socket write                  (default 65536)
           --grace S              after the window: time allowed to deliver what is in flight (default 3)
+          --target herald|nats   broker to drive: Herald, or a NATS server as a peer for comparison (default herald)
           --out FILE             also write the result as JSON
         {BrokerOptions.Usage}
         Exit codes: 0 ok, 1 a check failed (disconnection, fatal ERROR, lost/reordered messages), 2 usage, 3 broker unreachable, 130 Ctrl+C.
@@ -69,6 +72,16 @@ internal sealed class FanoutScenario : IScenario
         var state = new RunState();
         HeraldConnection[] subscriberConnections = [];
         HeraldConnection? publisherConnection = null;
+        NatsConnection[] natsConnections = [];
+        void CloseAll()
+        {
+            RunState.CloseAll(subscriberConnections, publisherConnection);
+            foreach (NatsConnection connection in natsConnections)
+            {
+                connection.Close();
+            }
+        }
+
         try
         {
             // ---- Setup: bounded by --setup-timeout; any failure here means the broker is not usable.
@@ -83,6 +96,18 @@ internal sealed class FanoutScenario : IScenario
                     endpoints.Tls = options.Broker.Tls;
                     endpoints.TlsThumbprint = options.Broker.TlsThumbprint;
                     Console.WriteLine($"broker: subscribers on {endpoints.Display}, publisher on {endpoints.Host}:{options.Broker.Port}");
+                    if (options.Nats)
+                    {
+                        natsConnections = await NatsConnection.ConnectManyAsync(
+                            endpoints.For,
+                            options.Subscribers,
+                            i => $"loadtest-fanout-sub-{i}",
+                            (connection, token) => connection.SubscribeAsync(options.Topic, NatsFanout.Sid, token),
+                            setup.Token);
+                        natsConnections = [.. natsConnections, await NatsConnection.ConnectAsync(endpoints.At(options.Broker.Port), "loadtest-fanout-pub", setup.Token)];
+                    }
+                    else
+                    {
                     subscriberConnections = await HeraldConnection.ConnectManyAsync(
                         endpoints,
                         options.Subscribers,
@@ -90,6 +115,7 @@ internal sealed class FanoutScenario : IScenario
                         (connection, _, token) => connection.SubscribeAsync(Sid, options.Topic, token),
                         setup.Token);
                     publisherConnection = await HeraldConnection.ConnectAsync(endpoints.At(options.Broker.Port), "loadtest-fanout-pub", setup.Token, tlsFrom: endpoints);
+                    }
                 }
                 catch (Exception e) when (RunState.IsSetupFailure(e) && !cancellationToken.IsCancellationRequested)
                 {
@@ -103,20 +129,27 @@ internal sealed class FanoutScenario : IScenario
                 }
             }
 
-            WelcomeFrame welcome = publisherConnection.Welcome;
+            WelcomeFrame welcome = options.Nats ? NatsWelcome(natsConnections[^1]) : publisherConnection!.Welcome;
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
                 $"connected {options.Subscribers} subscribers + 1 publisher in {Stopwatch.GetElapsedTime(setupStart).TotalSeconds:F2} s; server '{welcome.ServerName}' protocol v{welcome.Version}, limits {Outcome.FormatLimits(welcome.Limits)}"));
 
             long maxLead = ClampLead(options.MaxLead, expected.MessageFrameLength, subscriberConnections);
 
             // ---- Run.
-            var subscribers = new FanoutSubscriber[subscriberConnections.Length];
-            for (int i = 0; i < subscribers.Length; i++)
+            IFanoutSubscriber[] subscribers;
+            IFanoutPublisher publisher;
+            if (options.Nats)
             {
-                subscribers[i] = new FanoutSubscriber(subscriberConnections[i], expected, log);
+                byte[] payload = NatsFanout.Payload(options.Payload);
+                subscribers = [.. natsConnections[..^1].Select(c => new NatsFanout.Subscriber(c, options.Topic, payload, log))];
+                publisher = new NatsFanout.Publisher(natsConnections[^1], subscribers, options.Topic, payload, maxLead, options.BatchBytes, log);
+            }
+            else
+            {
+                subscribers = [.. subscriberConnections.Select(c => new FanoutSubscriber(c, expected, log))];
+                publisher = new FanoutPublisher(publisherConnection!, subscribers, expected, maxLead, options.BatchBytes, log);
             }
 
-            var publisher = new FanoutPublisher(publisherConnection, subscribers, expected, maxLead, options.BatchBytes, log);
             Process? brokerProcess = options.Broker.FindBrokerProcess();
             Task[] readers = [.. subscribers.Select(s => s.RunAsync(state)), publisher.ReadAsync(state)];
             using var stopPublishing = new CancellationTokenSource();
@@ -138,7 +171,7 @@ internal sealed class FanoutScenario : IScenario
             double drainSeconds = Stopwatch.GetElapsedTime(drainStart).TotalSeconds;
             long undelivered = subscribers.Where(s => !s.Closed).Sum(s => Math.Max(0, sent - s.Received));
             state.BeginStopping();
-            RunState.CloseAll(subscriberConnections, publisherConnection);
+            CloseAll();
             await RunState.WaitQuietlyAsync(Task.WhenAll([.. readers, publishing]), TimeSpan.FromSeconds(2));
 
             return Report(options, expected, timeline, subscribers, publisher, welcome, maxLead, undelivered, drainSeconds, log);
@@ -146,11 +179,11 @@ internal sealed class FanoutScenario : IScenario
         finally
         {
             state.BeginStopping();
-            RunState.CloseAll(subscriberConnections, publisherConnection);
+            CloseAll();
         }
     }
 
-    private static Task<WindowResult<FanoutSnapshot>> RunTimelineAsync(FanoutOptions options, FanoutSubscriber[] subscribers, FanoutPublisher publisher, Process? brokerProcess, CancellationToken cancellationToken) =>
+    private static Task<WindowResult<FanoutSnapshot>> RunTimelineAsync(FanoutOptions options, IFanoutSubscriber[] subscribers, IFanoutPublisher publisher, Process? brokerProcess, CancellationToken cancellationToken) =>
         MeasuredWindow.RunAsync(
             options.Warmup,
             options.Seconds,
@@ -180,6 +213,7 @@ internal sealed class FanoutScenario : IScenario
         json.WriteNumber("maxLead", maxLead);
         json.WriteNumber("batchBytes", options.BatchBytes);
         json.WriteString("topic", options.Topic);
+        json.WriteString("target", options.Nats ? "nats" : "herald");
         json.WriteEndObject();
     }
 
@@ -187,8 +221,8 @@ internal sealed class FanoutScenario : IScenario
         FanoutOptions options,
         ExpectedMessage expected,
         WindowResult<FanoutSnapshot> timeline,
-        FanoutSubscriber[] subscribers,
-        FanoutPublisher publisher,
+        IFanoutSubscriber[] subscribers,
+        IFanoutPublisher publisher,
         WelcomeFrame welcome,
         long maxLead,
         long undelivered,
@@ -349,17 +383,17 @@ internal sealed class FanoutScenario : IScenario
         return lead;
     }
 
-    private static string Lead(FanoutPublisher publisher, FanoutSubscriber[] subscribers)
+    private static string Lead(IFanoutPublisher publisher, IFanoutSubscriber[] subscribers)
     {
         long slowest = MinReceived(subscribers);
         return slowest == long.MaxValue ? "-" : (publisher.Published - slowest).ToString("N0", CultureInfo.InvariantCulture);
     }
 
     /// <summary>Messages received by the slowest subscriber still connected; <see cref="long.MaxValue"/> when none is.</summary>
-    internal static long MinReceived(FanoutSubscriber[] subscribers)
+    internal static long MinReceived(IFanoutSubscriber[] subscribers)
     {
         long min = long.MaxValue;
-        foreach (FanoutSubscriber s in subscribers)
+        foreach (IFanoutSubscriber s in subscribers)
         {
             if (!s.Closed)
             {
@@ -380,7 +414,8 @@ internal sealed class FanoutScenario : IScenario
         string Topic,
         int BatchBytes,
         double Grace,
-        string? Out)
+        string? Out,
+        bool Nats = false)
     {
         public static FanoutOptions Read(CommandLine options)
         {
@@ -405,16 +440,26 @@ internal sealed class FanoutScenario : IScenario
                 topic,
                 options.Int("batch-bytes", 64 * 1024, 1024, 64 * 1024 * 1024),
                 options.Seconds("grace", 3, 0),
-                options.OptionalString("out"));
+                options.OptionalString("out"),
+                options.String("target", "herald") switch
+                {
+                    "herald" => false,
+                    "nats" => !broker.Tls ? true : throw new UsageException("--tls is not supported with --target nats."),
+                    string other => throw new UsageException($"--target must be herald or nats, got '{other}'."),
+                });
         }
     }
 
+    /// <summary>NATS has no WELCOME: its INFO, shaped as one, for the report (no limits that bound the lead).</summary>
+    private static WelcomeFrame NatsWelcome(NatsConnection connection) =>
+        new((uint)connection.ProtocolVersion, connection.ServerName, 0, Capabilities.None, new Dictionary<string, ulong> { ["max_payload"] = (ulong)connection.MaxPayload });
+
     internal readonly record struct FanoutSnapshot(ResourceSnapshot Resources, long Delivered, long SubscriberBytes, long Published, long PublisherBytes)
     {
-        public static FanoutSnapshot Take(FanoutSubscriber[] subscribers, FanoutPublisher publisher, Process? broker)
+        public static FanoutSnapshot Take(IFanoutSubscriber[] subscribers, IFanoutPublisher publisher, Process? broker)
         {
             long delivered = 0, bytes = 0;
-            foreach (FanoutSubscriber s in subscribers)
+            foreach (IFanoutSubscriber s in subscribers)
             {
                 delivered += s.Received;
                 bytes += s.BytesReceived;
@@ -480,7 +525,7 @@ internal sealed class FanoutScenario : IScenario
     /// Threading: <see cref="RunAsync"/> is the only writer of every field; other tasks read
     /// <see cref="Received"/> and <see cref="Closed"/> while it runs, the rest after it ended.
     /// </summary>
-    internal sealed class FanoutSubscriber(HeraldConnection connection, ExpectedMessage expected, RunLog log)
+    internal sealed class FanoutSubscriber(HeraldConnection connection, ExpectedMessage expected, RunLog log) : IFanoutSubscriber
     {
         private long _received;
         private long _nextSequence;
@@ -651,7 +696,7 @@ internal sealed class FanoutScenario : IScenario
     /// The publishing connection: <see cref="PublishAsync"/> writes batches, <see cref="ReadAsync"/> answers
     /// PINGs and reports ERRORs on the same connection.
     /// </summary>
-    internal sealed class FanoutPublisher(HeraldConnection connection, FanoutSubscriber[] subscribers, ExpectedMessage expected, long maxLead, int batchBytes, RunLog log)
+    internal sealed class FanoutPublisher(HeraldConnection connection, IFanoutSubscriber[] subscribers, ExpectedMessage expected, long maxLead, int batchBytes, RunLog log) : IFanoutPublisher
     {
         private long _published; // handed to the socket
         private long _sent;      // the socket accepted all of it

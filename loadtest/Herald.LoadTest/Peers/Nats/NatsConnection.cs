@@ -1,0 +1,260 @@
+using System.Net;
+using System.Net.Sockets;
+using System.Runtime.CompilerServices;
+using System.Text;
+using System.Text.Json;
+
+namespace Herald.LoadTest.Peers.Nats;
+
+/// <summary>
+/// A minimal NATS text-protocol client connection, built like <see cref="Client.HeraldConnection"/>: a raw
+/// <see cref="Socket"/> with TCP_NODELAY, one growable receive buffer parsed in place, and whole-buffer sends.
+/// Only what the fanout peer comparison needs: INFO/CONNECT, SUB, PUB, PING/PONG, MSG, +OK/-ERR.
+/// <para>
+/// Reading is pull-based: look at <see cref="Buffered"/>, <see cref="Consume"/> what was handled, then
+/// <see cref="ReceiveAsync"/> for more. One task at a time reads; any task may send.
+/// </para>
+/// </summary>
+internal sealed class NatsConnection : IDisposable
+{
+    public const int DefaultReceiveBufferSize = 64 * 1024;
+    private const int MaxControlLine = 4096;
+
+    private static readonly byte[] ConnectLine = "CONNECT {\"verbose\":false,\"pedantic\":false,\"echo\":true}\r\n"u8.ToArray();
+    private static readonly byte[] PongLine = "PONG\r\n"u8.ToArray();
+
+    private readonly Socket _socket;
+    private readonly SemaphoreSlim _sendGate = new(1, 1);
+    private byte[] _buffer;
+    private int _start;
+    private int _end;
+    private long _bytesReceived;
+    private long _bytesSent;
+    private int _closed;
+
+    private NatsConnection(Socket socket, string name)
+    {
+        _socket = socket;
+        Name = name;
+        _buffer = GC.AllocateUninitializedArray<byte>(DefaultReceiveBufferSize);
+    }
+
+    public string Name { get; }
+
+    /// <summary>The server's INFO as received on connecting.</summary>
+    public string ServerName { get; private set; } = "nats-server";
+
+    public int ProtocolVersion { get; private set; }
+
+    public long MaxPayload { get; private set; }
+
+    public long BytesReceived => Volatile.Read(ref _bytesReceived);
+
+    public long BytesSent => Volatile.Read(ref _bytesSent);
+
+    /// <summary>Bytes received and not yet consumed; valid until the next <see cref="ReceiveAsync"/>.</summary>
+    public ReadOnlySpan<byte> Buffered => _buffer.AsSpan(_start, _end - _start);
+
+    public void Consume(int count) => _start += count;
+
+    /// <summary>Connects, reads INFO and sends CONNECT.</summary>
+    public static async Task<NatsConnection> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken)
+    {
+        var socket = new Socket(endPoint.AddressFamily, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        var connection = new NatsConnection(socket, name);
+        try
+        {
+            await socket.ConnectAsync(endPoint, cancellationToken);
+            string info = await connection.ReadLineAsync(cancellationToken);
+            if (!info.StartsWith("INFO ", StringComparison.Ordinal))
+            {
+                throw new IOException($"{name}: expected INFO, got '{info}'.");
+            }
+
+            connection.ReadInfo(info[5..]);
+            await connection.SendAsync(ConnectLine, cancellationToken);
+            return connection;
+        }
+        catch
+        {
+            connection.Close();
+            throw;
+        }
+    }
+
+    /// <summary>Opens <paramref name="count"/> connections, 32 at a time, and runs <paramref name="prepare"/> on each; all or nothing.</summary>
+    public static async Task<NatsConnection[]> ConnectManyAsync(Func<int, IPEndPoint> endPoint, int count, Func<int, string> name, Func<NatsConnection, CancellationToken, Task> prepare, CancellationToken cancellationToken)
+    {
+        var connections = new NatsConnection?[count];
+        try
+        {
+            var parallel = new ParallelOptions { MaxDegreeOfParallelism = 32, CancellationToken = cancellationToken };
+            await Parallel.ForEachAsync(Enumerable.Range(0, count), parallel, async (i, token) =>
+            {
+                NatsConnection connection = await ConnectAsync(endPoint(i), name(i), token);
+                connections[i] = connection;
+                await prepare(connection, token);
+            });
+        }
+        catch
+        {
+            foreach (NatsConnection? connection in connections)
+            {
+                connection?.Close();
+            }
+
+            throw;
+        }
+
+        return connections!;
+    }
+
+    /// <summary>SUB then a PING barrier: once the PONG is back the server has applied the SUB.</summary>
+    public async Task SubscribeAsync(string subject, uint sid, CancellationToken cancellationToken)
+    {
+        await SendAsync(Encoding.ASCII.GetBytes($"SUB {subject} {sid}\r\nPING\r\n"), cancellationToken);
+        while (true)
+        {
+            string line = await ReadLineAsync(cancellationToken);
+            if (line == "PONG")
+            {
+                return;
+            }
+
+            if (line == "PING")
+            {
+                await SendPongAsync();
+            }
+            else if (line.StartsWith("-ERR", StringComparison.Ordinal))
+            {
+                throw new IOException($"{Name}: subscribing to '{subject}': {line}");
+            }
+
+            // +OK, INFO: nothing to do
+        }
+    }
+
+    /// <summary>Receives more bytes (at least one); <c>false</c> when the server closed the connection.</summary>
+    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder<>))]
+    public async ValueTask<bool> ReceiveAsync(CancellationToken cancellationToken = default)
+    {
+        int pending = _end - _start;
+        if (_start > 0)
+        {
+            if (pending > 0)
+            {
+                Buffer.BlockCopy(_buffer, _start, _buffer, 0, pending);
+            }
+
+            _start = 0;
+            _end = pending;
+        }
+
+        if (_end == _buffer.Length)
+        {
+            if (_buffer.Length >= 64 * 1024 * 1024)
+            {
+                throw new IOException($"{Name}: a NATS message over 64 MiB.");
+            }
+
+            byte[] larger = GC.AllocateUninitializedArray<byte>(_buffer.Length * 2);
+            Buffer.BlockCopy(_buffer, 0, larger, 0, _end);
+            _buffer = larger;
+        }
+
+        int received = await _socket.ReceiveAsync(_buffer.AsMemory(_end), SocketFlags.None, cancellationToken);
+        if (received == 0)
+        {
+            return false;
+        }
+
+        _end += received;
+        Volatile.Write(ref _bytesReceived, _bytesReceived + received);
+        return true;
+    }
+
+    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder))]
+    public async ValueTask SendAsync(ReadOnlyMemory<byte> data, CancellationToken cancellationToken = default)
+    {
+        await _sendGate.WaitAsync(cancellationToken);
+        try
+        {
+            while (!data.IsEmpty)
+            {
+                int sent = await _socket.SendAsync(data, SocketFlags.None, cancellationToken);
+                data = data[sent..];
+                Volatile.Write(ref _bytesSent, _bytesSent + sent);
+            }
+        }
+        finally
+        {
+            _sendGate.Release();
+        }
+    }
+
+    public ValueTask SendPongAsync() => SendAsync(PongLine);
+
+    public void Dispose() => Close();
+
+    public void Close()
+    {
+        if (Interlocked.Exchange(ref _closed, 1) != 0)
+        {
+            return;
+        }
+
+        try
+        {
+            _socket.Shutdown(SocketShutdown.Both);
+        }
+        catch (SocketException)
+        {
+            // already reset by the peer
+        }
+
+        _socket.Dispose();
+    }
+
+    /// <summary>Reads one control line (without CRLF); only for setup, before the reading loop starts.</summary>
+    private async Task<string> ReadLineAsync(CancellationToken cancellationToken)
+    {
+        while (true)
+        {
+            int eol = Buffered.IndexOf("\r\n"u8);
+            if (eol >= 0)
+            {
+                string line = Encoding.UTF8.GetString(Buffered[..eol]);
+                Consume(eol + 2);
+                return line;
+            }
+
+            if (_end - _start > MaxControlLine * 4)
+            {
+                throw new IOException($"{Name}: control line too long.");
+            }
+
+            if (!await ReceiveAsync(cancellationToken))
+            {
+                throw new IOException($"{Name}: the server closed the connection during setup.");
+            }
+        }
+    }
+
+    private void ReadInfo(string json)
+    {
+        try
+        {
+            using var document = JsonDocument.Parse(json);
+            JsonElement root = document.RootElement;
+            string id = root.TryGetProperty("server_name", out JsonElement n) ? n.GetString() ?? "" : "";
+            string version = root.TryGetProperty("version", out JsonElement v) ? v.GetString() ?? "" : "";
+            ServerName = $"nats-server {version} {id}".Trim();
+            ProtocolVersion = root.TryGetProperty("proto", out JsonElement p) && p.TryGetInt32(out int proto) ? proto : 0;
+            MaxPayload = root.TryGetProperty("max_payload", out JsonElement m) && m.TryGetInt64(out long max) ? max : 0;
+        }
+        catch (JsonException e)
+        {
+            throw new IOException($"{Name}: unreadable INFO: {e.Message}", e);
+        }
+    }
+}
