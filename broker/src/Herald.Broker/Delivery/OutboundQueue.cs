@@ -49,9 +49,7 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
     private readonly Lock _gate = new();
 
     // Guarded by _gate.
-    private Entry[] _ring = [];
-    private int _head;
-    private int _count;
+    private FrameRing _ring = new();
     private long _pendingBytes;
     private MessageBuffer? _final;
     private long _droppedUnreported;
@@ -61,7 +59,7 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
     private TaskCompletionSource? _drained;
 
     // Owned by the running drain.
-    private Entry[] _batch = [];
+    private QueuedFrame[] _batch = [];
 
     public OutboundQueue(PipeWriter output, string transport, int maxPendingBytes, int maxPendingMessages, SlowConsumerPolicy policy, BrokerMetrics metrics, Action onSlowConsumer)
     {
@@ -84,7 +82,7 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
         {
             lock (_gate)
             {
-                return (_count, _pendingBytes);
+                return (_ring.Count, _pendingBytes);
             }
         }
     }
@@ -102,7 +100,7 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                 return false;
             }
 
-            if (_count + 1 > _maxPendingMessages || _pendingBytes + frame.Length > _maxPendingBytes)
+            if (_ring.Count + 1 > _maxPendingMessages || _pendingBytes + frame.Length > _maxPendingBytes)
             {
                 if (_policy == SlowConsumerPolicy.Disconnect)
                 {
@@ -120,7 +118,8 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
 
             if (!slow)
             {
-                Push(new Entry(frame, sid));
+                _ring.Push(new QueuedFrame(frame, sid));
+                _pendingBytes += frame.Length;
             }
 
             schedule = !_scheduled;
@@ -151,8 +150,7 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                 return false;
             }
 
-            Push(new Entry(frame, ControlSid));
-            _pendingBytes -= frame.Length; // only messages count against the limits
+            _ring.Push(new QueuedFrame(frame, ControlSid)); // only messages count against the limits
             bool schedule = !_scheduled;
             _scheduled = true;
             return schedule;
@@ -247,12 +245,13 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                         return;
                     }
 
-                    count = _count;
+                    count = _ring.Count;
                     dropped = _droppedUnreported;
                     _droppedUnreported = 0;
                     if (count > 0)
                     {
-                        TakeAll();
+                        _ring.MoveAllTo(ref _batch);
+                        _pendingBytes = 0;
                     }
 
                     if (_completing)
@@ -281,12 +280,12 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
                     WriteDroppedNotice(dropped);
                 }
 
-                Entry[] batch = _batch;
+                QueuedFrame[] batch = _batch;
                 int messages = 0;
                 long bytes = 0;
                 for (int i = 0; i < count; i++)
                 {
-                    ref Entry entry = ref batch[i];
+                    ref QueuedFrame entry = ref batch[i];
                     MessageBuffer frame = entry.Frame;
                     FrameCopy.Write(_output, frame.Span, entry.Sid);
                     if (entry.Sid != ControlSid)
@@ -342,28 +341,14 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
         FrameWriter.WriteError(_output, ErrorCode.MessagesDropped, fatal: false, $"Slow consumer: {dropped} messages were dropped because more than {_maxPendingMessages} messages or {_maxPendingBytes} bytes were waiting.", (ulong)dropped);
     }
 
-    // Caller holds _gate.
-    private void Push(Entry entry)
-    {
-        if (_count == _ring.Length)
-        {
-            Grow();
-        }
-
-        _ring[(_head + _count) & (_ring.Length - 1)] = entry;
-        _count++;
-        _pendingBytes += entry.Frame.Length;
-    }
-
     // Caller holds _gate. Drops the oldest messages until `incoming` fits; control frames met on the
     // way are kept, in order, at the front.
     private void DropOldestFor(int incoming)
     {
-        int mask = _ring.Length - 1;
         int keptControls = 0;
-        while (_count > keptControls && (_count + 1 > _maxPendingMessages || _pendingBytes + incoming > _maxPendingBytes))
+        while (_ring.Count > keptControls && (_ring.Count + 1 > _maxPendingMessages || _pendingBytes + incoming > _maxPendingBytes))
         {
-            ref Entry entry = ref _ring[(_head + keptControls) & mask];
+            QueuedFrame entry = _ring[keptControls];
             if (entry.Sid == ControlSid)
             {
                 keptControls++;
@@ -374,76 +359,24 @@ internal sealed class OutboundQueue : IMessageSink, IThreadPoolWorkItem
             entry.Frame.Release();
             _droppedUnreported++;
 
-            // Close the gap: shift the kept control frames one slot towards the back.
+            // Close the gap: shift the kept control frames one slot towards the back, then drop the front.
             for (int i = keptControls; i > 0; i--)
             {
-                _ring[(_head + i) & mask] = _ring[(_head + i - 1) & mask];
+                _ring[i] = _ring[i - 1];
             }
 
-            _ring[_head] = default;
-            _head = (_head + 1) & mask;
-            _count--;
-        }
-    }
-
-    // Caller holds _gate. Moves every queued entry into _batch.
-    private void TakeAll()
-    {
-        if (_batch.Length < _count)
-        {
-            _batch = new Entry[Math.Max(_ring.Length, 16)];
-        }
-
-        int mask = _ring.Length - 1;
-        int first = Math.Min(_count, _ring.Length - _head);
-        Array.Copy(_ring, _head, _batch, 0, first);
-        Array.Clear(_ring, _head, first);
-        if (first < _count)
-        {
-            Array.Copy(_ring, 0, _batch, first, _count - first);
-            Array.Clear(_ring, 0, _count - first);
-        }
-
-        _head = (_head + _count) & mask;
-        _count = 0;
-        _pendingBytes = 0;
-        if (_ring.Length > LargeArray)
-        {
-            _ring = []; // a burst is over: give its memory back, an idle connection stays small
-            _head = 0;
+            _ring.PopFront();
         }
     }
 
     // Caller holds _gate.
     private void ClearMessages()
     {
-        while (_count > 0)
+        while (_ring.Count > 0)
         {
-            ref Entry e = ref _ring[_head];
-            e.Frame.Release();
-            e = default;
-            _head = (_head + 1) & (_ring.Length - 1);
-            _count--;
+            _ring.PopFront().Frame.Release();
         }
 
-        _head = 0;
         _pendingBytes = 0;
     }
-
-    // Caller holds _gate.
-    private void Grow()
-    {
-        var bigger = new Entry[Math.Max(16, _ring.Length * 2)];
-        int first = _ring.Length - _head;
-        if (_ring.Length > 0)
-        {
-            Array.Copy(_ring, _head, bigger, 0, first);
-            Array.Copy(_ring, 0, bigger, first, _head);
-        }
-
-        _ring = bigger;
-        _head = 0;
-    }
-
-    private readonly record struct Entry(MessageBuffer Frame, uint Sid);
 }

@@ -289,13 +289,7 @@ internal static class LongPollEndpoints
                 broker.Metrics.Redelivered();
             }
 
-            long sentBytes = 0;
-            for (int i = 0; i < batch.Count; i++)
-            {
-                sentBytes += batch.Messages[i].Frame.Length;
-            }
-
-            broker.Metrics.Sent(PollSessionStore.Transport, batch.Count, sentBytes);
+            broker.Metrics.Sent(PollSessionStore.Transport, batch.Count, batch.Bytes);
             if (WantsJson(context.Request))
             {
                 await WriteJsonAsync(context.Response, batch, ack, broker.Options.Limits.MaxFrameBytes).ConfigureAwait(false);
@@ -315,14 +309,8 @@ internal static class LongPollEndpoints
     /// <summary>The binary body: the shared MESSAGE frames, back to back, each sid stamped in (longpoll §2.1).</summary>
     private static async Task WriteFramesAsync(HttpResponse response, PollBatch batch)
     {
-        long length = 0;
-        for (int i = 0; i < batch.Count; i++)
-        {
-            length += batch.Messages[i].Frame.Length;
-        }
-
         response.ContentType = FramesMediaType;
-        response.ContentLength = length;
+        response.ContentLength = batch.Bytes;
         SetSequenceHeaders(response, batch);
         for (int i = 0; i < batch.Count; i++)
         {

@@ -19,9 +19,9 @@ internal enum PollWake
 }
 
 /// <summary>What one poll takes away: consecutive messages from <see cref="FirstSequence"/>, each retained for the response.</summary>
-internal readonly record struct PollBatch(long FirstSequence, (MessageBuffer Frame, uint Sid)[] Messages, int Count, long Dropped, bool Redelivery)
+internal readonly record struct PollBatch(long FirstSequence, (MessageBuffer Frame, uint Sid)[] Messages, int Count, long Bytes, long Dropped, bool Redelivery)
 {
-    public static PollBatch Empty(long ack) => new(ack + 1, [], 0, 0, false);
+    public static PollBatch Empty(long ack) => new(ack + 1, [], 0, 0, 0, false);
 
     /// <summary>Releases the references taken for the response, once it is written.</summary>
     public void Release()
@@ -51,10 +51,8 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
     private readonly BrokerMetrics _metrics;
     private readonly Dictionary<uint, Subscription> _subscriptions = [];
 
-    // Unacknowledged messages, oldest first: _ring[_head] has sequence _headSequence, then consecutive.
-    private (MessageBuffer Frame, uint Sid)[] _ring = [];
-    private int _head;
-    private int _count;
+    // Unacknowledged messages, oldest first: _ring[0] has sequence _headSequence, then consecutive.
+    private FrameRing _ring = new();
     private long _headSequence = 1;
     private long _highestSent;
     private long _highestAck;
@@ -102,7 +100,7 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
         {
             lock (_gate)
             {
-                return _count;
+                return _ring.Count;
             }
         }
     }
@@ -151,7 +149,7 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
                 return false;
             }
 
-            if (_count >= _options.MaxPendingMessagesPerSession)
+            if (_ring.Count >= _options.MaxPendingMessagesPerSession)
             {
                 if (_options.SlowConsumerPolicy == SlowConsumerPolicy.Disconnect)
                 {
@@ -167,13 +165,7 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
 
             if (!slow)
             {
-                if (_count == _ring.Length)
-                {
-                    Grow();
-                }
-
-                _ring[(_head + _count) & (_ring.Length - 1)] = (frame, sid);
-                _count++;
+                _ring.Push(new QueuedFrame(frame, sid));
                 _pendingBytes += frame.Length;
             }
 
@@ -211,7 +203,7 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
         lock (_gate)
         {
             ThrowIfEnded();
-            long lastAssigned = _headSequence + _count - 1;
+            long lastAssigned = _headSequence + _ring.Count - 1;
             if (ack > lastAssigned || ack < 0)
             {
                 throw new LongPollException(StatusCodes.Status400BadRequest, "MalformedRequest", $"ack {ack} is not between 0 and the last sequence assigned, {lastAssigned}.");
@@ -219,7 +211,7 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
 
             Acknowledge(ack);
             Touch();
-            if (_headSequence + _count - 1 > ack)
+            if (_headSequence + _ring.Count - 1 > ack)
             {
                 batch = TakeAbove(ack);
                 wait = null;
@@ -248,7 +240,7 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
 
             Touch();
             ThrowIfEnded();
-            return _headSequence + _count - 1 > ack ? TakeAbove(ack) : PollBatch.Empty(ack);
+            return _headSequence + _ring.Count - 1 > ack ? TakeAbove(ack) : PollBatch.Empty(ack);
         }
     }
 
@@ -319,7 +311,7 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
             }
 
             _subscriptions.Clear();
-            while (_count > 0)
+            while (_ring.Count > 0)
             {
                 DropHead();
             }
@@ -347,7 +339,7 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
     private void Acknowledge(long ack)
     {
         _highestAck = Math.Max(_highestAck, ack);
-        while (_count > 0 && _headSequence <= ack)
+        while (_ring.Count > 0 && _headSequence <= ack)
         {
             DropHead();
         }
@@ -356,12 +348,9 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
     // Caller holds _gate.
     private void DropHead()
     {
-        ref (MessageBuffer Frame, uint Sid) head = ref _ring[_head];
-        _pendingBytes -= head.Frame.Length;
-        head.Frame.Release();
-        head = default;
-        _head = (_head + 1) & (_ring.Length - 1);
-        _count--;
+        MessageBuffer frame = _ring.PopFront().Frame;
+        _pendingBytes -= frame.Length;
+        frame.Release();
         _headSequence++;
     }
 
@@ -372,9 +361,9 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
         long dropped = Math.Max(0, _headSequence - 1 - _highestAck);
         int take = 0;
         long bytes = 0;
-        while (take < _count && take < _options.MaxMessagesPerPoll)
+        while (take < _ring.Count && take < _options.MaxMessagesPerPoll)
         {
-            int length = _ring[(_head + take) & (_ring.Length - 1)].Frame.Length;
+            int length = _ring[take].Frame.Length;
             if (take > 0 && bytes + length > _options.MaxBytesPerPoll)
             {
                 break;
@@ -387,27 +376,14 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
         var messages = new (MessageBuffer, uint)[take];
         for (int i = 0; i < take; i++)
         {
-            (MessageBuffer frame, uint sid) = _ring[(_head + i) & (_ring.Length - 1)];
+            (MessageBuffer frame, uint sid) = _ring[i];
             frame.Retain(1); // the response's own reference: an ack may release the session's meanwhile
             messages[i] = (frame, sid);
         }
 
         bool redelivery = _headSequence <= _highestSent;
         _highestSent = Math.Max(_highestSent, _headSequence + take - 1);
-        return new PollBatch(_headSequence, messages, take, dropped, redelivery);
-    }
-
-    // Caller holds _gate.
-    private void Grow()
-    {
-        var bigger = new (MessageBuffer, uint)[Math.Max(8, _ring.Length * 2)];
-        for (int i = 0; i < _count; i++)
-        {
-            bigger[i] = _ring[(_head + i) & (_ring.Length - 1)];
-        }
-
-        _ring = bigger;
-        _head = 0;
+        return new PollBatch(_headSequence, messages, take, bytes, dropped, redelivery);
     }
 
     private void ThrowIfEnded()
