@@ -176,7 +176,7 @@ public sealed class LongPollTests
         await using var broker = await TestBroker.StartAsync(o =>
         {
             o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(50);
-            o.LongPoll.InactivityTimeout = TimeSpan.FromMilliseconds(300);
+            o.LongPoll.InactivityTimeout = TimeSpan.FromSeconds(1.5); // long enough for a slow CI machine to subscribe twice
         });
         LongPollClient client = await LongPollClient.CreateAsync(broker.Http);
         await client.SubscribeAsync(1, "a.>");

@@ -61,6 +61,7 @@ public class RequestReplyTests(BrokerFixture fixture) : IClassFixture<BrokerFixt
     public async Task A_request_nobody_answers_times_out_with_HeraldTimeoutException(HeraldTransport transport)
     {
         await using HeraldClient requester = fixture.Client(transport);
+        await requester.ConnectAsync(Wait.Token()); // the 300 ms below is for the reply, not for a cold connect
 
         var e = await Assert.ThrowsAsync<HeraldTimeoutException>(() => requester.RequestAsync(Topics.Unique("nobody.home"), "hello?", TimeSpan.FromMilliseconds(300)));
 
