@@ -122,25 +122,41 @@ internal sealed class BrokerChild : IAsyncDisposable
     /// <c>DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS</c>, which this tool sets for itself: the broker runs
     /// as it would from a shell.
     /// </summary>
+    /// <param name="cpus">Pin the child to these CPUs (<c>taskset -c</c>), or null.</param>
     /// <exception cref="Win32Exception">The dotnet host could not be started.</exception>
-    public static BrokerChild Start(string dll, IReadOnlyList<string> arguments)
+    public static BrokerChild Start(string dll, IReadOnlyList<string> arguments, string? cpus = null) =>
+        StartExecutable(DotnetHost(), [Path.GetFullPath(dll), .. arguments], cpus, Path.GetDirectoryName(Path.GetFullPath(dll)), $"dotnet {dll} {string.Join(' ', arguments)}");
+
+    /// <summary>
+    /// Starts any server (<c>nats-server</c>, <c>redis-server</c>, this tool's SignalR host) as a child,
+    /// pinned to <paramref name="cpus"/> with <c>taskset -c</c> when given (taskset execs the server, so the
+    /// PID is the server's own).
+    /// </summary>
+    /// <exception cref="Win32Exception">The executable (or taskset) could not be started: not installed.</exception>
+    public static BrokerChild StartExecutable(string fileName, IReadOnlyList<string> arguments, string? cpus = null, string? workingDirectory = null, string? display = null)
     {
-        var start = new ProcessStartInfo(DotnetHost())
+        var start = new ProcessStartInfo(cpus is null ? fileName : "taskset")
         {
             RedirectStandardOutput = true,
             RedirectStandardError = true,
             RedirectStandardInput = false,
             UseShellExecute = false,
-            WorkingDirectory = Path.GetDirectoryName(Path.GetFullPath(dll)) ?? Environment.CurrentDirectory,
+            WorkingDirectory = workingDirectory ?? Environment.CurrentDirectory,
         };
-        start.ArgumentList.Add(Path.GetFullPath(dll));
+        if (cpus is not null)
+        {
+            start.ArgumentList.Add("-c");
+            start.ArgumentList.Add(cpus);
+            start.ArgumentList.Add(fileName);
+        }
+
         foreach (string argument in arguments)
         {
             start.ArgumentList.Add(argument);
         }
 
         start.Environment.Remove(InlineCompletionsVariable);
-        string commandLine = $"dotnet {dll} {string.Join(' ', arguments)}";
+        string commandLine = (cpus is null ? "" : $"taskset -c {cpus} ") + (display ?? $"{fileName} {string.Join(' ', arguments)}");
         var process = new Process { StartInfo = start, EnableRaisingEvents = true };
         var child = new BrokerChild(process, commandLine);
         process.OutputDataReceived += (_, e) => child.OnLine(e.Data);
@@ -164,6 +180,28 @@ internal sealed class BrokerChild : IAsyncDisposable
         process.BeginOutputReadLine();
         process.BeginErrorReadLine();
         return child;
+    }
+
+    /// <summary>Waits until something accepts TCP connections on <paramref name="endPoint"/>; null when it does, else why not.</summary>
+    public async Task<string?> WaitUntilListeningAsync(IPEndPoint endPoint, TimeSpan timeout, CancellationToken cancellationToken)
+    {
+        long start = Stopwatch.GetTimestamp();
+        while (Stopwatch.GetElapsedTime(start) < timeout)
+        {
+            if (HasExited)
+            {
+                return $"the server exited with code {ExitCode()} before accepting connections: {string.Join(" | ", Tail.TakeLast(5))}";
+            }
+
+            if (await IsListeningAsync(endPoint, cancellationToken))
+            {
+                return null;
+            }
+
+            await Task.Delay(50, cancellationToken);
+        }
+
+        return $"the server did not accept connections on port {endPoint.Port} within {timeout.TotalSeconds:F0} s";
     }
 
     /// <summary>True when something accepts TCP connections on <paramref name="endPoint"/> (before starting a broker there: it must be free).</summary>

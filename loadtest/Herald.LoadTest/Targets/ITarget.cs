@@ -1,0 +1,81 @@
+using System.Diagnostics;
+
+namespace Herald.LoadTest.Targets;
+
+/// <summary>
+/// One message as a subscriber sees it. Both spans are valid only during the call (they point into the
+/// client's receive buffer): copy what must outlive it. <paramref name="replyTo"/> is empty when the
+/// publisher asked for no reply.
+/// </summary>
+internal delegate void DeliveryHandler(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo);
+
+/// <summary>
+/// A broker under test, reached over one transport: Herald over TCP or long-poll, nats-server, redis-server,
+/// or an ASP.NET Core SignalR hub over WebSockets or long polling. Scenarios are written once against
+/// this and <see cref="IPubSubClient"/>, so every scenario runs against every target with the same method.
+/// Disposing it stops the server if the tool started it.
+/// </summary>
+internal interface ITarget : IAsyncDisposable
+{
+    /// <summary><c>herald</c>, <c>nats</c>, <c>redis</c> or <c>signalr</c>.</summary>
+    string Name { get; }
+
+    /// <summary>How clients reach it: <c>tcp</c> or <c>longpoll</c> for Herald, <c>tcp</c> for NATS and Redis,
+    /// <c>websockets</c> or <c>longpolling</c> for SignalR.</summary>
+    string Transport { get; }
+
+    /// <summary><c>Name/Transport</c>, the label in tables and result files.</summary>
+    string Label => $"{Name}/{Transport}";
+
+    /// <summary>What serves it and its version, e.g. <c>nats-server 2.9.10</c>, printed with every result.</summary>
+    string ServerDescription { get; }
+
+    /// <summary>The server's command line when the tool started it, else null.</summary>
+    string? ServerCommandLine { get; }
+
+    /// <summary>The server process (started by the tool, or named with <c>--server-pid</c>) for its CPU time and RSS; null when unknown.</summary>
+    Process? ServerProcess { get; }
+
+    /// <summary>The largest payload a publication may carry on this target.</summary>
+    int MaxPayload { get; }
+
+    /// <summary>
+    /// Opens client number <paramref name="index"/> and completes its handshake. The index spreads clients
+    /// over the target's ports and source addresses where it has several (Herald's 4502-4534).
+    /// </summary>
+    Task<IPubSubClient> ConnectAsync(int index, CancellationToken cancellationToken);
+}
+
+/// <summary>
+/// One client connection (TCP) or session (long-poll) to a target. Messages arrive on the client's own
+/// receive loop, one at a time, in order; publications are buffered and written by the client's writer in
+/// batches, so a scenario never pays a system call per message (the way NATS and nats.net clients work).
+/// </summary>
+internal interface IPubSubClient : IAsyncDisposable
+{
+    /// <summary>
+    /// Subscribes <paramref name="handler"/> to <paramref name="topic"/> (an exact topic; no wildcards needed)
+    /// and returns once the subscription is live: anything published to the topic after this returns, by
+    /// any client of the same target, reaches the handler. The handler runs on the receive loop and must not block.
+    /// </summary>
+    Task SubscribeAsync(string topic, DeliveryHandler handler, CancellationToken cancellationToken);
+
+    /// <summary>
+    /// Copies one publication into the send buffer and returns at once; the writer sends it with whatever
+    /// else is buffered. Thread-safe, never blocks (safe inside a <see cref="DeliveryHandler"/>, e.g. to reply).
+    /// Producers in a loop call <see cref="PublishAsync"/> instead, which waits when the buffer is full.
+    /// </summary>
+    void Publish(string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo = default);
+
+    /// <summary>As <see cref="Publish"/>, then waits while more than the client's buffer limit is unsent (flow control).</summary>
+    ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, CancellationToken cancellationToken = default);
+
+    /// <summary>Completes when everything published so far has been handed to the network (not: delivered).</summary>
+    ValueTask FlushAsync(CancellationToken cancellationToken);
+
+    /// <summary>Why the connection ended, when the server or the network ended it (not <see cref="IAsyncDisposable.DisposeAsync"/>); null while it is fine.</summary>
+    string? Failure { get; }
+
+    /// <summary>Error replies the server sent that did not end the connection (Herald ERROR frames, NATS -ERR), for the report.</summary>
+    long Errors { get; }
+}

@@ -1,0 +1,8 @@
+namespace Herald.LoadTest.Targets;
+
+/// <summary>Placeholder until the Nats adapter lands.</summary>
+internal static class NatsTarget
+{
+    public static Task<ITarget> StartAsync(TargetOptions options, CancellationToken cancellationToken) =>
+        throw new TargetUnavailableException($"target {options.Target} is not implemented yet");
+}

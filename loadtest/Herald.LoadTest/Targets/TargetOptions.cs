@@ -1,0 +1,101 @@
+using System.Globalization;
+using Herald.LoadTest.Client;
+
+namespace Herald.LoadTest.Targets;
+
+/// <summary>
+/// Which broker a scenario runs against, and whether the tool starts it (the default) or finds it running
+/// (<c>--server external</c>). Every scenario reads these the same way.
+/// </summary>
+internal sealed record TargetOptions(
+    string Target,
+    string Transport,
+    bool StartServer,
+    string Host,
+    int? Port,
+    int FirstPort,
+    int LastPort,
+    int? HttpPort,
+    string? ServerCpus,
+    string? ClientCpus,
+    int? ServerPid,
+    string BrokerDll,
+    double SetupTimeoutSeconds)
+{
+    public static readonly string[] Targets = ["herald", "nats", "redis", "signalr"];
+
+    public const string DefaultBrokerDll = "broker/src/Herald.Broker/bin/Release/net10.0/Herald.Broker.dll";
+
+    public const string Usage = """
+          --target T             herald | nats | redis | signalr                       (default herald)
+          --transport X          tcp | longpoll: Herald TCP or HTTP long-poll; SignalR WebSockets (tcp) or
+                                 long polling (longpoll); NATS and Redis: tcp only     (default tcp)
+          --server start|external  start the server for this run and stop it after (default), or use one
+                                 that is already running at --host/--port
+          --host HOST            server address                                        (default 127.0.0.1)
+          --port N               the server's (first) port. Defaults: herald 4502, nats 4222, redis 6379,
+                                 signalr 5080; herald long-poll uses --http-port (default 8080)
+          --ports A-B            herald: spread TCP clients over ports A..B            (default 4502-4534)
+          --http-port N          herald long-poll / HTTP port                          (default 8080)
+          --server-cpus LIST     pin a started server to these CPUs (taskset -c LIST), the same for every target
+          --client-cpus LIST     pin this tool to these CPUs
+          --server-pid PID       with --server external: the server's process, for its CPU and RSS
+          --broker-dll PATH      the Herald broker to start (default broker/src/Herald.Broker/bin/Release/net10.0/Herald.Broker.dll)
+          --setup-timeout S      give up starting, connecting and subscribing after S s (default 60)
+        """;
+
+    public static TargetOptions Read(CommandLine options)
+    {
+        string target = options.String("target", "herald");
+        if (Array.IndexOf(Targets, target) < 0)
+        {
+            throw new UsageException($"--target must be one of {string.Join(", ", Targets)}, got '{target}'.");
+        }
+
+        string transport = options.String("transport", "tcp");
+        if (transport is not ("tcp" or "longpoll"))
+        {
+            throw new UsageException($"--transport must be tcp or longpoll, got '{transport}'.");
+        }
+
+        if (transport == "longpoll" && target is "nats" or "redis")
+        {
+            throw new UsageException($"{target} has no long-poll transport; use --transport tcp.");
+        }
+
+        string server = options.String("server", "start");
+        if (server is not ("start" or "external"))
+        {
+            throw new UsageException($"--server must be start or external, got '{server}'.");
+        }
+
+        int first = 4502, last = 4534;
+        if (options.OptionalString("ports") is { } range && !BrokerEndpoints.TryParsePortRange(range, out first, out last))
+        {
+            throw new UsageException($"--ports must look like 4502-4534, got '{range}'.");
+        }
+
+        int? port = options.Has("port") ? options.Int("port", 0, 1, 65535) : null;
+        int? httpPort = options.Has("http-port") ? options.Int("http-port", 0, 1, 65535) : null;
+        int? pid = options.Has("server-pid") ? options.Int("server-pid", 0, 1) : null;
+        return new TargetOptions(
+            target,
+            transport,
+            server == "start",
+            options.String("host", "127.0.0.1"),
+            port,
+            first,
+            last,
+            httpPort,
+            options.OptionalString("server-cpus"),
+            options.OptionalString("client-cpus"),
+            pid,
+            options.String("broker-dll", DefaultBrokerDll),
+            options.Seconds("setup-timeout", 60, 1));
+    }
+
+    /// <summary>The port to use for <paramref name="target"/>: <c>--port</c>, else its usual one.</summary>
+    public int PortOr(int usual) => Port ?? usual;
+
+    public string Describe() => string.Create(CultureInfo.InvariantCulture, $"{Target}/{Transport} ({(StartServer ? "started by the tool" : "external")}{(ServerCpus is null ? "" : $", server on CPUs {ServerCpus}")}{(ClientCpus is null ? "" : $", tool on CPUs {ClientCpus}")})");
+}
