@@ -30,9 +30,9 @@ internal static class ClientAffinity
             }
         }
 
-        if (!OperatingSystem.IsLinux() && !OperatingSystem.IsWindows())
+        if (!OperatingSystem.IsLinux())
         {
-            throw new UsageException("--client-cpus works on Linux and Windows only.");
+            throw new UsageException("--client-cpus works on Linux only.");
         }
 
         using Process self = Process.GetCurrentProcess();
