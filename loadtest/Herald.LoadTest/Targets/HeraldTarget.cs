@@ -1,8 +1,139 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Net;
+using Herald.LoadTest.Client;
+
 namespace Herald.LoadTest.Targets;
 
-/// <summary>Placeholder until the Herald adapter lands.</summary>
-internal static class HeraldTarget
+/// <summary>
+/// Herald, started by the tool from the Release build (<c>--broker-dll</c>) with its embedded defaults
+/// (only the listening addresses and ports are set), or found running (<c>--server external</c>).
+/// TCP clients are spread over the port range; long-poll clients use the HTTP port.
+/// </summary>
+internal sealed class HeraldTarget : ITarget
 {
-    public static Task<ITarget> StartAsync(TargetOptions options, CancellationToken cancellationToken) =>
-        throw new TargetUnavailableException($"target {options.Target} is not implemented yet");
+    private readonly TargetOptions _options;
+    private readonly BrokerEndpoints _endpoints;
+    private readonly BrokerChild? _child;
+    private readonly Process? _external;
+
+    private HeraldTarget(TargetOptions options, BrokerEndpoints endpoints, BrokerChild? child, Process? external, string description)
+    {
+        _options = options;
+        _endpoints = endpoints;
+        _child = child;
+        _external = external;
+        ServerDescription = description;
+    }
+
+    public string Name => "herald";
+
+    public string Transport => _options.Transport;
+
+    public string ServerDescription { get; }
+
+    public string? ServerCommandLine => _child?.CommandLine;
+
+    public Process? ServerProcess => _child?.Process ?? _external;
+
+    public int MaxPayload => 1024 * 1024 - 1024; // spec §9 default max frame, less the envelope
+
+    /// <summary>The TCP ports and address clients connect to.</summary>
+    public BrokerEndpoints Endpoints => _endpoints;
+
+    /// <summary>The HTTP (long-poll) port.</summary>
+    public int HttpPort => _options.HttpPort ?? 8080;
+
+    /// <summary>The broker arguments the tool starts Herald with: listeners on loopback, nothing else changed.</summary>
+    public static List<string> Arguments(TargetOptions options)
+    {
+        CultureInfo c = CultureInfo.InvariantCulture;
+        return
+        [
+            $"--Herald:Tcp:Host={options.Host}",
+            $"--Herald:Tcp:PortRangeStart={options.FirstPort.ToString(c)}",
+            $"--Herald:Tcp:PortRangeEnd={options.LastPort.ToString(c)}",
+            $"--Herald:Http:Host={options.Host}",
+            $"--Herald:Http:Port={(options.HttpPort ?? 8080).ToString(c)}",
+            "--Herald:Policy:Port=-1",
+        ];
+    }
+
+    public static async Task<ITarget> StartAsync(TargetOptions options, CancellationToken cancellationToken)
+    {
+        if (options.Port is { } port && options.FirstPort == 4502 && options.LastPort == 4534)
+        {
+            options = options with { FirstPort = port, LastPort = port }; // --port alone: one port
+        }
+
+        BrokerEndpoints endpoints = await BrokerEndpoints.ResolveAsync(options.Host, options.FirstPort, options.LastPort, cancellationToken);
+        string version = "Herald";
+        if (!options.StartServer)
+        {
+            return new HeraldTarget(options, endpoints, null, FindProcess(options.ServerPid), "Herald (external)");
+        }
+
+        string dll = Path.GetFullPath(options.BrokerDll);
+        if (!File.Exists(dll))
+        {
+            throw new TargetUnavailableException($"no broker at '{dll}': build it first (dotnet build -c Release broker/src/Herald.Broker) or pass --broker-dll.");
+        }
+
+        if (await BrokerChild.IsListeningAsync(endpoints.At(options.FirstPort), cancellationToken))
+        {
+            throw new TargetUnavailableException($"something already listens on {options.Host}:{options.FirstPort}: stop it, or use it with --server external.");
+        }
+
+        if (FileVersionInfo.GetVersionInfo(dll).ProductVersion is { Length: > 0 } product)
+        {
+            version = $"Herald {product.Split('+')[0]}";
+        }
+
+        BrokerChild child = BrokerChild.Start(dll, Arguments(options), options.ServerCpus);
+        if (await child.WaitUntilReadyAsync(endpoints.At(options.FirstPort), TimeSpan.FromSeconds(options.SetupTimeoutSeconds), cancellationToken) is { } notReady)
+        {
+            await child.DisposeAsync();
+            throw new TargetUnavailableException(notReady);
+        }
+
+        return new HeraldTarget(options, endpoints, child, null, $"{version} ({Path.GetFileName(dll)}, .NET {Environment.Version})");
+    }
+
+    public async Task<IPubSubClient> ConnectAsync(int index, CancellationToken cancellationToken)
+    {
+        if (_options.Transport == "longpoll")
+        {
+            throw new TargetUnavailableException("herald/longpoll is not implemented yet");
+        }
+
+        return await HeraldTcpClient.ConnectAsync(_endpoints.For(index), $"loadtest-{index.ToString(CultureInfo.InvariantCulture)}", cancellationToken);
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        if (_child is not null)
+        {
+            await _child.DisposeAsync();
+        }
+
+        _external?.Dispose();
+    }
+
+    internal static Process? FindProcess(int? pid)
+    {
+        if (pid is not { } id)
+        {
+            return null;
+        }
+
+        try
+        {
+            return Process.GetProcessById(id);
+        }
+        catch (ArgumentException)
+        {
+            Console.Error.WriteLine($"warning: no process with id {id}; server CPU and RSS will not be reported.");
+            return null;
+        }
+    }
 }

@@ -61,16 +61,21 @@ internal interface IPubSubClient : IAsyncDisposable
     Task SubscribeAsync(string topic, DeliveryHandler handler, CancellationToken cancellationToken);
 
     /// <summary>
-    /// Copies one publication into the send buffer and returns at once; the writer sends it with whatever
-    /// else is buffered. Thread-safe, never blocks (safe inside a <see cref="DeliveryHandler"/>, e.g. to reply).
-    /// Producers in a loop call <see cref="PublishAsync"/> instead, which waits when the buffer is full.
+    /// Copies one publication into the send buffer and returns without waiting: it is sent at once when the
+    /// connection is idle, else with the batch after the send in flight. Called from a
+    /// <see cref="DeliveryHandler"/> (e.g. to reply), it is sent after the handlers of the whole received
+    /// batch have run, in one write with the other replies. Thread-safe, never blocks.
     /// </summary>
     void Publish(string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo = default);
 
-    /// <summary>As <see cref="Publish"/>, then waits while more than the client's buffer limit is unsent (flow control).</summary>
-    ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, CancellationToken cancellationToken = default);
+    /// <summary>
+    /// As <see cref="Publish"/>, then waits while more than the client's buffer limit is unsent (flow
+    /// control). With <paramref name="sendNow"/> false the publication may wait in the buffer until a batch
+    /// has accumulated: a producer in a tight loop passes false and calls <see cref="FlushAsync"/> when done.
+    /// </summary>
+    ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, bool sendNow = true, CancellationToken cancellationToken = default);
 
-    /// <summary>Completes when everything published so far has been handed to the network (not: delivered).</summary>
+    /// <summary>Sends whatever is buffered and completes when everything published so far has been handed to the network (not: delivered).</summary>
     ValueTask FlushAsync(CancellationToken cancellationToken);
 
     /// <summary>Why the connection ended, when the server or the network ended it (not <see cref="IAsyncDisposable.DisposeAsync"/>); null while it is fine.</summary>

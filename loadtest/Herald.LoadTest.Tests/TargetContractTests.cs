@@ -1,0 +1,68 @@
+using System.Globalization;
+using System.Text;
+using Herald.LoadTest.Targets;
+
+namespace Herald.LoadTest.Tests;
+
+/// <summary>
+/// The <see cref="IPubSubClient"/> contract every scenario relies on, checked against each target the
+/// tool can start here: a subscription is live when SubscribeAsync returns, publications arrive in order
+/// and intact, a handler can reply through reply_to, and FlushAsync sends what a batched producer buffered.
+/// </summary>
+public class TargetContractTests
+{
+    public static TheoryData<string, string> Targets => new() { { "herald", "tcp" } };
+
+    internal static async Task<ITarget> StartAsync(string target, string transport)
+    {
+        int first = Repo.FreePorts(3);
+        string[] args =
+        [
+            "--target", target, "--transport", transport,
+            "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture),
+            "--port", first.ToString(CultureInfo.InvariantCulture), "--broker-dll", Repo.BrokerDll, "--setup-timeout", "60",
+        ];
+        TargetOptions options = TargetOptions.Read(CommandLine.Parse(args));
+        return await TargetFactory.StartAsync(options, CancellationToken.None);
+    }
+
+    [Theory]
+    [MemberData(nameof(Targets))]
+    public async Task Publications_reach_a_live_subscription_in_order_and_a_handler_can_reply(string target, string transport)
+    {
+        await using ITarget server = await StartAsync(target, transport);
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+        await using IPubSubClient subscriber = await server.ConnectAsync(0, timeout.Token);
+        await using IPubSubClient publisher = await server.ConnectAsync(1, timeout.Token);
+
+        const int count = 2000;
+        var received = new List<string>();
+        var all = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        await subscriber.SubscribeAsync("contract.data", (payload, _) =>
+        {
+            received.Add(Encoding.UTF8.GetString(payload));
+            if (received.Count == count)
+            {
+                all.TrySetResult();
+            }
+        }, timeout.Token);
+        await subscriber.SubscribeAsync("contract.echo", (payload, replyTo) => subscriber.Publish(Encoding.UTF8.GetString(replyTo), payload), timeout.Token);
+
+        var reply = new TaskCompletionSource<string>(TaskCreationOptions.RunContinuationsAsynchronously);
+        await publisher.SubscribeAsync("_INBOX.contract.1", (payload, _) => reply.TrySetResult(Encoding.UTF8.GetString(payload)), timeout.Token);
+
+        for (int i = 0; i < count; i++)
+        {
+            await publisher.PublishAsync("contract.data", Encoding.UTF8.GetBytes($"m{i}"), sendNow: false, cancellationToken: timeout.Token);
+        }
+
+        await publisher.FlushAsync(timeout.Token);
+        await all.Task.WaitAsync(timeout.Token);
+        Assert.Equal(Enumerable.Range(0, count).Select(i => $"m{i}"), received);
+
+        publisher.Publish("contract.echo", "hello"u8, "_INBOX.contract.1"u8);
+        Assert.Equal("hello", await reply.Task.WaitAsync(timeout.Token));
+        Assert.Null(subscriber.Failure);
+        Assert.Null(publisher.Failure);
+    }
+}
