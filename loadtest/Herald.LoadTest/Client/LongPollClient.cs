@@ -28,19 +28,22 @@ internal sealed class LongPollClient : IDisposable
 
     private static readonly MediaTypeHeaderValue JsonType = new("application/json");
     private static readonly MediaTypeHeaderValue OctetType = new("application/octet-stream");
+    private static readonly MediaTypeHeaderValue FramesType = new(FramesMediaType);
 
     private readonly HttpClient _http;
     private readonly Uri _base;
     private readonly SourceAddresses _sources;
     private long _connectionsOpened;
 
-    public LongPollClient(IPAddress address, int port, SourceAddresses sources, TimeSpan connectTimeout)
+    /// <param name="maxConnectionsPerServer">Unlimited by default (many sessions share this client); a client
+    /// serving one session needs only its held poll plus a publish and a subscribe in flight.</param>
+    public LongPollClient(IPAddress address, int port, SourceAddresses sources, TimeSpan connectTimeout, int maxConnectionsPerServer = int.MaxValue)
     {
         _sources = sources;
         _base = new Uri(string.Create(CultureInfo.InvariantCulture, $"http://{(address.AddressFamily == AddressFamily.InterNetworkV6 ? $"[{address}]" : address.ToString())}:{port}/poll/"));
         var handler = new SocketsHttpHandler
         {
-            MaxConnectionsPerServer = int.MaxValue,
+            MaxConnectionsPerServer = maxConnectionsPerServer,
             PooledConnectionLifetime = Timeout.InfiniteTimeSpan,
             PooledConnectionIdleTimeout = TimeSpan.FromMinutes(2),
             ConnectTimeout = connectTimeout,
@@ -80,7 +83,8 @@ internal sealed class LongPollClient : IDisposable
             : throw new LongPollException(response.StatusCode, "MalformedResponse", "create session: no \"session\" in the answer", null);
         long pollTimeoutMs = root.TryGetProperty("pollTimeoutMs", out JsonElement p) && p.TryGetInt64(out long ms) ? ms : 15_000;
         long maxPending = root.TryGetProperty("maxPendingMessages", out JsonElement m) && m.TryGetInt64(out long mp) ? mp : 0;
-        return new LongPollSessionInfo(token, TimeSpan.FromMilliseconds(pollTimeoutMs), maxPending);
+        long maxBody = root.TryGetProperty("maxBodyBytes", out JsonElement b) && b.TryGetInt64(out long mb) && mb > 0 ? mb : LongPollSessionInfo.DefaultMaxBodyBytes;
+        return new LongPollSessionInfo(token, TimeSpan.FromMilliseconds(pollTimeoutMs), maxPending, maxBody);
     }
 
     /// <summary>Subscribes a session (longpoll §1.2); the subscription is live when this returns.</summary>
@@ -192,6 +196,23 @@ internal sealed class LongPollClient : IDisposable
         }
     }
 
+    /// <summary>
+    /// Publishes in a session a body of PUBLISH frames, back to back (longpoll §1.3, <c>application/vnd.herald.frames</c>):
+    /// all are routed in order, or none if one is invalid. Throws <see cref="LongPollException"/> for any answer but 202.
+    /// </summary>
+    public async Task PublishFramesAsync(string session, ReadOnlyMemory<byte> frames, CancellationToken cancellationToken)
+    {
+        using var request = new HttpRequestMessage(HttpMethod.Post, new Uri(_base, $"sessions/{session}/publish"))
+        {
+            Content = new ReadOnlyMemoryContent(frames) { Headers = { ContentType = FramesType } },
+        };
+        using HttpResponseMessage response = await _http.SendAsync(request, HttpCompletionOption.ResponseContentRead, cancellationToken);
+        if (response.StatusCode != HttpStatusCode.Accepted)
+        {
+            throw await LongPollException.FromAsync(response, "publish", cancellationToken);
+        }
+    }
+
     public void Dispose() => _http.Dispose();
 
     /// <summary>A numeric response header, read without validation or allocation of a parsed form; -1 when absent.</summary>
@@ -224,7 +245,11 @@ internal sealed class LongPollClient : IDisposable
 }
 
 /// <summary>What session creation returned (longpoll §1.1).</summary>
-internal readonly record struct LongPollSessionInfo(string Token, TimeSpan PollTimeout, long MaxPendingMessages);
+internal readonly record struct LongPollSessionInfo(string Token, TimeSpan PollTimeout, long MaxPendingMessages, long MaxBodyBytes = LongPollSessionInfo.DefaultMaxBodyBytes)
+{
+    /// <summary>The broker's default <c>maxBodyBytes</c>, assumed when the answer does not say.</summary>
+    public const long DefaultMaxBodyBytes = 1024 * 1024;
+}
 
 /// <summary>
 /// One poll's answer. For 200: the sequence headers (-1 when absent) and the body in

@@ -80,6 +80,24 @@ internal sealed class SourceAddresses
         return new SourceAddresses(addresses);
     }
 
+    /// <summary>
+    /// The source address of client <paramref name="index"/> when every client opens up to
+    /// <paramref name="connectionsPerClient"/> connections to one endpoint: on IPv4 loopback, consecutive
+    /// clients fill 127.0.0.1, then 127.0.0.2, ... with <see cref="ConnectionsPerPair"/> connections each;
+    /// the first address (and any target off loopback) is left to the kernel.
+    /// </summary>
+    public static SourceAddresses ForClient(IPAddress target, int index, int connectionsPerClient)
+    {
+        ArgumentNullException.ThrowIfNull(target);
+        if (target.AddressFamily != AddressFamily.InterNetwork || !IPAddress.IsLoopback(target))
+        {
+            return None;
+        }
+
+        int slot = (int)((long)index * connectionsPerClient / ConnectionsPerPair % 250);
+        return slot == 0 ? None : new([IPAddress.Parse(string.Create(CultureInfo.InvariantCulture, $"127.0.0.{slot + 1}"))]);
+    }
+
     /// <summary>The address of connection <paramref name="index"/>; <c>null</c> when sockets are not bound.</summary>
     public IPAddress? For(int index) => Count == 0 ? null : _addresses[(int)((uint)index % (uint)Count)];
 

@@ -103,7 +103,7 @@ internal sealed class HeraldTarget : ITarget
     {
         if (_options.Transport == "longpoll")
         {
-            throw new TargetUnavailableException("herald/longpoll is not implemented yet");
+            return await HeraldLongPollClient.ConnectAsync(_endpoints.Address, HttpPort, index, cancellationToken);
         }
 
         return await HeraldTcpClient.ConnectAsync(_endpoints.For(index), $"loadtest-{index.ToString(CultureInfo.InvariantCulture)}", cancellationToken);
