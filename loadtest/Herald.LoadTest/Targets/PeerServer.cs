@@ -37,7 +37,8 @@ internal static class PeerServer
     {
         try
         {
-            return BrokerChild.StartExecutable(executable, arguments, cpus);
+            string display = $"{executable} {string.Join(' ', arguments.Select(a => a.Length == 0 ? "\"\"" : a))}"; // as typed in a shell
+            return BrokerChild.StartExecutable(executable, arguments, cpus, display: display);
         }
         catch (Win32Exception e)
         {

@@ -1,6 +1,7 @@
 using System.Diagnostics;
 using System.Globalization;
 using System.Net;
+using System.Reflection;
 using Herald.LoadTest.Client;
 using StackExchange.Redis;
 
@@ -102,9 +103,12 @@ internal sealed class RedisTarget : ITarget
             throw new TargetUnavailableException($"no Redis server answers at {options.Host}:{port}: {e.Message}", e);
         }
 
-        string description = $"redis-server {version}; client: StackExchange.Redis {typeof(ConnectionMultiplexer).Assembly.GetName().Version?.ToString(3)} (reply-to carried in an envelope the adapter adds)";
+        string description = $"redis-server {version}; client: StackExchange.Redis {ClientVersion()} (reply-to carried in an envelope the adapter adds)";
         return new RedisTarget(endPoint, child, HeraldTarget.FindProcess(child is null ? options.ServerPid : null), description, setupTimeout);
     }
+
+    private static string ClientVersion() =>
+        typeof(ConnectionMultiplexer).Assembly.GetCustomAttribute<AssemblyInformationalVersionAttribute>()?.InformationalVersion.Split('+')[0] ?? "?";
 
     public async Task<IPubSubClient> ConnectAsync(int index, CancellationToken cancellationToken) =>
         await RedisPubSubClient.ConnectAsync(_endPoint, $"loadtest-{index.ToString(CultureInfo.InvariantCulture)}", _setupTimeout, cancellationToken);
