@@ -48,6 +48,14 @@ public class PeerTargetTests
         await Assert.ThrowsAsync<TargetUnavailableException>(() => TargetFactory.StartAsync(options, CancellationToken.None));
     }
 
+    [Fact]
+    public async Task A_missing_server_executable_is_unavailable_with_the_install_command()
+    {
+        TargetUnavailableException e = await Assert.ThrowsAsync<TargetUnavailableException>(
+            () => PeerServer.ReadVersionAsync("herald-no-such-server", "--version", "apt-get install -y herald-no-such-server", CancellationToken.None));
+        Assert.Contains("apt-get install -y herald-no-such-server", e.Message, StringComparison.Ordinal);
+    }
+
     private static bool IsRunning(int pid)
     {
         try

@@ -84,7 +84,15 @@ internal sealed class RedisPubSubClient : IPubSubClient
     {
         byte[] enveloped = Envelope(payload, replyTo);
         Interlocked.Add(ref _unconfirmedBytes, enveloped.Length);
-        _ = _subscriber.PublishAsync(Channel(topic), enveloped, CommandFlags.FireAndForget);
+        try
+        {
+            _ = _subscriber.PublishAsync(Channel(topic), enveloped, CommandFlags.FireAndForget);
+        }
+        catch (RedisException e)
+        {
+            // no connection to queue it on (the multiplexer is reconnecting): lost, as the contract allows after a failure
+            Interlocked.CompareExchange(ref _failure, $"publish failed: {e.Message}", null);
+        }
     }
 
     /// <summary>
