@@ -1,8 +1,110 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Net;
+using Herald.LoadTest.Client;
+using Herald.LoadTest.Peers.Nats;
+
 namespace Herald.LoadTest.Targets;
 
-/// <summary>Placeholder until the Nats adapter lands.</summary>
-internal static class NatsTarget
+/// <summary>
+/// nats-server (Debian package <c>nats-server</c>), started by the tool as a child with only its address and
+/// port set (<c>-a HOST -p PORT</c>, everything else at its defaults), pinned to <c>--server-cpus</c>, or
+/// found running (<c>--server external</c>). Clients are <see cref="NatsPubSubClient"/>: the tool's own
+/// minimal text-protocol client, because NATS.Net cannot be restored from the registry here.
+/// </summary>
+internal sealed class NatsTarget : ITarget
 {
-    public static Task<ITarget> StartAsync(TargetOptions options, CancellationToken cancellationToken) =>
-        throw new TargetUnavailableException($"target {options.Target} is not implemented yet");
+    public const string Executable = "nats-server";
+    private const string InstallHint = "apt-get install -y nats-server";
+    private const string ClientNote = "client: the load tool's own NATS text-protocol client, not nats.net (NATS.Client.Core cannot be restored from the registry here)";
+
+    private readonly IPEndPoint _endPoint;
+    private readonly BrokerChild? _child;
+    private readonly Process? _external;
+
+    private NatsTarget(IPEndPoint endPoint, BrokerChild? child, Process? external, string description, int maxPayload)
+    {
+        _endPoint = endPoint;
+        _child = child;
+        _external = external;
+        ServerDescription = description;
+        MaxPayload = maxPayload;
+    }
+
+    public string Name => "nats";
+
+    public string Transport => "tcp";
+
+    public string ServerDescription { get; }
+
+    public string? ServerCommandLine => _child?.CommandLine;
+
+    public Process? ServerProcess => _child?.Process ?? _external;
+
+    public int MaxPayload { get; }
+
+    /// <summary>The arguments the tool starts nats-server with: the listening address and port, nothing else.</summary>
+    public static List<string> Arguments(TargetOptions options) =>
+        ["-a", options.Host, "-p", options.PortOr(4222).ToString(CultureInfo.InvariantCulture)];
+
+    public static async Task<ITarget> StartAsync(TargetOptions options, CancellationToken cancellationToken)
+    {
+        int port = options.PortOr(4222);
+        IPEndPoint endPoint = (await BrokerEndpoints.ResolveAsync(options.Host, port, port, cancellationToken)).At(port);
+        BrokerChild? child = null;
+        string version = "nats-server (external)";
+        if (options.StartServer)
+        {
+            version = await PeerServer.ReadVersionAsync(Executable, "--version", InstallHint, cancellationToken); // "nats-server: v2.9.10"
+            version = version.Replace(": v", " ", StringComparison.Ordinal);
+            if (await BrokerChild.IsListeningAsync(endPoint, cancellationToken))
+            {
+                throw new TargetUnavailableException($"something already listens on {options.Host}:{port}: stop it, or use it with --server external.");
+            }
+
+            child = PeerServer.Start(Executable, Arguments(options), options.ServerCpus, InstallHint);
+            if (await child.WaitUntilListeningAsync(endPoint, TimeSpan.FromSeconds(options.SetupTimeoutSeconds), cancellationToken) is { } notListening)
+            {
+                await child.DisposeAsync();
+                throw new TargetUnavailableException($"nats-server: {notListening}");
+            }
+        }
+
+        try
+        {
+            // One probe connection: it is NATS, and its INFO gives the version (external) and max_payload.
+            using var probeTimeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+            probeTimeout.CancelAfter(TimeSpan.FromSeconds(options.SetupTimeoutSeconds));
+            using NatsConnection probe = await NatsConnection.ConnectAsync(endPoint, "loadtest-probe", probeTimeout.Token);
+            if (child is null)
+            {
+                version = $"{probe.ServerName} (external)";
+            }
+
+            int maxPayload = probe.MaxPayload is > 0 and <= int.MaxValue ? (int)probe.MaxPayload : 1024 * 1024;
+            return new NatsTarget(endPoint, child, HeraldTarget.FindProcess(child is null ? options.ServerPid : null), $"{version}; {ClientNote}", maxPayload);
+        }
+        catch (Exception e) when (e is IOException or System.Net.Sockets.SocketException or OperationCanceledException && !cancellationToken.IsCancellationRequested)
+        {
+            if (child is not null)
+            {
+                await child.DisposeAsync();
+            }
+
+            throw new TargetUnavailableException($"no NATS server answers at {options.Host}:{port}: {e.Message}", e);
+        }
+    }
+
+    public async Task<IPubSubClient> ConnectAsync(int index, CancellationToken cancellationToken) =>
+        await NatsPubSubClient.ConnectAsync(_endPoint, $"loadtest-{index.ToString(CultureInfo.InvariantCulture)}", cancellationToken);
+
+    public async ValueTask DisposeAsync()
+    {
+        if (_child is not null)
+        {
+            await _child.DisposeAsync();
+        }
+
+        _external?.Dispose();
+    }
 }
