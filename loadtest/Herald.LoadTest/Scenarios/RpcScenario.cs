@@ -1,309 +1,309 @@
 using System.Buffers;
-using System.Buffers.Text;
 using System.Diagnostics;
 using System.Globalization;
-using System.Runtime.CompilerServices;
 using System.Security.Cryptography;
 using System.Text;
 using System.Text.Json;
-using Herald.LoadTest.Client;
 using Herald.LoadTest.Reporting;
-using Herald.Protocol;
+using Herald.LoadTest.Targets;
 using MessagePack;
 
 namespace Herald.LoadTest.Scenarios;
 
 /// <summary>
-/// <c>rpc</c>: request/reply round trips through the broker (spec §7). One responder subscribes to the
-/// request topic and answers each request by publishing the same payload to its <c>reply_to</c>; each
-/// caller subscribes to its own <c>_INBOX.&lt;unique&gt;.&gt;</c>, then in a loop publishes a request
-/// with <c>reply_to = _INBOX.&lt;unique&gt;.&lt;n&gt;</c> and waits for that reply. One call in flight
-/// per caller, so the figures are round-trip latency (two publications, four socket hops) and, with
-/// several callers, how many such calls the broker sustains.
+/// <c>rpc</c>: request/reply through the broker, the service of the WCF vs gRPC seed (<see cref="RpcCall"/>).
+/// <para>
+/// <c>--mode twoway</c> (default): each caller subscribes to its own inbox topic, then in a loop serializes a
+/// request, publishes it with <c>reply_to</c> = its inbox, and waits for the reply (the next request goes out
+/// from the reply's handler, so there is no thread hop per call). The responder deserializes the request,
+/// computes and serializes the reply, and publishes it to the <c>reply_to</c>. One call in flight per caller,
+/// so with one caller the figure is round-trip latency, with many how many such calls the target sustains.
+/// </para>
+/// <para>
+/// <c>--mode oneway</c>: callers only publish requests (batched, flow-controlled by <c>--max-lead</c> like
+/// fanout); the responder deserializes and counts them and checks each caller's call numbers for gaps and
+/// reordering. The figure is calls/s.
+/// </para>
+/// <para>
+/// Several responders: a topic delivers to every subscriber on every target, so responders sharing a topic
+/// would each answer every call. Responder r therefore has its own topic <c>--topic.r</c>, and caller i calls
+/// responder i mod R: each call is answered exactly once, and the load is spread evenly.
+/// </para>
 /// </summary>
 internal sealed class RpcScenario : IScenario
 {
-    private const uint Sid = 1;
     private const double MinimumWindowSeconds = 0.05; // shorter (an abort right after warm-up): no rate worth printing
 
     public string Name => "rpc";
 
-    public string Summary => "request/reply round trips through the broker: calls/s and latency percentiles.";
+    public string Summary => "request/reply (or one-way calls) through the broker: calls/s and latency percentiles.";
 
     public string Usage => $"""
-        rpc: callers each keep one request in flight; one responder echoes every request to its reply_to.
+        rpc: callers call a service through the broker; the responder deserializes each request and serializes its reply.
 
-          --callers N            caller connections, one call in flight each     (default 1)
-          --payload BYTES        request and reply payload size                  (default 16)
+          --mode twoway|oneway   twoway: request/reply, one call in flight per caller; oneway: publish only,
+                                 the responder counts                            (default twoway)
+          --payload KIND         small: GetData(int) -> string; composite: CompositeType -> CompositeType;
+                                 list42: GetDataStream(0, 42) -> 42 CompositeTypes (default small)
+          --callers N            caller connections                              (default 1)
+          --responders N         responder connections, each on its own topic <topic>.<r>; caller i calls
+                                 responder i mod N                               (default 1)
           --seconds S            measured window                                 (default 10)
           --warmup S             warm-up before the window                       (default 2)
-          --topic NAME           request topic                                   (default bench.rpc)
+          --max-lead N           oneway: most requests all callers together may be ahead of the responders (default 10000)
+          --topic NAME           request topic prefix                            (default bench.rpc)
           --grace S              after the window: time allowed for calls in flight (default 3)
+          --repeat N             repetitions (fresh connections each); headlines are the median (default 1)
           --out FILE             also write the result as JSON
-        {BrokerOptions.Usage}
-        The responder connects to --port; callers are spread over --ports.
-        Exit codes: 0 ok, 1 a check failed (disconnection, fatal ERROR, wrong or missing reply), 2 usage, 3 broker unreachable, 130 Ctrl+C.
+        {TargetOptions.Usage}
+        Exit codes: 0 ok, 1 a check failed (disconnection, wrong, lost or missing reply), 2 usage, 3 target unreachable, 130 Ctrl+C.
         """;
 
     public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
     {
+        TargetOptions targetOptions = TargetOptions.Read(commandLine);
         RpcOptions options = RpcOptions.Read(commandLine);
         commandLine.RejectUnused();
-        byte[] topic = Topic.EncodeName(options.Topic);
-        byte[] payload = new byte[options.Payload];
-        RandomNumberGenerator.Fill(payload);
-        string run = Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(4)); // inboxes unique across concurrent runs
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"rpc: {options.Callers} callers -> '{options.Topic}' -> 1 responder, payload {options.Payload} B, warm-up {options.Warmup} s, measured {options.Seconds} s"));
-        Console.WriteLine($"machine: {MachineInfo.Describe()}");
-
+            $"rpc {options.Mode}: {options.Callers} callers -> '{options.Topic}.*' -> {options.Responders} responder(s), {options.Call.Name} ({options.Call.Description}), warm-up {options.Warmup} s, measured {options.Seconds} s, {options.Repeat} repetition(s); {targetOptions.Describe()}"));
+        await using ITarget target = await TargetFactory.StartAsync(targetOptions, cancellationToken);
+        TargetReport.Print(target, Console.Out);
         var log = new RunLog();
-        var state = new RunState();
-        HeraldConnection[] callerConnections = [];
-        HeraldConnection? responderConnection = null;
+        var runs = new List<RpcRun>();
+        for (int repetition = 1; repetition <= options.Repeat; repetition++)
+        {
+            if (options.Repeat > 1)
+            {
+                Console.WriteLine($"repetition {repetition} of {options.Repeat}");
+            }
+
+            RpcRun? run = await RunOnceAsync(target, targetOptions, options, log, cancellationToken);
+            if (run is null)
+            {
+                return cancellationToken.IsCancellationRequested ? ExitCodes.Interrupted : ExitCodes.BrokerUnreachable;
+            }
+
+            runs.Add(run);
+            run.Print(options);
+            if (run.Interrupted)
+            {
+                break;
+            }
+        }
+
+        return Report(target, options, runs, log);
+    }
+
+    /// <summary>One repetition: connect, subscribe, warm up, measure, drain, close. Null when setup failed.</summary>
+    private static async Task<RpcRun?> RunOnceAsync(ITarget target, TargetOptions targetOptions, RpcOptions options, RunLog log, CancellationToken cancellationToken)
+    {
+        string run = Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(4)); // inboxes unique across concurrent runs
+        var phase = new RpcPhase();
+        var oneway = options.Mode == "oneway" ? new OnewayLedger(options.Callers) : null;
+        IPubSubClient[] clients = [];
         try
         {
+            // ---- Setup, bounded by --setup-timeout: responders are clients 0..R-1, callers R..R+C-1.
+            var responders = new RpcResponder[options.Responders];
+            var callers = new RpcCaller[options.Callers];
             long setupStart = Stopwatch.GetTimestamp();
             using (var setup = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken))
             {
-                setup.CancelAfter(TimeSpan.FromSeconds(options.Broker.SetupTimeoutSeconds));
+                setup.CancelAfter(TimeSpan.FromSeconds(targetOptions.SetupTimeoutSeconds));
                 try
                 {
-                    BrokerEndpoints endpoints = await BrokerEndpoints.ResolveAsync(options.Broker.Host, options.Broker.FirstPort, options.Broker.LastPort, setup.Token);
-                    Console.WriteLine($"broker: responder on {endpoints.Host}:{options.Broker.Port}, callers on {endpoints.Display}");
-                    responderConnection = await HeraldConnection.ConnectAsync(endpoints.At(options.Broker.Port), "loadtest-rpc-responder", setup.Token);
-                    await responderConnection.SubscribeAsync(Sid, options.Topic, setup.Token);
-                    callerConnections = await HeraldConnection.ConnectManyAsync(
-                        endpoints,
-                        options.Callers,
-                        i => $"loadtest-rpc-caller-{i}",
-                        (connection, i, token) => connection.SubscribeAsync(Sid, $"{InboxOf(run, i)}.>", token),
-                        setup.Token);
+                    clients = await ScenarioClients.ConnectAsync(target, 0, options.Responders + options.Callers, setup.Token);
+                    for (int r = 0; r < responders.Length; r++)
+                    {
+                        responders[r] = new RpcResponder(clients[r], $"responder {r}", options.Call, oneway, log);
+                    }
+
+                    for (int i = 0; i < callers.Length; i++)
+                    {
+                        string inbox = string.Create(CultureInfo.InvariantCulture, $"_INBOX.lt{run}.c{i}");
+                        callers[i] = new RpcCaller(i, clients[options.Responders + i], RequestTopic(options, i % options.Responders), inbox, options.Call, phase, oneway, log);
+                    }
+
+                    await ScenarioClients.SubscribeAllAsync(responders.Length, (r, token) => clients[r].SubscribeAsync(RequestTopic(options, r), responders[r].OnRequest, token), setup.Token);
+                    if (oneway is null)
+                    {
+                        await ScenarioClients.SubscribeAllAsync(callers.Length, (i, token) => callers[i].Client.SubscribeAsync(callers[i].Inbox, callers[i].OnReply, token), setup.Token);
+                    }
                 }
-                catch (Exception e) when (RunState.IsSetupFailure(e) && !cancellationToken.IsCancellationRequested)
+                catch (Exception e) when (ScenarioClients.IsSetupFailure(e) && !cancellationToken.IsCancellationRequested)
                 {
-                    string why = e is OperationCanceledException ? $"setup did not finish within {options.Broker.SetupTimeoutSeconds} s" : e.Message;
-                    Console.Error.WriteLine($"error: broker unreachable or unusable (responder {options.Broker.Host}:{options.Broker.Port}, callers {options.Broker.PortsDisplay}): {why}");
-                    return ExitCodes.BrokerUnreachable;
+                    string why = e is OperationCanceledException ? $"setup did not finish within {targetOptions.SetupTimeoutSeconds} s" : e.Message;
+                    Console.Error.WriteLine($"error: {target.Label} unreachable or unusable: {why}");
+                    return null;
                 }
                 catch (OperationCanceledException)
                 {
-                    return ExitCodes.Interrupted;
+                    return null;
                 }
             }
 
-            WelcomeFrame welcome = responderConnection.Welcome;
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                $"connected 1 responder + {options.Callers} callers in {Stopwatch.GetElapsedTime(setupStart).TotalSeconds:F2} s; server '{welcome.ServerName}' protocol v{welcome.Version}, limits {Outcome.FormatLimits(welcome.Limits)}"));
+                $"connected and subscribed {options.Responders} responder(s) + {options.Callers} callers in {Stopwatch.GetElapsedTime(setupStart).TotalSeconds:F2} s"));
 
-            var phase = new RpcPhase();
-            var responder = new RpcResponder(responderConnection, log);
-            var callers = new RpcCaller[callerConnections.Length];
-            for (int i = 0; i < callers.Length; i++)
+            // ---- Run.
+            using var stopSending = new CancellationTokenSource();
+            Task sending = Task.CompletedTask;
+            if (oneway is null)
             {
-                callers[i] = new RpcCaller(callerConnections[i], topic, Encoding.ASCII.GetBytes($"{InboxOf(run, i)}."), payload, phase, log);
+                foreach (RpcCaller caller in callers)
+                {
+                    caller.Start();
+                }
+            }
+            else
+            {
+                long leadPerCaller = Math.Max(1, options.MaxLead / options.Callers);
+                sending = Task.WhenAll(callers.Select(c => Task.Run(() => c.SendOnewayAsync(leadPerCaller, stopSending.Token))));
             }
 
-            Process? brokerProcess = options.Broker.FindBrokerProcess();
-            Task responding = responder.RunAsync(state);
-            Task[] calling = [.. callers.Select(c => c.RunAsync(state))];
-
+            Process? server = target.ServerProcess;
             WindowResult<RpcSnapshot> window = await MeasuredWindow.RunAsync(
                 options.Warmup,
                 options.Seconds,
-                () => RpcSnapshot.Take(callers, brokerProcess),
+                () => RpcSnapshot.Take(callers, oneway, server),
                 (now, previous, current, measuring) => Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
                     $"  {now,5:F1}s  calls/s {(current.Calls - previous.Calls) / current.Seconds(previous),11:N0}{(measuring ? "" : "  (warm-up)")}")),
-                () => responder.Failure is { } f ? $"responder failed: {f}"
-                    : callers.All(c => c.Closed) ? "every caller was disconnected"
+                () => responders.FirstOrDefault(r => r.Client.Failure is not null) is { } failed ? $"{failed.Name} failed: {failed.Client.Failure}"
+                    : callers.All(c => c.Client.Failure is not null) ? "every caller was disconnected"
                     : null,
                 phase.StartMeasuring,
                 cancellationToken);
             phase.Finish();
 
-            // Callers stop after the call in flight; give its reply --grace seconds, then close everything.
-            await RunState.WaitQuietlyAsync(Task.WhenAll(calling), TimeSpan.FromSeconds(window.Interrupted ? 0 : options.Grace));
-            int outstanding = callers.Count(c => c.AwaitingReply);
-            state.BeginStopping();
-            RunState.CloseAll(callerConnections, responderConnection);
-            await RunState.WaitQuietlyAsync(Task.WhenAll([.. calling, responding]), TimeSpan.FromSeconds(2));
+            // ---- Stop: calls in flight (twoway) or requests sent (oneway) get --grace seconds to be answered.
+            long drainStart = Stopwatch.GetTimestamp();
+            await stopSending.CancelAsync();
+            await RunState.WaitQuietlyAsync(sending, TimeSpan.FromSeconds(options.Grace));
+            while (!window.Interrupted && Stopwatch.GetElapsedTime(drainStart).TotalSeconds < options.Grace && callers.Any(c => c.Client.Failure is null && c.Outstanding > 0))
+            {
+                await Task.Delay(5, CancellationToken.None);
+            }
 
-            return Report(options, window, callers, responder, welcome, outstanding, log);
+            long unanswered = callers.Where(c => c.Client.Failure is null).Sum(c => c.Outstanding);
+            string?[] lost = [.. clients.Select(c => c.Failure)]; // before closing: a client may call its own close a failure
+            long errors = clients.Sum(c => c.Errors);
+            return RpcRun.From(options, window, callers, responders, oneway, lost, errors, unanswered, log);
         }
         finally
         {
-            state.BeginStopping();
-            RunState.CloseAll(callerConnections, responderConnection);
+            phase.Finish();
+            await ScenarioClients.DisposeAllAsync(clients);
         }
     }
 
-    private static string InboxOf(string run, int caller) => string.Create(CultureInfo.InvariantCulture, $"{ProtocolConstants.InboxPrefix}lt{run}c{caller}");
+    private static string RequestTopic(RpcOptions options, int responder) => string.Create(CultureInfo.InvariantCulture, $"{options.Topic}.{responder}");
 
-    private static void WriteParameters(Utf8JsonWriter json, RpcOptions options)
+    private static int Report(ITarget target, RpcOptions options, List<RpcRun> runs, RunLog log)
     {
-        json.WriteStartObject("parameters");
-        json.WriteString("host", options.Broker.Host);
-        json.WriteNumber("responderPort", options.Broker.Port);
-        json.WriteString("callerPorts", $"{options.Broker.FirstPort}-{options.Broker.LastPort}");
-        json.WriteNumber("callers", options.Callers);
-        json.WriteNumber("payloadBytes", options.Payload);
-        json.WriteNumber("seconds", options.Seconds);
-        json.WriteNumber("warmupSeconds", options.Warmup);
-        json.WriteString("topic", options.Topic);
-        json.WriteEndObject();
-    }
-
-    private static int Report(RpcOptions options, WindowResult<RpcSnapshot> window, RpcCaller[] callers, RpcResponder responder, WelcomeFrame welcome, int outstanding, RunLog log)
-    {
-        var failures = new List<string>();
-        if (window.Aborted is { } aborted)
+        bool interrupted = runs.Any(r => r.Interrupted);
+        List<string> failures = [.. runs.SelectMany((r, i) => r.Failures.Select(f => runs.Count > 1 ? $"repetition {i + 1}: {f}" : f))];
+        List<RpcRun> measured = [.. runs.Where(r => r.Measured)];
+        List<Headline> headlines = [Headline.Of("calls/s", "calls/s", higherIsBetter: true, [.. measured.Select(r => r.CallsPerSecond)])];
+        if (options.Mode == "twoway")
         {
-            failures.Add($"run aborted: {aborted}");
+            headlines.Add(Headline.Of("p50 latency us", "us", higherIsBetter: false, [.. measured.Where(r => r.Latency.Count > 0).Select(r => r.Latency.Percentile(50))]));
+            headlines.Add(Headline.Of("p99 latency us", "us", higherIsBetter: false, [.. measured.Where(r => r.Latency.Count > 0).Select(r => r.Latency.Percentile(99))]));
         }
 
-        int disconnected = callers.Count(c => c.LostReason is not null);
-        if (disconnected > 0)
-        {
-            failures.Add($"{disconnected} of {callers.Length} callers were disconnected (first: {callers.First(c => c.LostReason is not null).LostReason})");
-        }
-
-        if (responder.Failure is { } responderFailure && window.Aborted is null)
-        {
-            failures.Add($"responder failed: {responderFailure}");
-        }
-
-        long unexpected = callers.Sum(c => c.Unexpected) + responder.Unexpected;
-        long errorFrames = callers.Sum(c => c.ErrorFrames) + responder.ErrorFrames;
-        if (unexpected > 0)
-        {
-            failures.Add($"{unexpected:N0} frames were wrong or not expected (see the events above)");
-        }
-
-        if (outstanding > 0 && !window.Interrupted)
-        {
-            failures.Add($"{outstanding} calls got no reply within {options.Grace} s");
-        }
-
+        long? rss = TargetReport.ServerRss(target);
         Console.WriteLine();
-        if (window.Start is not { } start || window.End.Seconds(start) < MinimumWindowSeconds)
+        Console.WriteLine($"rpc {options.Mode} {options.Call.Name} on {target.Label} ({(interrupted ? "INTERRUPTED" : failures.Count == 0 ? "OK" : "FAILED")})");
+        ScenarioClients.PrintHeadlines(headlines);
+        if (rss is { } bytes)
         {
-            Console.WriteLine(window.Interrupted ? "rpc interrupted before the measured window: nothing measured." : "rpc stopped before the measured window: nothing measured.");
-            Outcome.PrintFailures(failures);
-            if (options.Out is { } unmeasuredPath)
-            {
-                ResultFile.Write(unmeasuredPath, "rpc", json =>
-                {
-                    WriteParameters(json, options);
-                    Outcome.WriteBroker(json, welcome);
-                    Outcome.Write(json, failures, window.Interrupted, log);
-                });
-            }
-
-            return window.Interrupted ? ExitCodes.Interrupted : ExitCodes.RunFailed;
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"  server RSS          : {bytes / 1e6:F1} MB at the end"));
         }
 
-        RpcSnapshot end = window.End;
-        double seconds = end.Seconds(start);
-        long calls = end.Calls - start.Calls;
-        double callsPerSecond = calls / seconds;
-        var latency = new LatencyHistogram();
-        foreach (RpcCaller caller in callers)
-        {
-            latency.Add(caller.Latency);
-        }
-
-        var resources = ResourceUsage.Between(start.Resources, end.Resources);
-        if (calls == 0)
-        {
-            failures.Add("no call completed during the measured window");
-        }
-
-        CultureInfo c = CultureInfo.InvariantCulture;
-        static double Us(long ns) => ns / 1000.0;
-        Console.WriteLine($"rpc result ({(window.Interrupted ? "INTERRUPTED" : failures.Count == 0 ? "OK" : "FAILED")})");
-        Console.WriteLine($"  machine             : {MachineInfo.Describe()}");
-        Console.WriteLine($"  broker              : '{welcome.ServerName}' v{welcome.Version}");
-        Console.WriteLine(string.Create(c, $"  parameters          : {options.Callers} callers, 1 responder, payload {options.Payload} B"));
-        Console.WriteLine(string.Create(c, $"  measured window     : {seconds:F2} s after {options.Warmup} s warm-up"));
-        Console.WriteLine(string.Create(c, $"  calls/s             : {callsPerSecond:N0}  ({calls:N0} calls; responder answered {responder.Requests:N0} requests in all)"));
-        Console.WriteLine(string.Create(c, $"  latency (us)        : p50 {Us(latency.ValueAtPercentile(50)):F1}  p90 {Us(latency.ValueAtPercentile(90)):F1}  p99 {Us(latency.ValueAtPercentile(99)):F1}  p99.9 {Us(latency.ValueAtPercentile(99.9)):F1}  max {Us(latency.Max):F1}  mean {latency.Mean / 1000:F1}  (min {Us(latency.Count > 0 ? latency.Min : 0):F1}, {latency.Count:N0} samples)"));
-        Console.WriteLine(string.Create(c, $"  checks              : {unexpected:N0} unexpected frames, {errorFrames:N0} ERROR frames, {disconnected} disconnected, {outstanding} calls unanswered at the end"));
-        resources.Print(Console.Out);
         Outcome.PrintFailures(failures);
-
         if (options.Out is { } path)
         {
             ResultFile.Write(path, "rpc", json =>
             {
-                WriteParameters(json, options);
-                Outcome.WriteBroker(json, welcome);
-                json.WriteStartObject("results");
-                json.WriteNumber("measuredSeconds", seconds);
-                json.WriteNumber("calls", calls);
-                json.WriteNumber("callsPerSecond", callsPerSecond);
-                json.WriteStartObject("latencyMicroseconds");
-                json.WriteNumber("p50", Us(latency.ValueAtPercentile(50)));
-                json.WriteNumber("p90", Us(latency.ValueAtPercentile(90)));
-                json.WriteNumber("p99", Us(latency.ValueAtPercentile(99)));
-                json.WriteNumber("p999", Us(latency.ValueAtPercentile(99.9)));
-                json.WriteNumber("max", Us(latency.Max));
-                json.WriteNumber("min", Us(latency.Count > 0 ? latency.Min : 0));
-                json.WriteNumber("mean", latency.Mean / 1000);
-                json.WriteNumber("samples", latency.Count);
+                TargetReport.Write(json, target);
+                Headline.WriteAll(json, headlines);
+                json.WriteStartObject("parameters");
+                json.WriteString("mode", options.Mode);
+                json.WriteString("payload", options.Call.Name);
+                json.WriteString("call", options.Call.Description);
+                json.WriteNumber("callers", options.Callers);
+                json.WriteNumber("responders", options.Responders);
+                json.WriteNumber("seconds", options.Seconds);
+                json.WriteNumber("warmupSeconds", options.Warmup);
+                json.WriteNumber("maxLead", options.MaxLead);
+                json.WriteString("topic", options.Topic);
+                json.WriteNumber("graceSeconds", options.Grace);
+                json.WriteNumber("repeat", options.Repeat);
                 json.WriteEndObject();
-                json.WriteNumber("unexpectedFrames", unexpected);
-                json.WriteNumber("errorFrames", errorFrames);
-                json.WriteNumber("disconnectedCallers", disconnected);
-                json.WriteNumber("unansweredCalls", outstanding);
-                json.WriteEndObject();
-                resources.Write(json);
-                Outcome.Write(json, failures, window.Interrupted, log);
+                if (rss is { } serverRss)
+                {
+                    json.WriteNumber("serverRssBytes", serverRss);
+                }
+
+                json.WriteStartArray("repetitions");
+                foreach (RpcRun run in runs)
+                {
+                    run.Write(json);
+                }
+
+                json.WriteEndArray();
+                Outcome.Write(json, failures, interrupted, log);
             });
             Console.WriteLine($"  result written to   : {path}");
         }
 
-        return window.Interrupted ? ExitCodes.Interrupted : failures.Count == 0 ? ExitCodes.Ok : ExitCodes.RunFailed;
+        return interrupted ? ExitCodes.Interrupted : failures.Count == 0 ? ExitCodes.Ok : ExitCodes.RunFailed;
     }
 
-    internal sealed record RpcOptions(BrokerOptions Broker, int Callers, int Payload, double Seconds, double Warmup, string Topic, double Grace, string? Out)
+    internal sealed record RpcOptions(string Mode, RpcCall Call, int Callers, int Responders, double Seconds, double Warmup, long MaxLead, string Topic, double Grace, int Repeat, string? Out)
     {
         public static RpcOptions Read(CommandLine options)
         {
-            var broker = BrokerOptions.Read(options);
-            string topic = options.String("topic", "bench.rpc");
-            try
+            string mode = options.String("mode", "twoway");
+            if (mode is not ("twoway" or "oneway"))
             {
-                Herald.Protocol.Topic.EncodeName(topic);
-            }
-            catch (ProtocolException e)
-            {
-                throw new UsageException($"--topic: {e.Message}");
+                throw new UsageException($"--mode must be twoway or oneway, got '{mode}'.");
             }
 
             return new RpcOptions(
-                broker,
+                mode,
+                RpcCall.Of(options.String("payload", "small")),
                 options.Int("callers", 1, 1, 100_000),
-                options.Int("payload", 16, 0, 900 * 1024),
+                options.Int("responders", 1, 1, 10_000),
                 options.Seconds("seconds", 10, 0.1),
                 options.Seconds("warmup", 2, 0),
-                topic,
+                options.Int("max-lead", 10_000, 1),
+                options.String("topic", "bench.rpc"),
                 options.Seconds("grace", 3, 0),
+                ScenarioClients.Repeat(options),
                 options.OptionalString("out"));
         }
     }
 
     internal readonly record struct RpcSnapshot(ResourceSnapshot Resources, long Calls)
     {
-        public static RpcSnapshot Take(RpcCaller[] callers, Process? broker)
+        /// <summary>Twoway: calls completed (reply checked); oneway: requests the responders deserialized.</summary>
+        public static RpcSnapshot Take(RpcCaller[] callers, OnewayLedger? oneway, Process? server)
         {
             long calls = 0;
-            foreach (RpcCaller caller in callers)
+            if (oneway is not null)
             {
-                calls += caller.Completed;
+                calls = oneway.TotalReceived;
+            }
+            else
+            {
+                foreach (RpcCaller caller in callers)
+                {
+                    calls += caller.Completed;
+                }
             }
 
-            return new RpcSnapshot(ResourceSnapshot.Take(broker), calls);
+            return new RpcSnapshot(ResourceSnapshot.Take(server), calls);
         }
 
         public double Seconds(RpcSnapshot earlier) => Stopwatch.GetElapsedTime(earlier.Resources.Timestamp, Resources.Timestamp).TotalSeconds;
@@ -324,258 +324,419 @@ internal sealed class RpcScenario : IScenario
     }
 
     /// <summary>
-    /// One caller connection: publishes a request, reads until its reply, records the round trip.
-    /// Threading: <see cref="RunAsync"/> writes every field; other tasks read <see cref="Completed"/> and
-    /// <see cref="Closed"/> while it runs, the rest after it ended.
+    /// Oneway bookkeeping per caller: requests received by the responders and the next call number expected.
+    /// Threading: entry i is written only by the responder that serves caller i (i mod R), read by anyone.
     /// </summary>
-    internal sealed class RpcCaller(HeraldConnection connection, byte[] topic, byte[] inboxPrefix, byte[] payload, RpcPhase phase, RunLog log)
+    internal sealed class OnewayLedger(int callers)
     {
-        private static readonly double NanosecondsPerTick = 1e9 / Stopwatch.Frequency;
+        private readonly long[] _received = new long[callers];
+        private readonly long[] _next = Enumerable.Repeat(1L, callers).ToArray();
 
-        private readonly byte[] _replyTopic = new byte[inboxPrefix.Length + 20]; // prefix + up to 20 digits of n
-        private long _completed;
-        private volatile bool _awaitingReply;
-        private volatile bool _closed;
+        private long _missing;   // several responders may add: interlocked
+        private long _reordered;
 
-        public long Completed => Volatile.Read(ref _completed);
+        public long Missing => Interlocked.Read(ref _missing);
 
-        public bool AwaitingReply => _awaitingReply;
+        public long Reordered => Interlocked.Read(ref _reordered);
 
-        public bool Closed => _closed;
+        public long Received(int caller) => Volatile.Read(ref _received[caller]);
 
-        public LatencyHistogram Latency { get; } = new();
-
-        public string? LostReason { get; private set; }
-
-        public long Unexpected { get; private set; }
-
-        public long ErrorFrames { get; private set; }
-
-        public async Task RunAsync(RunState state)
+        public long TotalReceived
         {
-            var request = new ArrayBufferWriter<byte>(payload.Length + 128);
-            inboxPrefix.CopyTo(_replyTopic, 0);
-            try
+            get
             {
-                for (ulong n = 1; !phase.Finished; n++)
+                long sum = 0;
+                for (int i = 0; i < _received.Length; i++)
                 {
-                    Utf8Formatter.TryFormat(n, _replyTopic.AsSpan(inboxPrefix.Length), out int digits);
-                    int replyLength = inboxPrefix.Length + digits;
-                    request.ResetWrittenCount();
-                    FrameWriter.WritePublish(request, topic, _replyTopic.AsSpan(0, replyLength), PayloadFlags.None, payload);
-
-                    _awaitingReply = true;
-                    long sent = Stopwatch.GetTimestamp();
-                    await connection.SendAsync(request.WrittenMemory, CancellationToken.None);
-                    if (!await ReceiveReplyAsync(replyLength))
-                    {
-                        Lose(state, "the broker closed the connection");
-                        return;
-                    }
-
-                    long received = Stopwatch.GetTimestamp();
-                    _awaitingReply = false;
-                    if (phase.Measuring)
-                    {
-                        Latency.Record((long)((received - sent) * NanosecondsPerTick));
-                    }
-
-                    Volatile.Write(ref _completed, _completed + 1);
+                    sum += Volatile.Read(ref _received[i]);
                 }
-            }
-            catch (Exception e) when (RunState.IsConnectionEnd(e) || e is ProtocolException)
-            {
-                Lose(state, e.Message);
-            }
-            finally
-            {
-                _closed = true;
+
+                return sum;
             }
         }
 
-        private void Lose(RunState state, string why)
+        /// <summary>Records call <paramref name="call"/> of <paramref name="caller"/>; false when the caller is unknown.</summary>
+        public bool Record(int caller, long call)
         {
-            if (!state.Stopping)
+            if ((uint)caller >= (uint)_received.Length)
             {
-                LostReason ??= why;
-                log.Report(connection.Name, $"disconnected: {why}");
+                return false;
             }
-        }
 
-        [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder<>))]
-        private async ValueTask<bool> ReceiveReplyAsync(int replyLength)
-        {
-            while (true)
+            if (call != _next[caller])
             {
-                bool pongDue = false;
-                bool replied = ReadBuffered(replyLength, ref pongDue);
-                if (pongDue)
+                if (call > _next[caller])
                 {
-                    await connection.SendPongAsync();
+                    Interlocked.Add(ref _missing, call - _next[caller]);
                 }
-
-                if (replied)
+                else
                 {
-                    return true;
-                }
-
-                if (!await connection.ReceiveAsync())
-                {
-                    return false;
-                }
-            }
-        }
-
-        /// <summary>Handles buffered frames up to and including the reply; returns whether it came.</summary>
-        private bool ReadBuffered(int replyLength, ref bool pongDue)
-        {
-            while (connection.TryReadFrame(out ReadOnlySequence<byte> frame))
-            {
-                var reader = new MessagePackReader(frame);
-                FrameType type = FrameDecoder.ReadHeader(ref reader, out int elements);
-                switch (type)
-                {
-                    case FrameType.Message:
-                        PublishFrame reply = FrameDecoder.ReadMessage(ref reader, elements);
-                        if (reply.Sid == Sid && reply.Topic.FirstSpan.SequenceEqual(_replyTopic.AsSpan(0, replyLength)) && reply.Payload.FirstSpan.SequenceEqual(payload))
-                        {
-                            return true;
-                        }
-
-                        Unexpected++;
-                        log.Report(connection.Name, $"unexpected reply: sid {reply.Sid}, topic '{reply.TopicString}', {reply.Payload.Length}-byte payload; waiting for '{Encoding.ASCII.GetString(_replyTopic, 0, replyLength)}'");
-                        break;
-                    case FrameType.Ping:
-                        pongDue = true;
-                        break;
-                    case FrameType.Pong:
-                        break;
-                    case FrameType.Error:
-                        ErrorFrame error = FrameDecoder.ReadError(ref reader, elements);
-                        ErrorFrames++;
-                        log.Report(connection.Name, BrokerErrorException.Describe(error));
-                        if (error.Fatal)
-                        {
-                            LostReason ??= BrokerErrorException.Describe(error);
-                        }
-
-                        break;
-                    default:
-                        Unexpected++;
-                        log.Report(connection.Name, $"unexpected {type} frame");
-                        break;
+                    Interlocked.Increment(ref _reordered);
                 }
             }
 
-            return false;
+            _next[caller] = call + 1;
+            Volatile.Write(ref _received[caller], _received[caller] + 1);
+            return true;
         }
     }
 
     /// <summary>
-    /// The responder connection: answers every request MESSAGE with a PUBLISH of the same payload to its
-    /// reply_to, all the replies to one read batch in one send.
-    /// Threading: <see cref="RunAsync"/> writes every field; others read them after it ended.
+    /// One responder: deserializes every request, and in twoway mode serializes and publishes the reply to its
+    /// reply_to (the client sends all the replies to one received batch in one write).
+    /// Threading: <see cref="OnRequest"/> runs on the client's receive loop and writes every field; the
+    /// counters are read after the run.
     /// </summary>
-    internal sealed class RpcResponder(HeraldConnection connection, RunLog log)
+    internal sealed class RpcResponder(IPubSubClient client, string name, RpcCall call, OnewayLedger? oneway, RunLog log)
     {
-        private volatile string? _failure;
+        private readonly ArrayBufferWriter<byte> _reply = new(4096);
+        private readonly HashSet<string> _replyTopics = new(StringComparer.Ordinal); // reply_to strings seen, so a reply costs no string allocation
+        private byte[] _request = new byte[4096];
+
+        public IPubSubClient Client => client;
+
+        public string Name => name;
 
         public long Requests { get; private set; }
 
         public long Unexpected { get; private set; }
 
-        public long ErrorFrames { get; private set; }
-
-        public string? Failure => _failure;
-
-        public async Task RunAsync(RunState state)
+        public void OnRequest(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo)
         {
-            var replies = new ArrayBufferWriter<byte>(64 * 1024);
+            if (payload.Length > _request.Length)
+            {
+                _request = new byte[payload.Length * 2];
+            }
+
+            payload.CopyTo(_request); // MessagePack reads from memory, the span lives only during this call
+            ReadOnlyMemory<byte> request = _request.AsMemory(0, payload.Length);
             try
             {
-                while (true)
+                if (oneway is not null)
                 {
-                    bool pongDue = AnswerBuffered(replies);
-                    if (replies.WrittenCount > 0)
+                    (int caller, long number) = call.Answer(request, null);
+                    if (!oneway.Record(caller, number))
                     {
-                        await connection.SendAsync(replies.WrittenMemory, CancellationToken.None);
-                        replies.ResetWrittenCount();
-                    }
-
-                    if (pongDue)
-                    {
-                        await connection.SendPongAsync();
-                    }
-
-                    if (!await connection.ReceiveAsync())
-                    {
-                        Fail(state, "the broker closed the connection");
-                        return;
+                        Wrong($"request from unknown caller {caller}");
                     }
                 }
+                else if (replyTo.IsEmpty)
+                {
+                    Wrong("request without reply_to");
+                    return;
+                }
+                else
+                {
+                    _reply.ResetWrittenCount();
+                    call.Answer(request, _reply);
+                    client.Publish(ReplyTopic(replyTo), _reply.WrittenSpan);
+                }
+
+                Requests++;
             }
-            catch (Exception e) when (RunState.IsConnectionEnd(e) || e is ProtocolException)
+            catch (MessagePackSerializationException e)
             {
-                Fail(state, e.Message);
+                Wrong($"request does not deserialize: {e.Message}");
             }
         }
 
-        private void Fail(RunState state, string why)
+        private string ReplyTopic(ReadOnlySpan<byte> replyTo)
         {
-            if (!state.Stopping)
+            Span<char> chars = stackalloc char[256];
+            if (replyTo.Length <= chars.Length && Encoding.UTF8.TryGetChars(replyTo, chars, out int length)
+                && _replyTopics.GetAlternateLookup<ReadOnlySpan<char>>().TryGetValue(chars[..length], out string? known))
             {
-                _failure ??= why;
-                log.Report(connection.Name, $"disconnected: {why}");
+                return known;
+            }
+
+            string topic = Encoding.UTF8.GetString(replyTo);
+            _replyTopics.Add(topic);
+            return topic;
+        }
+
+        private void Wrong(string why)
+        {
+            if (Unexpected++ == 0)
+            {
+                log.Report(name, why);
+            }
+        }
+    }
+
+    /// <summary>
+    /// One caller. Twoway: <see cref="Start"/> sends the first request, and <see cref="OnReply"/> (on the
+    /// client's receive loop) checks each reply, records its latency and sends the next request, so exactly one
+    /// call is in flight. Oneway: <see cref="SendOnewayAsync"/> publishes requests in a loop.
+    /// Threading: one of those writes the fields at a time; others read <see cref="Completed"/> and
+    /// <see cref="Outstanding"/> while it runs, the rest after the run.
+    /// </summary>
+    internal sealed class RpcCaller(int id, IPubSubClient client, string requestTopic, string inbox, RpcCall call, RpcPhase phase, OnewayLedger? oneway, RunLog log)
+    {
+        private readonly byte[] _inbox = Encoding.UTF8.GetBytes(inbox);
+        private readonly ArrayBufferWriter<byte> _request = new(4096);
+        private byte[] _replyCopy = new byte[4096];
+        private long _call;
+        private long _started; // Stopwatch timestamp of the call in flight, taken before its request is serialized
+        private long _completed;
+        private long _sent;
+        private volatile bool _awaiting;
+
+        public IPubSubClient Client => client;
+
+        public string Inbox => inbox;
+
+        public Latencies Latency { get; } = new();
+
+        public long Completed => Volatile.Read(ref _completed);
+
+        /// <summary>Twoway: 1 while a call waits for its reply; oneway: requests sent and not yet received by a responder.</summary>
+        public long Outstanding => oneway is null ? (_awaiting ? 1 : 0) : Math.Max(0, Volatile.Read(ref _sent) - oneway.Received(id));
+
+        public long Unexpected { get; private set; }
+
+        public string? SendFailure { get; private set; }
+
+        public void Start() => Send();
+
+        public void OnReply(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo)
+        {
+            if (!_awaiting)
+            {
+                Wrong("a reply when no call was in flight");
+                return;
+            }
+
+            if (payload.Length > _replyCopy.Length)
+            {
+                _replyCopy = new byte[payload.Length * 2];
+            }
+
+            payload.CopyTo(_replyCopy);
+            string? mismatch;
+            try
+            {
+                mismatch = call.CheckReply(_replyCopy.AsMemory(0, payload.Length), id, _call);
+            }
+            catch (MessagePackSerializationException e)
+            {
+                mismatch = $"reply does not deserialize: {e.Message}";
+            }
+
+            if (mismatch is not null)
+            {
+                Wrong(mismatch); // and keep waiting: the end of the run reports the call unanswered
+                return;
+            }
+
+            long now = Stopwatch.GetTimestamp();
+            if (phase.Measuring)
+            {
+                Latency.RecordTicks(_started, now);
+            }
+
+            _awaiting = false;
+            Volatile.Write(ref _completed, _completed + 1);
+            if (!phase.Finished)
+            {
+                Send();
             }
         }
 
-        /// <summary>Encodes a reply for every buffered request into <paramref name="replies"/>; returns whether a PING asked for a PONG.</summary>
-        private bool AnswerBuffered(ArrayBufferWriter<byte> replies)
+        public async Task SendOnewayAsync(long maxLead, CancellationToken stop)
         {
-            bool pongDue = false;
-            while (connection.TryReadFrame(out ReadOnlySequence<byte> frame))
+            Debug.Assert(oneway is not null);
+            try
             {
-                var reader = new MessagePackReader(frame);
-                FrameType type = FrameDecoder.ReadHeader(ref reader, out int elements);
-                switch (type)
+                while (!stop.IsCancellationRequested && client.Failure is null)
                 {
-                    case FrameType.Message:
-                        PublishFrame request = FrameDecoder.ReadMessage(ref reader, elements);
-                        if (request.ReplyTo is { } replyTo)
-                        {
-                            FrameWriter.WritePublish(replies, replyTo.FirstSpan, default, request.Flags, request.Payload.FirstSpan);
-                            Requests++;
-                        }
-                        else
-                        {
-                            Unexpected++;
-                            log.Report(connection.Name, $"request on '{request.TopicString}' without reply_to");
-                        }
+                    if (_sent - oneway.Received(id) >= maxLead)
+                    {
+                        await client.FlushAsync(stop); // what is buffered must go out, or the responder never catches up
+                        await Task.Delay(1, stop);
+                        continue;
+                    }
 
-                        break;
-                    case FrameType.Ping:
-                        pongDue = true;
-                        break;
-                    case FrameType.Pong:
-                        break;
-                    case FrameType.Error:
-                        ErrorFrame error = FrameDecoder.ReadError(ref reader, elements);
-                        ErrorFrames++;
-                        log.Report(connection.Name, BrokerErrorException.Describe(error));
-                        if (error.Fatal)
-                        {
-                            _failure ??= BrokerErrorException.Describe(error);
-                        }
-
-                        break;
-                    default:
-                        Unexpected++;
-                        log.Report(connection.Name, $"unexpected {type} frame");
-                        break;
+                    _request.ResetWrittenCount();
+                    call.WriteRequest(_request, id, _sent + 1);
+                    ValueTask appended = client.PublishAsync(requestTopic, _request.WrittenMemory, default, sendNow: false, stop);
+                    Volatile.Write(ref _sent, _sent + 1); // copied into the send buffer already; the wait is for room
+                    await appended;
                 }
             }
+            catch (OperationCanceledException) when (stop.IsCancellationRequested)
+            {
+                // the window is over
+            }
+            catch (Exception e) when (RunState.IsConnectionEnd(e))
+            {
+                SendFailure ??= e.Message;
+            }
 
-            return pongDue;
+            try
+            {
+                await client.FlushAsync(CancellationToken.None); // the caller bounds the wait with --grace
+            }
+            catch (Exception e) when (RunState.IsConnectionEnd(e))
+            {
+                SendFailure ??= e.Message;
+            }
+        }
+
+        private void Send()
+        {
+            _started = Stopwatch.GetTimestamp();
+            _call++;
+            _request.ResetWrittenCount();
+            call.WriteRequest(_request, id, _call);
+            _awaiting = true;
+            client.Publish(requestTopic, _request.WrittenSpan, _inbox);
+        }
+
+        private void Wrong(string why)
+        {
+            if (Unexpected++ == 0)
+            {
+                log.Report(string.Create(CultureInfo.InvariantCulture, $"caller {id}"), why);
+            }
+        }
+    }
+
+    /// <summary>What one repetition measured and found.</summary>
+    internal sealed record RpcRun(
+        bool Measured,
+        bool Interrupted,
+        List<string> Failures,
+        double Seconds,
+        long Calls,
+        Latencies Latency,
+        long Answered,
+        long Unexpected,
+        long Missing,
+        long Reordered,
+        long Errors,
+        int Disconnected,
+        long Unanswered,
+        ResourceUsage? Resources)
+    {
+        public double CallsPerSecond => Seconds > 0 ? Calls / Seconds : 0;
+
+        public static RpcRun From(RpcOptions options, WindowResult<RpcSnapshot> window, RpcCaller[] callers, RpcResponder[] responders, OnewayLedger? oneway, string?[] lost, long errors, long unanswered, RunLog log)
+        {
+            var failures = new List<string>();
+            if (window.Aborted is { } aborted)
+            {
+                failures.Add($"run aborted: {aborted}");
+            }
+
+            int disconnected = lost.Count(l => l is not null);
+            if (disconnected > 0)
+            {
+                failures.Add($"{disconnected} of {lost.Length} connections were disconnected (first: {lost.First(l => l is not null)})");
+            }
+
+            if (callers.FirstOrDefault(c => c.SendFailure is not null) is { } failedCaller)
+            {
+                failures.Add($"a caller could not send: {failedCaller.SendFailure}");
+            }
+
+            long unexpected = callers.Sum(c => c.Unexpected) + responders.Sum(r => r.Unexpected);
+            if (unexpected > 0)
+            {
+                failures.Add($"{unexpected:N0} requests or replies were wrong or not expected (see the events above)");
+            }
+
+            long missing = oneway?.Missing ?? 0, reordered = oneway?.Reordered ?? 0;
+            if (missing > 0)
+            {
+                failures.Add($"{missing:N0} requests missing from callers' sequences");
+            }
+
+            if (reordered > 0)
+            {
+                failures.Add($"{reordered:N0} requests arrived out of order or twice");
+            }
+
+            if (unanswered > 0 && !window.Interrupted)
+            {
+                failures.Add(options.Mode == "oneway" ? $"{unanswered:N0} requests not received {options.Grace} s after sending stopped" : $"{unanswered} calls got no reply within {options.Grace} s");
+            }
+
+            if (errors > 0)
+            {
+                log.Report("rpc", $"the server sent {errors:N0} error replies");
+            }
+
+            var latency = new Latencies();
+            foreach (RpcCaller caller in callers)
+            {
+                latency.Add(caller.Latency);
+            }
+
+            long answered = responders.Sum(r => r.Requests);
+            if (window.Start is not { } start || window.End.Seconds(start) < MinimumWindowSeconds)
+            {
+                return new RpcRun(false, window.Interrupted, failures, 0, 0, latency, answered, unexpected, missing, reordered, errors, disconnected, unanswered, null);
+            }
+
+            long calls = window.End.Calls - start.Calls;
+            if (calls == 0)
+            {
+                failures.Add("no call completed during the measured window");
+            }
+
+            return new RpcRun(true, window.Interrupted, failures, window.End.Seconds(start), calls, latency, answered, unexpected, missing, reordered, errors, disconnected, unanswered, ResourceUsage.Between(start.Resources, window.End.Resources));
+        }
+
+        public void Print(RpcOptions options)
+        {
+            CultureInfo c = CultureInfo.InvariantCulture;
+            Console.WriteLine($"rpc repetition ({(Interrupted ? "INTERRUPTED" : Failures.Count == 0 ? "OK" : "FAILED")})");
+            if (!Measured)
+            {
+                Console.WriteLine(Interrupted ? "  interrupted before the measured window: nothing measured." : "  stopped before the measured window: nothing measured.");
+            }
+            else
+            {
+                Console.WriteLine(string.Create(c, $"  parameters          : {options.Mode}, {options.Call.Description}, {options.Callers} callers, {options.Responders} responder(s)"));
+                Console.WriteLine(string.Create(c, $"  measured window     : {Seconds:F2} s after {options.Warmup} s warm-up"));
+                Console.WriteLine(string.Create(c, $"  calls/s             : {CallsPerSecond:N0}  ({Calls:N0} calls; responders handled {Answered:N0} requests in all)"));
+                if (options.Mode == "twoway")
+                {
+                    Console.WriteLine($"  latency             : {Latency.Describe()}");
+                }
+
+                Resources?.Print(Console.Out);
+            }
+
+            Console.WriteLine(string.Create(c, $"  checks              : {Unexpected:N0} wrong, {Missing:N0} missing, {Reordered:N0} reordered, {Errors:N0} error replies, {Disconnected} disconnected, {Unanswered:N0} unanswered at the end"));
+            Outcome.PrintFailures(Failures);
+        }
+
+        public void Write(Utf8JsonWriter json)
+        {
+            json.WriteStartObject();
+            json.WriteBoolean("measured", Measured);
+            json.WriteBoolean("ok", Failures.Count == 0 && !Interrupted);
+            json.WriteNumber("measuredSeconds", Seconds);
+            json.WriteNumber("calls", Calls);
+            json.WriteNumber("callsPerSecond", CallsPerSecond);
+            Latency.Write(json, "latency");
+            json.WriteNumber("requestsHandled", Answered);
+            json.WriteNumber("unexpected", Unexpected);
+            json.WriteNumber("missing", Missing);
+            json.WriteNumber("reordered", Reordered);
+            json.WriteNumber("errorReplies", Errors);
+            json.WriteNumber("disconnected", Disconnected);
+            json.WriteNumber("unanswered", Unanswered);
+            Resources?.Write(json);
+            json.WriteStartArray("failures");
+            foreach (string failure in Failures)
+            {
+                json.WriteStringValue(failure);
+            }
+
+            json.WriteEndArray();
+            json.WriteEndObject();
         }
     }
 }
