@@ -147,7 +147,7 @@ internal sealed class CollabScenario : IScenario
     private static void PrintTable(List<(CollabRow Row, List<CollabRun> Runs)> results, List<Headline> headlines, List<string> failures)
     {
         CultureInfo c = CultureInfo.InvariantCulture;
-        static string Ms(double us) => double.IsNaN(us) ? "-" : (us / 1000).ToString(us < 10_000 ? "F2" : "F0", CultureInfo.InvariantCulture);
+        static string Ms(double us) => double.IsNaN(us) ? "-" : (us / 1000).ToString(us < 10_000 ? "F2" : "F1", CultureInfo.InvariantCulture);
         Console.WriteLine();
         Console.WriteLine("  latency = receipt - scheduled publication time, in ms; seed = the HTTP polling duplex post's mean/median/stdev");
         Console.WriteLine(string.Create(c,

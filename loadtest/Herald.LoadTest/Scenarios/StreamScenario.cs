@@ -350,6 +350,11 @@ internal sealed class StreamRun
                 break;
             }
 
+            if (receiver.Done.IsCompleted)
+            {
+                break;
+            }
+
             if (publishing.IsFaulted && !deadline.IsCancellationRequested)
             {
                 stopped = $"the publisher failed: {publishing.Exception?.GetBaseException().Message}";
