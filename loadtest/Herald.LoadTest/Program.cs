@@ -17,6 +17,8 @@ internal static class Program
         new RpcScenario(),
         new BroadcastScenario(),
         new CompressionScenario(),
+        new CollabScenario(),
+        new StreamScenario(),
     ];
 
     public static async Task<int> Main(string[] args)

@@ -1,0 +1,479 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Security.Cryptography;
+using System.Text.Json;
+using Herald.LoadTest.Reporting;
+using Herald.LoadTest.Targets;
+
+namespace Herald.LoadTest.Scenarios;
+
+/// <summary>
+/// <c>stream</c>: the net.tcp seed's throughput test. One client receives a fixed number of messages whose
+/// body is five short strings (plus a sequence number here, to check order), pushed by one publisher as fast
+/// as the target takes them, and the time from the first to the last measured message gives messages/s and
+/// MB/s. The publisher never runs more than <c>--max-lead</c> messages ahead of what the subscriber has
+/// received, so the figure is the delivery rate, not the rate at which a queue fills up to a slow-consumer limit.
+/// </summary>
+internal sealed class StreamScenario : IScenario
+{
+    public string Name => "stream";
+
+    public string Summary => "one publisher streams N messages to one subscriber: messages/s and MB/s (net.tcp seed).";
+
+    public string Usage => $"""
+        stream: one publisher pushes --messages messages of five short strings to one subscriber, as fast as
+        the target takes them, never more than --max-lead ahead of the subscriber. Throughput is measured at
+        the subscriber from the last warm-up message to the last message.
+
+          --messages N           messages per run                                 (default 100000)
+          --warmup N             leading messages not measured                    (default 10000)
+          --max-lead N           most messages published but not yet received     (default 10000)
+          --strings N            strings in a message body                        (default 5, as the seed)
+          --string-length N      characters per string                            (default 16)
+          --max-seconds S        give up a run after S s of streaming             (default 60)
+          --repeat N             runs; headlines are the median                   (default 1)
+          --out FILE             also write the result as JSON
+        {TargetOptions.Usage}
+        Exit codes: 0 ok, 1 a check failed (missing, reordered or malformed messages, a disconnection),
+        2 usage, 3 server unreachable, 130 Ctrl+C.
+        """;
+
+    public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    {
+        StreamOptions options = StreamOptions.Read(commandLine);
+        TargetOptions targetOptions = TargetOptions.Read(commandLine);
+        commandLine.RejectUnused();
+        var payload = new StampedPayload(counters: 1, options.Strings, options.StringLength);
+
+        Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+            $"stream: {options.Messages:N0} messages ({options.Warmup:N0} warm-up) of {options.Strings} strings x {options.StringLength} chars = {payload.Length} B MessagePack, max lead {options.MaxLead:N0}, {options.Repeat} run(s), on {targetOptions.Describe()}"));
+        await using ITarget target = await TargetFactory.StartAsync(targetOptions, cancellationToken);
+        TargetReport.Print(target, Console.Out);
+
+        var runs = new List<StreamRun>();
+        bool interrupted = false;
+        for (int repetition = 0; repetition < options.Repeat && !interrupted; repetition++)
+        {
+            Console.WriteLine($"run {repetition + 1}/{options.Repeat}:");
+            StreamRun? run = await StreamRun.ExecuteAsync(target, options, targetOptions.SetupTimeoutSeconds, payload, cancellationToken);
+            if (run is null)
+            {
+                return ExitCodes.BrokerUnreachable;
+            }
+
+            runs.Add(run);
+            interrupted = run.Interrupted;
+        }
+
+        List<Headline> headlines =
+        [
+            Headline.Of("messages/s", "msg/s", higherIsBetter: true, [.. runs.Where(r => r.Measured).Select(r => r.MessagesPerSecond)]),
+            Headline.Of("MB/s", "MB/s", higherIsBetter: true, [.. runs.Where(r => r.Measured).Select(r => r.MegabytesPerSecond)]),
+        ];
+        List<string> failures = [.. runs.SelectMany((r, i) => r.Failures.Select(f => runs.Count > 1 ? $"run {i + 1}: {f}" : f))];
+
+        PrintTable(runs, headlines, failures, payload.Length);
+        if (options.Out is { } path)
+        {
+            ResultFile.Write(path, Name, json =>
+            {
+                json.WriteStartObject("parameters");
+                json.WriteNumber("messages", options.Messages);
+                json.WriteNumber("warmupMessages", options.Warmup);
+                json.WriteNumber("maxLead", options.MaxLead);
+                json.WriteNumber("strings", options.Strings);
+                json.WriteNumber("stringLength", options.StringLength);
+                json.WriteNumber("payloadBytes", payload.Length);
+                json.WriteNumber("maxSeconds", options.MaxSeconds);
+                json.WriteNumber("repeat", options.Repeat);
+                json.WriteEndObject();
+                TargetReport.Write(json, target);
+                Headline.WriteAll(json, headlines);
+                json.WriteStartArray("runs");
+                foreach (StreamRun run in runs)
+                {
+                    run.Write(json);
+                }
+
+                json.WriteEndArray();
+                json.WriteBoolean("ok", failures.Count == 0 && !interrupted);
+                json.WriteBoolean("interrupted", interrupted);
+                json.WriteStartArray("failures");
+                failures.ForEach(json.WriteStringValue);
+                json.WriteEndArray();
+            });
+            Console.WriteLine($"result written to {path}");
+        }
+
+        return interrupted ? ExitCodes.Interrupted : failures.Count > 0 ? ExitCodes.RunFailed : ExitCodes.Ok;
+    }
+
+    private static void PrintTable(List<StreamRun> runs, List<Headline> headlines, List<string> failures, int payloadBytes)
+    {
+        CultureInfo c = CultureInfo.InvariantCulture;
+        Console.WriteLine();
+        Console.WriteLine(string.Create(c, $"  {"run",3}  {"sent",11}  {"received",11}  {"missing",8}  {"reordered",9}  {"seconds",8}  {"messages/s",12}  {"MB/s",8}  {"tool cores",10}  {"server cores",12}  {"server RSS MB",13}"));
+        for (int i = 0; i < runs.Count; i++)
+        {
+            StreamRun r = runs[i];
+            Console.WriteLine(string.Create(c,
+                $"  {i + 1,3}  {r.Sent,11:N0}  {r.Received,11:N0}  {r.Missing,8:N0}  {r.OutOfOrder,9:N0}  {r.Seconds,8:F3}  {r.MessagesPerSecond,12:N0}  {r.MegabytesPerSecond,8:F2}  {r.Usage.ToolCores,10:F2}  {(r.Usage.BrokerCores is { } b ? b.ToString("F2", c) : "?"),12}  {(r.ServerRss is { } rss ? (rss / 1e6).ToString("F1", c) : "?"),13}"));
+        }
+
+        Console.WriteLine(string.Create(c, $"  payload {payloadBytes} B per message; throughput counts payload bytes only"));
+        foreach (Headline h in headlines)
+        {
+            Console.WriteLine(string.Create(c, $"  {h.Name,-12}: {h.Value:N2} {h.Unit} (median of {h.Repetitions}; min {h.Min:N2}, max {h.Max:N2})"));
+        }
+
+        if (runs.Count > 0)
+        {
+            runs[^1].Usage.Print(Console.Out);
+        }
+
+        Outcome.PrintFailures(failures);
+        Console.WriteLine(failures.Count == 0 ? "  result: ok" : "  result: FAILED");
+    }
+}
+
+/// <summary>The stream options after the target's.</summary>
+internal sealed record StreamOptions(int Messages, int Warmup, int MaxLead, int Strings, int StringLength, double MaxSeconds, int Repeat, string? Out)
+{
+    public static StreamOptions Read(CommandLine options)
+    {
+        int messages = options.Int("messages", 100_000, 2, 100_000_000);
+        int warmup = options.Int("warmup", Math.Min(10_000, messages / 10), 0, messages - 2);
+        return new StreamOptions(
+            messages,
+            warmup,
+            options.Int("max-lead", 10_000, 1, 10_000_000),
+            options.Int("strings", 5, 0, 1000),
+            options.Int("string-length", 16, 0, 10_000),
+            options.Seconds("max-seconds", 60, 0.1),
+            options.Int("repeat", 1, 1, 100),
+            options.OptionalString("out"));
+    }
+}
+
+/// <summary>
+/// The subscriber's side of one run: checks each message's sequence number, counts, and notes the receive
+/// times of the last warm-up message and the last message. <see cref="OnMessage"/> runs on the subscriber's
+/// receive loop only; the counters are read by other threads through <see cref="Received"/> and after <see cref="Done"/>.
+/// </summary>
+internal sealed class StreamReceiver(StampedPayload payload, long total, long warmup)
+{
+    private readonly TaskCompletionSource _done = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private long _received;
+    private long _next;
+    private long _wakeAt = long.MaxValue;
+    private TaskCompletionSource? _wake;
+
+    public Task Done => _done.Task;
+
+    public long Received => Volatile.Read(ref _received);
+
+    public long OutOfOrder { get; private set; }
+
+    public long Malformed { get; private set; }
+
+    /// <summary>Receive time of message number max(warmup, 1) (counting from 1): the start of the measured span.</summary>
+    public long StartTimestamp { get; private set; }
+
+    public long EndTimestamp { get; private set; }
+
+    /// <summary>Messages between <see cref="StartTimestamp"/> and <see cref="EndTimestamp"/>.</summary>
+    public long MeasuredCount => total - Math.Max(warmup, 1);
+
+    public void OnMessage(ReadOnlySpan<byte> body, ReadOnlySpan<byte> replyTo)
+    {
+        if (!payload.TryRead(body, 0, out uint sequence))
+        {
+            Malformed++;
+            return;
+        }
+
+        if (sequence != _next)
+        {
+            OutOfOrder++;
+        }
+
+        _next = sequence + 1L;
+        long count = _received + 1;
+        if (count == Math.Max(warmup, 1))
+        {
+            StartTimestamp = Stopwatch.GetTimestamp();
+        }
+
+        if (count == total)
+        {
+            EndTimestamp = Stopwatch.GetTimestamp();
+        }
+
+        Volatile.Write(ref _received, count);
+        if (count >= Volatile.Read(ref _wakeAt))
+        {
+            Volatile.Write(ref _wakeAt, long.MaxValue);
+            Interlocked.Exchange(ref _wake, null)?.TrySetResult();
+        }
+
+        if (count == total)
+        {
+            _done.TrySetResult();
+        }
+    }
+
+    /// <summary>Completes once <paramref name="count"/> messages have arrived. One waiter at a time (the publisher).</summary>
+    public Task WaitUntilReceivedAsync(long count, CancellationToken cancellationToken)
+    {
+        var wake = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        Volatile.Write(ref _wake, wake);
+        Volatile.Write(ref _wakeAt, count);
+        if (Received >= count)
+        {
+            return Task.CompletedTask; // arrived before the receive loop could see _wakeAt
+        }
+
+        return wake.Task.WaitAsync(cancellationToken);
+    }
+}
+
+/// <summary>One repetition of <c>stream</c>: connect, stream, check, measure. Not thread-safe; used by the scenario's flow only.</summary>
+internal sealed class StreamRun
+{
+    private StreamRun() { }
+
+    public long Sent { get; private set; }
+
+    public long Received { get; private set; }
+
+    public long Expected { get; private set; }
+
+    public long Missing => Expected - Received;
+
+    public long OutOfOrder { get; private set; }
+
+    public long Malformed { get; private set; }
+
+    public bool Measured { get; private set; }
+
+    public long MeasuredMessages { get; private set; }
+
+    public double Seconds { get; private set; }
+
+    public double MessagesPerSecond { get; private set; }
+
+    public double MegabytesPerSecond { get; private set; }
+
+    public ResourceUsage Usage { get; private set; }
+
+    public long? ServerRss { get; private set; }
+
+    public bool Interrupted { get; private set; }
+
+    public List<string> Failures { get; } = [];
+
+    /// <summary>Runs once; null when connecting or subscribing failed (the reason is printed).</summary>
+    public static async Task<StreamRun?> ExecuteAsync(ITarget target, StreamOptions options, double setupSeconds, StampedPayload payload, CancellationToken cancellationToken)
+    {
+        string topic = $"stream.{Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(4))}";
+        var receiver = new StreamReceiver(payload, options.Messages, options.Warmup);
+        IPubSubClient? subscriber = null, publisher = null;
+        try
+        {
+            using (var setup = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken))
+            {
+                setup.CancelAfter(TimeSpan.FromSeconds(setupSeconds));
+                try
+                {
+                    subscriber = await target.ConnectAsync(0, setup.Token);
+                    publisher = await target.ConnectAsync(1, setup.Token);
+                    await subscriber.SubscribeAsync(topic, receiver.OnMessage, setup.Token);
+                }
+                catch (Exception e) when (e is not OutOfMemoryException && !cancellationToken.IsCancellationRequested)
+                {
+                    string why = e is OperationCanceledException ? $"setup did not finish within {setupSeconds} s" : $"{e.GetType().Name}: {e.Message}";
+                    Console.Error.WriteLine($"error: could not connect and subscribe to {target.Label}: {why}");
+                    return null;
+                }
+                catch (OperationCanceledException)
+                {
+                    return new StreamRun { Interrupted = true, Expected = options.Messages };
+                }
+            }
+
+            return await StreamAsync(target, options, payload, topic, receiver, subscriber, publisher, cancellationToken);
+        }
+        finally
+        {
+            await DisposeQuietlyAsync(publisher);
+            await DisposeQuietlyAsync(subscriber);
+        }
+    }
+
+    private static async Task<StreamRun> StreamAsync(ITarget target, StreamOptions options, StampedPayload payload, string topic, StreamReceiver receiver, IPubSubClient subscriber, IPubSubClient publisher, CancellationToken cancellationToken)
+    {
+        var run = new StreamRun { Expected = options.Messages };
+        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        deadline.CancelAfter(TimeSpan.FromSeconds(options.MaxSeconds));
+        ResourceSnapshot before = ResourceSnapshot.Take(target.ServerProcess);
+        long sent = 0;
+        Task publishing = Task.Run(async () =>
+        {
+            byte[] body = payload.NewBuffer();
+            for (long sequence = 0; sequence < options.Messages; sequence++)
+            {
+                if (sequence - receiver.Received >= options.MaxLead)
+                {
+                    // Out of lead: send what is buffered, then wait until the subscriber has taken half the lead,
+                    // so the two sides hand over in large steps instead of one message at a time.
+                    await publisher.FlushAsync(deadline.Token);
+                    await receiver.WaitUntilReceivedAsync(sequence - (options.MaxLead / 2), deadline.Token);
+                }
+
+                payload.Stamp(body, 0, (uint)sequence);
+                await publisher.PublishAsync(topic, body, sendNow: false, cancellationToken: deadline.Token);
+                Volatile.Write(ref sent, sequence + 1);
+            }
+
+            await publisher.FlushAsync(deadline.Token);
+        }, CancellationToken.None);
+
+        long started = Stopwatch.GetTimestamp();
+        long lastCount = 0;
+        string? stopped = null;
+        while (!receiver.Done.IsCompleted)
+        {
+            await Task.WhenAny(receiver.Done, Task.Delay(1000, CancellationToken.None));
+            if (cancellationToken.IsCancellationRequested)
+            {
+                run.Interrupted = true;
+                break;
+            }
+
+            if (receiver.Done.IsCompleted)
+            {
+                break;
+            }
+
+            if (publishing.IsFaulted && !deadline.IsCancellationRequested)
+            {
+                stopped = $"the publisher failed: {publishing.Exception?.GetBaseException().Message}";
+                break;
+            }
+
+            if ((subscriber.Failure ?? publisher.Failure) is { } failure)
+            {
+                stopped = $"a client was disconnected: {failure}";
+                break;
+            }
+
+            if (deadline.IsCancellationRequested)
+            {
+                stopped = $"not all messages arrived within --max-seconds {options.MaxSeconds.ToString(CultureInfo.InvariantCulture)}";
+                break;
+            }
+
+            long count = receiver.Received;
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"  {Stopwatch.GetElapsedTime(started).TotalSeconds,6:F1}s  sent {Volatile.Read(ref sent),11:N0}  received {count,11:N0}  ({count - lastCount,9:N0}/s){(count < options.Warmup ? "  (warm-up)" : "")}"));
+            lastCount = count;
+        }
+
+        ResourceSnapshot after = ResourceSnapshot.Take(target.ServerProcess);
+        await deadline.CancelAsync();
+        try
+        {
+            await publishing;
+        }
+        catch (Exception e) when (e is not OutOfMemoryException)
+        {
+            // cancelled or broken with the run; the reason is in 'stopped'
+        }
+
+        run.Usage = ResourceUsage.Between(before, after);
+        run.ServerRss = TargetReport.ServerRss(target);
+        run.Sent = Volatile.Read(ref sent);
+        run.Received = receiver.Received;
+        run.OutOfOrder = receiver.OutOfOrder; // exact once Done completed (its writes come first); a snapshot otherwise
+        run.Malformed = receiver.Malformed;
+        if (receiver.Done.IsCompleted)
+        {
+            run.Seconds = Stopwatch.GetElapsedTime(receiver.StartTimestamp, receiver.EndTimestamp).TotalSeconds;
+            run.MeasuredMessages = receiver.MeasuredCount;
+            run.Measured = run.Seconds > 0;
+            if (run.Measured)
+            {
+                run.MessagesPerSecond = run.MeasuredMessages / run.Seconds;
+                run.MegabytesPerSecond = run.MeasuredMessages * (double)payload.Length / run.Seconds / 1e6;
+            }
+        }
+
+        if (stopped is not null)
+        {
+            run.Failures.Add(stopped);
+        }
+
+        if (run.Missing > 0 && !run.Interrupted)
+        {
+            run.Failures.Add($"{run.Missing:N0} of {run.Expected:N0} messages never arrived");
+        }
+
+        if (run.OutOfOrder > 0)
+        {
+            run.Failures.Add($"{run.OutOfOrder:N0} messages arrived out of order or twice");
+        }
+
+        if (run.Malformed > 0)
+        {
+            run.Failures.Add($"{run.Malformed:N0} messages were not the bodies published");
+        }
+
+        long errors = subscriber.Errors + publisher.Errors;
+        if (errors > 0)
+        {
+            run.Failures.Add($"the server sent {errors:N0} error replies");
+        }
+
+        return run;
+    }
+
+    public void Write(Utf8JsonWriter json)
+    {
+        json.WriteStartObject();
+        json.WriteNumber("sent", Sent);
+        json.WriteNumber("expected", Expected);
+        json.WriteNumber("received", Received);
+        json.WriteNumber("missing", Missing);
+        json.WriteNumber("outOfOrder", OutOfOrder);
+        json.WriteNumber("malformed", Malformed);
+        json.WriteNumber("measuredMessages", MeasuredMessages);
+        json.WriteNumber("seconds", Seconds);
+        json.WriteNumber("messagesPerSecond", MessagesPerSecond);
+        json.WriteNumber("megabytesPerSecond", MegabytesPerSecond);
+        Usage.Write(json);
+        if (ServerRss is { } rss)
+        {
+            json.WriteNumber("serverRssBytes", rss);
+        }
+
+        json.WriteBoolean("interrupted", Interrupted);
+        json.WriteEndObject();
+    }
+
+    internal static async Task DisposeQuietlyAsync(IPubSubClient? client)
+    {
+        if (client is null)
+        {
+            return;
+        }
+
+        try
+        {
+            await client.DisposeAsync();
+        }
+        catch (Exception e) when (e is not OutOfMemoryException)
+        {
+            // closing after the run: how it closes does not change the result
+        }
+    }
+}
