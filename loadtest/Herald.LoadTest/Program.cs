@@ -17,6 +17,8 @@ internal static class Program
         new RpcScenario(),
         new BroadcastScenario(),
         new CompressionScenario(),
+        new ConnectionsScenario(),
+        new CompareCommand(),
     ];
 
     public static async Task<int> Main(string[] args)
@@ -65,7 +67,7 @@ internal static class Program
 
         try
         {
-            CommandLine options = CommandLine.Parse(args[1..]);
+            CommandLine options = scenario is CompareCommand ? CompareCommand.Parse(args[1..]) : CommandLine.Parse(args[1..]);
             return await scenario.RunAsync(options, cancellationToken);
         }
         catch (UsageException e)
