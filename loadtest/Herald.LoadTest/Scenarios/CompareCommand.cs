@@ -20,8 +20,8 @@ internal sealed class CompareCommand : IScenario
     /// <summary>Every target and transport (<c>--targets all</c>).</summary>
     public static readonly string[] AllTargets = ["herald/tcp", "herald/longpoll", "nats/tcp", "redis/tcp", "signalr/websockets", "signalr/longpolling"];
 
-    /// <summary>Options <c>compare</c> sets for each run; the user may not pass them through.</summary>
-    private static readonly string[] Reserved = ["target", "transport", "out", "targets", "markdown", "scenario"];
+    /// <summary>Options <c>compare</c> sets for each run from <c>--targets</c>; the user may not pass them through.</summary>
+    private static readonly string[] SetPerTarget = ["target", "transport"];
 
     public string Name => "compare";
 
@@ -74,16 +74,12 @@ internal sealed class CompareCommand : IScenario
 
         string? outFile = options.OptionalString("out");
         string? markdownFile = options.OptionalString("markdown");
-        foreach (string name in Reserved)
+        if (Array.Find(SetPerTarget, options.Has) is { } clash)
         {
-            _ = options.Has(name);
+            throw new UsageException($"compare sets --{clash} itself for each target (use --targets).");
         }
 
         List<string> passed = options.TakeUnused();
-        if (passed.FirstOrDefault(a => Reserved.Any(r => a == "--" + r)) is { } clash)
-        {
-            throw new UsageException($"compare sets {clash} itself for each target.");
-        }
 
         var rows = new List<CompareRow>();
         foreach (TargetSpec target in targets)

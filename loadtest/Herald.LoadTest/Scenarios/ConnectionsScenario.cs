@@ -61,6 +61,10 @@ internal sealed class ConnectionsScenario : IScenario
             if (r == 0)
             {
                 TargetReport.Print(target, Console.Out);
+                if (target is HeraldTarget herald && options.Target.Transport == "tcp")
+                {
+                    Console.WriteLine($"clients: to {herald.Endpoints.Display}, from {herald.Sources.Display}");
+                }
             }
 
             if (options.Repeat > 1)
