@@ -116,6 +116,29 @@ internal sealed class CommandLine
         }
     }
 
+    /// <summary>
+    /// The options nothing has read yet, as command-line tokens (<c>--name value</c>, or <c>--name</c> for a
+    /// bare flag), in the order given, and marks them read: for a command that passes them on to another
+    /// (<c>compare</c> to its scenario).
+    /// </summary>
+    public List<string> TakeUnused()
+    {
+        List<string> tokens = [];
+        foreach ((string name, string? value) in _values)
+        {
+            if (_used.Add(name))
+            {
+                tokens.Add("--" + name);
+                if (value is not null)
+                {
+                    tokens.Add(value);
+                }
+            }
+        }
+
+        return tokens;
+    }
+
     private string? Value(string name)
     {
         _used.Add(name);

@@ -19,6 +19,8 @@ internal static class Program
         new CompressionScenario(),
         new CollabScenario(),
         new StreamScenario(),
+        new ConnectionsScenario(),
+        new CompareCommand(),
     ];
 
     public static async Task<int> Main(string[] args)
@@ -67,7 +69,7 @@ internal static class Program
 
         try
         {
-            CommandLine options = CommandLine.Parse(args[1..]);
+            CommandLine options = scenario is CompareCommand ? CompareCommand.Parse(args[1..]) : CommandLine.Parse(args[1..]);
             return await scenario.RunAsync(options, cancellationToken);
         }
         catch (UsageException e)

@@ -16,6 +16,7 @@ internal sealed class HeraldTarget : ITarget
     private readonly BrokerEndpoints _endpoints;
     private readonly BrokerChild? _child;
     private readonly Process? _external;
+    private readonly SourceAddresses _sources;
 
     private HeraldTarget(TargetOptions options, BrokerEndpoints endpoints, BrokerChild? child, Process? external, string description)
     {
@@ -24,6 +25,10 @@ internal sealed class HeraldTarget : ITarget
         _child = child;
         _external = external;
         ServerDescription = description;
+
+        // As many connections as this process may open (its file limit), each a socket: beyond
+        // SourceAddresses.ConnectionsPerPair per (source, port) pair, bind to several 127.0.0.x addresses.
+        _sources = SourceAddresses.Plan(endpoints.Address, ProcessLimits.OpenFileLimit() ?? 0, endpoints.PortCount, requested: null);
     }
 
     public string Name => "herald";
@@ -40,6 +45,18 @@ internal sealed class HeraldTarget : ITarget
 
     /// <summary>The TCP ports and address clients connect to.</summary>
     public BrokerEndpoints Endpoints => _endpoints;
+
+    /// <summary>The local addresses TCP clients are bound to (none unless the file limit allows more
+    /// connections than one address has source ports for).</summary>
+    public SourceAddresses Sources => _sources;
+
+    /// <summary>
+    /// The receive buffer each TCP client starts with (it grows for a larger frame), for the calls made in
+    /// this async flow; null: <see cref="HeraldConnection.DefaultReceiveBufferSize"/>. A scenario that holds
+    /// many idle connections sets it smaller so the tool's own memory does not bound the count; being
+    /// async-local, it does not leak into the next scenario run in the same process (<c>compare</c>).
+    /// </summary>
+    public static AsyncLocal<int?> TcpReceiveBufferSize { get; } = new();
 
     /// <summary>The HTTP (long-poll) port.</summary>
     public int HttpPort => _options.HttpPort ?? 8080;
@@ -106,7 +123,14 @@ internal sealed class HeraldTarget : ITarget
             return await HeraldLongPollClient.ConnectAsync(_endpoints.Address, HttpPort, index, cancellationToken);
         }
 
-        return await HeraldTcpClient.ConnectAsync(_endpoints.For(index), $"loadtest-{index.ToString(CultureInfo.InvariantCulture)}", cancellationToken);
+        // Connection i goes to port i % ports and, when bound, from address (i / ports) % sources: every port
+        // sees every source address, whatever the two counts (the broadcast scenario's rule).
+        return await HeraldTcpClient.ConnectAsync(
+            _endpoints.For(index),
+            $"loadtest-{index.ToString(CultureInfo.InvariantCulture)}",
+            cancellationToken,
+            TcpReceiveBufferSize.Value ?? HeraldConnection.DefaultReceiveBufferSize,
+            _sources.For(index / _endpoints.PortCount));
     }
 
     public async ValueTask DisposeAsync()

@@ -1,0 +1,80 @@
+using System.Globalization;
+using System.Text.Json;
+
+namespace Herald.LoadTest.Tests;
+
+/// <summary>
+/// <c>connections</c> and <c>compare</c> end to end at a tiny size against the real broker: the scenario
+/// holds the idle connections it was asked for and reports RSS per connection; compare runs it per target,
+/// embeds each result, and lists a target whose server is unavailable as skipped without failing.
+/// </summary>
+public class ConnectionsAndCompareTests
+{
+    private static string[] HeraldArgs()
+    {
+        int first = Repo.FreePorts(3);
+        return
+        [
+            "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture),
+            "--broker-dll", Repo.BrokerDll, "--settle", "0.2", "--warmup", "5",
+        ];
+    }
+
+    [Fact]
+    public async Task Connections_holds_every_idle_subscriber_of_each_step_and_reports_rss_per_connection()
+    {
+        string outFile = Repo.OutFile("connections");
+        int code = await Repo.RunAsync("connections", [.. HeraldArgs(), "--steps", "20,50", "--out", outFile]);
+
+        Assert.Equal(ExitCodes.Ok, code);
+        JsonElement result = Repo.ReadJson(outFile);
+        Assert.Equal("connections", result.GetProperty("scenario").GetString());
+        JsonElement steps = result.GetProperty("repetitions")[0].GetProperty("steps");
+        Assert.Equal([20, 50], steps.EnumerateArray().Select(s => s.GetProperty("connections").GetInt32()));
+        Assert.All(steps.EnumerateArray(), s => Assert.Equal(s.GetProperty("connections").GetInt32(), s.GetProperty("alive").GetInt32()));
+        Assert.All(steps.EnumerateArray(), s => Assert.True(s.GetProperty("serverRssBytes").GetInt64() > 0));
+        Assert.True(steps[1].TryGetProperty("gcHeapBytes", out JsonElement heap) && heap.GetInt64() > 0, "the broker's GC heap from /varz");
+
+        Dictionary<string, JsonElement> headlines = result.GetProperty("headlines").EnumerateArray().ToDictionary(h => h.GetProperty("name").GetString()!);
+        Assert.Equal(50, headlines["connections held"].GetProperty("value").GetDouble());
+        Assert.True(headlines["connections held"].GetProperty("higherIsBetter").GetBoolean());
+        Assert.Equal(JsonValueKind.Number, headlines["server RSS per connection"].GetProperty("value").ValueKind);
+        Assert.False(headlines["server RSS per connection"].GetProperty("higherIsBetter").GetBoolean());
+    }
+
+    [Fact]
+    public async Task Compare_embeds_each_result_and_skips_an_unavailable_target()
+    {
+        string outFile = Repo.OutFile("compare");
+        string markdown = Path.ChangeExtension(Repo.OutFile("compare"), ".md");
+        int code = await Repo.RunAsync("compare", ["connections", .. HeraldArgs(), "--steps", "10", "--targets", "herald/tcp,nats/tcp", "--out", outFile, "--markdown", markdown]);
+
+        Assert.Equal(ExitCodes.Ok, code);
+        JsonElement result = Repo.ReadJson(outFile);
+        Assert.Equal("connections", result.GetProperty("comparedScenario").GetString());
+        JsonElement[] targets = [.. result.GetProperty("targets").EnumerateArray()];
+        Assert.Equal(["herald/tcp", "nats/tcp"], targets.Select(t => t.GetProperty("label").GetString()));
+
+        Assert.Equal("ok", targets[0].GetProperty("status").GetString());
+        JsonElement embedded = targets[0].GetProperty("result");
+        Assert.Equal("connections", embedded.GetProperty("scenario").GetString());
+        Assert.Contains(embedded.GetProperty("headlines").EnumerateArray(), h => h.GetProperty("name").GetString() == "connections held" && h.GetProperty("value").GetDouble() == 10);
+        Assert.All(targets[0].GetProperty("ratios").EnumerateArray(), r => Assert.Equal(1.0, r.GetProperty("heraldAdvantage").GetDouble(), 9));
+
+        Assert.Equal("skipped", targets[1].GetProperty("status").GetString());
+        Assert.Equal(ExitCodes.BrokerUnreachable, targets[1].GetProperty("exitCode").GetInt32());
+        Assert.Contains("not implemented", targets[1].GetProperty("reason").GetString(), StringComparison.Ordinal);
+
+        string table = File.ReadAllText(markdown);
+        Assert.Contains(table.Split('\n'), line => line.StartsWith("| herald/tcp |", StringComparison.Ordinal) && line.EndsWith("| 10 | 1.00x |", StringComparison.Ordinal));
+        Assert.Contains("| nats/tcp | skipped:", table, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task Compare_without_a_scenario_or_with_an_option_it_sets_itself_is_a_usage_error()
+    {
+        Assert.Equal(ExitCodes.Usage, await Repo.RunAsync("compare", "--targets", "herald/tcp"));
+        Assert.Equal(ExitCodes.Usage, await Repo.RunAsync("compare", "connections", "--target", "nats"));
+        Assert.Equal(ExitCodes.Usage, await Repo.RunAsync("compare", "connections", "--targets", "herald/websockets"));
+    }
+}

@@ -1,0 +1,551 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Security.Cryptography;
+using System.Text.Json;
+using Herald.LoadTest.Client;
+using Herald.LoadTest.Reporting;
+using Herald.LoadTest.Targets;
+
+namespace Herald.LoadTest.Scenarios;
+
+/// <summary>
+/// <c>connections</c>: how many idle connections (TCP) or sessions (long-poll) the server holds, and what
+/// each costs it in memory. Clients are opened in steps through <see cref="ITarget.ConnectAsync"/>, each
+/// subscribing to its own topic (an idle subscriber: nothing is published). After each step the run waits
+/// <c>--settle</c> seconds and reads the server's RSS; the figure is (RSS - RSS before the first connection)
+/// / connections. Then every client is closed and the RSS read once more (what the server gives back).
+/// <para>
+/// The count is bounded by the open-file limits of this tool and of the server (one socket each per TCP
+/// connection): the steps are capped below the smaller of the two, and the report says so.
+/// </para>
+/// </summary>
+internal sealed class ConnectionsScenario : IScenario
+{
+    public string Name => "connections";
+
+    public string Summary => "idle connections/sessions the server holds: server RSS per connection.";
+
+    public string Usage => $"""
+        connections: open idle subscribers (one topic each) in steps; server RSS per connection at each step.
+
+          --steps LIST           connection counts to stop at, e.g. 1000,5000,10000
+          --max N|limit          instead of --steps: double from --start up to N; `limit`: up to what the
+                                 open-file limits of the tool and server allow     (default 10000)
+          --start N              first step with --max                           (default 1000)
+          --settle S             wait after each step before reading RSS          (default 2)
+          --concurrency N        connects in flight at once                       (default 64)
+          --warmup N             connections opened and closed before the baseline (default 100)
+          --receive-buffer BYTES the tool's initial receive buffer per Herald TCP client (grows when a
+                                 frame needs it); small, so the tool's memory does not bound the count
+                                                                                  (default 4096)
+          --repeat N             repetitions, each against a freshly started server (default 1)
+          --out FILE             also write the result as JSON
+        {TargetOptions.Usage}
+        Steps are capped below the open-file limits (RLIMIT_NOFILE) of the tool and the server.
+        Exit codes: 0 ok, 1 a connect failed or a held connection was closed, 2 usage, 3 server unreachable, 130 Ctrl+C.
+        """;
+
+    public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    {
+        ConnectionsOptions options = ConnectionsOptions.Read(commandLine);
+        commandLine.RejectUnused();
+        HeraldTarget.TcpReceiveBufferSize.Value = options.ReceiveBuffer; // async-local: this run only
+
+        Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+            $"connections: {options.Target.Describe()}, steps {options.StepsDisplay}, settle {options.Settle} s, warm-up {options.Warmup} connections, {options.Repeat} repetition(s)"));
+
+        var repetitions = new List<ConnectionsRun>();
+        for (int r = 0; r < options.Repeat; r++)
+        {
+            await using ITarget target = await TargetFactory.StartAsync(options.Target, cancellationToken);
+            if (r == 0)
+            {
+                TargetReport.Print(target, Console.Out);
+                if (target is HeraldTarget herald && options.Target.Transport == "tcp")
+                {
+                    Console.WriteLine($"clients: to {herald.Endpoints.Display}, from {herald.Sources.Display}");
+                }
+            }
+
+            if (options.Repeat > 1)
+            {
+                Console.WriteLine($"repetition {r + 1} of {options.Repeat}");
+            }
+
+            ConnectionsRun run;
+            try
+            {
+                run = await ConnectionsRun.RunAsync(target, options, cancellationToken);
+            }
+            catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+            {
+                return ExitCodes.Interrupted;
+            }
+
+            if ((run.Last?.Connections ?? 0) == 0 && run.Failure is { } unreachable)
+            {
+                Console.Error.WriteLine($"error: {target.Label} unreachable or unusable: {unreachable}");
+                return ExitCodes.BrokerUnreachable;
+            }
+
+            repetitions.Add(run);
+            run.Print(Console.Out);
+            if (r == options.Repeat - 1)
+            {
+                return Report(target, options, repetitions);
+            }
+        }
+
+        return ExitCodes.Ok; // not reached: Repeat >= 1
+    }
+
+    private static int Report(ITarget target, ConnectionsOptions options, List<ConnectionsRun> repetitions)
+    {
+        Headline[] headlines =
+        [
+            Headline.Of("server RSS per connection", "KB", higherIsBetter: false, [.. repetitions.Select(r => r.Last?.RssKbPerConnection).OfType<double>()]),
+            Headline.Of("connections held", "connections", higherIsBetter: true, [.. repetitions.Select(r => (double)(r.Last?.Alive ?? 0))]),
+        ];
+
+        Console.WriteLine();
+        foreach (Headline h in headlines)
+        {
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"{h.Name,-26}: {h.Value,12:N1} {h.Unit}{(h.Repetitions > 1 ? $"  (min {h.Min:N1}, max {h.Max:N1}, {h.Repetitions} repetitions)" : "")}"));
+        }
+
+        if (repetitions[^1].Cap is { } cap)
+        {
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"note: capped at {cap.Connections:N0} connections by {cap.Why}."));
+        }
+
+        if (options.OutFile is { } path)
+        {
+            ResultFile.Write(path, "connections", json =>
+            {
+                TargetReport.Write(json, target);
+                Headline.WriteAll(json, headlines);
+                json.WriteStartObject("options");
+                json.WriteString("steps", options.StepsDisplay);
+                json.WriteNumber("settleSeconds", options.Settle);
+                json.WriteNumber("concurrency", options.Concurrency);
+                json.WriteNumber("warmupConnections", options.Warmup);
+                json.WriteNumber("receiveBufferBytes", options.ReceiveBuffer);
+                json.WriteNumber("repeat", options.Repeat);
+                if (repetitions[^1].Cap is { } c)
+                {
+                    json.WriteNumber("cappedAt", c.Connections);
+                    json.WriteString("cappedBy", c.Why);
+                }
+
+                json.WriteEndObject();
+                json.WriteStartArray("repetitions");
+                foreach (ConnectionsRun run in repetitions)
+                {
+                    run.Write(json);
+                }
+
+                json.WriteEndArray();
+            });
+            Console.WriteLine($"wrote {path}");
+        }
+
+        return repetitions.Any(r => r.Failure is not null) ? ExitCodes.RunFailed : ExitCodes.Ok;
+    }
+}
+
+/// <summary>The options of <c>connections</c>, read and checked once. <see cref="Steps"/> are already capped.</summary>
+internal sealed record ConnectionsOptions(
+    TargetOptions Target,
+    int[] Steps,
+    double Settle,
+    int Concurrency,
+    int Warmup,
+    int ReceiveBuffer,
+    int Repeat,
+    string? OutFile,
+    ConnectionCap? Cap)
+{
+    public string StepsDisplay => string.Join(",", Steps.Select(s => s.ToString(CultureInfo.InvariantCulture)));
+
+    public static ConnectionsOptions Read(CommandLine options)
+    {
+        TargetOptions target = TargetOptions.Read(options);
+        string? stepsText = options.OptionalString("steps");
+        string? maxText = options.OptionalString("max");
+        int start = options.Int("start", 1000, 1);
+        if (stepsText is not null && maxText is not null)
+        {
+            throw new UsageException("Give --steps or --max, not both.");
+        }
+
+        // The server's limit is only known once it runs; the tool's own limit bounds it here, and
+        // ConnectionsRun checks the server's before the first connection.
+        ConnectionCap? cap = ConnectionCap.OfTool();
+        int[] steps;
+        if (stepsText is not null)
+        {
+            steps = [.. stepsText.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Select(ParseStep)];
+            if (steps.Length == 0 || steps.Zip(steps.Skip(1)).Any(p => p.Second <= p.First))
+            {
+                throw new UsageException($"--steps must be increasing connection counts, e.g. 1000,5000,10000; got '{stepsText}'.");
+            }
+        }
+        else
+        {
+            int max = maxText is null or "" ? 10_000
+                : maxText == "limit" ? cap?.Connections ?? throw new UsageException("--max limit: the open-file limit is unknown on this system; give a number.")
+                : ParseStep(maxText);
+            var doubling = new List<int>();
+            for (long s = Math.Min(start, max); s < max; s *= 2)
+            {
+                doubling.Add((int)s);
+            }
+
+            doubling.Add(max);
+            steps = [.. doubling];
+        }
+
+        if (cap is { } c && steps[^1] > c.Connections)
+        {
+            steps = [.. steps.Where(s => s < c.Connections), c.Connections];
+        }
+        else
+        {
+            cap = null; // not binding
+        }
+
+        int repeat = options.Int("repeat", 1, 1, 100);
+        return new ConnectionsOptions(
+            target,
+            steps,
+            options.Seconds("settle", 2, 0, 600),
+            options.Int("concurrency", 64, 1, 10_000),
+            options.Int("warmup", 100, 0, 100_000),
+            options.Int("receive-buffer", 4096, 64, 16 * 1024 * 1024),
+            repeat,
+            options.OptionalString("out"),
+            cap);
+    }
+
+    private static int ParseStep(string text) =>
+        int.TryParse(text, NumberStyles.Integer, CultureInfo.InvariantCulture, out int n) && n >= 1 && n <= 10_000_000
+            ? n
+            : throw new UsageException($"A connection count must be an integer from 1 to 10000000, got '{text}'.");
+}
+
+/// <summary>The most connections the open-file limits allow, and whose limit it is.</summary>
+internal sealed record ConnectionCap(int Connections, string Why)
+{
+    /// <summary>This tool's limit: one descriptor per connection, less those already open and a spare.</summary>
+    public static ConnectionCap? OfTool() => Of(Environment.ProcessId, "the tool's", 1);
+
+    /// <summary>
+    /// The server's limit (one descriptor per TCP connection, two when the server is this process, as a
+    /// SignalR hub hosted by the tool), or null when unknown.
+    /// </summary>
+    public static ConnectionCap? OfServer(Process? server)
+    {
+        if (server is null)
+        {
+            return null;
+        }
+
+        bool self = server.Id == Environment.ProcessId;
+        return Of(server.Id, self ? "the tool's (which hosts the server)" : "the server's", self ? 2 : 1);
+    }
+
+    private static ConnectionCap? Of(int pid, string whose, int perConnection)
+    {
+        if (ProcessLimits.OpenFileLimit(pid) is not { } limit || limit == long.MaxValue || ProcessLimits.OpenFiles(pid) is not { } open)
+        {
+            return null;
+        }
+
+        long room = (limit - open - SpareDescriptors) / perConnection;
+        return new ConnectionCap((int)Math.Clamp(room, 1, int.MaxValue), string.Create(CultureInfo.InvariantCulture, $"{whose} open-file limit (RLIMIT_NOFILE {limit:N0}, {open:N0} already open)"));
+    }
+
+    /// <summary>Descriptors kept free in the tool and the server for everything else (runtime, listeners, logs).</summary>
+    private const int SpareDescriptors = 256;
+}
+
+/// <summary>What one step measured: the figures after its connections were opened and had settled.</summary>
+internal sealed record ConnectionStep(
+    int Connections,
+    int Alive,
+    double ConnectSeconds,
+    long? ServerRss,
+    long? RssGrowth,
+    long? GcHeap,
+    long? GcHeapGrowth,
+    long ToolRss)
+{
+    public double? RssKbPerConnection => RssGrowth is { } g && Connections > 0 ? g / 1024.0 / Connections : null;
+
+    public double? HeapKbPerConnection => GcHeapGrowth is { } g && Connections > 0 ? g / 1024.0 / Connections : null;
+}
+
+/// <summary>
+/// One ramp against one started server: warm-up, baseline, the steps, then close all. Not thread-safe:
+/// one caller; the connects of a step run concurrently, each writing its own slot of the client array.
+/// </summary>
+internal sealed class ConnectionsRun
+{
+    private static readonly HttpClient Http = new() { Timeout = TimeSpan.FromSeconds(5) };
+
+    private ConnectionsRun() { }
+
+    public List<ConnectionStep> Steps { get; } = [];
+
+    public ConnectionStep? Last => Steps.Count > 0 ? Steps[^1] : null;
+
+    /// <summary>Why the ramp stopped early or a held connection ended; null when every step completed cleanly.</summary>
+    public string? Failure { get; private set; }
+
+    public long? BaselineRss { get; private set; }
+
+    public long? BaselineHeap { get; private set; }
+
+    public long? RssAfterClose { get; private set; }
+
+    /// <summary>The open-file limit that capped the steps (the tool's or the server's), or null when none did.</summary>
+    public ConnectionCap? Cap { get; private set; }
+
+    public ResourceUsage Resources { get; private set; }
+
+    public static async Task<ConnectionsRun> RunAsync(ITarget target, ConnectionsOptions options, CancellationToken cancellationToken)
+    {
+        var run = new ConnectionsRun();
+        string topicPrefix = $"idle.{Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(4))}.";
+        int[] steps = options.Steps;
+        run.Cap = options.Cap;
+        if (ConnectionCap.OfServer(target.ServerProcess) is { } serverCap && steps[^1] > serverCap.Connections)
+        {
+            steps = [.. steps.Where(s => s < serverCap.Connections), serverCap.Connections];
+            run.Cap = serverCap;
+        }
+
+        if (run.Cap is { } cap)
+        {
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"note: capped at {cap.Connections:N0} connections by {cap.Why}."));
+        }
+
+        var clients = new IPubSubClient?[steps[^1]];
+        ResourceSnapshot start = ResourceSnapshot.Take(target.ServerProcess);
+        try
+        {
+            if (options.Warmup > 0)
+            {
+                // JIT, pools and per-port state on both sides, so the baseline excludes one-off costs.
+                var warm = new IPubSubClient?[options.Warmup];
+                string? why = await OpenAsync(target, warm, 0, warm.Length, topicPrefix + "warmup.", options, "warm-up", cancellationToken);
+                await CloseAsync(warm, options.Concurrency);
+                if (why is not null)
+                {
+                    run.Failure = why;
+                    return run;
+                }
+            }
+
+            await Task.Delay(TimeSpan.FromSeconds(options.Settle), cancellationToken);
+            run.BaselineRss = TargetReport.ServerRss(target);
+            run.BaselineHeap = await GcHeapAsync(target, cancellationToken);
+            Console.WriteLine($"baseline: server RSS {Mb(run.BaselineRss)} MB{(run.BaselineHeap is { } h ? $", GC heap {Mb(h)} MB" : "")}");
+
+            int open = 0;
+            foreach (int step in steps)
+            {
+                long stepStart = Stopwatch.GetTimestamp();
+                string? why = await OpenAsync(target, clients, open, step, topicPrefix, options, $"step {step:N0}", cancellationToken);
+                double connectSeconds = Stopwatch.GetElapsedTime(stepStart).TotalSeconds;
+                int opened = clients.Take(step).Count(c => c is not null);
+                await Task.Delay(TimeSpan.FromSeconds(options.Settle), cancellationToken);
+                int alive = clients.Take(step).Count(c => c is { Failure: null });
+                long? rss = TargetReport.ServerRss(target);
+                long? heap = await GcHeapAsync(target, cancellationToken);
+                var measured = new ConnectionStep(
+                    opened,
+                    alive,
+                    connectSeconds,
+                    rss,
+                    rss - run.BaselineRss,
+                    heap,
+                    heap - run.BaselineHeap,
+                    Environment.WorkingSet);
+                run.Steps.Add(measured);
+                Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                    $"  {opened,9:N0} connections ({alive:N0} alive) in {connectSeconds:F1} s: server RSS {Mb(rss)} MB, {measured.RssKbPerConnection:F2} KB/connection{(heap is null ? "" : $", GC heap {Mb(heap)} MB ({measured.HeapKbPerConnection:F2} KB/connection)")}"));
+                if (why is not null || alive < opened)
+                {
+                    run.Failure = why ?? $"{opened - alive:N0} of {opened:N0} held connections were closed: {clients.First(c => c is { Failure: not null })!.Failure}";
+                    break;
+                }
+
+                open = step;
+            }
+        }
+        finally
+        {
+            await CloseAsync(clients, options.Concurrency);
+        }
+
+        await Task.Delay(TimeSpan.FromSeconds(options.Settle), cancellationToken);
+        run.RssAfterClose = TargetReport.ServerRss(target);
+        run.Resources = ResourceUsage.Between(start, ResourceSnapshot.Take(target.ServerProcess));
+        return run;
+    }
+
+    /// <summary>
+    /// Opens clients <paramref name="from"/>..<paramref name="to"/>-1 into their slots, each subscribed to its
+    /// own topic; a progress line per second on a terminal. Returns why it stopped early, or null.
+    /// </summary>
+    private static async Task<string?> OpenAsync(ITarget target, IPubSubClient?[] clients, int from, int to, string topicPrefix, ConnectionsOptions options, string what, CancellationToken cancellationToken)
+    {
+        using var setup = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        setup.CancelAfter(TimeSpan.FromSeconds(options.Target.SetupTimeoutSeconds));
+        int done = from;
+        using var progress = new Timer(_ => Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"  {what}: {Volatile.Read(ref done):N0} / {to:N0} connected")));
+        if (!Console.IsOutputRedirected)
+        {
+            progress.Change(TimeSpan.FromSeconds(1), TimeSpan.FromSeconds(1));
+        }
+
+        try
+        {
+            await Parallel.ForEachAsync(
+                Enumerable.Range(from, to - from),
+                new ParallelOptions { MaxDegreeOfParallelism = options.Concurrency, CancellationToken = setup.Token },
+                async (i, token) =>
+                {
+                    IPubSubClient client = await target.ConnectAsync(i, token);
+                    clients[i] = client;
+                    await client.SubscribeAsync(topicPrefix + i.ToString(CultureInfo.InvariantCulture), Idle, token);
+                    Interlocked.Increment(ref done);
+                });
+            return null;
+        }
+        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+        {
+            throw;
+        }
+        catch (OperationCanceledException)
+        {
+            return $"{what}: connecting did not finish within {options.Target.SetupTimeoutSeconds} s ({Volatile.Read(ref done):N0} of {to:N0} connected)";
+        }
+        catch (Exception e) when (RunState.IsSetupFailure(e) || e is TargetUnavailableException)
+        {
+            return $"{what}: connection {Volatile.Read(ref done):N0} failed: {e.GetType().Name}: {e.Message}";
+        }
+    }
+
+    private static readonly DeliveryHandler Idle = static (_, _) => { };
+
+    private static async Task CloseAsync(IPubSubClient?[] clients, int concurrency)
+    {
+        await Parallel.ForEachAsync(clients.Where(c => c is not null), new ParallelOptions { MaxDegreeOfParallelism = concurrency }, async (c, _) =>
+        {
+            try
+            {
+                await c!.DisposeAsync();
+            }
+            catch (Exception e) when (RunState.IsConnectionEnd(e))
+            {
+                // already closed
+            }
+        });
+        Array.Clear(clients);
+    }
+
+    /// <summary>Herald's managed heap (GC heap size at its last collection) from <c>/varz</c> on its HTTP port; null for other targets or when monitoring is off.</summary>
+    private static async Task<long?> GcHeapAsync(ITarget target, CancellationToken cancellationToken)
+    {
+        if (target is not HeraldTarget herald)
+        {
+            return null;
+        }
+
+        try
+        {
+            using JsonDocument varz = JsonDocument.Parse(await Http.GetStringAsync(
+                new Uri($"http://{herald.Endpoints.Host}:{herald.HttpPort.ToString(CultureInfo.InvariantCulture)}/varz"), cancellationToken));
+            return varz.RootElement.TryGetProperty("process", out JsonElement process) && process.TryGetProperty("gc_heap_bytes", out JsonElement heap)
+                ? heap.GetInt64()
+                : null;
+        }
+        catch (Exception e) when (e is HttpRequestException or JsonException or TaskCanceledException or InvalidOperationException)
+        {
+            return null;
+        }
+    }
+
+    private static string Mb(long? bytes) => bytes is { } b ? (b / 1e6).ToString("F1", CultureInfo.InvariantCulture) : "?";
+
+    public void Print(TextWriter output)
+    {
+        output.WriteLine();
+        output.WriteLine("  connections      alive  connect s  server RSS MB  growth MB  KB/conn  GC heap MB  heap KB/conn  tool RSS MB");
+        foreach (ConnectionStep s in Steps)
+        {
+            output.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"  {s.Connections,11:N0} {s.Alive,10:N0} {s.ConnectSeconds,10:F1} {Mb(s.ServerRss),14} {Mb(s.RssGrowth),10} {s.RssKbPerConnection,8:F2} {Mb(s.GcHeap),11} {s.HeapKbPerConnection,13:F2} {Mb(s.ToolRss),12}"));
+        }
+
+        output.WriteLine(string.Create(CultureInfo.InvariantCulture,
+            $"  after closing all: server RSS {Mb(RssAfterClose)} MB (baseline {Mb(BaselineRss)} MB)"));
+        if (Failure is { } f)
+        {
+            output.WriteLine($"  stopped: {f}");
+        }
+
+        Resources.Print(output);
+    }
+
+    public void Write(Utf8JsonWriter json)
+    {
+        json.WriteStartObject();
+        WriteOptional(json, "baselineRssBytes", BaselineRss);
+        WriteOptional(json, "baselineGcHeapBytes", BaselineHeap);
+        WriteOptional(json, "rssAfterCloseBytes", RssAfterClose);
+        json.WriteString("failure", Failure);
+        json.WriteStartArray("steps");
+        foreach (ConnectionStep s in Steps)
+        {
+            json.WriteStartObject();
+            json.WriteNumber("connections", s.Connections);
+            json.WriteNumber("alive", s.Alive);
+            json.WriteNumber("connectSeconds", s.ConnectSeconds);
+            WriteOptional(json, "serverRssBytes", s.ServerRss);
+            WriteOptional(json, "serverRssGrowthBytes", s.RssGrowth);
+            if (s.RssKbPerConnection is { } kb)
+            {
+                json.WriteNumber("serverRssKbPerConnection", kb);
+            }
+
+            WriteOptional(json, "gcHeapBytes", s.GcHeap);
+            if (s.HeapKbPerConnection is { } hkb)
+            {
+                json.WriteNumber("gcHeapKbPerConnection", hkb);
+            }
+
+            json.WriteNumber("toolRssBytes", s.ToolRss);
+            json.WriteEndObject();
+        }
+
+        json.WriteEndArray();
+        Resources.Write(json);
+        json.WriteEndObject();
+    }
+
+    private static void WriteOptional(Utf8JsonWriter json, string name, long? value)
+    {
+        if (value is { } v)
+        {
+            json.WriteNumber(name, v);
+        }
+        else
+        {
+            json.WriteNull(name);
+        }
+    }
+}
