@@ -11,7 +11,7 @@ namespace Herald.LoadTest.Tests;
 /// </summary>
 public class TargetContractTests
 {
-    public static TheoryData<string, string> Targets => new() { { "herald", "tcp" } };
+    public static TheoryData<string, string> Targets => new() { { "herald", "tcp" }, { "signalr", "tcp" }, { "signalr", "longpoll" } };
 
     internal static async Task<ITarget> StartAsync(string target, string transport)
     {
