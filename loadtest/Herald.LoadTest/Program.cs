@@ -1,3 +1,4 @@
+using Herald.LoadTest.Peers.SignalR;
 using Herald.LoadTest.Scenarios;
 using Herald.LoadTest.Targets;
 
@@ -29,7 +30,8 @@ internal static class Program
         // thread pool: every continuation here is a short parse or a non-blocking send, and skipping the hop
         // costs the tool less CPU, which on a 2-core machine is CPU the broker gets (rpc: about +30 % calls/s,
         // -30 % tool CPU in our runs). Read once, on first socket use; a value set by the user wins.
-        if (Environment.GetEnvironmentVariable("DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS") is null)
+        // Not for the SignalR hub this tool hosts as a server: it runs with ASP.NET Core's defaults.
+        if (args is not [SignalRServer.Subcommand, ..] && Environment.GetEnvironmentVariable("DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS") is null)
         {
             Environment.SetEnvironmentVariable("DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS", "1");
         }
@@ -51,6 +53,11 @@ internal static class Program
         {
             PrintHelp();
             return args.Length == 0 ? ExitCodes.Usage : ExitCodes.Ok;
+        }
+
+        if (args[0] == SignalRServer.Subcommand)
+        {
+            return await RunSignalRServerAsync(args[1..], cancellationToken); // hidden: the SignalR target's server
         }
 
         IScenario? scenario = Array.Find(Scenarios, s => s.Name == args[0]);
@@ -83,6 +90,20 @@ internal static class Program
         {
             Console.Error.WriteLine($"error: {e.Message}");
             return ExitCodes.BrokerUnreachable;
+        }
+    }
+
+    private static async Task<int> RunSignalRServerAsync(string[] args, CancellationToken cancellationToken)
+    {
+        try
+        {
+            return await SignalRServer.RunAsync(args, cancellationToken);
+        }
+        catch (UsageException e)
+        {
+            Console.Error.WriteLine(e.Message);
+            Console.Error.WriteLine($"usage: {SignalRServer.Subcommand} --host IP --port N");
+            return ExitCodes.Usage;
         }
     }
 
