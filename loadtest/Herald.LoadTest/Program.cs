@@ -17,6 +17,7 @@ internal static class Program
         new RpcScenario(),
         new BroadcastScenario(),
         new CompressionScenario(),
+        new BroadcastChartCommand(),
     ];
 
     public static async Task<int> Main(string[] args)
