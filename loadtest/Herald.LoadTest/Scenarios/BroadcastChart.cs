@@ -43,7 +43,11 @@ internal static class BroadcastChart
         plot.XLabel("P: seconds between bursts");
         plot.YLabel("M: subscribers");
         plot.ShowLegend(Alignment.UpperLeft);
-        plot.Axes.Margins(bottom: 0);
+        // Both axes from 0, so lines of different targets compare by height and slope at a glance.
+        double maxM = series.SelectMany(s => s.Points).Select(p => p.LargestGood).DefaultIfEmpty(0).Max();
+        double maxP = series.SelectMany(s => s.Points).Select(p => p.PeriodSeconds).DefaultIfEmpty(1).Max();
+        plot.Axes.SetLimitsX(0, maxP * 1.1);
+        plot.Axes.SetLimitsY(0, Math.Max(maxM, 1) * 1.15);
         string svg = pathWithoutExtension + ".svg";
         string png = pathWithoutExtension + ".png";
         plot.SaveSvg(svg, Width, Height);
