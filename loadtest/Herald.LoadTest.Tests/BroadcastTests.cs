@@ -1,5 +1,9 @@
+using System.Diagnostics;
 using System.Globalization;
 using System.Text.Json;
+using Herald.LoadTest.Reporting;
+using Herald.LoadTest.Scenarios;
+using Herald.LoadTest.Targets;
 
 namespace Herald.LoadTest.Tests;
 
@@ -110,5 +114,47 @@ public class BroadcastTests
         string other = Repo.OutFile("not-broadcast");
         await File.WriteAllTextAsync(other, """{"scenario":"fanout","headlines":[]}""");
         Assert.Equal(2, await Repo.RunAsync("chart", "--in", other, "--out", Path.Combine(Path.GetTempPath(), $"herald-chart-{Guid.NewGuid():N}")));
+    }
+
+    /// <summary>
+    /// The generic transport every non-Herald target uses (one <see cref="IPubSubClient"/> per subscriber),
+    /// driven here through Herald's TCP client: Herald hidden behind a plain <see cref="ITarget"/> so the
+    /// scenario cannot pick its tuned transport.
+    /// </summary>
+    [Fact]
+    public async Task A_run_through_the_targets_own_client_delivers_every_burst_to_every_subscriber()
+    {
+        await using ITarget herald = await TargetContractTests.StartAsync("herald", "tcp");
+        await using var target = new PlainTarget(herald);
+        BroadcastOptions options = BroadcastOptions.Read(CommandLine.Parse(
+            ["--subscribers", "20", "--bursts", "3", "--period", "0.2", "--settle", "0.2", "--grace", "1", "--pause", "0", "--setup-timeout", "30"]));
+
+        BroadcastRunResult run = await BroadcastRun.ExecuteAsync(options, target, 20, new RunLog(), CancellationToken.None);
+
+        Assert.Null(run.SetupFailure);
+        Assert.StartsWith("herald/tcp: 20 subscribers and 1 publisher through the target's client", run.Describe, StringComparison.Ordinal);
+        Assert.True(run.Good, run.OneLine());
+        Assert.Equal(80, run.Checks.Get("messagesReceived"));
+        Assert.Null(run.Checks.DescribeProblems());
+    }
+
+    /// <summary>Passes everything to <paramref name="inner"/> but is not a <see cref="HeraldTarget"/>.</summary>
+    private sealed class PlainTarget(ITarget inner) : ITarget
+    {
+        public string Name => inner.Name;
+
+        public string Transport => inner.Transport;
+
+        public string ServerDescription => inner.ServerDescription;
+
+        public string? ServerCommandLine => inner.ServerCommandLine;
+
+        public Process? ServerProcess => inner.ServerProcess;
+
+        public int MaxPayload => inner.MaxPayload;
+
+        public Task<IPubSubClient> ConnectAsync(int index, CancellationToken cancellationToken) => inner.ConnectAsync(index, cancellationToken);
+
+        public ValueTask DisposeAsync() => ValueTask.CompletedTask; // the test disposes the inner target
     }
 }
