@@ -22,6 +22,7 @@ internal static class Program
         new StreamScenario(),
         new ConnectionsScenario(),
         new CompareCommand(),
+        new BroadcastChartCommand(),
     ];
 
     public static async Task<int> Main(string[] args)

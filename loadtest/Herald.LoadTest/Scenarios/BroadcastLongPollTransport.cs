@@ -3,6 +3,7 @@ using System.Diagnostics;
 using System.Net.Sockets;
 using Herald.LoadTest.Client;
 using Herald.LoadTest.Reporting;
+using Herald.LoadTest.Targets;
 using Herald.Protocol;
 
 namespace Herald.LoadTest.Scenarios;
@@ -11,7 +12,8 @@ namespace Herald.LoadTest.Scenarios;
 /// <c>broadcast --transport longpoll</c> (protocol-spec/longpoll.md): M sessions, each created
 /// (<c>POST /poll/sessions</c>), subscribed (<c>POST .../subscriptions</c>) and then polling in a loop
 /// (<c>GET .../messages?ack=N</c>, binary). The publisher posts each burst's payload to
-/// <c>POST /poll/publish?topic=</c> on a connection of its own.
+/// <c>POST /poll/publish?topic=</c> on a connection of its own. The HTTP port comes from the
+/// <see cref="HeraldTarget"/>.
 /// <para>
 /// Each poll answer is checked against its headers: the frames are counted and must number
 /// <c>Herald-Count</c>; <c>Herald-First-Sequence</c> must follow the last ack (plus <c>Herald-Dropped</c>);
@@ -20,7 +22,7 @@ namespace Herald.LoadTest.Scenarios;
 /// with 410, which is expected at that point).
 /// </para>
 /// </summary>
-internal sealed class BroadcastLongPollTransport(BroadcastOptions options, BroadcastMessage message, RunLog log) : IBroadcastTransport
+internal sealed class BroadcastLongPollTransport(BroadcastOptions options, HeraldTarget target, BroadcastMessage message, RunLog log) : IBroadcastTransport
 {
     private const int MaxFrame = 1024 * 1024; // spec §9 default; a poll body holds whole frames of at most this
     private static readonly TimeSpan PublishTimeout = TimeSpan.FromSeconds(10);
@@ -47,12 +49,12 @@ internal sealed class BroadcastLongPollTransport(BroadcastOptions options, Broad
 
     public async Task SetupAsync(int subscribers, BurstTracker tracker, Pacer pacer, CancellationToken cancellationToken)
     {
-        BrokerEndpoints endpoints = await BrokerEndpoints.ResolveAsync(options.Broker.Host, options.HttpPort, options.HttpPort, cancellationToken);
+        BrokerEndpoints endpoints = await BrokerEndpoints.ResolveAsync(target.Endpoints.Host, target.HttpPort, target.HttpPort, cancellationToken);
         // one connection per held poll, plus the ones setup and teardown requests open meanwhile
         SourceAddresses sources = SourceAddresses.Plan(endpoints.Address, subscribers + (2L * pacer.Concurrency) + 16, 1, options.Sources);
         _describe = $"longpoll: {subscribers:N0} sessions on http://{endpoints.Display} from {sources.Display}, publisher posting to /poll/publish";
-        _client = new LongPollClient(endpoints.Address, options.HttpPort, sources, TimeSpan.FromSeconds(10));
-        _publisherClient = new LongPollClient(endpoints.Address, options.HttpPort, SourceAddresses.None, TimeSpan.FromSeconds(10));
+        _client = new LongPollClient(endpoints.Address, target.HttpPort, sources, TimeSpan.FromSeconds(10));
+        _publisherClient = new LongPollClient(endpoints.Address, target.HttpPort, SourceAddresses.None, TimeSpan.FromSeconds(10));
         _subscribers = new PollingSubscriber?[subscribers];
 
         await pacer.ForEachAsync(subscribers, async (i, token) =>

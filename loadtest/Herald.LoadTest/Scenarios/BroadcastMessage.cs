@@ -102,4 +102,17 @@ internal sealed class BroadcastMessage
         if (!message.Payload.FirstSpan[BurstBytes..].SequenceEqual(_payload.AsSpan(BurstBytes))) return "payload bytes differ";
         return null;
     }
+
+    /// <summary>
+    /// The payload-level check for targets reached through <c>IPubSubClient</c> (the client has taken the
+    /// frame apart): why <paramref name="payload"/> is not what was published (<c>null</c> when it is), and
+    /// its burst number (-1 when unknown).
+    /// </summary>
+    public string? CheckPayload(ReadOnlySpan<byte> payload, out long burst)
+    {
+        burst = payload.Length >= BurstBytes ? BinaryPrimitives.ReadInt64LittleEndian(payload) : -1;
+        if (payload.Length != _payload.Length) return $"payload of {payload.Length} bytes, published {_payload.Length}";
+        if (!payload[BurstBytes..].SequenceEqual(_payload.AsSpan(BurstBytes))) return "payload bytes differ";
+        return null;
+    }
 }

@@ -3,6 +3,7 @@ using System.Globalization;
 using System.Text.Json;
 using Herald.LoadTest.Client;
 using Herald.LoadTest.Reporting;
+using Herald.LoadTest.Targets;
 
 namespace Herald.LoadTest.Scenarios;
 
@@ -24,17 +25,21 @@ internal static class BroadcastRun
     /// </summary>
     private const long CollectBetweenBurstsBytes = 32L * 1024 * 1024;
 
-    public static async Task<BroadcastRunResult> ExecuteAsync(BroadcastOptions options, int subscribers, Process? broker, RunLog log, CancellationToken cancellationToken)
+    public static async Task<BroadcastRunResult> ExecuteAsync(BroadcastOptions options, ITarget target, int subscribers, RunLog log, CancellationToken cancellationToken)
     {
+        Process? broker = target.ServerProcess;
         var message = new BroadcastMessage(options.Topic, options.Payload);
         int total = options.WarmupBursts + options.Bursts;
         var tracker = new BurstTracker(total, subscribers, options.Period);
         var pacer = new Pacer(options.ConnectRate, options.ConnectConcurrency);
         var result = new BroadcastRunResult { Subscribers = subscribers, BurstsPlanned = options.Bursts, WarmupBursts = options.WarmupBursts };
         double setupTimeout = options.SetupTimeoutFor(subscribers);
-        await using IBroadcastTransport transport = options.Transport == BroadcastTransportKind.Tcp
-            ? new BroadcastTcpTransport(options, message, log)
-            : new BroadcastLongPollTransport(options, message, log);
+        await using IBroadcastTransport transport = target switch
+        {
+            HeraldTarget herald when options.Transport == BroadcastTransportKind.Tcp => new BroadcastTcpTransport(options, herald, message, log),
+            HeraldTarget herald => new BroadcastLongPollTransport(options, herald, message, log),
+            _ => new BroadcastClientTransport(target, message, log),
+        };
 
         result.BrokerRssBeforeMB = BrokerRssMB(broker);
         CultureInfo c = CultureInfo.InvariantCulture;
@@ -346,7 +351,7 @@ internal static class BroadcastRun
     }
 
     private static bool IsSetupFailure(Exception e) =>
-        RunState.IsSetupFailure(e) || e is HttpRequestException or LongPollException
+        RunState.IsSetupFailure(e) || e is HttpRequestException or LongPollException or TargetUnavailableException
         || (e is AggregateException a && a.InnerExceptions.All(IsSetupFailure));
 
     private static bool IsRefused(Exception e) => e switch
@@ -437,7 +442,7 @@ internal sealed class BroadcastRunResult
     /// <summary>Cores the whole machine kept busy during the judged bursts (Linux).</summary>
     public double? MachineCores { get; set; }
 
-    /// <summary>Of those, what neither the tool nor the broker (with --broker-pid) used: other processes, and the kernel's share of both.</summary>
+    /// <summary>Of those, what neither the tool nor the broker (started by the tool, or --server-pid) used: other processes, and the kernel's share of both.</summary>
     public double? OtherCores { get; set; }
 
     /// <summary>GCs the tool ran itself between bursts (see BroadcastRun.CollectBetweenBurstsBytes).</summary>

@@ -3,6 +3,7 @@ using System.Globalization;
 using System.Text.Json;
 using Herald.LoadTest.Client;
 using Herald.LoadTest.Reporting;
+using Herald.LoadTest.Targets;
 using Herald.Protocol;
 
 namespace Herald.LoadTest.Scenarios;
@@ -15,47 +16,57 @@ namespace Herald.LoadTest.Scenarios;
 /// <para>
 /// <c>--subscribers M</c> measures one M. <c>--search</c> finds the largest: it starts at <c>--start</c>,
 /// doubles M while every burst of a run is on time, then bisects between the last good and the first bad
-/// M until they are within <c>--precision</c> of each other, within <c>--max-seconds</c> in all.
+/// M until they are within <c>--precision</c> of each other. With <c>--periods 0.5,1,2</c> it does this for
+/// each P in turn (and <c>--repeat</c> times), all within <c>--max-seconds</c>, and can chart M against P.
+/// </para>
+/// <para>
+/// Herald is reached through two transports tuned to hold 100,000s of subscribers in little memory
+/// (<see cref="BroadcastTcpTransport"/>, <see cref="BroadcastLongPollTransport"/>); every other target
+/// through its <see cref="IPubSubClient"/> (<see cref="BroadcastClientTransport"/>). The method and the
+/// checks are the same for all.
 /// </para>
 /// </summary>
 internal sealed class BroadcastScenario : IScenario
 {
     public string Name => "broadcast";
 
-    public string Summary => "M subscribers, one message every P s to all of them: largest M with every burst on time.";
+    public string Summary => "M subscribers, one message every P s to all of them: largest M with every burst on time, per P.";
 
     public string Usage => $"""
         broadcast: M subscribers on one topic; one message (a burst) every P s, fanned out to all M; a burst
-        must reach every subscriber before the next one is due. Over TCP or HTTP long-poll.
+        must reach every subscriber before the next one is due. Against any target (see below).
 
-          --transport tcp|longpoll  how subscribers and publisher reach the broker    (default tcp)
-          --subscribers M        one run with M subscribers, or:
-          --search               find the largest M with every burst on time:
+          --subscribers M        one run per period with M subscribers, or:
+          --search               find the largest M with every burst on time, per period:
             --start M            first M tried; doubled while good, then bisected   (default 1000)
             --precision PCT      stop when first bad - last good <= PCT % of last good (default 5)
             --max-subscribers M  never try more                                     (default 1000000, and the file limit)
-            --max-seconds S      the whole search ends within S seconds            (default 600)
+            --max-seconds S      the whole run (every period, every repetition) ends within S seconds;
+                                 each search gets an equal share of what is left   (default 600)
           --period P             seconds between bursts                            (default 1)
+          --periods P1,P2,...    several periods, searched (or run) in turn, e.g. 0.5,1,2
+          --repeat N             every period N times; headlines give the median and spread (default 1)
           --bursts N             measured bursts per run                           (default 100, the study's)
           --warmup-bursts K      bursts before them, reported but not judged       (default 1)
           --payload BYTES        message payload, >= 8 (burst number)              (default 128)
           --topic NAME           topic                                             (default bench.broadcast)
-          --http-port N          long-poll: the broker's HTTP port                 (default 8080)
-          --sources N            bind to 127.0.0.1..127.0.0.N (loopback broker only) (default: enough for
-                                 {SourceAddresses.ConnectionsPerPair:N0} connections per (source, broker port) pair)
+          --sources N            herald: bind to 127.0.0.1..127.0.0.N (loopback only) (default: enough for
+                                 {SourceAddresses.ConnectionsPerPair:N0} connections per (source, server port) pair)
           --connect-rate R       open at most R subscribers per second             (default 10000)
           --connect-concurrency C  with at most C being set up at once            (default 100)
           --settle S             pause between setup and the first burst           (default 1)
           --grace S              after the last deadline: wait for stragglers      (default 2)
           --pause S              after closing a run, before the next              (default 2)
           --stop-on-miss [true|false]  end a run at its first missed burst        (default: with --search)
-          --out FILE             also write every run as JSON
-        {BrokerOptions.Usage}
-        TCP: subscribers are spread over --ports (default 4502-4534), the publisher uses --port. Long-poll
-        uses --http-port only. --setup-timeout defaults to 30 + 3 x M / connect-rate seconds.
-        Each subscriber is one socket: raise the file limit first (ulimit -n 1048576), for the broker too.
-        Exit codes: 0 good (search: some M was good), 1 a burst missed (search: even the smallest M),
-        2 usage or file limit, 3 broker unreachable, 130 Ctrl+C.
+          --out FILE             also write every run as JSON (headlines: largest M on time per P)
+          --chart PATH           also draw M against P to PATH.svg and PATH.png (see the chart command)
+        {TargetOptions.Usage}
+        Herald uses its tuned transports: TCP subscribers spread over --ports, the publisher on the first
+        port; long-poll on --http-port. Other targets: one client per subscriber through the target's client.
+        --setup-timeout defaults to 30 + 3 x M / connect-rate seconds here.
+        Each subscriber is one socket: raise the file limit first (ulimit -n 1048576), for the server too.
+        Exit codes: 0 good (search: some M was good at every period), 1 a burst missed (search: even the
+        smallest M, at some period), 2 usage or file limit, 3 server unreachable, 130 Ctrl+C.
         """;
 
     public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
@@ -64,21 +75,22 @@ internal sealed class BroadcastScenario : IScenario
         commandLine.RejectUnused();
         CultureInfo c = CultureInfo.InvariantCulture;
 
-        Process? broker = options.Broker.FindBrokerProcess();
-        int maxSubscribers = CapByFileLimits(options, broker, out string? capNote);
+        await using ITarget target = await TargetFactory.StartAsync(options.Target, cancellationToken);
+        int maxSubscribers = CapByFileLimits(options, target.ServerProcess, out string? capNote);
         if (!options.Search && options.Subscribers > maxSubscribers)
         {
             Console.Error.WriteLine($"error: {capNote}");
             return ExitCodes.Usage;
         }
 
+        string periods = string.Join(", ", options.Periods.Select(p => p.ToString(c) + " s"));
         Console.WriteLine(string.Create(c,
-            $"broadcast: {options.Transport.ToString().ToLowerInvariant()}, one message every {options.Period} s to '{options.Topic}', {options.Bursts} bursts judged (+{options.WarmupBursts} warm-up), payload {options.Payload} B"));
+            $"broadcast: {target.Label}, one message every P = {periods} to '{options.Topic}', {options.Bursts} bursts judged (+{options.WarmupBursts} warm-up), payload {options.Payload} B{(options.Repeat > 1 ? $", {options.Repeat} repetitions" : "")}"));
         Console.WriteLine(options.Search
-            ? string.Create(c, $"search: start at {options.Start:N0}, double while every burst is on time, bisect to {options.Precision * 100:0.#} %; at most {options.MaxSeconds} s and M <= {maxSubscribers:N0}")
-            : string.Create(c, $"one run: M = {options.Subscribers:N0}"));
+            ? string.Create(c, $"search per period: start at {options.Start:N0}, double while every burst is on time, bisect to {options.Precision * 100:0.#} %; at most {options.MaxSeconds} s in all and M <= {maxSubscribers:N0}")
+            : string.Create(c, $"one run per period: M = {options.Subscribers:N0}"));
         Console.WriteLine(string.Create(c, $"pacing: at most {options.ConnectRate:N0} subscribers/s, {options.ConnectConcurrency} at once; settle {options.Settle} s, grace {options.Grace} s"));
-        Console.WriteLine($"machine: {MachineInfo.Describe()}");
+        TargetReport.Print(target, Console.Out);
         if (capNote is not null)
         {
             Console.WriteLine($"note: {capNote}");
@@ -90,63 +102,102 @@ internal sealed class BroadcastScenario : IScenario
         }
 
         var log = new RunLog();
-        var runs = new List<BroadcastRunResult>();
-        long searchStart = Stopwatch.GetTimestamp();
-        string? searchEnd = null;
-        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        var results = new List<BroadcastPeriodResult>();
+        long started = Stopwatch.GetTimestamp();
+        using var overall = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
         if (options.Search)
         {
-            deadline.CancelAfter(TimeSpan.FromSeconds(options.MaxSeconds));
+            overall.CancelAfter(TimeSpan.FromSeconds(options.MaxSeconds));
         }
 
-        int? good = null, bad = null;
+        int searches = options.Repeat * options.Periods.Count;
+        bool stop = false;
+        for (int repetition = 1; repetition <= options.Repeat && !stop; repetition++)
+        {
+            foreach (double period in options.Periods)
+            {
+                // Each search gets an equal share of the time left, so a slow first period cannot starve the others.
+                double budget = (options.MaxSeconds - Stopwatch.GetElapsedTime(started).TotalSeconds) / (searches - results.Count);
+                Console.WriteLine();
+                Console.WriteLine(string.Create(c, $"== P = {period} s{(options.Repeat > 1 ? $", repetition {repetition} of {options.Repeat}" : "")}{(options.Search ? $": search within {budget:F0} s" : "")}"));
+                BroadcastPeriodResult result = await SearchAsync(options with { Period = period }, target, repetition, maxSubscribers, budget, log, overall.Token, cancellationToken);
+                results.Add(result);
+                if (cancellationToken.IsCancellationRequested || result.Runs.Any(r => r.BrokerUnreachable || !r.BrokerAlive))
+                {
+                    stop = true; // interrupted, or the server is gone: no other period can say anything
+                    break;
+                }
+            }
+        }
+
+        return Report(options, target, results, log, cancellationToken.IsCancellationRequested);
+    }
+
+    /// <summary>
+    /// One period: a single run at <c>--subscribers</c>, or the search (double, then bisect) within
+    /// <paramref name="budgetSeconds"/> and the overall deadline (<paramref name="overall"/>).
+    /// </summary>
+    private static async Task<BroadcastPeriodResult> SearchAsync(BroadcastOptions options, ITarget target, int repetition, int maxSubscribers, double budgetSeconds, RunLog log, CancellationToken overall, CancellationToken interrupted)
+    {
+        CultureInfo c = CultureInfo.InvariantCulture;
+        var result = new BroadcastPeriodResult(options.Period, repetition);
+        List<BroadcastRunResult> runs = result.Runs;
+        long searchStart = Stopwatch.GetTimestamp();
+        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(overall);
+        if (options.Search)
+        {
+            deadline.CancelAfter(TimeSpan.FromSeconds(Math.Max(0, budgetSeconds)));
+        }
+
         int m = options.Search ? Math.Min(options.Start, maxSubscribers) : options.Subscribers;
         while (true)
         {
             if (options.Search)
             {
-                double remaining = options.MaxSeconds - Stopwatch.GetElapsedTime(searchStart).TotalSeconds;
+                double remaining = budgetSeconds - Stopwatch.GetElapsedTime(searchStart).TotalSeconds;
                 double estimate = EstimateSeconds(options, m, runs);
                 if (estimate > remaining)
                 {
-                    searchEnd = string.Create(c, $"time cap: a run at M={m:N0} would take about {estimate:F0} s, {remaining:F0} s of --max-seconds {options.MaxSeconds} left");
+                    result.SearchEnd = string.Create(c, $"time cap: a run at M={m:N0} would take about {estimate:F0} s, {Math.Max(0, remaining):F0} s of this period's share of --max-seconds {options.MaxSeconds} left");
                     break;
                 }
             }
 
             Console.WriteLine();
-            Console.WriteLine(string.Create(c, $"run {runs.Count + 1}: M={m:N0} ({Stopwatch.GetElapsedTime(searchStart).TotalSeconds:F0} s elapsed)"));
-            BroadcastRunResult run = await BroadcastRun.ExecuteAsync(options, m, broker, log, deadline.Token);
+            Console.WriteLine(string.Create(c, $"run {runs.Count + 1} at P = {options.Period} s: M={m:N0} ({Stopwatch.GetElapsedTime(searchStart).TotalSeconds:F0} s elapsed)"));
+            BroadcastRunResult run = await BroadcastRun.ExecuteAsync(options, target, m, log, deadline.Token);
             runs.Add(run);
             Console.WriteLine($"  => {run.OneLine()}");
             if (!options.Search)
             {
+                result.Good = run.Good ? m : null;
+                result.Bad = run.Good || run.Inconclusive ? null : m;
                 break;
             }
 
             if (run.Inconclusive)
             {
-                searchEnd = cancellationToken.IsCancellationRequested ? "interrupted"
-                    : run.BrokerUnreachable ? "broker unreachable"
-                    : !run.BrokerAlive ? "the broker process exited"
+                result.SearchEnd = interrupted.IsCancellationRequested ? "interrupted"
+                    : run.BrokerUnreachable ? "server unreachable"
+                    : !run.BrokerAlive ? "the server process exited"
                     : "time cap reached during a run";
                 break;
             }
 
             if (run.Good)
             {
-                good = m;
+                result.Good = m;
             }
             else
             {
-                bad = m;
+                result.Bad = m;
             }
 
-            if (bad is null)
+            if (result.Bad is not { } bad)
             {
                 if (m >= maxSubscribers)
                 {
-                    searchEnd = string.Create(c, $"M={m:N0} was good and is the most this search may try");
+                    result.SearchEnd = string.Create(c, $"M={m:N0} was good and is the most this search may try");
                     break;
                 }
 
@@ -154,17 +205,17 @@ internal sealed class BroadcastScenario : IScenario
                 continue;
             }
 
-            int low = good ?? 0;
-            if (bad.Value - low <= 1 || (low > 0 && bad.Value - low <= options.Precision * low))
+            int low = result.Good ?? 0;
+            if (bad - low <= 1 || (low > 0 && bad - low <= options.Precision * low))
             {
-                searchEnd = string.Create(c, $"bracketed: {low:N0} good, {bad.Value:N0} bad");
+                result.SearchEnd = string.Create(c, $"bracketed: {low:N0} good, {bad:N0} bad");
                 break;
             }
 
-            m = Midpoint(low, bad.Value);
+            m = Midpoint(low, bad);
         }
 
-        return Report(options, runs, good, bad, searchEnd, log, cancellationToken.IsCancellationRequested);
+        return result;
     }
 
     /// <summary>
@@ -178,7 +229,7 @@ internal sealed class BroadcastScenario : IScenario
         || Environment.GetEnvironmentVariable("DOTNET_gcServer") is "1";
 
     private const string GcAdvice =
-        "the load tool allocates per poll while every session holds one in flight; run it with DOTNET_GCgen0size=0x10000000 (a 256 MiB gen0 budget) so its GC pauses do not delay deliveries (see loadtest/README.md)";
+        "the load tool allocates per poll while every session holds one in flight; run it with DOTNET_GCgen0size=0x10000000 (a 256 MiB gen0 budget) so its GC pauses do not delay deliveries (see loadtest/docs/broadcast.md)";
 
     /// <summary>A round midpoint (3 significant digits) strictly between <paramref name="low"/> and <paramref name="high"/>.</summary>
     internal static int Midpoint(int low, int high)
@@ -202,7 +253,7 @@ internal sealed class BroadcastScenario : IScenario
         return (1.25 * ((m / setupRate) + (m / closeRate))) + options.Settle + bursts + options.Grace + options.Pause + 2;
     }
 
-    /// <summary>The most subscribers the open-file limits of the tool and (with --broker-pid) the broker allow.</summary>
+    /// <summary>The most subscribers the open-file limits of the tool and the server (started by the tool, or --server-pid) allow.</summary>
     private static int CapByFileLimits(BroadcastOptions options, Process? broker, out string? note)
     {
         note = null;
@@ -230,13 +281,111 @@ internal sealed class BroadcastScenario : IScenario
         return cap;
     }
 
-    private static int Report(BroadcastOptions options, List<BroadcastRunResult> runs, int? good, int? bad, string? searchEnd, RunLog log, bool interrupted)
+    /// <summary>The headline of one period: the largest M on time (0 when none was), median over the repetitions.</summary>
+    private static Headline HeadlineFor(double period, IEnumerable<BroadcastPeriodResult> results) =>
+        Headline.Of(string.Create(CultureInfo.InvariantCulture, $"largest M on time at P={period} s"), "subscribers", true, [.. results.Where(r => r.Period == period).Select(r => (double)(r.Good ?? 0))]);
+
+    private static int Report(BroadcastOptions options, ITarget target, List<BroadcastPeriodResult> results, RunLog log, bool interrupted)
     {
         CultureInfo c = CultureInfo.InvariantCulture;
-        BroadcastRunResult? best = good is { } g ? runs.LastOrDefault(r => r.Subscribers == g && r.Good) : null;
+        foreach (BroadcastPeriodResult result in results)
+        {
+            PrintPeriod(options, target, result);
+        }
+
+        double[] measured = [.. options.Periods.Where(p => results.Any(r => r.Period == p))];
+        Headline[] headlines = [.. measured.Select(p => HeadlineFor(p, results))];
         Console.WriteLine();
-        Console.WriteLine($"broadcast result ({options.Transport.ToString().ToLowerInvariant()}, P = {options.Period.ToString(c)} s, {options.Bursts} bursts judged per run{(options.Search ? ", search" : "")})");
-        Console.WriteLine($"  machine             : {MachineInfo.Describe()}");
+        Console.WriteLine($"broadcast summary ({target.Label}, {options.Bursts} bursts judged per run{(options.Search ? ", search" : "")})");
+        Console.WriteLine($"  {"P (s)",8}  {"largest M on time",18}  {"smallest bad M",15}  {(options.Search ? "search ended" : "")}");
+        foreach (BroadcastPeriodResult r in results)
+        {
+            Console.WriteLine(string.Create(c, $"  {r.Period,8}  {(r.Good is { } g ? g.ToString("N0", c) : "none"),18}  {(r.Bad is { } b ? b.ToString("N0", c) : "-"),15}  {(options.Search ? r.SearchEnd ?? "-" : "")}"));
+        }
+
+        foreach (Headline h in headlines)
+        {
+            Console.WriteLine(string.Create(c, $"  HEADLINE            : {h.Name}: {h.Value:N0} {h.Unit}{(h.Repetitions > 1 ? $" (median of {h.Repetitions}, {h.Min:N0}..{h.Max:N0})" : "")}"));
+        }
+
+        List<BroadcastRunResult> runs = [.. results.SelectMany(r => r.Runs)];
+        string[] disturbed = [.. results.SelectMany(r => r.Runs.Where(run => run.OtherCores > 0.25).Select(run => string.Create(c, $"P={r.Period} s M={run.Subscribers:N0} ({run.OtherCores:F2} cores)")))];
+        if (disturbed.Length > 0)
+        {
+            Console.WriteLine($"  disturbed runs      : other processes used CPU during {string.Join(", ", disturbed)}; repeat them on a quiet machine");
+        }
+
+        string[] problems = [.. results.SelectMany(r => r.Runs.Where(run => run.Checks.DescribeProblems() is not null).Select(run => string.Create(c, $"P={r.Period} s M={run.Subscribers:N0}: {run.Checks.DescribeProblems()}")))];
+        foreach (string problem in problems)
+        {
+            Console.WriteLine($"  server/protocol     : {problem}");
+        }
+
+        if (log.Count > 0)
+        {
+            Console.WriteLine(string.Create(c, $"  events              : {log.Count:N0} (the first {Math.Min(log.Count, RunLog.MaxLines)} on stderr and in --out)"));
+        }
+
+        if (options.Out is { } path)
+        {
+            ResultFile.Write(path, "broadcast", json =>
+            {
+                WriteParameters(json, options);
+                TargetReport.Write(json, target);
+                Headline.WriteAll(json, headlines);
+                json.WriteStartArray("periods");
+                foreach (double period in measured)
+                {
+                    json.WriteStartObject();
+                    json.WriteNumber("periodSeconds", period);
+                    json.WriteNumber("largestGoodMedian", HeadlineFor(period, results).Value);
+                    json.WriteStartArray("repetitions");
+                    foreach (BroadcastPeriodResult r in results.Where(r => r.Period == period))
+                    {
+                        r.Write(json, options.Search);
+                    }
+
+                    json.WriteEndArray();
+                    json.WriteEndObject();
+                }
+
+                json.WriteEndArray();
+                Outcome.Write(json, problems, interrupted, log);
+            });
+            Console.WriteLine($"  result written to   : {path}");
+        }
+
+        if (options.Chart is { } chart && measured.Length > 0)
+        {
+            var series = new BroadcastSeries(target.Label, [.. headlines.Zip(measured, (h, p) => new BroadcastPoint(p, h.Value))]);
+            (string svg, string png) = BroadcastChart.Write(chart, [series]);
+            Console.WriteLine($"  chart written to    : {svg}, {png}");
+        }
+
+        if (interrupted)
+        {
+            return ExitCodes.Interrupted;
+        }
+
+        if (runs.Count > 0 && runs[0].BrokerUnreachable)
+        {
+            return ExitCodes.BrokerUnreachable;
+        }
+
+        bool everyPeriodGood = results.Count == searchesPlanned(options) && results.All(r => r.Good is not null);
+        return everyPeriodGood ? ExitCodes.Ok : ExitCodes.RunFailed;
+
+        static int searchesPlanned(BroadcastOptions o) => o.Repeat * o.Periods.Count;
+    }
+
+    /// <summary>The per-period block of the human report: every run, the search's end, and the details at the largest good M.</summary>
+    private static void PrintPeriod(BroadcastOptions options, ITarget target, BroadcastPeriodResult result)
+    {
+        CultureInfo c = CultureInfo.InvariantCulture;
+        List<BroadcastRunResult> runs = result.Runs;
+        BroadcastRunResult? best = result.Good is { } g ? runs.LastOrDefault(r => r.Subscribers == g && r.Good) : null;
+        Console.WriteLine();
+        Console.WriteLine($"broadcast result ({target.Label}, P = {result.Period.ToString(c)} s, {options.Bursts} bursts judged per run{(options.Search ? ", search" : "")}{(options.Repeat > 1 ? $", repetition {result.Repetition}" : "")})");
         foreach (BroadcastRunResult run in runs)
         {
             Console.WriteLine($"  run                 : {run.OneLine()}");
@@ -244,9 +393,9 @@ internal sealed class BroadcastScenario : IScenario
 
         if (options.Search)
         {
-            Console.WriteLine(string.Create(c, $"  search ended        : {searchEnd ?? "-"}"));
-            Console.WriteLine(good is { } largest
-                ? string.Create(c, $"  LARGEST GOOD M      : {largest:N0} subscribers with every one of {options.Bursts} bursts on time (P = {options.Period} s){(bad is { } b ? $"; {b:N0} was not" : "; no bad M found")}")
+            Console.WriteLine(string.Create(c, $"  search ended        : {result.SearchEnd ?? "-"}"));
+            Console.WriteLine(result.Good is { } largest
+                ? string.Create(c, $"  LARGEST GOOD M      : {largest:N0} subscribers with every one of {options.Bursts} bursts on time (P = {result.Period} s){(result.Bad is { } b ? $"; {b:N0} was not" : "; no bad M found")}")
                 : "  LARGEST GOOD M      : none: no M tried had every burst on time");
         }
 
@@ -265,7 +414,7 @@ internal sealed class BroadcastScenario : IScenario
 
             if (shown.BrokerRssLoadedMB is { } rss)
             {
-                Console.WriteLine(string.Create(c, $"    broker memory     : RSS {shown.BrokerRssBeforeMB:F0} MB before setup, {rss:F0} MB loaded ({shown.BrokerOpenFiles?.ToString("N0", c) ?? "?"} open files), {shown.BrokerRssAfterMB:F0} MB {options.Pause} s after closing"));
+                Console.WriteLine(string.Create(c, $"    server memory     : RSS {shown.BrokerRssBeforeMB:F0} MB before setup, {rss:F0} MB loaded ({shown.BrokerOpenFiles?.ToString("N0", c) ?? "?"} open files), {shown.BrokerRssAfterMB:F0} MB {options.Pause} s after closing"));
             }
 
             Console.WriteLine(string.Create(c, $"    load tool memory  : RSS {shown.ToolRssMB:F0} MB loaded"));
@@ -274,7 +423,7 @@ internal sealed class BroadcastScenario : IScenario
             {
                 double paused = judgedBursts.Sum(b => b.ToolGcPauseMs);
                 Console.WriteLine(string.Create(c, $"    load tool GC      : {paused:F0} ms paused over the judged bursts, at most {judgedBursts.Max(b => b.ToolGcPauseMs):F0} ms within one; {shown.InducedGcs} GCs run between bursts"));
-                if (paused > 0.05 * 1000 * options.Period * judgedBursts.Length && !GcTuned)
+                if (paused > 0.05 * 1000 * result.Period * judgedBursts.Length && !GcTuned)
                 {
                     Console.WriteLine($"    note              : the load tool was paused by its own GC for over 5 % of the time, which delays deliveries; {GcAdvice}");
                 }
@@ -283,92 +432,13 @@ internal sealed class BroadcastScenario : IScenario
             Console.WriteLine($"    counters          : {(counters.Length == 0 ? "-" : counters)}");
         }
 
-        string[] disturbed = [.. runs.Where(r => r.OtherCores > 0.25).Select(r => string.Create(c, $"M={r.Subscribers:N0} ({r.OtherCores:F2} cores)"))];
-        if (disturbed.Length > 0)
-        {
-            Console.WriteLine($"  disturbed runs      : other processes used CPU during {string.Join(", ", disturbed)}; repeat them on a quiet machine");
-        }
-
-        string[] problems = [.. runs.Where(r => r.Checks.DescribeProblems() is not null).Select(r => string.Create(c, $"M={r.Subscribers:N0}: {r.Checks.DescribeProblems()}"))];
-        foreach (string problem in problems)
-        {
-            Console.WriteLine($"  broker/protocol     : {problem}");
-        }
-
-        if (log.Count > 0)
-        {
-            Console.WriteLine(string.Create(c, $"  events              : {log.Count:N0} (the first {Math.Min(log.Count, RunLog.MaxLines)} on stderr and in --out)"));
-        }
-
-        if (options.Out is { } path)
-        {
-            ResultFile.Write(path, "broadcast", json =>
-            {
-                WriteParameters(json, options);
-                json.WriteStartObject("search");
-                json.WriteBoolean("enabled", options.Search);
-                if (good is { } gv)
-                {
-                    json.WriteNumber("largestGood", gv);
-                }
-                else
-                {
-                    json.WriteNull("largestGood");
-                }
-
-                if (bad is { } bv)
-                {
-                    json.WriteNumber("smallestBad", bv);
-                }
-                else
-                {
-                    json.WriteNull("smallestBad");
-                }
-
-                json.WriteString("ended", searchEnd);
-                json.WriteEndObject();
-                json.WriteStartArray("runs");
-                foreach (BroadcastRunResult run in runs)
-                {
-                    run.Write(json);
-                }
-
-                json.WriteEndArray();
-                Outcome.Write(json, problems, interrupted, log);
-            });
-            Console.WriteLine($"  result written to   : {path}");
-        }
-
-        if (interrupted)
-        {
-            return ExitCodes.Interrupted;
-        }
-
-        if (runs.Count > 0 && runs[0].BrokerUnreachable)
-        {
-            return ExitCodes.BrokerUnreachable;
-        }
-
-        return options.Search
-            ? good is null ? ExitCodes.RunFailed : ExitCodes.Ok
-            : runs.Count == 1 && runs[0].Good ? ExitCodes.Ok : ExitCodes.RunFailed;
     }
 
     private static void WriteParameters(Utf8JsonWriter json, BroadcastOptions options)
     {
         json.WriteStartObject("parameters");
-        json.WriteString("transport", options.Transport.ToString().ToLowerInvariant());
-        json.WriteString("host", options.Broker.Host);
-        if (options.Transport == BroadcastTransportKind.Tcp)
-        {
-            json.WriteString("subscriberPorts", $"{options.Broker.FirstPort}-{options.Broker.LastPort}");
-            json.WriteNumber("publisherPort", options.Broker.Port);
-        }
-        else
-        {
-            json.WriteNumber("httpPort", options.HttpPort);
-        }
-
+        json.WriteString("targetOptions", options.Target.Describe());
+        json.WriteString("transport", options.Target.Transport);
         json.WriteBoolean("search", options.Search);
         if (options.Search)
         {
@@ -382,7 +452,14 @@ internal sealed class BroadcastScenario : IScenario
             json.WriteNumber("subscribers", options.Subscribers);
         }
 
-        json.WriteNumber("periodSeconds", options.Period);
+        json.WriteStartArray("periodsSeconds");
+        foreach (double period in options.Periods)
+        {
+            json.WriteNumberValue(period);
+        }
+
+        json.WriteEndArray();
+        json.WriteNumber("repeat", options.Repeat);
         json.WriteNumber("bursts", options.Bursts);
         json.WriteNumber("warmupBursts", options.WarmupBursts);
         json.WriteNumber("payloadBytes", options.Payload);
@@ -398,14 +475,66 @@ internal sealed class BroadcastScenario : IScenario
     }
 }
 
+/// <summary>One period's search (or single run) in one repetition: its runs and the bracket it found.</summary>
+internal sealed class BroadcastPeriodResult(double period, int repetition)
+{
+    public double Period { get; } = period;
+
+    public int Repetition { get; } = repetition;
+
+    public List<BroadcastRunResult> Runs { get; } = [];
+
+    /// <summary>The largest M with every burst on time; null when none was.</summary>
+    public int? Good { get; set; }
+
+    /// <summary>The smallest M with a burst missed; null when none was.</summary>
+    public int? Bad { get; set; }
+
+    public string? SearchEnd { get; set; }
+
+    public void Write(Utf8JsonWriter json, bool search)
+    {
+        ArgumentNullException.ThrowIfNull(json);
+        json.WriteStartObject();
+        json.WriteNumber("repetition", Repetition);
+        json.WriteStartObject("search");
+        json.WriteBoolean("enabled", search);
+        WriteOptional(json, "largestGood", Good);
+        WriteOptional(json, "smallestBad", Bad);
+        json.WriteString("ended", SearchEnd);
+        json.WriteEndObject();
+        json.WriteStartArray("runs");
+        foreach (BroadcastRunResult run in Runs)
+        {
+            run.Write(json);
+        }
+
+        json.WriteEndArray();
+        json.WriteEndObject();
+    }
+
+    private static void WriteOptional(Utf8JsonWriter json, string name, int? value)
+    {
+        if (value is { } v)
+        {
+            json.WriteNumber(name, v);
+        }
+        else
+        {
+            json.WriteNull(name);
+        }
+    }
+}
+
 internal enum BroadcastTransportKind
 {
     Tcp,
     LongPoll,
 }
 
+/// <summary>The options of one <c>broadcast</c> command; <see cref="Period"/> is the period of the search under way.</summary>
 internal sealed record BroadcastOptions(
-    BrokerOptions Broker,
+    TargetOptions Target,
     BroadcastTransportKind Transport,
     int Subscribers,
     bool Search,
@@ -414,11 +543,12 @@ internal sealed record BroadcastOptions(
     int MaxSubscribers,
     double MaxSeconds,
     double Period,
+    IReadOnlyList<double> Periods,
+    int Repeat,
     int Bursts,
     int WarmupBursts,
     int Payload,
     string Topic,
-    int HttpPort,
     int? Sources,
     double ConnectRate,
     int ConnectConcurrency,
@@ -427,7 +557,8 @@ internal sealed record BroadcastOptions(
     double Pause,
     double? SetupTimeout,
     bool StopOnMiss,
-    string? Out)
+    string? Out,
+    string? Chart)
 {
     public double SetupTimeoutFor(int subscribers) => SetupTimeout ?? (30 + (3.0 * subscribers / ConnectRate));
 
@@ -435,37 +566,16 @@ internal sealed record BroadcastOptions(
 
     public static BroadcastOptions Read(CommandLine options)
     {
-        BroadcastTransportKind transport = options.String("transport", "tcp") switch
-        {
-            "tcp" => BroadcastTransportKind.Tcp,
-            "longpoll" or "long-poll" or "http" => BroadcastTransportKind.LongPoll,
-            string other => throw new UsageException($"--transport must be tcp or longpoll, got '{other}'."),
-        };
-
-        bool portsGiven = options.Has("ports") | options.Has("port");
-        bool httpPortGiven = options.Has("http-port");
-        if (transport == BroadcastTransportKind.LongPoll && portsGiven)
-        {
-            throw new UsageException("--port and --ports are for --transport tcp; long-poll uses --http-port.");
-        }
-
-        if (transport == BroadcastTransportKind.Tcp && httpPortGiven)
-        {
-            throw new UsageException("--http-port is for --transport longpoll.");
-        }
-
+        ArgumentNullException.ThrowIfNull(options);
         bool setupTimeoutGiven = options.Has("setup-timeout");
-        var broker = BrokerOptions.Read(options);
-        if (!portsGiven)
-        {
-            broker = broker with { Port = 4502, FirstPort = 4502, LastPort = 4534 };
-        }
+        TargetOptions target = TargetOptions.Read(options);
+        BroadcastTransportKind transport = target.Transport == "longpoll" ? BroadcastTransportKind.LongPoll : BroadcastTransportKind.Tcp;
 
         bool search = options.Flag("search");
         bool fixedRun = options.Has("subscribers");
         if (search == fixedRun)
         {
-            throw new UsageException("Give either --subscribers M (one run) or --search (find the largest M).");
+            throw new UsageException("Give either --subscribers M (one run per period) or --search (find the largest M per period).");
         }
 
         if (!search && (options.Has("start") || options.Has("precision") || options.Has("max-subscribers") || options.Has("max-seconds")))
@@ -494,10 +604,10 @@ internal sealed record BroadcastOptions(
             precision = percent / 100;
         }
 
+        List<double> periods = ReadPeriods(options);
         int? sources = options.Has("sources") ? options.Int("sources", 1, 1, 250) : null;
-        double setupTimeout = broker.SetupTimeoutSeconds;
         return new BroadcastOptions(
-            broker,
+            target,
             transport,
             fixedRun ? options.Int("subscribers", 1000, 1, 10_000_000) : 0,
             search,
@@ -505,20 +615,54 @@ internal sealed record BroadcastOptions(
             precision,
             options.Int("max-subscribers", 1_000_000, 1, 10_000_000),
             options.Seconds("max-seconds", 600, 10, 24 * 3600),
-            options.Seconds("period", 1, 0.01, 3600),
+            periods[0],
+            periods,
+            options.Int("repeat", 1, 1, 100),
             options.Int("bursts", 100, 1, 1_000_000),
             options.Int("warmup-bursts", 1, 0, 1000),
             options.Int("payload", 128, BroadcastMessage.BurstBytes, 900 * 1024),
             topic,
-            options.Int("http-port", 8080, 1, 65535),
             sources,
             options.Seconds("connect-rate", 10_000, 1, 10_000_000),
             options.Int("connect-concurrency", 100, 1, 100_000),
             options.Seconds("settle", 1, 0),
             options.Seconds("grace", 2, 0),
             options.Seconds("pause", 2, 0),
-            setupTimeoutGiven ? setupTimeout : null,
+            setupTimeoutGiven ? target.SetupTimeoutSeconds : null,
             options.Has("stop-on-miss") ? options.Flag("stop-on-miss") : search,
-            options.OptionalString("out"));
+            options.OptionalString("out"),
+            options.OptionalString("chart"));
+    }
+
+    /// <summary><c>--periods 0.5,1,2</c> or <c>--period P</c> (not both); each from 0.01 to 3600 s, each once.</summary>
+    private static List<double> ReadPeriods(CommandLine options)
+    {
+        if (options.OptionalString("periods") is not { } list)
+        {
+            return [options.Seconds("period", 1, 0.01, 3600)];
+        }
+
+        if (options.Has("period"))
+        {
+            throw new UsageException("Give --period P or --periods P1,P2,..., not both.");
+        }
+
+        var periods = new List<double>();
+        foreach (string item in list.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries))
+        {
+            if (!double.TryParse(item, NumberStyles.Float, CultureInfo.InvariantCulture, out double p) || p is < 0.01 or > 3600)
+            {
+                throw new UsageException($"--periods: each period is a number of seconds from 0.01 to 3600, got '{item}'.");
+            }
+
+            if (periods.Contains(p))
+            {
+                throw new UsageException($"--periods: {item} is given twice.");
+            }
+
+            periods.Add(p);
+        }
+
+        return periods.Count > 0 ? periods : throw new UsageException("--periods names no period.");
     }
 }

@@ -2,6 +2,7 @@ using System.Buffers;
 using System.Diagnostics;
 using Herald.LoadTest.Client;
 using Herald.LoadTest.Reporting;
+using Herald.LoadTest.Targets;
 using Herald.Protocol;
 using MessagePack;
 
@@ -19,7 +20,7 @@ namespace Herald.LoadTest.Scenarios;
 /// MESSAGEs (it grows if a bigger frame comes) instead of the 64 KiB the other scenarios use.
 /// </para>
 /// </summary>
-internal sealed class BroadcastTcpTransport(BroadcastOptions options, BroadcastMessage message, RunLog log) : IBroadcastTransport
+internal sealed class BroadcastTcpTransport(BroadcastOptions options, HeraldTarget target, BroadcastMessage message, RunLog log) : IBroadcastTransport
 {
     private readonly RunState _state = new();
     private readonly BroadcastChecks _checks = new();
@@ -42,10 +43,9 @@ internal sealed class BroadcastTcpTransport(BroadcastOptions options, BroadcastM
 
     public async Task SetupAsync(int subscribers, BurstTracker tracker, Pacer pacer, CancellationToken cancellationToken)
     {
-        BrokerOptions broker = options.Broker;
-        BrokerEndpoints endpoints = await BrokerEndpoints.ResolveAsync(broker.Host, broker.FirstPort, broker.LastPort, cancellationToken);
+        BrokerEndpoints endpoints = target.Endpoints;
         SourceAddresses sources = SourceAddresses.Plan(endpoints.Address, subscribers + 1L, endpoints.PortCount, options.Sources);
-        _describe = $"tcp: {subscribers:N0} subscribers on {endpoints.Display} from {sources.Display}, publisher on {endpoints.Host}:{broker.Port}";
+        _describe = $"tcp: {subscribers:N0} subscribers on {endpoints.Display} from {sources.Display}, publisher on {endpoints.Host}:{endpoints.FirstPort}";
         int receiveBuffer = Math.Clamp(4 * message.MessageFrameLength, 1024, HeraldConnection.DefaultReceiveBufferSize);
 
         _subscribers = new TcpSubscriber?[subscribers];
@@ -62,7 +62,7 @@ internal sealed class BroadcastTcpTransport(BroadcastOptions options, BroadcastM
             Interlocked.Increment(ref _established);
         }, cancellationToken);
 
-        _publisher = await HeraldConnection.ConnectAsync(endpoints.At(broker.Port), "loadtest-broadcast-pub", cancellationToken, localAddress: sources.For(0));
+        _publisher = await HeraldConnection.ConnectAsync(endpoints.At(endpoints.FirstPort), "loadtest-broadcast-pub", cancellationToken, localAddress: sources.For(0));
         _publisherReader = ReadPublisherAsync(_publisher);
     }
 

@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Buffers.Binary;
 using System.Diagnostics;
 using Herald.LoadTest.Reporting;
 using Herald.Protocol;
@@ -8,7 +9,9 @@ namespace Herald.LoadTest.Scenarios;
 
 /// <summary>
 /// How the <c>broadcast</c> scenario reaches the broker: M subscribers on one topic and one publisher,
-/// over TCP (<see cref="BroadcastTcpTransport"/>) or HTTP long-poll (<see cref="BroadcastLongPollTransport"/>).
+/// over Herald TCP (<see cref="BroadcastTcpTransport"/>) or HTTP long-poll (<see cref="BroadcastLongPollTransport"/>),
+/// both tuned to hold many subscribers in little memory, or over any target's <c>IPubSubClient</c>
+/// (<see cref="BroadcastClientTransport"/>: NATS, Redis, SignalR).
 /// One instance serves one run: set up, publish bursts, close.
 /// </summary>
 internal interface IBroadcastTransport : IAsyncDisposable
@@ -189,6 +192,32 @@ internal abstract class BroadcastSubscriber(string name, BroadcastMessage messag
         _verified = true;
         Accept(burst, now);
         return true;
+    }
+
+    /// <summary>
+    /// Handles one delivered payload (targets reached through <c>IPubSubClient</c>): the first is compared
+    /// byte for byte with what was published, the later ones only by length and burst number.
+    /// </summary>
+    protected void HandlePayload(ReadOnlySpan<byte> payload, long now)
+    {
+        if (_verified && payload.Length == message.PayloadLength)
+        {
+            Accept(BinaryPrimitives.ReadInt64LittleEndian(payload), now);
+            return;
+        }
+
+        if (message.CheckPayload(payload, out long burst) is { } mismatch)
+        {
+            if (Unexpected++ == 0)
+            {
+                log.Report(name, $"message differs from what was published: {mismatch}");
+            }
+
+            return;
+        }
+
+        _verified = true;
+        Accept(burst, now);
     }
 
     private void Accept(long burst, long now)
