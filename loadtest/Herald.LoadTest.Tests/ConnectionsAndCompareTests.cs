@@ -43,31 +43,49 @@ public class ConnectionsAndCompareTests
     }
 
     [Fact]
-    public async Task Compare_embeds_each_result_and_skips_an_unavailable_target()
+    public async Task Compare_runs_the_scenario_per_target_embeds_each_result_and_computes_ratios()
     {
         string outFile = Repo.OutFile("compare");
         string markdown = Path.ChangeExtension(Repo.OutFile("compare"), ".md");
-        int code = await Repo.RunAsync("compare", ["connections", .. HeraldArgs(), "--steps", "10", "--targets", "herald/tcp,nats/tcp", "--out", outFile, "--markdown", markdown]);
+        string[] herald = HeraldArgs();
+        string port = herald[1].Split('-')[0]; // peers take the first port of the range: free again once Herald has stopped
+        int code = await Repo.RunAsync("compare", ["connections", .. herald, "--port", port, "--steps", "10", "--targets", "herald/tcp,nats/tcp", "--out", outFile, "--markdown", markdown]);
 
         Assert.Equal(ExitCodes.Ok, code);
         JsonElement result = Repo.ReadJson(outFile);
         Assert.Equal("connections", result.GetProperty("comparedScenario").GetString());
         JsonElement[] targets = [.. result.GetProperty("targets").EnumerateArray()];
         Assert.Equal(["herald/tcp", "nats/tcp"], targets.Select(t => t.GetProperty("label").GetString()));
+        Assert.All(targets, t => Assert.Equal("ok", t.GetProperty("status").GetString()));
 
-        Assert.Equal("ok", targets[0].GetProperty("status").GetString());
-        JsonElement embedded = targets[0].GetProperty("result");
+        JsonElement embedded = targets[1].GetProperty("result");
         Assert.Equal("connections", embedded.GetProperty("scenario").GetString());
+        Assert.StartsWith("nats-server", embedded.GetProperty("target").GetProperty("server").GetString(), StringComparison.Ordinal);
         Assert.Contains(embedded.GetProperty("headlines").EnumerateArray(), h => h.GetProperty("name").GetString() == "connections held" && h.GetProperty("value").GetDouble() == 10);
         Assert.All(targets[0].GetProperty("ratios").EnumerateArray(), r => Assert.Equal(1.0, r.GetProperty("heraldAdvantage").GetDouble(), 9));
-
-        Assert.Equal("skipped", targets[1].GetProperty("status").GetString());
-        Assert.Equal(ExitCodes.BrokerUnreachable, targets[1].GetProperty("exitCode").GetInt32());
-        Assert.Contains("not implemented", targets[1].GetProperty("reason").GetString(), StringComparison.Ordinal);
+        Assert.Contains(targets[1].GetProperty("ratios").EnumerateArray(), r => r.GetProperty("heraldAdvantage").ValueKind == JsonValueKind.Number);
 
         string table = File.ReadAllText(markdown);
         Assert.Contains(table.Split('\n'), line => line.StartsWith("| herald/tcp |", StringComparison.Ordinal) && line.EndsWith("| 10 | 1.00x |", StringComparison.Ordinal));
-        Assert.Contains("| nats/tcp | skipped:", table, StringComparison.Ordinal);
+        Assert.Contains(table.Split('\n'), line => line.StartsWith("| nats/tcp |", StringComparison.Ordinal));
+    }
+
+    [Fact]
+    public async Task Compare_lists_a_target_it_cannot_reach_as_skipped_with_the_reason()
+    {
+        string outFile = Repo.OutFile("compare");
+        string nobody = Repo.FreePorts(1).ToString(CultureInfo.InvariantCulture);
+        int code = await Repo.RunAsync("compare", ["connections", "--server", "external", "--port", nobody, "--steps", "10", "--settle", "0.2", "--targets", "nats/tcp,redis/tcp", "--out", outFile]);
+
+        Assert.Equal(ExitCodes.BrokerUnreachable, code); // nothing could run
+        JsonElement[] targets = [.. Repo.ReadJson(outFile).GetProperty("targets").EnumerateArray()];
+        Assert.Equal(2, targets.Length);
+        Assert.All(targets, t =>
+        {
+            Assert.Equal("skipped", t.GetProperty("status").GetString());
+            Assert.Equal(ExitCodes.BrokerUnreachable, t.GetProperty("exitCode").GetInt32());
+            Assert.False(string.IsNullOrWhiteSpace(t.GetProperty("reason").GetString()));
+        });
     }
 
     [Fact]
