@@ -365,18 +365,20 @@ internal sealed class HeraldLongPollClient : IPubSubClient
 
     private void Dispatch(ReadOnlySequence<byte> body)
     {
-        var reader = new MessagePackReader(body);
-        FrameType type = FrameDecoder.ReadHeader(ref reader, out int elements);
-        if (type != FrameType.Message)
+        uint sid;
+        ReadOnlySpan<byte> replyTo, payload;
+        if (!body.IsSingleSegment || !FramePeek.TryReadMessage(body.FirstSpan, out sid, out replyTo, out payload))
         {
-            throw new ProtocolException(ErrorCode.UnexpectedFrame, $"poll: a {type} frame in a poll body");
+            PublishFrame message = FramePeek.ReadMessageSlow(body);
+            sid = message.Sid;
+            payload = message.Payload.IsSingleSegment ? message.Payload.FirstSpan : message.Payload.ToArray();
+            replyTo = message.ReplyTo is { } r ? (r.IsSingleSegment ? r.FirstSpan : r.ToArray()) : default;
         }
 
-        PublishFrame message = FrameDecoder.ReadMessage(ref reader, elements);
         DeliveryHandler?[] handlers = Volatile.Read(ref _handlers);
-        if (message.Sid - 1 < (uint)handlers.Length && handlers[message.Sid - 1] is { } handler)
+        if (sid - 1 < (uint)handlers.Length && handlers[sid - 1] is { } handler)
         {
-            handler(message.Payload.FirstSpan, message.ReplyTo is { } replyTo ? replyTo.FirstSpan : default);
+            handler(payload, replyTo);
         }
     }
 

@@ -143,18 +143,20 @@ internal sealed class HeraldTcpClient : IPubSubClient
 
     private void Dispatch(ReadOnlySequence<byte> body)
     {
+        ReadOnlySpan<byte> span = body.FirstSpan; // one array: every body is a single segment
+        if (FramePeek.TryReadMessage(span, out uint sid, out ReadOnlySpan<byte> replyTo, out ReadOnlySpan<byte> payload))
+        {
+            Deliver(sid, payload, replyTo);
+            return;
+        }
+
         var reader = new MessagePackReader(body);
         FrameType type = FrameDecoder.ReadHeader(ref reader, out int elements);
         switch (type)
         {
             case FrameType.Message:
                 PublishFrame message = FrameDecoder.ReadMessage(ref reader, elements);
-                DeliveryHandler?[] handlers = Volatile.Read(ref _handlers);
-                if (message.Sid - 1 < (uint)handlers.Length && handlers[message.Sid - 1] is { } handler)
-                {
-                    handler(message.Payload.FirstSpan, message.ReplyTo is { } replyTo ? replyTo.FirstSpan : default);
-                }
-
+                Deliver(message.Sid, message.Payload.FirstSpan, message.ReplyTo is { } r ? r.FirstSpan : default);
                 break;
             case FrameType.Ping:
                 using (BatchedWriter.AppendScope scope = _writer.BeginAppend(SendPolicy.Deferred))
@@ -179,6 +181,15 @@ internal sealed class HeraldTcpClient : IPubSubClient
 
                 Interlocked.Increment(ref _errors);
                 break;
+        }
+    }
+
+    private void Deliver(uint sid, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo)
+    {
+        DeliveryHandler?[] handlers = Volatile.Read(ref _handlers);
+        if (sid - 1 < (uint)handlers.Length && handlers[sid - 1] is { } handler)
+        {
+            handler(payload, replyTo);
         }
     }
 
