@@ -43,7 +43,7 @@ internal sealed class FanoutScenario : IScenario
           --subscribers N        subscriber connections                          (default 100)
           --payload BYTES        payload size; >= 8 carries a sequence number    (default 128)
           --seconds S            measured window                                 (default 10)
-          --warmup S             warm-up before the window                       (default 2)
+          --warmup S             warm-up before the window                       (default 5: the JIT's tier-1 code is in by then)
           --max-lead N           most messages the publisher may be ahead of the slowest subscriber (default 10000);
                                  keep it under the server's per-subscriber queue limit
           --topic NAME           topic                                           (default bench.fanout)
@@ -259,7 +259,7 @@ internal sealed class FanoutScenario : IScenario
             options.Int("subscribers", 100, 1, 1_000_000),
             options.Int("payload", 128, 0, 64 * 1024 * 1024),
             options.Seconds("seconds", 10, 0.1),
-            options.Seconds("warmup", 2, 0),
+            options.Seconds("warmup", 5, 0),
             options.Int("max-lead", 10_000, 1),
             options.String("topic", "bench.fanout"),
             options.Seconds("grace", 3, 0),

@@ -49,7 +49,7 @@ internal sealed class RpcScenario : IScenario
           --responders N         responder connections, each on its own topic <topic>.<r>; caller i calls
                                  responder i mod N                               (default 1)
           --seconds S            measured window                                 (default 10)
-          --warmup S             warm-up before the window                       (default 2)
+          --warmup S             warm-up before the window                       (default 5: the JIT's tier-1 code is in by then)
           --max-lead N           oneway: most requests all callers together may be ahead of the responders (default 10000)
           --topic NAME           request topic prefix                            (default bench.rpc)
           --grace S              after the window: time allowed for calls in flight (default 3)
@@ -276,7 +276,7 @@ internal sealed class RpcScenario : IScenario
                 options.Int("callers", 1, 1, 100_000),
                 options.Int("responders", 1, 1, 10_000),
                 options.Seconds("seconds", 10, 0.1),
-                options.Seconds("warmup", 2, 0),
+                options.Seconds("warmup", 5, 0),
                 options.Int("max-lead", 10_000, 1),
                 options.String("topic", "bench.rpc"),
                 options.Seconds("grace", 3, 0),
