@@ -70,11 +70,18 @@ public sealed class TestBroker : IAsyncDisposable
     }
 }
 
-/// <summary>Collects the broker's counters by name, through a real <see cref="MeterListener"/>.</summary>
+/// <summary>
+/// Collects the broker's counters by name, through a real <see cref="MeterListener"/>: what was counted
+/// since the probe was made. Ordinary counters report each increment; the per-message counts are
+/// observable counters (cumulative totals read at collection), so the probe reads them on every lookup
+/// and subtracts what they showed when it was made. A broker disposed meanwhile keeps its last value.
+/// </summary>
 public sealed class MetricsProbe : IDisposable
 {
     private readonly MeterListener _listener = new();
     private readonly Dictionary<string, long> _totals = [];
+    private readonly Dictionary<(Instrument Instrument, string Tags), long> _observed = [];
+    private readonly Dictionary<string, long> _baseline;
     private readonly Lock _gate = new();
 
     public MetricsProbe()
@@ -90,22 +97,47 @@ public sealed class MetricsProbe : IDisposable
         {
             lock (_gate)
             {
-                _totals[instrument.Name] = _totals.GetValueOrDefault(instrument.Name) + value;
+                if (instrument.IsObservable)
+                {
+                    _observed[(instrument, string.Join(',', tags.ToArray().Select(t => $"{t.Key}={t.Value}")))] = value;
+                }
+                else
+                {
+                    _totals[instrument.Name] = _totals.GetValueOrDefault(instrument.Name) + value;
+                }
             }
         });
         _listener.Start();
+        _listener.RecordObservableInstruments();
+        lock (_gate)
+        {
+            _baseline = ObservedByName();
+        }
     }
 
     public long this[string name]
     {
         get
         {
+            _listener.RecordObservableInstruments();
             lock (_gate)
             {
-                return _totals.GetValueOrDefault(name);
+                return _totals.GetValueOrDefault(name) + ObservedByName().GetValueOrDefault(name) - _baseline.GetValueOrDefault(name);
             }
         }
     }
 
     public void Dispose() => _listener.Dispose();
+
+    // Caller holds _gate.
+    private Dictionary<string, long> ObservedByName()
+    {
+        var sums = new Dictionary<string, long>();
+        foreach (((Instrument instrument, _), long value) in _observed)
+        {
+            sums[instrument.Name] = sums.GetValueOrDefault(instrument.Name) + value;
+        }
+
+        return sums;
+    }
 }
