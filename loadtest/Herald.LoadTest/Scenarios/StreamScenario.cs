@@ -25,8 +25,8 @@ internal sealed class StreamScenario : IScenario
         the target takes them, never more than --max-lead ahead of the subscriber. Throughput is measured at
         the subscriber from the last warm-up message to the last message.
 
-          --messages N           messages per run                                 (default 100000)
-          --warmup N             leading messages not measured                    (default 10000)
+          --messages N           messages per run                                 (default 1000000)
+          --warmup N             leading messages not measured (the JIT warms up) (default 200000, or a fifth)
           --max-lead N           most messages published but not yet received     (default 10000)
           --strings N            strings in a message body                        (default 5, as the seed)
           --string-length N      characters per string                            (default 16)
@@ -141,8 +141,8 @@ internal sealed record StreamOptions(int Messages, int Warmup, int MaxLead, int 
 {
     public static StreamOptions Read(CommandLine options)
     {
-        int messages = options.Int("messages", 100_000, 2, 100_000_000);
-        int warmup = options.Int("warmup", Math.Min(10_000, messages / 10), 0, messages - 2);
+        int messages = options.Int("messages", 1_000_000, 2, 100_000_000);
+        int warmup = options.Int("warmup", Math.Min(200_000, messages / 5), 0, messages - 2);
         return new StreamOptions(
             messages,
             warmup,
