@@ -27,12 +27,12 @@ pick rpc32         && run rpc32         rpc --targets $ALL --callers 32 --payloa
 pick rpc-composite && run rpc-composite rpc --callers 1 --payload composite --seconds 5 --repeat 3
 pick rpc-list42    && run rpc-list42    rpc --callers 1 --payload list42 --seconds 5 --repeat 3
 pick rpc-oneway    && run rpc-oneway    rpc --mode oneway --callers 1 --payload small --seconds 5 --repeat 3
-pick stream        && run stream        stream --targets $ALL --messages 1000000 --warmup 200000 --repeat 3 --max-seconds 90
+pick stream        && run stream        stream --targets $ALL --messages 4000000 --warmup 1000000 --repeat 3 --max-seconds 90
 pick collab        && run collab        collab --targets $ALL --preset 100x5-d1
 pick collab-1000x2 && run collab-1000x2 collab --preset 1000x2-d5 --rounds 20
 pick connections   && run connections   connections --targets $ALL --max limit --start 2000
 if pick broadcast; then
-  run broadcast broadcast --targets herald/tcp,herald/longpoll,nats/tcp,redis/tcp,signalr/websockets --periods 1 --search --start 1000 --bursts 20 --max-seconds 240
+  run broadcast broadcast --targets herald/tcp,herald/longpoll,nats/tcp,redis/tcp,signalr/websockets --periods 1 --search --start 1000 --bursts 20 --max-seconds 200
   # one chart with every target: the chart command reads the per-target results embedded in the compare file
   python3 - "$R/broadcast.json" "$R" <<'PY'
 import json, sys

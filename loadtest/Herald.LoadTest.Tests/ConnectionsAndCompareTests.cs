@@ -45,6 +45,7 @@ public class ConnectionsAndCompareTests
     [Fact]
     public async Task Compare_runs_the_scenario_per_target_embeds_each_result_and_computes_ratios()
     {
+        Repo.EnsurePeerServers();
         string outFile = Repo.OutFile("compare");
         string markdown = Path.ChangeExtension(Repo.OutFile("compare"), ".md");
         string[] herald = HeraldArgs();

@@ -17,6 +17,7 @@ public class PeerTargetTests
     [MemberData(nameof(Peers))]
     public async Task A_started_server_is_pinned_reports_its_version_and_is_killed_on_dispose(string target, string versionPrefix)
     {
+        Repo.EnsurePeerServers();
         int port = Repo.FreePorts(1);
         TargetOptions options = TargetOptions.Read(CommandLine.Parse(
             ["--target", target, "--port", port.ToString(CultureInfo.InvariantCulture), "--server-cpus", "0", "--setup-timeout", "30"]));

@@ -15,6 +15,11 @@ public class TargetContractTests
 
     internal static async Task<ITarget> StartAsync(string target, string transport)
     {
+        if (target is "nats" or "redis")
+        {
+            Repo.EnsurePeerServers();
+        }
+
         int first = Repo.FreePorts(3);
         string[] args =
         [

@@ -181,7 +181,7 @@ internal sealed record ConnectionsOptions(
 
         // The server's limit is only known once it runs; the tool's own limit bounds it here, and
         // ConnectionsRun checks the server's before the first connection.
-        ConnectionCap? cap = ConnectionCap.OfTool();
+        ConnectionCap? cap = ConnectionCap.OfTool(ConnectionCap.SocketsPerClient(target.Transport));
         int[] steps;
         if (stepsText is not null)
         {
@@ -237,14 +237,20 @@ internal sealed record ConnectionsOptions(
 /// <summary>The most connections the open-file limits allow, and whose limit it is.</summary>
 internal sealed record ConnectionCap(int Connections, string Why)
 {
-    /// <summary>This tool's limit: one descriptor per connection, less those already open and a spare.</summary>
-    public static ConnectionCap? OfTool() => Of(Environment.ProcessId, "the tool's", 1);
+    /// <summary>
+    /// Sockets one client holds on each side: one for a TCP or WebSocket connection; two for a long-poll
+    /// session (the held poll, and the kept-alive connection its subscribe and publish requests use).
+    /// </summary>
+    public static int SocketsPerClient(string transport) => transport is "longpoll" or "longpolling" ? 2 : 1;
+
+    /// <summary>This tool's limit: <paramref name="perClient"/> descriptors per connection, less those already open and a spare.</summary>
+    public static ConnectionCap? OfTool(int perClient) => Of(Environment.ProcessId, "the tool's", perClient);
 
     /// <summary>
     /// The server's limit (one descriptor per TCP connection, two when the server is this process, as a
     /// SignalR hub hosted by the tool), or null when unknown.
     /// </summary>
-    public static ConnectionCap? OfServer(Process? server)
+    public static ConnectionCap? OfServer(Process? server, int perClient)
     {
         if (server is null)
         {
@@ -252,7 +258,7 @@ internal sealed record ConnectionCap(int Connections, string Why)
         }
 
         bool self = server.Id == Environment.ProcessId;
-        return Of(server.Id, self ? "the tool's (which hosts the server)" : "the server's", self ? 2 : 1);
+        return Of(server.Id, self ? "the tool's (which hosts the server)" : "the server's", self ? 2 * perClient : perClient);
     }
 
     private static ConnectionCap? Of(int pid, string whose, int perConnection)
@@ -320,7 +326,7 @@ internal sealed class ConnectionsRun
         string topicPrefix = $"idle.{Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(4))}.";
         int[] steps = options.Steps;
         run.Cap = options.Cap;
-        if (ConnectionCap.OfServer(target.ServerProcess) is { } serverCap && steps[^1] > serverCap.Connections)
+        if (ConnectionCap.OfServer(target.ServerProcess, ConnectionCap.SocketsPerClient(target.Transport)) is { } serverCap && steps[^1] > serverCap.Connections)
         {
             steps = [.. steps.Where(s => s < serverCap.Connections), serverCap.Connections];
             run.Cap = serverCap;

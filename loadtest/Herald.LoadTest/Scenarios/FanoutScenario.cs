@@ -134,7 +134,8 @@ internal sealed class FanoutScenario : IScenario
                 $"connected and subscribed {options.Subscribers} subscribers + 1 publisher in {Stopwatch.GetElapsedTime(setupStart).TotalSeconds:F2} s"));
 
             // ---- Run.
-            var publisher = new FanoutPublisher(clients[^1], subscribers, options.Topic, expected, options.MaxLead, log);
+            long lead = ScenarioClients.LeadWithin(options.MaxLead, clients.Take(options.Subscribers));
+            var publisher = new FanoutPublisher(clients[^1], subscribers, options.Topic, expected, lead, log);
             using var stopPublishing = new CancellationTokenSource();
             Task publishing = publisher.PublishAsync(stopPublishing.Token);
             Process? server = target.ServerProcess;

@@ -158,7 +158,7 @@ internal sealed class RpcScenario : IScenario
             }
             else
             {
-                long leadPerCaller = Math.Max(1, options.MaxLead / options.Callers);
+                long leadPerCaller = Math.Max(1, ScenarioClients.LeadWithin(options.MaxLead, clients.Take(options.Responders)) / options.Callers);
                 sending = Task.WhenAll(callers.Select(c => Task.Run(() => c.SendOnewayAsync(leadPerCaller, stopSending.Token))));
             }
 

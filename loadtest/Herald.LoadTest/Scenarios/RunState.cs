@@ -41,5 +41,7 @@ internal sealed class RunState
 
     /// <summary>The ways connecting and subscribing fail when the broker is not there or not well.</summary>
     public static bool IsSetupFailure(Exception e) =>
-        IsConnectionEnd(e) || e is Client.BrokerErrorException or Herald.Protocol.ProtocolException or TimeoutException;
+        IsConnectionEnd(e) || e is Client.BrokerErrorException or Herald.Protocol.ProtocolException or TimeoutException
+            or System.Net.Http.HttpRequestException or System.Net.WebSockets.WebSocketException or Client.LongPollException
+            or StackExchange.Redis.RedisException;
 }

@@ -13,6 +13,22 @@ internal static class ScenarioClients
     private const int ParallelConnects = 64; // enough to hide the handshake round trips, few enough not to flood the accept queue
 
     /// <summary>
+    /// A flow-controlled publisher's lead, kept at half of what the server queues per subscriber when the
+    /// server says (<see cref="IPubSubClient.MaxPendingMessages"/>), so a run measures delivery and not the
+    /// server's slow-consumer policy. Prints the change.
+    /// </summary>
+    public static long LeadWithin(long lead, IEnumerable<IPubSubClient> receivers)
+    {
+        if (receivers.Select(c => c.MaxPendingMessages).Where(m => m is not null).Min() is { } limit && limit / 2 < lead)
+        {
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"max lead lowered from {lead:N0} to {Math.Max(1, limit / 2):N0}: half of what the server queues per subscriber ({limit:N0})"));
+            return Math.Max(1, limit / 2);
+        }
+
+        return lead;
+    }
+
+    /// <summary>
     /// Opens clients <paramref name="firstIndex"/> .. <paramref name="firstIndex"/> + <paramref name="count"/> - 1
     /// (the index spreads them over the target's ports). On failure closes those already open and rethrows.
     /// </summary>

@@ -317,17 +317,18 @@ internal sealed class StreamRun
         deadline.CancelAfter(TimeSpan.FromSeconds(options.MaxSeconds));
         ResourceSnapshot before = ResourceSnapshot.Take(target.ServerProcess);
         long sent = 0;
+        long lead = ScenarioClients.LeadWithin(options.MaxLead, [subscriber]);
         Task publishing = Task.Run(async () =>
         {
             byte[] body = payload.NewBuffer();
             for (long sequence = 0; sequence < options.Messages; sequence++)
             {
-                if (sequence - receiver.Received >= options.MaxLead)
+                if (sequence - receiver.Received >= lead)
                 {
                     // Out of lead: send what is buffered, then wait until the subscriber has taken half the lead,
                     // so the two sides hand over in large steps instead of one message at a time.
                     await publisher.FlushAsync(deadline.Token);
-                    await receiver.WaitUntilReceivedAsync(sequence - (options.MaxLead / 2), deadline.Token);
+                    await receiver.WaitUntilReceivedAsync(sequence - (lead / 2), deadline.Token);
                 }
 
                 payload.Stamp(body, 0, (uint)sequence);

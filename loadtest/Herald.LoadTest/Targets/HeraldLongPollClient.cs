@@ -62,6 +62,8 @@ internal sealed class HeraldLongPollClient : IPubSubClient
         _polling = Task.Run(PollLoopAsync);
     }
 
+    public long? MaxPendingMessages => _session.MaxPendingMessages > 0 ? _session.MaxPendingMessages : null;
+
     public string? Failure => Volatile.Read(ref _failure) ?? (_disposed ? null : _writer.Failure);
 
     public long Errors => Interlocked.Read(ref _errors);

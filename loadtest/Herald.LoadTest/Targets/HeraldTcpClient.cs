@@ -41,6 +41,8 @@ internal sealed class HeraldTcpClient : IPubSubClient
 
     public long Errors => Interlocked.Read(ref _errors);
 
+    public long? MaxPendingMessages => _connection.Welcome.Limits.TryGetValue("max_pending_msgs", out ulong limit) && limit > 0 ? (long)Math.Min(limit, long.MaxValue) : null;
+
     /// <summary>The broker's WELCOME (limits, capabilities).</summary>
     public WelcomeFrame Welcome => _connection.Welcome;
 

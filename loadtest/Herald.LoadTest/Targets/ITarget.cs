@@ -83,4 +83,11 @@ internal interface IPubSubClient : IAsyncDisposable
 
     /// <summary>Error replies the server sent that did not end the connection (Herald ERROR frames, NATS -ERR), for the report.</summary>
     long Errors { get; }
+
+    /// <summary>
+    /// How many messages the server queues for this client before its slow-consumer policy acts, when the
+    /// server says so (Herald: WELCOME's <c>max_pending_msgs</c>, a long-poll session's <c>maxPendingMessages</c>);
+    /// null when it does not. Flow-controlled publishers stay below it, so a run measures delivery, not the policy.
+    /// </summary>
+    long? MaxPendingMessages => null;
 }

@@ -57,6 +57,7 @@ internal sealed class RedisTarget : ITarget
         "--bind", options.Host,
         "--save", "",
         "--appendonly", "no",
+        "--maxclients", "100000", // Redis's default is 10,000 connections; each client here holds two (see RedisPubSubClient)
     ];
 
     public static async Task<ITarget> StartAsync(TargetOptions options, CancellationToken cancellationToken)
