@@ -42,6 +42,8 @@ internal static class Repo
 
     private static readonly Lazy<string?> PeerInstall = new(InstallPeerServers);
 
+    private static readonly string[] PeerServers = ["nats-server", "redis-server"];
+
     /// <summary>
     /// Makes sure nats-server and redis-server (Debian packages) are on the PATH, installing what is missing
     /// with apt-get once per test run (as root; CI's .ci/run does the same up front), so the peer tests run
@@ -51,7 +53,7 @@ internal static class Repo
 
     private static string? InstallPeerServers()
     {
-        string[] missing = [.. new[] { "nats-server", "redis-server" }.Where(p => !OnPath(p))];
+        string[] missing = [.. PeerServers.Where(p => !OnPath(p))];
         if (missing.Length == 0)
         {
             return null;
