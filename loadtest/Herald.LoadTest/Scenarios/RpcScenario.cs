@@ -70,29 +70,13 @@ internal sealed class RpcScenario : IScenario
         await using ITarget target = await TargetFactory.StartAsync(targetOptions, cancellationToken);
         TargetReport.Print(target, Console.Out);
         var log = new RunLog();
-        var runs = new List<RpcRun>();
-        for (int repetition = 1; repetition <= options.Repeat; repetition++)
-        {
-            if (options.Repeat > 1)
-            {
-                Console.WriteLine($"repetition {repetition} of {options.Repeat}");
-            }
-
-            RpcRun? run = await RunOnceAsync(target, targetOptions, options, log, cancellationToken);
-            if (run is null)
-            {
-                return cancellationToken.IsCancellationRequested ? ExitCodes.Interrupted : ExitCodes.BrokerUnreachable;
-            }
-
-            runs.Add(run);
-            run.Print(options);
-            if (run.Interrupted)
-            {
-                break;
-            }
-        }
-
-        return Report(target, options, runs, log);
+        (List<RpcRun> runs, int? exit) = await Repetitions.RunAsync(
+            options.Repeat,
+            () => RunOnceAsync(target, targetOptions, options, log, cancellationToken),
+            run => run.Interrupted,
+            run => run.Print(options),
+            cancellationToken);
+        return exit ?? Report(target, options, runs, log);
     }
 
     /// <summary>One repetition: connect, subscribe, warm up, measure, drain, close. Null when setup failed.</summary>
