@@ -20,7 +20,7 @@ namespace Herald.LoadTest.Targets;
 /// loop.
 /// </para>
 /// </summary>
-internal sealed class NatsPubSubClient : IPubSubClient
+internal sealed class NatsPubSubClient : SocketPubSubClient
 {
     private const int MaxControlLine = 4096;
 
@@ -28,28 +28,17 @@ internal sealed class NatsPubSubClient : IPubSubClient
     private static readonly byte[] PongLine = "PONG\r\n"u8.ToArray();
 
     private readonly NatsConnection _connection;
-    private readonly BatchedWriter _writer;
-    private readonly ConcurrentQueue<TaskCompletionSource> _pongWaiters = new();
     private readonly TopicCache _subjects = new();
-    private readonly Lock _subscribeGate = new();
-    private readonly Task _receiving;
-    private DeliveryHandler?[] _handlers = []; // by sid - 1, copy on write
-    private int _dispatchingThread; // the receive loop's thread while it runs handlers, else 0
-    private string? _failure;
     private volatile string? _lastError; // the last -ERR line, for the failure when the server then closes the connection
-    private long _errors;
-    private volatile bool _disposed;
 
     private NatsPubSubClient(NatsConnection connection)
+        : base(connection.SendAsync)
     {
         _connection = connection;
-        _writer = new BatchedWriter(connection.SendAsync);
-        _receiving = Task.Run(ReceiveLoopAsync);
+        StartReceiving();
     }
 
-    public string? Failure => Volatile.Read(ref _failure) ?? _writer.Failure;
-
-    public long Errors => Interlocked.Read(ref _errors);
+    protected override string ClosedByServer => "the server closed the connection";
 
     /// <summary>Connects, reads the server's INFO and sends CONNECT (verbose off, echo on).</summary>
     public static async Task<NatsPubSubClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken)
@@ -58,69 +47,32 @@ internal sealed class NatsPubSubClient : IPubSubClient
         return new NatsPubSubClient(connection);
     }
 
-    public async Task SubscribeAsync(string topic, DeliveryHandler handler, CancellationToken cancellationToken)
+    /// <summary>
+    /// <c>SUB &lt;subject&gt; &lt;sid&gt;\r\nPING\r\n</c>: the server handles a connection's commands in order,
+    /// so its PONG means the SUB is in place.
+    /// </summary>
+    protected override void WriteSubscribeAndPing(IBufferWriter<byte> buffer, string topic, uint sid)
     {
-        int sid;
-        lock (_subscribeGate)
-        {
-            DeliveryHandler?[] handlers = [.. _handlers, handler];
-            sid = handlers.Length;
-            Volatile.Write(ref _handlers, handlers);
-        }
-
-        var pong = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        using (BatchedWriter.AppendScope scope = _writer.BeginAppend())
-        {
-            // SUB <subject> <sid>\r\nPING\r\n: the server handles a connection's commands in order, so its
-            // PONG means the SUB is in place.
-            Write(scope.Buffer, "SUB "u8);
-            Write(scope.Buffer, _subjects.Get(topic));
-            Write(scope.Buffer, " "u8);
-            WriteNumber(scope.Buffer, sid);
-            Write(scope.Buffer, "\r\n"u8);
-            Write(scope.Buffer, PingLine);
-            _pongWaiters.Enqueue(pong); // inside the lock: PONGs come back in the order the PINGs were written
-        }
-
-        await pong.Task.WaitAsync(cancellationToken);
+        Write(buffer, "SUB "u8);
+        Write(buffer, _subjects.Get(topic));
+        Write(buffer, " "u8);
+        WriteNumber(buffer, (int)sid);
+        Write(buffer, "\r\n"u8);
+        Write(buffer, PingLine);
     }
 
-    public void Publish(string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo = default) =>
-        Append(topic, payload, replyTo, _dispatchingThread == Environment.CurrentManagedThreadId ? SendPolicy.Deferred : SendPolicy.Now);
+    protected override ValueTask<bool> ReceiveMoreAsync() => _connection.ReceiveAsync();
 
-    public ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, bool sendNow = true, CancellationToken cancellationToken = default)
-    {
-        Append(topic, payload.Span, replyTo.Span, sendNow ? SendPolicy.Now : SendPolicy.WhenFull);
-        return _writer.WaitForRoomAsync(cancellationToken);
-    }
+    protected override void CloseConnection() => _connection.Close();
 
-    public ValueTask FlushAsync(CancellationToken cancellationToken) => _writer.FlushAsync(cancellationToken);
+    protected override string Describe(Exception e) => e is IOException ? e.Message : base.Describe(e);
 
-    public async ValueTask DisposeAsync()
-    {
-        _disposed = true;
-        _connection.Close();
-        try
-        {
-            await _receiving;
-        }
-        catch (Exception e) when (e is not OutOfMemoryException)
-        {
-            // the loop ends with the socket; how it ended does not matter now
-        }
-
-        while (_pongWaiters.TryDequeue(out TaskCompletionSource? waiter))
-        {
-            waiter.TrySetException(new IOException("The client was disposed."));
-        }
-    }
+    protected override string Explain(string why) => _lastError is { } error ? $"{why} ({error})" : why;
 
     /// <summary><c>PUB &lt;subject&gt; [reply-to] &lt;#bytes&gt;\r\n&lt;payload&gt;\r\n</c></summary>
-    private void Append(string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, SendPolicy policy)
+    protected override void WritePublish(IBufferWriter<byte> buffer, string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo)
     {
         byte[] subject = _subjects.Get(topic);
-        using BatchedWriter.AppendScope scope = _writer.BeginAppend(policy);
-        IBufferWriter<byte> buffer = scope.Buffer;
         Write(buffer, "PUB "u8);
         Write(buffer, subject);
         Write(buffer, " "u8);
@@ -149,38 +101,8 @@ internal sealed class NatsPubSubClient : IPubSubClient
         buffer.Advance(written);
     }
 
-    private async Task ReceiveLoopAsync()
-    {
-        try
-        {
-            while (true)
-            {
-                Volatile.Write(ref _dispatchingThread, Environment.CurrentManagedThreadId);
-                try
-                {
-                    Drain();
-                }
-                finally
-                {
-                    Volatile.Write(ref _dispatchingThread, 0);
-                }
-
-                _writer.Kick(); // replies and PONGs appended while dispatching: one send
-                if (!await _connection.ReceiveAsync())
-                {
-                    Fail("the server closed the connection");
-                    return;
-                }
-            }
-        }
-        catch (Exception e) when (e is not OutOfMemoryException)
-        {
-            Fail(e is IOException ? e.Message : $"{e.GetType().Name}: {e.Message}");
-        }
-    }
-
     /// <summary>Handles every whole message and control line buffered; leaves a partial one for the next receive.</summary>
-    private void Drain()
+    protected override void DispatchBuffered()
     {
         while (true)
         {
@@ -225,21 +147,17 @@ internal sealed class NatsPubSubClient : IPubSubClient
     {
         if (line.SequenceEqual("PING"u8))
         {
-            using BatchedWriter.AppendScope scope = _writer.BeginAppend(SendPolicy.Deferred);
-            Write(scope.Buffer, PongLine);
+            Reply(PongLine);
         }
         else if (line.SequenceEqual("PONG"u8))
         {
-            if (_pongWaiters.TryDequeue(out TaskCompletionSource? waiter))
-            {
-                waiter.TrySetResult();
-            }
+            PongReceived();
         }
         else if (line.StartsWith("-ERR"u8))
         {
             // Protocol errors end the connection (the server closes it, the receive loop notices);
             // permission and similar errors do not: counted either way.
-            Interlocked.Increment(ref _errors);
+            CountError();
             _lastError = Encoding.UTF8.GetString(line);
         }
         else if (!line.SequenceEqual("+OK"u8) && !line.StartsWith("INFO "u8) && !line.IsEmpty)
@@ -277,12 +195,7 @@ internal sealed class NatsPubSubClient : IPubSubClient
             throw new IOException($"{_connection.Name}: MSG payload not followed by CRLF.");
         }
 
-        DeliveryHandler?[] handlers = Volatile.Read(ref _handlers);
-        if ((uint)(sid - 1) < (uint)handlers.Length && handlers[sid - 1] is { } handler)
-        {
-            ReadOnlySpan<byte> replyTo = count == fixedParts + 1 ? line[parts[3]] : default;
-            handler(buffered.Slice(eol + 2 + headerBytes, total - headerBytes), replyTo);
-        }
+        Deliver((uint)sid, buffered.Slice(eol + 2 + headerBytes, total - headerBytes), count == fixedParts + 1 ? line[parts[3]] : default);
 
         return length;
     }
@@ -322,18 +235,5 @@ internal sealed class NatsPubSubClient : IPubSubClient
         }
 
         return count;
-    }
-
-    private void Fail(string why)
-    {
-        if (!_disposed)
-        {
-            Interlocked.CompareExchange(ref _failure, _lastError is { } error ? $"{why} ({error})" : why, null);
-        }
-
-        while (_pongWaiters.TryDequeue(out TaskCompletionSource? waiter))
-        {
-            waiter.TrySetException(new IOException(why));
-        }
     }
 }
