@@ -351,7 +351,7 @@ internal static class BroadcastRun
     }
 
     private static bool IsSetupFailure(Exception e) =>
-        RunState.IsSetupFailure(e) || e is HttpRequestException or LongPollException or TargetUnavailableException
+        RunState.IsSetupFailure(e) || e is TargetUnavailableException
         || (e is AggregateException a && a.InnerExceptions.All(IsSetupFailure));
 
     private static bool IsRefused(Exception e) => e switch
