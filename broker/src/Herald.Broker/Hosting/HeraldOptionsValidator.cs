@@ -1,3 +1,6 @@
+using Herald.Broker.Sessions;
+using Herald.Broker.Transports.LongPoll;
+using Herald.Broker.Transports.Tcp;
 using System.ComponentModel.DataAnnotations;
 using System.Net;
 using Microsoft.Extensions.Options;

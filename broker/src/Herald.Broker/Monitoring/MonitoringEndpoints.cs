@@ -1,3 +1,4 @@
+using Herald.Broker.Transports.Tcp;
 using System.Globalization;
 using System.Net;
 using System.Runtime.InteropServices;
@@ -90,7 +91,7 @@ internal static class MonitoringEndpoints
             FormatUptime(uptime),
             Math.Round(uptime.TotalSeconds, 3),
             new VarzPorts(tcp.Count > 0 ? tcp.Min() : null, tcp.Count > 0 ? tcp.Max() : null, listeners.HttpPort, listeners.PolicyPort, listeners.PolicyUnavailable),
-            sessions.Count,
+            sessions.Count - polls.Count,
             polls.Count,
             metrics.TotalConnectionsOpened,
             metrics.TotalConnectionsClosed,
@@ -125,35 +126,22 @@ internal static class MonitoringEndpoints
         }
 
         string? transport = context.Request.Query["transport"];
-        var rows = new List<(string Transport, long Id, object Source)>();
-        if (transport is null or "tcp")
+        var rows = new List<ProtocolSession>();
+        foreach (ProtocolSession session in services.GetRequiredService<SessionRegistry>().Sessions)
         {
-            foreach (OpenConnection open in services.GetRequiredService<SessionRegistry>().OpenConnections)
+            if (transport is null || transport == session.Transport)
             {
-                rows.Add((open.Transport, open.Session.Id, open));
+                rows.Add(session);
             }
         }
 
-        if (transport is null or PollSessionStore.Transport)
-        {
-            foreach (PollSession session in services.GetRequiredService<PollSessionStore>().Sessions)
-            {
-                rows.Add((PollSessionStore.Transport, session.Id, session));
-            }
-        }
-
-        rows.Sort((a, b) => a.Transport != b.Transport ? (a.Transport == "tcp" ? -1 : b.Transport == "tcp" ? 1 : string.CompareOrdinal(a.Transport, b.Transport)) : a.Id.CompareTo(b.Id));
+        rows.Sort((a, b) => a.Transport != b.Transport ? (a.Transport == TcpConnectionHandler.Transport ? -1 : b.Transport == TcpConnectionHandler.Transport ? 1 : string.CompareOrdinal(a.Transport, b.Transport)) : a.Id.CompareTo(b.Id));
         DateTimeOffset now = DateTimeOffset.UtcNow;
         long tick = Environment.TickCount64;
         var page = new List<ConnectionInfo>(Math.Max(0, Math.Min(limit, rows.Count - offset)));
         for (int i = offset; i < rows.Count && page.Count < limit; i++)
         {
-            page.Add(rows[i].Source switch
-            {
-                OpenConnection open => Describe(open, now),
-                PollSession session => Describe(session, tick),
-                _ => throw new InvalidOperationException("unreachable"),
-            });
+            page.Add(Describe(rows[i], now, tick));
         }
 
         return Results.Json(new Connz(now, rows.Count, offset, limit, page.Count, page), MonitoringJsonContext.Default.Connz);
@@ -191,43 +179,26 @@ internal static class MonitoringEndpoints
         return Results.Json(subsz, MonitoringJsonContext.Default.Subsz);
     }
 
-    private static ConnectionInfo Describe(OpenConnection open, DateTimeOffset now)
+    /// <summary>One row of <c>/connz</c>: what every session has, and a long-poll session's idle time and held poll.</summary>
+    private static ConnectionInfo Describe(ProtocolSession session, DateTimeOffset now, long tick)
     {
-        ClientSession session = open.Session;
-        IPEndPoint? remote = session.RemoteEndPoint as IPEndPoint;
+        var poll = session as PollSession;
+        IPEndPoint? remote = poll is null ? session.RemoteEndPoint as IPEndPoint : null; // a long-poll session has no one connection
         IPAddress? address = remote?.Address is { IsIPv4MappedToIPv6: true } mapped ? mapped.MapToIPv4() : remote?.Address;
-        IConnectionStats? stats = ConnectionStats.Of(session);
+        (long messages, long bytes) = session.Backlog.Pending;
         return new ConnectionInfo(
             session.Id,
-            open.Transport,
+            session.Transport,
             address?.ToString(),
             remote?.Port,
-            open.Since,
-            Math.Round((now - open.Since).TotalSeconds, 3),
-            IdleSeconds: null,
-            Polling: null,
-            stats?.ClientName,
-            stats?.SubscriptionCount,
-            stats?.PendingMessages,
-            stats?.PendingBytes);
-    }
-
-    private static ConnectionInfo Describe(PollSession session, long tick)
-    {
-        IConnectionStats? stats = ConnectionStats.Of(session);
-        return new ConnectionInfo(
-            session.Id,
-            PollSessionStore.Transport,
-            Ip: null,
-            Port: null,
-            Start: null,
-            UptimeSeconds: null,
-            Math.Round(Math.Max(0, tick - session.LastActivity) / 1000.0, 3),
-            session.IsPolling,
-            stats?.ClientName,
-            stats?.SubscriptionCount,
-            stats?.PendingMessages,
-            stats?.PendingBytes);
+            poll is null ? session.Since : null,
+            poll is null ? Math.Round((now - session.Since).TotalSeconds, 3) : null,
+            poll is null ? null : Math.Round(Math.Max(0, tick - poll.LastActivity) / 1000.0, 3),
+            poll?.IsPolling,
+            session.ClientName,
+            session.SubscriptionCount,
+            messages,
+            bytes);
     }
 
     private static bool TryPage(HttpContext context, IServiceProvider services, out int offset, out int limit, [System.Diagnostics.CodeAnalysis.NotNullWhen(false)] out IResult? problem)

@@ -1,6 +1,8 @@
 using System.Text.Json;
 using System.Text.Json.Serialization;
 using Herald.Broker.Hosting;
+using Herald.Broker.Sessions;
+using Herald.Broker.Transports.LongPoll;
 
 namespace Herald.Broker.Monitoring;
 

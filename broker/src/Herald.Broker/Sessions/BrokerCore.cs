@@ -33,6 +33,15 @@ internal sealed class BrokerCore
 
     public HeraldOptions Options { get; }
 
+    /// <summary>Name sent in WELCOME.</summary>
+    public string ServerName => Options.ServerName;
+
+    /// <summary>What every session is held to.</summary>
+    public LimitOptions Limits => Options.Limits;
+
+    /// <summary>Whether a refused SUBSCRIBE or PUBLISH also ends the session (spec §12).</summary>
+    public bool DisconnectOnPermissionDenied => Options.Security.DisconnectOnPermissionDenied;
+
     public TopicRouter Router { get; }
 
     /// <summary>Who a client is and what it may do (HELLO's auth, or an HTTP bearer token).</summary>

@@ -1,7 +1,6 @@
-using System.Net;
 using System.Collections.Concurrent;
+using System.Net;
 using Herald.Broker.Hosting;
-using Herald.Broker.Monitoring;
 using Herald.Broker.Telemetry;
 using Herald.Protocol;
 using Microsoft.AspNetCore.Connections;
@@ -11,78 +10,112 @@ using Microsoft.Extensions.Logging;
 namespace Herald.Broker.Sessions;
 
 /// <summary>
-/// Every open session: gives each its id, sweeps them for liveness (one timer for all connections, not
-/// one per connection) and closes them all, gracefully, when the host stops.
+/// Every open session of every transport: gives each its id, admits it within the connection limits,
+/// sweeps them all for liveness (one timer for all, not one per session), counts them, and closes them all,
+/// gracefully, when the host stops.
 /// </summary>
 internal sealed class SessionRegistry : BackgroundService
 {
-    private readonly ConcurrentDictionary<long, ClientSession> _sessions = new();
-
-    // Monitoring (/connz): each open session with its transport and start time, added and removed with _sessions.
-    private readonly ConcurrentDictionary<long, OpenConnection> _open = new();
+    private readonly ConcurrentDictionary<long, ProtocolSession> _sessions = new();
     private readonly ConcurrentDictionary<IPAddress, int> _perAddress = new();
-
     private readonly BrokerCore _broker;
-    private readonly IHostApplicationLifetime _lifetime;
     private long _nextId;
     private volatile bool _stopping;
 
     public SessionRegistry(BrokerCore broker, IHostApplicationLifetime lifetime)
     {
         _broker = broker;
-        _lifetime = lifetime;
-        _lifetime.ApplicationStopping.Register(CloseAll);
+        lifetime.ApplicationStopping.Register(CloseAll);
     }
 
-    /// <summary>Runs one connection from accept to close.</summary>
+    /// <summary>Open sessions now, over every transport (monitoring).</summary>
+    public int Count => _sessions.Count;
+
+    /// <summary>Whether the host is stopping: no new session is admitted.</summary>
+    public bool IsStopping => _stopping;
+
+    /// <summary>A moment's snapshot of the open sessions, for monitoring (<c>/connz</c>, the queue gauges). Never on the hot path.</summary>
+    public ICollection<ProtocolSession> Sessions => _sessions.Values;
+
+    /// <summary>The id of the next session (one id space for every transport).</summary>
+    public long NextId() => Interlocked.Increment(ref _nextId);
+
+    /// <summary>Runs one framed connection (TCP) from accept to close.</summary>
     public async Task RunAsync(ConnectionContext connection, string transport)
     {
-        var session = new ClientSession(_broker, connection, Interlocked.Increment(ref _nextId), transport);
-        _sessions[session.Id] = session;
-        _open[session.Id] = new OpenConnection(session, transport, DateTimeOffset.UtcNow);
-        _broker.Metrics.ConnectionOpened(transport);
-        IPAddress? address = (connection.RemoteEndPoint as IPEndPoint)?.Address;
-        int fromAddress = address is null ? 0 : _perAddress.AddOrUpdate(address, 1, static (_, n) => n + 1);
+        var session = new FrameSession(_broker, connection, NextId(), transport);
+        Refusal refused = Add(session);
+        if (!refused.IsNone)
+        {
+            session.Close(refused.Code, refused.Message!); // told why, then closed
+        }
+
         try
         {
-            LimitOptions limits = _broker.Options.Limits;
-            if (_stopping)
-            {
-                session.RequestClose(ErrorCode.ShuttingDown, "The broker is shutting down.");
-            }
-            else if (limits.MaxConnections > 0 && _sessions.Count > limits.MaxConnections)
-            {
-                session.RequestClose(ErrorCode.TooManyConnections, $"The broker holds its maximum of {limits.MaxConnections} connections.");
-            }
-            else if (limits.MaxConnectionsPerAddress > 0 && fromAddress > limits.MaxConnectionsPerAddress)
-            {
-                session.RequestClose(ErrorCode.TooManyConnections, $"More than {limits.MaxConnectionsPerAddress} connections from {address}.");
-            }
-
             await session.RunAsync().ConfigureAwait(false);
         }
         finally
         {
-            _sessions.TryRemove(session.Id, out _);
-            _open.TryRemove(session.Id, out _);
-            if (address is not null && _perAddress.AddOrUpdate(address, 0, static (_, n) => n - 1) <= 0)
-            {
-                _perAddress.TryRemove(new KeyValuePair<IPAddress, int>(address, 0)); // only if still 0
-            }
-            _broker.Metrics.ConnectionClosed(transport);
+            Remove(session);
         }
     }
 
-    /// <summary>Open sessions now (monitoring).</summary>
-    public int Count => _sessions.Count;
+    /// <summary>
+    /// Registers a new session; it is counted and swept from now on, whatever the answer. A refusal
+    /// (shutting down, <c>MaxConnections</c>, <c>MaxConnectionsPerAddress</c>) says why the transport must
+    /// close it at once. Pair with <see cref="Remove"/>.
+    /// </summary>
+    public Refusal Add(ProtocolSession session)
+    {
+        _sessions[session.Id] = session;
+        _broker.Metrics.ConnectionOpened(session.Transport);
+        IPAddress? address = (session.RemoteEndPoint as IPEndPoint)?.Address;
+        int fromAddress = address is null ? 0 : _perAddress.AddOrUpdate(address, 1, static (_, n) => n + 1);
+        LimitOptions limits = _broker.Limits;
+        if (_stopping)
+        {
+            return new Refusal(ErrorCode.ShuttingDown, "The broker is shutting down.");
+        }
 
-    /// <summary>A moment's snapshot of the open sessions, for monitoring (<c>/connz</c>, the queue gauges). Never on the hot path.</summary>
-    public ICollection<OpenConnection> OpenConnections => _open.Values;
+        if (limits.MaxConnections > 0 && _sessions.Count > limits.MaxConnections)
+        {
+            return new Refusal(ErrorCode.TooManyConnections, $"The broker holds its maximum of {limits.MaxConnections} connections.");
+        }
+
+        if (limits.MaxConnectionsPerAddress > 0 && fromAddress > limits.MaxConnectionsPerAddress)
+        {
+            return new Refusal(ErrorCode.TooManyConnections, $"More than {limits.MaxConnectionsPerAddress} connections from {address}.");
+        }
+
+        return default;
+    }
+
+    /// <summary>Forgets a session that has ended, counting why (its <see cref="ProtocolSession.CloseCode"/>). Once per session.</summary>
+    public void Remove(ProtocolSession session)
+    {
+        if (!_sessions.TryRemove(session.Id, out _))
+        {
+            return;
+        }
+
+        if ((session.RemoteEndPoint as IPEndPoint)?.Address is { } address && _perAddress.AddOrUpdate(address, 0, static (_, n) => n - 1) <= 0)
+        {
+            _perAddress.TryRemove(new KeyValuePair<IPAddress, int>(address, 0)); // only if still 0
+        }
+
+        _broker.Metrics.ConnectionClosed(session.Transport);
+        _broker.Metrics.Disconnected(session.Transport, session.CloseCode);
+    }
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
     {
-        LimitOptions limits = _broker.Options.Limits;
+        LimitOptions limits = _broker.Limits;
         TimeSpan shortest = limits.HandshakeTimeout < limits.PingInterval ? limits.HandshakeTimeout : limits.PingInterval;
+        if (_broker.Options.LongPoll.InactivityTimeout < shortest)
+        {
+            shortest = _broker.Options.LongPoll.InactivityTimeout;
+        }
+
         TimeSpan period = TimeSpan.FromMilliseconds(Math.Clamp(shortest.TotalMilliseconds / 4, 5, 1000));
         using var timer = new PeriodicTimer(period);
         try
@@ -90,7 +123,7 @@ internal sealed class SessionRegistry : BackgroundService
             while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false))
             {
                 long now = Environment.TickCount64;
-                foreach (ClientSession session in _sessions.Values)
+                foreach (ProtocolSession session in _sessions.Values)
                 {
                     session.CheckLiveness(now);
                 }
@@ -105,10 +138,10 @@ internal sealed class SessionRegistry : BackgroundService
     private void CloseAll()
     {
         _stopping = true;
-        _broker.Log.ShuttingDown(_sessions.Count, _broker.Options.Limits.ShutdownDrainTimeout);
-        foreach (ClientSession session in _sessions.Values)
+        _broker.Log.ShuttingDown(_sessions.Count, _broker.Limits.ShutdownDrainTimeout);
+        foreach (ProtocolSession session in _sessions.Values)
         {
-            session.RequestClose(ErrorCode.ShuttingDown, "The broker is shutting down.");
+            session.Close(ErrorCode.ShuttingDown, "The broker is shutting down.");
         }
     }
 }

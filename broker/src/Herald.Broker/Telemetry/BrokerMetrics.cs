@@ -71,7 +71,7 @@ internal sealed class BrokerMetrics
 
     private static readonly string[] ReasonNames = ["client_close", "slow_consumer", "protocol_error", "timeout", "shutdown", "error"];
 
-    private static readonly string[] TransportNames = [Herald.Broker.Transports.Tcp.TcpConnectionHandler.Transport, Herald.Broker.Transports.LongPoll.PollSessionStore.Transport];
+    private static readonly string[] TransportNames = ["tcp", "longpoll"];
 
     private readonly Histogram<double> _fanout;
     private readonly Counter<long> _protocolErrors;

@@ -1,9 +1,9 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.Text;
 using System.Text.Json;
 using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
-using Herald.Broker.Routing;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
@@ -18,12 +18,17 @@ using Microsoft.Extensions.DependencyInjection;
 namespace Herald.Broker.Transports.LongPoll;
 
 /// <summary>
-/// The HTTP long-poll transport (protocol-spec/longpoll.md): thin handlers that parse the request and
-/// call the same router, sessions and frame copy as TCP. Poll responses carry the shared MESSAGE bytes.
+/// The HTTP long-poll transport (protocol-spec/longpoll.md): each handler parses its request, calls the
+/// session's operation, and maps the answer onto HTTP (a status and an RFC 7807 problem). Every rule a
+/// client is held to is the session's (<see cref="ProtocolSession"/>); poll responses carry the shared
+/// MESSAGE bytes from the session's backlog.
 /// </summary>
 internal static class LongPollEndpoints
 {
     public const string FramesMediaType = "application/vnd.herald.frames";
+
+    /// <summary>A non-fatal notice the session raised while carrying the request out (longpoll §3), e.g. <c>RateLimited</c>.</summary>
+    public const string NoticeHeader = "Herald-Notice";
 
     public static void MapLongPoll(this IEndpointRouteBuilder app)
     {
@@ -37,59 +42,53 @@ internal static class LongPollEndpoints
         poll.MapPost("/publish", PublishOneShot);
     }
 
-    private static Task Create(HttpContext context) => Handle(context, async (store, broker) =>
+    private static Task Create(HttpContext context) => Handle(context, async store =>
     {
         PollSession session;
         store.BeginCreate();
         try
         {
-            ReadOnlySequence<byte> body = await ReadBodyAsync(context, broker).ConfigureAwait(false);
+            ReadOnlySequence<byte> body = await ReadBodyAsync(context, store.Options).ConfigureAwait(false);
             CreateSessionRequest? request = body.IsEmpty ? null : Deserialize(body, LongPollJsonContext.Default.CreateSessionRequest);
-            Identity identity = await AuthenticateAsync(context, broker).ConfigureAwait(false);
-            session = store.Create(zstd: request?.Zstd ?? false, request?.Client, identity);
+            Identity identity = await AuthenticateAsync(context, store.Broker).ConfigureAwait(false);
+            session = store.Create(identity, request?.Client, request?.Zstd ?? false, RemoteOf(context));
         }
         finally
         {
             store.EndCreate();
         }
 
-        var options = broker.Options;
+        LongPollOptions options = store.Options;
         context.Response.StatusCode = StatusCodes.Status201Created;
         context.Response.Headers.Location = $"/poll/sessions/{session.Token}";
         await context.Response.WriteAsJsonAsync(
             new CreateSessionResponse(
                 session.Token,
-                (long)options.LongPoll.PollTimeout.TotalMilliseconds,
-                (long)options.LongPoll.InactivityTimeout.TotalMilliseconds,
-                options.LongPoll.MaxMessagesPerPoll,
-                options.LongPoll.MaxBytesPerPoll,
-                options.LongPoll.MaxPendingMessagesPerSession,
-                options.Limits.MaxTopicLength,
-                options.LongPoll.MaxBodyBytes,
-                session.AcceptsZstd),
+                (long)options.PollTimeout.TotalMilliseconds,
+                (long)options.InactivityTimeout.TotalMilliseconds,
+                options.MaxMessagesPerPoll,
+                options.MaxBytesPerPoll,
+                options.MaxPendingMessagesPerSession,
+                store.Broker.Limits.MaxTopicLength,
+                options.MaxBodyBytes,
+                session.Backlog.AcceptsZstd),
             LongPollJsonContext.Default.CreateSessionResponse).ConfigureAwait(false);
     });
 
-    private static Task Close(HttpContext context, string session) => Handle(context, (store, broker) =>
+    private static Task Close(HttpContext context, string session) => Handle(context, store =>
     {
-        store.End(store.Get(session), DisconnectReason.ClientClose);
+        store.Get(session).Close(ErrorCode.None, "Closed by the client.");
         context.Response.StatusCode = StatusCodes.Status204NoContent;
         return Task.CompletedTask;
     });
 
-    private static Task Subscribe(HttpContext context, string session) => Handle(context, async (store, broker) =>
+    private static Task Subscribe(HttpContext context, string session) => InSession(context, session, async (owner, store) =>
     {
-        PollSession owner = store.Get(session);
-        ReadOnlySequence<byte> body = await ReadBodyAsync(context, broker).ConfigureAwait(false);
+        ReadOnlySequence<byte> body = await ReadBodyAsync(context, store.Options).ConfigureAwait(false);
         SubscribeRequest request = Deserialize(body, LongPollJsonContext.Default.SubscribeRequest);
         if (request.Sid is not { } sid || sid is < 0 or > uint.MaxValue)
         {
             throw new LongPollException(StatusCodes.Status400BadRequest, "MalformedRequest", "sid is required: an integer from 1 to 4294967295.");
-        }
-
-        if (sid == 0)
-        {
-            throw new ProtocolException(ErrorCode.DuplicateSubscription, "Subscription id 0 is not allowed.");
         }
 
         if (request.Pattern is null)
@@ -97,48 +96,34 @@ internal static class LongPollEndpoints
             throw new LongPollException(StatusCodes.Status400BadRequest, "MalformedRequest", "pattern is required.");
         }
 
-        string pattern = TopicRules.CheckPattern(new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(request.Pattern)), broker.Options.Limits.MaxTopicLength);
-        if (!owner.Identity.Permissions.CanSubscribe(pattern))
-        {
-            throw Denied(broker, $"Subscribing to '{pattern}' is not permitted for '{owner.Identity.Name}'.");
-        }
-
-        owner.Subscribe(new Subscription(owner, (uint)sid, pattern, request.NoEcho ?? false), broker.Options.Limits.MaxSubscriptionsPerConnection, broker.Router);
-        context.Response.StatusCode = StatusCodes.Status204NoContent;
+        Answer(context, owner.Subscribe((uint)sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(request.Pattern)), request.NoEcho ?? false), StatusCodes.Status204NoContent);
     });
 
-    private static Task Unsubscribe(HttpContext context, string session, string sid) => Handle(context, (store, broker) =>
+    private static Task Unsubscribe(HttpContext context, string session, string sid) => InSession(context, session, (owner, store) =>
     {
-        PollSession owner = store.Get(session);
-        if (!uint.TryParse(sid, out uint id) || !owner.Unsubscribe(id, broker.Router))
-        {
-            throw new LongPollException(StatusCodes.Status404NotFound, "UnknownSubscription", $"No live subscription with id {sid}.");
-        }
-
-        context.Response.StatusCode = StatusCodes.Status204NoContent;
+        Refusal refusal = uint.TryParse(sid, out uint id)
+            ? owner.Unsubscribe(id)
+            : new Refusal(ErrorCode.UnknownSubscription, $"No live subscription with id {sid}.");
+        Answer(context, refusal, StatusCodes.Status204NoContent);
         return Task.CompletedTask;
     });
 
-    private static Task PublishInSession(HttpContext context, string session) => Handle(context, (store, broker) =>
-    {
-        PollSession owner = store.Get(session);
-        return PublishAsync(context, broker, owner, owner.Identity);
-    });
+    private static Task PublishInSession(HttpContext context, string session) => InSession(context, session, (owner, store) => PublishAsync(context, store, owner));
 
-    private static Task PublishOneShot(HttpContext context) => Handle(context, async (store, broker) =>
+    private static Task PublishOneShot(HttpContext context) => Handle(context, async store =>
     {
-        Identity identity = await AuthenticateAsync(context, broker).ConfigureAwait(false);
-        await PublishAsync(context, broker, origin: null, identity).ConfigureAwait(false);
+        Identity identity = await AuthenticateAsync(context, store.Broker).ConfigureAwait(false);
+        await PublishAsync(context, store, store.OneShot(identity, RemoteOf(context))).ConfigureAwait(false);
     });
 
     /// <summary>
-    /// Routes a raw payload (topic from the query) or a body of PUBLISH frames (longpoll §1.3). Frames are
-    /// all checked before any is routed.
+    /// A raw payload (topic from the query) or a body of PUBLISH frames (longpoll §1.3), published by the
+    /// session: all checked before any is routed. Over the session's publish rate, the answer waits the
+    /// session's <see cref="ProtocolSession.Throttle"/> (as TCP stops reading) and carries the notice.
     /// </summary>
-    private static async Task PublishAsync(HttpContext context, BrokerCore broker, PollSession? origin, Identity identity)
+    private static async Task PublishAsync(HttpContext context, PollSessionStore store, PollSession owner)
     {
-        ReadOnlySequence<byte> body = await ReadBodyAsync(context, broker).ConfigureAwait(false);
-        int maxTopic = broker.Options.Limits.MaxTopicLength;
+        ReadOnlySequence<byte> body = await ReadBodyAsync(context, store.Options).ConfigureAwait(false);
         ReadOnlySequence<byte> frames;
         if (IsFramesBody(context.Request))
         {
@@ -158,58 +143,23 @@ internal static class LongPollEndpoints
             frames = new ReadOnlySequence<byte>(encoded.WrittenMemory);
         }
 
-        List<PublishFrame> publishes = ParsePublishes(frames, broker.Options.Limits.MaxFrameBytes);
-        foreach (PublishFrame publish in publishes)
-        {
-            TopicRules.CheckName(publish.Topic, maxTopic);
-            if (!identity.Permissions.IsAllowAll && !identity.Permissions.CanPublish(publish.TopicString))
-            {
-                throw Denied(broker, $"Publishing to '{publish.TopicString}' is not permitted for '{identity.Name}'.");
-            }
-
-            if (publish.ReplyTo is { } r)
-            {
-                TopicRules.CheckName(r, maxTopic, isReplyTo: true);
-            }
-        }
-
-        // Compressed payloads are all checked (bounded) before anything is routed.
-        var plain = new (byte[] Bytes, int Length)[publishes.Count];
-        var toFlush = new List<IMessageSink>();
+        List<PublishFrame> publishes = ParsePublishes(frames, store.Broker.Limits.MaxFrameBytes);
+        Refusal refusal;
         try
         {
-            for (int i = 0; i < publishes.Count; i++)
-            {
-                if ((publishes[i].Flags & PayloadFlags.Zstd) != 0)
-                {
-                    plain[i].Length = Zstd.Decompress(publishes[i].Payload, broker.Options.Limits.MaxFrameBytes, out plain[i].Bytes);
-                }
-            }
-
-            for (int i = 0; i < publishes.Count; i++)
-            {
-                long receivedAt = broker.Metrics.FanoutEnabled ? System.Diagnostics.Stopwatch.GetTimestamp() : 0;
-                int deliveries = broker.Router.Publish(publishes[i], origin, toFlush, broker.Encoder, plain[i].Bytes is null ? default : plain[i].Bytes.AsSpan(0, plain[i].Length), receivedAt);
-                broker.Metrics.Published(PollSessionStore.Transport, deliveries, ProtocolConstants.MessageHeaderSize + (int)publishes[i].Envelope.Length);
-            }
+            refusal = owner.PublishAll(publishes, store.Broker.Metrics.FanoutEnabled ? Stopwatch.GetTimestamp() : 0);
         }
         finally
         {
-            foreach ((byte[] bytes, _) in plain)
-            {
-                if (bytes is { Length: > 0 })
-                {
-                    ArrayPool<byte>.Shared.Return(bytes);
-                }
-            }
+            owner.FlushTouched();
         }
 
-        foreach (IMessageSink sink in toFlush)
+        if (owner.Throttle is { Ticks: > 0 } pause)
         {
-            sink.ScheduleFlush();
+            await Task.Delay(pause, context.RequestAborted).ConfigureAwait(false);
         }
 
-        context.Response.StatusCode = StatusCodes.Status202Accepted;
+        Answer(context, refusal, StatusCodes.Status202Accepted);
     }
 
     private static List<PublishFrame> ParsePublishes(ReadOnlySequence<byte> frames, int maxFrame)
@@ -236,9 +186,10 @@ internal static class LongPollEndpoints
     }
 
     /// <summary>The long poll (longpoll §2): immediate when messages wait above <c>ack</c>, else held.</summary>
-    private static Task Poll(HttpContext context, string session) => Handle(context, async (store, broker) =>
+    private static Task Poll(HttpContext context, string session) => Handle(context, async store =>
     {
         PollSession owner = store.Get(session);
+        BrokerMetrics metrics = store.Broker.Metrics;
         string? ackText = context.Request.Query["ack"];
         long ack = 0;
         if (ackText is not null && !long.TryParse(ackText, out ack))
@@ -247,15 +198,15 @@ internal static class LongPollEndpoints
         }
 
         store.BeginPoll();
-        PollBatch batch = default;
+        WindowTake take = default;
         try
         {
-            if (!owner.TryTake(ack, out batch, out Task<PollWake>? wait))
+            if (!owner.TryTake(ack, out take, out Task<PollWake>? wait))
             {
                 PollWake wake;
                 try
                 {
-                    wake = await wait!.WaitAsync(broker.Options.LongPoll.PollTimeout, context.RequestAborted).ConfigureAwait(false);
+                    wake = await wait!.WaitAsync(store.Options.PollTimeout, context.RequestAborted).ConfigureAwait(false);
                 }
                 catch (TimeoutException)
                 {
@@ -263,58 +214,58 @@ internal static class LongPollEndpoints
                 }
                 catch (OperationCanceledException)
                 {
-                    owner.Abandon(wait!);
+                    owner.Release(wait!);
                     return; // the client went away
                 }
 
                 switch (wake)
                 {
                     case PollWake.Replaced:
-                        broker.Metrics.Poll("replaced");
+                        metrics.Poll("replaced");
                         throw new LongPollException(StatusCodes.Status409Conflict, "PollReplaced", "A newer poll on this session took over.");
                     case PollWake.ShuttingDown:
-                        broker.Metrics.Poll("ended");
+                        metrics.Poll("ended");
                         throw new LongPollException(StatusCodes.Status503ServiceUnavailable, "ShuttingDown", "The broker is shutting down.") { RetryAfter = TimeSpan.FromSeconds(5) };
                     case PollWake.Ended:
-                        broker.Metrics.Poll("ended");
+                        metrics.Poll("ended");
                         throw new LongPollException(StatusCodes.Status410Gone, "SessionExpired", "The session has ended.");
                 }
 
-                batch = owner.TakeAfterWait(ack, wait!);
+                take = owner.TakeAfterWait(ack, wait!);
             }
 
-            broker.Metrics.Poll(batch.Count > 0 ? "messages" : "empty");
-            if (batch.Redelivery)
+            metrics.Poll(take.Count > 0 ? "messages" : "empty");
+            if (take.Redelivery)
             {
-                broker.Metrics.Redelivered();
+                metrics.Redelivered();
             }
 
-            broker.Metrics.Sent(PollSessionStore.Transport, batch.Count, batch.Bytes);
+            metrics.Sent(PollSession.TransportName, take.Count, take.Bytes);
             if (WantsJson(context.Request))
             {
-                await WriteJsonAsync(context.Response, batch, ack, broker.Options.Limits.MaxFrameBytes).ConfigureAwait(false);
+                await WriteJsonAsync(context.Response, take, ack, store.Broker.Limits.MaxFrameBytes).ConfigureAwait(false);
             }
             else
             {
-                await WriteFramesAsync(context.Response, batch).ConfigureAwait(false);
+                await WriteFramesAsync(context.Response, take).ConfigureAwait(false);
             }
         }
         finally
         {
-            batch.Release();
+            take.Release();
             store.EndPoll();
         }
     });
 
     /// <summary>The binary body: the shared MESSAGE frames, back to back, each sid stamped in (longpoll §2.1).</summary>
-    private static async Task WriteFramesAsync(HttpResponse response, PollBatch batch)
+    private static async Task WriteFramesAsync(HttpResponse response, WindowTake batch)
     {
         response.ContentType = FramesMediaType;
         response.ContentLength = batch.Bytes;
         SetSequenceHeaders(response, batch);
         for (int i = 0; i < batch.Count; i++)
         {
-            (MessageBuffer frame, uint sid) = batch.Messages[i];
+            (MessageBuffer frame, uint sid) = batch.Frames[i];
             FrameCopy.Write(response.BodyWriter, frame.Span, sid);
         }
 
@@ -322,7 +273,7 @@ internal static class LongPollEndpoints
     }
 
     /// <summary>The JSON body, for debugging and curl (longpoll §2.2): decoded per session, so slower.</summary>
-    private static async Task WriteJsonAsync(HttpResponse response, PollBatch batch, long ack, int maxFrame)
+    private static async Task WriteJsonAsync(HttpResponse response, WindowTake batch, long ack, int maxFrame)
     {
         response.ContentType = "application/json";
         SetSequenceHeaders(response, batch);
@@ -331,7 +282,7 @@ internal static class LongPollEndpoints
         json.WriteStartArray("messages");
         for (int i = 0; i < batch.Count; i++)
         {
-            (MessageBuffer frame, uint sid) = batch.Messages[i];
+            (MessageBuffer frame, uint sid) = batch.Frames[i];
             var reader = new MessagePackReader(frame.Span[ProtocolConstants.LengthPrefixSize..].ToArray());
             FrameDecoder.ReadHeader(ref reader, out int count);
             PublishFrame message = FrameDecoder.ReadMessage(ref reader, count);
@@ -379,7 +330,7 @@ internal static class LongPollEndpoints
         return payload;
     }
 
-    private static void SetSequenceHeaders(HttpResponse response, PollBatch batch)
+    private static void SetSequenceHeaders(HttpResponse response, WindowTake batch)
     {
         response.Headers["Herald-First-Sequence"] = batch.FirstSequence.ToString(System.Globalization.CultureInfo.InvariantCulture);
         response.Headers["Herald-Count"] = batch.Count.ToString(System.Globalization.CultureInfo.InvariantCulture);
@@ -391,9 +342,9 @@ internal static class LongPollEndpoints
     private static bool IsFramesBody(HttpRequest request) => request.ContentType?.StartsWith(FramesMediaType, StringComparison.OrdinalIgnoreCase) == true;
 
     /// <summary>Reads the whole body, refusing more than <c>MaxBodyBytes</c> with 413 (Kestrel enforces it too).</summary>
-    private static async Task<ReadOnlySequence<byte>> ReadBodyAsync(HttpContext context, BrokerCore broker)
+    private static async Task<ReadOnlySequence<byte>> ReadBodyAsync(HttpContext context, LongPollOptions options)
     {
-        int max = broker.Options.LongPoll.MaxBodyBytes;
+        int max = options.MaxBodyBytes;
         if (context.Request.ContentLength > max)
         {
             throw TooLarge(max);
@@ -407,14 +358,25 @@ internal static class LongPollEndpoints
         var buffer = new ArrayBufferWriter<byte>();
         try
         {
-            await foreach (ReadOnlyMemory<byte> chunk in ReadChunksAsync(context.Request.BodyReader, context.RequestAborted).ConfigureAwait(false))
+            System.IO.Pipelines.PipeReader reader = context.Request.BodyReader;
+            while (true)
             {
-                if (buffer.WrittenCount + chunk.Length > max)
+                System.IO.Pipelines.ReadResult result = await reader.ReadAsync(context.RequestAborted).ConfigureAwait(false);
+                if (buffer.WrittenCount + result.Buffer.Length > max)
                 {
                     throw TooLarge(max);
                 }
 
-                buffer.Write(chunk.Span);
+                foreach (ReadOnlyMemory<byte> segment in result.Buffer)
+                {
+                    buffer.Write(segment.Span);
+                }
+
+                reader.AdvanceTo(result.Buffer.End);
+                if (result.IsCompleted)
+                {
+                    break;
+                }
             }
         }
         catch (BadHttpRequestException e) when (e.StatusCode == StatusCodes.Status413PayloadTooLarge)
@@ -425,44 +387,55 @@ internal static class LongPollEndpoints
         return new ReadOnlySequence<byte>(buffer.WrittenMemory);
     }
 
-    private static async IAsyncEnumerable<ReadOnlyMemory<byte>> ReadChunksAsync(System.IO.Pipelines.PipeReader reader, [System.Runtime.CompilerServices.EnumeratorCancellation] CancellationToken cancellationToken)
-    {
-        while (true)
-        {
-            System.IO.Pipelines.ReadResult result = await reader.ReadAsync(cancellationToken).ConfigureAwait(false);
-            foreach (ReadOnlyMemory<byte> segment in result.Buffer)
-            {
-                yield return segment;
-            }
-
-            reader.AdvanceTo(result.Buffer.End);
-            if (result.IsCompleted)
-            {
-                yield break;
-            }
-        }
-    }
-
-    /// <summary>The bearer token's identity (longpoll §1); a failure waits the configured delay, then 401.</summary>
+    /// <summary>The bearer token's identity (longpoll §1.1); a failure waits the configured delay, then 401.</summary>
     private static async Task<Identity> AuthenticateAsync(HttpContext context, BrokerCore broker)
     {
         string? header = context.Request.Headers.Authorization;
         string? credential = header is not null && header.StartsWith("Bearer ", StringComparison.OrdinalIgnoreCase) ? header["Bearer ".Length..].Trim() : null;
-        if (broker.Authenticator.Authenticate(credential, out string failure) is { } identity)
+        try
         {
-            return identity;
+            return ProtocolSession.Authenticate(broker, credential);
+        }
+        catch (ProtocolException e)
+        {
+            broker.Metrics.ProtocolError(ErrorCode.AuthenticationFailed);
+            await Task.Delay(broker.Authenticator.FailureDelay, context.RequestAborted).ConfigureAwait(false);
+            throw new LongPollException(StatusCodes.Status401Unauthorized, "AuthenticationFailed", e.Message);
+        }
+    }
+
+    private static System.Net.IPEndPoint? RemoteOf(HttpContext context) =>
+        context.Connection.RemoteIpAddress is { } address ? new System.Net.IPEndPoint(address, context.Connection.RemotePort) : null;
+
+    /// <summary>
+    /// Maps a session's answer onto HTTP (longpoll §3): none is <paramref name="status"/>; a notice
+    /// (RateLimited) is <paramref name="status"/> with the <see cref="NoticeHeader"/>; a refusal is its problem.
+    /// </summary>
+    private static void Answer(HttpContext context, Refusal refusal, int status)
+    {
+        if (refusal.Code == ErrorCode.RateLimited)
+        {
+            context.Response.Headers[NoticeHeader] = nameof(ErrorCode.RateLimited);
+        }
+        else if (!refusal.IsNone)
+        {
+            throw new LongPollException(StatusOf(refusal.Code), refusal.Code.ToString(), refusal.Message!);
         }
 
-        broker.Metrics.ProtocolError(ErrorCode.AuthenticationFailed);
-        await Task.Delay(broker.Authenticator.FailureDelay, context.RequestAborted).ConfigureAwait(false);
-        throw new LongPollException(StatusCodes.Status401Unauthorized, "AuthenticationFailed", failure);
+        context.Response.StatusCode = status;
     }
 
-    private static LongPollException Denied(BrokerCore broker, string message)
+    /// <summary>The HTTP status of a spec §8 code on long-poll (longpoll §3).</summary>
+    private static int StatusOf(ErrorCode code) => code switch
     {
-        broker.Metrics.ProtocolError(ErrorCode.PermissionDenied);
-        return new LongPollException(StatusCodes.Status403Forbidden, "PermissionDenied", message);
-    }
+        ErrorCode.PermissionDenied => StatusCodes.Status403Forbidden,
+        ErrorCode.UnknownSubscription => StatusCodes.Status404NotFound,
+        ErrorCode.TooManyTopics => StatusCodes.Status409Conflict,
+        ErrorCode.AuthenticationFailed => StatusCodes.Status401Unauthorized,
+        ErrorCode.SlowConsumer or ErrorCode.StaleConnection => StatusCodes.Status410Gone,
+        ErrorCode.ShuttingDown or ErrorCode.TooManyConnections => StatusCodes.Status503ServiceUnavailable,
+        _ => StatusCodes.Status400BadRequest,
+    };
 
     private static LongPollException TooLarge(int max) => new(StatusCodes.Status413PayloadTooLarge, "BodyTooLarge", $"The request body is over the limit of {max} bytes.");
 
@@ -479,13 +452,36 @@ internal static class LongPollEndpoints
         }
     }
 
-    /// <summary>Runs a handler and turns every refusal into an RFC 7807 problem with the spec's code (longpoll §3).</summary>
-    private static async Task Handle(HttpContext context, Func<PollSessionStore, BrokerCore, Task> handler)
+    /// <summary>
+    /// Runs a request that changes a session, as the session's one caller (<see cref="PollSession.Requests"/>).
+    /// A fatal error that ends a client by policy (PermissionDenied with <c>DisconnectOnPermissionDenied</c>)
+    /// ends the session; other fatal codes only fail the request, since HTTP delimits each one (longpoll §3).
+    /// </summary>
+    private static Task InSession(HttpContext context, string token, Func<PollSession, PollSessionStore, Task> handler) => Handle(context, async store =>
     {
-        IServiceProvider services = context.RequestServices;
+        PollSession owner = store.Get(token);
+        await owner.Requests.WaitAsync(context.RequestAborted).ConfigureAwait(false);
         try
         {
-            await handler(services.GetRequiredService<PollSessionStore>(), services.GetRequiredService<BrokerCore>()).ConfigureAwait(false);
+            await handler(owner, store).ConfigureAwait(false);
+        }
+        catch (ProtocolException e) when (e.Code == ErrorCode.PermissionDenied)
+        {
+            owner.Close(e.Code, e.Message);
+            throw;
+        }
+        finally
+        {
+            owner.Requests.Release();
+        }
+    });
+
+    /// <summary>Runs a handler and turns every refusal into an RFC 7807 problem with the spec's code (longpoll §3).</summary>
+    private static async Task Handle(HttpContext context, Func<PollSessionStore, Task> handler)
+    {
+        try
+        {
+            await handler(context.RequestServices.GetRequiredService<PollSessionStore>()).ConfigureAwait(false);
         }
         catch (LongPollException e)
         {
@@ -494,7 +490,7 @@ internal static class LongPollEndpoints
         catch (ProtocolException e)
         {
             string code = e.Code is ErrorCode.MalformedFrame or ErrorCode.FrameTooLarge or ErrorCode.UnknownFrameType or ErrorCode.UnexpectedFrame ? "MalformedRequest" : e.Code.ToString();
-            await ProblemAsync(context, StatusCodes.Status400BadRequest, code, e.Message, retryAfter: null).ConfigureAwait(false);
+            await ProblemAsync(context, StatusOf(e.Code), code, e.Message, retryAfter: null).ConfigureAwait(false);
         }
     }
 

@@ -1,11 +1,10 @@
+using System.Net;
 using Herald.Broker.Delivery;
-using Herald.Broker.Hosting;
-using Herald.Broker.Monitoring;
+using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
-using Herald.Broker.Routing;
-using Herald.Broker.Security;
 using Herald.Protocol;
 using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.Logging;
 
 namespace Herald.Broker.Transports.LongPoll;
 
@@ -18,106 +17,41 @@ internal enum PollWake
     ShuttingDown,
 }
 
-/// <summary>What one poll takes away: consecutive messages from <see cref="FirstSequence"/>, each retained for the response.</summary>
-internal readonly record struct PollBatch(long FirstSequence, (MessageBuffer Frame, uint Sid)[] Messages, int Count, long Bytes, long Dropped, bool Redelivery)
-{
-    public static PollBatch Empty(long ack) => new(ack + 1, [], 0, 0, 0, false);
-
-    /// <summary>Releases the references taken for the response, once it is written.</summary>
-    public void Release()
-    {
-        for (int i = 0; i < Count; i++)
-        {
-            Messages[i].Frame.Release();
-        }
-    }
-}
-
 /// <summary>
-/// A long-poll session: the HTTP counterpart of a TCP connection (longpoll §1). It is an
-/// <see cref="IMessageSink"/> of the one router, so it receives the very MESSAGE buffers TCP
-/// subscribers get, and keeps each one (by reference) until the client acknowledges its sequence number.
+/// A long-poll session (longpoll §1): the <see cref="ProtocolSession"/> of a client that speaks HTTP. Its
+/// requests call the session's operations; its polls read the session's backlog as a window (longpoll §2):
+/// every message keeps its sequence number and stays, counted against the backlog's limits, until the client
+/// acknowledges it, so a response lost in transit is sent again. At most one poll is held at a time.
 /// </summary>
 /// <remarks>
-/// Threading: everything mutable is guarded by <c>_gate</c>. Publishers call <see cref="Enqueue"/> and
-/// <see cref="Flush"/> from their own threads; HTTP requests of the same session may run concurrently.
-/// Lock order: session, then router (the router never calls a sink while holding its own lock).
+/// Threading: <c>_gate</c> guards the held poll. Requests that change the session (subscribe, unsubscribe,
+/// publish) take <see cref="Requests"/> first, so the session has one caller at a time, as a TCP
+/// connection's read loop is; polls only read the backlog, which is thread-safe.
 /// </remarks>
-internal sealed class PollSession : IMessageSink, IConnectionStats
+internal sealed class PollSession : ProtocolSession, IBacklogReader
 {
-    private readonly Lock _gate = new();
-    private readonly LongPollOptions _options;
-    private readonly Action<PollSession> _onSlowConsumer;
-    private readonly BrokerMetrics _metrics;
-    private readonly Dictionary<uint, Subscription> _subscriptions = [];
+    public const string TransportName = "longpoll";
 
-    // Unacknowledged messages, oldest first: _ring[0] has sequence _headSequence, then consecutive.
-    private FrameRing _ring = new();
-    private long _headSequence = 1;
-    private long _highestSent;
-    private long _highestAck;
-    private long _pendingBytes;
+    private readonly Lock _gate = new();
+    private readonly PollSessionStore _store;
+    private readonly LongPollOptions _options;
     private TaskCompletionSource<PollWake>? _waiter;
-    private bool _ended;
     private long _lastActivity = Environment.TickCount64;
 
-    public PollSession(string token, long id, LongPollOptions options, BrokerMetrics metrics, Action<PollSession> onSlowConsumer)
+    public PollSession(BrokerCore broker, PollSessionStore store, LongPollOptions options, string token, long id, EndPoint? remoteEndPoint)
+        : base(broker, id, TransportName, remoteEndPoint, new BacklogLimits(options.MaxPendingMessagesPerSession, broker.Limits.MaxPendingBytes, options.SlowConsumerPolicy))
     {
-        _metrics = metrics;
-        Token = token;
-        Id = id;
+        _store = store;
         _options = options;
-        _onSlowConsumer = onSlowConsumer;
+        Token = token;
+        Backlog.Reader = this;
     }
 
+    /// <summary>The session's name and only credential after creation: 256 random bits, base64url.</summary>
     public string Token { get; }
 
-    /// <inheritdoc/>
-    public bool AcceptsZstd { get; init; }
-
-    /// <inheritdoc/>
-    public string? ClientName { get; init; }
-
-    /// <summary>Who created the session (bearer token); every operation of the session acts as it.</summary>
-    public Identity Identity { get; init; } = Identity.Anonymous;
-
-    /// <inheritdoc/>
-    public int SubscriptionCount
-    {
-        get
-        {
-            lock (_gate)
-            {
-                return _subscriptions.Count;
-            }
-        }
-    }
-
-    /// <inheritdoc/>
-    public long PendingMessages
-    {
-        get
-        {
-            lock (_gate)
-            {
-                return _ring.Count;
-            }
-        }
-    }
-
-    /// <inheritdoc/>
-    public long PendingBytes
-    {
-        get
-        {
-            lock (_gate)
-            {
-                return _pendingBytes;
-            }
-        }
-    }
-
-    public long Id { get; }
+    /// <summary>Serialises the requests that change the session (one caller at a time).</summary>
+    public SemaphoreSlim Requests { get; } = new(1, 1);
 
     /// <summary>Whether a poll is held right now (an idle session is one with none).</summary>
     public bool IsPolling
@@ -136,116 +70,58 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
     public void Touch() => Volatile.Write(ref _lastActivity, Environment.TickCount64);
 
     /// <inheritdoc/>
-    public bool Enqueue(MessageBuffer frame, uint sid)
-    {
-        bool slow = false;
-        bool dropped = false;
-        bool wake;
-        lock (_gate)
-        {
-            if (_ended)
-            {
-                frame.Release();
-                return false;
-            }
-
-            if (_ring.Count >= _options.MaxPendingMessagesPerSession)
-            {
-                if (_options.SlowConsumerPolicy == SlowConsumerPolicy.Disconnect)
-                {
-                    frame.Release();
-                    slow = true;
-                }
-                else
-                {
-                    DropHead(); // the client sees the gap on its next poll (Herald-Dropped)
-                    dropped = true;
-                }
-            }
-
-            if (!slow)
-            {
-                _ring.Push(new QueuedFrame(frame, sid));
-                _pendingBytes += frame.Length;
-            }
-
-            wake = !slow && _waiter is not null;
-        }
-
-        if (dropped)
-        {
-            _metrics.SlowConsumer(nameof(SlowConsumerPolicy.DropOldest));
-            _metrics.Dropped(1);
-        }
-
-        if (slow)
-        {
-            _onSlowConsumer(this);
-        }
-
-        return wake;
-    }
-
-    /// <inheritdoc/>
-    public void Flush() => Wake(PollWake.Messages);
-
-    /// <inheritdoc/>
-    public void ScheduleFlush() => Wake(PollWake.Messages); // the waiter's continuation already runs on the pool
+    public void Wake(bool inline) => Answer(PollWake.Messages);
 
     /// <summary>
-    /// Applies <paramref name="ack"/> and takes what is waiting above it; if nothing is, registers this
-    /// poll as the session's one held poll (answering an older one <see cref="PollWake.Replaced"/>).
-    /// Returns the batch, or the task to await.
+    /// Applies <paramref name="ack"/> and takes what is waiting above it; if nothing is, this poll is held as
+    /// the session's one poll (an older one is answered <see cref="PollWake.Replaced"/>). Returns the
+    /// messages, or the task to await.
     /// </summary>
-    public bool TryTake(long ack, out PollBatch batch, out Task<PollWake>? wait)
+    public bool TryTake(long ack, out WindowTake take, out Task<PollWake>? wait)
     {
-        TaskCompletionSource<PollWake>? replaced = null;
+        ThrowIfEnded();
+        try
+        {
+            Backlog.Acknowledge(ack);
+        }
+        catch (ArgumentOutOfRangeException e)
+        {
+            throw new LongPollException(StatusCodes.Status400BadRequest, "MalformedRequest", e.Message.Split(" (Parameter")[0]);
+        }
+
+        Touch();
+
+        // Hold first, then look: a message queued after the look wakes the held poll, so none waits for the timeout.
+        TaskCompletionSource<PollWake>? replaced;
+        var held = new TaskCompletionSource<PollWake>(TaskCreationOptions.RunContinuationsAsynchronously);
         lock (_gate)
         {
-            ThrowIfEnded();
-            long lastAssigned = _headSequence + _ring.Count - 1;
-            if (ack > lastAssigned || ack < 0)
-            {
-                throw new LongPollException(StatusCodes.Status400BadRequest, "MalformedRequest", $"ack {ack} is not between 0 and the last sequence assigned, {lastAssigned}.");
-            }
-
-            Acknowledge(ack);
-            Touch();
-            if (_headSequence + _ring.Count - 1 > ack)
-            {
-                batch = TakeAbove(ack);
-                wait = null;
-                return true;
-            }
-
             replaced = _waiter;
-            _waiter = new TaskCompletionSource<PollWake>(TaskCreationOptions.RunContinuationsAsynchronously);
-            wait = _waiter.Task;
-            batch = default;
+            _waiter = held;
         }
 
         replaced?.TrySetResult(PollWake.Replaced);
+        if (Backlog.TakeAbove(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, out take))
+        {
+            Release(held.Task);
+            wait = null;
+            return true;
+        }
+
+        wait = held.Task;
         return false;
     }
 
     /// <summary>After a held poll woke with messages (or timed out): takes what is above <paramref name="ack"/>, maybe nothing.</summary>
-    public PollBatch TakeAfterWait(long ack, Task<PollWake> wait)
+    public WindowTake TakeAfterWait(long ack, Task<PollWake> wait)
     {
-        lock (_gate)
-        {
-            if (_waiter?.Task == wait)
-            {
-                _waiter = null; // timed out or cancelled: no longer held
-            }
-
-            Touch();
-            ThrowIfEnded();
-            return _headSequence + _ring.Count - 1 > ack ? TakeAbove(ack) : PollBatch.Empty(ack);
-        }
+        Release(wait);
+        ThrowIfEnded();
+        return Backlog.TakeAbove(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, out WindowTake take) ? take : WindowTake.Empty(ack);
     }
 
-    /// <summary>Forgets a held poll whose request went away.</summary>
-    public void Abandon(Task<PollWake> wait)
+    /// <summary>Forgets a held poll: it was answered, timed out, or its request went away.</summary>
+    public void Release(Task<PollWake> wait)
     {
         lock (_gate)
         {
@@ -253,77 +129,36 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
             {
                 _waiter = null;
             }
-
-            Touch();
         }
+
+        Touch();
     }
 
-    public void Subscribe(Subscription subscription, int maxSubscriptions, TopicRouter router)
+    /// <summary>Inactivity (longpoll §1): no request, and no poll held, for <c>InactivityTimeout</c>.</summary>
+    protected override void CheckTransportLiveness(long now)
     {
-        lock (_gate)
+        if (now - LastActivity > (long)_options.InactivityTimeout.TotalMilliseconds && !IsPolling)
         {
-            ThrowIfEnded();
-            if (_subscriptions.ContainsKey(subscription.Sid))
-            {
-                throw new ProtocolException(ErrorCode.DuplicateSubscription, $"Subscription id {subscription.Sid} is already in use on this session.");
-            }
-
-            if (_subscriptions.Count >= maxSubscriptions)
-            {
-                throw new ProtocolException(ErrorCode.TooManySubscriptions, $"More than {maxSubscriptions} subscriptions on one session.");
-            }
-
-            router.Add(subscription); // may refuse (TooManyTopics): then nothing changed
-            _subscriptions.Add(subscription.Sid, subscription);
+            Broker.Log.SessionExpired(Id, _options.InactivityTimeout);
+            Close(ErrorCode.StaleConnection, $"No request for {_options.InactivityTimeout.TotalSeconds:0.###} s.");
         }
     }
 
-    public bool Unsubscribe(uint sid, TopicRouter router)
+    /// <summary>Ends the session: forgotten by token, subscriptions out of the router, messages released, a held poll told.</summary>
+    protected override void OnClose(ErrorCode code, string reason)
     {
-        lock (_gate)
+        if (code == ErrorCode.SlowConsumer)
         {
-            ThrowIfEnded();
-            if (!_subscriptions.Remove(sid, out Subscription? subscription))
-            {
-                return false;
-            }
-
-            router.Remove(subscription);
-            return true;
-        }
-    }
-
-    /// <summary>Ends the session: subscriptions leave the router, held messages are released, a held poll is told.</summary>
-    public void End(TopicRouter router, PollWake reason = PollWake.Ended)
-    {
-        TaskCompletionSource<PollWake>? waiter;
-        lock (_gate)
-        {
-            if (_ended)
-            {
-                return;
-            }
-
-            _ended = true;
-            foreach (Subscription subscription in _subscriptions.Values)
-            {
-                router.Remove(subscription);
-            }
-
-            _subscriptions.Clear();
-            while (_ring.Count > 0)
-            {
-                DropHead();
-            }
-
-            waiter = _waiter;
-            _waiter = null;
+            Broker.Log.SessionSlowConsumer(Id, _options.MaxPendingMessagesPerSession);
         }
 
-        waiter?.TrySetResult(reason);
+        _store.Forget(this);
+        EndSubscriptions();
+        Backlog.Abandon();
+        Answer(code == ErrorCode.ShuttingDown ? PollWake.ShuttingDown : PollWake.Ended);
     }
 
-    private void Wake(PollWake reason)
+    private void Answer(PollWake wake)
     {
         TaskCompletionSource<PollWake>? waiter;
         lock (_gate)
@@ -332,63 +167,12 @@ internal sealed class PollSession : IMessageSink, IConnectionStats
             _waiter = null;
         }
 
-        waiter?.TrySetResult(reason);
-    }
-
-    // Caller holds _gate. Releases every message at or below `ack`.
-    private void Acknowledge(long ack)
-    {
-        _highestAck = Math.Max(_highestAck, ack);
-        while (_ring.Count > 0 && _headSequence <= ack)
-        {
-            DropHead();
-        }
-    }
-
-    // Caller holds _gate.
-    private void DropHead()
-    {
-        MessageBuffer frame = _ring.PopFront().Frame;
-        _pendingBytes -= frame.Length;
-        frame.Release();
-        _headSequence++;
-    }
-
-    // Caller holds _gate; at least one message is above `ack` (all at or below were just released).
-    private PollBatch TakeAbove(long ack)
-    {
-        // Messages between what the client has acknowledged (ever) and the head were dropped, not delivered.
-        long dropped = Math.Max(0, _headSequence - 1 - _highestAck);
-        int take = 0;
-        long bytes = 0;
-        while (take < _ring.Count && take < _options.MaxMessagesPerPoll)
-        {
-            int length = _ring[take].Frame.Length;
-            if (take > 0 && bytes + length > _options.MaxBytesPerPoll)
-            {
-                break;
-            }
-
-            bytes += length;
-            take++;
-        }
-
-        var messages = new (MessageBuffer, uint)[take];
-        for (int i = 0; i < take; i++)
-        {
-            (MessageBuffer frame, uint sid) = _ring[i];
-            frame.Retain(1); // the response's own reference: an ack may release the session's meanwhile
-            messages[i] = (frame, sid);
-        }
-
-        bool redelivery = _headSequence <= _highestSent;
-        _highestSent = Math.Max(_highestSent, _headSequence + take - 1);
-        return new PollBatch(_headSequence, messages, take, bytes, dropped, redelivery);
+        waiter?.TrySetResult(wake);
     }
 
     private void ThrowIfEnded()
     {
-        if (_ended)
+        if (IsClosing)
         {
             throw new LongPollException(StatusCodes.Status410Gone, "SessionExpired", "The session has ended.");
         }

@@ -1,53 +1,48 @@
 using System.Buffers.Text;
 using System.Collections.Concurrent;
+using System.Net;
 using System.Security.Cryptography;
 using Herald.Broker.Hosting;
-using Herald.Broker.Routing;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
-using Herald.Broker.Telemetry;
 using Herald.Protocol;
 using Microsoft.AspNetCore.Http;
 using Microsoft.Extensions.Hosting;
-using Microsoft.Extensions.Logging;
 
 namespace Herald.Broker.Transports.LongPoll;
 
 /// <summary>
-/// Every long-poll session, by token: creation within the configured capacity, lookup (404 unknown,
-/// 410 ended), the inactivity sweep, and the count of polls held.
+/// Long-poll sessions by token (longpoll §1): creation within the transport's capacity, lookup (404
+/// unknown, 410 ended), and the count of polls held. Every session is also in the one
+/// <see cref="SessionRegistry"/>, which sweeps it, counts it and closes it on shutdown.
 /// </summary>
 internal sealed class PollSessionStore : BackgroundService
 {
-    public const string Transport = "longpoll";
-
     private static readonly TimeSpan ExpiredMemory = TimeSpan.FromMinutes(10);
 
     private readonly ConcurrentDictionary<string, PollSession> _sessions = new(StringComparer.Ordinal);
     private readonly ConcurrentDictionary<string, long> _expired = new(StringComparer.Ordinal);
     private readonly BrokerCore _broker;
+    private readonly SessionRegistry _registry;
     private readonly LongPollOptions _options;
-    private long _nextId;
     private int _creating;
     private int _polls;
-    private volatile bool _stopping;
 
-    public PollSessionStore(BrokerCore broker, IHostApplicationLifetime lifetime)
+    public PollSessionStore(BrokerCore broker, SessionRegistry registry)
     {
         _broker = broker;
+        _registry = registry;
         _options = broker.Options.LongPoll;
-        lifetime.ApplicationStopping.Register(EndAll);
     }
+
+    public LongPollOptions Options => _options;
+
+    public BrokerCore Broker => _broker;
 
     public int Count => _sessions.Count;
 
-    public bool IsStopping => _stopping;
-
     /// <summary>Polls held now, over all sessions (monitoring).</summary>
     public int HeldPolls => Volatile.Read(ref _polls);
-
-    /// <summary>A moment's snapshot of the live sessions, for monitoring (<c>/connz</c>, the queue gauges). Never on the hot path.</summary>
-    public ICollection<PollSession> Sessions => _sessions.Values;
 
     /// <summary>
     /// Counts a session creation as pending from the moment its request arrives (a client slow to send
@@ -66,8 +61,8 @@ internal sealed class PollSessionStore : BackgroundService
 
     public void EndCreate() => Interlocked.Decrement(ref _creating);
 
-    /// <summary>Creates a session (between <see cref="BeginCreate"/> and <see cref="EndCreate"/>).</summary>
-    public PollSession Create(bool zstd, string? clientName, Identity identity)
+    /// <summary>Creates and opens a session for <paramref name="identity"/> (between <see cref="BeginCreate"/> and <see cref="EndCreate"/>).</summary>
+    public PollSession Create(Identity identity, string? clientName, bool zstd, EndPoint? remote)
     {
         if (_sessions.Count >= _options.MaxSessions)
         {
@@ -76,14 +71,24 @@ internal sealed class PollSessionStore : BackgroundService
 
         // 256 random bits: unguessable, so the token alone is the session's credential.
         string token = Base64Url.EncodeToString(RandomNumberGenerator.GetBytes(32));
-        var session = new PollSession(token, Interlocked.Increment(ref _nextId), _options, _broker.Metrics, OnSlowConsumer)
-        {
-            AcceptsZstd = zstd && _broker.Encoder.Enabled,
-            Identity = identity,
-            ClientName = clientName is { Length: > ProtocolConstants.MaxClientNameBytes } ? clientName[..ProtocolConstants.MaxClientNameBytes] : clientName,
-        };
+        var session = new PollSession(_broker, this, _options, token, _registry.NextId(), remote);
+        session.Open(identity, clientName, zstd ? Capabilities.Zstd : Capabilities.None);
         _sessions[token] = session;
-        _broker.Metrics.ConnectionOpened(Transport);
+        Refusal refused = _registry.Add(session);
+        if (!refused.IsNone)
+        {
+            session.Close(refused.Code, refused.Message!);
+            throw new LongPollException(StatusCodes.Status503ServiceUnavailable, refused.Code.ToString(), refused.Message!) { RetryAfter = TimeSpan.FromSeconds(5) };
+        }
+
+        return session;
+    }
+
+    /// <summary>A one-shot session for <c>POST /poll/publish</c>: never registered, subscribed or polled; it only publishes.</summary>
+    public PollSession OneShot(Identity identity, EndPoint? remote)
+    {
+        var session = new PollSession(_broker, this, _options, token: "", 0, remote);
+        session.Open(identity, clientName: null, Capabilities.None);
         return session;
     }
 
@@ -103,16 +108,14 @@ internal sealed class PollSessionStore : BackgroundService
         throw new LongPollException(StatusCodes.Status404NotFound, "SessionNotFound", "No such session.");
     }
 
-    public void End(PollSession session, DisconnectReason why, PollWake reason = PollWake.Ended)
+    /// <summary>Called once by a session that ends: its token is answered 410 for a while, then 404.</summary>
+    public void Forget(PollSession session)
     {
         if (_sessions.TryRemove(session.Token, out _))
         {
             _expired[session.Token] = Environment.TickCount64;
-            _broker.Metrics.ConnectionClosed(Transport);
-            _broker.Metrics.Disconnected(Transport, why);
+            _registry.Remove(session);
         }
-
-        session.End(_broker.Router, reason);
     }
 
     /// <summary>Counts a poll as held; throws 503 over <see cref="LongPollOptions.MaxConcurrentPolls"/>. Pair with <see cref="EndPoll"/>.</summary>
@@ -128,15 +131,22 @@ internal sealed class PollSessionStore : BackgroundService
 
     public void EndPoll() => Interlocked.Decrement(ref _polls);
 
+    /// <summary>Forgets ended tokens after a while (the registry sweeps the live sessions).</summary>
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
     {
-        TimeSpan period = TimeSpan.FromMilliseconds(Math.Clamp(_options.InactivityTimeout.TotalMilliseconds / 4, 5, 1000));
-        using var timer = new PeriodicTimer(period);
+        using var timer = new PeriodicTimer(TimeSpan.FromSeconds(30));
         try
         {
             while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false))
             {
-                Sweep(Environment.TickCount64);
+                long now = Environment.TickCount64;
+                foreach (KeyValuePair<string, long> expired in _expired)
+                {
+                    if (now - expired.Value > (long)ExpiredMemory.TotalMilliseconds)
+                    {
+                        _expired.TryRemove(expired.Key, out _);
+                    }
+                }
             }
         }
         catch (OperationCanceledException)
@@ -145,51 +155,9 @@ internal sealed class PollSessionStore : BackgroundService
         }
     }
 
-    private void Sweep(long now)
-    {
-        long inactivity = (long)_options.InactivityTimeout.TotalMilliseconds;
-        foreach (PollSession session in _sessions.Values)
-        {
-            if (session.Identity.ExpiresAt is { } expires && DateTimeOffset.UtcNow >= expires)
-            {
-                End(session, DisconnectReason.Timeout);
-            }
-            else if (now - session.LastActivity > inactivity && !session.IsPolling)
-            {
-                _broker.Log.SessionExpired(session.Id, _options.InactivityTimeout);
-                End(session, DisconnectReason.Timeout);
-            }
-        }
-
-        long forget = (long)ExpiredMemory.TotalMilliseconds;
-        foreach (KeyValuePair<string, long> expired in _expired)
-        {
-            if (now - expired.Value > forget)
-            {
-                _expired.TryRemove(expired.Key, out _);
-            }
-        }
-    }
-
-    private void OnSlowConsumer(PollSession session)
-    {
-        _broker.Metrics.SlowConsumer(nameof(Delivery.SlowConsumerPolicy.Disconnect));
-        _broker.Log.SessionSlowConsumer(session.Id, _options.MaxPendingMessagesPerSession);
-        End(session, DisconnectReason.SlowConsumer);
-    }
-
-    private void EndAll()
-    {
-        _stopping = true;
-        foreach (PollSession session in _sessions.Values)
-        {
-            End(session, DisconnectReason.Shutdown, PollWake.ShuttingDown);
-        }
-    }
-
     private void ThrowIfStopping()
     {
-        if (_stopping)
+        if (_registry.IsStopping)
         {
             throw new LongPollException(StatusCodes.Status503ServiceUnavailable, "ShuttingDown", "The broker is shutting down.") { RetryAfter = TimeSpan.FromSeconds(5) };
         }

@@ -1,0 +1,484 @@
+using Herald.Broker.Telemetry;
+using Herald.Protocol;
+
+namespace Herald.Broker.Delivery;
+
+/// <summary>What a subscriber's backlog does when it is over its limits (spec §6.3, longpoll §3).</summary>
+public enum SlowConsumerPolicy
+{
+    /// <summary>Discard the backlog and close the subscriber (a fatal SlowConsumer ERROR on TCP, 410 on long-poll).</summary>
+    Disconnect,
+
+    /// <summary>Discard the oldest messages and tell the subscriber how many it missed.</summary>
+    DropOldest,
+}
+
+/// <summary>The limits one backlog enforces: messages and bytes waiting, and what happens beyond them.</summary>
+internal readonly record struct BacklogLimits(int MaxMessages, int MaxBytes, SlowConsumerPolicy Policy);
+
+/// <summary>
+/// The reading side of a <see cref="SubscriberBacklog"/>: a TCP connection's <see cref="PipeDrain"/>, a
+/// long-poll session's poll window. Told once each time frames start waiting after it went idle.
+/// </summary>
+internal interface IBacklogReader
+{
+    /// <summary>Frames are waiting. <paramref name="inline"/>: start on the calling thread; else on the pool.</summary>
+    void Wake(bool inline);
+}
+
+/// <summary>
+/// Every subscriber's one queue, whatever its transport: the frames the router (and the session's own
+/// control frames) queued for it, by reference, in order, until its transport has taken them. One set of
+/// limits, one set of slow-consumer policies, one count of drops and of the memory it holds.
+/// </summary>
+/// <remarks>
+/// <para>
+/// Publishers append (frame reference, sid) pairs under <c>_gate</c>: an O(1) critical section, no I/O.
+/// The first append after the reader went idle returns <c>true</c>; that publisher calls
+/// <see cref="Flush"/> or <see cref="ScheduleFlush"/> once at the end of its batch, which wakes the reader
+/// (flushes are coalesced per batch, never per message). The reader takes frames in one of two ways:
+/// </para>
+/// <list type="bullet">
+/// <item>a stream (<see cref="TakeAll"/>): everything at once, into a socket; frames leave as they are taken;</item>
+/// <item>a window (<see cref="Acknowledge"/>, <see cref="TakeAbove"/>): every frame has a sequence number and stays,
+/// counted against the limits, until the client acknowledges it (long-poll: a lost response is sent again).</item>
+/// </list>
+/// <para>
+/// Control frames (WELCOME, PING, PONG, non-fatal ERROR) are queued in order with the messages, never
+/// dropped and not counted against the message limits. Drops are counted when they happen.
+/// </para>
+/// </remarks>
+internal sealed class SubscriberBacklog : IMessageSink
+{
+    private const uint ControlSid = FrameCopy.ControlSid;
+
+    private readonly BacklogLimits _limits;
+    private readonly Action _onSlowConsumer;
+    private readonly BrokerMetrics _metrics;
+    private readonly Lock _gate = new();
+    private IBacklogReader? _reader;
+
+    // Guarded by _gate. _ring[0] has sequence _headSequence; the rest follow consecutively.
+    private FrameRing _ring = new();
+    private long _headSequence = 1;
+    private long _pendingBytes;
+    private int _pendingMessages;
+    private long _droppedUnreported;
+    private long _highestAck;
+    private long _highestSent;
+    private bool _signalled;
+    private bool _refusing;
+    private bool _completing;
+    private bool _closed;
+    private MessageBuffer? _final;
+    private TaskCompletionSource? _drained;
+
+    public SubscriberBacklog(BacklogLimits limits, BrokerMetrics metrics, Action onSlowConsumer)
+    {
+        _limits = limits;
+        _metrics = metrics;
+        _onSlowConsumer = onSlowConsumer;
+    }
+
+    /// <inheritdoc/>
+    public bool AcceptsZstd { get; set; }
+
+    public BacklogLimits Limits => _limits;
+
+    /// <summary>Who takes the frames. Set once by the transport, before the backlog is subscribed anywhere.</summary>
+    public IBacklogReader Reader
+    {
+        set => _reader = value;
+    }
+
+    /// <summary>Messages waiting and the bytes they hold (monitoring): queued to be written, or not yet acknowledged.</summary>
+    public (long Messages, long Bytes) Pending
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return (_pendingMessages, _pendingBytes);
+            }
+        }
+    }
+
+    /// <inheritdoc/>
+    public bool Enqueue(MessageBuffer frame, uint sid)
+    {
+        bool slow = false;
+        long dropped = 0;
+        bool wake;
+        lock (_gate)
+        {
+            if (_refusing)
+            {
+                frame.Release();
+                return false;
+            }
+
+            if (_pendingMessages + 1 > _limits.MaxMessages || _pendingBytes + frame.Length > _limits.MaxBytes)
+            {
+                if (_limits.Policy == SlowConsumerPolicy.Disconnect)
+                {
+                    frame.Release();
+                    slow = true;
+                    ClearMessages();
+                    _refusing = true; // the session closes; its transport completes the backlog
+                }
+                else
+                {
+                    dropped = DropOldestFor(frame.Length);
+                }
+            }
+
+            if (!slow)
+            {
+                _ring.Push(new QueuedFrame(frame, sid));
+                _pendingBytes += frame.Length;
+                _pendingMessages++;
+            }
+
+            wake = !slow && !_signalled;
+            _signalled |= wake;
+        }
+
+        if (dropped > 0)
+        {
+            _metrics.SlowConsumer(nameof(SlowConsumerPolicy.DropOldest));
+            _metrics.Dropped(dropped);
+        }
+
+        if (slow)
+        {
+            _metrics.SlowConsumer(nameof(SlowConsumerPolicy.Disconnect));
+            _onSlowConsumer();
+        }
+
+        return wake;
+    }
+
+    /// <summary>
+    /// Queues a control frame in order with the messages, so a PONG also tells the client that everything
+    /// queued before it has been written. Never dropped, not counted against the message limits. Returns
+    /// whether to <see cref="Flush"/>.
+    /// </summary>
+    public bool EnqueueControl(MessageBuffer frame)
+    {
+        lock (_gate)
+        {
+            if (_refusing)
+            {
+                frame.Release();
+                return false;
+            }
+
+            _ring.Push(new QueuedFrame(frame, ControlSid));
+            bool wake = !_signalled;
+            _signalled = true;
+            return wake;
+        }
+    }
+
+    /// <inheritdoc/>
+    public void Flush() => _reader?.Wake(inline: true);
+
+    /// <inheritdoc/>
+    public void ScheduleFlush() => _reader?.Wake(inline: false);
+
+    /// <summary>
+    /// Stream reading: moves every queued frame into <paramref name="batch"/> (grown if needed) and says how
+    /// many messages were dropped since the last take and, once completing, the final frame. When there is
+    /// nothing at all, the reader is idle from then on (the next enqueue wakes it) and
+    /// <see cref="StreamTake.Idle"/> is true.
+    /// </summary>
+    public StreamTake TakeAll(ref QueuedFrame[] batch)
+    {
+        lock (_gate)
+        {
+            if (_closed)
+            {
+                _signalled = false;
+                return new StreamTake(0, 0, null, Idle: true);
+            }
+
+            int count = _ring.Count;
+            long dropped = _droppedUnreported;
+            _droppedUnreported = 0;
+            if (count > 0)
+            {
+                _ring.MoveAllTo(ref batch);
+                _headSequence += count;
+                _pendingBytes = 0;
+                _pendingMessages = 0;
+            }
+
+            MessageBuffer? final = null;
+            if (_completing)
+            {
+                final = _final;
+                _final = null;
+            }
+
+            if (count == 0 && dropped == 0 && final is null)
+            {
+                if (_completing)
+                {
+                    _closed = true;
+                    _drained?.TrySetResult();
+                }
+
+                _signalled = false;
+                return new StreamTake(0, 0, null, Idle: true);
+            }
+
+            return new StreamTake(count, dropped, final, Idle: false);
+        }
+    }
+
+    /// <summary>
+    /// Window reading: releases every message at or below <paramref name="ack"/>. Throws
+    /// <see cref="ArgumentOutOfRangeException"/> for an ack above the last sequence assigned or below 0.
+    /// </summary>
+    public void Acknowledge(long ack)
+    {
+        lock (_gate)
+        {
+            long lastAssigned = _headSequence + _ring.Count - 1;
+            if (ack > lastAssigned || ack < 0)
+            {
+                throw new ArgumentOutOfRangeException(nameof(ack), $"ack {ack} is not between 0 and the last sequence assigned, {lastAssigned}.");
+            }
+
+            _highestAck = Math.Max(_highestAck, ack);
+            while (_ring.Count > 0 && _headSequence <= ack)
+            {
+                DropHead();
+            }
+        }
+    }
+
+    /// <summary>
+    /// Window reading: the messages above <paramref name="ack"/> (at most <paramref name="maxMessages"/> and,
+    /// past the first, <paramref name="maxBytes"/>), each retained once for the caller, which releases them
+    /// after use. They stay in the backlog until acknowledged. With nothing above <paramref name="ack"/>,
+    /// returns <c>false</c> and the reader is idle (the next enqueue wakes it).
+    /// </summary>
+    public bool TakeAbove(long ack, int maxMessages, long maxBytes, out WindowTake take)
+    {
+        lock (_gate)
+        {
+            int skip = (int)Math.Max(0, ack + 1 - _headSequence);
+            if (skip >= _ring.Count)
+            {
+                _signalled = false;
+                take = default;
+                return false;
+            }
+
+            int count = 0;
+            long bytes = 0;
+            while (skip + count < _ring.Count && count < maxMessages)
+            {
+                int length = _ring[skip + count].Frame.Length;
+                if (count > 0 && bytes + length > maxBytes)
+                {
+                    break;
+                }
+
+                bytes += length;
+                count++;
+            }
+
+            var frames = new QueuedFrame[count];
+            for (int i = 0; i < count; i++)
+            {
+                frames[i] = _ring[skip + i];
+                frames[i].Frame.Retain(1); // the caller's own reference: an ack may release the backlog's meanwhile
+            }
+
+            // Messages between what the client has ever acknowledged and the head were dropped, not delivered.
+            long first = _headSequence + skip;
+            long dropped = Math.Max(0, first - 1 - Math.Max(_highestAck, ack));
+            bool redelivery = first <= _highestSent;
+            _highestSent = Math.Max(_highestSent, first + count - 1);
+            take = new WindowTake(first, frames, bytes, dropped, redelivery);
+            return true;
+        }
+    }
+
+    /// <summary>The sequence number the next queued frame gets minus one: the highest a client may acknowledge.</summary>
+    public long LastSequence
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _headSequence + _ring.Count - 1;
+            }
+        }
+    }
+
+    /// <summary>The sequence number of the oldest frame still held (or of the next one, when none is).</summary>
+    public long HeadSequence
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _headSequence;
+            }
+        }
+    }
+
+    /// <summary>
+    /// Stops accepting frames; a stream reader takes what is queued, then <paramref name="finalFrame"/> (if
+    /// any, e.g. a fatal ERROR), and the returned task completes. With <paramref name="discardQueued"/> the
+    /// queued messages are dropped first (a protocol error: the client gets its ERROR at once).
+    /// </summary>
+    public Task Complete(MessageBuffer? finalFrame, bool discardQueued)
+    {
+        bool wake;
+        Task drained;
+        lock (_gate)
+        {
+            if (_closed)
+            {
+                finalFrame?.Release();
+                return Task.CompletedTask;
+            }
+
+            if (discardQueued)
+            {
+                ClearMessages();
+            }
+
+            if (finalFrame is not null)
+            {
+                if (_final is null)
+                {
+                    _final = finalFrame;
+                }
+                else
+                {
+                    finalFrame.Release(); // the first reason to close wins
+                }
+            }
+
+            _refusing = true;
+            _completing = true;
+            _drained ??= new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            drained = _drained.Task;
+            wake = !_signalled;
+            _signalled = true;
+        }
+
+        if (wake)
+        {
+            Flush();
+        }
+
+        return drained;
+    }
+
+    /// <summary>Drops everything still held (the subscriber is gone). Safe to call more than once.</summary>
+    public void Abandon()
+    {
+        lock (_gate)
+        {
+            _refusing = true;
+            _completing = true;
+            _closed = true;
+            ClearMessages();
+            _final?.Release();
+            _final = null;
+            _drained?.TrySetResult();
+        }
+    }
+
+    // Caller holds _gate. Drops the oldest messages until `incoming` fits; control frames met on the way
+    // are kept, in order, at the front. Returns how many were dropped.
+    private long DropOldestFor(int incoming)
+    {
+        long dropped = 0;
+        int keptControls = 0;
+        while (_ring.Count > keptControls && (_pendingMessages + 1 > _limits.MaxMessages || _pendingBytes + incoming > _limits.MaxBytes))
+        {
+            QueuedFrame entry = _ring[keptControls];
+            if (entry.Sid == ControlSid)
+            {
+                keptControls++;
+                continue;
+            }
+
+            _pendingBytes -= entry.Frame.Length;
+            _pendingMessages--;
+            entry.Frame.Release();
+            dropped++;
+
+            // Close the gap: shift the kept control frames one slot towards the back, then drop the front.
+            for (int i = keptControls; i > 0; i--)
+            {
+                _ring[i] = _ring[i - 1];
+            }
+
+            _ring.PopFront();
+            _headSequence++;
+        }
+
+        _droppedUnreported += dropped;
+        return dropped;
+    }
+
+    // Caller holds _gate.
+    private void DropHead()
+    {
+        QueuedFrame entry = _ring.PopFront();
+        if (entry.Sid != ControlSid)
+        {
+            _pendingBytes -= entry.Frame.Length;
+            _pendingMessages--;
+        }
+
+        entry.Frame.Release();
+        _headSequence++;
+    }
+
+    // Caller holds _gate.
+    private void ClearMessages()
+    {
+        while (_ring.Count > 0)
+        {
+            DropHead();
+        }
+    }
+}
+
+/// <summary>What one stream take moved: <see cref="Count"/> frames into the batch, drops to report, the final frame.</summary>
+internal readonly record struct StreamTake(int Count, long Dropped, MessageBuffer? Final, bool Idle);
+
+/// <summary>
+/// What one window take holds: consecutive frames from <see cref="FirstSequence"/>, each retained for the
+/// caller; <see cref="Dropped"/> messages were lost to the slow-consumer policy just before them.
+/// </summary>
+internal readonly record struct WindowTake(long FirstSequence, QueuedFrame[] Frames, long Bytes, long Dropped, bool Redelivery)
+{
+    /// <summary>An empty answer to a poll that acknowledged <paramref name="ack"/>.</summary>
+    public static WindowTake Empty(long ack) => new(ack + 1, [], 0, 0, false);
+
+    public int Count => Frames?.Length ?? 0;
+
+    /// <summary>Releases the references taken for the caller, once it has written them.</summary>
+    public void Release()
+    {
+        if (Frames is null)
+        {
+            return;
+        }
+
+        foreach (QueuedFrame frame in Frames)
+        {
+            frame.Frame.Release();
+        }
+    }
+}

@@ -1,0 +1,263 @@
+using System.Buffers;
+using System.Diagnostics;
+using System.IO.Pipelines;
+using Herald.Broker.Delivery;
+using Herald.Broker.Telemetry;
+using Herald.Protocol;
+using MessagePack;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.Extensions.Logging;
+
+namespace Herald.Broker.Sessions;
+
+/// <summary>
+/// A <see cref="ProtocolSession"/> over a byte stream of length-prefixed frames (spec §2-§6): raw TCP today,
+/// WebSocket next. It parses frames and calls the session's operations, answers with frames (WELCOME, PONG,
+/// ERROR), PINGs an idle client, and runs the closing sequence. Transports only hand it a
+/// <see cref="ConnectionContext"/>.
+/// </summary>
+/// <remarks>
+/// Threading: <see cref="RunAsync"/> (the read loop) is the session's one caller. <see cref="ProtocolSession.Close"/>,
+/// <see cref="ProtocolSession.CheckLiveness"/> and the backlog may be called from any thread.
+/// </remarks>
+internal sealed class FrameSession : ProtocolSession
+{
+    private readonly ConnectionContext _connection;
+    private long _readAt; // Stopwatch timestamp of the current read batch, when fan-out latency is measured
+
+    // Liveness, shared with the sweeper (Environment.TickCount64 milliseconds).
+    private readonly long _openedAt;
+    private long _lastReadAt;
+    private long _lastPingAt;
+    private int _pingsOutstanding;
+
+    public FrameSession(BrokerCore broker, ConnectionContext connection, long id, string transport)
+        : base(broker, id, transport, connection.RemoteEndPoint, new BacklogLimits(broker.Limits.MaxPendingMessages, broker.Limits.MaxPendingBytes, broker.Limits.SlowConsumerPolicy))
+    {
+        _connection = connection;
+        _openedAt = _lastReadAt = Environment.TickCount64;
+        _ = new PipeDrain(Backlog, connection.Transport.Output, transport, broker.Metrics);
+    }
+
+    /// <summary>
+    /// The canonical read loop: read, parse frames until the reader says "need more", flush every backlog
+    /// the batch touched once, advance. Returns when the client leaves or the broker closes the session.
+    /// </summary>
+    public async Task RunAsync()
+    {
+        PipeReader input = _connection.Transport.Input;
+        int maxFrame = Limits.MaxFrameBytes;
+        try
+        {
+            while (!IsClosing)
+            {
+                ReadResult result = await input.ReadAsync().ConfigureAwait(false);
+                if (result.IsCanceled)
+                {
+                    break; // Close: a timeout, a slow consumer or shutdown
+                }
+
+                ReadOnlySequence<byte> buffer = result.Buffer;
+                _readAt = Broker.Metrics.FanoutEnabled ? Stopwatch.GetTimestamp() : 0;
+                Volatile.Write(ref _lastReadAt, Environment.TickCount64);
+                Volatile.Write(ref _pingsOutstanding, 0);
+                try
+                {
+                    while (FrameReader.TryReadFrame(ref buffer, maxFrame, out ReadOnlySequence<byte> body))
+                    {
+                        HandleFrame(body);
+                    }
+                }
+                finally
+                {
+                    FlushTouched();
+                    input.AdvanceTo(buffer.Start, buffer.End);
+                }
+
+                if (Throttle is { Ticks: > 0 } pause)
+                {
+                    // Over the publish rate: read nothing more until the debt is paid. TCP backpressure
+                    // slows the publisher down; nothing it sent is dropped.
+                    await Task.Delay(pause).ConfigureAwait(false);
+                }
+
+                if (result.IsCompleted)
+                {
+                    if (!buffer.IsEmpty)
+                    {
+                        Broker.Metrics.ProtocolError(ErrorCode.TruncatedFrame);
+                        Broker.Log.TruncatedFrame(Id, RemoteEndPoint, buffer.Length);
+                    }
+
+                    break;
+                }
+            }
+        }
+        catch (ProtocolException e)
+        {
+            Broker.Metrics.ProtocolError(e.Code);
+            Broker.Log.ProtocolError(Id, RemoteEndPoint, e.Code, e.Message);
+            Close(e.Code, e.Message);
+        }
+        catch (Exception e) when (e is ConnectionResetException or IOException or ConnectionAbortedException or OperationCanceledException)
+        {
+            // The client went away mid-read: nothing to tell it.
+        }
+        catch (Exception e)
+        {
+            Broker.Log.ConnectionFailed(e, Id, RemoteEndPoint);
+            Close(ErrorCode.InternalError, "Internal error; the connection is closed.");
+        }
+        finally
+        {
+            await CloseAsync().ConfigureAwait(false);
+        }
+    }
+
+    /// <inheritdoc/>
+    protected override void OnClose(ErrorCode code, string reason) => _connection.Transport.Input.CancelPendingRead();
+
+    /// <summary>Handshake timeout, idle PINGs, stale connections (spec §6.2).</summary>
+    protected override void CheckTransportLiveness(long now)
+    {
+        if (!IsOpen)
+        {
+            if (now - _openedAt > (long)Limits.HandshakeTimeout.TotalMilliseconds)
+            {
+                Close(ErrorCode.HandshakeTimeout, $"No HELLO within {Limits.HandshakeTimeout.TotalSeconds:0.###} s.");
+            }
+
+            return;
+        }
+
+        long interval = (long)Limits.PingInterval.TotalMilliseconds;
+        if (now - Volatile.Read(ref _lastReadAt) < interval || now - _lastPingAt < interval)
+        {
+            return;
+        }
+
+        if (Volatile.Read(ref _pingsOutstanding) >= Limits.MaxPingsOutstanding)
+        {
+            Close(ErrorCode.StaleConnection, $"No answer to {Limits.MaxPingsOutstanding} PINGs.");
+            return;
+        }
+
+        Interlocked.Increment(ref _pingsOutstanding);
+        _lastPingAt = now;
+        if (Backlog.EnqueueControl(ControlFrames.Ping()))
+        {
+            Backlog.ScheduleFlush();
+        }
+    }
+
+    private void HandleFrame(in ReadOnlySequence<byte> body)
+    {
+        var reader = new MessagePackReader(body);
+        FrameType type = FrameDecoder.ReadHeader(ref reader, out int count);
+        if (!IsOpen && type != FrameType.Hello)
+        {
+            Throw(ErrorCode.HelloRequired, $"{type} before HELLO: the first frame must be HELLO.");
+        }
+
+        switch (type)
+        {
+            case FrameType.Publish:
+                Tell(Publish(FrameDecoder.ReadPublish(ref reader, count), _readAt));
+                break;
+            case FrameType.Subscribe:
+                SubscribeFrame subscribe = FrameDecoder.ReadSubscribe(ref reader, count);
+                Tell(Subscribe(subscribe.Sid, subscribe.Pattern, (subscribe.Options & SubscribeOptions.NoEcho) != 0));
+                break;
+            case FrameType.Unsubscribe:
+                Tell(Unsubscribe(FrameDecoder.ReadUnsubscribe(ref reader, count).Sid));
+                break;
+            case FrameType.Ping:
+                FrameDecoder.ReadEmpty(ref reader, count);
+                Control(ControlFrames.Pong());
+                break;
+            case FrameType.Pong:
+                FrameDecoder.ReadEmpty(ref reader, count);
+                break;
+            case FrameType.Hello:
+                Hello(FrameDecoder.ReadHello(ref reader, count));
+                break;
+            default:
+                Throw(ErrorCode.UnexpectedFrame, $"{type} frames are sent by the broker, not to it.");
+                break;
+        }
+    }
+
+    /// <summary>HELLO (spec §4.1): authenticate, open (or refresh), answer WELCOME.</summary>
+    private void Hello(in HelloFrame hello)
+    {
+        if (IsOpen && Broker.Authenticator.Mode == Security.AuthMode.None)
+        {
+            Throw(ErrorCode.UnexpectedFrame, "HELLO was already accepted on this connection.");
+        }
+
+        if (hello.Version != ProtocolConstants.Version)
+        {
+            Throw(ErrorCode.UnsupportedVersion, $"Protocol version {hello.Version} is not supported; this broker speaks version {ProtocolConstants.Version}.");
+        }
+
+        Capabilities accepted = Open(Authenticate(Broker, hello.Auth), hello.ClientName, hello.Capabilities);
+        var writer = new ArrayBufferWriter<byte>(256);
+        FrameWriter.WriteWelcome(writer, Broker.ServerName, (ulong)Id, accepted, Broker.WelcomeLimits);
+        Control(MessageBuffer.Copy(writer.WrittenSpan));
+        Broker.Log.Welcomed(Id, RemoteEndPoint, hello.ClientName);
+    }
+
+    /// <summary>A non-fatal refusal or notice becomes an ERROR frame, in order with what is queued.</summary>
+    private void Tell(Refusal refusal)
+    {
+        if (!refusal.IsNone)
+        {
+            Control(ControlFrames.Error(refusal.Code, refusal.Message!));
+        }
+    }
+
+    /// <summary>Unsubscribes everything, sends the closing ERROR after what may still be sent, and completes the transport.</summary>
+    private async Task CloseAsync()
+    {
+        EndSubscriptions();
+        Close(ErrorCode.None, "Closed by the client."); // no-op when the broker closed first
+        ErrorCode code = CloseCode;
+        if (code == ErrorCode.None)
+        {
+            // The client closed: nobody is left to write to.
+            Backlog.Abandon();
+            Broker.Log.ClosedByClient(Id, RemoteEndPoint);
+            return;
+        }
+
+        string reason = CloseReason ?? code.ToString();
+        if (code is ErrorCode.HandshakeTimeout or ErrorCode.StaleConnection or ErrorCode.SlowConsumer or ErrorCode.ShuttingDown)
+        {
+            Broker.Log.ClosedByBroker(Id, RemoteEndPoint, code, reason);
+            if (code != ErrorCode.ShuttingDown)
+            {
+                Broker.Metrics.ProtocolError(code);
+            }
+        }
+
+        if (code == ErrorCode.AuthenticationFailed)
+        {
+            await Task.Delay(Broker.Authenticator.FailureDelay).ConfigureAwait(false); // the same delay for every failure: no timing oracle
+        }
+
+        // Shutdown delivers what is queued first (spec §6.4); an error or timeout tells the client at once.
+        bool drainQueued = code == ErrorCode.ShuttingDown;
+        TimeSpan timeout = drainQueued ? Limits.ShutdownDrainTimeout : Limits.ErrorFlushTimeout;
+        Task drained = Backlog.Complete(ControlFrames.Error(code, reason, fatal: true), discardQueued: !drainQueued);
+        if (await Task.WhenAny(drained, Task.Delay(timeout)).ConfigureAwait(false) == drained)
+        {
+            await _connection.Transport.Output.CompleteAsync().ConfigureAwait(false);
+        }
+        else
+        {
+            Broker.Log.DrainTimedOut(Id, RemoteEndPoint, timeout);
+            _connection.Abort(new ConnectionAbortedException($"Closed ({code}); the client did not take its last frames in time."));
+            Backlog.Abandon();
+        }
+    }
+}

@@ -1,0 +1,66 @@
+using System.ComponentModel.DataAnnotations;
+using Herald.Broker.Delivery;
+
+namespace Herald.Broker.Sessions;
+
+public sealed class LimitOptions
+{
+    /// <summary>Largest frame body accepted, in bytes (spec §2).</summary>
+    [Range(64, 64 * 1024 * 1024)]
+    public int MaxFrameBytes { get; set; } = 1024 * 1024;
+
+    /// <summary>Longest topic or pattern, in bytes (spec §5).</summary>
+    [Range(1, 4096)]
+    public int MaxTopicLength { get; set; } = 256;
+
+    /// <summary>Most live subscriptions per connection.</summary>
+    [Range(1, 1_000_000)]
+    public int MaxSubscriptionsPerConnection { get; set; } = 10_000;
+
+    /// <summary>Bytes queued for one connection before the slow-consumer policy acts (spec §6.3).</summary>
+    [Range(1024, int.MaxValue)]
+    public int MaxPendingBytes { get; set; } = 8 * 1024 * 1024;
+
+    /// <summary>Frames queued for one connection before the slow-consumer policy acts (spec §6.3).</summary>
+    [Range(1, 10_000_000)]
+    public int MaxPendingMessages { get; set; } = 100_000;
+
+    /// <summary>What to do with a connection over its pending limits.</summary>
+    public SlowConsumerPolicy SlowConsumerPolicy { get; set; } = SlowConsumerPolicy.Disconnect;
+
+    /// <summary>Time a new connection has to send HELLO.</summary>
+    public TimeSpan HandshakeTimeout { get; set; } = TimeSpan.FromSeconds(5);
+
+    /// <summary>Idle time after which the broker PINGs a connection (spec §6.2).</summary>
+    public TimeSpan PingInterval { get; set; } = TimeSpan.FromSeconds(30);
+
+    /// <summary>PINGs without any answer before a connection is closed as stale.</summary>
+    [Range(1, 100)]
+    public int MaxPingsOutstanding { get; set; } = 2;
+
+    /// <summary>How long shutdown waits for queued frames to be written before closing connections.</summary>
+    public TimeSpan ShutdownDrainTimeout { get; set; } = TimeSpan.FromSeconds(5);
+
+    /// <summary>Most TCP connections at once; more are told <c>TooManyConnections</c> and closed. 0: no limit.</summary>
+    [Range(0, 10_000_000)]
+    public int MaxConnections { get; set; } = 100_000;
+
+    /// <summary>Most TCP connections from one remote address at once. 0: no limit.</summary>
+    [Range(0, 10_000_000)]
+    public int MaxConnectionsPerAddress { get; set; }
+
+    /// <summary>Publications per second one connection may sustain (token bucket); faster publishers are slowed down and told <c>RateLimited</c>, nothing is dropped. 0: no limit.</summary>
+    [Range(0, 100_000_000)]
+    public int PublishRatePerSecond { get; set; }
+
+    /// <summary>Publications a connection may send in a burst above <see cref="PublishRatePerSecond"/>.</summary>
+    [Range(1, 100_000_000)]
+    public int PublishBurst { get; set; } = 1000;
+
+    /// <summary>Most distinct subscription patterns in the broker; a SUBSCRIBE that would add one more gets <c>TooManyTopics</c>. 0: no limit.</summary>
+    [Range(0, 100_000_000)]
+    public int MaxTopics { get; set; } = 1_000_000;
+
+    /// <summary>How long a connection closed for a protocol error or slow consumption gets to take its ERROR frame.</summary>
+    public TimeSpan ErrorFlushTimeout { get; set; } = TimeSpan.FromSeconds(2);
+}

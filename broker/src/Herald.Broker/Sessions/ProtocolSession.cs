@@ -1,0 +1,455 @@
+using System.Buffers;
+using System.Diagnostics;
+using System.Net;
+using Herald.Broker.Compression;
+using Herald.Broker.Delivery;
+using Herald.Broker.Routing;
+using Herald.Broker.Security;
+using Herald.Protocol;
+
+namespace Herald.Broker.Sessions;
+
+/// <summary>
+/// An operation the session refused without ending (a non-fatal ERROR of spec §8: PermissionDenied,
+/// UnknownSubscription, TooManyTopics, RateLimited). The transport tells the client in its own medium: an
+/// ERROR frame on TCP, a problem or a notice header on long-poll. Fatal refusals are thrown instead, as a
+/// <see cref="ProtocolException"/>, and end the session.
+/// </summary>
+internal readonly record struct Refusal(ErrorCode Code, string? Message)
+{
+    public bool IsNone => Code == ErrorCode.None;
+}
+
+/// <summary>
+/// One client of the broker, whatever carries its bytes: everything a client may do and everything it is
+/// held to. The identity it authenticated as, its subscriptions, publishing (topic and reply checks,
+/// permissions, the rate limit charged per message, Zstd negotiation and bounded decompression), its one
+/// <see cref="SubscriberBacklog"/> with its limits and slow-consumer policy, credential expiry, and the
+/// metrics of all that. A transport only accepts clients, moves bytes, and maps these operations and their
+/// answers onto its medium: <see cref="FrameSession"/> for framed byte streams (TCP, WebSocket), the
+/// long-poll session for HTTP requests. No permission, limit or rate check exists outside this class.
+/// </summary>
+/// <remarks>
+/// Threading: <see cref="Open"/>, <see cref="Subscribe"/>, <see cref="Unsubscribe"/>, the publish methods
+/// and <see cref="FlushTouched"/> are called by one caller at a time (a connection's read loop; long-poll
+/// serialises a session's requests). <see cref="Close"/>, <see cref="CheckLiveness"/> and the backlog may be
+/// called from any thread; the subscription table is guarded by <c>_subscriptionsGate</c> so that a close
+/// from another thread never races a subscribe into a leaked route.
+/// </remarks>
+internal abstract class ProtocolSession
+{
+    private readonly Lock _subscriptionsGate = new();
+    private readonly List<IMessageSink> _toFlush = [];
+    private Dictionary<uint, Subscription>? _subscriptions;
+    private int _subscriptionCount;
+    private bool _subscriptionsEnded;
+    private Identity _identity = Identity.Anonymous;
+    private bool _opened;
+
+    // Publish rate limit (token bucket), owned by the one caller.
+    private double _tokens;
+    private long _refilledAt = Stopwatch.GetTimestamp();
+    private bool _rateWarned;
+
+    // Why the session ended; set once, from any thread.
+    private int _closeCode;
+    private string? _closeReason;
+
+    protected ProtocolSession(BrokerCore broker, long id, string transport, EndPoint? remoteEndPoint, BacklogLimits backlogLimits)
+    {
+        Broker = broker;
+        Limits = broker.Limits;
+        Id = id;
+        Transport = transport;
+        RemoteEndPoint = remoteEndPoint;
+        Since = DateTimeOffset.UtcNow;
+        _tokens = Limits.PublishBurst;
+        Backlog = new SubscriberBacklog(backlogLimits, broker.Metrics, OnSlowConsumer);
+    }
+
+    public long Id { get; }
+
+    /// <summary>The transport's name, as in metrics and <c>/connz</c> (<c>tcp</c>, <c>longpoll</c>).</summary>
+    public string Transport { get; }
+
+    public EndPoint? RemoteEndPoint { get; }
+
+    public DateTimeOffset Since { get; }
+
+    /// <summary>Every subscriber's one queue: what the router delivered and the transport has not yet taken.</summary>
+    public SubscriberBacklog Backlog { get; }
+
+    /// <summary>The name the client gave (HELLO, or long-poll's create); null when it gave none.</summary>
+    public string? ClientName { get; private set; }
+
+    /// <summary>Who the client authenticated as; every operation acts as it.</summary>
+    public Identity Identity => Volatile.Read(ref _identity);
+
+    /// <summary>Whether the client was accepted (HELLO answered, or the long-poll session created).</summary>
+    public bool IsOpen => Volatile.Read(ref _opened);
+
+    public int SubscriptionCount => Volatile.Read(ref _subscriptionCount);
+
+    public long PendingMessages => Backlog.Pending.Messages;
+
+    public long PendingBytes => Backlog.Pending.Bytes;
+
+    /// <summary>Why the session ended (<see cref="ErrorCode.None"/>: it has not, or the client left).</summary>
+    public ErrorCode CloseCode => Volatile.Read(ref _closeCode) is var code && code > 0 ? (ErrorCode)code : ErrorCode.None;
+
+    public string? CloseReason => Volatile.Read(ref _closeReason);
+
+    /// <summary>
+    /// How long the transport must stop taking input from this client to hold the publish rate (0: no
+    /// wait). TCP stops reading; long-poll holds the request's answer. Nothing sent is dropped.
+    /// </summary>
+    public TimeSpan Throttle => _tokens < 0 ? TimeSpan.FromSeconds(-_tokens / Limits.PublishRatePerSecond) : TimeSpan.Zero;
+
+    protected BrokerCore Broker { get; }
+
+    protected LimitOptions Limits { get; }
+
+    /// <summary>Checks a credential (HELLO's auth, an HTTP bearer token); a failure throws the fatal AuthenticationFailed.</summary>
+    public static Identity Authenticate(BrokerCore broker, string? credential) =>
+        broker.Authenticator.Authenticate(credential, out string failure) ?? throw new ProtocolException(ErrorCode.AuthenticationFailed, failure);
+
+    /// <summary>
+    /// Accepts the client as <paramref name="identity"/> (spec §4.1-§4.2): returns the capabilities the
+    /// broker grants of those requested. Called again on an open session, it is a credential refresh and must
+    /// name the same identity.
+    /// </summary>
+    public Capabilities Open(Identity identity, string? clientName, Capabilities requested)
+    {
+        if (IsOpen && identity.Name != Identity.Name)
+        {
+            throw new ProtocolException(ErrorCode.AuthenticationFailed, "A refreshing HELLO must authenticate the same identity.");
+        }
+
+        Volatile.Write(ref _identity, identity);
+        ClientName = clientName is { Length: > ProtocolConstants.MaxClientNameBytes } ? clientName[..ProtocolConstants.MaxClientNameBytes] : clientName;
+        Capabilities accepted = (requested & Capabilities.Zstd) != 0 && Broker.Encoder.Enabled ? Capabilities.Zstd : Capabilities.None;
+        Backlog.AcceptsZstd = (accepted & Capabilities.Zstd) != 0;
+        Volatile.Write(ref _opened, true);
+        return accepted;
+    }
+
+    /// <summary>SUBSCRIBE (spec §4.3): sid and pattern rules, the subscription limit, permissions, the broker's pattern limit.</summary>
+    public Refusal Subscribe(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho)
+    {
+        if (sid == 0)
+        {
+            Throw(ErrorCode.DuplicateSubscription, "Subscription id 0 is not allowed.");
+        }
+
+        string checkedPattern = TopicRules.CheckPattern(pattern, Limits.MaxTopicLength);
+        lock (_subscriptionsGate)
+        {
+            _subscriptions ??= [];
+            if (_subscriptionsEnded)
+            {
+                return default; // closing: nothing more is routed to this session
+            }
+
+            if (_subscriptions.ContainsKey(sid))
+            {
+                Throw(ErrorCode.DuplicateSubscription, $"Subscription id {sid} is already in use by this client.");
+            }
+
+            if (_subscriptions.Count >= Limits.MaxSubscriptionsPerConnection)
+            {
+                Throw(ErrorCode.TooManySubscriptions, $"More than {Limits.MaxSubscriptionsPerConnection} subscriptions for one client.");
+            }
+
+            if (!Identity.Permissions.CanSubscribe(checkedPattern))
+            {
+                return Denied($"Subscribing to '{checkedPattern}' is not permitted for '{Identity.Name}'.");
+            }
+
+            var subscription = new Subscription(Backlog, sid, checkedPattern, noEcho);
+            try
+            {
+                Broker.Router.Add(subscription);
+            }
+            catch (ProtocolException e) when (e.Code == ErrorCode.TooManyTopics)
+            {
+                return Refuse(e.Code, e.Message); // refused, told; the session stays
+            }
+
+            _subscriptions.Add(sid, subscription);
+            Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
+        }
+
+        return default;
+    }
+
+    /// <summary>UNSUBSCRIBE (spec §4.4): an unknown sid is refused, not fatal.</summary>
+    public Refusal Unsubscribe(uint sid)
+    {
+        lock (_subscriptionsGate)
+        {
+            if (_subscriptions is null || !_subscriptions.Remove(sid, out Subscription? subscription))
+            {
+                return Refuse(ErrorCode.UnknownSubscription, $"No live subscription with id {sid}.");
+            }
+
+            Broker.Router.Remove(subscription);
+            Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
+        }
+
+        return default;
+    }
+
+    /// <summary>
+    /// PUBLISH (spec §4.5): checked, charged one token, then routed once to every matching subscriber. A
+    /// refusal (PermissionDenied) routes nothing; a RateLimited notice (once per episode) routed it and
+    /// asks the transport to wait <see cref="Throttle"/>.
+    /// </summary>
+    public Refusal Publish(in PublishFrame publish, long receivedAt)
+    {
+        Refusal refused = Check(publish);
+        if (!refused.IsNone)
+        {
+            return refused;
+        }
+
+        Refusal notice = Limits.PublishRatePerSecond > 0 ? TakeToken() : default;
+        if ((publish.Flags & PayloadFlags.Zstd) == 0)
+        {
+            Route(publish, default, receivedAt);
+            return notice;
+        }
+
+        // Sent compressed: always checked (bounded, so no decompression bomb) before anything is routed;
+        // subscribers without Zstd get the plain form.
+        int length = Zstd.Decompress(publish.Payload, Limits.MaxFrameBytes, out byte[] plain);
+        try
+        {
+            Route(publish, plain.AsSpan(0, length), receivedAt);
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(plain);
+        }
+
+        return notice;
+    }
+
+    /// <summary>
+    /// Several PUBLISH at once (long-poll's frames body, longpoll §1.3): every one is checked, and every
+    /// compressed payload decompressed, before any is routed; then all are routed in order.
+    /// </summary>
+    public Refusal PublishAll(IReadOnlyList<PublishFrame> publishes, long receivedAt)
+    {
+        foreach (PublishFrame publish in publishes)
+        {
+            Refusal refused = Check(publish);
+            if (!refused.IsNone)
+            {
+                return refused;
+            }
+        }
+
+        var plain = new (byte[]? Bytes, int Length)[publishes.Count];
+        Refusal notice = default;
+        try
+        {
+            for (int i = 0; i < publishes.Count; i++)
+            {
+                if ((publishes[i].Flags & PayloadFlags.Zstd) != 0)
+                {
+                    plain[i].Length = Zstd.Decompress(publishes[i].Payload, Limits.MaxFrameBytes, out plain[i].Bytes);
+                }
+            }
+
+            for (int i = 0; i < publishes.Count; i++)
+            {
+                if (Limits.PublishRatePerSecond > 0 && TakeToken() is { IsNone: false } warned)
+                {
+                    notice = warned;
+                }
+
+                Route(publishes[i], plain[i].Bytes is { } bytes ? bytes.AsSpan(0, plain[i].Length) : default, receivedAt);
+            }
+        }
+        finally
+        {
+            foreach ((byte[]? bytes, _) in plain)
+            {
+                if (bytes is not null)
+                {
+                    ArrayPool<byte>.Shared.Return(bytes);
+                }
+            }
+        }
+
+        return notice;
+    }
+
+    /// <summary>
+    /// Wakes, once each, the subscribers the publications since the last call reached (flushes are
+    /// coalesced per batch, never per message). One receiver is written on this thread; a fan-out is
+    /// spread over the pool.
+    /// </summary>
+    public void FlushTouched()
+    {
+        List<IMessageSink> toFlush = _toFlush;
+        int count = toFlush.Count;
+        if (count == 0)
+        {
+            return;
+        }
+
+        if (count == 1)
+        {
+            toFlush[0].Flush(); // one receiver (request/reply, 1:1): write now on this thread, no hand-off
+        }
+        else
+        {
+            for (int i = 0; i < count; i++)
+            {
+                toFlush[i].ScheduleFlush(); // fan-out: every receiver's drain runs on the pool, in parallel
+            }
+        }
+
+        toFlush.Clear();
+    }
+
+    /// <summary>Queues one of the session's own control frames (WELCOME, PONG, a non-fatal ERROR) behind what is queued.</summary>
+    protected void Control(MessageBuffer frame)
+    {
+        if (Backlog.EnqueueControl(frame))
+        {
+            _toFlush.Add(Backlog);
+        }
+    }
+
+    /// <summary>
+    /// Ends the session with <paramref name="code"/> (<see cref="ErrorCode.None"/>: the client left). Any
+    /// thread; the first call wins and returns <c>true</c>. The transport then tells the client in its medium
+    /// (<see cref="OnClose"/>) and calls <see cref="EndSubscriptions"/>.
+    /// </summary>
+    public bool Close(ErrorCode code, string reason)
+    {
+        if (Interlocked.CompareExchange(ref _closeCode, code == ErrorCode.None ? -1 : (int)code, 0) != 0)
+        {
+            return false;
+        }
+
+        Volatile.Write(ref _closeReason, reason);
+        OnClose(code, reason);
+        return true;
+    }
+
+    /// <summary>Whether <see cref="Close"/> was called.</summary>
+    public bool IsClosing => Volatile.Read(ref _closeCode) != 0;
+
+    /// <summary>Called by the registry's sweeper: credential expiry for every transport, then the transport's own liveness rules.</summary>
+    public void CheckLiveness(long now)
+    {
+        if (IsOpen && Identity.ExpiresAt is { } expires && DateTimeOffset.UtcNow >= expires)
+        {
+            Close(ErrorCode.AuthenticationFailed, "The credential has expired; a client refreshes it before it does.");
+            return;
+        }
+
+        CheckTransportLiveness(now);
+    }
+
+    /// <summary>The transport's part of closing: stop reading, tell the client. Called once, from any thread.</summary>
+    protected abstract void OnClose(ErrorCode code, string reason);
+
+    /// <summary>The transport's liveness rules (TCP: handshake timeout and PINGs; long-poll: inactivity).</summary>
+    protected virtual void CheckTransportLiveness(long now)
+    {
+    }
+
+    /// <summary>Takes every subscription out of the router; nothing more is routed to this session.</summary>
+    protected void EndSubscriptions()
+    {
+        lock (_subscriptionsGate)
+        {
+            _subscriptionsEnded = true;
+            if (_subscriptions is null)
+            {
+                return;
+            }
+
+            foreach (Subscription subscription in _subscriptions.Values)
+            {
+                Broker.Router.Remove(subscription);
+            }
+
+            _subscriptions.Clear();
+            Volatile.Write(ref _subscriptionCount, 0);
+        }
+    }
+
+    protected static void Throw(ErrorCode code, string message) => throw new ProtocolException(code, message);
+
+    private void OnSlowConsumer() => Close(ErrorCode.SlowConsumer, $"Slow consumer: more than {Backlog.Limits.MaxMessages} messages or {Backlog.Limits.MaxBytes} bytes were waiting for this client.");
+
+    private Refusal Check(in PublishFrame publish)
+    {
+        TopicRules.CheckName(publish.Topic, Limits.MaxTopicLength);
+        if (publish.ReplyTo is { } replyTo)
+        {
+            TopicRules.CheckName(replyTo, Limits.MaxTopicLength, isReplyTo: true);
+        }
+
+        if ((publish.Flags & PayloadFlags.Zstd) != 0 && !Backlog.AcceptsZstd)
+        {
+            Throw(ErrorCode.MalformedFrame, "A Zstd-compressed payload was sent without negotiating Zstd (HELLO's capabilities, or long-poll's \"zstd\": true).");
+        }
+
+        if (!Identity.Permissions.IsAllowAll && !Identity.Permissions.CanPublish(publish.TopicString))
+        {
+            return Denied($"Publishing to '{publish.TopicString}' is not permitted for '{Identity.Name}'.");
+        }
+
+        return default;
+    }
+
+    private void Route(in PublishFrame publish, ReadOnlySpan<byte> plainPayload, long receivedAt)
+    {
+        int deliveries = Broker.Router.Publish(publish, Backlog, _toFlush, Broker.Encoder, plainPayload, receivedAt);
+        Broker.Metrics.Published(Transport, deliveries, ProtocolConstants.MessageHeaderSize + (int)publish.Envelope.Length);
+    }
+
+    private Refusal TakeToken()
+    {
+        long now = Stopwatch.GetTimestamp();
+        int rate = Limits.PublishRatePerSecond;
+        _tokens = Math.Min(Limits.PublishBurst, _tokens + (Stopwatch.GetElapsedTime(_refilledAt, now).TotalSeconds * rate)) - 1;
+        _refilledAt = now;
+        if (_tokens >= 0)
+        {
+            _rateWarned = false;
+            return default;
+        }
+
+        if (_rateWarned)
+        {
+            return default;
+        }
+
+        _rateWarned = true; // once per episode
+        return Refuse(ErrorCode.RateLimited, $"Publishing faster than {rate} messages/s (burst {Limits.PublishBurst}): input is paused to hold that rate; nothing is dropped.");
+    }
+
+    /// <summary>A refused SUBSCRIBE or PUBLISH (spec §8 PermissionDenied): counted and told; the session stays unless configured otherwise.</summary>
+    private Refusal Denied(string message)
+    {
+        if (Broker.DisconnectOnPermissionDenied)
+        {
+            Throw(ErrorCode.PermissionDenied, message); // configured: refused, then closed
+        }
+
+        return Refuse(ErrorCode.PermissionDenied, message);
+    }
+
+    private Refusal Refuse(ErrorCode code, string message)
+    {
+        Broker.Metrics.ProtocolError(code);
+        return new Refusal(code, message);
+    }
+}

@@ -1,0 +1,45 @@
+using System.ComponentModel.DataAnnotations;
+using Herald.Broker.Delivery;
+
+namespace Herald.Broker.Transports.LongPoll;
+
+/// <summary>The HTTP long-poll transport's knobs (protocol-spec/longpoll.md §3), after WCF's polling duplex.</summary>
+public sealed class LongPollOptions
+{
+    /// <summary>How long a poll is held when no message is waiting (WCF serverPollTimeout).</summary>
+    public TimeSpan PollTimeout { get; set; } = TimeSpan.FromSeconds(15);
+
+    /// <summary>A session without any request (and no poll held) for this long ends, with its subscriptions.</summary>
+    public TimeSpan InactivityTimeout { get; set; } = TimeSpan.FromSeconds(60);
+
+    /// <summary>Most sessions alive at once.</summary>
+    [Range(1, 10_000_000)]
+    public int MaxSessions { get; set; } = 100_000;
+
+    /// <summary>Most session creations in progress at once (WCF maxPendingSessions).</summary>
+    [Range(1, 1_000_000)]
+    public int MaxPendingSessions { get; set; } = 1_000;
+
+    /// <summary>Unacknowledged messages a session may hold before its slow-consumer policy acts (WCF maxPendingMessagesPerSession).</summary>
+    [Range(1, 10_000_000)]
+    public int MaxPendingMessagesPerSession { get; set; } = 10_000;
+
+    /// <summary><c>Disconnect</c> ends the session; <c>DropOldest</c> drops the oldest and reports the gap.</summary>
+    public SlowConsumerPolicy SlowConsumerPolicy { get; set; } = SlowConsumerPolicy.Disconnect;
+
+    /// <summary>Most messages in one poll response.</summary>
+    [Range(1, 1_000_000)]
+    public int MaxMessagesPerPoll { get; set; } = 1_000;
+
+    /// <summary>Most bytes in one poll response (at least one message is always sent).</summary>
+    [Range(1024, int.MaxValue)]
+    public int MaxBytesPerPoll { get; set; } = 1024 * 1024;
+
+    /// <summary>Most polls held at once, over all sessions.</summary>
+    [Range(1, 10_000_000)]
+    public int MaxConcurrentPolls { get; set; } = 100_000;
+
+    /// <summary>Largest request body (publish payloads, JSON), bytes.</summary>
+    [Range(64, 64 * 1024 * 1024)]
+    public int MaxBodyBytes { get; set; } = 1024 * 1024;
+}
