@@ -228,7 +228,7 @@ internal static class LongPollEndpoints
                         throw new LongPollException(StatusCodes.Status503ServiceUnavailable, "ShuttingDown", "The broker is shutting down.") { RetryAfter = TimeSpan.FromSeconds(5) };
                     case PollWake.Ended:
                         metrics.Poll("ended");
-                        throw new LongPollException(StatusCodes.Status410Gone, "SessionExpired", "The session has ended.");
+                        throw PollSessionStore.Ended(owner.CloseCode);
                 }
 
                 take = owner.TakeAfterWait(ack, wait!);
@@ -485,7 +485,7 @@ internal static class LongPollEndpoints
         }
         catch (LongPollException e)
         {
-            await ProblemAsync(context, e.Status, e.Code, e.Message, e.RetryAfter).ConfigureAwait(false);
+            await ProblemAsync(context, e.Status, e.Code, e.Message, e.RetryAfter, e.Reason).ConfigureAwait(false);
         }
         catch (ProtocolException e)
         {
@@ -494,7 +494,7 @@ internal static class LongPollEndpoints
         }
     }
 
-    private static async Task ProblemAsync(HttpContext context, int status, string code, string detail, TimeSpan? retryAfter)
+    private static async Task ProblemAsync(HttpContext context, int status, string code, string detail, TimeSpan? retryAfter, string? reason = null)
     {
         if (context.Response.HasStarted)
         {
@@ -512,6 +512,6 @@ internal static class LongPollEndpoints
             context.Response.Headers.RetryAfter = ((int)Math.Ceiling(after.TotalSeconds)).ToString(System.Globalization.CultureInfo.InvariantCulture);
         }
 
-        await Results.Problem(detail, statusCode: status, title: code, extensions: new Dictionary<string, object?> { ["code"] = code }).ExecuteAsync(context).ConfigureAwait(false);
+        await Results.Problem(detail, statusCode: status, title: code, extensions: reason is null ? new Dictionary<string, object?> { ["code"] = code } : new Dictionary<string, object?> { ["code"] = code, ["reason"] = reason }).ExecuteAsync(context).ConfigureAwait(false);
     }
 }

@@ -174,7 +174,7 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
     {
         if (IsClosing)
         {
-            throw new LongPollException(StatusCodes.Status410Gone, "SessionExpired", "The session has ended.");
+            throw PollSessionStore.Ended(CloseCode);
         }
     }
 }
@@ -193,4 +193,7 @@ internal sealed class LongPollException : Exception
     public string Code { get; }
 
     public TimeSpan? RetryAfter { get; init; }
+
+    /// <summary>Why a session ended (410): the spec §8 code, as the fatal ERROR on TCP says it.</summary>
+    public string? Reason { get; init; }
 }

@@ -21,7 +21,7 @@ internal sealed class PollSessionStore : BackgroundService
     private static readonly TimeSpan ExpiredMemory = TimeSpan.FromMinutes(10);
 
     private readonly ConcurrentDictionary<string, PollSession> _sessions = new(StringComparer.Ordinal);
-    private readonly ConcurrentDictionary<string, long> _expired = new(StringComparer.Ordinal);
+    private readonly ConcurrentDictionary<string, (long At, ErrorCode Reason)> _expired = new(StringComparer.Ordinal);
     private readonly BrokerCore _broker;
     private readonly SessionRegistry _registry;
     private readonly LongPollOptions _options;
@@ -100,9 +100,9 @@ internal sealed class PollSessionStore : BackgroundService
             return session;
         }
 
-        if (_expired.ContainsKey(token))
+        if (_expired.TryGetValue(token, out (long At, ErrorCode Reason) ended))
         {
-            throw new LongPollException(StatusCodes.Status410Gone, "SessionExpired", "The session has ended (inactivity, slow consumer or closed); create a new one.");
+            throw Ended(ended.Reason);
         }
 
         throw new LongPollException(StatusCodes.Status404NotFound, "SessionNotFound", "No such session.");
@@ -113,7 +113,7 @@ internal sealed class PollSessionStore : BackgroundService
     {
         if (_sessions.TryRemove(session.Token, out _))
         {
-            _expired[session.Token] = Environment.TickCount64;
+            _expired[session.Token] = (Environment.TickCount64, session.CloseCode);
             _registry.Remove(session);
         }
     }
@@ -140,9 +140,9 @@ internal sealed class PollSessionStore : BackgroundService
             while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false))
             {
                 long now = Environment.TickCount64;
-                foreach (KeyValuePair<string, long> expired in _expired)
+                foreach (KeyValuePair<string, (long At, ErrorCode Reason)> expired in _expired)
                 {
-                    if (now - expired.Value > (long)ExpiredMemory.TotalMilliseconds)
+                    if (now - expired.Value.At > (long)ExpiredMemory.TotalMilliseconds)
                     {
                         _expired.TryRemove(expired.Key, out _);
                     }
@@ -154,6 +154,13 @@ internal sealed class PollSessionStore : BackgroundService
             // stopping
         }
     }
+
+    /// <summary>410 for a session that ended, saying why (longpoll §3: <c>reason</c> is the spec §8 code, e.g. SlowConsumer).</summary>
+    public static LongPollException Ended(ErrorCode reason) =>
+        new(StatusCodes.Status410Gone, "SessionExpired", $"The session has ended ({(reason == ErrorCode.None ? "closed by the client" : reason.ToString())}); create a new one.")
+        {
+            Reason = reason == ErrorCode.None ? "ClientClose" : reason.ToString(),
+        };
 
     private void ThrowIfStopping()
     {

@@ -1,0 +1,344 @@
+using System.Buffers;
+using System.Net;
+using System.Net.Http.Headers;
+using System.Net.Http.Json;
+using System.Text;
+using System.Text.Json;
+using Herald.Broker.Tests.Infrastructure;
+using Herald.Protocol;
+
+namespace Herald.Broker.Tests.Parity;
+
+/// <summary>What the broker told a client about one operation: nothing (<see cref="ErrorCode.None"/>), a refusal, or a fatal error.</summary>
+public readonly record struct Answer(ErrorCode Code, bool SessionEnded)
+{
+    public static Answer Ok => default;
+
+    public override string ToString() => Code == ErrorCode.None ? "ok" : $"{Code}{(SessionEnded ? " (session ended)" : "")}";
+}
+
+/// <summary>
+/// One client of the transport-parity suite: the session-level operations every transport offers, each
+/// returning what the broker told the client in that transport's medium, so one test body runs against
+/// every transport. An adapter only translates; it decides nothing. A new transport joins the suite by
+/// adding its adapter to <see cref="Transports"/>.
+/// </summary>
+public abstract class TransportClient : IAsyncDisposable
+{
+    public const string Tcp = "tcp";
+    public const string LongPoll = "longpoll";
+
+    public static TheoryData<string> Transports => [Tcp, LongPoll];
+
+    /// <summary>Non-fatal notices received (RateLimited, MessagesDropped), in order.</summary>
+    public List<ErrorCode> Notices { get; } = [];
+
+    /// <summary>Messages the broker said were dropped for this client (TCP: MessagesDropped counts; long-poll: Herald-Dropped).</summary>
+    public long Dropped { get; protected set; }
+
+    /// <summary>
+    /// Whether a fatal protocol error (a bad topic, a duplicate sid) ends the session on this transport.
+    /// TCP: yes (the byte stream cannot be trusted after it). Long-poll: no, HTTP delimits each request and
+    /// only that request fails (protocol-spec/longpoll.md §3). Errors that end a client by policy
+    /// (SlowConsumer, PermissionDenied when so configured, expiry, shutdown) end it on every transport.
+    /// </summary>
+    public abstract bool FatalErrorEndsSession { get; }
+
+    public static async Task<TransportClient> OpenAsync(string transport, TestBroker broker, string? token = null, bool zstd = false, int? receiveBufferSize = null) => transport switch
+    {
+        Tcp => await TcpTransportClient.OpenAsync(broker, token, zstd, receiveBufferSize),
+        LongPoll => await LongPollTransportClient.OpenAsync(broker, token, zstd),
+        _ => throw new ArgumentOutOfRangeException(nameof(transport)),
+    };
+
+    public abstract Task<Answer> SubscribeAsync(uint sid, string pattern, bool noEcho = false);
+
+    public abstract Task<Answer> UnsubscribeAsync(uint sid);
+
+    /// <summary>Publishes <paramref name="payloads"/> to <paramref name="topic"/> in one batch (one write on TCP, one frames body on long-poll).</summary>
+    public abstract Task<Answer> PublishAsync(string topic, IReadOnlyList<byte[]> payloads, PayloadFlags flags = PayloadFlags.None, string? replyTo = null);
+
+    public Task<Answer> PublishAsync(string topic, string payload, string? replyTo = null) => PublishAsync(topic, [Encoding.UTF8.GetBytes(payload)], replyTo: replyTo);
+
+    /// <summary>The barrier: reads messages until one on <paramref name="markerTopic"/> arrives, and returns those before it.</summary>
+    public abstract Task<List<Frame>> ReceiveUntilAsync(string markerTopic);
+
+    /// <summary>Waits for the broker to end this client, and returns the reason it gave (TCP: the fatal ERROR; long-poll: the 410's reason).</summary>
+    public abstract Task<ErrorCode> EndedWithAsync();
+
+    public abstract ValueTask DisposeAsync();
+
+    protected void Notice(ErrorCode code, ulong count)
+    {
+        Notices.Add(code);
+        if (code == ErrorCode.MessagesDropped)
+        {
+            Dropped += (long)count;
+        }
+    }
+}
+
+/// <summary>TCP: operations are frames; what the broker says comes back as frames before the PONG of a PING sent after them.</summary>
+internal sealed class TcpTransportClient : TransportClient
+{
+    private readonly ProtocolClient _client;
+    private readonly Queue<Frame> _inbox = new();
+    private ErrorCode? _endedWith;
+
+    private TcpTransportClient(ProtocolClient client) => _client = client;
+
+    public override bool FatalErrorEndsSession => true;
+
+    public static async Task<TransportClient> OpenAsync(TestBroker broker, string? token, bool zstd, int? receiveBufferSize)
+    {
+        ProtocolClient client = await ProtocolClient.ConnectAsync(broker.Port, receiveBufferSize);
+        await client.SendAsync(w => FrameWriter.WriteHello(w, "parity", zstd ? Capabilities.Zstd : Capabilities.None, token));
+        Frame welcome = await client.ReadAsync();
+        Assert.True(welcome.Type == FrameType.Welcome, $"Expected WELCOME, got {welcome}");
+        return new TcpTransportClient(client);
+    }
+
+    public override Task<Answer> SubscribeAsync(uint sid, string pattern, bool noEcho = false) =>
+        SendAndBarrierAsync(w => FrameWriter.WriteSubscribe(w, sid, Encoding.UTF8.GetBytes(pattern), noEcho ? SubscribeOptions.NoEcho : SubscribeOptions.None));
+
+    public override Task<Answer> UnsubscribeAsync(uint sid) => SendAndBarrierAsync(w => FrameWriter.WriteUnsubscribe(w, sid));
+
+    public override Task<Answer> PublishAsync(string topic, IReadOnlyList<byte[]> payloads, PayloadFlags flags = PayloadFlags.None, string? replyTo = null) =>
+        SendAndBarrierAsync(w =>
+        {
+            foreach (byte[] payload in payloads)
+            {
+                FrameWriter.WritePublish(w, Encoding.UTF8.GetBytes(topic), replyTo is null ? default : Encoding.UTF8.GetBytes(replyTo), flags, payload);
+            }
+        });
+
+    public override async Task<List<Frame>> ReceiveUntilAsync(string markerTopic)
+    {
+        var before = new List<Frame>();
+        while (true)
+        {
+            Frame frame = _inbox.Count > 0 ? _inbox.Dequeue() : await NextAsync() ?? throw new Xunit.Sdk.XunitException($"The broker ended the connection ({_endedWith}) before the marker on '{markerTopic}'.");
+            if (frame.Type != FrameType.Message)
+            {
+                continue;
+            }
+
+            if (frame.Topic == markerTopic)
+            {
+                return before;
+            }
+
+            before.Add(frame);
+        }
+    }
+
+    public override async Task<ErrorCode> EndedWithAsync()
+    {
+        while (_endedWith is null && await NextAsync() is not null)
+        {
+        }
+
+        return _endedWith ?? throw new Xunit.Sdk.XunitException("The connection closed without a fatal ERROR.");
+    }
+
+    public override ValueTask DisposeAsync() => _client.DisposeAsync();
+
+    // Sends the operation and a PING in one write; the frames before the PONG say what became of it.
+    private async Task<Answer> SendAndBarrierAsync(Action<IBufferWriter<byte>> write)
+    {
+        await _client.SendAsync(w =>
+        {
+            write(w);
+            FrameWriter.WritePing(w);
+        });
+        Answer answer = Answer.Ok;
+        while (await NextAsync() is { } frame)
+        {
+            switch (frame.Type)
+            {
+                case FrameType.Pong:
+                    return answer;
+                case FrameType.Message:
+                    _inbox.Enqueue(frame);
+                    break;
+                case FrameType.Error when !frame.Error!.Value.Fatal && frame.Error.Value.Code is ErrorCode.PermissionDenied or ErrorCode.UnknownSubscription or ErrorCode.TooManyTopics:
+                    answer = new Answer(frame.Error.Value.Code, SessionEnded: false);
+                    break;
+            }
+        }
+
+        return new Answer(_endedWith ?? ErrorCode.None, SessionEnded: true);
+    }
+
+    // The next frame, with notices and the fatal ERROR noted; null once the broker closed the connection.
+    private async Task<Frame?> NextAsync()
+    {
+        Frame? frame = await _client.TryReadAsync();
+        if (frame is { Type: FrameType.Error, Error: { } error })
+        {
+            if (error.Fatal)
+            {
+                _endedWith = error.Code;
+            }
+            else if (error.Code is ErrorCode.RateLimited or ErrorCode.MessagesDropped)
+            {
+                Notice(error.Code, error.Count);
+            }
+        }
+
+        return frame;
+    }
+}
+
+/// <summary>Long-poll: operations are HTTP requests; the answer is the status and problem (longpoll §3); messages come by polling with acks.</summary>
+internal sealed class LongPollTransportClient : TransportClient
+{
+    private readonly HttpClient _http;
+    private readonly string _base;
+    private readonly Queue<Frame> _inbox = new();
+    private long _ack;
+
+    private LongPollTransportClient(HttpClient http, string session)
+    {
+        _http = http;
+        _base = $"/poll/sessions/{session}";
+    }
+
+    public override bool FatalErrorEndsSession => false;
+
+    public static async Task<TransportClient> OpenAsync(TestBroker broker, string? token, bool zstd)
+    {
+        var http = new HttpClient { BaseAddress = broker.Http.BaseAddress, Timeout = TimeSpan.FromSeconds(60) };
+        if (token is not null)
+        {
+            http.DefaultRequestHeaders.Authorization = new AuthenticationHeaderValue("Bearer", token);
+        }
+
+        using HttpResponseMessage created = await http.PostAsJsonAsync("/poll/sessions", new { client = "parity", zstd });
+        Assert.Equal(HttpStatusCode.Created, created.StatusCode);
+        JsonElement body = await created.Content.ReadFromJsonAsync<JsonElement>();
+        return new LongPollTransportClient(http, body.GetProperty("session").GetString()!);
+    }
+
+    public override async Task<Answer> SubscribeAsync(uint sid, string pattern, bool noEcho = false)
+    {
+        using HttpResponseMessage response = await _http.PostAsJsonAsync($"{_base}/subscriptions", new { sid, pattern, noEcho });
+        return await AnswerOfAsync(response);
+    }
+
+    public override async Task<Answer> UnsubscribeAsync(uint sid)
+    {
+        using HttpResponseMessage response = await _http.DeleteAsync($"{_base}/subscriptions/{sid}");
+        return await AnswerOfAsync(response);
+    }
+
+    public override async Task<Answer> PublishAsync(string topic, IReadOnlyList<byte[]> payloads, PayloadFlags flags = PayloadFlags.None, string? replyTo = null)
+    {
+        var frames = new ArrayBufferWriter<byte>();
+        foreach (byte[] payload in payloads)
+        {
+            FrameWriter.WritePublish(frames, Encoding.UTF8.GetBytes(topic), replyTo is null ? default : Encoding.UTF8.GetBytes(replyTo), flags, payload);
+        }
+
+        var content = new ByteArrayContent(frames.WrittenMemory.ToArray());
+        content.Headers.ContentType = new MediaTypeHeaderValue("application/vnd.herald.frames");
+        using HttpResponseMessage response = await _http.PostAsync($"{_base}/publish", content);
+        if (response.Headers.TryGetValues("Herald-Notice", out IEnumerable<string>? notices))
+        {
+            foreach (string notice in notices)
+            {
+                Notice(Enum.Parse<ErrorCode>(notice), 0);
+            }
+        }
+
+        return await AnswerOfAsync(response);
+    }
+
+    public override async Task<List<Frame>> ReceiveUntilAsync(string markerTopic)
+    {
+        var before = new List<Frame>();
+        while (true)
+        {
+            if (_inbox.Count == 0)
+            {
+                PollResult poll = await PollAsync();
+                if (poll.Status != HttpStatusCode.OK)
+                {
+                    throw new Xunit.Sdk.XunitException($"The poll before the marker on '{markerTopic}' was answered {(int)poll.Status} {poll.Code}.");
+                }
+
+                continue;
+            }
+
+            Frame frame = _inbox.Dequeue();
+            if (frame.Topic == markerTopic)
+            {
+                return before;
+            }
+
+            before.Add(frame);
+        }
+    }
+
+    public override async Task<ErrorCode> EndedWithAsync()
+    {
+        while (true)
+        {
+            PollResult poll = await PollAsync();
+            if (poll.Status == HttpStatusCode.Gone)
+            {
+                Assert.Equal("SessionExpired", poll.Code);
+                return Enum.Parse<ErrorCode>(poll.Problem!.Value.GetProperty("reason").GetString()!);
+            }
+
+            Assert.Equal(HttpStatusCode.OK, poll.Status);
+        }
+    }
+
+    public override ValueTask DisposeAsync()
+    {
+        _http.Dispose();
+        return ValueTask.CompletedTask;
+    }
+
+    private async Task<PollResult> PollAsync()
+    {
+        using HttpResponseMessage response = await _http.GetAsync($"{_base}/messages?ack={_ack}");
+        PollResult poll = await LongPollClient.ReadAsync(response);
+        if (poll.Status == HttpStatusCode.OK)
+        {
+            Dropped += poll.Dropped;
+            if (poll.Dropped > 0)
+            {
+                Notices.Add(ErrorCode.MessagesDropped);
+            }
+
+            foreach (Frame message in poll.Messages)
+            {
+                _inbox.Enqueue(message);
+            }
+
+            if (poll.Count > 0)
+            {
+                _ack = poll.LastSequence;
+            }
+        }
+
+        return poll;
+    }
+
+    // A refusal is its problem's code; whether the session lives on is asked of the broker (a 410 says it ended).
+    private async Task<Answer> AnswerOfAsync(HttpResponseMessage response)
+    {
+        if (response.IsSuccessStatusCode)
+        {
+            return Answer.Ok;
+        }
+
+        JsonElement problem = await response.Content.ReadFromJsonAsync<JsonElement>();
+        string code = problem.GetProperty("code").GetString()!;
+        using HttpResponseMessage probe = await _http.DeleteAsync($"{_base}/subscriptions/4294967295");
+        bool ended = probe.StatusCode == HttpStatusCode.Gone;
+        return new Answer(code == "MalformedRequest" ? ErrorCode.MalformedFrame : Enum.Parse<ErrorCode>(code), ended);
+    }
+}
