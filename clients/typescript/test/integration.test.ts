@@ -7,7 +7,7 @@ import { spawnSync } from "node:child_process";
 import { createConnection, createServer, type Socket } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { HeraldError, connect, createClient, type ConnectOptions, type HeraldClient, type Message } from "@herald/client";
+import { HeraldError, connect, createClient, type ConnectOptions, type HeraldClient, type Subscription } from "@herald/client";
 import {
   FrameReader,
   FrameType,
@@ -23,7 +23,7 @@ import {
   type Frame,
 } from "@herald/client/protocol";
 import { Broker, freePort } from "./helpers/broker.js";
-import { delay, nextMessage, once, stateIs, take, uniqueTopic, within } from "./helpers/wait.js";
+import { nextMessage, once, stateIs, take, uniqueTopic, until, within } from "./helpers/wait.js";
 
 let broker: Broker;
 const clients: HeraldClient[] = [];
@@ -47,11 +47,50 @@ after(async () => {
   await broker?.stop();
 });
 
-/** Asserts that nothing more arrives on `sub` for `ms`. */
-async function nothingMore(sub: { next(): Promise<Message | undefined> }, ms = 300): Promise<void> {
-  const next = sub.next();
-  const winner = await Promise.race([next.then((m) => m ?? "ended"), delay(ms).then(() => "quiet")]);
-  assert.equal(winner, "quiet", `unexpected message: ${typeof winner === "object" ? (winner as Message).topic : winner}`);
+/**
+ * Absence by a barrier: `marker` is published (on the same path, after the thing that must not arrive) to a
+ * topic `sub` holds; the next message `sub` gets must be that marker, so nothing came before it.
+ */
+async function nothingBefore(sub: Subscription, marker: () => Promise<unknown>, text = "marker"): Promise<void> {
+  await marker();
+  const next = await nextMessage(sub);
+  assert.equal(next.text(), text, `a message arrived before the marker: '${next.topic}': ${next.text()}`);
+}
+
+/** One poll the client sent (`GET .../messages`): its ack, then its answer's status and problem code. */
+interface PollSeen {
+  ack: string;
+  status?: number;
+  code?: string;
+  retryAfter?: string;
+}
+
+/** A fetch that records the client's polls in `polls` and hands the session token of a new session to `onSession`. */
+function pollSpy(polls: PollSeen[], onSession: (token: string) => void): typeof fetch {
+  return async (input, init) => {
+    const url = new URL(String(input));
+    const seen: PollSeen | null = url.pathname.endsWith("/messages") ? { ack: url.searchParams.get("ack")! } : null;
+    if (seen) polls.push(seen);
+    const res = await fetch(input, init);
+    if (url.pathname.endsWith("/poll/sessions") && res.status === 201) {
+      onSession(((await res.clone().json()) as { session: string }).session);
+    }
+    if (seen) {
+      if (res.status !== 200) {
+        seen.code = ((await res.clone().json()) as { code?: string }).code;
+        const retryAfter = res.headers.get("Retry-After");
+        if (retryAfter !== null) seen.retryAfter = retryAfter;
+      }
+      seen.status = res.status;
+    }
+    return res;
+  };
+}
+
+/** How many polls `broker` holds now (its /varz: the test's own broker). */
+async function heldPolls(broker: Broker): Promise<number> {
+  const varz = (await (await fetch(`${broker.httpUrl}/varz`)).json()) as { held_polls: number };
+  return varz.held_polls;
 }
 
 describe("TCP", () => {
@@ -93,8 +132,8 @@ describe("TCP", () => {
     await client.publish(`${topic}.a.b.x`, "2");
     assert.equal((await nextMessage(star)).text(), "1");
     assert.deepEqual((await take(tail, 2)).map((m) => m.text()), ["1", "2"]);
-    await client.flush();
-    await nothingMore(star);
+    // "2" (two tokens where * takes one) never reached `star`: a marker it does match, published after, comes next.
+    await nothingBefore(star, () => client.publish(`${topic}.m.x`, "marker"));
   });
 
   test("callback subscription and unsubscribe", async () => {
@@ -104,22 +143,17 @@ describe("TCP", () => {
     const sub = client.subscribe(topic, (msg) => {
       got.push(msg.text());
     });
-    await sub.ready;
+    const markers = client.subscribe(`${topic}.marker`); // the barrier after the unsubscribe
+    await Promise.all([sub.ready, markers.ready]);
     await client.publish(topic, "one");
     await client.publish(topic, "two");
     await client.flush();
-    await within(
-      (async () => {
-        while (got.length < 2) await delay(10);
-      })(),
-      5000,
-      "two callbacks",
-    );
+    await until(() => got.length >= 2, 5000, "two callbacks");
     await sub.unsubscribe();
     assert.equal(sub.isClosed, true);
     await client.publish(topic, "three");
-    await client.flush();
-    await delay(200);
+    // Published after "three" on the same connection, delivered on the same one: "three" would be first.
+    await nothingBefore(markers, () => client.publish(`${topic}.marker`, "marker"));
     assert.deepEqual(got, ["one", "two"]);
   });
 
@@ -146,10 +180,9 @@ describe("TCP", () => {
     const sub = a.subscribe(topic, { noEcho: true });
     await sub.ready;
     await a.publish(topic, "mine");
-    await a.flush();
-    await b.publish(topic, "theirs");
-    assert.equal((await nextMessage(sub)).text(), "theirs");
-    await nothingMore(sub);
+    await a.flush(); // PING/PONG: the broker has routed "mine" (to no one) before b publishes
+    // b's publication is the marker: an echo of "mine" would have been queued to `a` before it.
+    await nothingBefore(sub, () => b.publish(topic, "theirs"), "theirs");
   });
 
   test("request/reply, and a request nobody answers times out", async () => {
@@ -161,9 +194,13 @@ describe("TCP", () => {
     const replies = await Promise.all([1, 2, 3].map((i) => requester.request(topic, `q${i}`, { timeoutMs: 5000 })));
     assert.deepEqual(replies.map((r) => r.text()), ["echo:q1", "echo:q2", "echo:q3"]);
     assert.match(replies[0]!.topic, /^_INBOX\.[0-9A-Za-z]+\.\d+$/);
-    const started = Date.now();
-    await assert.rejects(requester.request(uniqueTopic("it.nobody"), "hello?", { timeoutMs: 300 }), (e: HeraldError) => e.code === "Timeout");
-    assert.ok(Date.now() - started >= 290);
+    // The behaviour, not its timing: an unanswered request rejects with Timeout (the bound only catches a hang).
+    const unanswered = requester.request(uniqueTopic("it.nobody"), "hello?", { timeoutMs: 300 });
+    await assert.rejects(within(unanswered, 10_000, "the unanswered request to settle (a hang bound)"), (e: Error) => {
+      assert.ok(e instanceof HeraldError, `not a HeraldError: ${e}`);
+      assert.equal(e.code, "Timeout", e.message);
+      return true;
+    });
   });
 
   test("bad topics and patterns are refused locally (the broker would close the connection)", async () => {
@@ -375,10 +412,9 @@ describe("long-poll", () => {
     const topic = uniqueTopic("it.lpecho");
     const sub = web.subscribe(topic, { noEcho: true });
     await sub.ready;
-    await web.publish(topic, "mine");
-    await node.publish(topic, "theirs");
-    assert.equal((await nextMessage(sub)).text(), "theirs");
-    await nothingMore(sub);
+    await web.publish(topic, "mine"); // resolves once the broker accepted (and routed) it
+    // node's publication is the marker: an echo of "mine" would have been queued to the session before it.
+    await nothingBefore(sub, () => node.publish(topic, "theirs"), "theirs");
   });
 
   test("a poll response lost in transit is delivered again by the next poll (same ack): no loss, no duplicate", async () => {
@@ -410,7 +446,8 @@ describe("long-poll", () => {
     assert.deepEqual(got.map((m) => m.text()), ["first", "second"]);
     await node.publish(topic, "third");
     assert.equal((await nextMessage(sub)).text(), "third");
-    await nothingMore(sub);
+    // No duplicate of "third" either: the next message is a marker published after it.
+    await nothingBefore(sub, () => node.publish(topic, "marker"));
     assert.equal(cut, 1, "one poll response was cut");
     // The poll after the cut one asked with the same ack.
     const i = polls.findIndex((ack, k) => k > 0 && ack === polls[k - 1] && ack !== undefined);
@@ -420,56 +457,110 @@ describe("long-poll", () => {
     assert.ok(redelivered && Number(redelivered[1]) >= 1, "the broker counted a redelivery");
   });
 
-  test("409 PollReplaced: another poll on the session takes over, the client polls again, nothing is lost", async () => {
+  test("409 PollReplaced: a second poll on the session answers the client's held one 409 PollReplaced; the client polls again with the same ack (answering that one 409) and nothing is lost", async () => {
     let token = "";
-    const spyFetch: typeof fetch = async (input, init) => {
-      const res = await fetch(input, init);
-      if (String(input).endsWith("/poll/sessions") && res.status === 201) {
-        token = ((await res.clone().json()) as { session: string }).session;
-      }
-      return res;
-    };
-    const web = await poll({ fetch: spyFetch });
+    const polls: PollSeen[] = [];
+    const web = await poll({ fetch: pollSpy(polls, (t) => (token = t)) });
     const node = await tcp();
     const topic = uniqueTopic("it.409");
     const sub = web.subscribe(topic);
     await sub.ready;
-    await delay(100); // the client's poll is held
-    // An outside poll replaces the client's held poll (which gets 409), then is itself replaced.
-    const outside = fetch(`${broker.httpUrl}/poll/sessions/${token}/messages?ack=0`);
-    await delay(200);
-    await node.publish(topic, "during the fight");
-    assert.equal((await nextMessage(sub, 8000)).text(), "during the fight");
-    await outside.then((r) => r.arrayBuffer()).catch(() => undefined);
+    await node.publish(topic, "before");
+    assert.equal((await nextMessage(sub)).text(), "before");
+    const messages = `${broker.httpUrl}/poll/sessions/${token}/messages`;
+
+    // An outside poll on the same session (a second tab sharing it) takes over the client's held poll. If it
+    // reaches the broker before the client's poll, that one replaces it instead: then it is sent again.
+    let replaced: PollSeen | undefined;
+    let outside: Promise<Response> | undefined;
+    for (let attempt = 1; !replaced; attempt++) {
+      assert.ok(attempt <= 5, `the outside poll never replaced the client's: ${JSON.stringify(polls)}`);
+      await until(() => polls.some((p) => p.status === undefined), 10_000, "the client's poll to be sent");
+      const held = polls.find((p) => p.status === undefined)!;
+      let answered = false;
+      const attemptPoll = fetch(`${messages}?ack=${held.ack}`);
+      void attemptPoll.then(() => (answered = true));
+      await until(() => held.status !== undefined || answered, 10_000, "the client's poll or the outside poll to be answered");
+      if (held.status === 409) {
+        replaced = held;
+        outside = attemptPoll;
+      } else {
+        await attemptPoll.then((r) => r.arrayBuffer()).catch(() => undefined);
+      }
+    }
+    assert.equal(replaced.code, "PollReplaced");
+    assert.equal(replaced.ack, "1");
+    // The client polls again (same ack), which replaces the outside poll in turn: 409 PollReplaced.
+    const taken = await within(outside!, 10_000, "the outside poll's answer (a hang bound)");
+    assert.equal(taken.status, 409);
+    assert.equal(((await taken.json()) as { code?: string }).code, "PollReplaced");
+    const next = polls[polls.indexOf(replaced) + 1];
+    assert.equal(next?.ack, replaced.ack, "the poll after the 409 asks with the same ack");
+    // Nothing lost and nothing twice: the next message is the one published now, not "before" again.
     await node.publish(topic, "after");
     assert.equal((await nextMessage(sub, 8000)).text(), "after");
   });
 
-  test("503 with Retry-After: the client waits and polls again with the same ack", async () => {
-    let injected = 0;
-    const acks: string[] = [];
-    const busyFetch: typeof fetch = async (input, init) => {
-      const url = new URL(String(input));
-      if (url.pathname.endsWith("/messages")) {
-        acks.push(url.searchParams.get("ack")!);
-        if (injected === 0 && acks.length === 2) {
-          injected++;
-          const body = JSON.stringify({ status: 503, title: "TooManyPolls", code: "TooManyPolls" });
-          return new Response(body, { status: 503, headers: { "Retry-After": "1", "Content-Type": "application/problem+json" } });
+  test("503 TooManyPolls with Retry-After (a broker that holds one poll at a time): the client waits and polls again with the same ack", async () => {
+    const busy = await Broker.start(["--Herald:LongPoll:MaxConcurrentPolls=1", "--Herald:LongPoll:PollTimeout=00:00:30"]);
+    const own: HeraldClient[] = [];
+    try {
+      const polls: PollSeen[] = [];
+      // The client's first poll after a message waits here until an outside poll holds the broker's one slot.
+      let openGate!: () => void;
+      const gate = new Promise<void>((resolve) => (openGate = resolve));
+      let gated = false;
+      const spy = pollSpy(polls, () => undefined);
+      const gatedFetch: typeof fetch = async (input, init) => {
+        const url = new URL(String(input));
+        if (!gated && url.pathname.endsWith("/messages") && url.searchParams.get("ack") !== "0") {
+          gated = true;
+          await gate;
         }
-      }
-      return fetch(input, init);
-    };
-    const web = await poll({ fetch: busyFetch });
-    const node = await tcp();
-    const topic = uniqueTopic("it.503");
-    const sub = web.subscribe(topic);
-    await sub.ready;
-    await node.publish(topic, "a");
-    assert.equal((await nextMessage(sub)).text(), "a");
-    await node.publish(topic, "b");
-    assert.equal((await nextMessage(sub, 8000)).text(), "b");
-    assert.equal(injected, 1);
+        return spy(input, init);
+      };
+      const web = await connect(busy.httpUrl, { ...fast, name: "it-503", fetch: gatedFetch });
+      own.push(web);
+      const node = await connect(busy.tcpUrl, { ...fast, name: "it-503-pub" });
+      own.push(node);
+      const topic = uniqueTopic("it.503");
+      const sub = web.subscribe(topic);
+      await sub.ready;
+      await node.publish(topic, "a");
+      assert.equal((await nextMessage(sub)).text(), "a");
+      await until(() => gated, 10_000, "the client's poll with ack 1 to be gated");
+      await until(async () => (await heldPolls(busy)) === 0, 10_000, "the client's poll with ack 0 to be answered");
+
+      // An outside session takes the one slot...
+      const created = await fetch(`${busy.httpUrl}/poll/sessions`, { method: "POST" });
+      assert.equal(created.status, 201);
+      const other = `${busy.httpUrl}/poll/sessions/${((await created.json()) as { session: string }).session}`;
+      const outside = fetch(`${other}/messages?ack=0`);
+      await until(async () => (await heldPolls(busy)) === 1, 10_000, "the outside poll to be held");
+      // ...so the client's poll is refused with 503 TooManyPolls and Retry-After.
+      openGate();
+      await until(() => polls.some((p) => p.status === 503), 10_000, "the client's poll to be refused");
+      // The slot comes free (the outside session ends, its poll answered 410); the client's retry is held.
+      assert.equal((await fetch(other, { method: "DELETE" })).status, 204);
+      assert.equal((await outside).status, 410);
+      await node.publish(topic, "b");
+      assert.equal((await nextMessage(sub, 10_000)).text(), "b");
+
+      const refused = polls.findIndex((p) => p.status === 503);
+      assert.deepEqual(polls[refused], { ack: "1", status: 503, code: "TooManyPolls", retryAfter: "1" });
+      // Every poll from the refused one to the one that got "b" asked with the same ack; the next with ack 2.
+      const got = polls.findIndex((p, i) => i > refused && p.status === 200);
+      assert.ok(got > refused, `a poll after the 503 was answered: ${JSON.stringify(polls)}`);
+      assert.deepEqual(
+        polls.slice(refused, got + 1).map((p) => p.ack),
+        polls.slice(refused, got + 1).map(() => "1"),
+      );
+      await until(() => polls.length > got + 1, 10_000, "the poll after 'b'");
+      assert.equal(polls[got + 1]!.ack, "2");
+    } finally {
+      await Promise.all(own.map((c) => c.close().catch(() => undefined)));
+      await busy.stop();
+    }
   });
 
   test("410 session ended: a new session is created and subscriptions restored", async () => {
@@ -586,7 +677,7 @@ describe("reconnect", () => {
     await assert.rejects(client.publish("a.b", "x"), { code: "Closed" });
   });
 
-  test("connect() fails fast when nothing listens, and keeps trying with waitOnFirstConnect", async () => {
+  test("connect() fails fast when nothing listens; createClient keeps trying, and a publish queued before the first connection is delivered", async () => {
     const closedPort = await freePort();
     await assert.rejects(connect(`tcp://127.0.0.1:${closedPort}`, { connectTimeoutMs: 2000 }), (e: HeraldError) => e.code === "ConnectFailed");
     await assert.rejects(connect(`http://127.0.0.1:${closedPort}`, { connectTimeoutMs: 2000 }), (e: HeraldError) => e.code === "ConnectFailed");
@@ -597,12 +688,16 @@ describe("reconnect", () => {
       await late.stop();
       const client = createClient(`tcp://127.0.0.1:${port}`, { ...fast });
       clients.push(client);
+      // Both wait for the connection; on it the subscription is sent before the buffered publish.
+      const sub = client.subscribe("lazy.topic");
       const published = client.publish("lazy.topic", "queued before the first connection");
       assert.equal(client.state, "connecting");
-      await delay(300);
       await late.restart();
       await stateIs(client, "connected", 30_000);
       await published;
+      const message = await nextMessage(sub, 10_000);
+      assert.equal(message.topic, "lazy.topic");
+      assert.equal(message.text(), "queued before the first connection");
     } finally {
       await late.stop();
     }

@@ -1,6 +1,7 @@
 /**
  * Security: the client against a real broker with token authentication (README "Security", spec §4.1,
- * longpoll §1.1), and with TLS on its TCP port and HTTPS (a self-signed certificate made here with openssl).
+ * longpoll §1.1), permissions (spec §12: refused operations over TCP and long-poll), and with TLS on its TCP
+ * port and HTTPS (a self-signed certificate made here with openssl).
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -16,19 +17,22 @@ import { nextMessage, stateIs, uniqueTopic, within } from "./helpers/wait.js";
 
 const TOKEN = "s3cret-token-for-alice";
 const OTHER = "s3cret-token-for-bob";
+/** carol may publish and subscribe under `sec.open.>` only. */
+const LIMITED = "s3cret-token-for-carol";
 const sha256 = (text: string): string => createHash("sha256").update(text).digest("hex");
 
-/** Token mode with two identities that may publish and subscribe everything. */
+/** Token mode with two identities that may publish and subscribe everything, and one limited to `sec.open.>`. */
 const authArgs = [
   "--Herald:Security:Auth:Mode=Token",
   ...[
-    ["alice", TOKEN],
-    ["bob", OTHER],
-  ].flatMap(([name, token], i) => [
+    ["alice", TOKEN, ">"],
+    ["bob", OTHER, ">"],
+    ["carol", LIMITED, "sec.open.>"],
+  ].flatMap(([name, token, granted], i) => [
     `--Herald:Security:Auth:Tokens:${i}:Name=${name}`,
     `--Herald:Security:Auth:Tokens:${i}:Sha256=${sha256(token!)}`,
-    `--Herald:Security:Auth:Tokens:${i}:Permissions:Publish:0=>`,
-    `--Herald:Security:Auth:Tokens:${i}:Permissions:Subscribe:0=>`,
+    `--Herald:Security:Auth:Tokens:${i}:Permissions:Publish:0=${granted}`,
+    `--Herald:Security:Auth:Tokens:${i}:Permissions:Subscribe:0=${granted}`,
   ]),
 ];
 
@@ -62,6 +66,24 @@ async function roundTrip(pub: HeraldClient, sub: HeraldClient): Promise<void> {
   const message = await nextMessage(subscription);
   assert.equal(message.text(), "hello");
   await subscription.unsubscribe();
+}
+
+/** The errors `client` reports (its "error" event), from now on. */
+function errorsOf(client: HeraldClient): HeraldError[] {
+  const errors: HeraldError[] = [];
+  client.on("error", (e) => errors.push(e));
+  return errors;
+}
+
+/** Asserts `errors` holds one non-fatal PermissionDenied naming `topic`. */
+function deniedOnce(errors: HeraldError[], topic: string): void {
+  assert.deepEqual(
+    errors.map((e) => e.code),
+    ["PermissionDenied"],
+    errors.map((e) => e.message).join("; "),
+  );
+  assert.notEqual(errors[0]!.fatal, true);
+  assert.ok(errors[0]!.message.includes(topic), `the refusal names the topic: ${errors[0]!.message}`);
 }
 
 after(async () => {
@@ -170,6 +192,92 @@ describe("token authentication", () => {
       assert.equal(client.state, "closed");
     }
   });
+});
+
+describe("permissions: a refused operation is told PermissionDenied, has no effect, and harms no one", () => {
+  let broker: Broker;
+  before(async () => {
+    broker = await Broker.start(authArgs);
+  });
+  after(async () => {
+    await broker?.stop();
+  });
+
+  for (const transport of ["TCP", "long-poll"] as const) {
+    const url = (): string => (transport === "TCP" ? broker.tcpUrl : broker.httpUrl);
+
+    test(`${transport}: a refused subscribe is told PermissionDenied and receives nothing; the connection and a bystander keep receiving`, async () => {
+      const limited = await open(url(), { credential: LIMITED, name: "carol" });
+      const bystander = await open(url(), { credential: OTHER, name: "bob" });
+      const publisher = await open(broker.tcpUrl, { credential: TOKEN, name: "alice" });
+      const granted = uniqueTopic("sec.open");
+      const forbidden = uniqueTopic("sec.closed");
+      const watching = bystander.subscribe(forbidden);
+      const allowed = limited.subscribe(granted);
+      await Promise.all([watching.ready, allowed.ready]);
+      const errors = errorsOf(limited);
+
+      const got: string[] = [];
+      const refused = limited.subscribe(forbidden, (m) => {
+        got.push(m.text());
+      });
+      if (transport === "TCP") {
+        // The broker answers the SUBSCRIBE with a non-fatal ERROR (no sid) before the PONG behind it.
+        await refused.ready;
+      } else {
+        // 403 PermissionDenied: the subscription ends with it.
+        await assert.rejects(refused.ready, (e: HeraldError) => e.code === "PermissionDenied" && e.status === 403);
+        assert.equal(refused.isClosed, true);
+      }
+      deniedOnce(errors, forbidden);
+      if (transport === "long-poll") assert.equal(errors[0]!.status, 403);
+
+      // No effect: a publication to the forbidden topic, then a marker to the granted one, both by alice; the
+      // marker arrives on the same connection (session), so the forbidden one would have come first.
+      await publisher.publish(forbidden, "not for carol");
+      await publisher.publish(granted, "marker");
+      assert.equal((await nextMessage(allowed)).text(), "marker");
+      assert.deepEqual(got, []);
+      assert.equal(limited.state, "connected");
+      // The bystander got the publication made after the refusal.
+      assert.equal((await nextMessage(watching)).text(), "not for carol");
+      assert.equal(bystander.state, "connected");
+    });
+
+    test(`${transport}: a refused publish is told PermissionDenied and reaches no one; the client and a bystander carry on`, async () => {
+      const limited = await open(url(), { credential: LIMITED, name: "carol" });
+      const bystander = await open(url(), { credential: OTHER, name: "bob" });
+      const publisher = await open(broker.tcpUrl, { credential: TOKEN, name: "alice" });
+      const granted = uniqueTopic("sec.open");
+      const forbidden = uniqueTopic("sec.closed");
+      const watching = bystander.subscribe(forbidden);
+      const allowed = limited.subscribe(granted);
+      await Promise.all([watching.ready, allowed.ready]);
+      const errors = errorsOf(limited);
+
+      if (transport === "TCP") {
+        // Written (so it resolves); the broker answers with a non-fatal ERROR before the PONG of the flush.
+        await limited.publish(forbidden, "forbidden");
+        await limited.flush();
+        deniedOnce(errors, forbidden);
+      } else {
+        // The publish request is answered 403 PermissionDenied: the publish rejects with it.
+        const error = await rejectsWith(limited.publish(forbidden, "forbidden"), "PermissionDenied");
+        assert.equal(error.status, 403);
+        assert.ok(error.message.includes(forbidden), `the refusal names the topic: ${error.message}`);
+      }
+
+      // It reached no one, and the bystander carries on: its next message is one alice published after the
+      // refusal was answered.
+      await publisher.publish(forbidden, "after the refusal");
+      assert.equal((await nextMessage(watching)).text(), "after the refusal");
+      assert.equal(bystander.state, "connected");
+      // The refused client carries on too: its granted publish reaches its own subscription.
+      await limited.publish(granted, "still here");
+      assert.equal((await nextMessage(allowed)).text(), "still here");
+      assert.equal(limited.state, "connected");
+    });
+  }
 });
 
 describe("TLS", () => {

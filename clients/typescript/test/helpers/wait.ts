@@ -57,6 +57,18 @@ export function stateIs(client: HeraldClient, state: HeraldClient["state"], ms =
   );
 }
 
+/**
+ * Resolves once `condition()` holds, checked every 10 ms; rejects after `ms`. For something that must
+ * happen: the bound only turns a hang into a failure, it measures nothing.
+ */
+export async function until(condition: () => boolean | Promise<boolean>, ms: number, what: string): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`Timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
 export const delay = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** A topic no other test uses. */
