@@ -5,6 +5,7 @@ using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
 using Herald.Broker.Compression;
 using Herald.Broker.Policy;
+using Herald.Broker.Transports;
 using Herald.Broker.Transports.LongPoll;
 using Herald.Broker.Transports.Tcp;
 using Microsoft.AspNetCore.Connections;
@@ -56,19 +57,39 @@ public static class HeraldHost
         services.AddSingleton<IValidateOptions<HeraldOptions>, HeraldOptionsValidator>();
         services.AddMetrics();
         services.AddSingleton<BrokerMetrics>();
-        services.AddSingleton<TopicRouter>();
+
+        // Each room gets its own options (and nothing of the rooms above it): see broker/ARCHITECTURE.md.
+        services.AddSingleton(sp => sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Limits);
+        services.AddSingleton(sp => sp.GetRequiredService<IOptions<HeraldOptions>>().Value.LongPoll);
+        services.AddSingleton(sp => sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Policy);
+        services.AddSingleton(sp => sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Security);
+        services.AddSingleton(sp => sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Compression);
+        services.AddSingleton(sp => sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Monitoring);
+        services.AddSingleton(sp => new TopicRouter(sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxTopics));
         services.AddSingleton(TimeProvider.System);
         services.AddSingleton<ICpuLoad, ProcessCpuLoad>();
-        services.AddSingleton(sp => new CompressionAdvisor(sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Compression, sp.GetRequiredService<ICpuLoad>(), sp.GetRequiredService<TimeProvider>()));
+        services.AddSingleton(sp => new CompressionAdvisor(sp.GetRequiredService<CompressionOptions>(), sp.GetRequiredService<ICpuLoad>(), sp.GetRequiredService<TimeProvider>()));
         services.AddSingleton<CompressionMetrics>();
-        services.AddSingleton(sp => new MessageEncoder(sp.GetRequiredService<CompressionAdvisor>(), sp.GetRequiredService<CompressionMetrics>(), sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Compression));
+        services.AddSingleton(sp => new MessageEncoder(sp.GetRequiredService<CompressionAdvisor>(), sp.GetRequiredService<CompressionMetrics>(), sp.GetRequiredService<CompressionOptions>()));
         services.AddSingleton<Authenticator>();
-        services.AddSingleton<BrokerCore>();
-        services.AddSingleton<SessionRegistry>();
+        services.AddSingleton(sp => new BrokerCore(
+            sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName,
+            sp.GetRequiredService<LimitOptions>(),
+            sp.GetRequiredService<SecurityOptions>(),
+            sp.GetRequiredService<TopicRouter>(),
+            sp.GetRequiredService<MessageEncoder>(),
+            sp.GetRequiredService<Authenticator>(),
+            sp.GetRequiredService<BrokerMetrics>(),
+            sp.GetRequiredService<ILogger<BrokerCore>>()));
+        services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), sp.GetRequiredService<IHostApplicationLifetime>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
         services.AddSingleton<PollSessionStore>();
         services.AddHostedService(sp => sp.GetRequiredService<PollSessionStore>());
-        services.AddSingleton(sp => new PolicyDocuments(sp.GetRequiredService<IOptions<HeraldOptions>>().Value, sp.GetRequiredService<Listeners>()));
+        services.AddSingleton(sp =>
+        {
+            HeraldOptions o = sp.GetRequiredService<IOptions<HeraldOptions>>().Value;
+            return new PolicyDocuments(o.Policy, o.Tcp.PortRangeStart, o.Tcp.PortRangeEnd, sp.GetRequiredService<Listeners>());
+        });
         var listeners = new Listeners();
         services.AddSingleton(listeners);
 
@@ -188,5 +209,12 @@ public static class HeraldHost
             }
         });
         return app;
+    }
+
+    /// <summary>How often the registry checks every session's liveness: a quarter of the shortest timeout of any transport, between 5 ms and 1 s.</summary>
+    private static TimeSpan SweepPeriod(HeraldOptions options)
+    {
+        TimeSpan shortest = new[] { options.Limits.HandshakeTimeout, options.Limits.PingInterval, options.LongPoll.InactivityTimeout }.Min();
+        return TimeSpan.FromMilliseconds(Math.Clamp(shortest.TotalMilliseconds / 4, 5, 1000));
     }
 }

@@ -1,4 +1,5 @@
 using System.ComponentModel.DataAnnotations;
+using Herald.Broker.Monitoring;
 using Herald.Broker.Policy;
 using Herald.Broker.Sessions;
 using Herald.Broker.Transports.LongPoll;

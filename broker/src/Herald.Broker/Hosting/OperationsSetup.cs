@@ -1,6 +1,7 @@
 using Herald.Broker.Monitoring;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
+using Herald.Broker.Transports;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
@@ -57,7 +58,7 @@ internal static class OperationsSetup
         if (otlp.Enabled)
         {
             string endpoint = string.IsNullOrEmpty(otlp.Endpoint) ? Environment.GetEnvironmentVariable("OTEL_EXPORTER_OTLP_ENDPOINT") ?? "the exporter's default" : otlp.Endpoint;
-            log.OtlpExport(otlp.Traces ? " and traces" : "", endpoint, otlp.Protocol, otlp.MetricsInterval);
+            log.OtlpExport(otlp.Traces ? " and traces" : "", endpoint, otlp.Protocol.ToString(), otlp.MetricsInterval);
         }
     }
 }

@@ -1,4 +1,4 @@
-using Herald.Broker.Hosting;
+using Herald.Broker.Transports;
 using Microsoft.Extensions.Hosting;
 
 namespace Herald.Broker.Monitoring;

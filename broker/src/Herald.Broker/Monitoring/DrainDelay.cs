@@ -1,4 +1,3 @@
-using Herald.Broker.Hosting;
 using Microsoft.Extensions.Hosting;
 
 namespace Herald.Broker.Monitoring;

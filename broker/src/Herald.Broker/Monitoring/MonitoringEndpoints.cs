@@ -1,12 +1,13 @@
-using Herald.Broker.Transports.Tcp;
 using System.Globalization;
 using System.Net;
 using System.Runtime.InteropServices;
-using Herald.Broker.Hosting;
+using Herald.Broker.Compression;
 using Herald.Broker.Routing;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
+using Herald.Broker.Transports;
 using Herald.Broker.Transports.LongPoll;
+using Herald.Broker.Transports.Tcp;
 using Herald.Protocol;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Http;
@@ -80,8 +81,8 @@ internal static class MonitoringEndpoints
         IReadOnlyList<int> tcp = listeners.TcpPorts;
         GCMemoryInfo gc = GC.GetGCMemoryInfo();
         var varz = new Varz(
-            broker.Options.ServerName,
-            TelemetrySetup.Version,
+            broker.ServerName,
+            BrokerVersion.Value,
             RuntimeInformation.FrameworkDescription,
             Environment.MachineName,
             Environment.ProcessId,
@@ -110,9 +111,9 @@ internal static class MonitoringEndpoints
                 GC.GetTotalAllocatedBytes(),
                 [GC.CollectionCount(0), GC.CollectionCount(1), GC.CollectionCount(2)],
                 ThreadPool.ThreadCount),
-            broker.Options.Limits,
-            broker.Options.LongPoll,
-            broker.Options.Compression);
+            broker.Limits,
+            services.GetRequiredService<LongPollOptions>(),
+            services.GetRequiredService<CompressionOptions>());
         return Results.Json(varz, MonitoringJsonContext.Default.Varz);
     }
 
@@ -203,7 +204,7 @@ internal static class MonitoringEndpoints
 
     private static bool TryPage(HttpContext context, IServiceProvider services, out int offset, out int limit, [System.Diagnostics.CodeAnalysis.NotNullWhen(false)] out IResult? problem)
     {
-        int max = services.GetRequiredService<BrokerCore>().Options.Monitoring.MaxPageSize;
+        int max = services.GetRequiredService<MonitoringOptions>().MaxPageSize;
         offset = 0;
         limit = Math.Min(DefaultPageSize, max);
         problem = null;

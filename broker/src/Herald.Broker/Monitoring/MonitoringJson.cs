@@ -1,6 +1,5 @@
 using System.Text.Json;
 using System.Text.Json.Serialization;
-using Herald.Broker.Hosting;
 using Herald.Broker.Sessions;
 using Herald.Broker.Transports.LongPoll;
 

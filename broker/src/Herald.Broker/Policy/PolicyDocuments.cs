@@ -1,6 +1,6 @@
 using System.Text;
 using System.Xml.Linq;
-using Herald.Broker.Hosting;
+using Herald.Broker.Transports;
 
 namespace Herald.Broker.Policy;
 
@@ -14,15 +14,15 @@ internal sealed class PolicyDocuments
 {
     private readonly Lazy<byte[][]> _documents;
 
-    public PolicyDocuments(HeraldOptions options, Listeners listeners)
+    public PolicyDocuments(PolicyOptions options, int portRangeStart, int portRangeEnd, Listeners listeners)
     {
         _documents = new Lazy<byte[][]>(() =>
         {
-            (int first, int last) = options.Tcp.PortRangeStart == 0
+            (int first, int last) = portRangeStart == 0
                 ? (listeners.TcpPorts.Min(), listeners.TcpPorts.Max())
-                : (options.Tcp.PortRangeStart, options.Tcp.PortRangeEnd);
+                : (portRangeStart, portRangeEnd);
             string ports = $"{first}-{last}";
-            string[] domains = options.Policy.AllowedDomains;
+            string[] domains = options.AllowedDomains;
             return
             [
                 Encode(ClientAccessPolicy(domains, new XElement("socket-resource", new XAttribute("port", ports), new XAttribute("protocol", "tcp")))),

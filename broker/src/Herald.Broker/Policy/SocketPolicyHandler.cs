@@ -1,6 +1,6 @@
 using System.Buffers;
 using System.IO.Pipelines;
-using Herald.Broker.Sessions;
+using Herald.Broker.Telemetry;
 using Microsoft.AspNetCore.Connections;
 
 namespace Herald.Broker.Policy;
@@ -15,22 +15,24 @@ internal sealed class SocketPolicyHandler : ConnectionHandler
     private static readonly byte[] Request = "<policy-file-request/>"u8.ToArray(); // 22 bytes
 
     private readonly PolicyDocuments _documents;
-    private readonly BrokerCore _broker;
+    private readonly PolicyOptions _options;
+    private readonly BrokerMetrics _metrics;
     private int _active;
 
-    public SocketPolicyHandler(PolicyDocuments documents, BrokerCore broker)
+    public SocketPolicyHandler(PolicyDocuments documents, PolicyOptions options, BrokerMetrics metrics)
     {
         _documents = documents;
-        _broker = broker;
+        _options = options;
+        _metrics = metrics;
     }
 
     public override async Task OnConnectedAsync(ConnectionContext connection)
     {
         try
         {
-            if (Interlocked.Increment(ref _active) > _broker.Options.Policy.MaxConcurrentRequests)
+            if (Interlocked.Increment(ref _active) > _options.MaxConcurrentRequests)
             {
-                _broker.Metrics.PolicyRequest("busy");
+                _metrics.PolicyRequest("busy");
                 return;
             }
 
@@ -45,7 +47,7 @@ internal sealed class SocketPolicyHandler : ConnectionHandler
         }
         catch (Exception e) when (e is IOException or ConnectionResetException or ConnectionAbortedException or OperationCanceledException)
         {
-            _broker.Metrics.PolicyRequest("aborted");
+            _metrics.PolicyRequest("aborted");
         }
         finally
         {
@@ -55,7 +57,7 @@ internal sealed class SocketPolicyHandler : ConnectionHandler
 
     private async Task<byte[]?> ReadRequestAsync(PipeReader input)
     {
-        using var timeout = new CancellationTokenSource(_broker.Options.Policy.Timeout);
+        using var timeout = new CancellationTokenSource(_options.Timeout);
         while (true)
         {
             ReadResult result;
@@ -65,7 +67,7 @@ internal sealed class SocketPolicyHandler : ConnectionHandler
             }
             catch (OperationCanceledException)
             {
-                _broker.Metrics.PolicyRequest("timeout");
+                _metrics.PolicyRequest("timeout");
                 return null;
             }
 
@@ -74,7 +76,7 @@ internal sealed class SocketPolicyHandler : ConnectionHandler
             input.AdvanceTo(buffer.Start, buffer.End);
             if (answer is not null || refuse || result.IsCompleted)
             {
-                _broker.Metrics.PolicyRequest(answer == _documents.SocketClientAccessPolicy ? "silverlight" : answer is not null ? "flash" : "refused");
+                _metrics.PolicyRequest(answer == _documents.SocketClientAccessPolicy ? "silverlight" : answer is not null ? "flash" : "refused");
                 return answer;
             }
         }

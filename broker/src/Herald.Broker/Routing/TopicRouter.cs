@@ -41,10 +41,10 @@ internal sealed class TopicRouter : IDisposable
 
     private readonly BrokerMetrics? _metrics;
 
-    public TopicRouter(BrokerMetrics? metrics = null, Microsoft.Extensions.Options.IOptions<Hosting.HeraldOptions>? options = null)
+    public TopicRouter(BrokerMetrics? metrics = null, int maxPatterns = 0)
     {
         _metrics = metrics;
-        _maxPatterns = options?.Value.Limits.MaxTopics ?? 0;
+        _maxPatterns = maxPatterns;
         _cacheBySpan = _cache.GetAlternateLookup<ReadOnlySpan<char>>();
     }
 

@@ -2,8 +2,6 @@ using System.IdentityModel.Tokens.Jwt;
 using System.Security.Claims;
 using System.Security.Cryptography;
 using System.Text;
-using Herald.Broker.Hosting;
-using Microsoft.Extensions.Options;
 using Microsoft.IdentityModel.Tokens;
 
 namespace Herald.Broker.Security;
@@ -19,9 +17,9 @@ internal sealed class Authenticator
     private readonly (byte[] Hash, Identity Identity)[] _tokens;
     private readonly TokenValidationParameters? _jwt;
 
-    public Authenticator(IOptions<HeraldOptions> options, TimeProvider time)
+    public Authenticator(SecurityOptions options, TimeProvider time)
     {
-        _options = options.Value.Security;
+        _options = options;
         _time = time;
         _tokens = _options.Auth.Tokens
             .Select(t => (Convert.FromHexString(t.Sha256), new Identity(t.Name, ToPermissions(t.Permissions), null)))

@@ -1,25 +1,24 @@
 using Herald.Broker.Compression;
-using Herald.Broker.Hosting;
 using Herald.Broker.Routing;
 using Herald.Broker.Security;
 using Herald.Broker.Telemetry;
 using Microsoft.Extensions.Logging;
-using Microsoft.Extensions.Options;
 
 namespace Herald.Broker.Sessions;
 
 /// <summary>What every session shares: the options, the one router, metrics and the log.</summary>
 internal sealed class BrokerCore
 {
-    public BrokerCore(IOptions<HeraldOptions> options, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger<BrokerCore> log)
+    public BrokerCore(string serverName, LimitOptions limits, SecurityOptions security, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger<BrokerCore> log)
     {
+        ServerName = serverName;
+        Limits = limits;
+        DisconnectOnPermissionDenied = security.DisconnectOnPermissionDenied;
         Authenticator = authenticator;
         Encoder = encoder;
-        Options = options.Value;
         Router = router;
         Metrics = metrics;
         Log = log;
-        LimitOptions limits = Options.Limits;
         WelcomeLimits =
         [
             new("max_frame", (ulong)limits.MaxFrameBytes),
@@ -31,16 +30,14 @@ internal sealed class BrokerCore
         ];
     }
 
-    public HeraldOptions Options { get; }
-
     /// <summary>Name sent in WELCOME.</summary>
-    public string ServerName => Options.ServerName;
+    public string ServerName { get; }
 
     /// <summary>What every session is held to.</summary>
-    public LimitOptions Limits => Options.Limits;
+    public LimitOptions Limits { get; }
 
     /// <summary>Whether a refused SUBSCRIBE or PUBLISH also ends the session (spec §12).</summary>
-    public bool DisconnectOnPermissionDenied => Options.Security.DisconnectOnPermissionDenied;
+    public bool DisconnectOnPermissionDenied { get; }
 
     public TopicRouter Router { get; }
 

@@ -1,6 +1,5 @@
 using System.Collections.Concurrent;
 using System.Net;
-using Herald.Broker.Hosting;
 using Herald.Broker.Telemetry;
 using Herald.Protocol;
 using Microsoft.AspNetCore.Connections;
@@ -20,11 +19,14 @@ internal sealed class SessionRegistry : BackgroundService
     private readonly ConcurrentDictionary<IPAddress, int> _perAddress = new();
     private readonly BrokerCore _broker;
     private long _nextId;
+    private readonly TimeSpan _sweepPeriod;
     private volatile bool _stopping;
 
-    public SessionRegistry(BrokerCore broker, IHostApplicationLifetime lifetime)
+    /// <param name="sweepPeriod">How often every session's liveness is checked: a fraction of the shortest timeout of any transport.</param>
+    public SessionRegistry(BrokerCore broker, IHostApplicationLifetime lifetime, TimeSpan sweepPeriod)
     {
         _broker = broker;
+        _sweepPeriod = sweepPeriod;
         lifetime.ApplicationStopping.Register(CloseAll);
     }
 
@@ -109,15 +111,7 @@ internal sealed class SessionRegistry : BackgroundService
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
     {
-        LimitOptions limits = _broker.Limits;
-        TimeSpan shortest = limits.HandshakeTimeout < limits.PingInterval ? limits.HandshakeTimeout : limits.PingInterval;
-        if (_broker.Options.LongPoll.InactivityTimeout < shortest)
-        {
-            shortest = _broker.Options.LongPoll.InactivityTimeout;
-        }
-
-        TimeSpan period = TimeSpan.FromMilliseconds(Math.Clamp(shortest.TotalMilliseconds / 4, 5, 1000));
-        using var timer = new PeriodicTimer(period);
+        using var timer = new PeriodicTimer(_sweepPeriod);
         try
         {
             while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false))

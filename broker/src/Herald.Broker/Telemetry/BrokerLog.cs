@@ -57,7 +57,7 @@ internal static partial class BrokerLog
     public static partial void OperationsEndpointsOff(this ILogger logger);
 
     [LoggerMessage(5003, LogLevel.Information, "OTLP export of metrics{Traces} to {Endpoint} ({Protocol}), metrics every {Interval}.")]
-    public static partial void OtlpExport(this ILogger logger, string traces, string endpoint, Hosting.OtlpProtocol protocol, TimeSpan interval);
+    public static partial void OtlpExport(this ILogger logger, string traces, string endpoint, string protocol, TimeSpan interval);
 
     [LoggerMessage(6001, LogLevel.Warning, "SECURITY: authentication is off (Herald:Security:Auth:Mode=None) and the broker listens beyond loopback ({Hosts}): anyone who can reach it may publish and subscribe to everything.")]
     public static partial void OpenToTheNetwork(this ILogger logger, string hosts);

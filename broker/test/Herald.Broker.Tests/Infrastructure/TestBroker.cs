@@ -1,5 +1,6 @@
 using System.Diagnostics.Metrics;
 using Herald.Broker.Hosting;
+using Herald.Broker.Transports;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;

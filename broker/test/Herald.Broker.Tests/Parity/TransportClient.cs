@@ -26,6 +26,9 @@ public readonly record struct Answer(ErrorCode Code, bool SessionEnded)
 public abstract class TransportClient : IAsyncDisposable
 {
     public const string Tcp = "tcp";
+
+    /// <summary>A generous upper bound on a hang (a marker that never comes, a session that never ends): never evidence, only a way to fail instead of waiting forever.</summary>
+    public static readonly TimeSpan HangBound = TimeSpan.FromSeconds(30);
     public const string LongPoll = "longpoll";
 
     public static TheoryData<string> Transports => [Tcp, LongPoll];
@@ -257,10 +260,12 @@ internal sealed class LongPollTransportClient : TransportClient
     public override async Task<List<Frame>> ReceiveUntilAsync(string markerTopic)
     {
         var before = new List<Frame>();
+        using var hang = new CancellationTokenSource(HangBound);
         while (true)
         {
             if (_inbox.Count == 0)
             {
+                Assert.False(hang.IsCancellationRequested, $"Hang bound: no marker on '{markerTopic}' within {HangBound}.");
                 PollResult poll = await PollAsync();
                 if (poll.Status != HttpStatusCode.OK)
                 {
@@ -282,8 +287,10 @@ internal sealed class LongPollTransportClient : TransportClient
 
     public override async Task<ErrorCode> EndedWithAsync()
     {
+        using var hang = new CancellationTokenSource(HangBound);
         while (true)
         {
+            Assert.False(hang.IsCancellationRequested, $"Hang bound: the session did not end within {HangBound}.");
             PollResult poll = await PollAsync();
             if (poll.Status == HttpStatusCode.Gone)
             {

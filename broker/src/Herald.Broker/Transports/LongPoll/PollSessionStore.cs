@@ -2,7 +2,6 @@ using System.Buffers.Text;
 using System.Collections.Concurrent;
 using System.Net;
 using System.Security.Cryptography;
-using Herald.Broker.Hosting;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Protocol;
@@ -28,11 +27,11 @@ internal sealed class PollSessionStore : BackgroundService
     private int _creating;
     private int _polls;
 
-    public PollSessionStore(BrokerCore broker, SessionRegistry registry)
+    public PollSessionStore(BrokerCore broker, SessionRegistry registry, LongPollOptions options)
     {
         _broker = broker;
         _registry = registry;
-        _options = broker.Options.LongPoll;
+        _options = options;
     }
 
     public LongPollOptions Options => _options;

@@ -1,6 +1,7 @@
 using System.Net;
 using System.Net.Sockets;
 using Herald.Broker.Hosting;
+using Herald.Broker.Transports;
 using Herald.Client;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.Extensions.DependencyInjection;

@@ -2,7 +2,7 @@ using System.Net;
 using System.Net.Sockets;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
 
-namespace Herald.Broker.Hosting;
+namespace Herald.Broker.Transports;
 
 /// <summary>
 /// The endpoints the broker listens on, by role. After start, each <see cref="ListenOptions"/> holds the

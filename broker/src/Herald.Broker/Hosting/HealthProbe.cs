@@ -2,7 +2,7 @@ using System.Net;
 using Herald.Broker.Hosting;
 using Microsoft.Extensions.Configuration;
 
-namespace Herald.Broker.Monitoring;
+namespace Herald.Broker.Hosting;
 
 /// <summary>
 /// <c>Herald.Broker --probe [URL or path]</c>: one HTTP GET, exit code 0 for a 2xx answer, 1 otherwise. The

@@ -1,6 +1,5 @@
 using System.Globalization;
-using System.Reflection;
-using Herald.Broker.Hosting;
+using Herald.Broker.Telemetry;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Http;
 using Microsoft.Extensions.DependencyInjection;
@@ -13,7 +12,7 @@ using Serilog;
 using Serilog.Extensions.Logging;
 using Serilog.Formatting.Compact;
 
-namespace Herald.Broker.Telemetry;
+namespace Herald.Broker.Hosting;
 
 /// <summary>
 /// Logs, metrics and traces for the host (issue 5). Serilog is only the sink of
@@ -30,7 +29,7 @@ internal static class TelemetrySetup
     private static readonly string[] Untraced = ["/metrics", "/healthz", "/readyz", "/varz", "/connz", "/subsz"];
 
     /// <summary>The broker's version, from its assembly (informational version, without the source-link suffix).</summary>
-    public static string Version { get; } = ReadVersion();
+    public static string Version => BrokerVersion.Value;
 
     /// <summary>Replaces the default logging providers with one Serilog console sink in the configured format.</summary>
     public static void AddHeraldLogging(this ILoggingBuilder logging, LoggingOptions options)
@@ -119,17 +118,5 @@ internal static class TelemetrySetup
         }
 
         return false;
-    }
-
-    private static string ReadVersion()
-    {
-        string? version = typeof(TelemetrySetup).Assembly.GetCustomAttribute<AssemblyInformationalVersionAttribute>()?.InformationalVersion;
-        if (string.IsNullOrEmpty(version))
-        {
-            return typeof(TelemetrySetup).Assembly.GetName().Version?.ToString() ?? "0.0.0";
-        }
-
-        int plus = version.IndexOf('+', StringComparison.Ordinal);
-        return plus < 0 ? version : version[..plus];
     }
 }
