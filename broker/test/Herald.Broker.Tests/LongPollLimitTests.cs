@@ -34,9 +34,10 @@ public sealed class LongPollLimitTests
         NetworkStream stream = slow.GetStream();
         await stream.WriteAsync(Encoding.ASCII.GetBytes("POST /poll/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{\"client\":"));
         await stream.FlushAsync();
-        await Task.Delay(200); // let the broker start reading that body
 
-        using HttpResponseMessage refused = await broker.Http.PostAsync("/poll/sessions", null);
+        // Until the broker has taken that request in, a creation may still succeed; once it has, creations
+        // are refused. Polled with a bounded deadline: the slot is taken when the headers are read.
+        using HttpResponseMessage refused = await UntilRefusedAsync(broker.Http);
         await AssertProblem(refused, HttpStatusCode.ServiceUnavailable, "TooManyPendingSessions");
 
         await stream.WriteAsync(Encoding.ASCII.GetBytes("\"slow\"}"));
@@ -188,6 +189,23 @@ public sealed class LongPollLimitTests
         using var reader = new StreamReader(stream);
         string? status = await reader.ReadLineAsync().WaitAsync(TimeSpan.FromSeconds(30));
         Assert.Equal("HTTP/1.1 408 Request Timeout", status);
+    }
+
+    /// <summary>Creates sessions one at a time until one is refused (10 s at most); returns the refusal.</summary>
+    private static async Task<HttpResponseMessage> UntilRefusedAsync(HttpClient http)
+    {
+        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
+        while (true)
+        {
+            HttpResponseMessage response = await http.PostAsync("/poll/sessions", null);
+            if (response.StatusCode != HttpStatusCode.Created || DateTime.UtcNow > deadline)
+            {
+                return response;
+            }
+
+            response.Dispose();
+            await Task.Yield();
+        }
     }
 
     private static async Task AssertProblem(HttpResponseMessage response, HttpStatusCode status, string code)

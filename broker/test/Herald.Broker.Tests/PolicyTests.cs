@@ -11,6 +11,9 @@ public sealed class PolicyTests
 {
     private static readonly byte[] Request = Encoding.ASCII.GetBytes("<policy-file-request/>");
 
+    /// <summary>A hang guard, not a timing assertion: far above any policy timeout the tests configure.</summary>
+    private static readonly TimeSpan HangLimit = TimeSpan.FromSeconds(20);
+
     [Fact]
     public async Task Silverlight_request_gets_the_client_access_policy_for_the_configured_ports_and_domains()
     {
@@ -48,7 +51,7 @@ public sealed class PolicyTests
     public async Task Anything_else_is_closed_without_an_answer(string kind)
     {
         await using var broker = await TestBroker.StartAsync();
-        using var metrics = new MetricsProbe();
+        using MetricsProbe metrics = broker.Metrics();
         byte[] bytes = kind switch
         {
             "garbage" => Encoding.ASCII.GetBytes("<hello/>"),
@@ -61,6 +64,7 @@ public sealed class PolicyTests
 
         Assert.True(closed);
         Assert.Empty(answer);
+        Assert.Equal(1, metrics["herald.policy.requests", "herald.policy.outcome", "refused"]);
         Assert.Equal(1, metrics["herald.policy.requests"]);
     }
 
@@ -68,11 +72,13 @@ public sealed class PolicyTests
     public async Task A_client_too_slow_to_ask_is_closed_without_an_answer()
     {
         await using var broker = await TestBroker.StartAsync(o => o.Policy.Timeout = TimeSpan.FromMilliseconds(200));
+        using MetricsProbe metrics = broker.Metrics();
 
         (byte[] answer, bool closed) = await ExchangeAsync(broker.PolicyPort, Request[..10]); // never finishes
 
         Assert.True(closed);
         Assert.Empty(answer);
+        Assert.Equal(1, metrics["herald.policy.requests", "herald.policy.outcome", "timeout"]);
     }
 
     [Fact]
@@ -98,7 +104,10 @@ public sealed class PolicyTests
         Assert.Equal(["a.example", "b.example\"<x>"], flash.Descendants("allow-access-from").Select(d => d.Attribute("domain")!.Value));
     }
 
-    /// <summary>Sends bytes, then reads until the broker closes the connection.</summary>
+    /// <summary>
+    /// Sends bytes, then reads until the broker closes the connection. <c>Closed</c> is false when the
+    /// connection was still open after <see cref="HangLimit"/>: what it had sent by then is the answer.
+    /// </summary>
     private static async Task<(byte[] Answer, bool Closed)> ExchangeAsync(int port, byte[] request)
     {
         using var client = new TcpClient();
@@ -106,13 +115,18 @@ public sealed class PolicyTests
         NetworkStream stream = client.GetStream();
         await stream.WriteAsync(request);
         var answer = new MemoryStream();
+        using var hang = new CancellationTokenSource(HangLimit);
         try
         {
-            await stream.CopyToAsync(answer).WaitAsync(TimeSpan.FromSeconds(20));
+            await stream.CopyToAsync(answer, hang.Token);
         }
         catch (IOException)
         {
             // reset instead of a clean close: still closed
+        }
+        catch (OperationCanceledException)
+        {
+            return (answer.ToArray(), false);
         }
 
         return (answer.ToArray(), true);

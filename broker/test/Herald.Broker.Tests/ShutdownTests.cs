@@ -44,14 +44,13 @@ public sealed class ShutdownTests
     [Fact]
     public async Task An_idle_connection_does_not_hold_up_shutdown()
     {
-        await using var broker = await TestBroker.StartAsync(o => o.Limits.ShutdownDrainTimeout = TimeSpan.FromSeconds(30));
+        await using var broker = await TestBroker.StartAsync(o => o.Limits.ShutdownDrainTimeout = TimeSpan.FromMinutes(10));
         await using var idle = await ProtocolClient.OpenAsync(broker.Port);
-        var clock = System.Diagnostics.Stopwatch.StartNew();
 
-        await broker.StopAsync();
+        // A hang guard, not a timing assertion: an idle connection that held up shutdown would keep the
+        // stop waiting for the whole 10 min drain timeout, far past this bound.
+        await broker.StopAsync().WaitAsync(TimeSpan.FromSeconds(60));
 
         await idle.ExpectClosedWithAsync(ErrorCode.ShuttingDown);
-        // Behaviour, not speed: shutdown finished without running into the 30 s drain timeout.
-        Assert.True(clock.Elapsed < TimeSpan.FromSeconds(30), $"stop took {clock.Elapsed}");
     }
 }

@@ -24,7 +24,7 @@ public sealed class SlowConsumerTests
             o.Limits.MaxPendingBytes = 256 * 1024;
             o.Limits.SlowConsumerPolicy = SlowConsumerPolicy.Disconnect;
         });
-        using var metrics = new MetricsProbe();
+        using MetricsProbe metrics = broker.Metrics();
         await using var stalled = await ProtocolClient.OpenAsync(broker.Port, "stalled", receiveBufferSize: 4096);
         await using var fast = await ProtocolClient.OpenAsync(broker.Port, "fast");
         await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "publisher");
@@ -40,6 +40,7 @@ public sealed class SlowConsumerTests
         List<Frame> frames = await stalled.ReadUntilClosedAsync();
         Assert.Equal(ErrorCode.SlowConsumer, frames[^1].Error!.Value.Code);
         Assert.True(frames.Count - 1 < Chunk * Chunks);
+        Assert.Equal(1, metrics["herald.slow_consumers", "herald.slow_consumer.policy", "Disconnect"]); // this broker's one stalled subscriber, once
         Assert.Equal(1, metrics["herald.slow_consumers"]);
     }
 
@@ -52,7 +53,7 @@ public sealed class SlowConsumerTests
             o.Limits.MaxPendingBytes = 256 * 1024;
             o.Limits.SlowConsumerPolicy = SlowConsumerPolicy.DropOldest;
         });
-        using var metrics = new MetricsProbe();
+        using MetricsProbe metrics = broker.Metrics();
         await using var stalled = await ProtocolClient.OpenAsync(broker.Port, "stalled", receiveBufferSize: 4096);
         await using var fast = await ProtocolClient.OpenAsync(broker.Port, "fast");
         await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "publisher");

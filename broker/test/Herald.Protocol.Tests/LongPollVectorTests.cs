@@ -11,7 +11,8 @@ namespace Herald.Protocol.Tests;
 /// Runs <c>protocol-spec/vectors/longpoll.json</c> (longpoll.md) through the shared codec: binary poll bodies
 /// through <see cref="FrameReader"/> and <see cref="FrameDecoder"/> (whole, split at every byte, one byte per
 /// segment), JSON poll bodies against their binary twins, and frames publish bodies. The <c>requests</c> cases
-/// are for the broker's HTTP tests; here they are checked for shape and against the rules they encode.
+/// are replayed over HTTP against the real broker by Herald.Broker.Tests (<c>LongPollRequestVectorTests</c>);
+/// here only their shape is checked, and that they cover what the broker must refuse.
 /// </summary>
 public class LongPollVectorTests
 {
@@ -268,7 +269,7 @@ public class LongPollVectorTests
 
     [Theory]
     [MemberData(nameof(LongPollVectors.RequestIds), MemberType = typeof(LongPollVectors))]
-    public void Request_case_is_well_formed_and_agrees_with_the_rules(CaseName id)
+    public void Request_case_is_well_formed(CaseName id)
     {
         JsonElement c = LongPollVectors.Get(id);
         string[] known = ["name", "endpoint", "method", "path", "contentType", "body", "given", "status", "code", "note"];
@@ -280,6 +281,8 @@ public class LongPollVectorTests
         string? code = c.GetProperty("code").GetString();
         JsonElement contentType = c.GetProperty("contentType");
         string[] given = c.TryGetProperty("given", out JsonElement g) ? [.. g.EnumerateArray().Select(x => x.GetString()!)] : [];
+        Assert.True(given.Length == 0 || endpoint == "subscribe", "Only a subscribe case is given earlier subscriptions.");
+        Assert.All(given, b => Assert.True(IsJson(b), "A given subscription is a JSON body."));
 
         Assert.Equal("POST", c.GetProperty("method").GetString());
         Assert.Equal(endpoint switch
@@ -298,17 +301,6 @@ public class LongPollVectorTests
         {
             Assert.Equal(LongPollVectors.ProblemStatus[code], status);
         }
-
-        var sids = new HashSet<uint>();
-        foreach (string b in given)
-        {
-            Assert.Equal((204, (string?)null), Subscribe(b, sids));
-            Assert.True(TryParse(b, out JsonElement accepted));
-            sids.Add(accepted.GetProperty("sid").GetUInt32());
-        }
-
-        (int Status, string? Code) rule = endpoint == "create" ? Create(body) : Subscribe(body, sids);
-        Assert.Equal(rule, (status, code));
     }
 
     [Fact]
@@ -325,43 +317,6 @@ public class LongPollVectorTests
         Assert.Contains(requests, c => c.GetProperty("endpoint").GetString() == "create" && c.GetProperty("status").GetInt32() == 201);
         Assert.Contains(requests, c => c.GetProperty("endpoint").GetString() == "subscribe" && c.GetProperty("status").GetInt32() == 204);
         Assert.Contains(requests, c => c.GetProperty("status").GetInt32() == 400 && !IsJson(c.GetProperty("body").GetString()!));
-    }
-
-    /// <summary>What longpoll §1.1 says of a create body: empty, or a JSON object whose optional <c>client</c> is a string.</summary>
-    private static (int, string?) Create(string body)
-    {
-        if (body.Length == 0)
-        {
-            return (201, null);
-        }
-
-        if (!TryParse(body, out JsonElement root) || root.ValueKind != JsonValueKind.Object
-            || (root.TryGetProperty("client", out JsonElement client) && client.ValueKind != JsonValueKind.String))
-        {
-            return (400, "MalformedRequest");
-        }
-
-        return (201, null);
-    }
-
-    /// <summary>What longpoll §1.2 (README §4.3, §5, §8) says of a subscribe body, given the session's live sids.</summary>
-    private static (int, string?) Subscribe(string body, HashSet<uint> live)
-    {
-        if (!TryParse(body, out JsonElement root) || root.ValueKind != JsonValueKind.Object
-            || !root.TryGetProperty("sid", out JsonElement sidElement) || sidElement.ValueKind != JsonValueKind.Number || !sidElement.TryGetUInt32(out uint sid)
-            || !root.TryGetProperty("pattern", out JsonElement pattern) || pattern.ValueKind != JsonValueKind.String
-            || (root.TryGetProperty("noEcho", out JsonElement noEcho) && noEcho.ValueKind is not (JsonValueKind.True or JsonValueKind.False)))
-        {
-            return (400, "MalformedRequest");
-        }
-
-        if (sid == 0 || live.Contains(sid))
-        {
-            return (400, nameof(ErrorCode.DuplicateSubscription));
-        }
-
-        ErrorCode error = Topic.ValidatePattern(Encoding.UTF8.GetBytes(pattern.GetString()!), LongPollVectors.MaxTopicLength);
-        return error == ErrorCode.None ? (204, null) : (400, error.ToString());
     }
 
     private static bool TryParse(string body, out JsonElement root)

@@ -47,6 +47,13 @@ internal enum DisconnectReason
 /// instruments read at collection time: see <see cref="BrokerGauges"/>. Compression instruments are
 /// created on the same meter by <c>Compression/</c>.
 /// </para>
+/// <para>
+/// The meter is the host's own: made through the host's <see cref="IMeterFactory"/> (which is its
+/// <see cref="Meter.Scope"/>), never a static <c>new Meter(...)</c>. Two brokers in one process (tests, an
+/// embedder) therefore have two meters of the same name whose counts never mix; a
+/// <see cref="MeterListener"/> tells them apart by <see cref="Meter.Scope"/> or by comparing with
+/// <see cref="Meter"/>.
+/// </para>
 /// </remarks>
 internal sealed class BrokerMetrics
 {

@@ -1,5 +1,6 @@
 using System.Diagnostics.Metrics;
 using Herald.Broker.Hosting;
+using Herald.Broker.Telemetry;
 using Herald.Broker.Transports;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.Extensions.DependencyInjection;
@@ -34,6 +35,9 @@ public sealed class TestBroker : IAsyncDisposable
     public HttpClient Http { get; }
 
     public IServiceProvider Services => _app.Services;
+
+    /// <summary>A probe of this broker's own counters, from now on (see <see cref="MetricsProbe"/>).</summary>
+    public MetricsProbe Metrics() => new(this);
 
     public static async Task<TestBroker> StartAsync(Action<HeraldOptions>? configure = null, string[]? args = null)
     {
@@ -72,39 +76,46 @@ public sealed class TestBroker : IAsyncDisposable
 }
 
 /// <summary>
-/// Collects the broker's counters by name, through a real <see cref="MeterListener"/>: what was counted
-/// since the probe was made. Ordinary counters report each increment; the per-message counts are
-/// observable counters (cumulative totals read at collection), so the probe reads them on every lookup
-/// and subtracts what they showed when it was made. A broker disposed meanwhile keeps its last value.
+/// Collects the counters of one broker by name, through a real <see cref="MeterListener"/>: what that
+/// broker counted since the probe was made. Each host makes its <c>Herald.Broker</c> meter through its own
+/// <see cref="IMeterFactory"/> (the factory is the meter's <see cref="Meter.Scope"/>), so the probe listens to
+/// that broker's instruments only, and what other brokers of the process (parallel tests) count never reaches
+/// it: exact assertions are safe. Ordinary counters report each increment; the per-message counts are
+/// observable counters (cumulative totals read at collection), so the probe reads them on every lookup and
+/// subtracts what they showed when it was made. A broker disposed meanwhile keeps its last value.
 /// </summary>
 public sealed class MetricsProbe : IDisposable
 {
+    private const char Separator = '\u001f';
+
     private readonly MeterListener _listener = new();
-    private readonly Dictionary<string, long> _totals = [];
+    private readonly Dictionary<(string Name, string Tags), long> _totals = [];
     private readonly Dictionary<(Instrument Instrument, string Tags), long> _observed = [];
-    private readonly Dictionary<string, long> _baseline;
+    private readonly Dictionary<(string Name, string Tags), long> _baseline;
     private readonly Lock _gate = new();
 
-    public MetricsProbe()
+    public MetricsProbe(TestBroker broker)
     {
+        IMeterFactory factory = broker.Services.GetRequiredService<IMeterFactory>();
         _listener.InstrumentPublished = (instrument, listener) =>
         {
-            if (instrument.Meter.Name == "Herald.Broker")
+            if (instrument.Meter.Name == BrokerMetrics.MeterName && ReferenceEquals(instrument.Meter.Scope, factory))
             {
                 listener.EnableMeasurementEvents(instrument);
             }
         };
         _listener.SetMeasurementEventCallback<long>((instrument, value, tags, _) =>
         {
+            string key = string.Join(Separator, tags.ToArray().Select(t => $"{t.Key}={t.Value}"));
             lock (_gate)
             {
                 if (instrument.IsObservable)
                 {
-                    _observed[(instrument, string.Join(',', tags.ToArray().Select(t => $"{t.Key}={t.Value}")))] = value;
+                    _observed[(instrument, key)] = value;
                 }
                 else
                 {
-                    _totals[instrument.Name] = _totals.GetValueOrDefault(instrument.Name) + value;
+                    _totals[(instrument.Name, key)] = _totals.GetValueOrDefault((instrument.Name, key)) + value;
                 }
             }
         });
@@ -112,31 +123,54 @@ public sealed class MetricsProbe : IDisposable
         _listener.RecordObservableInstruments();
         lock (_gate)
         {
-            _baseline = ObservedByName();
+            _baseline = Observed();
         }
     }
 
-    public long this[string name]
-    {
-        get
-        {
-            _listener.RecordObservableInstruments();
-            lock (_gate)
-            {
-                return _totals.GetValueOrDefault(name) + ObservedByName().GetValueOrDefault(name) - _baseline.GetValueOrDefault(name);
-            }
-        }
-    }
+    /// <summary>The count of <paramref name="name"/> over all its attributes.</summary>
+    public long this[string name] => Sum(name, null);
+
+    /// <summary>The count of <paramref name="name"/> where attribute <paramref name="attribute"/> is <paramref name="value"/> (say <c>error.type</c>, <c>RateLimited</c>).</summary>
+    public long this[string name, string attribute, string value] => Sum(name, $"{attribute}={value}");
 
     public void Dispose() => _listener.Dispose();
 
-    // Caller holds _gate.
-    private Dictionary<string, long> ObservedByName()
+    private long Sum(string name, string? tag)
     {
-        var sums = new Dictionary<string, long>();
-        foreach (((Instrument instrument, _), long value) in _observed)
+        _listener.RecordObservableInstruments();
+        lock (_gate)
         {
-            sums[instrument.Name] = sums.GetValueOrDefault(instrument.Name) + value;
+            Dictionary<(string Name, string Tags), long> observed = Observed();
+            long sum = 0;
+            foreach (((string Name, string Tags) key, long value) in _totals.Concat(observed))
+            {
+                if (Matches(key))
+                {
+                    sum += value;
+                }
+            }
+
+            foreach (((string Name, string Tags) key, long value) in _baseline)
+            {
+                if (Matches(key))
+                {
+                    sum -= value;
+                }
+            }
+
+            return sum;
+        }
+
+        bool Matches((string Name, string Tags) key) => key.Name == name && (tag is null || key.Tags.Split(Separator).Contains(tag));
+    }
+
+    // Caller holds _gate.
+    private Dictionary<(string Name, string Tags), long> Observed()
+    {
+        var sums = new Dictionary<(string Name, string Tags), long>();
+        foreach (((Instrument instrument, string tags), long value) in _observed)
+        {
+            sums[(instrument.Name, tags)] = sums.GetValueOrDefault((instrument.Name, tags)) + value;
         }
 
         return sums;

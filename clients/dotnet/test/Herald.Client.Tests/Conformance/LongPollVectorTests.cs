@@ -1,4 +1,6 @@
 using System.Buffers;
+using System.Net;
+using System.Net.Http.Headers;
 using System.Net.Http.Json;
 using System.Text;
 using System.Text.Json;
@@ -13,7 +15,8 @@ namespace Herald.Client.Tests.Conformance;
 /// protocol-spec/vectors/longpoll.json as a client sees it: every binary poll body (pollBinary) through
 /// the client's poll reader, with its headers, whole, split at every byte and byte by byte, and the ack
 /// the next poll sends; every valid frames publish body (framesBody.valid) through the client's encoder;
-/// and the client's own create and subscribe bodies against the rules of the requests section.
+/// and the client's own create and subscribe bodies sent to the real broker, which must take them and act
+/// on every member (and whose accepted subscribe bodies in the requests section use the same member names).
 /// </summary>
 public class LongPollVectorTests
 {
@@ -105,19 +108,43 @@ public class LongPollVectorTests
     [Fact]
     public async Task The_clients_create_and_subscribe_bodies_are_what_the_broker_accepts()
     {
-        string create = await JsonContent.Create(new CreateSessionRequest { Client = "web-1", Zstd = true }, LongPollJsonContext.Default.CreateSessionRequest).ReadAsStringAsync();
-        string subscribe = await JsonContent.Create(new SubscribeRequest { Sid = 7, Pattern = "prices.*.>", NoEcho = true }, LongPollJsonContext.Default.SubscribeRequest).ReadAsStringAsync();
         JsonElement[] requests = [.. Root.Value.GetProperty("requests").EnumerateArray()];
+        await using var broker = await TestBroker.StartAsync(o => o.Limits.MaxTopicLength = Root.Value.GetProperty("limits").GetProperty("maxTopicLength").GetInt32());
+        using var http = new HttpClient { BaseAddress = new Uri(broker.HttpUrl) };
+        using JsonContent create = JsonContent.Create(new CreateSessionRequest { Client = "web-1", Zstd = true }, LongPollJsonContext.Default.CreateSessionRequest);
+        using JsonContent subscribe = JsonContent.Create(new SubscribeRequest { Sid = 7, Pattern = "prices.*.>", NoEcho = true }, LongPollJsonContext.Default.SubscribeRequest);
 
-        using JsonDocument c = JsonDocument.Parse(create);
-        Assert.Equal("web-1", c.RootElement.GetProperty("client").GetString());
-        Assert.True(c.RootElement.GetProperty("zstd").GetBoolean());
-        using JsonDocument s = JsonDocument.Parse(subscribe);
-        Assert.Equal(7u, s.RootElement.GetProperty("sid").GetUInt32());
-        Assert.Equal("prices.*.>", s.RootElement.GetProperty("pattern").GetString());
-        Assert.True(s.RootElement.GetProperty("noEcho").GetBoolean());
+        // The broker takes the client's create body, and read it: it offers Zstd because the body asked for it.
+        using HttpResponseMessage created = await http.PostAsync("/poll/sessions", create);
+        Assert.Equal(HttpStatusCode.Created, created.StatusCode);
+        JsonElement session = await created.Content.ReadFromJsonAsync<JsonElement>();
+        Assert.True(session.GetProperty("zstd").GetBoolean());
+        string path = $"/poll/sessions/{session.GetProperty("session").GetString()}";
 
-        // The accepted subscribe bodies of the file use exactly these member names.
+        using HttpResponseMessage subscribed = await http.PostAsync($"{path}/subscriptions", subscribe);
+        Assert.Equal(HttpStatusCode.NoContent, subscribed.StatusCode);
+
+        // sid, pattern and noEcho as the broker understood them: the session's own publication on a matching
+        // topic is not echoed; another's, published after it, arrives under sid 7.
+        using (HttpResponseMessage own = await http.PostAsync($"{path}/publish?topic=prices.eur.own", new StringContent("own")))
+        {
+            Assert.True(own.IsSuccessStatusCode, $"{own.StatusCode}");
+        }
+
+        using (HttpResponseMessage other = await http.PostAsync("/poll/publish?topic=prices.eur.spot", new StringContent("spot")))
+        {
+            Assert.True(other.IsSuccessStatusCode, $"{other.StatusCode}");
+        }
+
+        using var poll = new HttpRequestMessage(HttpMethod.Get, $"{path}/messages?ack=0");
+        poll.Headers.Accept.Add(new MediaTypeWithQualityHeaderValue("application/json"));
+        using HttpResponseMessage polled = await http.SendAsync(poll);
+        Assert.Equal(HttpStatusCode.OK, polled.StatusCode);
+        JsonElement[] messages = [.. (await polled.Content.ReadFromJsonAsync<JsonElement>()).GetProperty("messages").EnumerateArray()];
+        Assert.Equal([("prices.eur.spot", 7u)], messages.Select(m => (m.GetProperty("topic").GetString(), m.GetProperty("sid").GetUInt32())));
+
+        // The accepted subscribe bodies of the file use the member names the client writes.
+        using JsonDocument s = JsonDocument.Parse(await subscribe.ReadAsStringAsync());
         string[] accepted = [.. requests.Where(r => r.GetProperty("endpoint").GetString() == "subscribe" && r.GetProperty("status").GetInt32() == 204)
             .SelectMany(r => JsonDocument.Parse(r.GetProperty("body").GetString()!).RootElement.EnumerateObject().Select(p => p.Name)).Distinct()];
         Assert.Subset(new HashSet<string>(["sid", "pattern", "noEcho"]), new HashSet<string>(accepted));

@@ -8,11 +8,16 @@ using Herald.Protocol;
 
 namespace Herald.Client.Tests.Integration;
 
-/// <summary>A broker with static-token authentication: alice may use <c>chat.&gt;</c> except <c>chat.admin.&gt;</c>; bob may use everything.</summary>
+/// <summary>
+/// A broker with static-token authentication: alice may use <c>chat.&gt;</c> except <c>chat.admin.&gt;</c>; bob
+/// may use everything; carol has two tokens, the newer one also granting <c>upgraded.&gt;</c>.
+/// </summary>
 public sealed class AuthBroker : IAsyncLifetime
 {
     public const string Alice = "alice-token-0123456789";
     public const string Bob = "bob-token-0123456789";
+    public const string CarolOld = "carol-old-token-0123456789";
+    public const string CarolNew = "carol-new-token-0123456789";
 
     public TestBroker Broker { get; private set; } = null!;
 
@@ -27,6 +32,8 @@ public sealed class AuthBroker : IAsyncLifetime
             Permissions = { Publish = { "chat.>" }, Subscribe = { "chat.>" }, DenyPublish = { "chat.admin.>" }, DenySubscribe = { "chat.admin.>" } },
         });
         o.Security.Auth.Tokens.Add(new TokenOptions { Name = "bob", Sha256 = Sha256(Bob), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
+        o.Security.Auth.Tokens.Add(new TokenOptions { Name = "carol", Sha256 = Sha256(CarolOld), Permissions = { Publish = { "refresh.>" }, Subscribe = { "refresh.>" } } });
+        o.Security.Auth.Tokens.Add(new TokenOptions { Name = "carol", Sha256 = Sha256(CarolNew), Permissions = { Publish = { "refresh.>", "upgraded.>" }, Subscribe = { "refresh.>", "upgraded.>" } } });
     });
 
     public async Task DisposeAsync() => await Broker.DisposeAsync();
@@ -113,20 +120,30 @@ public class SecurityTests(AuthBroker fixture) : IClassFixture<AuthBroker>
     public async Task RefreshCredentialAsync_presents_a_fresh_credential_and_the_connection_carries_on()
     {
         int asked = 0;
-        await using var bob = new HeraldClient(fixture.Broker.TcpUrl, new HeraldClientOptions
+        await using var carol = new HeraldClient(fixture.Broker.TcpUrl, new HeraldClientOptions
         {
-            CredentialProvider = _ => ValueTask.FromResult<string?>(Interlocked.Increment(ref asked) > 0 ? AuthBroker.Bob : null),
+            CredentialProvider = _ => ValueTask.FromResult<string?>(Interlocked.Increment(ref asked) == 1 ? AuthBroker.CarolOld : AuthBroker.CarolNew),
         });
-        await using HeraldSubscription subscription = await bob.SubscribeAsync("refresh.>");
-        ulong? connection = bob.ServerInfo!.ConnectionId;
+        string topic = "refresh." + Guid.NewGuid().ToString("N");
+        string upgraded = "upgraded." + Guid.NewGuid().ToString("N");
+        await using HeraldSubscription subscription = await carol.SubscribeAsync(topic);
+        ulong? connection = carol.ServerInfo!.ConnectionId;
+        var before = await Assert.ThrowsAsync<HeraldException>(() => carol.SubscribeAsync(upgraded)); // the old token does not grant it
+        Assert.Equal(ErrorCode.PermissionDenied, before.ErrorCode);
 
-        await bob.RefreshCredentialAsync(Wait.Token());
+        await carol.RefreshCredentialAsync(Wait.Token());
 
         Assert.Equal(2, asked);
-        Assert.Equal(connection, bob.ServerInfo!.ConnectionId);
-        await bob.PublishAsync("refresh.after", "same connection");
+        Assert.Equal(connection, carol.ServerInfo!.ConnectionId);
+
+        // The broker now holds the new token's grants on the same connection: what was refused is allowed.
+        await using HeraldSubscription granted = await carol.SubscribeAsync(upgraded);
+        await carol.PublishAsync(upgraded, "granted now");
+        Assert.Equal("granted now", (await granted.ReadAsync(Wait.Token())).GetString());
+        await carol.PublishAsync(topic, "same connection");
         Assert.Equal("same connection", (await subscription.ReadAsync(Wait.Token())).GetString());
-        Assert.Equal(ConnectionState.Connected, bob.State);
+        Assert.Equal(connection, carol.ServerInfo!.ConnectionId);
+        Assert.Equal(ConnectionState.Connected, carol.State);
     }
 }
 
