@@ -34,6 +34,9 @@ internal static class CompressionRun
     /// <summary>The sid the subscriber subscribes with.</summary>
     public const uint Sid = 1;
 
+    /// <summary>The subscriber's receive buffer: room for a few of the largest payloads the classes make.</summary>
+    private const int SubscriberReceiveBuffer = 512 * 1024;
+
     /// <summary>The broker arguments for <paramref name="mode"/> on <paramref name="port"/>; the same line is printed for starting a broker by hand.</summary>
     public static List<string> BrokerArguments(CompressionMode mode, int port)
     {
@@ -63,7 +66,7 @@ internal static class CompressionRun
         CultureInfo c = CultureInfo.InvariantCulture;
 
         BrokerChild? child = null;
-        CappedConnection? subscriberConnection = null;
+        HeraldConnection? subscriberConnection = null;
         HeraldConnection? publisherConnection = null;
         var state = new RunState();
         try
@@ -97,7 +100,8 @@ internal static class CompressionRun
 
                     var link = new TokenBucket(linkBytesPerSecond);
                     Capabilities ask = mode == CompressionMode.None ? Capabilities.None : Capabilities.Zstd;
-                    subscriberConnection = await CappedConnection.ConnectAsync(endPoint, "loadtest-compression-sub", ask, link, options.ReceiveWindow, setup.Token);
+                    subscriberConnection = await HeraldConnection.ConnectAsync(
+                        endPoint, "loadtest-compression-sub", setup.Token, SubscriberReceiveBuffer, capabilities: ask, link: link, receiveWindow: options.ReceiveWindow);
                     await subscriberConnection.SubscribeAsync(CompressionRun.Sid, payloads.Topic, setup.Token);
                     publisherConnection = await HeraldConnection.ConnectAsync(endPoint, "loadtest-compression-pub", setup.Token);
                 }
@@ -295,7 +299,7 @@ internal sealed class PayloadSet
 /// byte for byte with what was published, and hands the publisher a credit back.
 /// Threading: <see cref="RunAsync"/> is the only writer; the counters are read by the timeline.
 /// </summary>
-internal sealed class CompressionSubscriber(CappedConnection connection, PayloadSet payloads, bool zstdGranted, SemaphoreSlim credits, RunLog log) : IDisposable
+internal sealed class CompressionSubscriber(HeraldConnection connection, PayloadSet payloads, bool zstdGranted, SemaphoreSlim credits, RunLog log) : IDisposable
 {
     private readonly Decompressor _decompressor = new();
     private readonly byte[] _plain = new byte[Math.Max(payloads.MaxSize, 1024 * 1024)];
@@ -317,7 +321,7 @@ internal sealed class CompressionSubscriber(CappedConnection connection, Payload
 
     public long WireBytes => connection.BytesReceived;
 
-    public double LinkWaitSeconds => connection.Link.Waited.TotalSeconds;
+    public double LinkWaitSeconds => connection.Link?.Waited.TotalSeconds ?? 0;
 
     public bool Closed => _closed;
 
