@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.CompilerServices;
@@ -318,6 +319,71 @@ internal sealed class HeraldConnection : IAsyncDisposable
         }
     }
 
+    /// <summary>
+    /// The read loop of a connection that only receives (a subscriber) or only publishes: until the
+    /// connection ends, hands every buffered frame to <paramref name="onMessage"/> first (with the time
+    /// the batch was first looked at), then handles what it declined: PINGs answered with one PONG per
+    /// batch, PONGs ignored, ERRORs and any other frame recorded in <paramref name="health"/>, as is the
+    /// end (the broker closed the connection, or it failed under the reader). Never throws for those.
+    /// </summary>
+    public async Task ReadUntilClosedAsync(MessageSink? onMessage, ConnectionHealth health)
+    {
+        try
+        {
+            while (true)
+            {
+                bool pongDue = false;
+                long receivedAt = 0;
+                while (TryReadFrame(out ReadOnlySequence<byte> body))
+                {
+                    if (onMessage is not null)
+                    {
+                        if (receivedAt == 0)
+                        {
+                            receivedAt = Stopwatch.GetTimestamp();
+                        }
+
+                        if (onMessage(body, receivedAt))
+                        {
+                            continue;
+                        }
+                    }
+
+                    var reader = new MessagePackReader(body);
+                    switch (FrameDecoder.ReadHeader(ref reader, out int elements))
+                    {
+                        case FrameType.Ping:
+                            pongDue = true;
+                            break;
+                        case FrameType.Pong:
+                            break;
+                        case FrameType.Error:
+                            health.OnError(FrameDecoder.ReadError(ref reader, elements));
+                            break;
+                        case FrameType type:
+                            health.OnUnexpected(type);
+                            break;
+                    }
+                }
+
+                if (pongDue)
+                {
+                    await SendPongAsync();
+                }
+
+                if (!await ReceiveAsync())
+                {
+                    health.OnEnd("the broker closed the connection");
+                    return;
+                }
+            }
+        }
+        catch (Exception e) when (e is SocketException or ObjectDisposedException or IOException or OperationCanceledException or ProtocolException)
+        {
+            health.OnEnd(e.Message);
+        }
+    }
+
     /// <summary>Shuts the socket down; a pending <see cref="ReceiveAsync"/> then fails or returns <c>false</c>.</summary>
     public void Close()
     {
@@ -380,3 +446,9 @@ internal sealed class HeraldConnection : IAsyncDisposable
         }
     }
 }
+
+/// <summary>
+/// Takes one received frame body if it is a MESSAGE the reader wants (<c>true</c>); <c>false</c> hands it
+/// back to <see cref="HeraldConnection.ReadUntilClosedAsync"/>. The body is valid only during the call.
+/// </summary>
+internal delegate bool MessageSink(ReadOnlySequence<byte> body, long receivedAt);

@@ -158,7 +158,7 @@ internal abstract class BroadcastSubscriber(string name, BroadcastMessage messag
     public long Unexpected { get; protected set; }
 
     /// <summary>Why the broker's side ended this subscriber before the run did; <c>null</c> when it did not.</summary>
-    public string? LostReason { get; protected set; }
+    public virtual string? LostReason { get; protected set; }
 
     protected RunLog Log => log;
 
