@@ -67,13 +67,12 @@ internal sealed class RpcScenario : IScenario
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"rpc {options.Mode}: {options.Callers} callers -> '{options.Topic}.*' -> {options.Responders} responder(s), {options.Call.Name} ({options.Call.Description}), warm-up {options.Warmup} s, measured {options.Seconds} s, {options.Repeat} repetition(s); {targetOptions.Describe()}"));
-        await using ITarget target = await TargetFactory.StartAsync(targetOptions, cancellationToken);
-        TargetReport.Print(target, Console.Out);
+        await using ITarget target = await ScenarioSkeleton.StartAsync(targetOptions, cancellationToken);
         var log = new RunLog();
-        (List<RpcRun> runs, int? exit) = await Repetitions.RunAsync(
+        (List<RpcRun> runs, int? exit) = await ScenarioSkeleton.RepeatAsync(
             options.Repeat,
+            ScenarioSkeleton.RepetitionHeader(options.Repeat),
             () => RunOnceAsync(target, targetOptions, options, log, cancellationToken),
-            run => run.Interrupted,
             run => run.Print(options),
             cancellationToken);
         return exit ?? Report(target, options, runs, log);
@@ -92,39 +91,34 @@ internal sealed class RpcScenario : IScenario
             var responders = new RpcResponder[options.Responders];
             var callers = new RpcCaller[options.Callers];
             long setupStart = Stopwatch.GetTimestamp();
-            using (var setup = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken))
+            SetupOutcome setup = await ScenarioSkeleton.SetUpAsync(targetOptions.SetupTimeoutSeconds, async token =>
             {
-                setup.CancelAfter(TimeSpan.FromSeconds(targetOptions.SetupTimeoutSeconds));
-                try
+                clients = await ScenarioClients.ConnectAsync(target, 0, options.Responders + options.Callers, token);
+                for (int r = 0; r < responders.Length; r++)
                 {
-                    clients = await ScenarioClients.ConnectAsync(target, 0, options.Responders + options.Callers, setup.Token);
-                    for (int r = 0; r < responders.Length; r++)
-                    {
-                        responders[r] = new RpcResponder(clients[r], $"responder {r}", options.Call, oneway, log);
-                    }
-
-                    for (int i = 0; i < callers.Length; i++)
-                    {
-                        string inbox = string.Create(CultureInfo.InvariantCulture, $"_INBOX.lt{run}.c{i}");
-                        callers[i] = new RpcCaller(i, clients[options.Responders + i], RequestTopic(options, i % options.Responders), inbox, options.Call, phase, oneway, log);
-                    }
-
-                    await ScenarioClients.SubscribeAllAsync(responders.Length, (r, token) => clients[r].SubscribeAsync(RequestTopic(options, r), responders[r].OnRequest, token), setup.Token);
-                    if (oneway is null)
-                    {
-                        await ScenarioClients.SubscribeAllAsync(callers.Length, (i, token) => callers[i].Client.SubscribeAsync(callers[i].Inbox, callers[i].OnReply, token), setup.Token);
-                    }
+                    responders[r] = new RpcResponder(clients[r], $"responder {r}", options.Call, oneway, log);
                 }
-                catch (Exception e) when (ScenarioClients.IsSetupFailure(e) && !cancellationToken.IsCancellationRequested)
+
+                for (int i = 0; i < callers.Length; i++)
                 {
-                    string why = e is OperationCanceledException ? $"setup did not finish within {targetOptions.SetupTimeoutSeconds} s" : e.Message;
+                    string inbox = string.Create(CultureInfo.InvariantCulture, $"_INBOX.lt{run}.c{i}");
+                    callers[i] = new RpcCaller(i, clients[options.Responders + i], RequestTopic(options, i % options.Responders), inbox, options.Call, phase, oneway, log);
+                }
+
+                await ScenarioClients.SubscribeAllAsync(responders.Length, (r, t) => clients[r].SubscribeAsync(RequestTopic(options, r), responders[r].OnRequest, t), token);
+                if (oneway is null)
+                {
+                    await ScenarioClients.SubscribeAllAsync(callers.Length, (i, t) => callers[i].Client.SubscribeAsync(callers[i].Inbox, callers[i].OnReply, t), token);
+                }
+            }, ScenarioSkeleton.TargetSetupFailure, cancellationToken);
+            if (!setup.Done)
+            {
+                if (setup.Failure is { } why)
+                {
                     Console.Error.WriteLine($"error: {target.Label} unreachable or unusable: {why}");
-                    return null;
                 }
-                catch (OperationCanceledException)
-                {
-                    return null;
-                }
+
+                return null;
             }
 
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
@@ -161,13 +155,8 @@ internal sealed class RpcScenario : IScenario
             phase.Finish();
 
             // ---- Stop: calls in flight (twoway) or requests sent (oneway) get --grace seconds to be answered.
-            long drainStart = Stopwatch.GetTimestamp();
-            await stopSending.CancelAsync();
-            await RunState.WaitQuietlyAsync(sending, TimeSpan.FromSeconds(options.Grace));
-            while (!window.Interrupted && Stopwatch.GetElapsedTime(drainStart).TotalSeconds < options.Grace && callers.Any(c => c.Client.Failure is null && c.Outstanding > 0))
-            {
-                await Task.Delay(5, CancellationToken.None);
-            }
+            await ScenarioSkeleton.StopAndDrainAsync(
+                stopSending, sending, options.Grace, window.Interrupted, () => callers.Any(c => c.Client.Failure is null && c.Outstanding > 0), pollMilliseconds: 5);
 
             long unanswered = callers.Where(c => c.Client.Failure is null).Sum(c => c.Outstanding);
             string?[] lost = [.. clients.Select(c => c.Failure)]; // before closing: a client may call its own close a failure
@@ -185,8 +174,6 @@ internal sealed class RpcScenario : IScenario
 
     private static int Report(ITarget target, RpcOptions options, List<RpcRun> runs, RunLog log)
     {
-        bool interrupted = runs.Any(r => r.Interrupted);
-        List<string> failures = [.. runs.SelectMany((r, i) => r.Failures.Select(f => runs.Count > 1 ? $"repetition {i + 1}: {f}" : f))];
         List<RpcRun> measured = [.. runs.Where(r => r.Measured)];
         List<Headline> headlines = [Headline.Of("calls/s", "calls/s", higherIsBetter: true, [.. measured.Select(r => r.CallsPerSecond)])];
         if (options.Mode == "twoway")
@@ -195,53 +182,20 @@ internal sealed class RpcScenario : IScenario
             headlines.Add(Headline.Of("p99 latency us", "us", higherIsBetter: false, [.. measured.Where(r => r.Latency.Count > 0).Select(r => r.Latency.Percentile(99))]));
         }
 
-        long? rss = TargetReport.ServerRss(target);
-        Console.WriteLine();
-        Console.WriteLine($"rpc {options.Mode} {options.Call.Name} on {target.Label} ({(interrupted ? "INTERRUPTED" : failures.Count == 0 ? "OK" : "FAILED")})");
-        ScenarioClients.PrintHeadlines(headlines);
-        if (rss is { } bytes)
+        return ScenarioSkeleton.Report(target, "rpc", $"rpc {options.Mode} {options.Call.Name}", runs, headlines, options.Out, json =>
         {
-            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"  server RSS          : {bytes / 1e6:F1} MB at the end"));
-        }
-
-        Outcome.PrintFailures(failures);
-        if (options.Out is { } path)
-        {
-            ResultFile.Write(path, "rpc", json =>
-            {
-                TargetReport.Write(json, target);
-                Headline.WriteAll(json, headlines);
-                json.WriteStartObject("parameters");
-                json.WriteString("mode", options.Mode);
-                json.WriteString("payload", options.Call.Name);
-                json.WriteString("call", options.Call.Description);
-                json.WriteNumber("callers", options.Callers);
-                json.WriteNumber("responders", options.Responders);
-                json.WriteNumber("seconds", options.Seconds);
-                json.WriteNumber("warmupSeconds", options.Warmup);
-                json.WriteNumber("maxLead", options.MaxLead);
-                json.WriteString("topic", options.Topic);
-                json.WriteNumber("graceSeconds", options.Grace);
-                json.WriteNumber("repeat", options.Repeat);
-                json.WriteEndObject();
-                if (rss is { } serverRss)
-                {
-                    json.WriteNumber("serverRssBytes", serverRss);
-                }
-
-                json.WriteStartArray("repetitions");
-                foreach (RpcRun run in runs)
-                {
-                    run.Write(json);
-                }
-
-                json.WriteEndArray();
-                Outcome.Write(json, failures, interrupted, log);
-            });
-            Console.WriteLine($"  result written to   : {path}");
-        }
-
-        return interrupted ? ExitCodes.Interrupted : failures.Count == 0 ? ExitCodes.Ok : ExitCodes.RunFailed;
+            json.WriteString("mode", options.Mode);
+            json.WriteString("payload", options.Call.Name);
+            json.WriteString("call", options.Call.Description);
+            json.WriteNumber("callers", options.Callers);
+            json.WriteNumber("responders", options.Responders);
+            json.WriteNumber("seconds", options.Seconds);
+            json.WriteNumber("warmupSeconds", options.Warmup);
+            json.WriteNumber("maxLead", options.MaxLead);
+            json.WriteString("topic", options.Topic);
+            json.WriteNumber("graceSeconds", options.Grace);
+            json.WriteNumber("repeat", options.Repeat);
+        }, log);
     }
 
     internal sealed record RpcOptions(string Mode, RpcCall Call, int Callers, int Responders, double Seconds, double Warmup, long MaxLead, string Topic, double Grace, int Repeat, string? Out)
@@ -600,8 +554,10 @@ internal sealed class RpcScenario : IScenario
         long Errors,
         int Disconnected,
         long Unanswered,
-        ResourceUsage? Resources)
+        ResourceUsage? Resources) : IScenarioRun
     {
+        IReadOnlyList<string> IScenarioRun.Failures => Failures;
+
         public double CallsPerSecond => Seconds > 0 ? Calls / Seconds : 0;
 
         public static RpcRun From(RpcOptions options, WindowResult<RpcSnapshot> window, RpcCaller[] callers, RpcResponder[] responders, OnewayLedger? oneway, string?[] lost, long errors, long unanswered, RunLog log)
