@@ -62,22 +62,20 @@ internal sealed class FanoutScenario : IScenario
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"fanout: {options.Subscribers} subscribers on '{options.Topic}', payload {options.Payload} B, max lead {options.MaxLead:N0}, warm-up {options.Warmup} s, measured {options.Seconds} s, {options.Repeat} repetition(s); {targetOptions.Describe()}"));
-        await using ITarget target = await ScenarioSkeleton.StartAsync(targetOptions, cancellationToken, started =>
-        {
-            if (options.Payload > started.MaxPayload)
-            {
-                throw new UsageException($"--payload {options.Payload} is over {started.Label}'s largest payload, {started.MaxPayload} B.");
-            }
-        });
-
-        var log = new RunLog();
-        (List<FanoutRun> runs, int? exit) = await ScenarioSkeleton.RepeatAsync(
+        return await ScenarioSkeleton.RunRepetitionsAsync<FanoutRun>(
+            targetOptions,
             options.Repeat,
-            ScenarioSkeleton.RepetitionHeader(options.Repeat),
-            () => RunOnceAsync(target, targetOptions, options, log, cancellationToken),
+            (target, log) => RunOnceAsync(target, targetOptions, options, log, cancellationToken),
             run => run.Print(options),
-            cancellationToken);
-        return exit ?? Report(target, options, runs, log);
+            (target, runs, log) => Report(target, options, runs, log),
+            cancellationToken,
+            check: target =>
+            {
+                if (options.Payload > target.MaxPayload)
+                {
+                    throw new UsageException($"--payload {options.Payload} is over {target.Label}'s largest payload, {target.MaxPayload} B.");
+                }
+            });
     }
 
     /// <summary>One repetition: connect, subscribe, warm up, measure, drain, close. Null when setup failed.</summary>
@@ -90,7 +88,7 @@ internal sealed class FanoutScenario : IScenario
             // ---- Setup, bounded by --setup-timeout: subscribers are clients 0..N-1, the publisher client N.
             var subscribers = new FanoutSubscriber[options.Subscribers];
             long setupStart = Stopwatch.GetTimestamp();
-            SetupOutcome setup = await ScenarioSkeleton.SetUpAsync(targetOptions.SetupTimeoutSeconds, async token =>
+            bool ready = await ScenarioSkeleton.SetUpClientsAsync(target, targetOptions.SetupTimeoutSeconds, async token =>
             {
                 clients = await ScenarioClients.ConnectAsync(target, 0, options.Subscribers + 1, token);
                 for (int i = 0; i < subscribers.Length; i++)
@@ -99,14 +97,9 @@ internal sealed class FanoutScenario : IScenario
                 }
 
                 await ScenarioClients.SubscribeAllAsync(subscribers.Length, (i, t) => clients[i].SubscribeAsync(options.Topic, subscribers[i].OnMessage, t), token);
-            }, ScenarioSkeleton.TargetSetupFailure, cancellationToken);
-            if (!setup.Done)
+            }, cancellationToken);
+            if (!ready)
             {
-                if (setup.Failure is { } why)
-                {
-                    Console.Error.WriteLine($"error: {target.Label} unreachable or unusable: {why}");
-                }
-
                 return null;
             }
 
@@ -249,17 +242,8 @@ internal sealed class FanoutScenario : IScenario
 
         public static FanoutRun From(FanoutOptions options, WindowResult<FanoutSnapshot> window, FanoutSubscriber[] subscribers, FanoutPublisher publisher, string?[] lost, long errors, long undelivered, double drainSeconds, RunLog log)
         {
-            var failures = new List<string>();
-            if (window.Aborted is { } aborted)
-            {
-                failures.Add($"run aborted: {aborted}");
-            }
-
+            List<string> failures = ScenarioSkeleton.WindowFailures(window.Aborted, lost, "subscribers");
             int disconnected = lost.Count(l => l is not null);
-            if (disconnected > 0)
-            {
-                failures.Add($"{disconnected} of {subscribers.Length} subscribers were disconnected (first: {lost.First(l => l is not null)})");
-            }
 
             if (publisher.Failure is { } publisherFailure && window.Aborted is null)
             {
@@ -313,12 +297,7 @@ internal sealed class FanoutScenario : IScenario
         public void Print(FanoutOptions options)
         {
             CultureInfo c = CultureInfo.InvariantCulture;
-            Console.WriteLine($"fanout repetition ({(Interrupted ? "INTERRUPTED" : Failures.Count == 0 ? "OK" : "FAILED")})");
-            if (!Measured)
-            {
-                Console.WriteLine(Interrupted ? "  interrupted before the measured window: nothing measured." : "  stopped before the measured window: nothing measured.");
-            }
-            else
+            if (ScenarioSkeleton.PrintRepetitionStatus("fanout", this, Measured))
             {
                 Console.WriteLine(string.Create(c, $"  parameters          : {options.Subscribers} subscribers, payload {options.Payload} B, max lead {options.MaxLead:N0}"));
                 Console.WriteLine(string.Create(c, $"  measured window     : {Seconds:F2} s after {options.Warmup} s warm-up"));
@@ -334,34 +313,21 @@ internal sealed class FanoutScenario : IScenario
             Outcome.PrintFailures(Failures);
         }
 
-        public void Write(Utf8JsonWriter json)
+        public void Write(Utf8JsonWriter json) => ScenarioSkeleton.WriteRepetition(json, this, Measured, Seconds, Resources, figures =>
         {
-            json.WriteStartObject();
-            json.WriteBoolean("measured", Measured);
-            json.WriteBoolean("ok", Failures.Count == 0 && !Interrupted);
-            json.WriteNumber("measuredSeconds", Seconds);
-            json.WriteNumber("deliveries", Deliveries);
-            json.WriteNumber("deliveriesPerSecond", DeliveriesPerSecond);
-            json.WriteNumber("published", Published);
-            json.WriteNumber("publishedPerSecond", PublishedPerSecond);
-            json.WriteNumber("flowControlWaits", FlowWaits);
-            json.WriteNumber("missing", Missing);
-            json.WriteNumber("reordered", Reordered);
-            json.WriteNumber("unexpected", Unexpected);
-            json.WriteNumber("errorReplies", Errors);
-            json.WriteNumber("disconnectedSubscribers", Disconnected);
-            json.WriteNumber("undeliveredAfterGrace", Undelivered);
-            json.WriteNumber("drainSeconds", DrainSeconds);
-            Resources?.Write(json);
-            json.WriteStartArray("failures");
-            foreach (string failure in Failures)
-            {
-                json.WriteStringValue(failure);
-            }
-
-            json.WriteEndArray();
-            json.WriteEndObject();
-        }
+            figures.WriteNumber("deliveries", Deliveries);
+            figures.WriteNumber("deliveriesPerSecond", DeliveriesPerSecond);
+            figures.WriteNumber("published", Published);
+            figures.WriteNumber("publishedPerSecond", PublishedPerSecond);
+            figures.WriteNumber("flowControlWaits", FlowWaits);
+            figures.WriteNumber("missing", Missing);
+            figures.WriteNumber("reordered", Reordered);
+            figures.WriteNumber("unexpected", Unexpected);
+            figures.WriteNumber("errorReplies", Errors);
+            figures.WriteNumber("disconnectedSubscribers", Disconnected);
+            figures.WriteNumber("undeliveredAfterGrace", Undelivered);
+            figures.WriteNumber("drainSeconds", DrainSeconds);
+        });
     }
 
     /// <summary>

@@ -67,15 +67,13 @@ internal sealed class RpcScenario : IScenario
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"rpc {options.Mode}: {options.Callers} callers -> '{options.Topic}.*' -> {options.Responders} responder(s), {options.Call.Name} ({options.Call.Description}), warm-up {options.Warmup} s, measured {options.Seconds} s, {options.Repeat} repetition(s); {targetOptions.Describe()}"));
-        await using ITarget target = await ScenarioSkeleton.StartAsync(targetOptions, cancellationToken);
-        var log = new RunLog();
-        (List<RpcRun> runs, int? exit) = await ScenarioSkeleton.RepeatAsync(
+        return await ScenarioSkeleton.RunRepetitionsAsync<RpcRun>(
+            targetOptions,
             options.Repeat,
-            ScenarioSkeleton.RepetitionHeader(options.Repeat),
-            () => RunOnceAsync(target, targetOptions, options, log, cancellationToken),
+            (target, log) => RunOnceAsync(target, targetOptions, options, log, cancellationToken),
             run => run.Print(options),
+            (target, runs, log) => Report(target, options, runs, log),
             cancellationToken);
-        return exit ?? Report(target, options, runs, log);
     }
 
     /// <summary>One repetition: connect, subscribe, warm up, measure, drain, close. Null when setup failed.</summary>
@@ -91,7 +89,7 @@ internal sealed class RpcScenario : IScenario
             var responders = new RpcResponder[options.Responders];
             var callers = new RpcCaller[options.Callers];
             long setupStart = Stopwatch.GetTimestamp();
-            SetupOutcome setup = await ScenarioSkeleton.SetUpAsync(targetOptions.SetupTimeoutSeconds, async token =>
+            bool ready = await ScenarioSkeleton.SetUpClientsAsync(target, targetOptions.SetupTimeoutSeconds, async token =>
             {
                 clients = await ScenarioClients.ConnectAsync(target, 0, options.Responders + options.Callers, token);
                 for (int r = 0; r < responders.Length; r++)
@@ -110,14 +108,9 @@ internal sealed class RpcScenario : IScenario
                 {
                     await ScenarioClients.SubscribeAllAsync(callers.Length, (i, t) => callers[i].Client.SubscribeAsync(callers[i].Inbox, callers[i].OnReply, t), token);
                 }
-            }, ScenarioSkeleton.TargetSetupFailure, cancellationToken);
-            if (!setup.Done)
+            }, cancellationToken);
+            if (!ready)
             {
-                if (setup.Failure is { } why)
-                {
-                    Console.Error.WriteLine($"error: {target.Label} unreachable or unusable: {why}");
-                }
-
                 return null;
             }
 
@@ -562,17 +555,8 @@ internal sealed class RpcScenario : IScenario
 
         public static RpcRun From(RpcOptions options, WindowResult<RpcSnapshot> window, RpcCaller[] callers, RpcResponder[] responders, OnewayLedger? oneway, string?[] lost, long errors, long unanswered, RunLog log)
         {
-            var failures = new List<string>();
-            if (window.Aborted is { } aborted)
-            {
-                failures.Add($"run aborted: {aborted}");
-            }
-
+            List<string> failures = ScenarioSkeleton.WindowFailures(window.Aborted, lost, "connections");
             int disconnected = lost.Count(l => l is not null);
-            if (disconnected > 0)
-            {
-                failures.Add($"{disconnected} of {lost.Length} connections were disconnected (first: {lost.First(l => l is not null)})");
-            }
 
             if (callers.FirstOrDefault(c => c.SendFailure is not null) is { } failedCaller)
             {
@@ -630,12 +614,7 @@ internal sealed class RpcScenario : IScenario
         public void Print(RpcOptions options)
         {
             CultureInfo c = CultureInfo.InvariantCulture;
-            Console.WriteLine($"rpc repetition ({(Interrupted ? "INTERRUPTED" : Failures.Count == 0 ? "OK" : "FAILED")})");
-            if (!Measured)
-            {
-                Console.WriteLine(Interrupted ? "  interrupted before the measured window: nothing measured." : "  stopped before the measured window: nothing measured.");
-            }
-            else
+            if (ScenarioSkeleton.PrintRepetitionStatus("rpc", this, Measured))
             {
                 Console.WriteLine(string.Create(c, $"  parameters          : {options.Mode}, {options.Call.Description}, {options.Callers} callers, {options.Responders} responder(s)"));
                 Console.WriteLine(string.Create(c, $"  measured window     : {Seconds:F2} s after {options.Warmup} s warm-up"));
@@ -652,31 +631,18 @@ internal sealed class RpcScenario : IScenario
             Outcome.PrintFailures(Failures);
         }
 
-        public void Write(Utf8JsonWriter json)
+        public void Write(Utf8JsonWriter json) => ScenarioSkeleton.WriteRepetition(json, this, Measured, Seconds, Resources, figures =>
         {
-            json.WriteStartObject();
-            json.WriteBoolean("measured", Measured);
-            json.WriteBoolean("ok", Failures.Count == 0 && !Interrupted);
-            json.WriteNumber("measuredSeconds", Seconds);
-            json.WriteNumber("calls", Calls);
-            json.WriteNumber("callsPerSecond", CallsPerSecond);
-            Latency.Write(json, "latency");
-            json.WriteNumber("requestsHandled", Answered);
-            json.WriteNumber("unexpected", Unexpected);
-            json.WriteNumber("missing", Missing);
-            json.WriteNumber("reordered", Reordered);
-            json.WriteNumber("errorReplies", Errors);
-            json.WriteNumber("disconnected", Disconnected);
-            json.WriteNumber("unanswered", Unanswered);
-            Resources?.Write(json);
-            json.WriteStartArray("failures");
-            foreach (string failure in Failures)
-            {
-                json.WriteStringValue(failure);
-            }
-
-            json.WriteEndArray();
-            json.WriteEndObject();
-        }
+            figures.WriteNumber("calls", Calls);
+            figures.WriteNumber("callsPerSecond", CallsPerSecond);
+            Latency.Write(figures, "latency");
+            figures.WriteNumber("requestsHandled", Answered);
+            figures.WriteNumber("unexpected", Unexpected);
+            figures.WriteNumber("missing", Missing);
+            figures.WriteNumber("reordered", Reordered);
+            figures.WriteNumber("errorReplies", Errors);
+            figures.WriteNumber("disconnected", Disconnected);
+            figures.WriteNumber("unanswered", Unanswered);
+        });
     }
 }

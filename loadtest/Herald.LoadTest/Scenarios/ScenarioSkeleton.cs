@@ -57,6 +57,27 @@ internal static class ScenarioSkeleton
     }
 
     /// <summary>
+    /// The whole of a throughput scenario (<c>fanout</c>, <c>rpc</c>): start the target, run
+    /// <paramref name="repeat"/> repetitions of <paramref name="once"/> with one run log, printing each,
+    /// then <paramref name="report"/> them. Returns the exit code.
+    /// </summary>
+    public static async Task<int> RunRepetitionsAsync<T>(
+        TargetOptions targetOptions,
+        int repeat,
+        Func<ITarget, RunLog, Task<T?>> once,
+        Action<T> print,
+        Func<ITarget, List<T>, RunLog, int> report,
+        CancellationToken cancellationToken,
+        Action<ITarget>? check = null)
+        where T : class, IScenarioRun
+    {
+        await using ITarget target = await StartAsync(targetOptions, cancellationToken, check);
+        var log = new RunLog();
+        (List<T> runs, int? exit) = await RepeatAsync(repeat, RepetitionHeader(repeat), () => once(target, log), print, cancellationToken);
+        return exit ?? report(target, runs, log);
+    }
+
+    /// <summary>
     /// Runs <paramref name="once"/> <paramref name="repeat"/> times, each after its <paramref name="header"/>
     /// line (none when it gives null), printing each result, and stops early after an interrupted one.
     /// Returns the runs, or an exit code when a repetition could not be set up (null from
@@ -118,8 +139,21 @@ internal static class ScenarioSkeleton
         }
     }
 
-    /// <summary>What the scenarios over <see cref="IPubSubClient"/> count as the target failing to set up: <c>e.Message</c>, or null.</summary>
-    public static string? TargetSetupFailure(Exception e) => ScenarioClients.IsSetupFailure(e) ? e.Message : null;
+    /// <summary>
+    /// <see cref="SetUpAsync"/> for the throughput scenarios' clients: a known way for the target to fail
+    /// (<see cref="ScenarioClients.IsSetupFailure"/>) or the timeout is printed as the target being
+    /// unreachable or unusable. True when the clients are ready; false when the repetition cannot run.
+    /// </summary>
+    public static async Task<bool> SetUpClientsAsync(ITarget target, double timeoutSeconds, Func<CancellationToken, Task> setup, CancellationToken cancellationToken)
+    {
+        SetupOutcome outcome = await SetUpAsync(timeoutSeconds, setup, e => ScenarioClients.IsSetupFailure(e) ? e.Message : null, cancellationToken);
+        if (outcome.Failure is { } why)
+        {
+            Console.Error.WriteLine($"error: {target.Label} unreachable or unusable: {why}");
+        }
+
+        return outcome.Done;
+    }
 
     /// <summary>
     /// Stops the load (<paramref name="stop"/>, then waits for <paramref name="sending"/>) and lets what
@@ -199,6 +233,61 @@ internal static class ScenarioSkeleton
             writeRows(json);
             Outcome.Write(json, failures, interrupted, log);
         });
+
+    /// <summary>
+    /// The start of a repetition's printout in the throughput scenarios: <c>"{scenario} repetition (OK)"</c>
+    /// and, when the window never opened, why nothing was measured. True when the figures follow.
+    /// </summary>
+    public static bool PrintRepetitionStatus(string scenario, IScenarioRun run, bool measured)
+    {
+        Console.WriteLine($"{scenario} repetition ({(run.Interrupted ? "INTERRUPTED" : run.Failures.Count == 0 ? "OK" : "FAILED")})");
+        if (!measured)
+        {
+            Console.WriteLine(run.Interrupted ? "  interrupted before the measured window: nothing measured." : "  stopped before the measured window: nothing measured.");
+        }
+
+        return measured;
+    }
+
+    /// <summary>
+    /// One repetition of a throughput scenario as a result row: measured, ok, the window's length, the
+    /// scenario's <paramref name="figures"/>, the CPU and memory used in the window, the failures.
+    /// </summary>
+    public static void WriteRepetition(Utf8JsonWriter json, IScenarioRun run, bool measured, double seconds, ResourceUsage? resources, Action<Utf8JsonWriter> figures)
+    {
+        json.WriteStartObject();
+        json.WriteBoolean("measured", measured);
+        json.WriteBoolean("ok", run.Failures.Count == 0 && !run.Interrupted);
+        json.WriteNumber("measuredSeconds", seconds);
+        figures(json);
+        resources?.Write(json);
+        json.WriteStartArray("failures");
+        foreach (string failure in run.Failures)
+        {
+            json.WriteStringValue(failure);
+        }
+
+        json.WriteEndArray();
+        json.WriteEndObject();
+    }
+
+    /// <summary>The failures every windowed repetition starts with: the window aborted, connections the server dropped.</summary>
+    public static List<string> WindowFailures(string? aborted, string?[] lost, string connections)
+    {
+        var failures = new List<string>();
+        if (aborted is not null)
+        {
+            failures.Add($"run aborted: {aborted}");
+        }
+
+        int disconnected = lost.Count(l => l is not null);
+        if (disconnected > 0)
+        {
+            failures.Add($"{disconnected} of {lost.Length} {connections} were disconnected (first: {lost.First(l => l is not null)})");
+        }
+
+        return failures;
+    }
 
     /// <summary>Writes <c>"name": [ row, ... ]</c>.</summary>
     public static void WriteRows<T>(Utf8JsonWriter json, string name, IEnumerable<T> runs)
