@@ -82,31 +82,12 @@ internal sealed class BroadcastTcpTransport(BroadcastOptions options, HeraldTarg
 
     public BroadcastChecks Checks()
     {
-        long disconnected = 0, errorFrames = 0, gaps = 0, duplicates = 0, unexpected = 0, messages = 0, bytes = 0;
-        foreach (TcpSubscriber? s in _subscribers)
-        {
-            if (s is null)
-            {
-                continue;
-            }
-
-            disconnected += s.LostReason is null ? 0 : 1;
-            errorFrames += s.Health.ErrorFrames;
-            gaps += s.Gaps;
-            duplicates += s.Duplicates;
-            unexpected += s.Unexpected + s.Health.UnexpectedFrames;
-            messages += s.Messages;
-            bytes += s.BytesReceived;
-        }
-
-        var checks = new BroadcastChecks();
-        checks.Add("messagesReceived", messages);
-        checks.Add("subscriberBytesReceived", bytes);
-        checks.Add("disconnected", disconnected);
-        checks.Add("errorFrames", errorFrames + (_publisherHealth?.ErrorFrames ?? 0));
-        checks.Add("sequenceGaps", gaps);
-        checks.Add("duplicates", duplicates);
-        checks.Add("unexpectedFrames", unexpected + (_publisherHealth?.UnexpectedFrames ?? 0));
+        BroadcastChecks checks = BroadcastSubscriber.Sum(_subscribers);
+        TcpSubscriber[] subscribers = [.. _subscribers.OfType<TcpSubscriber>()];
+        checks.Add("subscriberBytesReceived", subscribers.Sum(s => s.BytesReceived));
+        checks.Add("disconnected", subscribers.Count(s => s.LostReason is not null));
+        checks.Add("errorFrames", subscribers.Sum(s => s.Health.ErrorFrames) + (_publisherHealth?.ErrorFrames ?? 0));
+        checks.Add("unexpectedFrames", subscribers.Sum(s => s.Health.UnexpectedFrames) + (_publisherHealth?.UnexpectedFrames ?? 0));
         return checks;
     }
 
