@@ -9,18 +9,32 @@ namespace Herald.LoadTest.Tests;
 
 /// <summary>
 /// <c>broadcast</c> end to end at a tiny size against the Herald it starts itself (both tuned transports),
-/// over two periods, and the <c>chart</c> command drawing M against P from the result files.
+/// over two periods, and the <c>chart</c> command drawing M against P from the result files. The tests assert
+/// that every burst reached every subscriber; whether it did so within P is what the tool measures, so it
+/// is checked only for agreeing with itself (verdict, headline, exit code), never required.
 /// </summary>
 public class BroadcastTests
 {
-    private static readonly double[] Periods = [0.5, 1]; // generous: a burst of 20 must be on time even on a busy CI machine
+    private static readonly double[] Periods = [0.5, 1];
+
+    /// <summary>
+    /// A hang bound, not a verdict: how long the tool waits (<c>--grace</c>) for deliveries that missed their
+    /// burst's deadline. The wait ends as soon as every subscriber has every burst, so on a fast machine it
+    /// costs nothing; on a slow one a late burst still arrives and is counted. Whether a burst was on time
+    /// (within P) is the tool's measurement, never these tests' verdict.
+    /// </summary>
+    private const string HangBoundSeconds = "30";
+
+    private const int Subscribers = 20;
+
+    private const int Bursts = 3;
 
     // One tiny run per transport, shared by the tests of this class (they never run in parallel).
-    private static readonly Dictionary<string, Task<(string Json, string Chart)>> Runs = [];
+    private static readonly Dictionary<string, Task<(int Exit, string Json, string Chart)>> Runs = [];
 
-    private static Task<(string Json, string Chart)> RunTinyAsync(string transport)
+    private static Task<(int Exit, string Json, string Chart)> RunTinyAsync(string transport)
     {
-        if (!Runs.TryGetValue(transport, out Task<(string, string)>? run))
+        if (!Runs.TryGetValue(transport, out Task<(int, string, string)>? run))
         {
             run = RunAsync(transport);
             Runs[transport] = run;
@@ -29,7 +43,7 @@ public class BroadcastTests
         return run;
     }
 
-    private static async Task<(string Json, string Chart)> RunAsync(string transport)
+    private static async Task<(int Exit, string Json, string Chart)> RunAsync(string transport)
     {
         int first = Repo.FreePorts(3);
         string output = Repo.OutFile($"broadcast-{transport}");
@@ -38,11 +52,40 @@ public class BroadcastTests
         [
             "--target", "herald", "--transport", transport, "--broker-dll", Repo.BrokerDll,
             "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture),
-            "--subscribers", "20", "--bursts", "3", "--periods", "0.5,1",
-            "--settle", "0.2", "--grace", "1", "--pause", "0", "--setup-timeout", "30", "--out", output, "--chart", chart,
+            "--subscribers", $"{Subscribers}", "--bursts", $"{Bursts}", "--periods", "0.5,1",
+            "--settle", "0.2", "--grace", HangBoundSeconds, "--pause", "0", "--setup-timeout", "30", "--out", output, "--chart", chart,
         ];
-        Assert.Equal(0, await Repo.RunAsync("broadcast", [.. args]));
-        return (output, chart);
+        int exit = await Repo.RunAsync("broadcast", [.. args]);
+        return (exit, output, chart);
+    }
+
+    /// <summary>
+    /// What a run must do whatever the machine's speed: send every burst and deliver each one, whole and in
+    /// order, to every subscriber (1 warm-up burst + <see cref="Bursts"/> judged ones).
+    /// </summary>
+    private static void AssertEveryBurstReachedEverySubscriber(JsonElement run)
+    {
+        Assert.Equal(JsonValueKind.Null, run.GetProperty("setupFailure").ValueKind);
+        Assert.Equal(JsonValueKind.Null, run.GetProperty("stoppedEarly").ValueKind);
+        Assert.Equal(Subscribers, run.GetProperty("subscribers").GetInt32());
+        Assert.Equal(Bursts, run.GetProperty("burstsSent").GetInt32());
+        Assert.All(run.GetProperty("bursts").EnumerateArray(), b => Assert.Equal(Subscribers, b.GetProperty("received").GetInt32()));
+        Assert.Equal(0, run.GetProperty("missedDeliveries").GetInt64());
+        Assert.Equal(0, run.GetProperty("burstsIncomplete").GetInt32());
+        JsonElement checks = run.GetProperty("checks");
+        Assert.Equal(Subscribers * (1 + Bursts), checks.GetProperty("messagesReceived").GetInt64());
+        Assert.Equal(0, checks.GetProperty("sequenceGaps").GetInt64());
+        Assert.Equal(0, checks.GetProperty("duplicates").GetInt64());
+        Assert.Equal(0, checks.GetProperty("unexpectedFrames").GetInt64());
+        foreach (string problem in (string[])["disconnected", "errorFrames"]) // a transport writes these only when it counts them
+        {
+            Assert.Equal(0, checks.TryGetProperty(problem, out JsonElement count) ? count.GetInt64() : 0);
+        }
+
+        // on time or not is measured, not asserted: the verdict only has to agree with the bursts' own record
+        int onTime = run.GetProperty("burstsOnTime").GetInt32();
+        Assert.Equal(Bursts, onTime + run.GetProperty("burstsLate").GetInt32());
+        Assert.Equal(onTime == Bursts ? "GOOD" : "BAD", run.GetProperty("verdict").GetString());
     }
 
     private static void AssertChart(string path, params string[] labels)
@@ -63,7 +106,7 @@ public class BroadcastTests
     [InlineData("longpoll")]
     public async Task A_tiny_broadcast_over_two_periods_writes_every_run_and_a_headline_per_period(string transport)
     {
-        (string output, string chart) = await RunTinyAsync(transport);
+        (int exit, string output, string chart) = await RunTinyAsync(transport);
         JsonElement json = Repo.ReadJson(output);
 
         Assert.Equal("broadcast", json.GetProperty("scenario").GetString());
@@ -71,36 +114,33 @@ public class BroadcastTests
         Assert.True(json.GetProperty("target").TryGetProperty("pid", out _)); // the tool started the server
         JsonElement[] headlines = [.. json.GetProperty("headlines").EnumerateArray()];
         Assert.Equal(Periods.Length, headlines.Length);
-        foreach (JsonElement h in headlines)
-        {
-            Assert.StartsWith("largest M on time at P=", h.GetProperty("name").GetString(), StringComparison.Ordinal);
-            Assert.True(h.GetProperty("higherIsBetter").GetBoolean());
-            Assert.Equal(20, h.GetProperty("value").GetDouble());
-        }
-
         JsonElement[] periods = [.. json.GetProperty("periods").EnumerateArray()];
         Assert.Equal(Periods, periods.Select(p => p.GetProperty("periodSeconds").GetDouble()));
-        foreach (JsonElement period in periods)
+        bool everyRunGood = true;
+        for (int i = 0; i < periods.Length; i++)
         {
-            JsonElement run = Assert.Single(Assert.Single(period.GetProperty("repetitions").EnumerateArray()).GetProperty("runs").EnumerateArray());
-            Assert.Equal(20, run.GetProperty("subscribers").GetInt32());
-            Assert.Equal("GOOD", run.GetProperty("verdict").GetString());
-            Assert.Equal(3, run.GetProperty("burstsOnTime").GetInt32());
-            Assert.Equal(0, run.GetProperty("missedDeliveries").GetInt64());
-            // 20 subscribers x (1 warm-up + 3 judged bursts), each message checked by its subscriber
-            Assert.Equal(80, run.GetProperty("checks").GetProperty("messagesReceived").GetInt64());
-            Assert.Equal(0, run.GetProperty("checks").GetProperty("sequenceGaps").GetInt64());
+            JsonElement run = Assert.Single(Assert.Single(periods[i].GetProperty("repetitions").EnumerateArray()).GetProperty("runs").EnumerateArray());
+            AssertEveryBurstReachedEverySubscriber(run);
+            bool good = run.GetProperty("good").GetBoolean();
+            everyRunGood &= good;
+
+            // the headline of a period is the M its run found good, or none
+            Assert.Equal(string.Create(CultureInfo.InvariantCulture, $"largest M on time at P={Periods[i]} s"), headlines[i].GetProperty("name").GetString());
+            Assert.True(headlines[i].GetProperty("higherIsBetter").GetBoolean());
+            Assert.Equal(good ? Subscribers : 0, headlines[i].GetProperty("value").GetDouble());
         }
 
-        Assert.True(json.GetProperty("ok").GetBoolean());
+        // exit 0 and ok exactly when every period's run was on time; 1 (a burst was late) is the only other ending
+        Assert.Equal(everyRunGood ? ExitCodes.Ok : ExitCodes.RunFailed, exit);
+        Assert.Equal(everyRunGood, json.GetProperty("ok").GetBoolean());
         AssertChart(chart, $"herald/{transport}"); // --chart: this run's own line
     }
 
     [Fact]
     public async Task The_chart_command_draws_every_result_file_as_svg_and_png()
     {
-        (string tcp, _) = await RunTinyAsync("tcp");
-        (string longpoll, _) = await RunTinyAsync("longpoll");
+        (_, string tcp, _) = await RunTinyAsync("tcp");
+        (_, string longpoll, _) = await RunTinyAsync("longpoll");
         string chart = Path.Combine(Path.GetTempPath(), $"herald-broadcast-chart-{Guid.NewGuid():N}", "broadcast");
 
         Assert.Equal(0, await Repo.RunAsync("chart", "--in", $"{tcp},{longpoll}", "--out", chart));
@@ -127,14 +167,19 @@ public class BroadcastTests
         await using ITarget herald = await TargetContractTests.StartAsync("herald", "tcp");
         await using var target = new PlainTarget(herald);
         BroadcastOptions options = BroadcastOptions.Read(CommandLine.Parse(
-            ["--subscribers", "20", "--bursts", "3", "--period", "0.5", "--settle", "0.2", "--grace", "1", "--pause", "0", "--setup-timeout", "30"]));
+            ["--subscribers", $"{Subscribers}", "--bursts", $"{Bursts}", "--period", "0.5", "--settle", "0.2", "--grace", HangBoundSeconds, "--pause", "0", "--setup-timeout", "30"]));
 
-        BroadcastRunResult run = await BroadcastRun.ExecuteAsync(options, target, 20, new RunLog(), CancellationToken.None);
+        BroadcastRunResult run = await BroadcastRun.ExecuteAsync(options, target, Subscribers, new RunLog(), CancellationToken.None);
 
         Assert.Null(run.SetupFailure);
         Assert.StartsWith("herald/tcp: 20 subscribers and 1 publisher through the target's client", run.Describe, StringComparison.Ordinal);
-        Assert.True(run.Good, run.OneLine());
-        Assert.Equal(80, run.Checks.Get("messagesReceived"));
+        var json = new MemoryStream();
+        using (var writer = new Utf8JsonWriter(json))
+        {
+            run.Write(writer);
+        }
+
+        AssertEveryBurstReachedEverySubscriber(JsonDocument.Parse(json.ToArray()).RootElement);
         Assert.Null(run.Checks.DescribeProblems());
     }
 

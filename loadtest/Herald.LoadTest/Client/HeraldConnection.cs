@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.CompilerServices;
@@ -25,6 +26,13 @@ namespace Herald.LoadTest.Client;
 /// buffer is one array, every body is a single segment (<c>body.FirstSpan</c> is the whole body).
 /// </para>
 /// <para>
+/// Optionally behind a simulated link (<see cref="Link"/>, the <c>compression</c> scenario's subscriber):
+/// every read from the socket first takes its bytes from a <see cref="TokenBucket"/>, so the connection
+/// never reads faster than the link rate and TCP backpressure throttles the broker as a slow link would;
+/// the socket's receive buffer is then kept small (<c>receiveWindow</c>) so the kernel does not hide the
+/// link behind megabytes of buffering.
+/// </para>
+/// <para>
 /// Threading: one task at a time reads (<see cref="TryReadFrame"/>, <see cref="ReceiveAsync"/>, the
 /// handshake helpers). Any task may send; <see cref="SendAsync"/> serialises senders on <c>_sendGate</c>
 /// so a PONG from the reading task never interleaves with a batch from a publishing task.
@@ -39,6 +47,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
     private static readonly byte[] PongFrame = [0, 0, 0, 2, 0x91, (byte)FrameType.Pong];
 
     private readonly Socket _socket;
+    private readonly TokenBucket? _link;
     private Stream? _tls; // set when the connection speaks TLS; reads and writes then go through it
     private readonly SemaphoreSlim _sendGate = new(1, 1);
     private byte[] _buffer;
@@ -49,9 +58,10 @@ internal sealed class HeraldConnection : IAsyncDisposable
     private long _bytesSent;
     private int _disposed;
 
-    private HeraldConnection(Socket socket, string name, int receiveBufferSize)
+    private HeraldConnection(Socket socket, string name, int receiveBufferSize, TokenBucket? link)
     {
         _socket = socket;
+        _link = link;
         Name = name;
         _buffer = GC.AllocateUninitializedArray<byte>(receiveBufferSize);
     }
@@ -65,17 +75,37 @@ internal sealed class HeraldConnection : IAsyncDisposable
 
     public long BytesSent => Volatile.Read(ref _bytesSent);
 
+    /// <summary>The simulated link every receive goes through, or null for none.</summary>
+    public TokenBucket? Link => _link;
+
     /// <summary>
-    /// Opens a TCP connection and completes the HELLO/WELCOME handshake (spec §6.1). With
-    /// <paramref name="localAddress"/> the socket is bound to that source address first
-    /// (<see cref="SourceAddresses.Bind"/>), to spread many connections over several source addresses.
+    /// Opens a TCP connection and completes the HELLO/WELCOME handshake (spec §6.1), asking for
+    /// <paramref name="capabilities"/> in HELLO (spec §4.1). With <paramref name="localAddress"/> the socket
+    /// is bound to that source address first (<see cref="SourceAddresses.Bind"/>), to spread many
+    /// connections over several source addresses. With <paramref name="link"/> every receive, the WELCOME's
+    /// included, goes through that simulated link, and a <paramref name="receiveWindow"/> above 0 sets the
+    /// socket's receive buffer before connecting.
     /// </summary>
     /// <exception cref="SocketException">The broker is unreachable.</exception>
     /// <exception cref="BrokerErrorException">The broker answered HELLO with an ERROR.</exception>
-    public static async Task<HeraldConnection> ConnectAsync(IPEndPoint endPoint, string clientName, CancellationToken cancellationToken, int receiveBufferSize = DefaultReceiveBufferSize, IPAddress? localAddress = null, BrokerEndpoints? tlsFrom = null)
+    public static async Task<HeraldConnection> ConnectAsync(
+        IPEndPoint endPoint,
+        string clientName,
+        CancellationToken cancellationToken,
+        int receiveBufferSize = DefaultReceiveBufferSize,
+        IPAddress? localAddress = null,
+        BrokerEndpoints? tlsFrom = null,
+        Capabilities capabilities = Capabilities.None,
+        TokenBucket? link = null,
+        int receiveWindow = 0)
     {
         var socket = new Socket(endPoint.AddressFamily, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
-        var connection = new HeraldConnection(socket, clientName, receiveBufferSize);
+        if (receiveWindow > 0)
+        {
+            socket.ReceiveBufferSize = receiveWindow; // before connect, so the window scale is chosen for it
+        }
+
+        var connection = new HeraldConnection(socket, clientName, receiveBufferSize, link);
         try
         {
             SourceAddresses.Bind(socket, localAddress);
@@ -90,7 +120,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
                 connection._tls = ssl;
             }
 
-            await connection.HandshakeAsync(cancellationToken);
+            await connection.HandshakeAsync(capabilities, cancellationToken);
             return connection;
         }
         catch
@@ -184,9 +214,30 @@ internal sealed class HeraldConnection : IAsyncDisposable
             _buffer = larger;
         }
 
-        int received = _tls is null
-            ? await _socket.ReceiveAsync(_buffer.AsMemory(_end), SocketFlags.None, cancellationToken)
-            : await _tls.ReadAsync(_buffer.AsMemory(_end), cancellationToken);
+        int received;
+        if (_link is null)
+        {
+            received = _tls is null
+                ? await _socket.ReceiveAsync(_buffer.AsMemory(_end), SocketFlags.None, cancellationToken)
+                : await _tls.ReadAsync(_buffer.AsMemory(_end), cancellationToken);
+        }
+        else
+        {
+            // Waits for link tokens, then receives at most that many bytes; what was not used goes back.
+            int grant = await _link.AcquireAsync(_buffer.Length - _end, cancellationToken);
+            try
+            {
+                received = await _socket.ReceiveAsync(_buffer.AsMemory(_end, grant), SocketFlags.None, cancellationToken);
+            }
+            catch
+            {
+                _link.Refund(grant);
+                throw;
+            }
+
+            _link.Refund(grant - received);
+        }
+
         if (received == 0)
         {
             return false;
@@ -268,6 +319,71 @@ internal sealed class HeraldConnection : IAsyncDisposable
         }
     }
 
+    /// <summary>
+    /// The read loop of a connection that only receives (a subscriber) or only publishes: until the
+    /// connection ends, hands every buffered frame to <paramref name="onMessage"/> first (with the time
+    /// the batch was first looked at), then handles what it declined: PINGs answered with one PONG per
+    /// batch, PONGs ignored, ERRORs and any other frame recorded in <paramref name="health"/>, as is the
+    /// end (the broker closed the connection, or it failed under the reader). Never throws for those.
+    /// </summary>
+    public async Task ReadUntilClosedAsync(MessageSink? onMessage, ConnectionHealth health)
+    {
+        try
+        {
+            while (true)
+            {
+                bool pongDue = false;
+                long receivedAt = 0;
+                while (TryReadFrame(out ReadOnlySequence<byte> body))
+                {
+                    if (onMessage is not null)
+                    {
+                        if (receivedAt == 0)
+                        {
+                            receivedAt = Stopwatch.GetTimestamp();
+                        }
+
+                        if (onMessage(body, receivedAt))
+                        {
+                            continue;
+                        }
+                    }
+
+                    var reader = new MessagePackReader(body);
+                    switch (FrameDecoder.ReadHeader(ref reader, out int elements))
+                    {
+                        case FrameType.Ping:
+                            pongDue = true;
+                            break;
+                        case FrameType.Pong:
+                            break;
+                        case FrameType.Error:
+                            health.OnError(FrameDecoder.ReadError(ref reader, elements));
+                            break;
+                        case FrameType type:
+                            health.OnUnexpected(type);
+                            break;
+                    }
+                }
+
+                if (pongDue)
+                {
+                    await SendPongAsync();
+                }
+
+                if (!await ReceiveAsync())
+                {
+                    health.OnEnd("the broker closed the connection");
+                    return;
+                }
+            }
+        }
+        catch (Exception e) when (e is SocketException or ObjectDisposedException or IOException or OperationCanceledException or ProtocolException)
+        {
+            health.OnEnd(e.Message);
+        }
+    }
+
     /// <summary>Shuts the socket down; a pending <see cref="ReceiveAsync"/> then fails or returns <c>false</c>.</summary>
     public void Close()
     {
@@ -295,10 +411,10 @@ internal sealed class HeraldConnection : IAsyncDisposable
         return ValueTask.CompletedTask;
     }
 
-    private async Task HandshakeAsync(CancellationToken cancellationToken)
+    private async Task HandshakeAsync(Capabilities capabilities, CancellationToken cancellationToken)
     {
         var hello = new ArrayBufferWriter<byte>(64 + Name.Length);
-        FrameWriter.WriteHello(hello, Name, Capabilities.None);
+        FrameWriter.WriteHello(hello, Name, capabilities);
         await SendAsync(hello.WrittenMemory, cancellationToken);
         while (true)
         {
@@ -330,3 +446,9 @@ internal sealed class HeraldConnection : IAsyncDisposable
         }
     }
 }
+
+/// <summary>
+/// Takes one received frame body if it is a MESSAGE the reader wants (<c>true</c>); <c>false</c> hands it
+/// back to <see cref="HeraldConnection.ReadUntilClosedAsync"/>. The body is valid only during the call.
+/// </summary>
+internal delegate bool MessageSink(ReadOnlySequence<byte> body, long receivedAt);

@@ -33,7 +33,8 @@ internal static class Outcome
         json.WriteEndObject();
     }
 
-    public static void Write(Utf8JsonWriter json, IReadOnlyCollection<string> failures, bool interrupted, RunLog log)
+    /// <summary>Writes ok, interrupted, the failures and, with a <paramref name="log"/>, the run's events.</summary>
+    public static void Write(Utf8JsonWriter json, IReadOnlyCollection<string> failures, bool interrupted, RunLog? log)
     {
         json.WriteBoolean("ok", failures.Count == 0 && !interrupted);
         json.WriteBoolean("interrupted", interrupted);
@@ -44,6 +45,11 @@ internal static class Outcome
         }
 
         json.WriteEndArray();
+        if (log is null)
+        {
+            return;
+        }
+
         json.WriteNumber("eventCount", log.Count);
         json.WriteStartArray("events");
         foreach (string line in log.Lines)

@@ -81,29 +81,10 @@ internal sealed class BroadcastClientTransport(ITarget target, BroadcastMessage 
 
     public BroadcastChecks Checks()
     {
-        long disconnected = 0, errors = _publisher?.Errors ?? 0, gaps = 0, duplicates = 0, unexpected = 0, messages = 0;
-        foreach (ClientSubscriber? s in _subscribers)
-        {
-            if (s is null)
-            {
-                continue;
-            }
-
-            disconnected += s.LostReason is null && s.Client.Failure is null ? 0 : 1;
-            errors += s.Client.Errors;
-            gaps += s.Gaps;
-            duplicates += s.Duplicates;
-            unexpected += s.Unexpected;
-            messages += s.Messages;
-        }
-
-        var checks = new BroadcastChecks();
-        checks.Add("messagesReceived", messages);
-        checks.Add("disconnected", disconnected);
-        checks.Add("errorFrames", errors); // error replies that did not end the connection (Herald ERROR, NATS -ERR)
-        checks.Add("sequenceGaps", gaps);
-        checks.Add("duplicates", duplicates);
-        checks.Add("unexpectedFrames", unexpected);
+        BroadcastChecks checks = BroadcastSubscriber.Sum(_subscribers);
+        ClientSubscriber[] subscribers = [.. _subscribers.OfType<ClientSubscriber>()];
+        checks.Add("disconnected", subscribers.Count(s => s.LostReason is not null || s.Client.Failure is not null));
+        checks.Add("errorFrames", (_publisher?.Errors ?? 0) + subscribers.Sum(s => s.Client.Errors)); // error replies that did not end the connection (Herald ERROR, NATS -ERR)
         return checks;
     }
 

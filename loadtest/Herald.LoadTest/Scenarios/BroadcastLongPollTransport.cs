@@ -90,25 +90,7 @@ internal sealed class BroadcastLongPollTransport(BroadcastOptions options, Heral
 
     public BroadcastChecks Checks()
     {
-        long gaps = 0, duplicates = 0, unexpected = 0, messages = 0;
-        foreach (PollingSubscriber? s in _subscribers)
-        {
-            if (s is null)
-            {
-                continue;
-            }
-
-            gaps += s.Gaps;
-            duplicates += s.Duplicates;
-            unexpected += s.Unexpected;
-            messages += s.Messages;
-        }
-
-        var checks = new BroadcastChecks();
-        checks.Add("messagesReceived", messages);
-        checks.Add("sequenceGaps", gaps);
-        checks.Add("duplicates", duplicates);
-        checks.Add("unexpectedFrames", unexpected);
+        BroadcastChecks checks = BroadcastSubscriber.Sum(_subscribers);
         foreach (KeyValuePair<string, long> counter in _checks.Values)
         {
             checks.Add(counter.Key, counter.Value);

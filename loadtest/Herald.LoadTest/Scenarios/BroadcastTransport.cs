@@ -158,9 +158,35 @@ internal abstract class BroadcastSubscriber(string name, BroadcastMessage messag
     public long Unexpected { get; protected set; }
 
     /// <summary>Why the broker's side ended this subscriber before the run did; <c>null</c> when it did not.</summary>
-    public string? LostReason { get; protected set; }
+    public virtual string? LostReason { get; protected set; }
 
     protected RunLog Log => log;
+
+    /// <summary>
+    /// The checks every transport's subscribers keep, summed: messages received, sequence gaps,
+    /// duplicates and unexpected messages. A transport adds its own counters to the result.
+    /// </summary>
+    public static BroadcastChecks Sum(IEnumerable<BroadcastSubscriber?> subscribers)
+    {
+        long gaps = 0, duplicates = 0, unexpected = 0, messages = 0;
+        foreach (BroadcastSubscriber? s in subscribers)
+        {
+            if (s is not null)
+            {
+                gaps += s.Gaps;
+                duplicates += s.Duplicates;
+                unexpected += s.Unexpected;
+                messages += s.Messages;
+            }
+        }
+
+        var checks = new BroadcastChecks();
+        checks.Add("messagesReceived", messages);
+        checks.Add("sequenceGaps", gaps);
+        checks.Add("duplicates", duplicates);
+        checks.Add("unexpectedFrames", unexpected);
+        return checks;
+    }
 
     /// <summary>Handles <paramref name="body"/> (one frame body) if it is a MESSAGE; returns <c>false</c> for any other frame type.</summary>
     /// <exception cref="ProtocolException">The body is not a valid frame.</exception>

@@ -12,7 +12,7 @@ namespace Herald.LoadTest.Scenarios;
 /// schedule, record every delivery's latency from the scheduled time, and check that every other client
 /// of the room got each publication exactly once, in order. Driven by the scenario's flow only.
 /// </summary>
-internal sealed class CollabRun
+internal sealed class CollabRun : IScenarioRun
 {
     private const int ConnectParallelism = 32;
 
@@ -52,6 +52,8 @@ internal sealed class CollabRun
 
     public List<string> Failures { get; } = [];
 
+    IReadOnlyList<string> IScenarioRun.Failures => Failures;
+
     /// <summary>The schedule: when room <paramref name="room"/> publishes round <paramref name="round"/>, in Stopwatch ticks after the origin.</summary>
     private static long Offset(CollabRow row, long round, int room) => (long)((round + ((double)room / row.Rooms)) * row.Delay * Stopwatch.Frequency);
 
@@ -71,29 +73,23 @@ internal sealed class CollabRun
         try
         {
             long setupStart = Stopwatch.GetTimestamp();
-            using (var setup = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken))
+            SetupOutcome setup = await ScenarioSkeleton.SetUpAsync(setupSeconds, token =>
+                Parallel.ForEachAsync(Enumerable.Range(0, members.Length), new ParallelOptions { MaxDegreeOfParallelism = ConnectParallelism, CancellationToken = token }, async (i, t) =>
+                {
+                    RoomMember member = members[i];
+                    member.Client = await target.ConnectAsync(i, t);
+                    await member.Client.SubscribeAsync(topics[member.Room], member.OnMessage, t);
+                }), StreamRun.AnyButOutOfMemory, cancellationToken);
+            if (setup.Failure is { } why)
             {
-                setup.CancelAfter(TimeSpan.FromSeconds(setupSeconds));
-                try
-                {
-                    await Parallel.ForEachAsync(Enumerable.Range(0, members.Length), new ParallelOptions { MaxDegreeOfParallelism = ConnectParallelism, CancellationToken = setup.Token }, async (i, token) =>
-                    {
-                        RoomMember member = members[i];
-                        member.Client = await target.ConnectAsync(i, token);
-                        await member.Client.SubscribeAsync(topics[member.Room], member.OnMessage, token);
-                    });
-                }
-                catch (Exception e) when (e is not OutOfMemoryException && !cancellationToken.IsCancellationRequested)
-                {
-                    string why = e is OperationCanceledException ? $"setup did not finish within {setupSeconds} s" : $"{e.GetType().Name}: {e.Message}";
-                    Console.Error.WriteLine($"error: could not connect and subscribe {members.Length} clients to {target.Label}: {why}");
-                    return null;
-                }
-                catch (OperationCanceledException)
-                {
-                    run.Interrupted = true;
-                    return run;
-                }
+                Console.Error.WriteLine($"error: could not connect and subscribe {members.Length} clients to {target.Label}: {why}");
+                return null;
+            }
+
+            if (setup.Interrupted)
+            {
+                run.Interrupted = true;
+                return run;
             }
 
             run.SetupSeconds = Stopwatch.GetElapsedTime(setupStart).TotalSeconds;

@@ -64,29 +64,25 @@ internal sealed class CollabScenario : IScenario
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"collab: {string.Join(", ", options.Rows.Select(r => r.Name))}; {options.Rounds} rounds (+{options.WarmupRounds} warm-up), payload {payload.Length} B ({options.Strings} strings), {options.Repeat} run(s) per row, on {targetOptions.Describe()}"));
-        await using ITarget target = await TargetFactory.StartAsync(targetOptions, cancellationToken);
-        TargetReport.Print(target, Console.Out);
+        await using ITarget target = await ScenarioSkeleton.StartAsync(targetOptions, cancellationToken);
 
         var results = new List<(CollabRow Row, List<CollabRun> Runs)>();
         bool interrupted = false;
         foreach (CollabRow row in options.Rows)
         {
-            var runs = new List<CollabRun>();
-            results.Add((row, runs));
-            for (int repetition = 0; repetition < options.Repeat && !interrupted; repetition++)
+            (List<CollabRun> runs, int? exit) = await ScenarioSkeleton.RepeatAsync(
+                options.Repeat,
+                repetition => string.Create(CultureInfo.InvariantCulture, $"{row.Name}: {row.Rooms} rooms x {row.Clients} clients, D = {row.Delay} s, run {repetition}/{options.Repeat}"),
+                () => CollabRun.ExecuteAsync(target, row, options, targetOptions.SetupTimeoutSeconds, payload, cancellationToken),
+                print: null,
+                cancellationToken);
+            if (exit is { } code)
             {
-                Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                    $"{row.Name}: {row.Rooms} rooms x {row.Clients} clients, D = {row.Delay} s, run {repetition + 1}/{options.Repeat}"));
-                CollabRun? run = await CollabRun.ExecuteAsync(target, row, options, targetOptions.SetupTimeoutSeconds, payload, cancellationToken);
-                if (run is null)
-                {
-                    return ExitCodes.BrokerUnreachable;
-                }
-
-                runs.Add(run);
-                interrupted = run.Interrupted;
+                return code;
             }
 
+            results.Add((row, runs));
+            interrupted = runs.Any(r => r.Interrupted);
             if (interrupted)
             {
                 break;
@@ -101,13 +97,12 @@ internal sealed class CollabScenario : IScenario
             headlines.Add(Headline.Of($"{row.Name} p99 latency ms", "ms", higherIsBetter: false, [.. measured.Select(r => r.Latencies.Percentile(99) / 1000)]));
         }
 
-        List<string> failures = [.. results.SelectMany(x => x.Runs.SelectMany((r, i) => r.Failures.Select(f => $"{x.Row.Name} run {i + 1}: {f}")))];
+        List<string> failures = [.. results.SelectMany(x => ScenarioSkeleton.Failures(x.Runs, i => string.Create(CultureInfo.InvariantCulture, $"{x.Row.Name} run {i}")))];
         PrintTable(results, headlines, failures);
         if (options.Out is { } path)
         {
-            ResultFile.Write(path, Name, json =>
+            ScenarioSkeleton.WriteResult(path, Name, target, headlines, json =>
             {
-                json.WriteStartObject("parameters");
                 json.WriteNumber("rounds", options.Rounds);
                 json.WriteNumber("warmupRounds", options.WarmupRounds);
                 json.WriteNumber("strings", options.Strings);
@@ -117,31 +112,23 @@ internal sealed class CollabScenario : IScenario
                 json.WriteNumber("graceSeconds", options.Grace);
                 json.WriteNumber("maxSeconds", options.MaxSeconds);
                 json.WriteNumber("repeat", options.Repeat);
-                json.WriteEndObject();
-                TargetReport.Write(json, target);
-                Headline.WriteAll(json, headlines);
+            }, serverRss: null, json =>
+            {
                 json.WriteStartArray("rows");
                 foreach ((CollabRow row, List<CollabRun> runs) in results)
                 {
                     json.WriteStartObject();
                     row.Write(json);
-                    json.WriteStartArray("runs");
-                    runs.ForEach(r => r.Write(json));
-                    json.WriteEndArray();
+                    ScenarioSkeleton.WriteRows(json, "runs", runs);
                     json.WriteEndObject();
                 }
 
                 json.WriteEndArray();
-                json.WriteBoolean("ok", failures.Count == 0 && !interrupted);
-                json.WriteBoolean("interrupted", interrupted);
-                json.WriteStartArray("failures");
-                failures.ForEach(json.WriteStringValue);
-                json.WriteEndArray();
-            });
+            }, failures, interrupted, log: null);
             Console.WriteLine($"result written to {path}");
         }
 
-        return interrupted ? ExitCodes.Interrupted : failures.Count > 0 ? ExitCodes.RunFailed : ExitCodes.Ok;
+        return ScenarioSkeleton.ExitCode(interrupted, failures);
     }
 
     private static void PrintTable(List<(CollabRow Row, List<CollabRun> Runs)> results, List<Headline> headlines, List<string> failures)

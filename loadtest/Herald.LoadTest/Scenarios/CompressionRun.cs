@@ -34,6 +34,9 @@ internal static class CompressionRun
     /// <summary>The sid the subscriber subscribes with.</summary>
     public const uint Sid = 1;
 
+    /// <summary>The subscriber's receive buffer: room for a few of the largest payloads the classes make.</summary>
+    private const int SubscriberReceiveBuffer = 512 * 1024;
+
     /// <summary>The broker arguments for <paramref name="mode"/> on <paramref name="port"/>; the same line is printed for starting a broker by hand.</summary>
     public static List<string> BrokerArguments(CompressionMode mode, int port)
     {
@@ -63,7 +66,7 @@ internal static class CompressionRun
         CultureInfo c = CultureInfo.InvariantCulture;
 
         BrokerChild? child = null;
-        CappedConnection? subscriberConnection = null;
+        HeraldConnection? subscriberConnection = null;
         HeraldConnection? publisherConnection = null;
         var state = new RunState();
         try
@@ -97,7 +100,8 @@ internal static class CompressionRun
 
                     var link = new TokenBucket(linkBytesPerSecond);
                     Capabilities ask = mode == CompressionMode.None ? Capabilities.None : Capabilities.Zstd;
-                    subscriberConnection = await CappedConnection.ConnectAsync(endPoint, "loadtest-compression-sub", ask, link, options.ReceiveWindow, setup.Token);
+                    subscriberConnection = await HeraldConnection.ConnectAsync(
+                        endPoint, "loadtest-compression-sub", setup.Token, SubscriberReceiveBuffer, capabilities: ask, link: link, receiveWindow: options.ReceiveWindow);
                     await subscriberConnection.SubscribeAsync(CompressionRun.Sid, payloads.Topic, setup.Token);
                     publisherConnection = await HeraldConnection.ConnectAsync(endPoint, "loadtest-compression-pub", setup.Token);
                 }
@@ -127,12 +131,12 @@ internal static class CompressionRun
 
             Process? brokerProcess = child?.Process ?? FindProcess(options.BrokerPid);
             using var credits = new SemaphoreSlim(options.InFlight); // no maximum: a stray extra MESSAGE must not throw in the reader
-            using var subscriber = new CompressionSubscriber(subscriberConnection, payloads, zstd, credits, log);
-            var publisher = new CompressionPublisher(publisherConnection, payloads, credits, log);
-            Task reading = subscriber.RunAsync(state);
-            Task publisherReading = publisher.ReadAsync(state);
+            using var subscriber = new CompressionSubscriber(subscriberConnection, payloads, zstd, credits, log, state);
+            var publisher = new CompressionPublisher(publisherConnection, payloads, credits, log, state);
+            Task reading = subscriber.RunAsync();
+            Task publisherReading = publisher.ReadAsync();
             using var stopPublishing = new CancellationTokenSource();
-            Task publishing = publisher.PublishAsync(state, stopPublishing.Token);
+            Task publishing = publisher.PublishAsync(stopPublishing.Token);
 
             WindowResult<CompressionSnapshot> timeline = await MeasuredWindow.RunAsync(
                 warmup,
@@ -295,15 +299,15 @@ internal sealed class PayloadSet
 /// byte for byte with what was published, and hands the publisher a credit back.
 /// Threading: <see cref="RunAsync"/> is the only writer; the counters are read by the timeline.
 /// </summary>
-internal sealed class CompressionSubscriber(CappedConnection connection, PayloadSet payloads, bool zstdGranted, SemaphoreSlim credits, RunLog log) : IDisposable
+internal sealed class CompressionSubscriber(HeraldConnection connection, PayloadSet payloads, bool zstdGranted, SemaphoreSlim credits, RunLog log, RunState state) : IDisposable
 {
     private readonly Decompressor _decompressor = new();
     private readonly byte[] _plain = new byte[Math.Max(payloads.MaxSize, 1024 * 1024)];
+    private readonly ConnectionHealth _health = new(connection.Name, log, () => state.Stopping);
     private long _received;
     private long _payloadBytes;
     private long _wirePayloadBytes;
     private long _compressed;
-    private volatile bool _closed;
 
     public long Received => Volatile.Read(ref _received);
 
@@ -317,94 +321,34 @@ internal sealed class CompressionSubscriber(CappedConnection connection, Payload
 
     public long WireBytes => connection.BytesReceived;
 
-    public double LinkWaitSeconds => connection.Link.Waited.TotalSeconds;
+    public double LinkWaitSeconds => connection.Link?.Waited.TotalSeconds ?? 0;
 
-    public bool Closed => _closed;
+    public bool Closed => _health.Ended;
 
-    public string? LostReason { get; private set; }
+    public string? LostReason => _health.Failure;
 
     public long Mismatches { get; private set; }
 
     public long CompressedWithoutNegotiation { get; private set; }
 
-    public long ErrorFrames { get; private set; }
+    public long ErrorFrames => _health.ErrorFrames;
 
-    public long Unexpected { get; private set; }
+    public long Unexpected => _health.UnexpectedFrames;
 
     public void Dispose() => _decompressor.Dispose();
 
-    public async Task RunAsync(RunState state)
+    public Task RunAsync() => connection.ReadUntilClosedAsync(TakeMessage, _health);
+
+    private bool TakeMessage(ReadOnlySequence<byte> body, long receivedAt)
     {
-        try
+        var reader = new MessagePackReader(body);
+        if (FrameDecoder.ReadHeader(ref reader, out int elements) != FrameType.Message)
         {
-            while (true)
-            {
-                if (Drain())
-                {
-                    await connection.SendPongAsync();
-                }
-
-                if (!await connection.ReceiveAsync())
-                {
-                    Lose(state, "the broker closed the connection");
-                    return;
-                }
-            }
-        }
-        catch (Exception e) when (RunState.IsConnectionEnd(e) || e is ProtocolException)
-        {
-            Lose(state, e.Message);
-        }
-        finally
-        {
-            _closed = true;
-        }
-    }
-
-    private void Lose(RunState state, string why)
-    {
-        if (!state.Stopping)
-        {
-            LostReason ??= why;
-            log.Report(connection.Name, $"disconnected: {why}");
-        }
-    }
-
-    private bool Drain()
-    {
-        bool pongDue = false;
-        while (connection.TryReadFrame(out ReadOnlySequence<byte> frame))
-        {
-            var reader = new MessagePackReader(frame);
-            FrameType type = FrameDecoder.ReadHeader(ref reader, out int elements);
-            switch (type)
-            {
-                case FrameType.Message:
-                    Check(FrameDecoder.ReadMessage(ref reader, elements));
-                    break;
-                case FrameType.Ping:
-                    pongDue = true;
-                    break;
-                case FrameType.Pong:
-                    break;
-                case FrameType.Error:
-                    ErrorFrame error = FrameDecoder.ReadError(ref reader, elements);
-                    ErrorFrames++;
-                    log.Report(connection.Name, BrokerErrorException.Describe(error));
-                    if (error.Fatal)
-                    {
-                        LostReason ??= BrokerErrorException.Describe(error);
-                    }
-
-                    break;
-                default:
-                    Unexpected++;
-                    log.Report(connection.Name, $"unexpected {type} frame");
-                    break;
-            }
+            return false;
         }
 
-        return pongDue;
+        Check(FrameDecoder.ReadMessage(ref reader, elements));
+        return true;
     }
 
     private void Check(in PublishFrame message)
@@ -459,23 +403,23 @@ internal sealed class CompressionSubscriber(CappedConnection connection, Payload
 }
 
 /// <summary>The publisher: one PUBLISH per credit (at most <c>--in-flight</c> not yet received by the subscriber).</summary>
-internal sealed class CompressionPublisher(HeraldConnection connection, PayloadSet payloads, SemaphoreSlim credits, RunLog log)
+internal sealed class CompressionPublisher(HeraldConnection connection, PayloadSet payloads, SemaphoreSlim credits, RunLog log, RunState state)
 {
+    private readonly ConnectionHealth _health = new(connection.Name, log, () => state.Stopping);
     private long _sent;
-    private volatile string? _failure;
 
     /// <summary>Publications the socket accepted.</summary>
     public long Sent => Volatile.Read(ref _sent);
 
     public long BytesSent => connection.BytesSent;
 
-    public long ErrorFrames { get; private set; }
+    public long ErrorFrames => _health.ErrorFrames;
 
-    public long Unexpected { get; private set; }
+    public long Unexpected => _health.UnexpectedFrames;
 
-    public string? Failure => _failure;
+    public string? Failure => _health.Failure;
 
-    public async Task PublishAsync(RunState state, CancellationToken stop)
+    public async Task PublishAsync(CancellationToken stop)
     {
         byte[][] frames = payloads.PublishFrames;
         long sent = 0;
@@ -496,70 +440,14 @@ internal sealed class CompressionPublisher(HeraldConnection connection, PayloadS
         {
             if (!state.Stopping)
             {
-                _failure ??= e.Message;
+                _health.Fail(e.Message);
                 log.Report(connection.Name, $"send failed: {e.Message}");
             }
         }
     }
 
-    public async Task ReadAsync(RunState state)
-    {
-        try
-        {
-            while (true)
-            {
-                bool pongDue = false;
-                while (connection.TryReadFrame(out ReadOnlySequence<byte> frame))
-                {
-                    var reader = new MessagePackReader(frame);
-                    FrameType type = FrameDecoder.ReadHeader(ref reader, out int elements);
-                    if (type == FrameType.Ping)
-                    {
-                        pongDue = true;
-                    }
-                    else if (type == FrameType.Error)
-                    {
-                        ErrorFrame error = FrameDecoder.ReadError(ref reader, elements);
-                        ErrorFrames++;
-                        log.Report(connection.Name, BrokerErrorException.Describe(error));
-                        if (error.Fatal)
-                        {
-                            _failure ??= BrokerErrorException.Describe(error);
-                        }
-                    }
-                    else if (type != FrameType.Pong)
-                    {
-                        Unexpected++;
-                        log.Report(connection.Name, $"unexpected {type} frame");
-                    }
-                }
-
-                if (pongDue)
-                {
-                    await connection.SendPongAsync();
-                }
-
-                if (!await connection.ReceiveAsync())
-                {
-                    if (!state.Stopping)
-                    {
-                        _failure ??= "the broker closed the connection";
-                        log.Report(connection.Name, "disconnected: the broker closed the connection");
-                    }
-
-                    return;
-                }
-            }
-        }
-        catch (Exception e) when (RunState.IsConnectionEnd(e) || e is ProtocolException)
-        {
-            if (!state.Stopping)
-            {
-                _failure ??= e.Message;
-                log.Report(connection.Name, $"disconnected: {e.Message}");
-            }
-        }
-    }
+    /// <summary>Answers the broker's PINGs and reports its ERRORs until the connection ends.</summary>
+    public Task ReadAsync() => connection.ReadUntilClosedAsync(null, _health);
 }
 
 /// <summary>The counters at one instant; two of them bracket the measured window.</summary>

@@ -62,21 +62,20 @@ internal sealed class FanoutScenario : IScenario
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"fanout: {options.Subscribers} subscribers on '{options.Topic}', payload {options.Payload} B, max lead {options.MaxLead:N0}, warm-up {options.Warmup} s, measured {options.Seconds} s, {options.Repeat} repetition(s); {targetOptions.Describe()}"));
-        await using ITarget target = await TargetFactory.StartAsync(targetOptions, cancellationToken);
-        if (options.Payload > target.MaxPayload)
-        {
-            throw new UsageException($"--payload {options.Payload} is over {target.Label}'s largest payload, {target.MaxPayload} B.");
-        }
-
-        TargetReport.Print(target, Console.Out);
-        var log = new RunLog();
-        (List<FanoutRun> runs, int? exit) = await Repetitions.RunAsync(
+        return await ScenarioSkeleton.RunRepetitionsAsync<FanoutRun>(
+            targetOptions,
             options.Repeat,
-            () => RunOnceAsync(target, targetOptions, options, log, cancellationToken),
-            run => run.Interrupted,
+            (target, log) => RunOnceAsync(target, targetOptions, options, log, cancellationToken),
             run => run.Print(options),
-            cancellationToken);
-        return exit ?? Report(target, options, runs, log);
+            (target, runs, log) => Report(target, options, runs, log),
+            cancellationToken,
+            check: target =>
+            {
+                if (options.Payload > target.MaxPayload)
+                {
+                    throw new UsageException($"--payload {options.Payload} is over {target.Label}'s largest payload, {target.MaxPayload} B.");
+                }
+            });
     }
 
     /// <summary>One repetition: connect, subscribe, warm up, measure, drain, close. Null when setup failed.</summary>
@@ -89,29 +88,19 @@ internal sealed class FanoutScenario : IScenario
             // ---- Setup, bounded by --setup-timeout: subscribers are clients 0..N-1, the publisher client N.
             var subscribers = new FanoutSubscriber[options.Subscribers];
             long setupStart = Stopwatch.GetTimestamp();
-            using (var setup = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken))
+            bool ready = await ScenarioSkeleton.SetUpClientsAsync(target, targetOptions.SetupTimeoutSeconds, async token =>
             {
-                setup.CancelAfter(TimeSpan.FromSeconds(targetOptions.SetupTimeoutSeconds));
-                try
+                clients = await ScenarioClients.ConnectAsync(target, 0, options.Subscribers + 1, token);
+                for (int i = 0; i < subscribers.Length; i++)
                 {
-                    clients = await ScenarioClients.ConnectAsync(target, 0, options.Subscribers + 1, setup.Token);
-                    for (int i = 0; i < subscribers.Length; i++)
-                    {
-                        subscribers[i] = new FanoutSubscriber(clients[i], $"subscriber {i}", expected, log);
-                    }
+                    subscribers[i] = new FanoutSubscriber(clients[i], $"subscriber {i}", expected, log);
+                }
 
-                    await ScenarioClients.SubscribeAllAsync(subscribers.Length, (i, token) => clients[i].SubscribeAsync(options.Topic, subscribers[i].OnMessage, token), setup.Token);
-                }
-                catch (Exception e) when (ScenarioClients.IsSetupFailure(e) && !cancellationToken.IsCancellationRequested)
-                {
-                    string why = e is OperationCanceledException ? $"setup did not finish within {targetOptions.SetupTimeoutSeconds} s" : e.Message;
-                    Console.Error.WriteLine($"error: {target.Label} unreachable or unusable: {why}");
-                    return null;
-                }
-                catch (OperationCanceledException)
-                {
-                    return null;
-                }
+                await ScenarioClients.SubscribeAllAsync(subscribers.Length, (i, t) => clients[i].SubscribeAsync(options.Topic, subscribers[i].OnMessage, t), token);
+            }, cancellationToken);
+            if (!ready)
+            {
+                return null;
             }
 
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
@@ -140,16 +129,9 @@ internal sealed class FanoutScenario : IScenario
                 cancellationToken);
 
             // ---- Stop: let what is in flight arrive (the last batch, then the deliveries, all within --grace).
-            long drainStart = Stopwatch.GetTimestamp();
-            await stopPublishing.CancelAsync();
-            await RunState.WaitQuietlyAsync(publishing, TimeSpan.FromSeconds(options.Grace));
+            double drainSeconds = await ScenarioSkeleton.StopAndDrainAsync(
+                stopPublishing, publishing, options.Grace, window.Interrupted, () => subscribers.Any(s => !s.Closed && s.Received < publisher.Published), pollMilliseconds: 10);
             long published = publisher.Published;
-            while (!window.Interrupted && Stopwatch.GetElapsedTime(drainStart).TotalSeconds < options.Grace && subscribers.Any(s => !s.Closed && s.Received < published))
-            {
-                await Task.Delay(10, CancellationToken.None);
-            }
-
-            double drainSeconds = Stopwatch.GetElapsedTime(drainStart).TotalSeconds;
             long undelivered = subscribers.Where(s => !s.Closed).Sum(s => Math.Max(0, published - s.Received));
             string?[] lost = [.. subscribers.Select(s => s.Client.Failure)]; // before closing: a client may call its own close a failure
             long errors = clients.Sum(c => c.Errors);
@@ -163,58 +145,21 @@ internal sealed class FanoutScenario : IScenario
 
     private static int Report(ITarget target, FanoutOptions options, List<FanoutRun> runs, RunLog log)
     {
-        bool interrupted = runs.Any(r => r.Interrupted);
-        List<string> failures = [.. runs.SelectMany((r, i) => r.Failures.Select(f => runs.Count > 1 ? $"repetition {i + 1}: {f}" : f))];
-        List<FanoutRun> measured = [.. runs.Where(r => r.Measured)];
         Headline[] headlines =
         [
-            Headline.Of("deliveries/s", "deliveries/s", higherIsBetter: true, [.. measured.Select(r => r.DeliveriesPerSecond)]),
+            Headline.Of("deliveries/s", "deliveries/s", higherIsBetter: true, [.. runs.Where(r => r.Measured).Select(r => r.DeliveriesPerSecond)]),
         ];
-        long? rss = TargetReport.ServerRss(target);
-
-        Console.WriteLine();
-        Console.WriteLine($"fanout on {target.Label} ({(interrupted ? "INTERRUPTED" : failures.Count == 0 ? "OK" : "FAILED")})");
-        ScenarioClients.PrintHeadlines(headlines);
-        if (rss is { } bytes)
+        return ScenarioSkeleton.Report(target, "fanout", "fanout", runs, headlines, options.Out, json =>
         {
-            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"  server RSS          : {bytes / 1e6:F1} MB at the end"));
-        }
-
-        Outcome.PrintFailures(failures);
-        if (options.Out is { } path)
-        {
-            ResultFile.Write(path, "fanout", json =>
-            {
-                TargetReport.Write(json, target);
-                Headline.WriteAll(json, headlines);
-                json.WriteStartObject("parameters");
-                json.WriteNumber("subscribers", options.Subscribers);
-                json.WriteNumber("payloadBytes", options.Payload);
-                json.WriteNumber("seconds", options.Seconds);
-                json.WriteNumber("warmupSeconds", options.Warmup);
-                json.WriteNumber("maxLead", options.MaxLead);
-                json.WriteString("topic", options.Topic);
-                json.WriteNumber("graceSeconds", options.Grace);
-                json.WriteNumber("repeat", options.Repeat);
-                json.WriteEndObject();
-                if (rss is { } serverRss)
-                {
-                    json.WriteNumber("serverRssBytes", serverRss);
-                }
-
-                json.WriteStartArray("repetitions");
-                foreach (FanoutRun run in runs)
-                {
-                    run.Write(json);
-                }
-
-                json.WriteEndArray();
-                Outcome.Write(json, failures, interrupted, log);
-            });
-            Console.WriteLine($"  result written to   : {path}");
-        }
-
-        return interrupted ? ExitCodes.Interrupted : failures.Count == 0 ? ExitCodes.Ok : ExitCodes.RunFailed;
+            json.WriteNumber("subscribers", options.Subscribers);
+            json.WriteNumber("payloadBytes", options.Payload);
+            json.WriteNumber("seconds", options.Seconds);
+            json.WriteNumber("warmupSeconds", options.Warmup);
+            json.WriteNumber("maxLead", options.MaxLead);
+            json.WriteString("topic", options.Topic);
+            json.WriteNumber("graceSeconds", options.Grace);
+            json.WriteNumber("repeat", options.Repeat);
+        }, log);
     }
 
     private static string Lead(FanoutPublisher publisher, FanoutSubscriber[] subscribers)
@@ -287,25 +232,18 @@ internal sealed class FanoutScenario : IScenario
         long Slowest,
         long Fastest,
         long PublishedInAll,
-        ResourceUsage? Resources)
+        ResourceUsage? Resources) : IScenarioRun
     {
+        IReadOnlyList<string> IScenarioRun.Failures => Failures;
+
         public double DeliveriesPerSecond => Seconds > 0 ? Deliveries / Seconds : 0;
 
         public double PublishedPerSecond => Seconds > 0 ? Published / Seconds : 0;
 
         public static FanoutRun From(FanoutOptions options, WindowResult<FanoutSnapshot> window, FanoutSubscriber[] subscribers, FanoutPublisher publisher, string?[] lost, long errors, long undelivered, double drainSeconds, RunLog log)
         {
-            var failures = new List<string>();
-            if (window.Aborted is { } aborted)
-            {
-                failures.Add($"run aborted: {aborted}");
-            }
-
+            List<string> failures = ScenarioSkeleton.WindowFailures(window.Aborted, lost, "subscribers");
             int disconnected = lost.Count(l => l is not null);
-            if (disconnected > 0)
-            {
-                failures.Add($"{disconnected} of {subscribers.Length} subscribers were disconnected (first: {lost.First(l => l is not null)})");
-            }
 
             if (publisher.Failure is { } publisherFailure && window.Aborted is null)
             {
@@ -359,12 +297,7 @@ internal sealed class FanoutScenario : IScenario
         public void Print(FanoutOptions options)
         {
             CultureInfo c = CultureInfo.InvariantCulture;
-            Console.WriteLine($"fanout repetition ({(Interrupted ? "INTERRUPTED" : Failures.Count == 0 ? "OK" : "FAILED")})");
-            if (!Measured)
-            {
-                Console.WriteLine(Interrupted ? "  interrupted before the measured window: nothing measured." : "  stopped before the measured window: nothing measured.");
-            }
-            else
+            if (ScenarioSkeleton.PrintRepetitionStatus("fanout", this, Measured))
             {
                 Console.WriteLine(string.Create(c, $"  parameters          : {options.Subscribers} subscribers, payload {options.Payload} B, max lead {options.MaxLead:N0}"));
                 Console.WriteLine(string.Create(c, $"  measured window     : {Seconds:F2} s after {options.Warmup} s warm-up"));
@@ -380,34 +313,21 @@ internal sealed class FanoutScenario : IScenario
             Outcome.PrintFailures(Failures);
         }
 
-        public void Write(Utf8JsonWriter json)
+        public void Write(Utf8JsonWriter json) => ScenarioSkeleton.WriteRepetition(json, this, Measured, Seconds, Resources, figures =>
         {
-            json.WriteStartObject();
-            json.WriteBoolean("measured", Measured);
-            json.WriteBoolean("ok", Failures.Count == 0 && !Interrupted);
-            json.WriteNumber("measuredSeconds", Seconds);
-            json.WriteNumber("deliveries", Deliveries);
-            json.WriteNumber("deliveriesPerSecond", DeliveriesPerSecond);
-            json.WriteNumber("published", Published);
-            json.WriteNumber("publishedPerSecond", PublishedPerSecond);
-            json.WriteNumber("flowControlWaits", FlowWaits);
-            json.WriteNumber("missing", Missing);
-            json.WriteNumber("reordered", Reordered);
-            json.WriteNumber("unexpected", Unexpected);
-            json.WriteNumber("errorReplies", Errors);
-            json.WriteNumber("disconnectedSubscribers", Disconnected);
-            json.WriteNumber("undeliveredAfterGrace", Undelivered);
-            json.WriteNumber("drainSeconds", DrainSeconds);
-            Resources?.Write(json);
-            json.WriteStartArray("failures");
-            foreach (string failure in Failures)
-            {
-                json.WriteStringValue(failure);
-            }
-
-            json.WriteEndArray();
-            json.WriteEndObject();
-        }
+            figures.WriteNumber("deliveries", Deliveries);
+            figures.WriteNumber("deliveriesPerSecond", DeliveriesPerSecond);
+            figures.WriteNumber("published", Published);
+            figures.WriteNumber("publishedPerSecond", PublishedPerSecond);
+            figures.WriteNumber("flowControlWaits", FlowWaits);
+            figures.WriteNumber("missing", Missing);
+            figures.WriteNumber("reordered", Reordered);
+            figures.WriteNumber("unexpected", Unexpected);
+            figures.WriteNumber("errorReplies", Errors);
+            figures.WriteNumber("disconnectedSubscribers", Disconnected);
+            figures.WriteNumber("undeliveredAfterGrace", Undelivered);
+            figures.WriteNumber("drainSeconds", DrainSeconds);
+        });
     }
 
     /// <summary>

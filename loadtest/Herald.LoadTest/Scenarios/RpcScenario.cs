@@ -67,16 +67,13 @@ internal sealed class RpcScenario : IScenario
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"rpc {options.Mode}: {options.Callers} callers -> '{options.Topic}.*' -> {options.Responders} responder(s), {options.Call.Name} ({options.Call.Description}), warm-up {options.Warmup} s, measured {options.Seconds} s, {options.Repeat} repetition(s); {targetOptions.Describe()}"));
-        await using ITarget target = await TargetFactory.StartAsync(targetOptions, cancellationToken);
-        TargetReport.Print(target, Console.Out);
-        var log = new RunLog();
-        (List<RpcRun> runs, int? exit) = await Repetitions.RunAsync(
+        return await ScenarioSkeleton.RunRepetitionsAsync<RpcRun>(
+            targetOptions,
             options.Repeat,
-            () => RunOnceAsync(target, targetOptions, options, log, cancellationToken),
-            run => run.Interrupted,
+            (target, log) => RunOnceAsync(target, targetOptions, options, log, cancellationToken),
             run => run.Print(options),
+            (target, runs, log) => Report(target, options, runs, log),
             cancellationToken);
-        return exit ?? Report(target, options, runs, log);
     }
 
     /// <summary>One repetition: connect, subscribe, warm up, measure, drain, close. Null when setup failed.</summary>
@@ -92,39 +89,29 @@ internal sealed class RpcScenario : IScenario
             var responders = new RpcResponder[options.Responders];
             var callers = new RpcCaller[options.Callers];
             long setupStart = Stopwatch.GetTimestamp();
-            using (var setup = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken))
+            bool ready = await ScenarioSkeleton.SetUpClientsAsync(target, targetOptions.SetupTimeoutSeconds, async token =>
             {
-                setup.CancelAfter(TimeSpan.FromSeconds(targetOptions.SetupTimeoutSeconds));
-                try
+                clients = await ScenarioClients.ConnectAsync(target, 0, options.Responders + options.Callers, token);
+                for (int r = 0; r < responders.Length; r++)
                 {
-                    clients = await ScenarioClients.ConnectAsync(target, 0, options.Responders + options.Callers, setup.Token);
-                    for (int r = 0; r < responders.Length; r++)
-                    {
-                        responders[r] = new RpcResponder(clients[r], $"responder {r}", options.Call, oneway, log);
-                    }
+                    responders[r] = new RpcResponder(clients[r], $"responder {r}", options.Call, oneway, log);
+                }
 
-                    for (int i = 0; i < callers.Length; i++)
-                    {
-                        string inbox = string.Create(CultureInfo.InvariantCulture, $"_INBOX.lt{run}.c{i}");
-                        callers[i] = new RpcCaller(i, clients[options.Responders + i], RequestTopic(options, i % options.Responders), inbox, options.Call, phase, oneway, log);
-                    }
+                for (int i = 0; i < callers.Length; i++)
+                {
+                    string inbox = string.Create(CultureInfo.InvariantCulture, $"_INBOX.lt{run}.c{i}");
+                    callers[i] = new RpcCaller(i, clients[options.Responders + i], RequestTopic(options, i % options.Responders), inbox, options.Call, phase, oneway, log);
+                }
 
-                    await ScenarioClients.SubscribeAllAsync(responders.Length, (r, token) => clients[r].SubscribeAsync(RequestTopic(options, r), responders[r].OnRequest, token), setup.Token);
-                    if (oneway is null)
-                    {
-                        await ScenarioClients.SubscribeAllAsync(callers.Length, (i, token) => callers[i].Client.SubscribeAsync(callers[i].Inbox, callers[i].OnReply, token), setup.Token);
-                    }
-                }
-                catch (Exception e) when (ScenarioClients.IsSetupFailure(e) && !cancellationToken.IsCancellationRequested)
+                await ScenarioClients.SubscribeAllAsync(responders.Length, (r, t) => clients[r].SubscribeAsync(RequestTopic(options, r), responders[r].OnRequest, t), token);
+                if (oneway is null)
                 {
-                    string why = e is OperationCanceledException ? $"setup did not finish within {targetOptions.SetupTimeoutSeconds} s" : e.Message;
-                    Console.Error.WriteLine($"error: {target.Label} unreachable or unusable: {why}");
-                    return null;
+                    await ScenarioClients.SubscribeAllAsync(callers.Length, (i, t) => callers[i].Client.SubscribeAsync(callers[i].Inbox, callers[i].OnReply, t), token);
                 }
-                catch (OperationCanceledException)
-                {
-                    return null;
-                }
+            }, cancellationToken);
+            if (!ready)
+            {
+                return null;
             }
 
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
@@ -161,13 +148,8 @@ internal sealed class RpcScenario : IScenario
             phase.Finish();
 
             // ---- Stop: calls in flight (twoway) or requests sent (oneway) get --grace seconds to be answered.
-            long drainStart = Stopwatch.GetTimestamp();
-            await stopSending.CancelAsync();
-            await RunState.WaitQuietlyAsync(sending, TimeSpan.FromSeconds(options.Grace));
-            while (!window.Interrupted && Stopwatch.GetElapsedTime(drainStart).TotalSeconds < options.Grace && callers.Any(c => c.Client.Failure is null && c.Outstanding > 0))
-            {
-                await Task.Delay(5, CancellationToken.None);
-            }
+            await ScenarioSkeleton.StopAndDrainAsync(
+                stopSending, sending, options.Grace, window.Interrupted, () => callers.Any(c => c.Client.Failure is null && c.Outstanding > 0), pollMilliseconds: 5);
 
             long unanswered = callers.Where(c => c.Client.Failure is null).Sum(c => c.Outstanding);
             string?[] lost = [.. clients.Select(c => c.Failure)]; // before closing: a client may call its own close a failure
@@ -185,8 +167,6 @@ internal sealed class RpcScenario : IScenario
 
     private static int Report(ITarget target, RpcOptions options, List<RpcRun> runs, RunLog log)
     {
-        bool interrupted = runs.Any(r => r.Interrupted);
-        List<string> failures = [.. runs.SelectMany((r, i) => r.Failures.Select(f => runs.Count > 1 ? $"repetition {i + 1}: {f}" : f))];
         List<RpcRun> measured = [.. runs.Where(r => r.Measured)];
         List<Headline> headlines = [Headline.Of("calls/s", "calls/s", higherIsBetter: true, [.. measured.Select(r => r.CallsPerSecond)])];
         if (options.Mode == "twoway")
@@ -195,53 +175,20 @@ internal sealed class RpcScenario : IScenario
             headlines.Add(Headline.Of("p99 latency us", "us", higherIsBetter: false, [.. measured.Where(r => r.Latency.Count > 0).Select(r => r.Latency.Percentile(99))]));
         }
 
-        long? rss = TargetReport.ServerRss(target);
-        Console.WriteLine();
-        Console.WriteLine($"rpc {options.Mode} {options.Call.Name} on {target.Label} ({(interrupted ? "INTERRUPTED" : failures.Count == 0 ? "OK" : "FAILED")})");
-        ScenarioClients.PrintHeadlines(headlines);
-        if (rss is { } bytes)
+        return ScenarioSkeleton.Report(target, "rpc", $"rpc {options.Mode} {options.Call.Name}", runs, headlines, options.Out, json =>
         {
-            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"  server RSS          : {bytes / 1e6:F1} MB at the end"));
-        }
-
-        Outcome.PrintFailures(failures);
-        if (options.Out is { } path)
-        {
-            ResultFile.Write(path, "rpc", json =>
-            {
-                TargetReport.Write(json, target);
-                Headline.WriteAll(json, headlines);
-                json.WriteStartObject("parameters");
-                json.WriteString("mode", options.Mode);
-                json.WriteString("payload", options.Call.Name);
-                json.WriteString("call", options.Call.Description);
-                json.WriteNumber("callers", options.Callers);
-                json.WriteNumber("responders", options.Responders);
-                json.WriteNumber("seconds", options.Seconds);
-                json.WriteNumber("warmupSeconds", options.Warmup);
-                json.WriteNumber("maxLead", options.MaxLead);
-                json.WriteString("topic", options.Topic);
-                json.WriteNumber("graceSeconds", options.Grace);
-                json.WriteNumber("repeat", options.Repeat);
-                json.WriteEndObject();
-                if (rss is { } serverRss)
-                {
-                    json.WriteNumber("serverRssBytes", serverRss);
-                }
-
-                json.WriteStartArray("repetitions");
-                foreach (RpcRun run in runs)
-                {
-                    run.Write(json);
-                }
-
-                json.WriteEndArray();
-                Outcome.Write(json, failures, interrupted, log);
-            });
-            Console.WriteLine($"  result written to   : {path}");
-        }
-
-        return interrupted ? ExitCodes.Interrupted : failures.Count == 0 ? ExitCodes.Ok : ExitCodes.RunFailed;
+            json.WriteString("mode", options.Mode);
+            json.WriteString("payload", options.Call.Name);
+            json.WriteString("call", options.Call.Description);
+            json.WriteNumber("callers", options.Callers);
+            json.WriteNumber("responders", options.Responders);
+            json.WriteNumber("seconds", options.Seconds);
+            json.WriteNumber("warmupSeconds", options.Warmup);
+            json.WriteNumber("maxLead", options.MaxLead);
+            json.WriteString("topic", options.Topic);
+            json.WriteNumber("graceSeconds", options.Grace);
+            json.WriteNumber("repeat", options.Repeat);
+        }, log);
     }
 
     internal sealed record RpcOptions(string Mode, RpcCall Call, int Callers, int Responders, double Seconds, double Warmup, long MaxLead, string Topic, double Grace, int Repeat, string? Out)
@@ -600,23 +547,16 @@ internal sealed class RpcScenario : IScenario
         long Errors,
         int Disconnected,
         long Unanswered,
-        ResourceUsage? Resources)
+        ResourceUsage? Resources) : IScenarioRun
     {
+        IReadOnlyList<string> IScenarioRun.Failures => Failures;
+
         public double CallsPerSecond => Seconds > 0 ? Calls / Seconds : 0;
 
         public static RpcRun From(RpcOptions options, WindowResult<RpcSnapshot> window, RpcCaller[] callers, RpcResponder[] responders, OnewayLedger? oneway, string?[] lost, long errors, long unanswered, RunLog log)
         {
-            var failures = new List<string>();
-            if (window.Aborted is { } aborted)
-            {
-                failures.Add($"run aborted: {aborted}");
-            }
-
+            List<string> failures = ScenarioSkeleton.WindowFailures(window.Aborted, lost, "connections");
             int disconnected = lost.Count(l => l is not null);
-            if (disconnected > 0)
-            {
-                failures.Add($"{disconnected} of {lost.Length} connections were disconnected (first: {lost.First(l => l is not null)})");
-            }
 
             if (callers.FirstOrDefault(c => c.SendFailure is not null) is { } failedCaller)
             {
@@ -674,12 +614,7 @@ internal sealed class RpcScenario : IScenario
         public void Print(RpcOptions options)
         {
             CultureInfo c = CultureInfo.InvariantCulture;
-            Console.WriteLine($"rpc repetition ({(Interrupted ? "INTERRUPTED" : Failures.Count == 0 ? "OK" : "FAILED")})");
-            if (!Measured)
-            {
-                Console.WriteLine(Interrupted ? "  interrupted before the measured window: nothing measured." : "  stopped before the measured window: nothing measured.");
-            }
-            else
+            if (ScenarioSkeleton.PrintRepetitionStatus("rpc", this, Measured))
             {
                 Console.WriteLine(string.Create(c, $"  parameters          : {options.Mode}, {options.Call.Description}, {options.Callers} callers, {options.Responders} responder(s)"));
                 Console.WriteLine(string.Create(c, $"  measured window     : {Seconds:F2} s after {options.Warmup} s warm-up"));
@@ -696,31 +631,18 @@ internal sealed class RpcScenario : IScenario
             Outcome.PrintFailures(Failures);
         }
 
-        public void Write(Utf8JsonWriter json)
+        public void Write(Utf8JsonWriter json) => ScenarioSkeleton.WriteRepetition(json, this, Measured, Seconds, Resources, figures =>
         {
-            json.WriteStartObject();
-            json.WriteBoolean("measured", Measured);
-            json.WriteBoolean("ok", Failures.Count == 0 && !Interrupted);
-            json.WriteNumber("measuredSeconds", Seconds);
-            json.WriteNumber("calls", Calls);
-            json.WriteNumber("callsPerSecond", CallsPerSecond);
-            Latency.Write(json, "latency");
-            json.WriteNumber("requestsHandled", Answered);
-            json.WriteNumber("unexpected", Unexpected);
-            json.WriteNumber("missing", Missing);
-            json.WriteNumber("reordered", Reordered);
-            json.WriteNumber("errorReplies", Errors);
-            json.WriteNumber("disconnected", Disconnected);
-            json.WriteNumber("unanswered", Unanswered);
-            Resources?.Write(json);
-            json.WriteStartArray("failures");
-            foreach (string failure in Failures)
-            {
-                json.WriteStringValue(failure);
-            }
-
-            json.WriteEndArray();
-            json.WriteEndObject();
-        }
+            figures.WriteNumber("calls", Calls);
+            figures.WriteNumber("callsPerSecond", CallsPerSecond);
+            Latency.Write(figures, "latency");
+            figures.WriteNumber("requestsHandled", Answered);
+            figures.WriteNumber("unexpected", Unexpected);
+            figures.WriteNumber("missing", Missing);
+            figures.WriteNumber("reordered", Reordered);
+            figures.WriteNumber("errorReplies", Errors);
+            figures.WriteNumber("disconnected", Disconnected);
+            figures.WriteNumber("unanswered", Unanswered);
+        });
     }
 }

@@ -47,37 +47,31 @@ internal sealed class StreamScenario : IScenario
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"stream: {options.Messages:N0} messages ({options.Warmup:N0} warm-up) of {options.Strings} strings x {options.StringLength} chars = {payload.Length} B MessagePack, max lead {options.MaxLead:N0}, {options.Repeat} run(s), on {targetOptions.Describe()}"));
-        await using ITarget target = await TargetFactory.StartAsync(targetOptions, cancellationToken);
-        TargetReport.Print(target, Console.Out);
-
-        var runs = new List<StreamRun>();
-        bool interrupted = false;
-        for (int repetition = 0; repetition < options.Repeat && !interrupted; repetition++)
+        await using ITarget target = await ScenarioSkeleton.StartAsync(targetOptions, cancellationToken);
+        (List<StreamRun> runs, int? exit) = await ScenarioSkeleton.RepeatAsync(
+            options.Repeat,
+            repetition => string.Create(CultureInfo.InvariantCulture, $"run {repetition}/{options.Repeat}:"),
+            () => StreamRun.ExecuteAsync(target, options, targetOptions.SetupTimeoutSeconds, payload, cancellationToken),
+            print: null,
+            cancellationToken);
+        if (exit is { } code)
         {
-            Console.WriteLine($"run {repetition + 1}/{options.Repeat}:");
-            StreamRun? run = await StreamRun.ExecuteAsync(target, options, targetOptions.SetupTimeoutSeconds, payload, cancellationToken);
-            if (run is null)
-            {
-                return ExitCodes.BrokerUnreachable;
-            }
-
-            runs.Add(run);
-            interrupted = run.Interrupted;
+            return code;
         }
 
+        bool interrupted = runs.Any(r => r.Interrupted);
         List<Headline> headlines =
         [
             Headline.Of("messages/s", "msg/s", higherIsBetter: true, [.. runs.Where(r => r.Measured).Select(r => r.MessagesPerSecond)]),
             Headline.Of("MB/s", "MB/s", higherIsBetter: true, [.. runs.Where(r => r.Measured).Select(r => r.MegabytesPerSecond)]),
         ];
-        List<string> failures = [.. runs.SelectMany((r, i) => r.Failures.Select(f => runs.Count > 1 ? $"run {i + 1}: {f}" : f))];
+        List<string> failures = ScenarioSkeleton.Failures(runs, i => runs.Count > 1 ? string.Create(CultureInfo.InvariantCulture, $"run {i}") : null);
 
         PrintTable(runs, headlines, failures, payload.Length);
         if (options.Out is { } path)
         {
-            ResultFile.Write(path, Name, json =>
+            ScenarioSkeleton.WriteResult(path, Name, target, headlines, json =>
             {
-                json.WriteStartObject("parameters");
                 json.WriteNumber("messages", options.Messages);
                 json.WriteNumber("warmupMessages", options.Warmup);
                 json.WriteNumber("maxLead", options.MaxLead);
@@ -86,26 +80,11 @@ internal sealed class StreamScenario : IScenario
                 json.WriteNumber("payloadBytes", payload.Length);
                 json.WriteNumber("maxSeconds", options.MaxSeconds);
                 json.WriteNumber("repeat", options.Repeat);
-                json.WriteEndObject();
-                TargetReport.Write(json, target);
-                Headline.WriteAll(json, headlines);
-                json.WriteStartArray("runs");
-                foreach (StreamRun run in runs)
-                {
-                    run.Write(json);
-                }
-
-                json.WriteEndArray();
-                json.WriteBoolean("ok", failures.Count == 0 && !interrupted);
-                json.WriteBoolean("interrupted", interrupted);
-                json.WriteStartArray("failures");
-                failures.ForEach(json.WriteStringValue);
-                json.WriteEndArray();
-            });
+            }, serverRss: null, json => ScenarioSkeleton.WriteRows(json, "runs", runs), failures, interrupted, log: null);
             Console.WriteLine($"result written to {path}");
         }
 
-        return interrupted ? ExitCodes.Interrupted : failures.Count > 0 ? ExitCodes.RunFailed : ExitCodes.Ok;
+        return ScenarioSkeleton.ExitCode(interrupted, failures);
     }
 
     private static void PrintTable(List<StreamRun> runs, List<Headline> headlines, List<string> failures, int payloadBytes)
@@ -238,7 +217,7 @@ internal sealed class StreamReceiver(StampedPayload payload, long total, long wa
 }
 
 /// <summary>One repetition of <c>stream</c>: connect, stream, check, measure. Not thread-safe; used by the scenario's flow only.</summary>
-internal sealed class StreamRun
+internal sealed class StreamRun : IScenarioRun
 {
     private StreamRun() { }
 
@@ -272,6 +251,8 @@ internal sealed class StreamRun
 
     public List<string> Failures { get; } = [];
 
+    IReadOnlyList<string> IScenarioRun.Failures => Failures;
+
     /// <summary>Runs once; null when connecting or subscribing failed (the reason is printed).</summary>
     public static async Task<StreamRun?> ExecuteAsync(ITarget target, StreamOptions options, double setupSeconds, StampedPayload payload, CancellationToken cancellationToken)
     {
@@ -280,28 +261,24 @@ internal sealed class StreamRun
         IPubSubClient? subscriber = null, publisher = null;
         try
         {
-            using (var setup = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken))
+            SetupOutcome setup = await ScenarioSkeleton.SetUpAsync(setupSeconds, async token =>
             {
-                setup.CancelAfter(TimeSpan.FromSeconds(setupSeconds));
-                try
-                {
-                    subscriber = await target.ConnectAsync(0, setup.Token);
-                    publisher = await target.ConnectAsync(1, setup.Token);
-                    await subscriber.SubscribeAsync(topic, receiver.OnMessage, setup.Token);
-                }
-                catch (Exception e) when (e is not OutOfMemoryException && !cancellationToken.IsCancellationRequested)
-                {
-                    string why = e is OperationCanceledException ? $"setup did not finish within {setupSeconds} s" : $"{e.GetType().Name}: {e.Message}";
-                    Console.Error.WriteLine($"error: could not connect and subscribe to {target.Label}: {why}");
-                    return null;
-                }
-                catch (OperationCanceledException)
-                {
-                    return new StreamRun { Interrupted = true, Expected = options.Messages };
-                }
+                subscriber = await target.ConnectAsync(0, token);
+                publisher = await target.ConnectAsync(1, token);
+                await subscriber.SubscribeAsync(topic, receiver.OnMessage, token);
+            }, AnyButOutOfMemory, cancellationToken);
+            if (setup.Failure is { } why)
+            {
+                Console.Error.WriteLine($"error: could not connect and subscribe to {target.Label}: {why}");
+                return null;
             }
 
-            return await StreamAsync(target, options, payload, topic, receiver, subscriber, publisher, cancellationToken);
+            if (setup.Interrupted)
+            {
+                return new StreamRun { Interrupted = true, Expected = options.Messages };
+            }
+
+            return await StreamAsync(target, options, payload, topic, receiver, subscriber!, publisher!, cancellationToken);
         }
         finally
         {
@@ -437,6 +414,12 @@ internal sealed class StreamRun
 
         return run;
     }
+
+    /// <summary>
+    /// What <c>stream</c> and <c>collab</c> count as the target failing to set up: any exception but running
+    /// out of memory, named by its type and message.
+    /// </summary>
+    internal static string? AnyButOutOfMemory(Exception e) => e is OutOfMemoryException ? null : $"{e.GetType().Name}: {e.Message}";
 
     public void Write(Utf8JsonWriter json)
     {
