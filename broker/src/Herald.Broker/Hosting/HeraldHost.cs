@@ -175,7 +175,7 @@ public static class HeraldHost
             }
 
             policy.AllowAnyHeader().AllowAnyMethod()
-                .WithExposedHeaders("Herald-First-Sequence", "Herald-Count", "Herald-Dropped", "Retry-After", "Location");
+                .WithExposedHeaders("Herald-First-Sequence", "Herald-Count", "Herald-Dropped", "Herald-Notice", "Retry-After", "Location");
         }));
 
         WebApplication app = builder.Build();
