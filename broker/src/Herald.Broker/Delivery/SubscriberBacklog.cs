@@ -307,30 +307,6 @@ internal sealed class SubscriberBacklog : IMessageSink
         }
     }
 
-    /// <summary>The sequence number the next queued frame gets minus one: the highest a client may acknowledge.</summary>
-    public long LastSequence
-    {
-        get
-        {
-            lock (_gate)
-            {
-                return _headSequence + _ring.Count - 1;
-            }
-        }
-    }
-
-    /// <summary>The sequence number of the oldest frame still held (or of the next one, when none is).</summary>
-    public long HeadSequence
-    {
-        get
-        {
-            lock (_gate)
-            {
-                return _headSequence;
-            }
-        }
-    }
-
     /// <summary>
     /// Stops accepting frames; a stream reader takes what is queued, then <paramref name="finalFrame"/> (if
     /// any, e.g. a fatal ERROR), and the returned task completes. With <paramref name="discardQueued"/> the

@@ -90,10 +90,6 @@ internal abstract class ProtocolSession
 
     public int SubscriptionCount => Volatile.Read(ref _subscriptionCount);
 
-    public long PendingMessages => Backlog.Pending.Messages;
-
-    public long PendingBytes => Backlog.Pending.Bytes;
-
     /// <summary>Why the session ended (<see cref="ErrorCode.None"/>: it has not, or the client left).</summary>
     public ErrorCode CloseCode => Volatile.Read(ref _closeCode) is var code && code > 0 ? (ErrorCode)code : ErrorCode.None;
 
