@@ -26,4 +26,28 @@ internal static class ResultFile
         writeBody(json);
         json.WriteEndObject();
     }
+
+    /// <summary>Writes <c>"name": [ "a", "b", ... ]</c>.</summary>
+    public static void WriteStrings(Utf8JsonWriter json, string name, IEnumerable<string> values)
+    {
+        json.WriteStartArray(name);
+        foreach (string value in values)
+        {
+            json.WriteStringValue(value);
+        }
+
+        json.WriteEndArray();
+    }
+
+    /// <summary>Writes <c>"name": [ 1, 2.5, ... ]</c>.</summary>
+    public static void WriteNumbers(Utf8JsonWriter json, string name, IEnumerable<double> values)
+    {
+        json.WriteStartArray(name);
+        foreach (double value in values)
+        {
+            json.WriteNumberValue(value);
+        }
+
+        json.WriteEndArray();
+    }
 }
