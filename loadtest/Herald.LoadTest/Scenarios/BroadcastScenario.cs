@@ -429,13 +429,7 @@ internal sealed class BroadcastScenario : IScenario
             json.WriteNumber("subscribers", options.Subscribers);
         }
 
-        json.WriteStartArray("periodsSeconds");
-        foreach (double period in options.Periods)
-        {
-            json.WriteNumberValue(period);
-        }
-
-        json.WriteEndArray();
+        ResultFile.WriteNumbers(json, "periodsSeconds", options.Periods);
         json.WriteNumber("repeat", options.Repeat);
         json.WriteNumber("bursts", options.Bursts);
         json.WriteNumber("warmupBursts", options.WarmupBursts);

@@ -311,13 +311,7 @@ internal static class ScenarioSkeleton
         json.WriteNumber("measuredSeconds", seconds);
         figures(json);
         resources?.Write(json);
-        json.WriteStartArray("failures");
-        foreach (string failure in run.Failures)
-        {
-            json.WriteStringValue(failure);
-        }
-
-        json.WriteEndArray();
+        ResultFile.WriteStrings(json, "failures", run.Failures);
         json.WriteEndObject();
     }
 
