@@ -61,23 +61,25 @@ internal static class ScenarioSkeleton
     }
 
     /// <summary>
-    /// The whole of a throughput scenario (<c>fanout</c>, <c>rpc</c>): start the target, run
-    /// <paramref name="repeat"/> repetitions of <paramref name="once"/> with one run log, printing each,
-    /// then <paramref name="report"/> them. Returns the exit code.
+    /// The whole of a scenario over one target (<c>fanout</c>, <c>rpc</c>, <c>stream</c>): start the target,
+    /// run <paramref name="repeat"/> repetitions of <paramref name="once"/> with one run log, each after its
+    /// <paramref name="header"/> (default <see cref="RepetitionHeader"/>) and printed when
+    /// <paramref name="print"/> is given, then <paramref name="report"/> them. Returns the exit code.
     /// </summary>
     public static async Task<int> RunRepetitionsAsync<T>(
         TargetOptions targetOptions,
         int repeat,
         Func<ITarget, RunLog, Task<T?>> once,
-        Action<T> print,
+        Action<T>? print,
         Func<ITarget, List<T>, RunLog, int> report,
         CancellationToken cancellationToken,
-        Action<ITarget>? check = null)
+        Action<ITarget>? check = null,
+        Func<int, string?>? header = null)
         where T : class, IScenarioRun
     {
         await using ITarget target = await StartAsync(targetOptions, cancellationToken, check);
         var log = new RunLog();
-        (List<T> runs, int? exit) = await RepeatAsync(repeat, RepetitionHeader(repeat), () => once(target, log), print, cancellationToken);
+        (List<T> runs, int? exit) = await RepeatAsync(repeat, header ?? RepetitionHeader(repeat), () => once(target, log), print, cancellationToken);
         return exit ?? report(target, runs, log);
     }
 
