@@ -50,4 +50,30 @@ internal static class ResultFile
 
         json.WriteEndArray();
     }
+
+    /// <summary>Writes <c>"name": value</c>, or <c>"name": null</c> when it is unknown (null, NaN or infinite).</summary>
+    public static void WriteNumberOrNull(Utf8JsonWriter json, string name, double? value)
+    {
+        if (value is { } v && double.IsFinite(v))
+        {
+            json.WriteNumber(name, v);
+        }
+        else
+        {
+            json.WriteNull(name);
+        }
+    }
+
+    /// <inheritdoc cref="WriteNumberOrNull(Utf8JsonWriter, string, double?)"/>
+    public static void WriteNumberOrNull(Utf8JsonWriter json, string name, long? value)
+    {
+        if (value is { } v)
+        {
+            json.WriteNumber(name, v);
+        }
+        else
+        {
+            json.WriteNull(name);
+        }
+    }
 }

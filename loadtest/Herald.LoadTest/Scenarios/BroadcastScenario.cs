@@ -479,8 +479,8 @@ internal sealed class BroadcastPeriodResult(double period, int repetition, bool 
         json.WriteNumber("repetition", Repetition);
         json.WriteStartObject("search");
         json.WriteBoolean("enabled", search);
-        WriteOptional(json, "largestGood", Good);
-        WriteOptional(json, "smallestBad", Bad);
+        ResultFile.WriteNumberOrNull(json, "largestGood", Good);
+        ResultFile.WriteNumberOrNull(json, "smallestBad", Bad);
         json.WriteString("ended", SearchEnd);
         json.WriteEndObject();
         json.WriteStartArray("runs");
@@ -491,18 +491,6 @@ internal sealed class BroadcastPeriodResult(double period, int repetition, bool 
 
         json.WriteEndArray();
         json.WriteEndObject();
-    }
-
-    private static void WriteOptional(Utf8JsonWriter json, string name, int? value)
-    {
-        if (value is { } v)
-        {
-            json.WriteNumber(name, v);
-        }
-        else
-        {
-            json.WriteNull(name);
-        }
     }
 }
 

@@ -494,9 +494,9 @@ internal sealed class ConnectionsRun : IScenarioRun
     public void Write(Utf8JsonWriter json)
     {
         json.WriteStartObject();
-        WriteOptional(json, "baselineRssBytes", BaselineRss);
-        WriteOptional(json, "baselineGcHeapBytes", BaselineHeap);
-        WriteOptional(json, "rssAfterCloseBytes", RssAfterClose);
+        ResultFile.WriteNumberOrNull(json, "baselineRssBytes", BaselineRss);
+        ResultFile.WriteNumberOrNull(json, "baselineGcHeapBytes", BaselineHeap);
+        ResultFile.WriteNumberOrNull(json, "rssAfterCloseBytes", RssAfterClose);
         json.WriteString("failure", Failure);
         json.WriteStartArray("steps");
         foreach (ConnectionStep s in Steps)
@@ -505,14 +505,14 @@ internal sealed class ConnectionsRun : IScenarioRun
             json.WriteNumber("connections", s.Connections);
             json.WriteNumber("alive", s.Alive);
             json.WriteNumber("connectSeconds", s.ConnectSeconds);
-            WriteOptional(json, "serverRssBytes", s.ServerRss);
-            WriteOptional(json, "serverRssGrowthBytes", s.RssGrowth);
+            ResultFile.WriteNumberOrNull(json, "serverRssBytes", s.ServerRss);
+            ResultFile.WriteNumberOrNull(json, "serverRssGrowthBytes", s.RssGrowth);
             if (s.RssKbPerConnection is { } kb)
             {
                 json.WriteNumber("serverRssKbPerConnection", kb);
             }
 
-            WriteOptional(json, "gcHeapBytes", s.GcHeap);
+            ResultFile.WriteNumberOrNull(json, "gcHeapBytes", s.GcHeap);
             if (s.HeapKbPerConnection is { } hkb)
             {
                 json.WriteNumber("gcHeapKbPerConnection", hkb);
@@ -525,17 +525,5 @@ internal sealed class ConnectionsRun : IScenarioRun
         json.WriteEndArray();
         Resources.Write(json);
         json.WriteEndObject();
-    }
-
-    private static void WriteOptional(Utf8JsonWriter json, string name, long? value)
-    {
-        if (value is { } v)
-        {
-            json.WriteNumber(name, v);
-        }
-        else
-        {
-            json.WriteNull(name);
-        }
     }
 }
