@@ -130,9 +130,10 @@ public class BroadcastTests
             Assert.Equal(good ? Subscribers : 0, headlines[i].GetProperty("value").GetDouble());
         }
 
-        // exit 0 and ok exactly when every period's run was on time; 1 (a burst was late) is the only other ending
+        // "ok" says the server and the protocol did right (every burst reached every subscriber, checked
+        // above); a late burst is the measurement (a slow machine may see one) and only makes the exit 1
+        Assert.True(json.GetProperty("ok").GetBoolean(), string.Join("; ", json.GetProperty("failures").EnumerateArray()));
         Assert.Equal(everyRunGood ? ExitCodes.Ok : ExitCodes.RunFailed, exit);
-        Assert.Equal(everyRunGood, json.GetProperty("ok").GetBoolean());
         AssertChart(chart, $"herald/{transport}"); // --chart: this run's own line
     }
 

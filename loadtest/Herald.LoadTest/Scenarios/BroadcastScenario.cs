@@ -308,8 +308,8 @@ internal sealed class BroadcastScenario : IScenario
             Console.WriteLine($"  disturbed runs      : other processes used CPU during {string.Join(", ", disturbed)}; repeat them on a quiet machine");
         }
 
-        // The result's failures are what the server or the protocol got wrong; a missed burst is a
-        // measurement, and only decides the exit code.
+        // The result's failures (and its "ok") are what the server or the protocol got wrong; a missed burst
+        // is a measurement, not a failure of the server, and decides only the exit code with them.
         List<string> problems = ScenarioSkeleton.Failures(results, _ => null);
         foreach (string problem in problems)
         {
@@ -353,7 +353,7 @@ internal sealed class BroadcastScenario : IScenario
             .. results.Count < searchesPlanned ? [string.Create(c, $"{searchesPlanned - results.Count} of {searchesPlanned} searches did not run")] : Array.Empty<string>(),
         ];
         bool unreachable = results.SelectMany(r => r.Runs).FirstOrDefault() is { BrokerUnreachable: true };
-        return ScenarioSkeleton.ExitCode(interrupted, misses, unreachable);
+        return ScenarioSkeleton.ExitCode(interrupted, [.. problems, .. misses], unreachable);
     }
 
     /// <summary>The per-period block of the human report: every run, the search's end, and the details at the largest good M.</summary>
