@@ -105,6 +105,34 @@ public sealed class ReplyIsolationTests
     }
 
     [Fact]
+    public async Task A_session_holds_at_most_MaxPerSession_reply_permissions_and_drops_the_oldest()
+    {
+        await using TestBroker broker = await StartAsync(o => o.Security.Responses.MaxPerSession = 2);
+        await using ProtocolClient alice = await OpenAsync(broker, AliceToken);
+        await using ProtocolClient bob = await OpenAsync(broker, BobToken);
+        string inbox = Identity.InboxPrefixOf("alice") + ".r";
+        await alice.SubscribeAsync(1, inbox + ".>");
+        await bob.SubscribeAsync(1, "svc.echo");
+        await Task.WhenAll(alice.PingPongAsync(), bob.PingPongAsync());
+
+        foreach (int n in new[] { 1, 2, 3 })
+        {
+            await alice.PublishAsync("svc.echo", $"request {n}", replyTo: $"{inbox}.{n}");
+        }
+
+        foreach (int n in new[] { 1, 2, 3 })
+        {
+            Assert.Equal($"{inbox}.{n}", (await bob.ReadMessageAsync()).ReplyTo); // each delivery granted its reply
+        }
+
+        await ExpectDeniedAsync(bob, w => FrameWriter.WritePublish(w, Encoding.UTF8.GetBytes($"{inbox}.1"), default, PayloadFlags.None, "dropped"u8), $"{inbox}.1");
+        await bob.PublishAsync($"{inbox}.2", "answer 2");
+        await bob.PublishAsync($"{inbox}.3", "answer 3");
+        Assert.Empty(await bob.PingPongAsync());
+        Assert.Equal(["answer 2", "answer 3"], (await alice.PingPongAsync()).Select(f => f.Text));
+    }
+
+    [Fact]
     public async Task A_reply_to_the_publisher_may_not_subscribe_to_is_refused_and_the_publisher_and_responder_stay()
     {
         await using TestBroker broker = await StartAsync();
@@ -302,23 +330,6 @@ public sealed class ReplyIsolationTests
         return (await created.Content.ReadFromJsonAsync<JsonElement>()).GetProperty("inboxPrefix").GetString();
     }
 
-    /// <summary>Sends one frame and a PING: a non-fatal PermissionDenied naming <paramref name="topic"/> must come before the PONG, and nothing else.</summary>
-    private static async Task ExpectDeniedAsync(ProtocolClient client, Action<System.Buffers.IBufferWriter<byte>> frame, string topic)
-    {
-        await client.SendAsync(w =>
-        {
-            frame(w);
-            FrameWriter.WritePing(w);
-        });
-        var before = new List<Frame>();
-        for (Frame f = await client.ReadAsync(); f.Type != FrameType.Pong; f = await client.ReadAsync())
-        {
-            before.Add(f);
-        }
-
-        Frame refused = Assert.Single(before);
-        Assert.True(refused.Type == FrameType.Error, $"Expected ERROR PermissionDenied before PONG, got {refused}");
-        Assert.Equal((ErrorCode.PermissionDenied, false), (refused.Error!.Value.Code, refused.Error.Value.Fatal));
-        Assert.Contains($"'{topic}'", refused.Error.Value.Message, StringComparison.Ordinal);
-    }
+    private static Task ExpectDeniedAsync(ProtocolClient client, Action<System.Buffers.IBufferWriter<byte>> frame, string topic) =>
+        IdentityIsolationTests.ExpectDeniedAsync(client, frame, topic);
 }
