@@ -111,6 +111,8 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
 
         Security.AuthOptions auth = security.Auth;
         Check(failures, "Herald:Security:Auth:FailureDelay", auth.FailureDelay, TimeSpan.Zero, TimeSpan.FromSeconds(30));
+        Annotations(failures, "Herald:Security:Responses", security.Responses);
+        Check(failures, "Herald:Security:Responses:Expires", security.Responses.Expires, TimeSpan.FromMilliseconds(1), TimeSpan.FromDays(1));
         if (auth.Mode == Security.AuthMode.Token)
         {
             if (auth.Tokens.Count == 0)

@@ -161,9 +161,14 @@ internal static class MonitoringEndpoints
         TopicRouter router = services.GetRequiredService<TopicRouter>();
         IReadOnlyList<(string Pattern, int Subscribers)> snapshot = router.Snapshot(MaxSortedPatterns, out int patterns);
         var matching = new List<(string Pattern, int Subscribers)>(snapshot.Count);
+        int inboxes = 0;
         foreach ((string Pattern, int Subscribers) entry in snapshot)
         {
-            if (string.IsNullOrEmpty(topic) || Topic.Matches(entry.Pattern, topic))
+            if (entry.Pattern.StartsWith(ProtocolConstants.InboxPrefix, StringComparison.Ordinal))
+            {
+                inboxes++; // a reply address: counted, never named
+            }
+            else if (string.IsNullOrEmpty(topic) || Topic.Matches(entry.Pattern, topic))
             {
                 matching.Add(entry);
             }
@@ -176,7 +181,7 @@ internal static class MonitoringEndpoints
             page.Add(new PatternInfo(matching[i].Pattern, matching[i].Subscribers));
         }
 
-        var subsz = new Subsz(DateTimeOffset.UtcNow, router.SubscriptionCount, patterns, string.IsNullOrEmpty(topic) ? null : topic, matching.Count, offset, limit, patterns > snapshot.Count, page);
+        var subsz = new Subsz(DateTimeOffset.UtcNow, router.SubscriptionCount, patterns, inboxes, string.IsNullOrEmpty(topic) ? null : topic, matching.Count, offset, limit, patterns > snapshot.Count, page);
         return Results.Json(subsz, MonitoringJsonContext.Default.Subsz);
     }
 

@@ -133,11 +133,17 @@ internal sealed class TopicRouter : IDisposable
         bool otherTried = false;
         int asSentUses = 0;
         int otherUses = 0;
+        bool isRequest = publish.ReplyTo.HasValue;
         foreach (Subscription subscription in subscriptions)
         {
             if (subscription.NoEcho && ReferenceEquals(subscription.Sink, origin))
             {
                 continue;
+            }
+
+            if (isRequest && subscription.Replies is { } replies)
+            {
+                replies.Grant(publish.ReplyTo!.Value); // a restricted receiver may answer: recorded before it can see the request
             }
 
             MessageBuffer frame;

@@ -200,12 +200,15 @@ internal sealed class FrameSession : ProtocolSession
             Throw(ErrorCode.UnsupportedVersion, $"Protocol version {hello.Version} is not supported; this broker speaks version {ProtocolConstants.Version}.");
         }
 
-        Capabilities accepted = Open(Authenticate(Broker, hello.Auth), hello.ClientName, hello.Capabilities);
+        Capabilities accepted = Open(Authenticate(Broker, hello.Auth, RemoteEndPoint, Transport), hello.ClientName, hello.Capabilities);
         var writer = new ArrayBufferWriter<byte>(256);
-        FrameWriter.WriteWelcome(writer, Broker.ServerName, (ulong)Id, accepted, Broker.WelcomeLimits);
+        FrameWriter.WriteWelcome(writer, Broker.ServerName, (ulong)Id, accepted, Broker.WelcomeLimits, inboxPrefix: Identity.InboxPrefix);
         Control(MessageBuffer.Copy(writer.WrittenSpan));
         Broker.Log.Welcomed(Id, RemoteEndPoint, hello.ClientName);
     }
+
+    /// <inheritdoc/>
+    protected override void Revoked(uint sid, string message) => Control(ControlFrames.Error(ErrorCode.PermissionDenied, message, sid: sid));
 
     /// <summary>A non-fatal refusal or notice becomes an ERROR frame, in order with what is queued.</summary>
     private void Tell(Refusal refusal)

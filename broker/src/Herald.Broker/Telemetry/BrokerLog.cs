@@ -64,4 +64,7 @@ internal static partial class BrokerLog
 
     [LoggerMessage(2007, LogLevel.Warning, "Connection {ConnectionId} from {Remote} did not take its last frames within {Timeout}; aborted.")]
     public static partial void DrainTimedOut(this ILogger logger, long connectionId, EndPoint? remote, TimeSpan timeout);
+
+    [LoggerMessage(2008, LogLevel.Warning, "Authentication failed ({Transport}) from {Remote}: {Reason}")]
+    public static partial void AuthenticationFailed(this ILogger logger, string transport, EndPoint? remote, string reason);
 }
