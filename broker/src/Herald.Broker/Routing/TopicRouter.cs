@@ -28,8 +28,10 @@ namespace Herald.Broker.Routing;
 /// <c>device.*.alarm</c> beside 65,536 cached <c>device.N.status</c>), the walk stops and the whole
 /// cache is dropped instead, in O(1): the change stays bounded by a constant, and every publisher pays at
 /// most one miss per topic to refill it (counted in <c>herald.router.cache.evictions</c>).
-/// Measured (<c>broker/bench/Herald.Benchmarks</c>, <c>TopicRouterBenchmarks</c>): a wildcard
-/// SUBSCRIBE/UNSUBSCRIBE pair no longer grows with the cache; a cached publish match is unchanged.
+/// Measured (<c>broker/bench/Herald.Benchmarks</c>, <c>TopicRouterBenchmarks</c>, short job on a shared
+/// 2-core machine): a wildcard SUBSCRIBE/UNSUBSCRIBE pair that matches no cached topic costs about 1.2 us
+/// with 0, 1,000 or 65,536 cached topics (it was 1.2 us, 51 us and 29 ms: every entry was matched under the
+/// write lock); an exact pair about 1.2 us as before; a cached publish match 25-40 ns as before.
 /// The alternatives were weighed: a generation counter makes every change a miss for every publisher
 /// (a miss allocates and takes the read lock, so churn would cost all publishers), and a small cache as
 /// NATS's 1,024 entries makes publishers of many distinct topics miss all the time.
