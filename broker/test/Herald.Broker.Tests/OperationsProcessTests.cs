@@ -24,6 +24,7 @@ public sealed class OperationsProcessTests
             "--Herald:Tcp:PortRangeStart=0",
             "--Herald:Tcp:PortRangeEnd=0",
             "--Herald:Http:Port=-1",
+            "--Herald:Monitoring:Port=-1",
             "--Herald:Policy:Port=-1");
         JsonElement listening = await broker.WaitForEventAsync(1001);
         int port = listening.GetProperty("First").GetInt32();
@@ -68,12 +69,56 @@ public sealed class OperationsProcessTests
     public async Task Probe_mode_exits_0_for_a_healthy_broker_and_1_for_none()
     {
         await using var broker = await TestBroker.StartAsync();
-        string port = broker.HttpPort.ToString(CultureInfo.InvariantCulture);
+        string port = broker.MonitoringPort.ToString(CultureInfo.InvariantCulture);
+        string http = broker.HttpPort.ToString(CultureInfo.InvariantCulture);
 
-        // An absolute URL; a path on the configured HTTP port (as the image's HEALTHCHECK uses it); nobody listening.
+        // An absolute URL; a path on the configured monitoring listener (as the image's HEALTHCHECK uses it);
+        // the HTTP port, which serves no probes by default; nobody listening.
         Assert.Equal(0, await BrokerProcess.RunAsync("--probe", $"http://127.0.0.1:{port}/healthz"));
-        Assert.Equal(0, await BrokerProcess.RunAsync("--probe", "/readyz", "--Herald:Http:Host=127.0.0.1", $"--Herald:Http:Port={port}"));
+        Assert.Equal(0, await BrokerProcess.RunAsync("--probe", "/readyz", "--Herald:Monitoring:Host=127.0.0.1", $"--Herald:Monitoring:Port={port}"));
+        Assert.Equal(1, await BrokerProcess.RunAsync("--probe", $"http://127.0.0.1:{http}/healthz"));
         Assert.Equal(1, await BrokerProcess.RunAsync("--probe", $"http://127.0.0.1:{FreePort()}/healthz"));
+    }
+
+    [Fact]
+    public async Task Anonymous_on_every_address_warns_and_names_what_is_exposed_the_monitoring_listener_included()
+    {
+        await using var broker = BrokerProcess.Start(
+            "--Herald:Logging:Format=json",
+            "--Herald:Tcp:Host=0.0.0.0",
+            "--Herald:Tcp:PortRangeStart=0",
+            "--Herald:Tcp:PortRangeEnd=0",
+            "--Herald:Http:Port=-1",
+            "--Herald:Monitoring:Host=0.0.0.0",
+            "--Herald:Monitoring:Port=0",
+            "--Herald:Policy:Port=-1");
+
+        JsonElement warning = await broker.WaitForEventAsync(6001);
+
+        string message = warning.GetProperty("@m").GetString()!;
+        Assert.Contains("publish, subscribe and answer requests on every topic", message, StringComparison.Ordinal);
+        Assert.Contains("monitoring 0.0.0.0", message, StringComparison.Ordinal);
+        Assert.Contains("client names and addresses, every subscribed topic and inbox", message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task An_open_monitoring_listener_beyond_loopback_warns_even_with_authentication_on()
+    {
+        await using var broker = BrokerProcess.Start(
+            "--Herald:Logging:Format=json",
+            "--Herald:Security:Auth:Mode=Jwt",
+            "--Herald:Security:Auth:Jwt:HmacSecret=a-secret-of-at-least-thirty-two-bytes!!",
+            "--Herald:Tcp:Host=127.0.0.1",
+            "--Herald:Tcp:PortRangeStart=0",
+            "--Herald:Tcp:PortRangeEnd=0",
+            "--Herald:Http:Port=-1",
+            "--Herald:Monitoring:Host=0.0.0.0",
+            "--Herald:Monitoring:Port=0",
+            "--Herald:Policy:Port=-1");
+
+        JsonElement warning = await broker.WaitForEventAsync(6002);
+
+        Assert.Contains("without Herald:Monitoring:Token", warning.GetProperty("@m").GetString()!, StringComparison.Ordinal);
     }
 
     private static int FreePort()

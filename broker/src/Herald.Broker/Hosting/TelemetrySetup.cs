@@ -1,4 +1,5 @@
 using System.Globalization;
+using Herald.Broker.Monitoring;
 using Herald.Broker.Telemetry;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Http;
@@ -88,7 +89,7 @@ internal static class TelemetrySetup
     {
         if (options.Telemetry.Prometheus)
         {
-            app.MapPrometheusScrapingEndpoint();
+            app.MapPrometheusScrapingEndpoint().AsMonitoring(); // on the monitoring listener, or behind its token
         }
     }
 
