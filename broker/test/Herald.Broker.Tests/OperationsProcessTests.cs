@@ -5,6 +5,7 @@ using System.Globalization;
 using System.Net;
 using System.Net.Sockets;
 using System.Text.Json;
+using System.Text.RegularExpressions;
 using Herald.Broker.Hosting;
 using Herald.Broker.Tests.Infrastructure;
 using Herald.Protocol;
@@ -63,6 +64,51 @@ public sealed class OperationsProcessTests
         JsonElement welcomed = events.First(e => e.TryGetProperty("EventId", out JsonElement id) && id.GetProperty("Id").GetInt32() == 2001);
         Assert.Equal("quote\" backslash\\ newline\n tab\t é", welcomed.GetProperty("ClientName").GetString());
         Assert.Equal("Herald.Broker.Sessions.BrokerCore", welcomed.GetProperty("SourceContext").GetString());
+    }
+
+    [Fact]
+    public async Task In_text_mode_a_newline_from_a_client_cannot_forge_a_log_line()
+    {
+        await using var broker = BrokerProcess.Start(
+            "--Herald:Logging:Format=text",
+            "--Logging:LogLevel:Herald=Debug",
+            "--Herald:Tcp:Host=127.0.0.1",
+            "--Herald:Tcp:PortRangeStart=0",
+            "--Herald:Tcp:PortRangeEnd=0",
+            "--Herald:Http:Port=-1",
+            "--Herald:Monitoring:Port=-1",
+            "--Herald:Policy:Port=-1");
+        string listening = await broker.WaitForLineAsync(l => l.Contains("listening for TCP", StringComparison.Ordinal));
+        int port = int.Parse(Regex.Match(listening, @"ports (\d+)-").Groups[1].Value, CultureInfo.InvariantCulture);
+
+        // The attacker's name ends its line and writes one that looks like the broker's, then clears the screen.
+        const string Forged = "[12:00:00.000 ERR] Herald.Broker.Sessions.BrokerCore: FORGED admin logged in";
+        using (var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp))
+        {
+            await socket.ConnectAsync(new IPEndPoint(IPAddress.Loopback, port));
+            var frames = new ArrayBufferWriter<byte>();
+            FrameWriter.WriteHello(frames, "evil\n" + Forged + "\r\n\u001b[2J\u2028end", Capabilities.None);
+            FrameWriter.WriteHello(frames, "again\nFORGED too", Capabilities.None); // a second HELLO: a protocol error, logged with its reason
+            await socket.SendAsync(frames.WrittenMemory);
+            await broker.WaitForLineAsync(l => l.Contains("broke the protocol", StringComparison.Ordinal));
+        }
+
+        // A bystander's HELLO is logged as before, on one line of its own.
+        await using (var bystander = await ProtocolClient.ConnectAsync(port))
+        {
+            await bystander.HelloAsync();
+            await broker.WaitForLineAsync(l => l.EndsWith("said HELLO as 'test'.", StringComparison.Ordinal));
+        }
+
+        broker.Terminate();
+        Assert.Equal(0, await broker.WaitForExitAsync());
+
+        string[] lines = [.. broker.Stdout];
+        Assert.All(lines, l => Assert.Matches(@"^\[\d\d:\d\d:\d\d\.\d{3} [A-Z]{3}\] |^\s|^[A-Za-z.]+Exception", l)); // every line is the broker's own (or an exception's)
+        Assert.DoesNotContain(lines, l => l.StartsWith("[12:00:00.000 ERR]", StringComparison.Ordinal));
+        Assert.DoesNotContain(lines, l => l.Contains('\u001b', StringComparison.Ordinal) || l.Contains('\r', StringComparison.Ordinal) || l.Contains('\u2028', StringComparison.Ordinal));
+        string hello = Assert.Single(lines, l => l.Contains("FORGED admin", StringComparison.Ordinal));
+        Assert.Contains("said HELLO as 'evil\\n" + Forged + "\\r\\n\\u001B[2J\\u2028end'.", hello, StringComparison.Ordinal);
     }
 
     [Fact]
@@ -185,6 +231,26 @@ public sealed class BrokerProcess : IAsyncDisposable
             if (_process.HasExited)
             {
                 throw new Xunit.Sdk.XunitException($"The broker exited ({_process.ExitCode}) before event {eventId}:\n{string.Join('\n', _stdout.Concat(_stderr))}");
+            }
+
+            await _lines.WaitAsync(cts.Token);
+        }
+    }
+
+    /// <summary>Waits for a line of output (text format) that <paramref name="match"/> accepts and returns it.</summary>
+    public async Task<string> WaitForLineAsync(Func<string, bool> match)
+    {
+        using var cts = new CancellationTokenSource(Timeout);
+        while (true)
+        {
+            if (_stdout.FirstOrDefault(match) is { } line)
+            {
+                return line;
+            }
+
+            if (_process.HasExited)
+            {
+                throw new Xunit.Sdk.XunitException($"The broker exited ({_process.ExitCode}) before the line:\n{string.Join('\n', _stdout.Concat(_stderr))}");
             }
 
             await _lines.WaitAsync(cts.Token);
