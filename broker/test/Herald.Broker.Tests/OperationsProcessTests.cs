@@ -18,15 +18,7 @@ public sealed class OperationsProcessTests
     [Fact]
     public async Task In_json_mode_every_line_on_stdout_is_one_json_log_event()
     {
-        await using var broker = BrokerProcess.Start(
-            "--Herald:Logging:Format=json",
-            "--Logging:LogLevel:Herald=Debug",
-            "--Herald:Tcp:Host=127.0.0.1",
-            "--Herald:Tcp:PortRangeStart=0",
-            "--Herald:Tcp:PortRangeEnd=0",
-            "--Herald:Http:Port=-1",
-            "--Herald:Monitoring:Port=-1",
-            "--Herald:Policy:Port=-1");
+        await using var broker = BrokerProcess.StartTcpOnly("json");
         JsonElement listening = await broker.WaitForEventAsync(1001);
         int port = listening.GetProperty("First").GetInt32();
 
@@ -69,15 +61,7 @@ public sealed class OperationsProcessTests
     [Fact]
     public async Task In_text_mode_a_newline_from_a_client_cannot_forge_a_log_line()
     {
-        await using var broker = BrokerProcess.Start(
-            "--Herald:Logging:Format=text",
-            "--Logging:LogLevel:Herald=Debug",
-            "--Herald:Tcp:Host=127.0.0.1",
-            "--Herald:Tcp:PortRangeStart=0",
-            "--Herald:Tcp:PortRangeEnd=0",
-            "--Herald:Http:Port=-1",
-            "--Herald:Monitoring:Port=-1",
-            "--Herald:Policy:Port=-1");
+        await using var broker = BrokerProcess.StartTcpOnly("text");
         string listening = await broker.WaitForLineAsync(l => l.Contains("listening for TCP", StringComparison.Ordinal));
         int port = int.Parse(Regex.Match(listening, @"ports (\d+)-").Groups[1].Value, CultureInfo.InvariantCulture);
 
@@ -129,15 +113,7 @@ public sealed class OperationsProcessTests
     [Fact]
     public async Task Anonymous_on_every_address_warns_and_names_what_is_exposed_the_monitoring_listener_included()
     {
-        await using var broker = BrokerProcess.Start(
-            "--Herald:Logging:Format=json",
-            "--Herald:Tcp:Host=0.0.0.0",
-            "--Herald:Tcp:PortRangeStart=0",
-            "--Herald:Tcp:PortRangeEnd=0",
-            "--Herald:Http:Port=-1",
-            "--Herald:Monitoring:Host=0.0.0.0",
-            "--Herald:Monitoring:Port=0",
-            "--Herald:Policy:Port=-1");
+        await using var broker = BrokerProcess.StartTcpOnly("json", "--Herald:Tcp:Host=0.0.0.0", "--Herald:Monitoring:Host=0.0.0.0", "--Herald:Monitoring:Port=0");
 
         JsonElement warning = await broker.WaitForEventAsync(6001);
 
@@ -150,17 +126,12 @@ public sealed class OperationsProcessTests
     [Fact]
     public async Task An_open_monitoring_listener_beyond_loopback_warns_even_with_authentication_on()
     {
-        await using var broker = BrokerProcess.Start(
-            "--Herald:Logging:Format=json",
+        await using var broker = BrokerProcess.StartTcpOnly(
+            "json",
             "--Herald:Security:Auth:Mode=Jwt",
             "--Herald:Security:Auth:Jwt:HmacSecret=a-secret-of-at-least-thirty-two-bytes!!",
-            "--Herald:Tcp:Host=127.0.0.1",
-            "--Herald:Tcp:PortRangeStart=0",
-            "--Herald:Tcp:PortRangeEnd=0",
-            "--Herald:Http:Port=-1",
             "--Herald:Monitoring:Host=0.0.0.0",
-            "--Herald:Monitoring:Port=0",
-            "--Herald:Policy:Port=-1");
+            "--Herald:Monitoring:Port=0");
 
         JsonElement warning = await broker.WaitForEventAsync(6002);
 
@@ -202,6 +173,23 @@ public sealed class BrokerProcess : IAsyncDisposable
     public IReadOnlyCollection<string> Stderr => _stderr;
 
     public static BrokerProcess Start(params string[] args) => new(Process.Start(StartInfo(args))!);
+
+    /// <summary>
+    /// The broker on one ephemeral TCP port on loopback and no other listener, logging in
+    /// <paramref name="format"/> with Herald's Debug events; <paramref name="more"/> come last and win.
+    /// </summary>
+    public static BrokerProcess StartTcpOnly(string format, params string[] more) => Start(
+    [
+        $"--Herald:Logging:Format={format}",
+        "--Logging:LogLevel:Herald=Debug",
+        "--Herald:Tcp:Host=127.0.0.1",
+        "--Herald:Tcp:PortRangeStart=0",
+        "--Herald:Tcp:PortRangeEnd=0",
+        "--Herald:Http:Port=-1",
+        "--Herald:Monitoring:Port=-1",
+        "--Herald:Policy:Port=-1",
+        .. more,
+    ]);
 
     /// <summary>Runs the broker executable to its end (e.g. <c>--probe</c>) and returns its exit code.</summary>
     public static async Task<int> RunAsync(params string[] args)
