@@ -45,13 +45,13 @@ public class BroadcastTests
 
     private static async Task<(int Exit, string Json, string Chart)> RunAsync(string transport)
     {
-        int first = Repo.FreePorts(3);
+        int first = Repo.FreePorts(4);
         string output = Repo.OutFile($"broadcast-{transport}");
         string chart = Path.Combine(Path.GetTempPath(), $"herald-broadcast-{transport}-{Guid.NewGuid():N}");
         List<string> args =
         [
             "--target", "herald", "--transport", transport, "--broker-dll", Repo.BrokerDll,
-            "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture),
+            "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture), "--monitoring-port", (first + 3).ToString(CultureInfo.InvariantCulture),
             "--subscribers", $"{Subscribers}", "--bursts", $"{Bursts}", "--periods", "0.5,1",
             "--settle", "0.2", "--grace", HangBoundSeconds, "--pause", "0", "--setup-timeout", "30", "--out", output, "--chart", chart,
         ];

@@ -27,7 +27,7 @@ public sealed class OperationsMetricsTests
     public async Task Scraped_metrics_change_as_messages_flow_over_tcp_and_long_poll()
     {
         await using var broker = await TestBroker.StartAsync();
-        PrometheusScrape before = await PrometheusScrape.GetAsync(broker.Http);
+        PrometheusScrape before = await PrometheusScrape.GetAsync(broker.Monitoring);
         Assert.Equal(0, before.Sum("herald_connections", ("herald_transport", "tcp")));
         Assert.True(before.Has("herald_connections"), "open connections are reported (as 0) before anyone connects");
 
@@ -53,7 +53,7 @@ public sealed class OperationsMetricsTests
         }
 
         Assert.Equal(6, (await poller.PollAsync(0)).Count);
-        PrometheusScrape during = await PrometheusScrape.GetAsync(broker.Http);
+        PrometheusScrape during = await PrometheusScrape.GetAsync(broker.Monitoring);
 
         Assert.Equal(5, during.Sum("herald_messages_published_total", ("herald_transport", "tcp")) - before.Sum("herald_messages_published_total", ("herald_transport", "tcp")));
         Assert.Equal(1, during.Sum("herald_messages_published_total", ("herald_transport", "longpoll")) - before.Sum("herald_messages_published_total", ("herald_transport", "longpoll")));
@@ -78,7 +78,7 @@ public sealed class OperationsMetricsTests
     {
         await using var broker = await TestBroker.StartAsync(o => o.Telemetry.Prometheus = false);
 
-        using HttpResponseMessage response = await broker.Http.GetAsync("/metrics");
+        using HttpResponseMessage response = await broker.Monitoring.GetAsync("/metrics");
 
         Assert.Equal(HttpStatusCode.NotFound, response.StatusCode);
     }
@@ -101,7 +101,7 @@ public sealed class OperationsMetricsTests
         }
 
         using (await LongPollClient.PublishOneShotAsync(broker.Http, "traced", "over http"))
-        using (await broker.Http.GetAsync("/healthz"))
+        using (await broker.Monitoring.GetAsync("/healthz"))
         {
         }
 
@@ -124,7 +124,7 @@ public sealed class OperationsMetricsTests
         var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
         while (true)
         {
-            PrometheusScrape scrape = await PrometheusScrape.GetAsync(broker.Http);
+            PrometheusScrape scrape = await PrometheusScrape.GetAsync(broker.Monitoring);
             if (condition(scrape) || DateTime.UtcNow > deadline)
             {
                 return scrape;

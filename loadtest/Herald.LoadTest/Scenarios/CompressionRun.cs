@@ -41,7 +41,7 @@ internal static class CompressionRun
     public static List<string> BrokerArguments(CompressionMode mode, int port)
     {
         string p = port.ToString(CultureInfo.InvariantCulture);
-        List<string> arguments = ["--Herald:Http:Port=-1", "--Herald:Policy:Port=-1", "--Herald:Tcp:Host=127.0.0.1", $"--Herald:Tcp:PortRangeStart={p}", $"--Herald:Tcp:PortRangeEnd={p}"];
+        List<string> arguments = ["--Herald:Http:Port=-1", "--Herald:Monitoring:Port=-1", "--Herald:Policy:Port=-1", "--Herald:Tcp:Host=127.0.0.1", $"--Herald:Tcp:PortRangeStart={p}", $"--Herald:Tcp:PortRangeEnd={p}"];
         if (mode == CompressionMode.Always)
         {
             arguments.AddRange([

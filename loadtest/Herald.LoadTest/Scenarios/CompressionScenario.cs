@@ -49,7 +49,7 @@ internal sealed class CompressionScenario : IScenario
           --host HOST            with --external                                        (default 127.0.0.1)
           --out FILE             also write every run as JSON
 
-        Each run's broker: dotnet BROKER_DLL --Herald:Http:Port=-1 --Herald:Policy:Port=-1 --Herald:Tcp:Host=127.0.0.1
+        Each run's broker: dotnet BROKER_DLL --Herald:Http:Port=-1 --Herald:Monitoring:Port=-1 --Herald:Policy:Port=-1 --Herald:Tcp:Host=127.0.0.1
           --Herald:Tcp:PortRangeStart=PORT --Herald:Tcp:PortRangeEnd=PORT, and for mode
           none      nothing more (compression stays on, but the subscriber does not ask for zstd: all plain)
           always    --Herald:Compression:NoCompressionLimit=0 --Herald:Compression:CompressionRatioDisableLimit=1

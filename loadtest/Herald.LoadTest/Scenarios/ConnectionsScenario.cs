@@ -447,7 +447,7 @@ internal sealed class ConnectionsRun : IScenarioRun
         Array.Clear(clients);
     }
 
-    /// <summary>Herald's managed heap (GC heap size at its last collection) from <c>/varz</c> on its HTTP port; null for other targets or when monitoring is off.</summary>
+    /// <summary>Herald's managed heap (GC heap size at its last collection) from <c>/varz</c> on its monitoring listener; null for other targets or when monitoring is off.</summary>
     private static async Task<long?> GcHeapAsync(ITarget target, CancellationToken cancellationToken)
     {
         if (target is not HeraldTarget herald)
@@ -458,7 +458,7 @@ internal sealed class ConnectionsRun : IScenarioRun
         try
         {
             using JsonDocument varz = JsonDocument.Parse(await Http.GetStringAsync(
-                new Uri($"http://{herald.Endpoints.Host}:{herald.HttpPort.ToString(CultureInfo.InvariantCulture)}/varz"), cancellationToken));
+                new Uri($"http://{herald.Endpoints.Host}:{herald.MonitoringPort.ToString(CultureInfo.InvariantCulture)}/varz"), cancellationToken));
             return varz.RootElement.TryGetProperty("process", out JsonElement process) && process.TryGetProperty("gc_heap_bytes", out JsonElement heap)
                 ? heap.GetInt64()
                 : null;

@@ -36,7 +36,7 @@ internal sealed record Varz(
     LongPollOptions LongPoll,
     Compression.CompressionOptions Compression);
 
-internal sealed record VarzPorts(int? TcpFirst, int? TcpLast, int? Http, int? Policy, string? PolicyUnavailable);
+internal sealed record VarzPorts(int? TcpFirst, int? TcpLast, int? Http, int? Policy, string? PolicyUnavailable, int? Monitoring);
 
 /// <summary>Message totals: <c>published</c> received, <c>delivered</c> queued to subscriptions, <c>sent</c> written to them.</summary>
 internal sealed record VarzMessages(long Published, long PublishedBytes, long Delivered, long Sent, long SentBytes, long Dropped);

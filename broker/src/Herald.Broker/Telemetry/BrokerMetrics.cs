@@ -133,7 +133,7 @@ internal sealed class BrokerMetrics
         _dropped = meter.CreateCounter<long>("herald.messages.dropped", "{message}", "Messages dropped by the DropOldest policy.");
         _opened = meter.CreateCounter<long>("herald.connections.opened", "{connection}", "Connections accepted (TCP) and sessions created (long-poll), by transport.");
         _closed = meter.CreateCounter<long>("herald.connections.closed", "{connection}", "Connections and sessions ended, by transport and reason (herald.close.reason).");
-        _policyRequests = meter.CreateCounter<long>("herald.policy.requests", "{request}", "Socket-policy connections, by outcome (silverlight, flash, refused, timeout, busy, aborted).");
+        _policyRequests = meter.CreateCounter<long>("herald.policy.requests", "{request}", "Socket-policy connections, by outcome (silverlight, flash, refused, timeout, shed, busy, aborted).");
         _polls = meter.CreateCounter<long>("herald.longpoll.polls", "{poll}", "Long polls answered, by outcome (messages, empty: the poll timeout passed, replaced, ended).");
         _redelivered = meter.CreateCounter<long>("herald.longpoll.redeliveries", "{response}", "Poll responses that sent again messages a lost response had carried.");
         meter.CreateObservableCounter("herald.subscriptions.changes", () => Interlocked.Read(ref _totalSubscriptionChanges), "{change}", "Subscriptions added to and removed from the router (SUBSCRIBE, UNSUBSCRIBE, a session's end), all transports.");
