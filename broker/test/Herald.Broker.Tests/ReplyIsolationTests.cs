@@ -240,8 +240,8 @@ public sealed class ReplyIsolationTests
         Assert.Empty(await alice.PingPongAsync());
         Assert.Empty(await bob.PingPongAsync());
 
-        string subsz = await broker.Http.GetStringAsync($"/subsz?topic={Identity.InboxPrefixOf("alice")}.r.1");
-        string all = await broker.Http.GetStringAsync("/subsz");
+        string subsz = await broker.Monitoring.GetStringAsync($"/subsz?topic={Identity.InboxPrefixOf("alice")}.r.1");
+        string all = await broker.Monitoring.GetStringAsync("/subsz");
 
         JsonElement filtered = JsonDocument.Parse(subsz).RootElement;
         Assert.Equal((0, 0), (filtered.GetProperty("total").GetInt32(), filtered.GetProperty("patterns").GetArrayLength())); // asking by the inbox's name finds nothing
