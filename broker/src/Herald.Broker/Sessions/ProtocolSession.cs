@@ -232,16 +232,24 @@ internal abstract class ProtocolSession
 
     /// <summary>
     /// Several PUBLISH at once (long-poll's frames body, longpoll §1.3): every one is checked, and every
-    /// compressed payload decompressed, before any is routed; then all are routed in order.
+    /// compressed payload decompressed, before any is routed; then all are routed in order. The bytes the
+    /// payloads declare they decompress to count, together, against <paramref name="maxDecompressedBytes"/>
+    /// before any buffer is taken, so one small body cannot hold more than that (issue 22).
     /// </summary>
-    public Refusal PublishAll(IReadOnlyList<PublishFrame> publishes, long receivedAt)
+    public Refusal PublishAll(IReadOnlyList<PublishFrame> publishes, long receivedAt, int maxDecompressedBytes)
     {
+        long decompressed = 0;
         foreach (PublishFrame publish in publishes)
         {
             Refusal refused = Check(publish);
             if (!refused.IsNone)
             {
                 return refused;
+            }
+
+            if ((publish.Flags & PayloadFlags.Zstd) != 0 && (decompressed += Zstd.DecompressedCapacity(publish.Payload, Limits.MaxFrameBytes)) > maxDecompressedBytes)
+            {
+                Throw(ErrorCode.DecompressionFailed, $"The body's compressed payloads would decompress to more than {maxDecompressedBytes} bytes together.");
             }
         }
 

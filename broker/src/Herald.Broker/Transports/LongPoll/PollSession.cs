@@ -38,8 +38,8 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
     private TaskCompletionSource<PollWake>? _waiter;
     private long _lastActivity = Environment.TickCount64;
 
-    public PollSession(BrokerCore broker, PollSessionStore store, LongPollOptions options, string token, long id, EndPoint? remoteEndPoint)
-        : base(broker, id, TransportName, remoteEndPoint, new BacklogLimits(options.MaxPendingMessagesPerSession, broker.Limits.MaxPendingBytes, options.SlowConsumerPolicy))
+    public PollSession(BrokerCore broker, PollSessionStore store, LongPollOptions options, string token, long id, EndPoint? remoteEndPoint, PendingBudget? budget)
+        : base(broker, id, TransportName, remoteEndPoint, new BacklogLimits(options.MaxPendingMessagesPerSession, broker.Limits.MaxPendingBytes, options.SlowConsumerPolicy, budget))
     {
         _store = store;
         _options = options;
@@ -47,7 +47,7 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
         Backlog.Reader = this;
     }
 
-    /// <summary>The session's name and only credential after creation: 256 random bits, base64url.</summary>
+    /// <summary>The session's name: 256 random bits, base64url; with authentication on, requests also carry the owner's credential.</summary>
     public string Token { get; }
 
     /// <summary>Serialises the requests that change the session (one caller at a time).</summary>
@@ -73,11 +73,12 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
     public void Wake(bool inline) => Answer(PollWake.Messages);
 
     /// <summary>
-    /// Applies <paramref name="ack"/> and takes what is waiting above it; if nothing is, this poll is held as
-    /// the session's one poll (an older one is answered <see cref="PollWake.Replaced"/>). Returns the
-    /// messages, or the task to await.
+    /// One poll (longpoll §2): applies <paramref name="ack"/> and takes what is waiting above it; if nothing
+    /// is, the poll is held as the session's one poll (an older one is answered 409) until a message comes,
+    /// the poll timeout passes (an empty take), the session ends (410, or 503 on shutdown) or the client
+    /// goes away (an empty take; the caller sees its cancellation).
     /// </summary>
-    public bool TryTake(long ack, out WindowTake take, out Task<PollWake>? wait)
+    public async Task<WindowTake> PollAsync(long ack, CancellationToken cancellation)
     {
         ThrowIfEnded();
         try
@@ -86,10 +87,8 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
         }
         catch (ArgumentOutOfRangeException e)
         {
-            throw new LongPollException(StatusCodes.Status400BadRequest, "MalformedRequest", e.Message.Split(" (Parameter")[0]);
+            throw HttpProblem.Malformed(e.Message.Split(" (Parameter")[0]);
         }
-
-        Touch();
 
         // Hold first, then look: a message queued after the look wakes the held poll, so none waits for the timeout.
         TaskCompletionSource<PollWake>? replaced;
@@ -101,23 +100,50 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
         }
 
         replaced?.TrySetResult(PollWake.Replaced);
-        if (Backlog.TakeAbove(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, out take))
+        Touch();
+        BrokerMetrics metrics = Broker.Metrics;
+        PollWake wake = PollWake.Messages;
+        if (!Backlog.TakeAbove(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, out WindowTake take))
         {
-            Release(held.Task);
-            wait = null;
-            return true;
+            try
+            {
+                wake = await held.Task.WaitAsync(_options.PollTimeout, cancellation).ConfigureAwait(false);
+            }
+            catch (TimeoutException)
+            {
+                // nothing came: answer empty (or whatever slipped in just now)
+            }
+            catch (OperationCanceledException)
+            {
+                Release(held.Task);
+                return WindowTake.Empty(ack); // the client went away
+            }
+
+            switch (wake)
+            {
+                case PollWake.Replaced:
+                    metrics.Poll("replaced");
+                    throw new HttpProblem(StatusCodes.Status409Conflict, "PollReplaced", "A newer poll on this session took over.");
+                case PollWake.ShuttingDown:
+                    metrics.Poll("ended");
+                    throw HttpProblem.Unavailable("ShuttingDown", "The broker is shutting down.", 5);
+                case PollWake.Ended:
+                    metrics.Poll("ended");
+                    throw PollSessionStore.Ended(CloseCode);
+            }
+
+            ThrowIfEnded();
+            take = Backlog.TakeAbove(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, out WindowTake late) ? late : WindowTake.Empty(ack);
         }
 
-        wait = held.Task;
-        return false;
-    }
+        Release(held.Task);
+        metrics.Poll(take.Count > 0 ? "messages" : "empty");
+        if (take.Redelivery)
+        {
+            metrics.Redelivered();
+        }
 
-    /// <summary>After a held poll woke with messages (or timed out): takes what is above <paramref name="ack"/>, maybe nothing.</summary>
-    public WindowTake TakeAfterWait(long ack, Task<PollWake> wait)
-    {
-        Release(wait);
-        ThrowIfEnded();
-        return Backlog.TakeAbove(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, out WindowTake take) ? take : WindowTake.Empty(ack);
+        return take;
     }
 
     /// <summary>Forgets a held poll: it was answered, timed out, or its request went away.</summary>
@@ -144,7 +170,11 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
         }
     }
 
-    /// <summary>Ends the session: forgotten by token, subscriptions out of the router, messages released, a held poll told.</summary>
+    /// <summary>
+    /// Ends the session: forgotten by token, messages released, a held poll told, subscriptions out of the
+    /// router. A slow consumer is ended from inside a publisher's delivery (issue 22): its router removals
+    /// then run on the pool, on its own account, never on that publisher's read loop.
+    /// </summary>
     protected override void OnClose(ErrorCode code, string reason)
     {
         if (code == ErrorCode.SlowConsumer)
@@ -153,9 +183,16 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
         }
 
         _store.Forget(this);
-        EndSubscriptions();
         Backlog.Abandon();
         Answer(code == ErrorCode.ShuttingDown ? PollWake.ShuttingDown : PollWake.Ended);
+        if (code == ErrorCode.SlowConsumer)
+        {
+            ThreadPool.UnsafeQueueUserWorkItem(static session => session.EndSubscriptions(), this, preferLocal: false);
+        }
+        else
+        {
+            EndSubscriptions();
+        }
     }
 
     private void Answer(PollWake wake)
@@ -177,23 +214,4 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
             throw PollSessionStore.Ended(CloseCode);
         }
     }
-}
-
-/// <summary>A long-poll request failed; becomes an RFC 7807 problem with <see cref="Code"/> (longpoll §3).</summary>
-internal sealed class LongPollException : Exception
-{
-    public LongPollException(int status, string code, string message) : base(message)
-    {
-        Status = status;
-        Code = code;
-    }
-
-    public int Status { get; }
-
-    public string Code { get; }
-
-    public TimeSpan? RetryAfter { get; init; }
-
-    /// <summary>Why a session ended (410): the spec §8 code, as the fatal ERROR on TCP says it.</summary>
-    public string? Reason { get; init; }
 }
