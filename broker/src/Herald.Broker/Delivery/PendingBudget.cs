@@ -4,7 +4,7 @@ namespace Herald.Broker.Delivery;
 /// A memory budget several backlogs share (long-poll's <c>MaxPendingBytesTotal</c>): the bytes they hold
 /// together. While it is full, a backlog over its fair share (the budget over the number of holders) meets
 /// its own slow-consumer policy, as if over its own limit; one under its share still takes frames. So the
-/// holders' total stays below twice the budget (plus one frame each), and a new holder is refused while full.
+/// holders' total stays below twice the budget (plus one frame each), and a new holder is refused while the budget has no room for a full backlog more.
 /// </summary>
 /// <remarks>Thread-safe: one atomic add per change of a holder's pending bytes; no lock.</remarks>
 internal sealed class PendingBudget(long maxBytes)
@@ -16,8 +16,8 @@ internal sealed class PendingBudget(long maxBytes)
 
     public long Used => Volatile.Read(ref _used);
 
-    /// <summary>Whether the holders hold the whole budget now (a new holder is refused).</summary>
-    public bool IsFull => Used >= maxBytes;
+    /// <summary>Whether <paramref name="bytes"/> more would fit now (a new holder is admitted only with room for a full backlog).</summary>
+    public bool HasRoomFor(long bytes) => Used + bytes <= maxBytes;
 
     public void Join() => Interlocked.Increment(ref _holders);
 

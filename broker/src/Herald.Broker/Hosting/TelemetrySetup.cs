@@ -8,7 +8,10 @@ using OpenTelemetry.Exporter;
 using OpenTelemetry.Metrics;
 using OpenTelemetry.Resources;
 using OpenTelemetry.Trace;
+using Herald.Broker.Transports.LongPoll;
 using Serilog;
+using Serilog.Core;
+using Serilog.Events;
 using Serilog.Extensions.Logging;
 using Serilog.Formatting.Compact;
 
@@ -35,7 +38,7 @@ internal static class TelemetrySetup
     public static void AddHeraldLogging(this ILoggingBuilder logging, LoggingOptions options)
     {
         // Verbose here: the Microsoft.Extensions.Logging filters (Logging:LogLevel) run before this sink.
-        LoggerConfiguration configuration = new LoggerConfiguration().MinimumLevel.Verbose();
+        LoggerConfiguration configuration = new LoggerConfiguration().MinimumLevel.Verbose().Enrich.With<SessionTokenRedaction>();
         configuration = options.Format == LogFormat.Json
             ? configuration.WriteTo.Console(new RenderedCompactJsonFormatter())
             : configuration.WriteTo.Console(
@@ -78,7 +81,20 @@ internal static class TelemetrySetup
         if (otlp.Enabled && otlp.Traces)
         {
             builder.WithTracing(tracing => tracing
-                .AddAspNetCoreInstrumentation(aspnet => aspnet.Filter = context => !IsUntraced(context.Request.Path))
+                .AddAspNetCoreInstrumentation(aspnet =>
+                {
+                    aspnet.Filter = context => !IsUntraced(context.Request.Path);
+
+                    // A long-poll session token never leaves in a span (issue 12): url.path names the session as {session}.
+                    aspnet.EnrichWithHttpRequest = (activity, request) =>
+                    {
+                        string path = request.Path.Value ?? "";
+                        if (LongPollEndpoints.RedactSessionToken(path) is var redacted && !ReferenceEquals(redacted, path))
+                        {
+                            activity.SetTag("url.path", redacted);
+                        }
+                    };
+                })
                 .AddOtlpExporter(exporter => Configure(exporter, otlp, "v1/traces")));
         }
     }
@@ -104,6 +120,31 @@ internal static class TelemetrySetup
             }
 
             exporter.Endpoint = endpoint;
+        }
+    }
+
+    /// <summary>
+    /// Rewrites every string property of a log event that holds a long-poll session path (ASP.NET Core's
+    /// request lines, the <c>RequestPath</c> scope) so that the session token is never written (issue 12).
+    /// Log lines are never on the hot path.
+    /// </summary>
+    private sealed class SessionTokenRedaction : ILogEventEnricher
+    {
+        public void Enrich(LogEvent logEvent, ILogEventPropertyFactory propertyFactory)
+        {
+            List<LogEventProperty>? redacted = null;
+            foreach (KeyValuePair<string, LogEventPropertyValue> property in logEvent.Properties)
+            {
+                if (property.Value is ScalarValue { Value: string text } && LongPollEndpoints.RedactSessionToken(text) is var safe && !ReferenceEquals(safe, text))
+                {
+                    (redacted ??= []).Add(new LogEventProperty(property.Key, new ScalarValue(safe)));
+                }
+            }
+
+            foreach (LogEventProperty property in redacted ?? [])
+            {
+                logEvent.AddOrUpdateProperty(property);
+            }
         }
     }
 

@@ -325,5 +325,24 @@ internal static class LongPollEndpoints
         }
     });
 
+    /// <summary>
+    /// <paramref name="text"/> with the session token of a long-poll path replaced by <c>{session}</c>, for
+    /// logs and traces (longpoll §1: the token is never logged); the same instance when there is none.
+    /// </summary>
+    public static string RedactSessionToken(string text)
+    {
+        const string Sessions = "/poll/sessions/";
+        int start = text.IndexOf(Sessions, StringComparison.OrdinalIgnoreCase);
+        if (start < 0 || start + Sessions.Length == text.Length)
+        {
+            return text;
+        }
+
+        start += Sessions.Length;
+        int end = text.AsSpan(start).IndexOfAny('/', '?', ' ');
+        end = end < 0 ? text.Length : start + end;
+        return text.AsSpan(start, end - start) is "{session}" ? text : string.Concat(text.AsSpan(0, start), "{session}", RedactSessionToken(text[end..]));
+    }
+
     private static PollSessionStore StoreOf(HttpContext context) => context.RequestServices.GetRequiredService<PollSessionStore>();
 }

@@ -86,7 +86,7 @@ internal sealed class PollSessionStore : BackgroundService
             throw HttpProblem.Unavailable("TooManySessions", $"The broker holds its maximum of {_options.MaxSessions} long-poll sessions.", 5);
         }
 
-        if (Budget.IsFull)
+        if (!Budget.HasRoomFor(_broker.Limits.MaxPendingBytes))
         {
             throw HttpProblem.Unavailable("PendingBytesFull", $"Long-poll sessions hold their budget of {_options.MaxPendingBytesTotal} unacknowledged bytes.", 5);
         }
