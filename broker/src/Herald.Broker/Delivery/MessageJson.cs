@@ -1,3 +1,6 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Runtime.CompilerServices;
 using System.Text.Json;
 using System.Text.Unicode;
 using Herald.Protocol;
@@ -6,20 +9,22 @@ using MessagePack;
 namespace Herald.Broker.Delivery;
 
 /// <summary>
-/// The JSON form of a plain MESSAGE frame, for readers that ask for JSON (long-poll, protocol-spec/longpoll.md
+/// The JSON form of plain MESSAGE frames, for readers that ask for JSON (long-poll, protocol-spec/longpoll.md
 /// §2.2). Written straight from the shared frame's bytes: no copy of the frame, no string of the topic or
-/// payload, no decompression (a compressed frame has no JSON form; such readers take frames).
+/// payload, no decompression (a compressed frame has no JSON form; such readers take frames). A body is
+/// bounded as written: <see cref="Fit"/> measures each message in one scratch buffer, then
+/// <see cref="WriteAsync"/> streams them.
 /// </summary>
 /// <remarks>
 /// <code>
-/// {"seq":7,"sid":1,"topic":"chat.room1","replyTo":null,"payload":"aGVsbG8=","text":"hello"}
-///  text: only when the payload is valid UTF-8
+/// {"messages":[ {"seq":7,"sid":1,"topic":"chat.room1","replyTo":null,"payload":"aGVsbG8=","text":"hello"}, ... ],
+///  "dropped":0,"ack":7}           text: only when the payload is valid UTF-8
 /// </code>
 /// </remarks>
 internal static class MessageJson
 {
     /// <summary>Writes <paramref name="frame"/> (a MESSAGE frame, length prefix first) as one JSON object.</summary>
-    public static void Write(Utf8JsonWriter json, MessageBuffer frame, long sequence, uint sid)
+    private static void Write(Utf8JsonWriter json, MessageBuffer frame, long sequence, uint sid)
     {
         var reader = new MessagePackReader(frame.Memory[ProtocolConstants.LengthPrefixSize..]);
         FrameDecoder.ReadHeader(ref reader, out int count);
@@ -50,6 +55,77 @@ internal static class MessageJson
             json.WriteString("text"u8, payload);
         }
 
+        json.WriteEndObject();
+    }
+
+    /// <summary>
+    /// How many of <paramref name="take"/>'s messages (at least one) fit a body of <paramref name="maxBytes"/>
+    /// as written, and that body's <paramref name="length"/>.
+    /// </summary>
+    public static int Fit(WindowTake take, long ack, int maxBytes, out long length)
+    {
+        var scratch = new ArrayBufferWriter<byte>(1024);
+        using var measure = new Utf8JsonWriter(scratch);
+        long envelope = Envelope(measure, scratch, take.Dropped, Math.Max(ack, take.FirstSequence + take.Count - 1)); // the longest ack
+        long messages = 0;
+        int count = 0;
+        for (; count < take.Count; count++)
+        {
+            scratch.ResetWrittenCount();
+            measure.Reset(scratch);
+            Write(measure, take.Frames[count].Frame, take.FirstSequence + count, take.Frames[count].Sid);
+            measure.Flush();
+            long next = messages + scratch.WrittenCount + (count > 0 ? 1 : 0); // a comma between messages
+            if (count > 0 && envelope + next > maxBytes)
+            {
+                break;
+            }
+
+            messages = next;
+        }
+
+        length = messages + Envelope(measure, scratch, take.Dropped, Acked(take, count, ack));
+        return count;
+    }
+
+    /// <summary>The body of the first <paramref name="count"/> messages of <paramref name="take"/>, streamed.</summary>
+    public static async Task WriteAsync(PipeWriter output, WindowTake take, int count, long ack)
+    {
+        var json = new Utf8JsonWriter(output);
+        await using ConfiguredAsyncDisposable disposeJson = json.ConfigureAwait(false);
+        json.WriteStartObject();
+        json.WriteStartArray("messages"u8);
+        for (int i = 0; i < count; i++)
+        {
+            Write(json, take.Frames[i].Frame, take.FirstSequence + i, take.Frames[i].Sid);
+            if (json.BytesPending >= FrameCopy.FlushEvery)
+            {
+                await json.FlushAsync().ConfigureAwait(false);
+            }
+        }
+
+        WriteEnd(json, take.Dropped, Acked(take, count, ack));
+        await json.FlushAsync().ConfigureAwait(false);
+    }
+
+    private static long Acked(WindowTake take, int count, long ack) => count > 0 ? take.FirstSequence + count - 1 : ack;
+
+    private static long Envelope(Utf8JsonWriter json, ArrayBufferWriter<byte> scratch, long dropped, long ack)
+    {
+        scratch.ResetWrittenCount();
+        json.Reset(scratch);
+        json.WriteStartObject();
+        json.WriteStartArray("messages"u8);
+        WriteEnd(json, dropped, ack);
+        json.Flush();
+        return scratch.WrittenCount;
+    }
+
+    private static void WriteEnd(Utf8JsonWriter json, long dropped, long ack)
+    {
+        json.WriteEndArray();
+        json.WriteNumber("dropped"u8, dropped);
+        json.WriteNumber("ack"u8, ack);
         json.WriteEndObject();
     }
 }

@@ -8,7 +8,6 @@ using OpenTelemetry.Exporter;
 using OpenTelemetry.Metrics;
 using OpenTelemetry.Resources;
 using OpenTelemetry.Trace;
-using Herald.Broker.Transports.LongPoll;
 using Serilog;
 using Serilog.Core;
 using Serilog.Events;
@@ -89,7 +88,7 @@ internal static class TelemetrySetup
                     aspnet.EnrichWithHttpRequest = (activity, request) =>
                     {
                         string path = request.Path.Value ?? "";
-                        if (LongPollEndpoints.RedactSessionToken(path) is var redacted && !ReferenceEquals(redacted, path))
+                        if (RedactSessionToken(path) is var redacted && !ReferenceEquals(redacted, path))
                         {
                             activity.SetTag("url.path", redacted);
                         }
@@ -135,7 +134,7 @@ internal static class TelemetrySetup
             List<LogEventProperty>? redacted = null;
             foreach (KeyValuePair<string, LogEventPropertyValue> property in logEvent.Properties)
             {
-                if (property.Value is ScalarValue { Value: string text } && LongPollEndpoints.RedactSessionToken(text) is var safe && !ReferenceEquals(safe, text))
+                if (property.Value is ScalarValue { Value: string text } && RedactSessionToken(text) is var safe && !ReferenceEquals(safe, text))
                 {
                     (redacted ??= []).Add(new LogEventProperty(property.Key, new ScalarValue(safe)));
                 }
@@ -146,6 +145,25 @@ internal static class TelemetrySetup
                 logEvent.AddOrUpdateProperty(property);
             }
         }
+    }
+
+    /// <summary>
+    /// <paramref name="text"/> with the session token of a long-poll path replaced by <c>{session}</c>, for
+    /// logs and traces (longpoll §1: the token is never logged); the same instance when there is none.
+    /// </summary>
+    internal static string RedactSessionToken(string text)
+    {
+        const string Sessions = "/poll/sessions/";
+        int start = text.IndexOf(Sessions, StringComparison.OrdinalIgnoreCase);
+        if (start < 0 || start + Sessions.Length == text.Length)
+        {
+            return text;
+        }
+
+        start += Sessions.Length;
+        int end = text.AsSpan(start).IndexOfAny('/', '?', ' ');
+        end = end < 0 ? text.Length : start + end;
+        return text.AsSpan(start, end - start) is "{session}" ? text : string.Concat(text.AsSpan(0, start), "{session}", RedactSessionToken(text[end..]));
     }
 
     private static bool IsUntraced(PathString path)

@@ -1,14 +1,11 @@
 using System.Buffers;
 using System.Diagnostics;
 using System.Globalization;
-using System.Runtime.CompilerServices;
 using System.Text;
-using System.Text.Json;
 using Herald.Broker.Delivery;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Protocol;
-using MessagePack;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Routing;
@@ -28,9 +25,6 @@ internal static class LongPollEndpoints
 
     /// <summary>A non-fatal notice the session raised while carrying the request out (longpoll §3), e.g. <c>RateLimited</c>.</summary>
     public const string NoticeHeader = "Herald-Notice";
-
-    /// <summary>A response is flushed to the socket whenever this much is written, so none is held whole.</summary>
-    private const int FlushEvery = 64 * 1024;
 
     public static void MapLongPoll(this IEndpointRouteBuilder app)
     {
@@ -138,23 +132,10 @@ internal static class LongPollEndpoints
             frames = new ReadOnlySequence<byte>(encoded.WrittenMemory);
         }
 
-        var publishes = new List<PublishFrame>();
-        while (FrameReader.TryReadFrame(ref frames, store.Broker.Limits.MaxFrameBytes, out ReadOnlySequence<byte> frame))
-        {
-            var reader = new MessagePackReader(frame);
-            FrameType type = FrameDecoder.ReadHeader(ref reader, out int count);
-            publishes.Add(type == FrameType.Publish ? FrameDecoder.ReadPublish(ref reader, count) : throw new ProtocolException(ErrorCode.UnexpectedFrame, $"Only PUBLISH frames may be posted here, not {type}."));
-        }
-
-        if (!frames.IsEmpty || publishes.Count == 0)
-        {
-            throw HttpProblem.Malformed(frames.IsEmpty ? "The body holds no PUBLISH frame." : $"The body ends with {frames.Length} bytes of an incomplete frame.");
-        }
-
         Refusal refusal;
         try
         {
-            refusal = owner.PublishAll(publishes, store.Broker.Metrics.FanoutEnabled ? Stopwatch.GetTimestamp() : 0, options.MaxDecompressedBytesPerBody);
+            refusal = owner.PublishAll(frames, store.Broker.Metrics.FanoutEnabled ? Stopwatch.GetTimestamp() : 0, options.MaxDecompressedBytesPerBody);
         }
         finally
         {
@@ -206,91 +187,23 @@ internal static class LongPollEndpoints
         }
     });
 
-    /// <summary>The binary body: the shared MESSAGE frames, back to back, each sid stamped in (longpoll §2.1), streamed.</summary>
-    private static async Task WriteFramesAsync(HttpResponse response, WindowTake batch)
+    /// <summary>The binary body (longpoll §2.1): the shared MESSAGE frames, back to back, each sid stamped in, streamed.</summary>
+    private static Task WriteFramesAsync(HttpResponse response, WindowTake take)
     {
         response.ContentType = FramesMediaType;
-        response.ContentLength = batch.Bytes;
-        SetSequenceHeaders(response, batch.FirstSequence, batch.Count, batch.Dropped);
-        for (int i = 0; i < batch.Count; i++)
-        {
-            (MessageBuffer frame, uint sid) = batch.Frames[i];
-            FrameCopy.Write(response.BodyWriter, frame.Span, sid);
-            if (response.BodyWriter.UnflushedBytes >= FlushEvery)
-            {
-                await response.BodyWriter.FlushAsync().ConfigureAwait(false);
-            }
-        }
-
-        await response.BodyWriter.FlushAsync().ConfigureAwait(false);
+        response.ContentLength = take.Bytes;
+        SetSequenceHeaders(response, take.FirstSequence, take.Count, take.Dropped);
+        return FrameCopy.WriteAllAsync(response.BodyWriter, take);
     }
 
-    /// <summary>
-    /// The JSON body (longpoll §2.2): as many messages as fit <c>MaxBytesPerPoll</c> as written (at least
-    /// one), measured first in one scratch buffer so the headers can say how many, then streamed. The
-    /// others stay unacknowledged for the next poll.
-    /// </summary>
-    private static async Task WriteJsonAsync(HttpResponse response, WindowTake batch, long ack, int maxBytes)
+    /// <summary>The JSON body (longpoll §2.2): as many messages as fit <c>MaxBytesPerPoll</c> as written (at least one); the others come next poll.</summary>
+    private static Task WriteJsonAsync(HttpResponse response, WindowTake take, long ack, int maxBytes)
     {
-        var scratch = new ArrayBufferWriter<byte>(1024);
-        using var measure = new Utf8JsonWriter(scratch);
-        long envelope = Envelope(measure, scratch, batch.Dropped, Math.Max(ack, batch.FirstSequence + batch.Count - 1)); // the longest ack
-        long messages = 0;
-        int count = 0;
-        for (; count < batch.Count; count++)
-        {
-            scratch.ResetWrittenCount();
-            measure.Reset(scratch);
-            MessageJson.Write(measure, batch.Frames[count].Frame, batch.FirstSequence + count, batch.Frames[count].Sid);
-            measure.Flush();
-            long next = messages + scratch.WrittenCount + (count > 0 ? 1 : 0); // a comma between messages
-            if (count > 0 && envelope + next > maxBytes)
-            {
-                break;
-            }
-
-            messages = next;
-        }
-
-        long acked = count > 0 ? batch.FirstSequence + count - 1 : ack;
+        int count = MessageJson.Fit(take, ack, maxBytes, out long length);
         response.ContentType = "application/json";
-        response.ContentLength = messages + Envelope(measure, scratch, batch.Dropped, acked);
-        SetSequenceHeaders(response, batch.FirstSequence, count, batch.Dropped);
-        var json = new Utf8JsonWriter(response.BodyWriter);
-        await using ConfiguredAsyncDisposable disposeJson = json.ConfigureAwait(false);
-        json.WriteStartObject();
-        json.WriteStartArray("messages"u8);
-        for (int i = 0; i < count; i++)
-        {
-            MessageJson.Write(json, batch.Frames[i].Frame, batch.FirstSequence + i, batch.Frames[i].Sid);
-            if (json.BytesPending >= FlushEvery)
-            {
-                await json.FlushAsync().ConfigureAwait(false);
-            }
-        }
-
-        WriteEnd(json, batch.Dropped, acked);
-        await json.FlushAsync().ConfigureAwait(false);
-    }
-
-    /// <summary>The bytes of the JSON body around its messages.</summary>
-    private static long Envelope(Utf8JsonWriter json, ArrayBufferWriter<byte> scratch, long dropped, long ack)
-    {
-        scratch.ResetWrittenCount();
-        json.Reset(scratch);
-        json.WriteStartObject();
-        json.WriteStartArray("messages"u8);
-        WriteEnd(json, dropped, ack);
-        json.Flush();
-        return scratch.WrittenCount;
-    }
-
-    private static void WriteEnd(Utf8JsonWriter json, long dropped, long ack)
-    {
-        json.WriteEndArray();
-        json.WriteNumber("dropped"u8, dropped);
-        json.WriteNumber("ack"u8, ack);
-        json.WriteEndObject();
+        response.ContentLength = length;
+        SetSequenceHeaders(response, take.FirstSequence, count, take.Dropped);
+        return MessageJson.WriteAsync(response.BodyWriter, take, count, ack);
     }
 
     private static void SetSequenceHeaders(HttpResponse response, long firstSequence, int count, long dropped)
@@ -324,25 +237,6 @@ internal static class LongPollEndpoints
             owner.Requests.Release();
         }
     });
-
-    /// <summary>
-    /// <paramref name="text"/> with the session token of a long-poll path replaced by <c>{session}</c>, for
-    /// logs and traces (longpoll §1: the token is never logged); the same instance when there is none.
-    /// </summary>
-    public static string RedactSessionToken(string text)
-    {
-        const string Sessions = "/poll/sessions/";
-        int start = text.IndexOf(Sessions, StringComparison.OrdinalIgnoreCase);
-        if (start < 0 || start + Sessions.Length == text.Length)
-        {
-            return text;
-        }
-
-        start += Sessions.Length;
-        int end = text.AsSpan(start).IndexOfAny('/', '?', ' ');
-        end = end < 0 ? text.Length : start + end;
-        return text.AsSpan(start, end - start) is "{session}" ? text : string.Concat(text.AsSpan(0, start), "{session}", RedactSessionToken(text[end..]));
-    }
 
     private static PollSessionStore StoreOf(HttpContext context) => context.RequestServices.GetRequiredService<PollSessionStore>();
 }

@@ -8,15 +8,6 @@ using Microsoft.Extensions.Logging;
 
 namespace Herald.Broker.Transports.LongPoll;
 
-/// <summary>How a held poll ended (protocol-spec/longpoll.md §2).</summary>
-internal enum PollWake
-{
-    Messages,
-    Replaced,
-    Ended,
-    ShuttingDown,
-}
-
 /// <summary>
 /// A long-poll session (longpoll §1): the <see cref="ProtocolSession"/> of a client that speaks HTTP. Its
 /// requests call the session's operations; its polls read the session's backlog as a window (longpoll §2):
@@ -24,18 +15,17 @@ internal enum PollWake
 /// acknowledges it, so a response lost in transit is sent again. At most one poll is held at a time.
 /// </summary>
 /// <remarks>
-/// Threading: <c>_gate</c> guards the held poll. Requests that change the session (subscribe, unsubscribe,
-/// publish) take <see cref="Requests"/> first, so the session has one caller at a time, as a TCP
-/// connection's read loop is; polls only read the backlog, which is thread-safe.
+/// Threading: requests that change the session (subscribe, unsubscribe, publish) take <see cref="Requests"/>
+/// first, so the session has one caller at a time, as a TCP connection's read loop is; polls only read the
+/// backlog through its <see cref="WindowPoller"/>, which is thread-safe.
 /// </remarks>
-internal sealed class PollSession : ProtocolSession, IBacklogReader
+internal sealed class PollSession : ProtocolSession
 {
     public const string TransportName = "longpoll";
 
-    private readonly Lock _gate = new();
     private readonly PollSessionStore _store;
     private readonly LongPollOptions _options;
-    private TaskCompletionSource<PollWake>? _waiter;
+    private readonly WindowPoller _poller;
     private long _lastActivity = Environment.TickCount64;
 
     public PollSession(BrokerCore broker, PollSessionStore store, LongPollOptions options, string token, long id, EndPoint? remoteEndPoint, PendingBudget? budget)
@@ -44,7 +34,7 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
         _store = store;
         _options = options;
         Token = token;
-        Backlog.Reader = this;
+        _poller = new WindowPoller(Backlog);
     }
 
     /// <summary>The session's name: 256 random bits, base64url; with authentication on, requests also carry the owner's credential.</summary>
@@ -54,23 +44,11 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
     public SemaphoreSlim Requests { get; } = new(1, 1);
 
     /// <summary>Whether a poll is held right now (an idle session is one with none).</summary>
-    public bool IsPolling
-    {
-        get
-        {
-            lock (_gate)
-            {
-                return _waiter is not null;
-            }
-        }
-    }
+    public bool IsPolling => _poller.IsPolling;
 
     public long LastActivity => Volatile.Read(ref _lastActivity);
 
     public void Touch() => Volatile.Write(ref _lastActivity, Environment.TickCount64);
-
-    /// <inheritdoc/>
-    public void Wake(bool inline) => Answer(PollWake.Messages);
 
     /// <summary>
     /// One poll (longpoll §2): applies <paramref name="ack"/> and takes what is waiting above it; if nothing
@@ -81,83 +59,37 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
     public async Task<WindowTake> PollAsync(long ack, CancellationToken cancellation)
     {
         ThrowIfEnded();
+        Touch();
+        PollWake wake;
+        WindowTake take;
         try
         {
-            Backlog.Acknowledge(ack);
+            (wake, take) = await _poller.PollAsync(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, _options.PollTimeout, cancellation).ConfigureAwait(false);
         }
         catch (ArgumentOutOfRangeException e)
         {
             throw HttpProblem.Malformed(e.Message.Split(" (Parameter")[0]);
         }
 
-        // Hold first, then look: a message queued after the look wakes the held poll, so none waits for the timeout.
-        TaskCompletionSource<PollWake>? replaced;
-        var held = new TaskCompletionSource<PollWake>(TaskCreationOptions.RunContinuationsAsynchronously);
-        lock (_gate)
-        {
-            replaced = _waiter;
-            _waiter = held;
-        }
-
-        replaced?.TrySetResult(PollWake.Replaced);
         Touch();
         BrokerMetrics metrics = Broker.Metrics;
-        PollWake wake = PollWake.Messages;
-        if (!Backlog.TakeAbove(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, out WindowTake take))
+        metrics.Poll(wake switch { PollWake.Messages => take.Count > 0 ? "messages" : "empty", PollWake.Replaced => "replaced", _ => "ended" });
+        switch (wake)
         {
-            try
-            {
-                wake = await held.Task.WaitAsync(_options.PollTimeout, cancellation).ConfigureAwait(false);
-            }
-            catch (TimeoutException)
-            {
-                // nothing came: answer empty (or whatever slipped in just now)
-            }
-            catch (OperationCanceledException)
-            {
-                Release(held.Task);
-                return WindowTake.Empty(ack); // the client went away
-            }
-
-            switch (wake)
-            {
-                case PollWake.Replaced:
-                    metrics.Poll("replaced");
-                    throw new HttpProblem(StatusCodes.Status409Conflict, "PollReplaced", "A newer poll on this session took over.");
-                case PollWake.ShuttingDown:
-                    metrics.Poll("ended");
-                    throw HttpProblem.Unavailable("ShuttingDown", "The broker is shutting down.", 5);
-                case PollWake.Ended:
-                    metrics.Poll("ended");
-                    throw PollSessionStore.Ended(CloseCode);
-            }
-
-            ThrowIfEnded();
-            take = Backlog.TakeAbove(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, out WindowTake late) ? late : WindowTake.Empty(ack);
+            case PollWake.Replaced:
+                throw new HttpProblem(StatusCodes.Status409Conflict, "PollReplaced", "A newer poll on this session took over.");
+            case PollWake.ShuttingDown:
+                throw HttpProblem.Unavailable("ShuttingDown", "The broker is shutting down.", 5);
+            case PollWake.Ended:
+                throw PollSessionStore.Ended(CloseCode);
         }
 
-        Release(held.Task);
-        metrics.Poll(take.Count > 0 ? "messages" : "empty");
         if (take.Redelivery)
         {
             metrics.Redelivered();
         }
 
         return take;
-    }
-
-    /// <summary>Forgets a held poll: it was answered, timed out, or its request went away.</summary>
-    public void Release(Task<PollWake> wait)
-    {
-        lock (_gate)
-        {
-            if (_waiter?.Task == wait)
-            {
-                _waiter = null;
-            }
-        }
-
-        Touch();
     }
 
     /// <summary>Inactivity (longpoll §1): no request, and no poll held, for <c>InactivityTimeout</c>.</summary>
@@ -184,7 +116,7 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
 
         _store.Forget(this);
         Backlog.Abandon();
-        Answer(code == ErrorCode.ShuttingDown ? PollWake.ShuttingDown : PollWake.Ended);
+        _poller.Answer(code == ErrorCode.ShuttingDown ? PollWake.ShuttingDown : PollWake.Ended);
         if (code == ErrorCode.SlowConsumer)
         {
             ThreadPool.UnsafeQueueUserWorkItem(static session => session.EndSubscriptions(), this, preferLocal: false);
@@ -193,18 +125,6 @@ internal sealed class PollSession : ProtocolSession, IBacklogReader
         {
             EndSubscriptions();
         }
-    }
-
-    private void Answer(PollWake wake)
-    {
-        TaskCompletionSource<PollWake>? waiter;
-        lock (_gate)
-        {
-            waiter = _waiter;
-            _waiter = null;
-        }
-
-        waiter?.TrySetResult(wake);
     }
 
     private void ThrowIfEnded()
