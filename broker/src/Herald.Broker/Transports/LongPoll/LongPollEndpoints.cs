@@ -125,7 +125,7 @@ internal static class LongPollEndpoints
 
         if (context.Request.ContentType?.StartsWith(FramesMediaType, StringComparison.OrdinalIgnoreCase) != true)
         {
-            string topic = context.Request.Query["topic"].ToString() is { Length: > 0 } t ? t : throw HttpProblem.Malformed("The topic query parameter is required.");
+            string topic = context.Request.Query["topic"].FirstOrDefault() ?? throw HttpProblem.Malformed("The topic query parameter is required.");
             string? replyTo = context.Request.Query["replyTo"];
             var encoded = new ArrayBufferWriter<byte>((int)frames.Length + topic.Length + 32);
             FrameWriter.WritePublish(encoded, Encoding.UTF8.GetBytes(topic), replyTo is null ? default : Encoding.UTF8.GetBytes(replyTo), PayloadFlags.None, frames.FirstSpan);

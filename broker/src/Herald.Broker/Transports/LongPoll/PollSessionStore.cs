@@ -23,9 +23,8 @@ internal sealed class PollSessionStore : BackgroundService
 {
     private readonly ConcurrentDictionary<string, PollSession> _sessions = new(StringComparer.Ordinal);
     private readonly ConcurrentDictionary<string, PollSession> _oneShots = new(StringComparer.Ordinal);
-    private readonly ConcurrentDictionary<string, ErrorCode> _ended = new(StringComparer.Ordinal);
-    private readonly ConcurrentQueue<(string Token, long At)> _endedOrder = new();
-    private readonly ConcurrentDictionary<IPAddress, int> _pendingByAddress = new();
+    private readonly EndedTokens _ended;
+    private readonly AddressSlots _pendingByAddress;
     private readonly BrokerCore _broker;
     private readonly SessionRegistry _registry;
     private readonly LongPollOptions _options;
@@ -38,6 +37,8 @@ internal sealed class PollSessionStore : BackgroundService
         _registry = registry;
         _options = options;
         Budget = new PendingBudget(options.MaxPendingBytesTotal);
+        _ended = new EndedTokens(options.MaxEndedSessions, options.EndedSessionMemory);
+        _pendingByAddress = new AddressSlots(options.MaxPendingRequestsPerAddress);
     }
 
     public LongPollOptions Options => _options;
@@ -61,14 +62,12 @@ internal sealed class PollSessionStore : BackgroundService
     public Admission Admit(HttpContext context, bool creating)
     {
         ThrowIfStopping();
-        IPAddress? address = _options.MaxPendingRequestsPerAddress > 0 ? context.Connection.RemoteIpAddress : null;
-        if (address is not null && _pendingByAddress.AddOrUpdate(address, 1, static (_, n) => n + 1) > _options.MaxPendingRequestsPerAddress)
+        if (!_pendingByAddress.TryTake(context.Connection.RemoteIpAddress, out AddressSlots.Slot slot))
         {
-            new Admission(this, address, creating: false).Dispose();
-            throw HttpProblem.Unavailable("TooManyPendingRequests", $"More than {_options.MaxPendingRequestsPerAddress} requests from {address} are being read at once.", 1);
+            throw HttpProblem.Unavailable("TooManyPendingRequests", $"More than {_options.MaxPendingRequestsPerAddress} requests from {context.Connection.RemoteIpAddress} are being read at once.", 1);
         }
 
-        var admission = new Admission(this, address, creating);
+        var admission = new Admission(this, slot, creating);
         if (creating && Interlocked.Increment(ref _creating) > _options.MaxPendingSessions)
         {
             admission.Dispose();
@@ -135,7 +134,7 @@ internal sealed class PollSessionStore : BackgroundService
     {
         if (Find(token) is not { } session)
         {
-            throw _ended.TryGetValue(token, out ErrorCode reason) ? Ended(reason) : new HttpProblem(StatusCodes.Status404NotFound, "SessionNotFound", "No such session.");
+            throw _ended.TryGet(token, out ErrorCode reason) ? Ended(reason) : new HttpProblem(StatusCodes.Status404NotFound, "SessionNotFound", "No such session.");
         }
 
         if (_broker.Authenticator.Mode != AuthMode.None
@@ -162,12 +161,7 @@ internal sealed class PollSessionStore : BackgroundService
 
         Budget.Leave();
         _registry.Remove(session);
-        if (_options.MaxEndedSessions > 0)
-        {
-            _ended[session.Token] = session.CloseCode;
-            _endedOrder.Enqueue((session.Token, Environment.TickCount64));
-            ForgetEnded(_options.MaxEndedSessions, olderThan: long.MinValue);
-        }
+        _ended.Add(session.Token, session.CloseCode);
     }
 
     /// <summary>Counts a poll as held; throws 503 over <see cref="LongPollOptions.MaxConcurrentPolls"/>. Pair with <see cref="EndPoll"/>.</summary>
@@ -199,7 +193,7 @@ internal sealed class PollSessionStore : BackgroundService
             while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false))
             {
                 long now = Environment.TickCount64;
-                ForgetEnded(_options.MaxEndedSessions, now - (long)_options.EndedSessionMemory.TotalMilliseconds);
+                _ended.Sweep(now);
                 foreach ((string key, PollSession oneShot) in _oneShots)
                 {
                     if (now - oneShot.LastActivity > (long)_options.InactivityTimeout.TotalMilliseconds && oneShot.Requests.CurrentCount == 1)
@@ -215,16 +209,6 @@ internal sealed class PollSessionStore : BackgroundService
         }
     }
 
-    // Tokens end in time order: forget from the oldest while over the count or older than the memory.
-    private void ForgetEnded(int keep, long olderThan)
-    {
-        while (_endedOrder.TryPeek(out (string Token, long At) oldest) && (_endedOrder.Count > keep || oldest.At <= olderThan)
-            && _endedOrder.TryDequeue(out oldest))
-        {
-            _ended.TryRemove(oldest.Token, out _);
-        }
-    }
-
     private void ThrowIfStopping()
     {
         if (_registry.IsStopping)
@@ -234,15 +218,11 @@ internal sealed class PollSessionStore : BackgroundService
     }
 
     /// <summary>A request admitted by <see cref="Admit"/>; disposing it frees its slots.</summary>
-    internal readonly struct Admission(PollSessionStore store, IPAddress? address, bool creating) : IDisposable
+    internal readonly struct Admission(PollSessionStore store, AddressSlots.Slot slot, bool creating) : IDisposable
     {
         public void Dispose()
         {
-            if (address is not null && store._pendingByAddress.AddOrUpdate(address, 0, static (_, n) => n - 1) <= 0)
-            {
-                store._pendingByAddress.TryRemove(new KeyValuePair<IPAddress, int>(address, 0));
-            }
-
+            slot.Dispose();
             if (creating)
             {
                 Interlocked.Decrement(ref store._creating);
