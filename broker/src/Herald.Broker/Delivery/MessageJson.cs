@@ -11,14 +11,15 @@ namespace Herald.Broker.Delivery;
 /// <summary>
 /// The JSON form of plain MESSAGE frames, for readers that ask for JSON (long-poll, protocol-spec/longpoll.md
 /// §2.2). Written straight from the shared frame's bytes: no copy of the frame, no string of the topic or
-/// payload, no decompression (a compressed frame has no JSON form; such readers take frames). A body is
+/// payload, no decompression (a compressed payload is written as it travelled, marked <c>"zstd":true</c>). A body is
 /// bounded as written: <see cref="Fit"/> measures each message in one scratch buffer, then
 /// <see cref="WriteAsync"/> streams them.
 /// </summary>
 /// <remarks>
 /// <code>
 /// {"messages":[ {"seq":7,"sid":1,"topic":"chat.room1","replyTo":null,"payload":"aGVsbG8=","text":"hello"}, ... ],
-///  "dropped":0,"ack":7}           text: only when the payload is valid UTF-8
+///  "dropped":0,"ack":7}           text: only when the payload is valid UTF-8 and not compressed;
+///                                 "zstd":true (then no text) when the payload travelled compressed
 /// </code>
 /// </remarks>
 internal static class MessageJson
@@ -29,11 +30,6 @@ internal static class MessageJson
         var reader = new MessagePackReader(frame.Memory[ProtocolConstants.LengthPrefixSize..]);
         FrameDecoder.ReadHeader(ref reader, out int count);
         PublishFrame message = FrameDecoder.ReadMessage(ref reader, count);
-        if ((message.Flags & PayloadFlags.Zstd) != 0)
-        {
-            throw new InvalidOperationException("A compressed MESSAGE has no JSON form.");
-        }
-
         // One contiguous frame: every slice of it is a single segment.
         ReadOnlySpan<byte> payload = message.Payload.FirstSpan;
         json.WriteStartObject();
@@ -50,7 +46,11 @@ internal static class MessageJson
         }
 
         json.WriteBase64String("payload"u8, payload);
-        if (Utf8.IsValid(payload))
+        if ((message.Flags & PayloadFlags.Zstd) != 0)
+        {
+            json.WriteBoolean("zstd"u8, true); // as it travelled, for a reader that negotiated Zstd: never decompressed here
+        }
+        else if (Utf8.IsValid(payload))
         {
             json.WriteString("text"u8, payload);
         }

@@ -156,11 +156,6 @@ internal static class LongPollEndpoints
         PollSessionStore store = StoreOf(context);
         PollSession owner = await store.OwnedAsync(context, session).ConfigureAwait(false);
         bool json = context.Request.Headers.Accept.ToString().Contains("application/json", StringComparison.OrdinalIgnoreCase);
-        if (json && owner.Backlog.AcceptsZstd)
-        {
-            throw new HttpProblem(StatusCodes.Status406NotAcceptable, "NotAcceptable", "A session that reads Zstd takes binary frames only; create one without \"zstd\" to poll JSON.");
-        }
-
         long ack = 0;
         if (context.Request.Query["ack"].ToString() is { Length: > 0 } ackText && !long.TryParse(ackText, out ack))
         {
@@ -177,8 +172,9 @@ internal static class LongPollEndpoints
                 return; // the client went away
             }
 
-            store.Broker.Metrics.Sent(PollSession.TransportName, take.Count, take.Bytes);
-            await (json ? WriteJsonAsync(context.Response, take, ack, store.Options.MaxBytesPerPoll) : WriteFramesAsync(context.Response, take)).ConfigureAwait(false);
+            (int count, long bytes) = json ? JsonHeaders(context.Response, take, ack, store.Options.MaxBytesPerPoll) : FramesHeaders(context.Response, take);
+            store.Broker.Metrics.Sent(PollSession.TransportName, count, bytes);
+            await (json ? MessageJson.WriteAsync(context.Response.BodyWriter, take, count, ack) : FrameCopy.WriteAllAsync(context.Response.BodyWriter, take)).ConfigureAwait(false);
         }
         finally
         {
@@ -187,23 +183,23 @@ internal static class LongPollEndpoints
         }
     });
 
-    /// <summary>The binary body (longpoll §2.1): the shared MESSAGE frames, back to back, each sid stamped in, streamed.</summary>
-    private static Task WriteFramesAsync(HttpResponse response, WindowTake take)
+    /// <summary>The binary body's headers (longpoll §2.1): the shared MESSAGE frames, back to back, each sid stamped in.</summary>
+    private static (int Count, long Bytes) FramesHeaders(HttpResponse response, WindowTake take)
     {
         response.ContentType = FramesMediaType;
         response.ContentLength = take.Bytes;
         SetSequenceHeaders(response, take.FirstSequence, take.Count, take.Dropped);
-        return FrameCopy.WriteAllAsync(response.BodyWriter, take);
+        return (take.Count, take.Bytes);
     }
 
-    /// <summary>The JSON body (longpoll §2.2): as many messages as fit <c>MaxBytesPerPoll</c> as written (at least one); the others come next poll.</summary>
-    private static Task WriteJsonAsync(HttpResponse response, WindowTake take, long ack, int maxBytes)
+    /// <summary>The JSON body's headers (longpoll §2.2): as many messages as fit <c>MaxBytesPerPoll</c> as written (at least one); the others come next poll.</summary>
+    private static (int Count, long Bytes) JsonHeaders(HttpResponse response, WindowTake take, long ack, int maxBytes)
     {
         int count = MessageJson.Fit(take, ack, maxBytes, out long length);
         response.ContentType = "application/json";
         response.ContentLength = length;
         SetSequenceHeaders(response, take.FirstSequence, count, take.Dropped);
-        return MessageJson.WriteAsync(response.BodyWriter, take, count, ack);
+        return (count, length);
     }
 
     private static void SetSequenceHeaders(HttpResponse response, long firstSequence, int count, long dropped)
