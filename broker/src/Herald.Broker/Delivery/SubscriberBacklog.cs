@@ -13,8 +13,11 @@ public enum SlowConsumerPolicy
     DropOldest,
 }
 
-/// <summary>The limits one backlog enforces: messages and bytes waiting, and what happens beyond them.</summary>
-internal readonly record struct BacklogLimits(int MaxMessages, int MaxBytes, SlowConsumerPolicy Policy);
+/// <summary>
+/// The limits one backlog enforces: messages and bytes waiting, and what happens beyond them; with
+/// <paramref name="Shared"/>, also its share of a budget several backlogs hold together.
+/// </summary>
+internal readonly record struct BacklogLimits(int MaxMessages, int MaxBytes, SlowConsumerPolicy Policy, PendingBudget? Shared = null);
 
 /// <summary>
 /// The reading side of a <see cref="SubscriberBacklog"/>: a TCP connection's <see cref="PipeDrain"/>, a
@@ -117,7 +120,7 @@ internal sealed class SubscriberBacklog : IMessageSink
                 return false;
             }
 
-            if (_pendingMessages + 1 > _limits.MaxMessages || _pendingBytes + frame.Length > _limits.MaxBytes)
+            if (IsOverLimits(frame.Length))
             {
                 if (_limits.Policy == SlowConsumerPolicy.Disconnect)
                 {
@@ -135,7 +138,7 @@ internal sealed class SubscriberBacklog : IMessageSink
             if (!slow)
             {
                 _ring.Push(new QueuedFrame(frame, sid));
-                _pendingBytes += frame.Length;
+                AddPendingBytes(frame.Length);
                 _pendingMessages++;
             }
 
@@ -209,7 +212,7 @@ internal sealed class SubscriberBacklog : IMessageSink
             {
                 _ring.MoveAllTo(ref batch);
                 _headSequence += count;
-                _pendingBytes = 0;
+                AddPendingBytes(-_pendingBytes);
                 _pendingMessages = 0;
             }
 
@@ -378,7 +381,7 @@ internal sealed class SubscriberBacklog : IMessageSink
     {
         long dropped = 0;
         int keptControls = 0;
-        while (_ring.Count > keptControls && (_pendingMessages + 1 > _limits.MaxMessages || _pendingBytes + incoming > _limits.MaxBytes))
+        while (_ring.Count > keptControls && IsOverLimits(incoming))
         {
             QueuedFrame entry = _ring[keptControls];
             if (entry.Sid == ControlSid)
@@ -387,7 +390,7 @@ internal sealed class SubscriberBacklog : IMessageSink
                 continue;
             }
 
-            _pendingBytes -= entry.Frame.Length;
+            AddPendingBytes(-entry.Frame.Length);
             _pendingMessages--;
             entry.Frame.Release();
             dropped++;
@@ -406,13 +409,25 @@ internal sealed class SubscriberBacklog : IMessageSink
         return dropped;
     }
 
+    // Caller holds _gate. Over its own limits, or over its share of a full shared budget.
+    private bool IsOverLimits(int incoming) =>
+        _pendingMessages + 1 > _limits.MaxMessages || _pendingBytes + incoming > _limits.MaxBytes
+        || (_limits.Shared is { } shared && shared.Squeezes(_pendingBytes, incoming));
+
+    // Caller holds _gate.
+    private void AddPendingBytes(long bytes)
+    {
+        _pendingBytes += bytes;
+        _limits.Shared?.Add(bytes);
+    }
+
     // Caller holds _gate.
     private void DropHead()
     {
         QueuedFrame entry = _ring.PopFront();
         if (entry.Sid != ControlSid)
         {
-            _pendingBytes -= entry.Frame.Length;
+            AddPendingBytes(-entry.Frame.Length);
             _pendingMessages--;
         }
 

@@ -7,6 +7,7 @@ using Herald.Broker.Routing;
 using Herald.Broker.Security;
 using Herald.Broker.Telemetry;
 using Herald.Protocol;
+using MessagePack;
 
 namespace Herald.Broker.Sessions;
 
@@ -257,17 +258,39 @@ internal abstract class ProtocolSession
     }
 
     /// <summary>
-    /// Several PUBLISH at once (long-poll's frames body, longpoll §1.3): every one is checked, and every
-    /// compressed payload decompressed, before any is routed; then all are routed in order.
+    /// A body of PUBLISH frames back to back (long-poll's publish, longpoll §1.3): every one is read and
+    /// checked, and every compressed payload decompressed, before any is routed; then all are routed in
+    /// order. The bytes the payloads declare they decompress to count, together, against
+    /// <paramref name="maxDecompressedBytes"/> before any buffer is taken, so one small body cannot hold
+    /// more than that (issue 22).
     /// </summary>
-    public Refusal PublishAll(IReadOnlyList<PublishFrame> publishes, long receivedAt)
+    public Refusal PublishAll(ReadOnlySequence<byte> frames, long receivedAt, int maxDecompressedBytes)
     {
+        var publishes = new List<PublishFrame>();
+        while (FrameReader.TryReadFrame(ref frames, Limits.MaxFrameBytes, out ReadOnlySequence<byte> frame))
+        {
+            var reader = new MessagePackReader(frame);
+            FrameType type = FrameDecoder.ReadHeader(ref reader, out int count);
+            publishes.Add(type == FrameType.Publish ? FrameDecoder.ReadPublish(ref reader, count) : throw new ProtocolException(ErrorCode.UnexpectedFrame, $"Only PUBLISH frames may be posted here, not {type}."));
+        }
+
+        if (!frames.IsEmpty || publishes.Count == 0)
+        {
+            Throw(ErrorCode.MalformedFrame, frames.IsEmpty ? "The body holds no PUBLISH frame." : $"The body ends with {frames.Length} bytes of an incomplete frame.");
+        }
+
+        long decompressed = 0;
         foreach (PublishFrame publish in publishes)
         {
             Refusal refused = Check(publish);
             if (!refused.IsNone)
             {
                 return refused;
+            }
+
+            if ((publish.Flags & PayloadFlags.Zstd) != 0 && (decompressed += Zstd.DecompressedCapacity(publish.Payload, Limits.MaxFrameBytes)) > maxDecompressedBytes)
+            {
+                Throw(ErrorCode.DecompressionFailed, $"The body's compressed payloads would decompress to more than {maxDecompressedBytes} bytes together.");
             }
         }
 
