@@ -46,10 +46,13 @@ internal abstract class ProtocolSession
     private Identity _identity = Identity.Anonymous;
     private bool _opened;
 
-    // Publish rate limit (token bucket), owned by the one caller.
-    private double _tokens;
-    private long _refilledAt = Stopwatch.GetTimestamp();
-    private bool _rateWarned;
+    // Rate limits (publishes; subscription changes), owned by the one caller.
+    private TokenBucket _publishes;
+    private TokenBucket _subscriptionChanges;
+
+    // The identity's quota this session claimed (ClaimQuota), and whether it gave it back.
+    private IdentityUsage? _usage;
+    private int _quotaReleased;
 
     // Why the session ended; set once, from any thread.
     private int _closeCode;
@@ -63,7 +66,8 @@ internal abstract class ProtocolSession
         Transport = transport;
         RemoteEndPoint = remoteEndPoint;
         Since = DateTimeOffset.UtcNow;
-        _tokens = Limits.PublishBurst;
+        _publishes = new TokenBucket(Limits.PublishBurst);
+        _subscriptionChanges = new TokenBucket(Limits.SubscriptionBurst);
         Backlog = new SubscriberBacklog(backlogLimits, broker.Metrics, OnSlowConsumer);
     }
 
@@ -96,10 +100,19 @@ internal abstract class ProtocolSession
     public string? CloseReason => Volatile.Read(ref _closeReason);
 
     /// <summary>
-    /// How long the transport must stop taking input from this client to hold the publish rate (0: no
-    /// wait). TCP stops reading; long-poll holds the request's answer. Nothing sent is dropped.
+    /// How long the transport must stop taking input from this client to hold the publish rate and the
+    /// subscription-change rate (0: no wait). TCP stops reading (before the next frame, so the rate holds per
+    /// message); long-poll holds the request's answer. Nothing sent is dropped.
     /// </summary>
-    public TimeSpan Throttle => _tokens < 0 ? TimeSpan.FromSeconds(-_tokens / Limits.PublishRatePerSecond) : TimeSpan.Zero;
+    public TimeSpan Throttle
+    {
+        get
+        {
+            TimeSpan publishes = _publishes.Debt(Limits.PublishRatePerSecond);
+            TimeSpan changes = _subscriptionChanges.Debt(Limits.SubscriptionRatePerSecond);
+            return publishes > changes ? publishes : changes;
+        }
+    }
 
     protected BrokerCore Broker { get; }
 
@@ -129,8 +142,55 @@ internal abstract class ProtocolSession
         return accepted;
     }
 
-    /// <summary>SUBSCRIBE (spec §4.3): sid and pattern rules, the subscription limit, permissions, the broker's pattern limit.</summary>
+    /// <summary>
+    /// SUBSCRIBE (spec §4.3): charged to the subscription-change rate, then the sid and pattern rules, the
+    /// subscription limits (the client's, its identity's), permissions, the broker's pattern limit.
+    /// </summary>
     public Refusal Subscribe(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho)
+    {
+        bool overRate = TakeSubscriptionToken();
+        return Answer(overRate, SubscribeCore(sid, pattern, noEcho));
+    }
+
+    /// <summary>UNSUBSCRIBE (spec §4.4): charged to the subscription-change rate; an unknown sid is refused, not fatal.</summary>
+    public Refusal Unsubscribe(uint sid)
+    {
+        bool overRate = TakeSubscriptionToken();
+        return Answer(overRate, UnsubscribeCore(sid));
+    }
+
+    /// <summary>
+    /// Claims one client of the identity's quota (<see cref="LimitOptions.MaxConnectionsPerIdentity"/>), once,
+    /// when the session is first opened; a refusal (<c>TooManyConnections</c>) says the transport must end it.
+    /// Given back when the session's subscriptions end.
+    /// </summary>
+    public Refusal ClaimQuota()
+    {
+        if (_usage is not null)
+        {
+            return default;
+        }
+
+        string key = IdentityQuotas.KeyOf(Identity, RemoteEndPoint);
+        if (Broker.Quotas.TryClaimClient(key) is not { } usage)
+        {
+            return new Refusal(ErrorCode.TooManyConnections, $"'{key}' holds its maximum of {Limits.MaxConnectionsPerIdentity} connections.");
+        }
+
+        lock (_subscriptionsGate)
+        {
+            _usage = usage;
+            if (!_subscriptionsEnded)
+            {
+                return default;
+            }
+        }
+
+        ReleaseQuota(); // ended meanwhile
+        return default;
+    }
+
+    private Refusal SubscribeCore(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho)
     {
         if (sid == 0)
         {
@@ -161,6 +221,11 @@ internal abstract class ProtocolSession
                 return Denied($"Subscribing to '{checkedPattern}' is not permitted for '{Identity.Name}'.");
             }
 
+            if (_usage is { } usage && !usage.TryAddSubscription(Limits.MaxSubscriptionsPerIdentity))
+            {
+                return Refuse(ErrorCode.TooManyTopics, $"'{usage.Key}' holds its maximum of {Limits.MaxSubscriptionsPerIdentity} subscriptions across its connections.");
+            }
+
             var subscription = new Subscription(Backlog, sid, checkedPattern, noEcho);
             try
             {
@@ -168,6 +233,7 @@ internal abstract class ProtocolSession
             }
             catch (ProtocolException e) when (e.Code == ErrorCode.TooManyTopics)
             {
+                _usage?.RemoveSubscriptions(1);
                 return Refuse(e.Code, e.Message); // refused, told; the session stays
             }
 
@@ -178,8 +244,7 @@ internal abstract class ProtocolSession
         return default;
     }
 
-    /// <summary>UNSUBSCRIBE (spec §4.4): an unknown sid is refused, not fatal.</summary>
-    public Refusal Unsubscribe(uint sid)
+    private Refusal UnsubscribeCore(uint sid)
     {
         lock (_subscriptionsGate)
         {
@@ -189,6 +254,7 @@ internal abstract class ProtocolSession
             }
 
             Broker.Router.Remove(subscription);
+            _usage?.RemoveSubscriptions(1);
             Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
         }
 
@@ -365,19 +431,21 @@ internal abstract class ProtocolSession
         lock (_subscriptionsGate)
         {
             _subscriptionsEnded = true;
-            if (_subscriptions is null)
+            if (_subscriptions is not null)
             {
-                return;
+                foreach (Subscription subscription in _subscriptions.Values)
+                {
+                    Broker.Router.Remove(subscription);
+                }
+
+                _usage?.RemoveSubscriptions(_subscriptions.Count);
+                _subscriptions.Clear();
             }
 
-            foreach (Subscription subscription in _subscriptions.Values)
-            {
-                Broker.Router.Remove(subscription);
-            }
-
-            _subscriptions.Clear();
             Volatile.Write(ref _subscriptionCount, 0);
         }
+
+        ReleaseQuota();
     }
 
     protected static void Throw(ErrorCode code, string message) => throw new ProtocolException(code, message);
@@ -413,23 +481,43 @@ internal abstract class ProtocolSession
 
     private Refusal TakeToken()
     {
-        long now = Stopwatch.GetTimestamp();
         int rate = Limits.PublishRatePerSecond;
-        _tokens = Math.Min(Limits.PublishBurst, _tokens + (Stopwatch.GetElapsedTime(_refilledAt, now).TotalSeconds * rate)) - 1;
-        _refilledAt = now;
-        if (_tokens >= 0)
+        return _publishes.Take(rate, Limits.PublishBurst)
+            ? Refuse(ErrorCode.RateLimited, $"Publishing faster than {rate} messages/s (burst {Limits.PublishBurst}): input is paused to hold that rate; nothing is dropped.")
+            : default;
+    }
+
+    /// <summary>Charges one SUBSCRIBE or UNSUBSCRIBE to the subscription-change rate: <c>true</c> for the first over it in an episode.</summary>
+    private bool TakeSubscriptionToken() =>
+        Limits.SubscriptionRatePerSecond > 0 && _subscriptionChanges.Take(Limits.SubscriptionRatePerSecond, Limits.SubscriptionBurst);
+
+    /// <summary>
+    /// A subscription change's answer: its own refusal wins over the rate notice, which then goes to the next
+    /// change over the rate; else the RateLimited notice (the change was made), once per episode.
+    /// </summary>
+    private Refusal Answer(bool overRate, Refusal answer)
+    {
+        if (!answer.IsNone || !overRate)
         {
-            _rateWarned = false;
-            return default;
+            if (overRate)
+            {
+                _subscriptionChanges.Unwarn();
+            }
+
+            return answer;
         }
 
-        if (_rateWarned)
-        {
-            return default;
-        }
+        int rate = Limits.SubscriptionRatePerSecond;
+        return Refuse(ErrorCode.RateLimited, $"Changing subscriptions faster than {rate} per second (burst {Limits.SubscriptionBurst}): input is paused to hold that rate; the change was made.");
+    }
 
-        _rateWarned = true; // once per episode
-        return Refuse(ErrorCode.RateLimited, $"Publishing faster than {rate} messages/s (burst {Limits.PublishBurst}): input is paused to hold that rate; nothing is dropped.");
+    /// <summary>Gives back the client this session claimed of its identity's quota. Once; any thread.</summary>
+    private void ReleaseQuota()
+    {
+        if (Volatile.Read(ref _usage) is { } usage && Interlocked.Exchange(ref _quotaReleased, 1) == 0)
+        {
+            Broker.Quotas.ReleaseClient(usage);
+        }
     }
 
     /// <summary>A refused SUBSCRIBE or PUBLISH (spec §8 PermissionDenied): counted and told; the session stays unless configured otherwise.</summary>

@@ -47,12 +47,18 @@ public sealed class ProtocolClient : IAsyncDisposable
         _reader = PipeReader.Create(_stream, new StreamPipeReaderOptions(bufferSize: 64 * 1024));
     }
 
-    public static async Task<ProtocolClient> ConnectAsync(int port, int? receiveBufferSize = null)
+    /// <param name="localAddress">The source address to connect from (any 127.x.y.z on Linux loopback): another client address for the broker.</param>
+    public static async Task<ProtocolClient> ConnectAsync(int port, int? receiveBufferSize = null, IPAddress? localAddress = null)
     {
         var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
         if (receiveBufferSize is { } size)
         {
             socket.ReceiveBufferSize = size;
+        }
+
+        if (localAddress is not null)
+        {
+            socket.Bind(new IPEndPoint(localAddress, 0));
         }
 
         await socket.ConnectAsync(new IPEndPoint(IPAddress.Loopback, port));
@@ -117,7 +123,7 @@ public sealed class ProtocolClient : IAsyncDisposable
         await _stream.WriteAsync(_out.WrittenMemory);
     }
 
-    public async Task SendRawAsync(byte[] bytes) => await _stream.WriteAsync(bytes);
+    public async Task SendRawAsync(byte[] bytes, CancellationToken cancellationToken = default) => await _stream.WriteAsync(bytes, cancellationToken);
 
     /// <summary>Closes the sending side only (the broker sees end of stream).</summary>
     public void ShutdownSend() => _socket.Shutdown(SocketShutdown.Send);

@@ -96,17 +96,23 @@ internal static class LongPollEndpoints
             throw new LongPollException(StatusCodes.Status400BadRequest, "MalformedRequest", "pattern is required.");
         }
 
-        Answer(context, owner.Subscribe((uint)sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(request.Pattern)), request.NoEcho ?? false), StatusCodes.Status204NoContent);
+        Refusal refusal = owner.Subscribe((uint)sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(request.Pattern)), request.NoEcho ?? false);
+        await HoldAsync(context, owner).ConfigureAwait(false);
+        Answer(context, refusal, StatusCodes.Status204NoContent);
     });
 
-    private static Task Unsubscribe(HttpContext context, string session, string sid) => InSession(context, session, (owner, store) =>
+    private static Task Unsubscribe(HttpContext context, string session, string sid) => InSession(context, session, async (owner, store) =>
     {
         Refusal refusal = uint.TryParse(sid, out uint id)
             ? owner.Unsubscribe(id)
             : new Refusal(ErrorCode.UnknownSubscription, $"No live subscription with id {sid}.");
+        await HoldAsync(context, owner).ConfigureAwait(false);
         Answer(context, refusal, StatusCodes.Status204NoContent);
-        return Task.CompletedTask;
     });
+
+    /// <summary>Over one of the session's rates, the answer waits its <see cref="ProtocolSession.Throttle"/> (as TCP stops reading).</summary>
+    private static Task HoldAsync(HttpContext context, PollSession owner) =>
+        owner.Throttle is { Ticks: > 0 } pause ? Task.Delay(pause, context.RequestAborted) : Task.CompletedTask;
 
     private static Task PublishInSession(HttpContext context, string session) => InSession(context, session, (owner, store) => PublishAsync(context, store, owner));
 
@@ -154,11 +160,7 @@ internal static class LongPollEndpoints
             owner.FlushTouched();
         }
 
-        if (owner.Throttle is { Ticks: > 0 } pause)
-        {
-            await Task.Delay(pause, context.RequestAborted).ConfigureAwait(false);
-        }
-
+        await HoldAsync(context, owner).ConfigureAwait(false);
         Answer(context, refusal, StatusCodes.Status202Accepted);
     }
 
