@@ -24,14 +24,14 @@ public sealed class IdentityQuotaTests
         await using var broker = await TestBroker.StartAsync(o =>
         {
             o.Security.Auth.Mode = AuthMode.Token;
-            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "alice", Sha256 = ReplyBackpressureTests.Sha256(Alice), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
-            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "bob", Sha256 = ReplyBackpressureTests.Sha256(Bob), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
+            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "alice", Sha256 = TestTokens.Sha256(Alice), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
+            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "bob", Sha256 = TestTokens.Sha256(Bob), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
             o.Limits.MaxConnectionsPerIdentity = 2;
             o.Limits.MaxSubscriptionsPerIdentity = 3;
         });
 
         // alice: one TCP connection and one long-poll session fill her connections.
-        await using var aliceTcp = await ReplyBackpressureTests.OpenAsync(broker, "alice-1", Alice);
+        await using var aliceTcp = await ProtocolClient.OpenAsync(broker.Port, "alice-1", auth: Alice);
         string alicePoll = (await CreateSessionAsync(broker, Alice, HttpStatusCode.Created))!;
         await using (var third = await ProtocolClient.ConnectAsync(broker.Port))
         {
@@ -60,7 +60,7 @@ public sealed class IdentityQuotaTests
         }
 
         // bob is untouched by alice's quotas: he connects on both transports and subscribes.
-        await using var bobTcp = await ReplyBackpressureTests.OpenAsync(broker, "bob-1", Bob);
+        await using var bobTcp = await ProtocolClient.OpenAsync(broker.Port, "bob-1", auth: Bob);
         await CreateSessionAsync(broker, Bob, HttpStatusCode.Created);
         for (uint sid = 1; sid <= 3; sid++)
         {
@@ -80,7 +80,7 @@ public sealed class IdentityQuotaTests
             Assert.Equal(HttpStatusCode.NoContent, closed.StatusCode);
         }
 
-        await using var aliceAgain = await ReplyBackpressureTests.OpenAsync(broker, "alice-again", Alice);
+        await using var aliceAgain = await ProtocolClient.OpenAsync(broker.Port, "alice-again", auth: Alice);
         await aliceAgain.SubscribeAsync(1, "a.again"); // her long-poll subscription was given back with its session
         Assert.Empty(await aliceAgain.PingPongAsync());
     }

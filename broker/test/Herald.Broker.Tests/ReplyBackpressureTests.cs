@@ -1,6 +1,4 @@
 using System.Buffers;
-using System.Security.Cryptography;
-using System.Text;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Broker.Tests.Infrastructure;
@@ -45,8 +43,8 @@ public sealed class ReplyBackpressureTests
         await using var broker = await TestBroker.StartAsync(o =>
         {
             o.Security.Auth.Mode = AuthMode.Token;
-            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "attacker", Sha256 = Sha256(AttackerToken), Permissions = { Publish = { "attacker.>" }, Subscribe = { "attacker.>" } } });
-            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "bystander", Sha256 = Sha256(BystanderToken), Permissions = { Publish = { "by.>" }, Subscribe = { "by.>" } } });
+            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "attacker", Sha256 = TestTokens.Sha256(AttackerToken), Permissions = { Publish = { "attacker.>" }, Subscribe = { "attacker.>" } } });
+            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "bystander", Sha256 = TestTokens.Sha256(BystanderToken), Permissions = { Publish = { "by.>" }, Subscribe = { "by.>" } } });
             o.Limits.MaxPendingReplies = MaxReplies;
             o.Limits.MaxTopics = 1; // the bystander's one pattern
             o.Limits.SubscriptionRatePerSecond = 0; // its replies hold the attacker back here, not its rate
@@ -59,11 +57,11 @@ public sealed class ReplyBackpressureTests
         using MetricsProbe metrics = broker.Metrics();
         var clock = System.Diagnostics.Stopwatch.StartNew();
         SessionRegistry registry = broker.Services.GetRequiredService<SessionRegistry>();
-        await using var bystander = await OpenAsync(broker, "bystander", BystanderToken);
+        await using var bystander = await ProtocolClient.OpenAsync(broker.Port, "bystander", auth: BystanderToken);
         await bystander.SubscribeAsync(1, "by.feed");
         await bystander.PingPongAsync();
 
-        await using var attacker = await OpenAsync(broker, "attacker", AttackerToken, receiveBufferSize: 4096);
+        await using var attacker = await ProtocolClient.OpenAsync(broker.Port, "attacker", receiveBufferSize: 4096, auth: AttackerToken);
         ProtocolSession session = registry.Sessions.Single(s => s.ClientName == "attacker");
         byte[] chunk = Chunk(reply);
         long[] sent = [0]; // bytes the attacker's writes have handed to its socket
@@ -167,14 +165,4 @@ public sealed class ReplyBackpressureTests
 
         return writer.WrittenSpan.ToArray();
     }
-
-    internal static async Task<ProtocolClient> OpenAsync(TestBroker broker, string name, string token, int? receiveBufferSize = null)
-    {
-        ProtocolClient client = await ProtocolClient.ConnectAsync(broker.Port, receiveBufferSize);
-        await client.SendAsync(w => FrameWriter.WriteHello(w, name, Capabilities.None, token));
-        Assert.Equal(FrameType.Welcome, (await client.ReadAsync()).Type);
-        return client;
-    }
-
-    internal static string Sha256(string token) => Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(token)));
 }

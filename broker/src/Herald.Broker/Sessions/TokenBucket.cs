@@ -54,7 +54,7 @@ internal struct TokenBucket
     /// <summary>The warning of this episode was not sent (another answer took its place): the next operation in debt warns.</summary>
     public void Unwarn() => _warned = false;
 
-    /// <summary>How long from now until the debt is paid at <paramref name="rate"/> (0: none, or paid by waiting already).</summary>
+    /// <summary>How long from now until the debt is paid at <paramref name="rate"/> (0: none, or paid by waiting already); never less.</summary>
     public readonly TimeSpan Debt(int rate)
     {
         if (_tokens >= 0)
@@ -63,6 +63,6 @@ internal struct TokenBucket
         }
 
         double owed = -_tokens - (Stopwatch.GetElapsedTime(_refilledAt).TotalSeconds * rate);
-        return owed > 0 ? TimeSpan.FromSeconds(owed / rate) : TimeSpan.Zero;
+        return owed > 0 ? TimeSpan.FromMilliseconds(Math.Ceiling(owed * 1000 / rate)) : TimeSpan.Zero; // whole ms, rounded up: timers truncate
     }
 }

@@ -65,17 +65,17 @@ public sealed class ProtocolClient : IAsyncDisposable
         return new ProtocolClient(socket);
     }
 
-    /// <summary>Connects and completes the handshake.</summary>
-    public static async Task<ProtocolClient> OpenAsync(int port, string name = "test", int? receiveBufferSize = null, Capabilities capabilities = Capabilities.None)
+    /// <summary>Connects and completes the handshake (with <paramref name="auth"/>, HELLO's credential, when given).</summary>
+    public static async Task<ProtocolClient> OpenAsync(int port, string name = "test", int? receiveBufferSize = null, Capabilities capabilities = Capabilities.None, string? auth = null)
     {
         ProtocolClient client = await ConnectAsync(port, receiveBufferSize);
-        await client.HelloAsync(name, capabilities);
+        await client.HelloAsync(name, capabilities, auth);
         return client;
     }
 
-    public async Task<WelcomeFrame> HelloAsync(string name = "test", Capabilities capabilities = Capabilities.None)
+    public async Task<WelcomeFrame> HelloAsync(string name = "test", Capabilities capabilities = Capabilities.None, string? auth = null)
     {
-        await SendAsync(w => FrameWriter.WriteHello(w, name, capabilities));
+        await SendAsync(w => FrameWriter.WriteHello(w, name, capabilities, auth));
         Frame welcome = await ReadAsync();
         Assert.True(welcome.Type == FrameType.Welcome, $"Expected WELCOME, got {welcome}");
         return welcome.Welcome!.Value;
