@@ -27,7 +27,7 @@ internal sealed class IdentityQuotas
     /// <summary>Who a quota is kept for: the identity, or (anonymous) the remote address.</summary>
     public static string KeyOf(Identity identity, EndPoint? remote) =>
         !ReferenceEquals(identity, Identity.Anonymous) ? identity.Name
-        : (remote as IPEndPoint)?.Address is { } address ? $"anonymous@{address}"
+        : (remote as IPEndPoint)?.Address is { } address ? $"anonymous@{(address.IsIPv4MappedToIPv6 ? address.MapToIPv4() : address)}"
         : identity.Name;
 
     /// <summary>Claims one client for <paramref name="key"/>; null when it holds its maximum already.</summary>
