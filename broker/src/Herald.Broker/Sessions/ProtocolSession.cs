@@ -151,7 +151,15 @@ internal abstract class ProtocolSession
     public Refusal Subscribe(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho)
     {
         bool overRate = TakeSubscriptionToken();
-        return Answer(overRate, SubscribeCore(sid, pattern, noEcho));
+        try
+        {
+            return Answer(overRate, SubscribeCore(sid, pattern, noEcho));
+        }
+        catch (ProtocolException) when (overRate)
+        {
+            _subscriptionChanges.Unwarn(); // refused fatally (long-poll: only this request fails): the next change is told
+            throw;
+        }
     }
 
     /// <summary>UNSUBSCRIBE (spec §4.4): charged to the subscription-change rate; an unknown sid is refused, not fatal.</summary>
