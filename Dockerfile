@@ -2,6 +2,9 @@
 # no package manager) as its non-root 'app' user (UID 1654).
 #   docker build -t herald .
 #   docker run --rm -p 4502-4534:4502-4534 -p 943:943 -p 8080:8080 herald
+# Monitoring (probes, /metrics, /varz, /connz, /subsz) listens on 127.0.0.1:8222 inside the container: the
+# HEALTHCHECK reaches it, nothing outside does. To read it from the host only:
+#   -e Herald__Monitoring__Host=0.0.0.0 -p 127.0.0.1:8222:8222
 # Configuration comes from environment variables (':' becomes '__'), e.g. -e Herald__Limits__MaxFrameBytes=4194304.
 # Port 943 binds as non-root with Docker's default networking (Docker 20.10+ sets
 # net.ipv4.ip_unprivileged_port_start=0 in the container's network namespace), not with --network host:
@@ -27,7 +30,7 @@ ENV ASPNETCORE_HTTP_PORTS= \
     Herald__Http__Host=0.0.0.0 \
     Herald__Logging__Format=json
 EXPOSE 4502-4534 943 8080
-# No curl in a chiseled image: the broker probes itself (GET /healthz on its configured HTTP port; exit 0 or 1).
+# No curl in a chiseled image: the broker probes itself (GET /healthz on its monitoring listener; exit 0 or 1).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 CMD ["dotnet", "Herald.Broker.dll", "--probe"]
 # SIGTERM (docker stop) drains: queued messages are delivered, then each client gets a ShuttingDown ERROR.
 STOPSIGNAL SIGTERM

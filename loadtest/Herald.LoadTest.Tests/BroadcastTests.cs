@@ -45,13 +45,13 @@ public class BroadcastTests
 
     private static async Task<(int Exit, string Json, string Chart)> RunAsync(string transport)
     {
-        int first = Repo.FreePorts(3);
+        int first = Repo.FreePorts(4);
         string output = Repo.OutFile($"broadcast-{transport}");
         string chart = Path.Combine(Path.GetTempPath(), $"herald-broadcast-{transport}-{Guid.NewGuid():N}");
         List<string> args =
         [
             "--target", "herald", "--transport", transport, "--broker-dll", Repo.BrokerDll,
-            "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture),
+            "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture), "--monitoring-port", (first + 3).ToString(CultureInfo.InvariantCulture),
             "--subscribers", $"{Subscribers}", "--bursts", $"{Bursts}", "--periods", "0.5,1",
             "--settle", "0.2", "--grace", HangBoundSeconds, "--pause", "0", "--setup-timeout", "30", "--out", output, "--chart", chart,
         ];
@@ -130,9 +130,10 @@ public class BroadcastTests
             Assert.Equal(good ? Subscribers : 0, headlines[i].GetProperty("value").GetDouble());
         }
 
-        // exit 0 and ok exactly when every period's run was on time; 1 (a burst was late) is the only other ending
+        // "ok" says the server and the protocol did right (every burst reached every subscriber, checked
+        // above); a late burst is the measurement (a slow machine may see one) and only makes the exit 1
+        Assert.True(json.GetProperty("ok").GetBoolean(), string.Join("; ", json.GetProperty("failures").EnumerateArray()));
         Assert.Equal(everyRunGood ? ExitCodes.Ok : ExitCodes.RunFailed, exit);
-        Assert.Equal(everyRunGood, json.GetProperty("ok").GetBoolean());
         AssertChart(chart, $"herald/{transport}"); // --chart: this run's own line
     }
 

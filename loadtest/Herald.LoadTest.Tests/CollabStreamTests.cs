@@ -12,10 +12,10 @@ public class CollabStreamTests
 {
     private static string[] TargetArgs()
     {
-        int first = Repo.FreePorts(3);
+        int first = Repo.FreePorts(4);
         return
         [
-            "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture),
+            "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture), "--monitoring-port", (first + 3).ToString(CultureInfo.InvariantCulture),
             "--broker-dll", Repo.BrokerDll,
         ];
     }

@@ -13,10 +13,10 @@ public class RpcFanoutTests
 {
     private static string[] TargetArgs()
     {
-        int first = Repo.FreePorts(3);
+        int first = Repo.FreePorts(4);
         return
         [
-            "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture),
+            "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture), "--monitoring-port", (first + 3).ToString(CultureInfo.InvariantCulture),
             "--broker-dll", Repo.BrokerDll, "--setup-timeout", "60", "--warmup", "0.3", "--seconds", "1", "--grace", "5",
         ];
     }

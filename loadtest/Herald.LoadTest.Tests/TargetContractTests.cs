@@ -20,11 +20,11 @@ public class TargetContractTests
             Repo.EnsurePeerServers();
         }
 
-        int first = Repo.FreePorts(3);
+        int first = Repo.FreePorts(4);
         string[] args =
         [
             "--target", target, "--transport", transport,
-            "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture),
+            "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture), "--monitoring-port", (first + 3).ToString(CultureInfo.InvariantCulture),
             "--port", first.ToString(CultureInfo.InvariantCulture), "--broker-dll", Repo.BrokerDll, "--setup-timeout", "60",
         ];
         TargetOptions options = TargetOptions.Read(CommandLine.Parse(args));

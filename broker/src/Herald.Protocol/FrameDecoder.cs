@@ -95,8 +95,21 @@ public static class FrameDecoder
                 }
             }
 
-            SkipRest(ref reader, elementCount - 6);
-            return new WelcomeFrame(version, name, id, caps, limits);
+            string? inboxPrefix = null;
+            if (elementCount > 6)
+            {
+                if (reader.NextMessagePackType == MessagePackType.String)
+                {
+                    inboxPrefix = ReadString(ref reader, "inbox_prefix");
+                }
+                else
+                {
+                    Skip(ref reader, 0); // nil, or a shape this version does not know: no prefix
+                }
+            }
+
+            SkipRest(ref reader, elementCount - 7);
+            return new WelcomeFrame(version, name, id, caps, limits, inboxPrefix);
         }
         catch (Exception e) when (IsDecodeFailure(e))
         {
@@ -174,8 +187,21 @@ public static class FrameDecoder
             bool fatal = reader.ReadBoolean();
             string message = ReadString(ref reader, "message") ?? ThrowNil<string>("message");
             ulong count = reader.ReadUInt64();
-            SkipRest(ref reader, elementCount - 5);
-            return new ErrorFrame(code, fatal, message, count);
+            uint sid = 0;
+            if (elementCount > 5)
+            {
+                if (reader.NextMessagePackType == MessagePackType.Integer)
+                {
+                    sid = reader.ReadUInt32();
+                }
+                else
+                {
+                    Skip(ref reader, 0); // nil, or a shape this version does not know: no sid
+                }
+            }
+
+            SkipRest(ref reader, elementCount - 6);
+            return new ErrorFrame(code, fatal, message, count, sid);
         }
         catch (Exception e) when (IsDecodeFailure(e))
         {

@@ -26,7 +26,8 @@ public static class FrameWriter
         w.Flush();
     }
 
-    public static void WriteWelcome(IBufferWriter<byte> output, string serverName, ulong connectionId, Capabilities capabilities, IReadOnlyCollection<KeyValuePair<string, ulong>> limits, uint version = ProtocolConstants.Version)
+    /// <param name="inboxPrefix">The client's inbox prefix (spec §7), sent as a seventh element; null sends the six of a broker without one.</param>
+    public static void WriteWelcome(IBufferWriter<byte> output, string serverName, ulong connectionId, Capabilities capabilities, IReadOnlyCollection<KeyValuePair<string, ulong>> limits, uint version = ProtocolConstants.Version, string? inboxPrefix = null)
     {
         ArgumentNullException.ThrowIfNull(serverName);
         ArgumentNullException.ThrowIfNull(limits);
@@ -36,7 +37,12 @@ public static class FrameWriter
             body += StrSize(Encoding.UTF8.GetByteCount(limit.Key)) + UIntSize(limit.Value);
         }
 
-        var w = Start(output, body, 6, FrameType.Welcome);
+        if (inboxPrefix is not null)
+        {
+            body += StrSize(Encoding.UTF8.GetByteCount(inboxPrefix));
+        }
+
+        var w = Start(output, body, inboxPrefix is null ? 6 : 7, FrameType.Welcome);
         w.Write(version);
         w.Write(serverName);
         w.Write(connectionId);
@@ -46,6 +52,11 @@ public static class FrameWriter
         {
             w.Write(limit.Key);
             w.Write(limit.Value);
+        }
+
+        if (inboxPrefix is not null)
+        {
+            w.Write(inboxPrefix);
         }
 
         w.Flush();
@@ -113,15 +124,21 @@ public static class FrameWriter
 
     public static void WritePong(IBufferWriter<byte> output) => WriteEmpty(output, FrameType.Pong);
 
-    public static void WriteError(IBufferWriter<byte> output, ErrorCode code, bool fatal, string message, ulong count = 0)
+    /// <param name="sid">The subscription this error ended (spec §4.8), sent as a sixth element; 0 sends the five of an error about none.</param>
+    public static void WriteError(IBufferWriter<byte> output, ErrorCode code, bool fatal, string message, ulong count = 0, uint sid = 0)
     {
         ArgumentNullException.ThrowIfNull(message);
-        int body = 1 + 1 + UIntSize((uint)code) + 1 + StrSize(Encoding.UTF8.GetByteCount(message)) + UIntSize(count);
-        var w = Start(output, body, 5, FrameType.Error);
+        int body = 1 + 1 + UIntSize((uint)code) + 1 + StrSize(Encoding.UTF8.GetByteCount(message)) + UIntSize(count) + (sid == 0 ? 0 : UIntSize(sid));
+        var w = Start(output, body, sid == 0 ? 5 : 6, FrameType.Error);
         w.Write((uint)code);
         w.Write(fatal);
         w.Write(message);
         w.Write(count);
+        if (sid != 0)
+        {
+            w.Write(sid);
+        }
+
         w.Flush();
     }
 

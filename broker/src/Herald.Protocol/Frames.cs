@@ -6,8 +6,8 @@ namespace Herald.Protocol;
 /// <summary>HELLO (spec §4.1).</summary>
 public readonly record struct HelloFrame(uint Version, string ClientName, Capabilities Capabilities, string? Auth);
 
-/// <summary>WELCOME (spec §4.2).</summary>
-public readonly record struct WelcomeFrame(uint Version, string ServerName, ulong ConnectionId, Capabilities Capabilities, IReadOnlyDictionary<string, ulong> Limits);
+/// <summary>WELCOME (spec §4.2). <see cref="InboxPrefix"/> is null from a broker that sends none.</summary>
+public readonly record struct WelcomeFrame(uint Version, string ServerName, ulong ConnectionId, Capabilities Capabilities, IReadOnlyDictionary<string, ulong> Limits, string? InboxPrefix = null);
 
 /// <summary>SUBSCRIBE (spec §4.3). <see cref="Pattern"/> is a slice of the frame: copy it to keep it.</summary>
 public readonly record struct SubscribeFrame(uint Sid, ReadOnlySequence<byte> Pattern, SubscribeOptions Options)
@@ -38,5 +38,5 @@ public readonly record struct PublishFrame(
     public string? ReplyToString => ReplyTo is { } r ? Encoding.UTF8.GetString(r) : null;
 }
 
-/// <summary>ERROR (spec §4.8).</summary>
-public readonly record struct ErrorFrame(ErrorCode Code, bool Fatal, string Message, ulong Count);
+/// <summary>ERROR (spec §4.8). <see cref="Sid"/> names the subscription the error ended (0: none).</summary>
+public readonly record struct ErrorFrame(ErrorCode Code, bool Fatal, string Message, ulong Count, uint Sid = 0);

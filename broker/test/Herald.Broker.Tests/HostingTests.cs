@@ -12,6 +12,9 @@ public sealed class HostingTests
     [InlineData("--Herald:Limits:PingInterval=00:00:00", "--Herald:Limits:MaxTopicLength=10", "PingInterval (00:00:00) must be between")]
     [InlineData("--Herald:Tcp:Host=not-an-ip", "--Herald:Limits:MaxTopicLength=10", "'not-an-ip' is not an IP address")]
     [InlineData("--Herald:Limits:MaxPendingBytes=2000", "--Herald:Limits:MaxFrameBytes=4096", "must hold at least one frame")]
+    [InlineData("--Herald:Http:Port=9100", "--Herald:Monitoring:Port=9100", "the monitoring listener needs its own")]
+    [InlineData("--Herald:Monitoring:Token=too-short", "--Herald:Monitoring:Host=0.0.0.0", "Token")]
+    [InlineData("--Herald:Monitoring:Host=monitor.example", "--Herald:Limits:MaxTopicLength=10", "Herald:Monitoring:Host 'monitor.example' is not an IP address")]
     public void Invalid_configuration_fails_at_start_with_a_clear_message(string arg1, string arg2, string expected)
     {
         var e = Assert.Throws<OptionsValidationException>(() => HeraldHost.Build([arg1, arg2]));

@@ -100,8 +100,8 @@ public sealed class IdentityIsolationTests
         return (await created.Content.ReadFromJsonAsync<JsonElement>()).GetProperty("session").GetString()!;
     }
 
-    /// <summary>Sends one frame and a PING: the refusal must come before the PONG, and nothing else.</summary>
-    private static async Task ExpectDeniedAsync(ProtocolClient client, Action<System.Buffers.IBufferWriter<byte>> frame, string topic)
+    /// <summary>Sends one frame and a PING: a non-fatal PermissionDenied naming <paramref name="topic"/> must come before the PONG, and nothing else.</summary>
+    internal static async Task ExpectDeniedAsync(ProtocolClient client, Action<System.Buffers.IBufferWriter<byte>> frame, string topic)
     {
         await client.SendAsync(w =>
         {

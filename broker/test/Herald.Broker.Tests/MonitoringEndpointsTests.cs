@@ -45,7 +45,7 @@ public sealed class MonitoringEndpointsTests
         Assert.Equal(["tcp", "longpoll"], page.GetProperty("connections").EnumerateArray().Select(c => c.GetProperty("transport").GetString()));
         JsonElement sessions = await GetJsonAsync(broker, "/connz?transport=longpoll");
         Assert.Equal(2, sessions.GetProperty("total").GetInt32());
-        using (HttpResponseMessage bad = await broker.Http.GetAsync("/connz?limit=0"))
+        using (HttpResponseMessage bad = await broker.Monitoring.GetAsync("/connz?limit=0"))
         {
             Assert.Equal(HttpStatusCode.BadRequest, bad.StatusCode);
         }
@@ -132,7 +132,7 @@ public sealed class MonitoringEndpointsTests
 
     private static async Task<JsonElement> GetJsonAsync(TestBroker broker, string path)
     {
-        using HttpResponseMessage response = await broker.Http.GetAsync(path);
+        using HttpResponseMessage response = await broker.Monitoring.GetAsync(path);
         Assert.Equal(HttpStatusCode.OK, response.StatusCode);
         Assert.Equal("application/json", response.Content.Headers.ContentType?.MediaType);
         return await response.Content.ReadFromJsonAsync<JsonElement>();

@@ -54,7 +54,7 @@ public sealed partial class OperationsDeployTests
         });
         await DriveEveryKindOfTrafficAsync(broker);
         GC.Collect(); // the runtime's GC metrics appear after a collection
-        PrometheusScrape scrape = await PrometheusScrape.GetAsync(broker.Http);
+        PrometheusScrape scrape = await PrometheusScrape.GetAsync(broker.Monitoring);
 
         Dictionary<string, string> queried = QueriedMetrics();
         var missing = queried.Keys

@@ -14,8 +14,8 @@ public sealed class OperationsHealthTests
     {
         await using var broker = await TestBroker.StartAsync();
 
-        using HttpResponseMessage alive = await broker.Http.GetAsync("/healthz");
-        using HttpResponseMessage ready = await broker.Http.GetAsync("/readyz");
+        using HttpResponseMessage alive = await broker.Monitoring.GetAsync("/healthz");
+        using HttpResponseMessage ready = await broker.Monitoring.GetAsync("/readyz");
 
         Assert.Equal(HttpStatusCode.OK, alive.StatusCode);
         Assert.Equal(HttpStatusCode.OK, ready.StatusCode);
@@ -32,7 +32,7 @@ public sealed class OperationsHealthTests
     {
         await using var broker = await TestBroker.StartAsync(o => o.Monitoring.DrainDelay = TimeSpan.FromSeconds(2));
         await using var client = await ProtocolClient.OpenAsync(broker.Port);
-        using var http = new HttpClient { BaseAddress = broker.Http.BaseAddress }; // its own connection: keep-alive ones are closed at stop
+        using var http = new HttpClient { BaseAddress = broker.Monitoring.BaseAddress }; // its own connection: keep-alive ones are closed at stop
         using (HttpResponseMessage before = await http.GetAsync("/readyz"))
         {
             Assert.Equal(HttpStatusCode.OK, before.StatusCode);
@@ -67,8 +67,8 @@ public sealed class OperationsHealthTests
     {
         await using var broker = await TestBroker.StartAsync(o => o.Monitoring.Enabled = false);
 
-        using HttpResponseMessage ready = await broker.Http.GetAsync("/readyz");
-        using HttpResponseMessage varz = await broker.Http.GetAsync("/varz");
+        using HttpResponseMessage ready = await broker.Monitoring.GetAsync("/readyz");
+        using HttpResponseMessage varz = await broker.Monitoring.GetAsync("/varz");
 
         Assert.Equal(HttpStatusCode.OK, ready.StatusCode);
         Assert.Equal(HttpStatusCode.NotFound, varz.StatusCode);

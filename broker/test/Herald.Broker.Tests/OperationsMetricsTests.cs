@@ -27,7 +27,7 @@ public sealed class OperationsMetricsTests
     public async Task Scraped_metrics_change_as_messages_flow_over_tcp_and_long_poll()
     {
         await using var broker = await TestBroker.StartAsync();
-        PrometheusScrape before = await PrometheusScrape.GetAsync(broker.Http);
+        PrometheusScrape before = await PrometheusScrape.GetAsync(broker.Monitoring);
         Assert.Equal(0, before.Sum("herald_connections", ("herald_transport", "tcp")));
         Assert.True(before.Has("herald_connections"), "open connections are reported (as 0) before anyone connects");
 
@@ -53,7 +53,7 @@ public sealed class OperationsMetricsTests
         }
 
         Assert.Equal(6, (await poller.PollAsync(0)).Count);
-        PrometheusScrape during = await PrometheusScrape.GetAsync(broker.Http);
+        PrometheusScrape during = await PrometheusScrape.GetAsync(broker.Monitoring);
 
         Assert.Equal(5, during.Sum("herald_messages_published_total", ("herald_transport", "tcp")) - before.Sum("herald_messages_published_total", ("herald_transport", "tcp")));
         Assert.Equal(1, during.Sum("herald_messages_published_total", ("herald_transport", "longpoll")) - before.Sum("herald_messages_published_total", ("herald_transport", "longpoll")));
@@ -78,7 +78,7 @@ public sealed class OperationsMetricsTests
     {
         await using var broker = await TestBroker.StartAsync(o => o.Telemetry.Prometheus = false);
 
-        using HttpResponseMessage response = await broker.Http.GetAsync("/metrics");
+        using HttpResponseMessage response = await broker.Monitoring.GetAsync("/metrics");
 
         Assert.Equal(HttpStatusCode.NotFound, response.StatusCode);
     }
@@ -101,13 +101,22 @@ public sealed class OperationsMetricsTests
         }
 
         using (await LongPollClient.PublishOneShotAsync(broker.Http, "traced", "over http"))
-        using (await broker.Http.GetAsync("/healthz"))
+        using (await broker.Monitoring.GetAsync("/healthz"))
         {
         }
 
         // Push now rather than wait for the span batch delay and the export interval. (The meter provider's
-        // flush reports false whatever OTLP did: its Prometheus reader only collects when scraped.)
-        Assert.True(broker.Services.GetRequiredService<TracerProvider>().ForceFlush(10_000));
+        // flush reports false whatever OTLP did: its Prometheus reader only collects when scraped.) A request's
+        // span ends just after its response is sent, so it may miss one flush: flush until it is there (10 s at
+        // most), then once more so that a /healthz span, had there been one, would be out too.
+        var tracer = broker.Services.GetRequiredService<TracerProvider>();
+        for (var deadline = DateTime.UtcNow.AddSeconds(10); !collector.Received("/v1/traces").Contains("/poll/publish", StringComparison.Ordinal) && DateTime.UtcNow < deadline;)
+        {
+            Assert.True(tracer.ForceFlush(10_000));
+            await Task.Delay(20);
+        }
+
+        Assert.True(tracer.ForceFlush(10_000));
         broker.Services.GetRequiredService<MeterProvider>().ForceFlush(10_000);
 
         string traces = collector.Received("/v1/traces");
@@ -124,7 +133,7 @@ public sealed class OperationsMetricsTests
         var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
         while (true)
         {
-            PrometheusScrape scrape = await PrometheusScrape.GetAsync(broker.Http);
+            PrometheusScrape scrape = await PrometheusScrape.GetAsync(broker.Monitoring);
             if (condition(scrape) || DateTime.UtcNow > deadline)
             {
                 return scrape;

@@ -5,6 +5,7 @@ using System.Globalization;
 using System.Net;
 using System.Net.Sockets;
 using System.Text.Json;
+using System.Text.RegularExpressions;
 using Herald.Broker.Hosting;
 using Herald.Broker.Tests.Infrastructure;
 using Herald.Protocol;
@@ -17,14 +18,7 @@ public sealed class OperationsProcessTests
     [Fact]
     public async Task In_json_mode_every_line_on_stdout_is_one_json_log_event()
     {
-        await using var broker = BrokerProcess.Start(
-            "--Herald:Logging:Format=json",
-            "--Logging:LogLevel:Herald=Debug",
-            "--Herald:Tcp:Host=127.0.0.1",
-            "--Herald:Tcp:PortRangeStart=0",
-            "--Herald:Tcp:PortRangeEnd=0",
-            "--Herald:Http:Port=-1",
-            "--Herald:Policy:Port=-1");
+        await using var broker = BrokerProcess.StartTcpOnly("json");
         JsonElement listening = await broker.WaitForEventAsync(1001);
         int port = listening.GetProperty("First").GetInt32();
 
@@ -65,15 +59,83 @@ public sealed class OperationsProcessTests
     }
 
     [Fact]
+    public async Task In_text_mode_a_newline_from_a_client_cannot_forge_a_log_line()
+    {
+        await using var broker = BrokerProcess.StartTcpOnly("text");
+        string listening = await broker.WaitForLineAsync(l => l.Contains("listening for TCP", StringComparison.Ordinal));
+        int port = int.Parse(Regex.Match(listening, @"ports (\d+)-").Groups[1].Value, CultureInfo.InvariantCulture);
+
+        // The attacker's name ends its line and writes one that looks like the broker's, then clears the screen.
+        const string Forged = "[12:00:00.000 ERR] Herald.Broker.Sessions.BrokerCore: FORGED admin logged in";
+        using (var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp))
+        {
+            await socket.ConnectAsync(new IPEndPoint(IPAddress.Loopback, port));
+            var frames = new ArrayBufferWriter<byte>();
+            FrameWriter.WriteHello(frames, "evil\n" + Forged + "\r\n\u001b[2J\u2028end", Capabilities.None);
+            FrameWriter.WriteHello(frames, "again\nFORGED too", Capabilities.None); // a second HELLO: a protocol error, logged with its reason
+            await socket.SendAsync(frames.WrittenMemory);
+            await broker.WaitForLineAsync(l => l.Contains("broke the protocol", StringComparison.Ordinal));
+        }
+
+        // A bystander's HELLO is logged as before, on one line of its own.
+        await using (var bystander = await ProtocolClient.ConnectAsync(port))
+        {
+            await bystander.HelloAsync();
+            await broker.WaitForLineAsync(l => l.EndsWith("said HELLO as 'test'.", StringComparison.Ordinal));
+        }
+
+        broker.Terminate();
+        Assert.Equal(0, await broker.WaitForExitAsync());
+
+        string[] lines = [.. broker.Stdout];
+        Assert.All(lines, l => Assert.Matches(@"^\[\d\d:\d\d:\d\d\.\d{3} [A-Z]{3}\] |^\s|^[A-Za-z.]+Exception", l)); // every line is the broker's own (or an exception's)
+        Assert.DoesNotContain(lines, l => l.StartsWith("[12:00:00.000 ERR]", StringComparison.Ordinal));
+        Assert.DoesNotContain(lines, l => l.Contains('\u001b', StringComparison.Ordinal) || l.Contains('\r', StringComparison.Ordinal) || l.Contains('\u2028', StringComparison.Ordinal));
+        string hello = Assert.Single(lines, l => l.Contains("FORGED admin", StringComparison.Ordinal));
+        Assert.Contains("said HELLO as 'evil\\n" + Forged + "\\r\\n\\u001B[2J\\u2028end'.", hello, StringComparison.Ordinal);
+    }
+
+    [Fact]
     public async Task Probe_mode_exits_0_for_a_healthy_broker_and_1_for_none()
     {
         await using var broker = await TestBroker.StartAsync();
-        string port = broker.HttpPort.ToString(CultureInfo.InvariantCulture);
+        string port = broker.MonitoringPort.ToString(CultureInfo.InvariantCulture);
+        string http = broker.HttpPort.ToString(CultureInfo.InvariantCulture);
 
-        // An absolute URL; a path on the configured HTTP port (as the image's HEALTHCHECK uses it); nobody listening.
+        // An absolute URL; a path on the configured monitoring listener (as the image's HEALTHCHECK uses it);
+        // the HTTP port, which serves no probes by default; nobody listening.
         Assert.Equal(0, await BrokerProcess.RunAsync("--probe", $"http://127.0.0.1:{port}/healthz"));
-        Assert.Equal(0, await BrokerProcess.RunAsync("--probe", "/readyz", "--Herald:Http:Host=127.0.0.1", $"--Herald:Http:Port={port}"));
+        Assert.Equal(0, await BrokerProcess.RunAsync("--probe", "/readyz", "--Herald:Monitoring:Host=127.0.0.1", $"--Herald:Monitoring:Port={port}"));
+        Assert.Equal(1, await BrokerProcess.RunAsync("--probe", $"http://127.0.0.1:{http}/healthz"));
         Assert.Equal(1, await BrokerProcess.RunAsync("--probe", $"http://127.0.0.1:{FreePort()}/healthz"));
+    }
+
+    [Fact]
+    public async Task Anonymous_on_every_address_warns_and_names_what_is_exposed_the_monitoring_listener_included()
+    {
+        await using var broker = BrokerProcess.StartTcpOnly("json", "--Herald:Tcp:Host=0.0.0.0", "--Herald:Monitoring:Host=0.0.0.0", "--Herald:Monitoring:Port=0");
+
+        JsonElement warning = await broker.WaitForEventAsync(6001);
+
+        string message = warning.GetProperty("@m").GetString()!;
+        Assert.Contains("publish, subscribe and answer requests on every topic", message, StringComparison.Ordinal);
+        Assert.Contains("monitoring 0.0.0.0", message, StringComparison.Ordinal);
+        Assert.Contains("client names and addresses, every subscribed topic and inbox", message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task An_open_monitoring_listener_beyond_loopback_warns_even_with_authentication_on()
+    {
+        await using var broker = BrokerProcess.StartTcpOnly(
+            "json",
+            "--Herald:Security:Auth:Mode=Jwt",
+            "--Herald:Security:Auth:Jwt:HmacSecret=a-secret-of-at-least-thirty-two-bytes!!",
+            "--Herald:Monitoring:Host=0.0.0.0",
+            "--Herald:Monitoring:Port=0");
+
+        JsonElement warning = await broker.WaitForEventAsync(6002);
+
+        Assert.Contains("without Herald:Monitoring:Token", warning.GetProperty("@m").GetString()!, StringComparison.Ordinal);
     }
 
     private static int FreePort()
@@ -112,6 +174,23 @@ public sealed class BrokerProcess : IAsyncDisposable
 
     public static BrokerProcess Start(params string[] args) => new(Process.Start(StartInfo(args))!);
 
+    /// <summary>
+    /// The broker on one ephemeral TCP port on loopback and no other listener, logging in
+    /// <paramref name="format"/> with Herald's Debug events; <paramref name="more"/> come last and win.
+    /// </summary>
+    public static BrokerProcess StartTcpOnly(string format, params string[] more) => Start(
+    [
+        $"--Herald:Logging:Format={format}",
+        "--Logging:LogLevel:Herald=Debug",
+        "--Herald:Tcp:Host=127.0.0.1",
+        "--Herald:Tcp:PortRangeStart=0",
+        "--Herald:Tcp:PortRangeEnd=0",
+        "--Herald:Http:Port=-1",
+        "--Herald:Monitoring:Port=-1",
+        "--Herald:Policy:Port=-1",
+        .. more,
+    ]);
+
     /// <summary>Runs the broker executable to its end (e.g. <c>--probe</c>) and returns its exit code.</summary>
     public static async Task<int> RunAsync(params string[] args)
     {
@@ -140,6 +219,26 @@ public sealed class BrokerProcess : IAsyncDisposable
             if (_process.HasExited)
             {
                 throw new Xunit.Sdk.XunitException($"The broker exited ({_process.ExitCode}) before event {eventId}:\n{string.Join('\n', _stdout.Concat(_stderr))}");
+            }
+
+            await _lines.WaitAsync(cts.Token);
+        }
+    }
+
+    /// <summary>Waits for a line of output (text format) that <paramref name="match"/> accepts and returns it.</summary>
+    public async Task<string> WaitForLineAsync(Func<string, bool> match)
+    {
+        using var cts = new CancellationTokenSource(Timeout);
+        while (true)
+        {
+            if (_stdout.FirstOrDefault(match) is { } line)
+            {
+                return line;
+            }
+
+            if (_process.HasExited)
+            {
+                throw new Xunit.Sdk.XunitException($"The broker exited ({_process.ExitCode}) before the line:\n{string.Join('\n', _stdout.Concat(_stderr))}");
             }
 
             await _lines.WaitAsync(cts.Token);

@@ -84,11 +84,93 @@ public sealed class PolicyTests
     [Fact]
     public async Task Many_concurrent_requests_are_all_answered()
     {
-        await using var broker = await TestBroker.StartAsync();
+        // 200 at once from one address (loopback): under its cap, so none is shed however the accepts interleave.
+        await using var broker = await TestBroker.StartAsync(o => o.Policy.MaxConnectionsPerAddress = 200);
 
         var answers = await Task.WhenAll(Enumerable.Range(0, 200).Select(_ => ExchangeAsync(broker.PolicyPort, Request)));
 
         Assert.All(answers, a => Assert.Contains("socket-resource", Encoding.UTF8.GetString(a.Answer), StringComparison.Ordinal));
+    }
+
+    [Fact]
+    public async Task At_the_concurrency_limit_idle_sockets_are_shed_oldest_first_and_a_real_request_is_answered()
+    {
+        const int Limit = 20;
+        const int Idle = 60;
+        await using var broker = await TestBroker.StartAsync(o =>
+        {
+            o.Policy.MaxConcurrentRequests = Limit;
+            o.Policy.MaxConnectionsPerAddress = 1_000; // this test is about the overall limit
+            o.Policy.Timeout = TimeSpan.FromMinutes(1);  // the idle sockets would outlive the test
+        });
+        using MetricsProbe metrics = broker.Metrics();
+
+        // An attacker's idle sockets, one after another: they never send a byte. Every one past the limit
+        // takes the place of the oldest.
+        var idle = new List<TcpClient>();
+        try
+        {
+            for (int i = 0; i < Idle; i++)
+            {
+                var socket = new TcpClient();
+                await socket.ConnectAsync(IPAddress.Loopback, broker.PolicyPort);
+                idle.Add(socket);
+            }
+
+            await Eventually(() => metrics["herald.policy.requests", "herald.policy.outcome", "shed"] == Idle - Limit);
+            Assert.True(await ClosedAsync(idle[0])); // the oldest went first
+
+            // A real client, from the same address even, is answered.
+            (byte[] answer, bool closed) = await ExchangeAsync(broker.PolicyPort, Request);
+            Assert.True(closed);
+            Assert.Contains("socket-resource", Encoding.UTF8.GetString(answer), StringComparison.Ordinal);
+            Assert.Equal(0, metrics["herald.policy.requests", "herald.policy.outcome", "busy"]);
+            Assert.Equal(1, metrics["herald.policy.requests", "herald.policy.outcome", "silverlight"]);
+        }
+        finally
+        {
+            idle.ForEach(s => s.Dispose());
+        }
+    }
+
+    [Fact]
+    public async Task One_address_holds_at_most_its_cap_of_idle_sockets_and_a_bystander_from_another_is_answered()
+    {
+        const int Cap = 4;
+        await using var broker = await TestBroker.StartAsync(o =>
+        {
+            o.Policy.MaxConnectionsPerAddress = Cap;
+            o.Policy.Timeout = TimeSpan.FromMinutes(1);
+        });
+        using MetricsProbe metrics = broker.Metrics();
+
+        var idle = new List<TcpClient>();
+        try
+        {
+            for (int i = 0; i < 50; i++)
+            {
+                var socket = new TcpClient(new IPEndPoint(IPAddress.Loopback, 0));
+                await socket.ConnectAsync(IPAddress.Loopback, broker.PolicyPort);
+                idle.Add(socket);
+            }
+
+            await Eventually(() => metrics["herald.policy.requests", "herald.policy.outcome", "shed"] == 50 - Cap);
+
+            // A bystander on another address (127.0.0.2 is loopback too) is answered.
+            using var bystander = new TcpClient(new IPEndPoint(IPAddress.Parse("127.0.0.2"), 0));
+            await bystander.ConnectAsync(IPAddress.Loopback, broker.PolicyPort);
+            (byte[] answer, bool closed) = await ExchangeAsync(bystander, Request);
+            Assert.True(closed);
+            Assert.Contains("socket-resource", Encoding.UTF8.GetString(answer), StringComparison.Ordinal);
+
+            // The attacker's address still holds only its cap: the oldest were closed, the newest are open.
+            Assert.True(await ClosedAsync(idle[0]));
+            Assert.Equal(50 - Cap, metrics["herald.policy.requests", "herald.policy.outcome", "shed"]);
+        }
+        finally
+        {
+            idle.ForEach(s => s.Dispose());
+        }
     }
 
     [Fact]
@@ -112,6 +194,11 @@ public sealed class PolicyTests
     {
         using var client = new TcpClient();
         await client.ConnectAsync(IPAddress.Loopback, port);
+        return await ExchangeAsync(client, request);
+    }
+
+    private static async Task<(byte[] Answer, bool Closed)> ExchangeAsync(TcpClient client, byte[] request)
+    {
         NetworkStream stream = client.GetStream();
         await stream.WriteAsync(request);
         var answer = new MemoryStream();
@@ -130,5 +217,34 @@ public sealed class PolicyTests
         }
 
         return (answer.ToArray(), true);
+    }
+
+    /// <summary>Whether the broker closed <paramref name="client"/> (its read ends) within the hang limit.</summary>
+    private static async Task<bool> ClosedAsync(TcpClient client)
+    {
+        using var hang = new CancellationTokenSource(HangLimit);
+        try
+        {
+            return await client.GetStream().ReadAsync(new byte[1], hang.Token) == 0;
+        }
+        catch (IOException)
+        {
+            return true; // reset
+        }
+        catch (OperationCanceledException)
+        {
+            return false;
+        }
+    }
+
+    /// <summary>Polls <paramref name="condition"/> until it holds; fails after the hang limit.</summary>
+    private static async Task Eventually(Func<bool> condition)
+    {
+        DateTime deadline = DateTime.UtcNow + HangLimit;
+        while (!condition())
+        {
+            Assert.True(DateTime.UtcNow < deadline, "the condition did not hold within the hang limit");
+            await Task.Delay(5);
+        }
     }
 }

@@ -81,6 +81,79 @@ public sealed class TopicRouterTests : IDisposable
     }
 
     [Fact]
+    public void A_change_invalidates_only_the_cached_topics_its_pattern_matches()
+    {
+        var sink = new RecordingSink();
+        string[] cached = ["a.1", "a.2", "a.1.x", "b.1", "b.2.x", "c"];
+        foreach (string topic in cached)
+        {
+            Assert.Empty(_router.Match(topic.AsSpan()));
+        }
+
+        Assert.Equal(cached.Length, _router.CachedTopics);
+
+        _router.Add(new Subscription(sink, 1, "z.exact", noEcho: false)); // literal, not cached: touches one entry, removes none
+        _router.Add(new Subscription(sink, 2, "*.nomatch", noEcho: false)); // looks at a, b and c, matches nothing
+        Assert.Equal(cached.Length, _router.CachedTopics);
+
+        long visits = _router.InvalidationVisits;
+        _router.Add(new Subscription(sink, 3, "a.*", noEcho: false));
+        Assert.Equal(3, _router.InvalidationVisits - visits); // a, a.1 and a.2: nothing of b or c
+        Assert.Equal(cached.Length - 2, _router.CachedTopics);
+
+        _router.Add(new Subscription(sink, 4, "b.>", noEcho: false));
+        Assert.Equal(cached.Length - 4, _router.CachedTopics); // and b.1 and b.2.x (b.2 is only a branch)
+
+        Assert.Single(_router.Match("a.1".AsSpan()));
+        Assert.Single(_router.Match("b.2.x".AsSpan()));
+        Assert.Empty(_router.Match("a.1.x".AsSpan()));
+        Assert.Empty(_router.Match("c".AsSpan()));
+    }
+
+    [Fact]
+    public void A_wildcard_fanning_out_past_the_bound_drops_the_whole_cache_and_matches_stay_right()
+    {
+        var sink = new RecordingSink();
+        int topics = TopicRouter.MaxInvalidationVisits * 2;
+        for (int i = 0; i < topics; i++)
+        {
+            Assert.Empty(_router.Match($"d.{i}.status".AsSpan()));
+        }
+
+        long visits = _router.InvalidationVisits;
+        var alarm = new Subscription(sink, 1, "d.*.alarm", noEcho: false); // matches none of them, but '*' reaches them all
+        _router.Add(alarm);
+
+        Assert.InRange(_router.InvalidationVisits - visits, 1, TopicRouter.MaxInvalidationVisits + 1);
+        Assert.Equal(0, _router.CachedTopics);
+        Assert.Same(alarm, Assert.Single(_router.Match("d.7.alarm".AsSpan())));
+        Assert.Empty(_router.Match("d.7.status".AsSpan()));
+        Assert.True(_router.Remove(alarm));
+        Assert.Empty(_router.Match("d.7.alarm".AsSpan()));
+    }
+
+    [Fact]
+    public void A_full_cache_evicts_a_quarter_and_no_evicted_or_invalidated_entry_comes_back_stale()
+    {
+        using var router = new TopicRouter(cacheCapacity: 100);
+        var sink = new RecordingSink();
+        var all = new Subscription(sink, 1, "t.*", noEcho: false);
+        router.Add(all);
+        for (int i = 0; i < 250; i++)
+        {
+            Assert.Single(router.Match($"t.{i}".AsSpan()));
+            Assert.InRange(router.CachedTopics, 1, 100);
+        }
+
+        Assert.True(router.CachedTopics >= 75);
+        Assert.True(router.Remove(all));
+        for (int i = 0; i < 250; i++)
+        {
+            Assert.Empty(router.Match($"t.{i}".AsSpan()));
+        }
+    }
+
+    [Fact]
     public void Publish_encodes_once_and_every_sink_gets_the_same_bytes()
     {
         var sinks = Enumerable.Range(0, 50).Select(_ => new RecordingSink()).ToArray();

@@ -35,6 +35,14 @@ internal static class FrameModel
         _ => [],
     };
 
+    /// <summary>Trailing fields a frame may carry (spec §4.2 <c>inbox_prefix</c>, §4.8 <c>sid</c>); a vector names them only when present.</summary>
+    public static string[] OptionalFieldNames(FrameType type) => type switch
+    {
+        FrameType.Welcome => ["inbox_prefix"],
+        FrameType.Error => ["sid"],
+        _ => [],
+    };
+
     /// <summary>Decodes one frame body: <see cref="FrameDecoder.ReadHeader"/>, then the reader for its type.</summary>
     public static DecodedFrame Decode(ReadOnlySequence<byte> body)
     {
@@ -85,7 +93,7 @@ internal static class FrameModel
                 FrameWriter.WriteHello(output, h.ClientName, h.Capabilities, h.Auth, h.Version);
                 break;
             case WelcomeFrame w:
-                FrameWriter.WriteWelcome(output, w.ServerName, w.ConnectionId, w.Capabilities, w.Limits, w.Version);
+                FrameWriter.WriteWelcome(output, w.ServerName, w.ConnectionId, w.Capabilities, w.Limits, w.Version, w.InboxPrefix);
                 break;
             case SubscribeFrame s:
                 FrameWriter.WriteSubscribe(output, s.Sid, s.Pattern.ToArray(), s.Options);
@@ -100,7 +108,7 @@ internal static class FrameModel
                 FrameWriter.WriteMessage(output, m.Sid, m.Topic.ToArray(), m.ReplyTo?.ToArray(), m.Flags, m.Payload.ToArray());
                 break;
             case ErrorFrame e:
-                FrameWriter.WriteError(output, e.Code, e.Fatal, e.Message, e.Count);
+                FrameWriter.WriteError(output, e.Code, e.Fatal, e.Message, e.Count, e.Sid);
                 break;
             case null when frame.Type == FrameType.Ping:
                 FrameWriter.WritePing(output);
@@ -123,8 +131,8 @@ internal static class FrameModel
     /// <summary>The frame a vector's <c>fields</c> describe (spec §10: strings as JSON strings, payload as hex, nil as null).</summary>
     public static DecodedFrame FromJson(FrameType type, JsonElement fields)
     {
-        string[] expected = FieldNames(type);
         string[] actual = fields.EnumerateObject().Select(p => p.Name).ToArray();
+        string[] expected = [.. FieldNames(type), .. OptionalFieldNames(type).Where(actual.Contains)];
         if (!expected.Order(StringComparer.Ordinal).SequenceEqual(actual.Order(StringComparer.Ordinal)))
         {
             throw new InvalidDataException($"{type} fields must be [{string.Join(", ", expected)}], the vector has [{string.Join(", ", actual)}].");
@@ -142,7 +150,8 @@ internal static class FrameModel
                 fields.GetProperty("server_name").GetString()!,
                 fields.GetProperty("connection_id").GetUInt64(),
                 (Capabilities)fields.GetProperty("capabilities").GetUInt32(),
-                Limits(fields.GetProperty("limits"))),
+                Limits(fields.GetProperty("limits")),
+                fields.TryGetProperty("inbox_prefix", out JsonElement prefix) ? prefix.GetString() : null),
             FrameType.Subscribe => new SubscribeFrame(
                 fields.GetProperty("sid").GetUInt32(),
                 Utf8(fields.GetProperty("pattern"))!.Value,
@@ -159,7 +168,8 @@ internal static class FrameModel
                 (ErrorCode)fields.GetProperty("code").GetUInt32(),
                 fields.GetProperty("fatal").GetBoolean(),
                 fields.GetProperty("message").GetString()!,
-                fields.GetProperty("count").GetUInt64()),
+                fields.GetProperty("count").GetUInt64(),
+                fields.TryGetProperty("sid", out JsonElement sid) ? sid.GetUInt32() : 0),
             _ => null,
         };
         return new DecodedFrame(type, frame);
@@ -182,6 +192,7 @@ internal static class FrameModel
             [
                 Num(w.Version), Text(w.ServerName), Num(w.ConnectionId), Num((uint)w.Capabilities),
                 "{" + string.Join(", ", w.Limits.OrderBy(l => l.Key, StringComparer.Ordinal).Select(l => $"{Text(l.Key)}: {Num(l.Value)}")) + "}",
+                .. w.InboxPrefix is { } prefix ? [Text(prefix)] : Array.Empty<string>(),
             ],
             SubscribeFrame s => [Num(s.Sid), Text(s.Pattern), Num((uint)s.Options)],
             UnsubscribeFrame u => [Num(u.Sid)],
@@ -193,10 +204,10 @@ internal static class FrameModel
                 Num((uint)p.Flags),
                 "x'" + Convert.ToHexStringLower(p.Payload.ToArray()) + "'",
             ],
-            ErrorFrame e => [Num((uint)e.Code), e.Fatal ? "true" : "false", Text(e.Message), Num(e.Count)],
+            ErrorFrame e => [Num((uint)e.Code), e.Fatal ? "true" : "false", Text(e.Message), Num(e.Count), .. e.Sid != 0 ? [Num(e.Sid)] : Array.Empty<string>()],
             _ => [],
         };
-        return frame.Type.ToString().ToUpperInvariant() + " {" + string.Join(", ", FieldNames(frame.Type).Zip(values, (n, v) => $"{n}={v}")) + "}";
+        return frame.Type.ToString().ToUpperInvariant() + " {" + string.Join(", ", FieldNames(frame.Type).Concat(OptionalFieldNames(frame.Type)).Zip(values, (n, v) => $"{n}={v}")) + "}";
     }
 
     private static string Num(ulong value) => value.ToString(CultureInfo.InvariantCulture);

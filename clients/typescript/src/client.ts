@@ -130,7 +130,8 @@ export class HeraldClient implements SubscriptionOwner {
   private nextSid = 1;
   private buffer: PendingPublish[] = [];
   private bufferedBytes = 0;
-  private inboxPrefix: string | null = null;
+  private inboxPrefix: string | null = null; // <the broker's inbox prefix>.<random>, fixed on the first request
+  private inbox: Subscription | null = null;
   private requestCounter = 0;
   private readonly requests = new Map<string, { reply: Deferred<Message>; timer: ReturnType<typeof setTimeout> }>();
   private readonly listeners = new Map<keyof ClientEvents, Set<Listener>>();
@@ -253,6 +254,16 @@ export class HeraldClient implements SubscriptionOwner {
         },
         error: (error) => {
           if (gen === this.generation) this.emit("error", error);
+        },
+        revoked: (sid, error) => {
+          if (gen !== this.generation) return;
+          const sub = this.subs.get(sid);
+          if (sub) {
+            this.subs.delete(sid);
+            sub.end(error); // its iterator throws the PermissionDenied
+            if (sub === this.inbox) this.inbox = null;
+          }
+          this.emit("error", error);
         },
         interrupted: (error) => {
           if (gen === this.generation && this._state === "connected") {
@@ -482,14 +493,15 @@ export class HeraldClient implements SubscriptionOwner {
 
   /**
    * Request/reply (spec §7): publishes with a fresh `replyTo` under this client's inbox
-   * (`_INBOX.<random>.>`, subscribed on first use) and resolves with the first reply, or rejects with a
-   * `Timeout` error.
+   * (`<inbox prefix>.<random>.>`, under the prefix the broker gave this identity, subscribed on first use)
+   * and resolves with the first reply, or rejects with a `Timeout` error.
    */
   async request(topic: string, payload: Payload, options: RequestOptions = {}): Promise<Message> {
     if (this._state === "closed") throw new HeraldError("Closed", "The client is closed.");
-    if (this.inboxPrefix === null) {
-      const prefix = `_INBOX.${randomToken()}`;
-      this.subscribe(`${prefix}.>`, (message) => {
+    if (this.inboxPrefix === null && this.info === null) await this.opened.catch(() => undefined); // the broker names the prefix
+    if (this.inboxPrefix === null || this.inbox === null) {
+      const prefix = this.inboxPrefix ?? `${this.info?.inboxPrefix ?? "_INBOX"}.${randomToken()}`;
+      this.inbox = this.subscribe(`${prefix}.>`, (message) => {
         const token = message.topic.slice(prefix.length + 1);
         const pending = this.requests.get(token);
         if (!pending) return; // late reply

@@ -46,6 +46,7 @@ interface SessionInfo {
   maxTopicLength?: number;
   maxBodyBytes?: number;
   zstd?: boolean;
+  inboxPrefix?: string;
 }
 
 type FetchFn = typeof fetch;
@@ -135,7 +136,12 @@ export class LongPollTransport implements Transport {
     this.inactivityTimeoutMs = session.inactivityTimeoutMs ?? 60_000;
     const limits: Record<string, number> = {};
     for (const [key, value] of Object.entries(session)) if (typeof value === "number") limits[key] = value;
-    this.info = { transport: "longpoll", compression: session.zstd === true, limits };
+    this.info = {
+      transport: "longpoll",
+      compression: session.zstd === true,
+      limits,
+      ...(typeof session.inboxPrefix === "string" ? { inboxPrefix: session.inboxPrefix } : {}),
+    };
   }
 
   /** Creates a session (`POST /poll/sessions`) and starts polling. */

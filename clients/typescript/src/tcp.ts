@@ -139,6 +139,7 @@ export class TcpTransport implements Transport {
       connectionId: frame.connectionId,
       compression: (frame.capabilities & Capabilities.Zstd) !== 0,
       limits,
+      ...(frame.inboxPrefix === null ? {} : { inboxPrefix: frame.inboxPrefix }),
     };
     const interval = options.pingIntervalMs ?? limitNumber(limits, "ping_interval_ms", DEFAULT_PING_INTERVAL_MS);
     this.pingTimer = setInterval(() => this.keepAlive(), Math.max(100, interval));
@@ -185,10 +186,13 @@ export class TcpTransport implements Transport {
         const error = new HeraldError(errorCodeName(frame.code), `Broker: ${frame.message}`, {
           fatal: frame.fatal,
           count: frame.count,
+          sid: frame.sid,
         });
         if (frame.fatal || this.welcome) {
           this.fatal = error;
           this.fail(error); // the broker writes nothing after a fatal ERROR and closes
+        } else if (frame.sid !== 0) {
+          this.events.revoked(frame.sid, error);
         } else {
           this.events.error(error);
         }
@@ -202,7 +206,12 @@ export class TcpTransport implements Transport {
         }
         if (this.refreshWaiters.length > 0) {
           // The answer to a refresh (spec §4.1).
-          this.info = { ...this.info, serverName: frame.serverName, connectionId: frame.connectionId };
+          this.info = {
+            ...this.info,
+            serverName: frame.serverName,
+            connectionId: frame.connectionId,
+            ...(frame.inboxPrefix === null ? {} : { inboxPrefix: frame.inboxPrefix }),
+          };
           this.refreshWaiters.shift()!.resolve(frame);
           return;
         }

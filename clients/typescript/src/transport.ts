@@ -19,6 +19,8 @@ export interface TransportEvents {
   message(sid: number, topic: string, replyTo: string | null, payload: Uint8Array): void;
   /** A non-fatal problem (`MessagesDropped`, `UnknownSubscription`, a bad message, ...). */
   error(error: HeraldError): void;
+  /** The broker ended subscription `sid` (a credential refresh took the right to it away, spec §4.1). */
+  revoked(sid: number, error: HeraldError): void;
   /** Long-poll: requests are failing, the session is kept and retried (state `reconnecting`). */
   interrupted(error: unknown): void;
   /** Long-poll: requests succeed again on the same session, nothing was lost. */
@@ -37,6 +39,8 @@ export interface TransportInfo {
   compression: boolean;
   /** WELCOME limits (TCP) or the long-poll session's answer. */
   limits: Record<string, number | bigint>;
+  /** This client's part of the inbox space (spec §7: WELCOME `inbox_prefix`, long-poll `inboxPrefix`); absent from an older broker. */
+  inboxPrefix?: string;
 }
 
 export interface Transport {

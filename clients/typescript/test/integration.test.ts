@@ -89,7 +89,7 @@ function pollSpy(polls: PollSeen[], onSession: (token: string) => void): typeof 
 
 /** How many polls `broker` holds now (its /varz: the test's own broker). */
 async function heldPolls(broker: Broker): Promise<number> {
-  const varz = (await (await fetch(`${broker.httpUrl}/varz`)).json()) as { held_polls: number };
+  const varz = (await (await fetch(`${broker.monitoringUrl}/varz`)).json()) as { held_polls: number };
   return varz.held_polls;
 }
 
@@ -452,7 +452,7 @@ describe("long-poll", () => {
     // The poll after the cut one asked with the same ack.
     const i = polls.findIndex((ack, k) => k > 0 && ack === polls[k - 1] && ack !== undefined);
     assert.ok(i > 0, `a poll repeated its ack: ${polls.join(",")}`);
-    const metrics = await (await fetch(`${broker.httpUrl}/metrics`)).text();
+    const metrics = await (await fetch(`${broker.monitoringUrl}/metrics`)).text();
     const redelivered = /^herald_longpoll_redeliveries_total(?:\{[^}]*\})? (\d+)/m.exec(metrics);
     assert.ok(redelivered && Number(redelivered[1]) >= 1, "the broker counted a redelivery");
   });

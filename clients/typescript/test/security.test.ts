@@ -19,6 +19,9 @@ const TOKEN = "s3cret-token-for-alice";
 const OTHER = "s3cret-token-for-bob";
 /** carol may publish and subscribe under `sec.open.>` only. */
 const LIMITED = "s3cret-token-for-carol";
+/** dave's two tokens: the first grants `sec.>`, the newer one only `sec.kept.>` (a refresh to fewer rights). */
+const DAVE_FULL = "s3cret-token-for-dave-full";
+const DAVE_LESS = "s3cret-token-for-dave-less";
 const sha256 = (text: string): string => createHash("sha256").update(text).digest("hex");
 
 /** Token mode with two identities that may publish and subscribe everything, and one limited to `sec.open.>`. */
@@ -28,6 +31,8 @@ const authArgs = [
     ["alice", TOKEN, ">"],
     ["bob", OTHER, ">"],
     ["carol", LIMITED, "sec.open.>"],
+    ["dave", DAVE_FULL, "sec.>"],
+    ["dave", DAVE_LESS, "sec.kept.>"],
   ].flatMap(([name, token, granted], i) => [
     `--Herald:Security:Auth:Tokens:${i}:Name=${name}`,
     `--Herald:Security:Auth:Tokens:${i}:Sha256=${sha256(token!)}`,
@@ -182,6 +187,42 @@ describe("token authentication", () => {
     await roundTrip(p, t);
     await roundTrip(t, p);
     await p.refreshCredential(); // nothing to do on long-poll
+  });
+
+  for (const transport of ["tcp", "longpoll"] as const) {
+    test(`${transport}: a restricted responder answers a request under the requester's own inbox prefix`, async () => {
+      const carol = await open(transport === "tcp" ? broker.tcpUrl : broker.httpUrl, { credential: LIMITED });
+      const alice = await open(broker.tcpUrl, { credential: TOKEN });
+      const service = uniqueTopic("sec.open.svc");
+      const responder = carol.subscribe(service, (m) => m.respond("carol answers"));
+      await responder.ready;
+      // carol may publish only to sec.open.>: her reply into alice's inbox is allowed because the request was delivered to her.
+      const reply = await alice.request(service, "?", { timeoutMs: 10_000 });
+      assert.equal(reply.text(), "carol answers");
+      assert.match(carol.info?.inboxPrefix ?? "", /^_INBOX\.[0-9a-f]{24}$/);
+      assert.match(alice.info?.inboxPrefix ?? "", /^_INBOX\.[0-9a-f]{24}$/);
+      assert.notEqual(carol.info?.inboxPrefix, alice.info?.inboxPrefix);
+    });
+  }
+
+  test("TCP: a refresh to fewer rights ends the subscription it no longer allows, and says which", async () => {
+    let token = DAVE_FULL;
+    const dave = await open(broker.tcpUrl, { credential: () => token });
+    const errors = errorsOf(dave);
+    const kept = dave.subscribe(uniqueTopic("sec.kept"));
+    const gone = dave.subscribe(uniqueTopic("sec.gone"));
+    await Promise.all([kept.ready, gone.ready]);
+
+    token = DAVE_LESS;
+    await dave.refreshCredential();
+
+    assert.equal(gone.isClosed, true, "the revoked subscription has ended");
+    const ended = await rejectsWith(nextMessage(gone), "PermissionDenied");
+    assert.equal(ended.sid, gone.sid);
+    assert.deepEqual(errors.map((e) => [e.code, e.sid]), [["PermissionDenied", gone.sid]]);
+    await dave.publish(kept.pattern, "still delivered");
+    assert.equal((await nextMessage(kept)).text(), "still delivered");
+    assert.equal(kept.isClosed, false);
   });
 
   test("long-poll: a wrong or missing token is 401 AuthenticationFailed and the client closes", async () => {

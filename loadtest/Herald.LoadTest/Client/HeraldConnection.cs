@@ -50,11 +50,8 @@ internal sealed class HeraldConnection : IAsyncDisposable
     private readonly TokenBucket? _link;
     private Stream? _tls; // set when the connection speaks TLS; reads and writes then go through it
     private readonly SemaphoreSlim _sendGate = new(1, 1);
-    private byte[] _buffer;
-    private int _start; // first byte not yet handed out as a frame
-    private int _end;   // one past the last byte received
+    private readonly ReceiveBuffer _received;
     private int _maxFrameBody = 1024 * 1024; // spec §9 default until WELCOME says otherwise
-    private long _bytesReceived;
     private long _bytesSent;
     private int _disposed;
 
@@ -63,7 +60,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
         _socket = socket;
         _link = link;
         Name = name;
-        _buffer = GC.AllocateUninitializedArray<byte>(receiveBufferSize);
+        _received = new ReceiveBuffer(receiveBufferSize);
     }
 
     /// <summary>Client name sent in HELLO; also used in messages about this connection.</summary>
@@ -71,7 +68,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
 
     public WelcomeFrame Welcome { get; private set; }
 
-    public long BytesReceived => Volatile.Read(ref _bytesReceived);
+    public long BytesReceived => _received.BytesReceived;
 
     public long BytesSent => Volatile.Read(ref _bytesSent);
 
@@ -177,13 +174,14 @@ internal sealed class HeraldConnection : IAsyncDisposable
     /// <exception cref="ProtocolException">The broker sent a frame over the WELCOME max frame, or of length 0.</exception>
     public bool TryReadFrame(out ReadOnlySequence<byte> body)
     {
-        var buffered = new ReadOnlySequence<byte>(_buffer, _start, _end - _start);
+        ReadOnlySequence<byte> buffered = _received.BufferedSequence;
+        long before = buffered.Length;
         if (!FrameReader.TryReadFrame(ref buffered, _maxFrameBody, out body))
         {
             return false;
         }
 
-        _start = _end - (int)buffered.Length;
+        _received.Consume((int)(before - buffered.Length));
         return true;
     }
 
@@ -194,40 +192,22 @@ internal sealed class HeraldConnection : IAsyncDisposable
     [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder<>))] // no allocation per receive
     public async ValueTask<bool> ReceiveAsync(CancellationToken cancellationToken = default)
     {
-        int pending = _end - _start;
-        if (_start > 0)
-        {
-            if (pending > 0)
-            {
-                Buffer.BlockCopy(_buffer, _start, _buffer, 0, pending); // at most one partial frame
-            }
-
-            _start = 0;
-            _end = pending;
-        }
-
-        if (_end == _buffer.Length)
-        {
-            // A frame larger than the buffer (FrameReader already checked it against max_frame).
-            byte[] larger = GC.AllocateUninitializedArray<byte>(Math.Min(_buffer.Length * 2, _maxFrameBody + ProtocolConstants.LengthPrefixSize));
-            Buffer.BlockCopy(_buffer, 0, larger, 0, _end);
-            _buffer = larger;
-        }
-
+        // A frame larger than the buffer grows it (FrameReader already checked it against max_frame).
+        Memory<byte> free = _received.PrepareReceive(_maxFrameBody + ProtocolConstants.LengthPrefixSize);
         int received;
         if (_link is null)
         {
             received = _tls is null
-                ? await _socket.ReceiveAsync(_buffer.AsMemory(_end), SocketFlags.None, cancellationToken)
-                : await _tls.ReadAsync(_buffer.AsMemory(_end), cancellationToken);
+                ? await _socket.ReceiveAsync(free, SocketFlags.None, cancellationToken)
+                : await _tls.ReadAsync(free, cancellationToken);
         }
         else
         {
             // Waits for link tokens, then receives at most that many bytes; what was not used goes back.
-            int grant = await _link.AcquireAsync(_buffer.Length - _end, cancellationToken);
+            int grant = await _link.AcquireAsync(free.Length, cancellationToken);
             try
             {
-                received = await _socket.ReceiveAsync(_buffer.AsMemory(_end, grant), SocketFlags.None, cancellationToken);
+                received = await _socket.ReceiveAsync(free[..grant], SocketFlags.None, cancellationToken);
             }
             catch
             {
@@ -238,14 +218,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
             _link.Refund(grant - received);
         }
 
-        if (received == 0)
-        {
-            return false;
-        }
-
-        _end += received;
-        Volatile.Write(ref _bytesReceived, _bytesReceived + received);
-        return true;
+        return _received.Commit(received);
     }
 
     /// <summary>Sends all of <paramref name="frames"/> (any number of whole frames) in as few writes as the kernel allows.</summary>

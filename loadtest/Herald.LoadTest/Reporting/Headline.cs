@@ -34,9 +34,9 @@ internal sealed record Headline(string Name, string Unit, bool HigherIsBetter, d
             json.WriteString("name", h.Name);
             json.WriteString("unit", h.Unit);
             json.WriteBoolean("higherIsBetter", h.HigherIsBetter);
-            WriteNumber(json, "value", h.Value);
-            WriteNumber(json, "min", h.Min);
-            WriteNumber(json, "max", h.Max);
+            ResultFile.WriteNumberOrNull(json, "value", h.Value);
+            ResultFile.WriteNumberOrNull(json, "min", h.Min);
+            ResultFile.WriteNumberOrNull(json, "max", h.Max);
             json.WriteNumber("repetitions", h.Repetitions);
             json.WriteEndObject();
         }
@@ -65,18 +65,6 @@ internal sealed record Headline(string Name, string Unit, bool HigherIsBetter, d
         }
 
         return all;
-    }
-
-    private static void WriteNumber(Utf8JsonWriter json, string name, double value)
-    {
-        if (double.IsFinite(value))
-        {
-            json.WriteNumber(name, value);
-        }
-        else
-        {
-            json.WriteNull(name);
-        }
     }
 
     private static double ReadNumber(JsonElement h, string name) =>

@@ -38,25 +38,13 @@ internal static class Outcome
     {
         json.WriteBoolean("ok", failures.Count == 0 && !interrupted);
         json.WriteBoolean("interrupted", interrupted);
-        json.WriteStartArray("failures");
-        foreach (string failure in failures)
-        {
-            json.WriteStringValue(failure);
-        }
-
-        json.WriteEndArray();
+        ResultFile.WriteStrings(json, "failures", failures);
         if (log is null)
         {
             return;
         }
 
         json.WriteNumber("eventCount", log.Count);
-        json.WriteStartArray("events");
-        foreach (string line in log.Lines)
-        {
-            json.WriteStringValue(line);
-        }
-
-        json.WriteEndArray();
+        ResultFile.WriteStrings(json, "events", log.Lines);
     }
 }

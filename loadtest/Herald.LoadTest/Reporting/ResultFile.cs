@@ -26,4 +26,54 @@ internal static class ResultFile
         writeBody(json);
         json.WriteEndObject();
     }
+
+    /// <summary>Writes <c>"name": [ "a", "b", ... ]</c>.</summary>
+    public static void WriteStrings(Utf8JsonWriter json, string name, IEnumerable<string> values)
+    {
+        json.WriteStartArray(name);
+        foreach (string value in values)
+        {
+            json.WriteStringValue(value);
+        }
+
+        json.WriteEndArray();
+    }
+
+    /// <summary>Writes <c>"name": [ 1, 2.5, ... ]</c>.</summary>
+    public static void WriteNumbers(Utf8JsonWriter json, string name, IEnumerable<double> values)
+    {
+        json.WriteStartArray(name);
+        foreach (double value in values)
+        {
+            json.WriteNumberValue(value);
+        }
+
+        json.WriteEndArray();
+    }
+
+    /// <summary>Writes <c>"name": value</c>, or <c>"name": null</c> when it is unknown (null, NaN or infinite).</summary>
+    public static void WriteNumberOrNull(Utf8JsonWriter json, string name, double? value)
+    {
+        if (value is { } v && double.IsFinite(v))
+        {
+            json.WriteNumber(name, v);
+        }
+        else
+        {
+            json.WriteNull(name);
+        }
+    }
+
+    /// <inheritdoc cref="WriteNumberOrNull(Utf8JsonWriter, string, double?)"/>
+    public static void WriteNumberOrNull(Utf8JsonWriter json, string name, long? value)
+    {
+        if (value is { } v)
+        {
+            json.WriteNumber(name, v);
+        }
+        else
+        {
+            json.WriteNull(name);
+        }
+    }
 }

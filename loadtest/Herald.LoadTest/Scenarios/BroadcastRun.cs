@@ -544,17 +544,9 @@ internal sealed class BroadcastRunResult
         json.WriteEndObject();
     }
 
-    private static void WriteMs(Utf8JsonWriter json, string name, double? seconds)
-    {
-        if (seconds is { } s && double.IsFinite(s))
-        {
-            json.WriteNumber(name, Math.Round(s * 1000, 3));
-        }
-        else
-        {
-            json.WriteNull(name);
-        }
-    }
+    /// <summary>Writes seconds as milliseconds (3 decimals), or null when unknown or never.</summary>
+    private static void WriteMs(Utf8JsonWriter json, string name, double? seconds) =>
+        ResultFile.WriteNumberOrNull(json, name, seconds is { } s ? Math.Round(s * 1000, 3) : null);
 
     private static void WriteOptional(Utf8JsonWriter json, string name, double? value)
     {

@@ -75,7 +75,7 @@ internal sealed class BroadcastScenario : IScenario
         commandLine.RejectUnused();
         CultureInfo c = CultureInfo.InvariantCulture;
 
-        await using ITarget target = await TargetFactory.StartAsync(options.Target, cancellationToken);
+        await using ITarget target = await ScenarioSkeleton.StartAsync(options.Target, cancellationToken);
         int maxSubscribers = CapByFileLimits(options, target.ServerProcess, out string? capNote);
         if (!options.Search && options.Subscribers > maxSubscribers)
         {
@@ -90,7 +90,6 @@ internal sealed class BroadcastScenario : IScenario
             ? string.Create(c, $"search per period: start at {options.Start:N0}, double while every burst is on time, bisect to {options.Precision * 100:0.#} %; at most {options.MaxSeconds} s in all and M <= {maxSubscribers:N0}")
             : string.Create(c, $"one run per period: M = {options.Subscribers:N0}"));
         Console.WriteLine(string.Create(c, $"pacing: at most {options.ConnectRate:N0} subscribers/s, {options.ConnectConcurrency} at once; settle {options.Settle} s, grace {options.Grace} s"));
-        TargetReport.Print(target, Console.Out);
         if (capNote is not null)
         {
             Console.WriteLine($"note: {capNote}");
@@ -102,7 +101,6 @@ internal sealed class BroadcastScenario : IScenario
         }
 
         var log = new RunLog();
-        var results = new List<BroadcastPeriodResult>();
         long started = Stopwatch.GetTimestamp();
         using var overall = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
         if (options.Search)
@@ -110,27 +108,22 @@ internal sealed class BroadcastScenario : IScenario
             overall.CancelAfter(TimeSpan.FromSeconds(options.MaxSeconds));
         }
 
-        int searches = options.Repeat * options.Periods.Count;
-        bool stop = false;
-        for (int repetition = 1; repetition <= options.Repeat && !stop; repetition++)
+        // Every period in turn, --repeat times: each search is one repetition of the skeleton, and the last
+        // one to end interrupted or with the server gone ends them all.
+        (double Period, int Repetition)[] searches = [.. Enumerable.Range(1, options.Repeat).SelectMany(r => options.Periods.Select(p => (p, r)))];
+        int done = 0;
+        (List<BroadcastPeriodResult> results, _) = await ScenarioSkeleton.RepeatAsync(searches.Length, _ => null, async () =>
         {
-            foreach (double period in options.Periods)
-            {
-                // Each search gets an equal share of the time left, so a slow first period cannot starve the others.
-                double budget = (options.MaxSeconds - Stopwatch.GetElapsedTime(started).TotalSeconds) / (searches - results.Count);
-                Console.WriteLine();
-                Console.WriteLine(string.Create(c, $"== P = {period} s{(options.Repeat > 1 ? $", repetition {repetition} of {options.Repeat}" : "")}{(options.Search ? $": search within {budget:F0} s" : "")}"));
-                BroadcastPeriodResult result = await SearchAsync(options with { Period = period }, target, repetition, maxSubscribers, budget, log, overall.Token, cancellationToken);
-                results.Add(result);
-                if (cancellationToken.IsCancellationRequested || result.Runs.Any(r => r.BrokerUnreachable || !r.BrokerAlive))
-                {
-                    stop = true; // interrupted, or the server is gone: no other period can say anything
-                    break;
-                }
-            }
-        }
+            (double period, int repetition) = searches[done];
 
-        return Report(options, target, results, log, cancellationToken.IsCancellationRequested);
+            // Each search gets an equal share of the time left, so a slow first period cannot starve the others.
+            double budget = (options.MaxSeconds - Stopwatch.GetElapsedTime(started).TotalSeconds) / (searches.Length - done++);
+            Console.WriteLine();
+            Console.WriteLine(string.Create(c, $"== P = {period} s{(options.Repeat > 1 ? $", repetition {repetition} of {options.Repeat}" : "")}{(options.Search ? $": search within {budget:F0} s" : "")}"));
+            return await SearchAsync(options with { Period = period }, target, repetition, maxSubscribers, budget, log, overall.Token, cancellationToken);
+        }, print: null, cancellationToken);
+
+        return Report(options, target, searches.Length, results, log, cancellationToken.IsCancellationRequested);
     }
 
     /// <summary>
@@ -140,7 +133,7 @@ internal sealed class BroadcastScenario : IScenario
     private static async Task<BroadcastPeriodResult> SearchAsync(BroadcastOptions options, ITarget target, int repetition, int maxSubscribers, double budgetSeconds, RunLog log, CancellationToken overall, CancellationToken interrupted)
     {
         CultureInfo c = CultureInfo.InvariantCulture;
-        var result = new BroadcastPeriodResult(options.Period, repetition);
+        var result = new BroadcastPeriodResult(options.Period, repetition, options.Search);
         List<BroadcastRunResult> runs = result.Runs;
         long searchStart = Stopwatch.GetTimestamp();
         using var deadline = CancellationTokenSource.CreateLinkedTokenSource(overall);
@@ -215,6 +208,7 @@ internal sealed class BroadcastScenario : IScenario
             m = Midpoint(low, bad);
         }
 
+        result.Interrupted = interrupted.IsCancellationRequested;
         return result;
     }
 
@@ -285,7 +279,7 @@ internal sealed class BroadcastScenario : IScenario
     private static Headline HeadlineFor(double period, IEnumerable<BroadcastPeriodResult> results) =>
         Headline.Of(string.Create(CultureInfo.InvariantCulture, $"largest M on time at P={period} s"), "subscribers", true, [.. results.Where(r => r.Period == period).Select(r => (double)(r.Good ?? 0))]);
 
-    private static int Report(BroadcastOptions options, ITarget target, List<BroadcastPeriodResult> results, RunLog log, bool interrupted)
+    private static int Report(BroadcastOptions options, ITarget target, int searchesPlanned, List<BroadcastPeriodResult> results, RunLog log, bool interrupted)
     {
         CultureInfo c = CultureInfo.InvariantCulture;
         foreach (BroadcastPeriodResult result in results)
@@ -308,14 +302,15 @@ internal sealed class BroadcastScenario : IScenario
             Console.WriteLine(string.Create(c, $"  HEADLINE            : {h.Name}: {h.Value:N0} {h.Unit}{(h.Repetitions > 1 ? $" (median of {h.Repetitions}, {h.Min:N0}..{h.Max:N0})" : "")}"));
         }
 
-        List<BroadcastRunResult> runs = [.. results.SelectMany(r => r.Runs)];
         string[] disturbed = [.. results.SelectMany(r => r.Runs.Where(run => run.OtherCores > 0.25).Select(run => string.Create(c, $"P={r.Period} s M={run.Subscribers:N0} ({run.OtherCores:F2} cores)")))];
         if (disturbed.Length > 0)
         {
             Console.WriteLine($"  disturbed runs      : other processes used CPU during {string.Join(", ", disturbed)}; repeat them on a quiet machine");
         }
 
-        string[] problems = [.. results.SelectMany(r => r.Runs.Where(run => run.Checks.DescribeProblems() is not null).Select(run => string.Create(c, $"P={r.Period} s M={run.Subscribers:N0}: {run.Checks.DescribeProblems()}")))];
+        // The result's failures (and its "ok") are what the server or the protocol got wrong; a missed burst
+        // is a measurement, not a failure of the server, and decides only the exit code with them.
+        List<string> problems = ScenarioSkeleton.Failures(results, _ => null);
         foreach (string problem in problems)
         {
             Console.WriteLine($"  server/protocol     : {problem}");
@@ -328,30 +323,20 @@ internal sealed class BroadcastScenario : IScenario
 
         if (options.Out is { } path)
         {
-            ResultFile.Write(path, "broadcast", json =>
+            ScenarioSkeleton.WriteResult(path, "broadcast", target, headlines, json => WriteParameters(json, options), serverRss: null, json =>
             {
-                WriteParameters(json, options);
-                TargetReport.Write(json, target);
-                Headline.WriteAll(json, headlines);
                 json.WriteStartArray("periods");
                 foreach (double period in measured)
                 {
                     json.WriteStartObject();
                     json.WriteNumber("periodSeconds", period);
                     json.WriteNumber("largestGoodMedian", HeadlineFor(period, results).Value);
-                    json.WriteStartArray("repetitions");
-                    foreach (BroadcastPeriodResult r in results.Where(r => r.Period == period))
-                    {
-                        r.Write(json, options.Search);
-                    }
-
-                    json.WriteEndArray();
+                    ScenarioSkeleton.WriteRows(json, "repetitions", results.Where(r => r.Period == period));
                     json.WriteEndObject();
                 }
 
                 json.WriteEndArray();
-                Outcome.Write(json, problems, interrupted, log);
-            });
+            }, problems, interrupted, log);
             Console.WriteLine($"  result written to   : {path}");
         }
 
@@ -362,20 +347,13 @@ internal sealed class BroadcastScenario : IScenario
             Console.WriteLine($"  chart written to    : {svg}, {png}");
         }
 
-        if (interrupted)
-        {
-            return ExitCodes.Interrupted;
-        }
-
-        if (runs.Count > 0 && runs[0].BrokerUnreachable)
-        {
-            return ExitCodes.BrokerUnreachable;
-        }
-
-        bool everyPeriodGood = results.Count == searchesPlanned(options) && results.All(r => r.Good is not null);
-        return everyPeriodGood ? ExitCodes.Ok : ExitCodes.RunFailed;
-
-        static int searchesPlanned(BroadcastOptions o) => o.Repeat * o.Periods.Count;
+        string[] misses =
+        [
+            .. results.Where(r => r.Good is null).Select(r => string.Create(c, $"P={r.Period} s, repetition {r.Repetition}: no M had every burst on time")),
+            .. results.Count < searchesPlanned ? [string.Create(c, $"{searchesPlanned - results.Count} of {searchesPlanned} searches did not run")] : Array.Empty<string>(),
+        ];
+        bool unreachable = results.SelectMany(r => r.Runs).FirstOrDefault() is { BrokerUnreachable: true };
+        return ScenarioSkeleton.ExitCode(interrupted, [.. problems, .. misses], unreachable);
     }
 
     /// <summary>The per-period block of the human report: every run, the search's end, and the details at the largest good M.</summary>
@@ -436,7 +414,6 @@ internal sealed class BroadcastScenario : IScenario
 
     private static void WriteParameters(Utf8JsonWriter json, BroadcastOptions options)
     {
-        json.WriteStartObject("parameters");
         json.WriteString("targetOptions", options.Target.Describe());
         json.WriteString("transport", options.Target.Transport);
         json.WriteBoolean("search", options.Search);
@@ -452,13 +429,7 @@ internal sealed class BroadcastScenario : IScenario
             json.WriteNumber("subscribers", options.Subscribers);
         }
 
-        json.WriteStartArray("periodsSeconds");
-        foreach (double period in options.Periods)
-        {
-            json.WriteNumberValue(period);
-        }
-
-        json.WriteEndArray();
+        ResultFile.WriteNumbers(json, "periodsSeconds", options.Periods);
         json.WriteNumber("repeat", options.Repeat);
         json.WriteNumber("bursts", options.Bursts);
         json.WriteNumber("warmupBursts", options.WarmupBursts);
@@ -471,12 +442,11 @@ internal sealed class BroadcastScenario : IScenario
         json.WriteBoolean("stopOnMiss", options.StopOnMiss);
         json.WriteString("toolGcGen0Size", Environment.GetEnvironmentVariable("DOTNET_GCgen0size"));
         json.WriteString("toolGcServer", Environment.GetEnvironmentVariable("DOTNET_gcServer"));
-        json.WriteEndObject();
     }
 }
 
 /// <summary>One period's search (or single run) in one repetition: its runs and the bracket it found.</summary>
-internal sealed class BroadcastPeriodResult(double period, int repetition)
+internal sealed class BroadcastPeriodResult(double period, int repetition, bool search) : IScenarioRun
 {
     public double Period { get; } = period;
 
@@ -492,15 +462,25 @@ internal sealed class BroadcastPeriodResult(double period, int repetition)
 
     public string? SearchEnd { get; set; }
 
-    public void Write(Utf8JsonWriter json, bool search)
+    /// <summary>Ctrl+C ended the search (not the time cap, which only ends it early).</summary>
+    public bool Interrupted { get; set; }
+
+    /// <summary>After Ctrl+C, or with the server gone, no other period can say anything.</summary>
+    public bool EndsRepetitions => Interrupted || Runs.Any(r => r.BrokerUnreachable || !r.BrokerAlive);
+
+    /// <summary>What the server or the protocol got wrong, per run; a missed burst is not a failure but the measurement.</summary>
+    public IReadOnlyList<string> Failures =>
+        [.. Runs.Where(run => run.Checks.DescribeProblems() is not null).Select(run => string.Create(CultureInfo.InvariantCulture, $"P={Period} s M={run.Subscribers:N0}: {run.Checks.DescribeProblems()}"))];
+
+    public void Write(Utf8JsonWriter json)
     {
         ArgumentNullException.ThrowIfNull(json);
         json.WriteStartObject();
         json.WriteNumber("repetition", Repetition);
         json.WriteStartObject("search");
         json.WriteBoolean("enabled", search);
-        WriteOptional(json, "largestGood", Good);
-        WriteOptional(json, "smallestBad", Bad);
+        ResultFile.WriteNumberOrNull(json, "largestGood", Good);
+        ResultFile.WriteNumberOrNull(json, "smallestBad", Bad);
         json.WriteString("ended", SearchEnd);
         json.WriteEndObject();
         json.WriteStartArray("runs");
@@ -511,18 +491,6 @@ internal sealed class BroadcastPeriodResult(double period, int repetition)
 
         json.WriteEndArray();
         json.WriteEndObject();
-    }
-
-    private static void WriteOptional(Utf8JsonWriter json, string name, int? value)
-    {
-        if (value is { } v)
-        {
-            json.WriteNumber(name, v);
-        }
-        else
-        {
-            json.WriteNull(name);
-        }
     }
 }
 

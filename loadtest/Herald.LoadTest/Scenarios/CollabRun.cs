@@ -12,7 +12,7 @@ namespace Herald.LoadTest.Scenarios;
 /// schedule, record every delivery's latency from the scheduled time, and check that every other client
 /// of the room got each publication exactly once, in order. Driven by the scenario's flow only.
 /// </summary>
-internal sealed class CollabRun : IScenarioRun
+internal sealed class CollabRun : ScenarioRun
 {
     private const int ConnectParallelism = 32;
 
@@ -26,33 +26,15 @@ internal sealed class CollabRun : IScenarioRun
     /// <summary>Latency of measured deliveries (us); written under <see cref="_gate"/> by every client's receive loop.</summary>
     public Latencies Latencies { get; } = new();
 
-    public long Expected { get; private set; }
-
-    public long Received { get; private set; }
-
-    public long Missing => Math.Max(0, Expected - Received);
-
     public long MeasuredPublications { get; private set; }
 
     public long Late { get; private set; }
 
     public double MaxLagMs { get; private set; }
 
-    public long OutOfOrder { get; private set; }
-
     public long Foreign { get; private set; }
 
-    public ResourceUsage Usage { get; private set; }
-
-    public long? ServerRss { get; private set; }
-
     public double SetupSeconds { get; private set; }
-
-    public bool Interrupted { get; private set; }
-
-    public List<string> Failures { get; } = [];
-
-    IReadOnlyList<string> IScenarioRun.Failures => Failures;
 
     /// <summary>The schedule: when room <paramref name="room"/> publishes round <paramref name="round"/>, in Stopwatch ticks after the origin.</summary>
     private static long Offset(CollabRow row, long round, int room) => (long)((round + ((double)room / row.Rooms)) * row.Delay * Stopwatch.Frequency);
@@ -283,29 +265,18 @@ internal sealed class CollabRun : IScenarioRun
         }
     }
 
-    public void Write(Utf8JsonWriter json)
+    public override void Write(Utf8JsonWriter json)
     {
         json.WriteStartObject();
         json.WriteNumber("setupSeconds", SetupSeconds);
         json.WriteNumber("measuredPublications", MeasuredPublications);
-        json.WriteNumber("expected", Expected);
-        json.WriteNumber("received", Received);
-        json.WriteNumber("missing", Missing);
-        json.WriteNumber("outOfOrder", OutOfOrder);
+        WriteDeliveries(json);
         json.WriteNumber("foreign", Foreign);
         json.WriteNumber("late", Late);
         json.WriteNumber("maxLagMs", MaxLagMs);
         Latencies.Write(json, "latency");
-        Usage.Write(json);
-        if (ServerRss is { } rss)
-        {
-            json.WriteNumber("serverRssBytes", rss);
-        }
-
-        json.WriteBoolean("interrupted", Interrupted);
-        json.WriteStartArray("failures");
-        Failures.ForEach(json.WriteStringValue);
-        json.WriteEndArray();
+        WriteUsage(json);
+        ResultFile.WriteStrings(json, "failures", Failures);
         json.WriteEndObject();
     }
 

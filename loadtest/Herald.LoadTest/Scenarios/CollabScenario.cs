@@ -105,9 +105,7 @@ internal sealed class CollabScenario : IScenario
             {
                 json.WriteNumber("rounds", options.Rounds);
                 json.WriteNumber("warmupRounds", options.WarmupRounds);
-                json.WriteNumber("strings", options.Strings);
-                json.WriteNumber("stringLength", options.StringLength);
-                json.WriteNumber("payloadBytes", payload.Length);
+                payload.Write(json);
                 json.WriteNumber("lateMs", options.LateMs);
                 json.WriteNumber("graceSeconds", options.Grace);
                 json.WriteNumber("maxSeconds", options.MaxSeconds);

@@ -41,7 +41,7 @@ internal static class CompressionRun
     public static List<string> BrokerArguments(CompressionMode mode, int port)
     {
         string p = port.ToString(CultureInfo.InvariantCulture);
-        List<string> arguments = ["--Herald:Http:Port=-1", "--Herald:Policy:Port=-1", "--Herald:Tcp:Host=127.0.0.1", $"--Herald:Tcp:PortRangeStart={p}", $"--Herald:Tcp:PortRangeEnd={p}"];
+        List<string> arguments = ["--Herald:Http:Port=-1", "--Herald:Monitoring:Port=-1", "--Herald:Policy:Port=-1", "--Herald:Tcp:Host=127.0.0.1", $"--Herald:Tcp:PortRangeStart={p}", $"--Herald:Tcp:PortRangeEnd={p}"];
         if (mode == CompressionMode.Always)
         {
             arguments.AddRange([
@@ -477,7 +477,7 @@ internal readonly record struct CompressionSnapshot(
 }
 
 /// <summary>What one run measured, and what went wrong.</summary>
-internal sealed class CompressionRunResult(PayloadClass payloadClass, CompressionMode mode, double linkMbps, double warmup, double seconds, double grace)
+internal sealed class CompressionRunResult(PayloadClass payloadClass, CompressionMode mode, double linkMbps, double warmup, double seconds, double grace) : IScenarioRun
 {
     private const double MinimumWindowSeconds = 0.5;
 
@@ -496,6 +496,9 @@ internal sealed class CompressionRunResult(PayloadClass payloadClass, Compressio
     public string? SetupFailure { get; set; }
 
     public bool Interrupted { get; set; }
+
+    /// <summary>Why this cell of the matrix did not run (the time cap, Ctrl+C); null when it ran.</summary>
+    public string? Skipped { get; private init; }
 
     public bool ZstdGranted { get; set; }
 
@@ -558,6 +561,14 @@ internal sealed class CompressionRunResult(PayloadClass payloadClass, Compressio
     public double LinkUse => MeasuredSeconds > 0 ? WireBytes / (LinkMbps * 1e6 / 8 * MeasuredSeconds) : 0;
 
     public bool Ok => SetupFailure is null && !Interrupted && Failures.Count == 0 && Measured;
+
+    /// <summary>The run's failures as one line, <c>class/mode/link: why</c>; none when it was ok or skipped.</summary>
+    IReadOnlyList<string> IScenarioRun.Failures =>
+        Ok || Skipped is not null ? [] : [$"{PayloadClasses.Name(Class)}/{Mode.ToString().ToLowerInvariant()}/{LinkMbps.ToString(CultureInfo.InvariantCulture)}: {SetupFailure ?? string.Join("; ", Failures)}"];
+
+    /// <summary>A cell of the matrix that did not run, and why.</summary>
+    public static CompressionRunResult Skip(PayloadClass payloadClass, CompressionMode mode, double linkMbps, string why, bool interrupted) =>
+        new(payloadClass, mode, linkMbps, 0, 0, 0) { Skipped = why, Interrupted = interrupted };
 
     public string Status => SetupFailure is not null ? "SETUP FAILED" : Interrupted ? "INTERRUPTED" : !Ok ? "FAILED" : "ok";
 
@@ -685,13 +696,7 @@ internal sealed class CompressionRunResult(PayloadClass payloadClass, Compressio
         json.WriteNumber("undeliveredAfterGrace", Undelivered);
         json.WriteNumber("drainSeconds", DrainSeconds);
         json.WriteNumber("graceSeconds", Grace);
-        json.WriteStartArray("failures");
-        foreach (string failure in Failures)
-        {
-            json.WriteStringValue(failure);
-        }
-
-        json.WriteEndArray();
+        ResultFile.WriteStrings(json, "failures", Failures);
         json.WriteStartObject("broker");
         if (BrokerPid is { } pid)
         {
@@ -705,20 +710,8 @@ internal sealed class CompressionRunResult(PayloadClass payloadClass, Compressio
 
         json.WriteNumber("warnings", BrokerWarnings);
         json.WriteNumber("errors", BrokerErrors);
-        json.WriteStartArray("notable");
-        foreach (string line in BrokerNotable)
-        {
-            json.WriteStringValue(line);
-        }
-
-        json.WriteEndArray();
-        json.WriteStartArray("tail");
-        foreach (string line in BrokerTail)
-        {
-            json.WriteStringValue(line);
-        }
-
-        json.WriteEndArray();
+        ResultFile.WriteStrings(json, "notable", BrokerNotable);
+        ResultFile.WriteStrings(json, "tail", BrokerTail);
         json.WriteEndObject();
         json.WriteEndObject();
     }

@@ -49,7 +49,7 @@ internal sealed class CompressionScenario : IScenario
           --host HOST            with --external                                        (default 127.0.0.1)
           --out FILE             also write every run as JSON
 
-        Each run's broker: dotnet BROKER_DLL --Herald:Http:Port=-1 --Herald:Policy:Port=-1 --Herald:Tcp:Host=127.0.0.1
+        Each run's broker: dotnet BROKER_DLL --Herald:Http:Port=-1 --Herald:Monitoring:Port=-1 --Herald:Policy:Port=-1 --Herald:Tcp:Host=127.0.0.1
           --Herald:Tcp:PortRangeStart=PORT --Herald:Tcp:PortRangeEnd=PORT, and for mode
           none      nothing more (compression stays on, but the subscriber does not ask for zstd: all plain)
           always    --Herald:Compression:NoCompressionLimit=0 --Herald:Compression:CompressionRatioDisableLimit=1
@@ -88,46 +88,53 @@ internal sealed class CompressionScenario : IScenario
                 $"payloads {PayloadClasses.Name(payloadClass),-8}: {options.Pool} on '{set.Topic}', {set.MinSize:N0}..{set.MaxSize:N0} B, mean {set.MeanSize / 1000:F1} KB, {set.InBand} in {PayloadClasses.BandLow / 1000}-{PayloadClasses.BandHigh / 1000} KB; Zstd ratio at the broker's default levels {set.ReferenceRatio:F3} ({set.TotalBytes / 1e6 / Math.Max(set.ReferenceCompressSeconds, 1e-6):F0} MB/s on one core here)"));
         }
 
+        // The matrix, one cell per repetition of the skeleton; a cell that would end after --max-seconds is
+        // skipped (a repetition without a run), and Ctrl+C skips the rest.
+        (PayloadClass Class, CompressionMode Mode, double Link)[] cells =
+            [.. options.Links.SelectMany(link => options.Classes.SelectMany(payloadClass => options.Modes.Select(mode => (payloadClass, mode, link))))];
         var log = new RunLog();
-        var results = new List<CompressionRunResult>();
-        var skipped = new List<string>();
         long matrixStart = Stopwatch.GetTimestamp();
         double startupEstimate = 3;
-        foreach (double link in options.Links)
+        int next = 0, started = 0;
+        (List<CompressionRunResult> cellResults, _) = await ScenarioSkeleton.RepeatAsync(cells.Length, _ => null, async () =>
         {
+            (PayloadClass payloadClass, CompressionMode mode, double link) = cells[next++];
             bool slow = link < CompressionScenarioOptions.SlowLinkMbps;
             double grace = options.Grace ?? CompressionScenarioOptions.AutoGrace(options.InFlight, link * 1e6 / 8);
             double estimate = startupEstimate + (slow ? options.SlowWarmup + options.SlowSeconds : options.Warmup + options.Seconds) + grace + 2;
-            foreach (PayloadClass payloadClass in options.Classes)
+            string label = Label(payloadClass, mode, link);
+            double elapsed = Stopwatch.GetElapsedTime(matrixStart).TotalSeconds;
+            if (cancellationToken.IsCancellationRequested)
             {
-                foreach (CompressionMode mode in options.Modes)
-                {
-                    string label = string.Create(c, $"{PayloadClasses.Name(payloadClass)} / {mode.ToString().ToLowerInvariant()} / {link} Mbit/s");
-                    double elapsed = Stopwatch.GetElapsedTime(matrixStart).TotalSeconds;
-                    if (cancellationToken.IsCancellationRequested)
-                    {
-                        skipped.Add($"{label}: interrupted");
-                        continue;
-                    }
-
-                    if (elapsed + estimate > options.MaxSeconds)
-                    {
-                        skipped.Add(string.Create(c, $"{label}: would end after about {elapsed + estimate:F0} s, over --max-seconds {options.MaxSeconds}"));
-                        continue;
-                    }
-
-                    Console.WriteLine();
-                    Console.WriteLine(string.Create(c, $"run {results.Count + 1}: {label} ({elapsed:F0} s elapsed)"));
-                    long runStart = Stopwatch.GetTimestamp();
-                    CompressionRunResult result = await CompressionRun.ExecuteAsync(options, payloadSets[payloadClass], mode, link, log, cancellationToken);
-                    results.Add(result);
-                    PrintRun(result);
-                    double actual = Stopwatch.GetElapsedTime(runStart).TotalSeconds;
-                    startupEstimate = Math.Max(startupEstimate, actual - (estimate - startupEstimate)); // learn how long brokers take to start and stop
-                }
+                return CompressionRunResult.Skip(payloadClass, mode, link, $"{label}: interrupted", interrupted: true);
             }
-        }
 
+            if (elapsed + estimate > options.MaxSeconds)
+            {
+                return CompressionRunResult.Skip(payloadClass, mode, link, string.Create(c, $"{label}: would end after about {elapsed + estimate:F0} s, over --max-seconds {options.MaxSeconds}"), interrupted: false);
+            }
+
+            Console.WriteLine();
+            Console.WriteLine(string.Create(c, $"run {++started}: {label} ({elapsed:F0} s elapsed)"));
+            long runStart = Stopwatch.GetTimestamp();
+            CompressionRunResult result = await CompressionRun.ExecuteAsync(options, payloadSets[payloadClass], mode, link, log, cancellationToken);
+            double actual = Stopwatch.GetElapsedTime(runStart).TotalSeconds;
+            startupEstimate = Math.Max(startupEstimate, actual - (estimate - startupEstimate)); // learn how long brokers take to start and stop
+            return result;
+        }, print: r =>
+        {
+            if (r.Skipped is null)
+            {
+                PrintRun(r);
+            }
+        }, cancellationToken);
+
+        List<CompressionRunResult> results = [.. cellResults.Where(r => r.Skipped is null)];
+        List<string> skipped =
+        [
+            .. cellResults.Select(r => r.Skipped).OfType<string>(),
+            .. cells.Skip(cellResults.Count).Select(cell => $"{Label(cell.Class, cell.Mode, cell.Link)}: interrupted"),
+        ];
         double totalSeconds = Stopwatch.GetElapsedTime(matrixStart).TotalSeconds;
         Console.WriteLine();
         PrintTables(options, results);
@@ -139,11 +146,12 @@ internal sealed class CompressionScenario : IScenario
         PrintBrokerNotes(results);
         Console.WriteLine(string.Create(c, $"matrix: {results.Count} runs in {totalSeconds:F0} s; {results.Count(r => r.Ok)} ok"));
 
+        bool interrupted = cancellationToken.IsCancellationRequested;
+        List<string> failures = ScenarioSkeleton.Failures(results, _ => null);
         if (options.Out is { } path)
         {
-            ResultFile.Write(path, Name, json =>
+            ScenarioSkeleton.WriteResult(path, Name, target: null, headlines: [], json => WriteParameters(json, options), serverRss: null, json =>
             {
-                WriteParameters(json, options);
                 json.WriteStartArray("payloadSets");
                 foreach (PayloadSet set in payloadSets.Values)
                 {
@@ -160,38 +168,20 @@ internal sealed class CompressionScenario : IScenario
                 }
 
                 json.WriteEndArray();
-                json.WriteStartArray("runs");
-                foreach (CompressionRunResult result in results)
-                {
-                    result.Write(json);
-                }
-
-                json.WriteEndArray();
-                json.WriteStartArray("skipped");
-                foreach (string skip in skipped)
-                {
-                    json.WriteStringValue(skip);
-                }
-
-                json.WriteEndArray();
+                ScenarioSkeleton.WriteRows(json, "runs", results);
+                ResultFile.WriteStrings(json, "skipped", skipped);
                 json.WriteNumber("totalSeconds", totalSeconds);
-                Outcome.Write(json, [.. results.Where(r => !r.Ok).Select(r => $"{PayloadClasses.Name(r.Class)}/{r.Mode.ToString().ToLowerInvariant()}/{r.LinkMbps.ToString(CultureInfo.InvariantCulture)}: {r.SetupFailure ?? string.Join("; ", r.Failures)}")], cancellationToken.IsCancellationRequested, log);
-            });
+            }, failures, interrupted, log);
             Console.WriteLine($"result written to {path}");
         }
 
-        if (cancellationToken.IsCancellationRequested)
-        {
-            return ExitCodes.Interrupted;
-        }
-
-        if (results.Count > 0 && results.All(r => r.SetupFailure is not null))
-        {
-            return ExitCodes.BrokerUnreachable;
-        }
-
-        return results.All(r => r.Ok) && skipped.Count == 0 ? ExitCodes.Ok : ExitCodes.RunFailed;
+        // A skipped cell fails the matrix as a failed run does.
+        bool unreachable = results.Count > 0 && results.All(r => r.SetupFailure is not null);
+        return ScenarioSkeleton.ExitCode(interrupted, [.. failures, .. skipped], unreachable);
     }
+
+    private static string Label(PayloadClass payloadClass, CompressionMode mode, double link) =>
+        string.Create(CultureInfo.InvariantCulture, $"{PayloadClasses.Name(payloadClass)} / {mode.ToString().ToLowerInvariant()} / {link} Mbit/s");
 
     private static void PrintRun(CompressionRunResult r)
     {
@@ -313,28 +303,9 @@ internal sealed class CompressionScenario : IScenario
 
     private static void WriteParameters(Utf8JsonWriter json, CompressionScenarioOptions options)
     {
-        json.WriteStartObject("parameters");
-        json.WriteStartArray("classes");
-        foreach (PayloadClass payloadClass in options.Classes)
-        {
-            json.WriteStringValue(PayloadClasses.Name(payloadClass));
-        }
-
-        json.WriteEndArray();
-        json.WriteStartArray("modes");
-        foreach (CompressionMode mode in options.Modes)
-        {
-            json.WriteStringValue(mode.ToString().ToLowerInvariant());
-        }
-
-        json.WriteEndArray();
-        json.WriteStartArray("linkMbps");
-        foreach (double link in options.Links)
-        {
-            json.WriteNumberValue(link);
-        }
-
-        json.WriteEndArray();
+        ResultFile.WriteStrings(json, "classes", options.Classes.Select(PayloadClasses.Name));
+        ResultFile.WriteStrings(json, "modes", options.Modes.Select(m => m.ToString().ToLowerInvariant()));
+        ResultFile.WriteNumbers(json, "linkMbps", options.Links);
         json.WriteNumber("seconds", options.Seconds);
         json.WriteNumber("warmupSeconds", options.Warmup);
         json.WriteNumber("slowSeconds", options.SlowSeconds);
@@ -355,7 +326,6 @@ internal sealed class CompressionScenario : IScenario
             json.WriteString(mode.ToString().ToLowerInvariant(), string.Join(' ', CompressionRun.BrokerArguments(mode, options.Port)));
         }
 
-        json.WriteEndObject();
         json.WriteEndObject();
     }
 }

@@ -53,50 +53,40 @@ internal sealed class ConnectionsScenario : IScenario
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"connections: {options.Target.Describe()}, steps {options.StepsDisplay}, settle {options.Settle} s, warm-up {options.Warmup} connections, {options.Repeat} repetition(s)"));
+        return await ScenarioSkeleton.RunOnFreshTargetsAsync(
+            options.Target,
+            options.Repeat,
+            (target, repetition) => OnceAsync(target, repetition, options, cancellationToken),
+            run => run.Print(Console.Out),
+            (target, runs) => Report(target, options, runs),
+            cancellationToken);
+    }
 
-        var repetitions = new List<ConnectionsRun>();
-        for (int r = 0; r < options.Repeat; r++)
+    /// <summary>One ramp; null when the server could not be reached (printed) or Ctrl+C stopped it.</summary>
+    private static async Task<ConnectionsRun?> OnceAsync(ITarget target, int repetition, ConnectionsOptions options, CancellationToken cancellationToken)
+    {
+        if (repetition == 1 && target is HeraldTarget herald && options.Target.Transport == "tcp")
         {
-            await using ITarget target = await TargetFactory.StartAsync(options.Target, cancellationToken);
-            if (r == 0)
-            {
-                TargetReport.Print(target, Console.Out);
-                if (target is HeraldTarget herald && options.Target.Transport == "tcp")
-                {
-                    Console.WriteLine($"clients: to {herald.Endpoints.Display}, from {herald.Sources.Display}");
-                }
-            }
-
-            if (options.Repeat > 1)
-            {
-                Console.WriteLine($"repetition {r + 1} of {options.Repeat}");
-            }
-
-            ConnectionsRun run;
-            try
-            {
-                run = await ConnectionsRun.RunAsync(target, options, cancellationToken);
-            }
-            catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
-            {
-                return ExitCodes.Interrupted;
-            }
-
-            if ((run.Last?.Connections ?? 0) == 0 && run.Failure is { } unreachable)
-            {
-                Console.Error.WriteLine($"error: {target.Label} unreachable or unusable: {unreachable}");
-                return ExitCodes.BrokerUnreachable;
-            }
-
-            repetitions.Add(run);
-            run.Print(Console.Out);
-            if (r == options.Repeat - 1)
-            {
-                return Report(target, options, repetitions);
-            }
+            Console.WriteLine($"clients: to {herald.Endpoints.Display}, from {herald.Sources.Display}");
         }
 
-        return ExitCodes.Ok; // not reached: Repeat >= 1
+        ConnectionsRun run;
+        try
+        {
+            run = await ConnectionsRun.RunAsync(target, options, cancellationToken);
+        }
+        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+        {
+            return null;
+        }
+
+        if ((run.Last?.Connections ?? 0) == 0 && run.Failure is { } unreachable)
+        {
+            Console.Error.WriteLine($"error: {target.Label} unreachable or unusable: {unreachable}");
+            return null;
+        }
+
+        return run;
     }
 
     private static int Report(ITarget target, ConnectionsOptions options, List<ConnectionsRun> repetitions)
@@ -106,6 +96,7 @@ internal sealed class ConnectionsScenario : IScenario
             Headline.Of("server RSS per connection", "KB", higherIsBetter: false, [.. repetitions.Select(r => r.Last?.RssKbPerConnection).OfType<double>()]),
             Headline.Of("connections held", "connections", higherIsBetter: true, [.. repetitions.Select(r => (double)(r.Last?.Alive ?? 0))]),
         ];
+        List<string> failures = ScenarioSkeleton.Failures(repetitions, i => repetitions.Count > 1 ? string.Create(CultureInfo.InvariantCulture, $"repetition {i}") : null);
 
         Console.WriteLine();
         foreach (Headline h in headlines)
@@ -121,11 +112,8 @@ internal sealed class ConnectionsScenario : IScenario
 
         if (options.OutFile is { } path)
         {
-            ResultFile.Write(path, "connections", json =>
+            ScenarioSkeleton.WriteResult(path, "connections", target, headlines, json =>
             {
-                TargetReport.Write(json, target);
-                Headline.WriteAll(json, headlines);
-                json.WriteStartObject("options");
                 json.WriteString("steps", options.StepsDisplay);
                 json.WriteNumber("settleSeconds", options.Settle);
                 json.WriteNumber("concurrency", options.Concurrency);
@@ -137,20 +125,11 @@ internal sealed class ConnectionsScenario : IScenario
                     json.WriteNumber("cappedAt", c.Connections);
                     json.WriteString("cappedBy", c.Why);
                 }
-
-                json.WriteEndObject();
-                json.WriteStartArray("repetitions");
-                foreach (ConnectionsRun run in repetitions)
-                {
-                    run.Write(json);
-                }
-
-                json.WriteEndArray();
-            });
+            }, serverRss: null, json => ScenarioSkeleton.WriteRows(json, "repetitions", repetitions), failures, interrupted: false, log: null);
             Console.WriteLine($"wrote {path}");
         }
 
-        return repetitions.Any(r => r.Failure is not null) ? ExitCodes.RunFailed : ExitCodes.Ok;
+        return ScenarioSkeleton.ExitCode(interrupted: false, failures);
     }
 }
 
@@ -296,7 +275,7 @@ internal sealed record ConnectionStep(
 /// One ramp against one started server: warm-up, baseline, the steps, then close all. Not thread-safe:
 /// one caller; the connects of a step run concurrently, each writing its own slot of the client array.
 /// </summary>
-internal sealed class ConnectionsRun
+internal sealed class ConnectionsRun : IScenarioRun
 {
     private static readonly HttpClient Http = new() { Timeout = TimeSpan.FromSeconds(5) };
 
@@ -308,6 +287,11 @@ internal sealed class ConnectionsRun
 
     /// <summary>Why the ramp stopped early or a held connection ended; null when every step completed cleanly.</summary>
     public string? Failure { get; private set; }
+
+    /// <summary>Never: Ctrl+C ends a ramp without a result.</summary>
+    public bool Interrupted => false;
+
+    public IReadOnlyList<string> Failures => Failure is { } f ? [f] : [];
 
     public long? BaselineRss { get; private set; }
 
@@ -463,7 +447,7 @@ internal sealed class ConnectionsRun
         Array.Clear(clients);
     }
 
-    /// <summary>Herald's managed heap (GC heap size at its last collection) from <c>/varz</c> on its HTTP port; null for other targets or when monitoring is off.</summary>
+    /// <summary>Herald's managed heap (GC heap size at its last collection) from <c>/varz</c> on its monitoring listener; null for other targets or when monitoring is off.</summary>
     private static async Task<long?> GcHeapAsync(ITarget target, CancellationToken cancellationToken)
     {
         if (target is not HeraldTarget herald)
@@ -474,7 +458,7 @@ internal sealed class ConnectionsRun
         try
         {
             using JsonDocument varz = JsonDocument.Parse(await Http.GetStringAsync(
-                new Uri($"http://{herald.Endpoints.Host}:{herald.HttpPort.ToString(CultureInfo.InvariantCulture)}/varz"), cancellationToken));
+                new Uri($"http://{herald.Endpoints.Host}:{herald.MonitoringPort.ToString(CultureInfo.InvariantCulture)}/varz"), cancellationToken));
             return varz.RootElement.TryGetProperty("process", out JsonElement process) && process.TryGetProperty("gc_heap_bytes", out JsonElement heap)
                 ? heap.GetInt64()
                 : null;
@@ -510,9 +494,9 @@ internal sealed class ConnectionsRun
     public void Write(Utf8JsonWriter json)
     {
         json.WriteStartObject();
-        WriteOptional(json, "baselineRssBytes", BaselineRss);
-        WriteOptional(json, "baselineGcHeapBytes", BaselineHeap);
-        WriteOptional(json, "rssAfterCloseBytes", RssAfterClose);
+        ResultFile.WriteNumberOrNull(json, "baselineRssBytes", BaselineRss);
+        ResultFile.WriteNumberOrNull(json, "baselineGcHeapBytes", BaselineHeap);
+        ResultFile.WriteNumberOrNull(json, "rssAfterCloseBytes", RssAfterClose);
         json.WriteString("failure", Failure);
         json.WriteStartArray("steps");
         foreach (ConnectionStep s in Steps)
@@ -521,14 +505,14 @@ internal sealed class ConnectionsRun
             json.WriteNumber("connections", s.Connections);
             json.WriteNumber("alive", s.Alive);
             json.WriteNumber("connectSeconds", s.ConnectSeconds);
-            WriteOptional(json, "serverRssBytes", s.ServerRss);
-            WriteOptional(json, "serverRssGrowthBytes", s.RssGrowth);
+            ResultFile.WriteNumberOrNull(json, "serverRssBytes", s.ServerRss);
+            ResultFile.WriteNumberOrNull(json, "serverRssGrowthBytes", s.RssGrowth);
             if (s.RssKbPerConnection is { } kb)
             {
                 json.WriteNumber("serverRssKbPerConnection", kb);
             }
 
-            WriteOptional(json, "gcHeapBytes", s.GcHeap);
+            ResultFile.WriteNumberOrNull(json, "gcHeapBytes", s.GcHeap);
             if (s.HeapKbPerConnection is { } hkb)
             {
                 json.WriteNumber("gcHeapKbPerConnection", hkb);
@@ -541,17 +525,5 @@ internal sealed class ConnectionsRun
         json.WriteEndArray();
         Resources.Write(json);
         json.WriteEndObject();
-    }
-
-    private static void WriteOptional(Utf8JsonWriter json, string name, long? value)
-    {
-        if (value is { } v)
-        {
-            json.WriteNumber(name, v);
-        }
-        else
-        {
-            json.WriteNull(name);
-        }
     }
 }

@@ -61,10 +61,10 @@ internal sealed class FanoutScenario : IScenario
         commandLine.RejectUnused();
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"fanout: {options.Subscribers} subscribers on '{options.Topic}', payload {options.Payload} B, max lead {options.MaxLead:N0}, warm-up {options.Warmup} s, measured {options.Seconds} s, {options.Repeat} repetition(s); {targetOptions.Describe()}"));
+            $"fanout: {options.Subscribers} subscribers on '{options.Window.Topic}', payload {options.Payload} B, max lead {options.Window.MaxLead:N0}, warm-up {options.Window.Warmup} s, measured {options.Window.Seconds} s, {options.Window.Repeat} repetition(s); {targetOptions.Describe()}"));
         return await ScenarioSkeleton.RunRepetitionsAsync<FanoutRun>(
             targetOptions,
-            options.Repeat,
+            options.Window.Repeat,
             (target, log) => RunOnceAsync(target, targetOptions, options, log, cancellationToken),
             run => run.Print(options),
             (target, runs, log) => Report(target, options, runs, log),
@@ -96,7 +96,7 @@ internal sealed class FanoutScenario : IScenario
                     subscribers[i] = new FanoutSubscriber(clients[i], $"subscriber {i}", expected, log);
                 }
 
-                await ScenarioClients.SubscribeAllAsync(subscribers.Length, (i, t) => clients[i].SubscribeAsync(options.Topic, subscribers[i].OnMessage, t), token);
+                await ScenarioClients.SubscribeAllAsync(subscribers.Length, (i, t) => clients[i].SubscribeAsync(options.Window.Topic, subscribers[i].OnMessage, t), token);
             }, cancellationToken);
             if (!ready)
             {
@@ -107,14 +107,14 @@ internal sealed class FanoutScenario : IScenario
                 $"connected and subscribed {options.Subscribers} subscribers + 1 publisher in {Stopwatch.GetElapsedTime(setupStart).TotalSeconds:F2} s"));
 
             // ---- Run.
-            long lead = ScenarioClients.LeadWithin(options.MaxLead, clients.Take(options.Subscribers));
-            var publisher = new FanoutPublisher(clients[^1], subscribers, options.Topic, expected, lead, log);
+            long lead = ScenarioClients.LeadWithin(options.Window.MaxLead, clients.Take(options.Subscribers));
+            var publisher = new FanoutPublisher(clients[^1], subscribers, options.Window.Topic, expected, lead, log);
             using var stopPublishing = new CancellationTokenSource();
             Task publishing = publisher.PublishAsync(stopPublishing.Token);
             Process? server = target.ServerProcess;
             WindowResult<FanoutSnapshot> window = await MeasuredWindow.RunAsync(
-                options.Warmup,
-                options.Seconds,
+                options.Window.Warmup,
+                options.Window.Seconds,
                 () => FanoutSnapshot.Take(subscribers, publisher, server),
                 (now, previous, current, measuring) =>
                 {
@@ -130,7 +130,7 @@ internal sealed class FanoutScenario : IScenario
 
             // ---- Stop: let what is in flight arrive (the last batch, then the deliveries, all within --grace).
             double drainSeconds = await ScenarioSkeleton.StopAndDrainAsync(
-                stopPublishing, publishing, options.Grace, window.Interrupted, () => subscribers.Any(s => !s.Closed && s.Received < publisher.Published), pollMilliseconds: 10);
+                stopPublishing, publishing, options.Window.Grace, window.Interrupted, () => subscribers.Any(s => !s.Closed && s.Received < publisher.Published), pollMilliseconds: 10);
             long published = publisher.Published;
             long undelivered = subscribers.Where(s => !s.Closed).Sum(s => Math.Max(0, published - s.Received));
             string?[] lost = [.. subscribers.Select(s => s.Client.Failure)]; // before closing: a client may call its own close a failure
@@ -153,12 +153,7 @@ internal sealed class FanoutScenario : IScenario
         {
             json.WriteNumber("subscribers", options.Subscribers);
             json.WriteNumber("payloadBytes", options.Payload);
-            json.WriteNumber("seconds", options.Seconds);
-            json.WriteNumber("warmupSeconds", options.Warmup);
-            json.WriteNumber("maxLead", options.MaxLead);
-            json.WriteString("topic", options.Topic);
-            json.WriteNumber("graceSeconds", options.Grace);
-            json.WriteNumber("repeat", options.Repeat);
+            options.Window.Write(json);
         }, log);
     }
 
@@ -183,17 +178,12 @@ internal sealed class FanoutScenario : IScenario
         return min;
     }
 
-    internal sealed record FanoutOptions(int Subscribers, int Payload, double Seconds, double Warmup, long MaxLead, string Topic, double Grace, int Repeat, string? Out)
+    internal sealed record FanoutOptions(int Subscribers, int Payload, WindowOptions Window, string? Out)
     {
         public static FanoutOptions Read(CommandLine options) => new(
             options.Int("subscribers", 100, 1, 1_000_000),
             options.Int("payload", 128, 0, 64 * 1024 * 1024),
-            options.Seconds("seconds", 10, 0.1),
-            options.Seconds("warmup", 5, 0),
-            options.Int("max-lead", 10_000, 1),
-            options.String("topic", "bench.fanout"),
-            options.Seconds("grace", 3, 0),
-            ScenarioClients.Repeat(options),
+            WindowOptions.Read(options, "bench.fanout"),
             options.OptionalString("out"));
     }
 
@@ -270,7 +260,7 @@ internal sealed class FanoutScenario : IScenario
 
             if (undelivered > 0 && !window.Interrupted)
             {
-                failures.Add($"{undelivered:N0} deliveries still missing {options.Grace} s after publishing stopped");
+                failures.Add($"{undelivered:N0} deliveries still missing {options.Window.Grace} s after publishing stopped");
             }
 
             if (errors > 0)
@@ -299,8 +289,8 @@ internal sealed class FanoutScenario : IScenario
             CultureInfo c = CultureInfo.InvariantCulture;
             if (ScenarioSkeleton.PrintRepetitionStatus("fanout", this, Measured))
             {
-                Console.WriteLine(string.Create(c, $"  parameters          : {options.Subscribers} subscribers, payload {options.Payload} B, max lead {options.MaxLead:N0}"));
-                Console.WriteLine(string.Create(c, $"  measured window     : {Seconds:F2} s after {options.Warmup} s warm-up"));
+                Console.WriteLine(string.Create(c, $"  parameters          : {options.Subscribers} subscribers, payload {options.Payload} B, max lead {options.Window.MaxLead:N0}"));
+                Console.WriteLine(string.Create(c, $"  measured window     : {Seconds:F2} s after {options.Window.Warmup} s warm-up"));
                 Console.WriteLine(string.Create(c, $"  deliveries/s        : {DeliveriesPerSecond:N0}  ({Deliveries:N0} messages received by all subscribers)"));
                 Console.WriteLine(string.Create(c, $"  published/s         : {PublishedPerSecond:N0}  (x {options.Subscribers} subscribers = {PublishedPerSecond * options.Subscribers:N0} expected deliveries/s)"));
                 Console.WriteLine(string.Create(c, $"  payload MB/s        : {DeliveriesPerSecond * options.Payload / 1e6:F1} delivered (10^6 B)"));

@@ -66,10 +66,10 @@ internal sealed class RpcScenario : IScenario
         commandLine.RejectUnused();
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"rpc {options.Mode}: {options.Callers} callers -> '{options.Topic}.*' -> {options.Responders} responder(s), {options.Call.Name} ({options.Call.Description}), warm-up {options.Warmup} s, measured {options.Seconds} s, {options.Repeat} repetition(s); {targetOptions.Describe()}"));
+            $"rpc {options.Mode}: {options.Callers} callers -> '{options.Window.Topic}.*' -> {options.Responders} responder(s), {options.Call.Name} ({options.Call.Description}), warm-up {options.Window.Warmup} s, measured {options.Window.Seconds} s, {options.Window.Repeat} repetition(s); {targetOptions.Describe()}"));
         return await ScenarioSkeleton.RunRepetitionsAsync<RpcRun>(
             targetOptions,
-            options.Repeat,
+            options.Window.Repeat,
             (target, log) => RunOnceAsync(target, targetOptions, options, log, cancellationToken),
             run => run.Print(options),
             (target, runs, log) => Report(target, options, runs, log),
@@ -129,14 +129,14 @@ internal sealed class RpcScenario : IScenario
             }
             else
             {
-                long leadPerCaller = Math.Max(1, ScenarioClients.LeadWithin(options.MaxLead, clients.Take(options.Responders)) / options.Callers);
+                long leadPerCaller = Math.Max(1, ScenarioClients.LeadWithin(options.Window.MaxLead, clients.Take(options.Responders)) / options.Callers);
                 sending = Task.WhenAll(callers.Select(c => Task.Run(() => c.SendOnewayAsync(leadPerCaller, stopSending.Token))));
             }
 
             Process? server = target.ServerProcess;
             WindowResult<RpcSnapshot> window = await MeasuredWindow.RunAsync(
-                options.Warmup,
-                options.Seconds,
+                options.Window.Warmup,
+                options.Window.Seconds,
                 () => RpcSnapshot.Take(callers, oneway, server),
                 (now, previous, current, measuring) => Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
                     $"  {now,5:F1}s  calls/s {(current.Calls - previous.Calls) / current.Seconds(previous),11:N0}{(measuring ? "" : "  (warm-up)")}")),
@@ -149,7 +149,7 @@ internal sealed class RpcScenario : IScenario
 
             // ---- Stop: calls in flight (twoway) or requests sent (oneway) get --grace seconds to be answered.
             await ScenarioSkeleton.StopAndDrainAsync(
-                stopSending, sending, options.Grace, window.Interrupted, () => callers.Any(c => c.Client.Failure is null && c.Outstanding > 0), pollMilliseconds: 5);
+                stopSending, sending, options.Window.Grace, window.Interrupted, () => callers.Any(c => c.Client.Failure is null && c.Outstanding > 0), pollMilliseconds: 5);
 
             long unanswered = callers.Where(c => c.Client.Failure is null).Sum(c => c.Outstanding);
             string?[] lost = [.. clients.Select(c => c.Failure)]; // before closing: a client may call its own close a failure
@@ -163,7 +163,7 @@ internal sealed class RpcScenario : IScenario
         }
     }
 
-    private static string RequestTopic(RpcOptions options, int responder) => string.Create(CultureInfo.InvariantCulture, $"{options.Topic}.{responder}");
+    private static string RequestTopic(RpcOptions options, int responder) => string.Create(CultureInfo.InvariantCulture, $"{options.Window.Topic}.{responder}");
 
     private static int Report(ITarget target, RpcOptions options, List<RpcRun> runs, RunLog log)
     {
@@ -182,16 +182,11 @@ internal sealed class RpcScenario : IScenario
             json.WriteString("call", options.Call.Description);
             json.WriteNumber("callers", options.Callers);
             json.WriteNumber("responders", options.Responders);
-            json.WriteNumber("seconds", options.Seconds);
-            json.WriteNumber("warmupSeconds", options.Warmup);
-            json.WriteNumber("maxLead", options.MaxLead);
-            json.WriteString("topic", options.Topic);
-            json.WriteNumber("graceSeconds", options.Grace);
-            json.WriteNumber("repeat", options.Repeat);
+            options.Window.Write(json);
         }, log);
     }
 
-    internal sealed record RpcOptions(string Mode, RpcCall Call, int Callers, int Responders, double Seconds, double Warmup, long MaxLead, string Topic, double Grace, int Repeat, string? Out)
+    internal sealed record RpcOptions(string Mode, RpcCall Call, int Callers, int Responders, WindowOptions Window, string? Out)
     {
         public static RpcOptions Read(CommandLine options)
         {
@@ -206,12 +201,7 @@ internal sealed class RpcScenario : IScenario
                 RpcCall.Of(options.String("payload", "small")),
                 options.Int("callers", 1, 1, 100_000),
                 options.Int("responders", 1, 1, 10_000),
-                options.Seconds("seconds", 10, 0.1),
-                options.Seconds("warmup", 5, 0),
-                options.Int("max-lead", 10_000, 1),
-                options.String("topic", "bench.rpc"),
-                options.Seconds("grace", 3, 0),
-                ScenarioClients.Repeat(options),
+                WindowOptions.Read(options, "bench.rpc"),
                 options.OptionalString("out"));
         }
     }
@@ -582,7 +572,7 @@ internal sealed class RpcScenario : IScenario
 
             if (unanswered > 0 && !window.Interrupted)
             {
-                failures.Add(options.Mode == "oneway" ? $"{unanswered:N0} requests not received {options.Grace} s after sending stopped" : $"{unanswered} calls got no reply within {options.Grace} s");
+                failures.Add(options.Mode == "oneway" ? $"{unanswered:N0} requests not received {options.Window.Grace} s after sending stopped" : $"{unanswered} calls got no reply within {options.Window.Grace} s");
             }
 
             if (errors > 0)
@@ -617,7 +607,7 @@ internal sealed class RpcScenario : IScenario
             if (ScenarioSkeleton.PrintRepetitionStatus("rpc", this, Measured))
             {
                 Console.WriteLine(string.Create(c, $"  parameters          : {options.Mode}, {options.Call.Description}, {options.Callers} callers, {options.Responders} responder(s)"));
-                Console.WriteLine(string.Create(c, $"  measured window     : {Seconds:F2} s after {options.Warmup} s warm-up"));
+                Console.WriteLine(string.Create(c, $"  measured window     : {Seconds:F2} s after {options.Window.Warmup} s warm-up"));
                 Console.WriteLine(string.Create(c, $"  calls/s             : {CallsPerSecond:N0}  ({Calls:N0} calls; responders handled {Answered:N0} requests in all)"));
                 if (options.Mode == "twoway")
                 {

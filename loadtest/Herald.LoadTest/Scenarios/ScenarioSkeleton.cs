@@ -12,6 +12,9 @@ internal interface IScenarioRun
     /// <summary>Ctrl+C ended it.</summary>
     bool Interrupted { get; }
 
+    /// <summary>No repetition may follow it: Ctrl+C ended it, or it left nothing to measure (the server is gone).</summary>
+    bool EndsRepetitions => Interrupted;
+
     /// <summary>The checks that failed, one line each; empty when the repetition passed.</summary>
     IReadOnlyList<string> Failures { get; }
 
@@ -24,6 +27,7 @@ internal interface IScenarioRun
 /// figures:
 /// <code>
 /// start the target, print what it is                       StartAsync
+///     (or a fresh one per repetition)                      RunOnFreshTargetsAsync
 /// --repeat N: one repetition after another, each           RepeatAsync
 ///     setup, bounded by --setup-timeout                    SetUpAsync
 ///     warm-up, then the measured window                    MeasuredWindow.RunAsync
@@ -57,29 +61,72 @@ internal static class ScenarioSkeleton
     }
 
     /// <summary>
-    /// The whole of a throughput scenario (<c>fanout</c>, <c>rpc</c>): start the target, run
-    /// <paramref name="repeat"/> repetitions of <paramref name="once"/> with one run log, printing each,
-    /// then <paramref name="report"/> them. Returns the exit code.
+    /// The whole of a scenario over one target (<c>fanout</c>, <c>rpc</c>, <c>stream</c>): start the target,
+    /// run <paramref name="repeat"/> repetitions of <paramref name="once"/> with one run log, each after its
+    /// <paramref name="header"/> (default <see cref="RepetitionHeader"/>) and printed when
+    /// <paramref name="print"/> is given, then <paramref name="report"/> them. Returns the exit code.
     /// </summary>
     public static async Task<int> RunRepetitionsAsync<T>(
         TargetOptions targetOptions,
         int repeat,
         Func<ITarget, RunLog, Task<T?>> once,
-        Action<T> print,
+        Action<T>? print,
         Func<ITarget, List<T>, RunLog, int> report,
         CancellationToken cancellationToken,
-        Action<ITarget>? check = null)
+        Action<ITarget>? check = null,
+        Func<int, string?>? header = null)
         where T : class, IScenarioRun
     {
         await using ITarget target = await StartAsync(targetOptions, cancellationToken, check);
         var log = new RunLog();
-        (List<T> runs, int? exit) = await RepeatAsync(repeat, RepetitionHeader(repeat), () => once(target, log), print, cancellationToken);
+        (List<T> runs, int? exit) = await RepeatAsync(repeat, header ?? RepetitionHeader(repeat), () => once(target, log), print, cancellationToken);
         return exit ?? report(target, runs, log);
     }
 
     /// <summary>
+    /// The whole of a scenario that measures a freshly started server in every repetition
+    /// (<c>connections</c>): like <see cref="RunRepetitionsAsync"/>, but each repetition stops the last
+    /// target and starts another (printed once, the first time); <paramref name="report"/> sees the last one.
+    /// </summary>
+    public static async Task<int> RunOnFreshTargetsAsync<T>(
+        TargetOptions targetOptions,
+        int repeat,
+        Func<ITarget, int, Task<T?>> once,
+        Action<T> print,
+        Func<ITarget, List<T>, int> report,
+        CancellationToken cancellationToken)
+        where T : class, IScenarioRun
+    {
+        ITarget? target = null;
+        try
+        {
+            int repetition = 0;
+            (List<T> runs, int? exit) = await RepeatAsync(repeat, RepetitionHeader(repeat), async () =>
+            {
+                if (target is { } last)
+                {
+                    target = null;
+                    await last.DisposeAsync();
+                }
+
+                target = ++repetition == 1 ? await StartAsync(targetOptions, cancellationToken) : await TargetFactory.StartAsync(targetOptions, cancellationToken);
+                return await once(target, repetition);
+            }, print, cancellationToken);
+            return exit ?? report(target!, runs);
+        }
+        finally
+        {
+            if (target is not null)
+            {
+                await target.DisposeAsync();
+            }
+        }
+    }
+
+    /// <summary>
     /// Runs <paramref name="once"/> <paramref name="repeat"/> times, each after its <paramref name="header"/>
-    /// line (none when it gives null), printing each result, and stops early after an interrupted one.
+    /// line (none when it gives null), printing each result, and stops early after one that
+    /// <see cref="IScenarioRun.EndsRepetitions"/>.
     /// Returns the runs, or an exit code when a repetition could not be set up (null from
     /// <paramref name="once"/>): <see cref="ExitCodes.Interrupted"/> on Ctrl+C, else <see cref="ExitCodes.BrokerUnreachable"/>.
     /// </summary>
@@ -102,7 +149,7 @@ internal static class ScenarioSkeleton
 
             runs.Add(run);
             print?.Invoke(run);
-            if (run.Interrupted)
+            if (run.EndsRepetitions)
             {
                 break;
             }
@@ -179,8 +226,9 @@ internal static class ScenarioSkeleton
         where T : IScenarioRun =>
         [.. runs.SelectMany((r, i) => r.Failures.Select(f => prefix(i + 1) is { } p ? $"{p}: {f}" : f))];
 
-    public static int ExitCode(bool interrupted, IReadOnlyCollection<string> failures) =>
-        interrupted ? ExitCodes.Interrupted : failures.Count == 0 ? ExitCodes.Ok : ExitCodes.RunFailed;
+    /// <summary>130 after Ctrl+C, 3 when the server could not be reached (<paramref name="unreachable"/>), 1 with failures, else 0.</summary>
+    public static int ExitCode(bool interrupted, IReadOnlyCollection<string> failures, bool unreachable = false) =>
+        interrupted ? ExitCodes.Interrupted : unreachable ? ExitCodes.BrokerUnreachable : failures.Count == 0 ? ExitCodes.Ok : ExitCodes.RunFailed;
 
     /// <summary>
     /// The end of the throughput scenarios (<c>fanout</c>, <c>rpc</c>): the status line, the headlines, the
@@ -213,14 +261,18 @@ internal static class ScenarioSkeleton
     }
 
     /// <summary>
-    /// The result file every scenario over a target writes: the target, the headlines, the parameters, the
-    /// server's RSS when known, the result rows, then the outcome (ok, interrupted, failures, and the run's
-    /// events when it kept a <paramref name="log"/>).
+    /// The result file every scenario writes: the target (none for <c>compression</c>, which starts its own
+    /// brokers), the headlines, the parameters, the server's RSS when known, the result rows, then the
+    /// outcome (ok, interrupted, failures, and the run's events when it kept a <paramref name="log"/>).
     /// </summary>
-    public static void WriteResult(string path, string scenario, ITarget target, IEnumerable<Headline> headlines, Action<Utf8JsonWriter> writeParameters, long? serverRss, Action<Utf8JsonWriter> writeRows, IReadOnlyCollection<string> failures, bool interrupted, RunLog? log) =>
+    public static void WriteResult(string path, string scenario, ITarget? target, IEnumerable<Headline> headlines, Action<Utf8JsonWriter> writeParameters, long? serverRss, Action<Utf8JsonWriter> writeRows, IReadOnlyCollection<string> failures, bool interrupted, RunLog? log) =>
         ResultFile.Write(path, scenario, json =>
         {
-            TargetReport.Write(json, target);
+            if (target is not null)
+            {
+                TargetReport.Write(json, target);
+            }
+
             Headline.WriteAll(json, headlines);
             json.WriteStartObject("parameters");
             writeParameters(json);
@@ -261,13 +313,7 @@ internal static class ScenarioSkeleton
         json.WriteNumber("measuredSeconds", seconds);
         figures(json);
         resources?.Write(json);
-        json.WriteStartArray("failures");
-        foreach (string failure in run.Failures)
-        {
-            json.WriteStringValue(failure);
-        }
-
-        json.WriteEndArray();
+        ResultFile.WriteStrings(json, "failures", run.Failures);
         json.WriteEndObject();
     }
 

@@ -1,6 +1,7 @@
 using System.Buffers;
 using System.Buffers.Binary;
 using System.Globalization;
+using System.Text.Json;
 using MessagePack;
 
 namespace Herald.LoadTest.Scenarios;
@@ -24,6 +25,8 @@ internal sealed class StampedPayload
     public StampedPayload(int counters, int strings, int stringLength)
     {
         ArgumentOutOfRangeException.ThrowIfNegativeOrZero(counters);
+        Strings = strings;
+        StringLength = stringLength;
         var buffer = new ArrayBufferWriter<byte>();
         var writer = new MessagePackWriter(buffer);
         writer.WriteArrayHeader(counters + strings);
@@ -56,6 +59,18 @@ internal sealed class StampedPayload
 
     /// <summary>Bytes in every copy.</summary>
     public int Length => _template.Length;
+
+    public int Strings { get; }
+
+    public int StringLength { get; }
+
+    /// <summary>Writes the body's shape into a result file's <c>"parameters"</c>: strings, their length, bytes.</summary>
+    public void Write(Utf8JsonWriter json)
+    {
+        json.WriteNumber("strings", Strings);
+        json.WriteNumber("stringLength", StringLength);
+        json.WriteNumber("payloadBytes", Length);
+    }
 
     /// <summary>A fresh copy of the body with every counter 0.</summary>
     public byte[] NewBuffer() => (byte[])_template.Clone();

@@ -47,18 +47,18 @@ internal sealed class StreamScenario : IScenario
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"stream: {options.Messages:N0} messages ({options.Warmup:N0} warm-up) of {options.Strings} strings x {options.StringLength} chars = {payload.Length} B MessagePack, max lead {options.MaxLead:N0}, {options.Repeat} run(s), on {targetOptions.Describe()}"));
-        await using ITarget target = await ScenarioSkeleton.StartAsync(targetOptions, cancellationToken);
-        (List<StreamRun> runs, int? exit) = await ScenarioSkeleton.RepeatAsync(
+        return await ScenarioSkeleton.RunRepetitionsAsync<StreamRun>(
+            targetOptions,
             options.Repeat,
-            repetition => string.Create(CultureInfo.InvariantCulture, $"run {repetition}/{options.Repeat}:"),
-            () => StreamRun.ExecuteAsync(target, options, targetOptions.SetupTimeoutSeconds, payload, cancellationToken),
+            (target, _) => StreamRun.ExecuteAsync(target, options, targetOptions.SetupTimeoutSeconds, payload, cancellationToken),
             print: null,
-            cancellationToken);
-        if (exit is { } code)
-        {
-            return code;
-        }
+            (target, runs, _) => Report(target, options, payload, runs),
+            cancellationToken,
+            header: repetition => string.Create(CultureInfo.InvariantCulture, $"run {repetition}/{options.Repeat}:"));
+    }
 
+    private int Report(ITarget target, StreamOptions options, StampedPayload payload, List<StreamRun> runs)
+    {
         bool interrupted = runs.Any(r => r.Interrupted);
         List<Headline> headlines =
         [
@@ -75,9 +75,7 @@ internal sealed class StreamScenario : IScenario
                 json.WriteNumber("messages", options.Messages);
                 json.WriteNumber("warmupMessages", options.Warmup);
                 json.WriteNumber("maxLead", options.MaxLead);
-                json.WriteNumber("strings", options.Strings);
-                json.WriteNumber("stringLength", options.StringLength);
-                json.WriteNumber("payloadBytes", payload.Length);
+                payload.Write(json);
                 json.WriteNumber("maxSeconds", options.MaxSeconds);
                 json.WriteNumber("repeat", options.Repeat);
             }, serverRss: null, json => ScenarioSkeleton.WriteRows(json, "runs", runs), failures, interrupted, log: null);
@@ -217,19 +215,11 @@ internal sealed class StreamReceiver(StampedPayload payload, long total, long wa
 }
 
 /// <summary>One repetition of <c>stream</c>: connect, stream, check, measure. Not thread-safe; used by the scenario's flow only.</summary>
-internal sealed class StreamRun : IScenarioRun
+internal sealed class StreamRun : ScenarioRun
 {
     private StreamRun() { }
 
     public long Sent { get; private set; }
-
-    public long Received { get; private set; }
-
-    public long Expected { get; private set; }
-
-    public long Missing => Expected - Received;
-
-    public long OutOfOrder { get; private set; }
 
     public long Malformed { get; private set; }
 
@@ -242,16 +232,6 @@ internal sealed class StreamRun : IScenarioRun
     public double MessagesPerSecond { get; private set; }
 
     public double MegabytesPerSecond { get; private set; }
-
-    public ResourceUsage Usage { get; private set; }
-
-    public long? ServerRss { get; private set; }
-
-    public bool Interrupted { get; private set; }
-
-    public List<string> Failures { get; } = [];
-
-    IReadOnlyList<string> IScenarioRun.Failures => Failures;
 
     /// <summary>Runs once; null when connecting or subscribing failed (the reason is printed).</summary>
     public static async Task<StreamRun?> ExecuteAsync(ITarget target, StreamOptions options, double setupSeconds, StampedPayload payload, CancellationToken cancellationToken)
@@ -421,26 +401,17 @@ internal sealed class StreamRun : IScenarioRun
     /// </summary>
     internal static string? AnyButOutOfMemory(Exception e) => e is OutOfMemoryException ? null : $"{e.GetType().Name}: {e.Message}";
 
-    public void Write(Utf8JsonWriter json)
+    public override void Write(Utf8JsonWriter json)
     {
         json.WriteStartObject();
         json.WriteNumber("sent", Sent);
-        json.WriteNumber("expected", Expected);
-        json.WriteNumber("received", Received);
-        json.WriteNumber("missing", Missing);
-        json.WriteNumber("outOfOrder", OutOfOrder);
+        WriteDeliveries(json);
         json.WriteNumber("malformed", Malformed);
         json.WriteNumber("measuredMessages", MeasuredMessages);
         json.WriteNumber("seconds", Seconds);
         json.WriteNumber("messagesPerSecond", MessagesPerSecond);
         json.WriteNumber("megabytesPerSecond", MegabytesPerSecond);
-        Usage.Write(json);
-        if (ServerRss is { } rss)
-        {
-            json.WriteNumber("serverRssBytes", rss);
-        }
-
-        json.WriteBoolean("interrupted", Interrupted);
+        WriteUsage(json);
         json.WriteEndObject();
     }
 

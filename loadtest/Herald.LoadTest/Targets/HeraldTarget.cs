@@ -61,6 +61,9 @@ internal sealed class HeraldTarget : ITarget
     /// <summary>The HTTP (long-poll) port.</summary>
     public int HttpPort => _options.HttpPort ?? 8080;
 
+    /// <summary>The monitoring listener's port (<c>/varz</c>).</summary>
+    public int MonitoringPort => _options.MonitoringPort ?? 8222;
+
     /// <summary>The broker arguments the tool starts Herald with: listeners on loopback, nothing else changed.</summary>
     public static List<string> Arguments(TargetOptions options)
     {
@@ -72,6 +75,8 @@ internal sealed class HeraldTarget : ITarget
             $"--Herald:Tcp:PortRangeEnd={options.LastPort.ToString(c)}",
             $"--Herald:Http:Host={options.Host}",
             $"--Herald:Http:Port={(options.HttpPort ?? 8080).ToString(c)}",
+            $"--Herald:Monitoring:Host={options.Host}",
+            $"--Herald:Monitoring:Port={(options.MonitoringPort ?? 8222).ToString(c)}",
             "--Herald:Policy:Port=-1",
         ];
     }

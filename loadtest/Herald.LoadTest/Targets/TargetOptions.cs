@@ -20,7 +20,8 @@ internal sealed record TargetOptions(
     string? ClientCpus,
     int? ServerPid,
     string BrokerDll,
-    double SetupTimeoutSeconds)
+    double SetupTimeoutSeconds,
+    int? MonitoringPort = null)
 {
     public static readonly string[] Targets = ["herald", "nats", "redis", "signalr"];
 
@@ -37,6 +38,7 @@ internal sealed record TargetOptions(
                                  signalr 5080; herald long-poll uses --http-port (default 8080)
           --ports A-B            herald: spread TCP clients over ports A..B            (default 4502-4534)
           --http-port N          herald long-poll / HTTP port                          (default 8080)
+          --monitoring-port N    herald monitoring listener (/varz), on --host         (default 8222)
           --server-cpus LIST     pin a started server to these CPUs (taskset -c LIST), the same for every target
           --client-cpus LIST     pin this tool to these CPUs
           --server-pid PID       with --server external: the server's process, for its CPU and RSS
@@ -77,6 +79,7 @@ internal sealed record TargetOptions(
 
         int? port = options.Has("port") ? options.Int("port", 0, 1, 65535) : null;
         int? httpPort = options.Has("http-port") ? options.Int("http-port", 0, 1, 65535) : null;
+        int? monitoringPort = options.Has("monitoring-port") ? options.Int("monitoring-port", 0, 1, 65535) : null;
         int? pid = options.Has("server-pid") ? options.Int("server-pid", 0, 1) : null;
         return new TargetOptions(
             target,
@@ -91,7 +94,8 @@ internal sealed record TargetOptions(
             options.OptionalString("client-cpus"),
             pid,
             options.String("broker-dll", DefaultBrokerDll),
-            options.Seconds("setup-timeout", 60, 1));
+            options.Seconds("setup-timeout", 60, 1),
+            monitoringPort);
     }
 
     /// <summary>The port to use for <paramref name="target"/>: <c>--port</c>, else its usual one.</summary>

@@ -13,11 +13,11 @@ internal static class ControlFrames
 
     public static MessageBuffer Pong() => MessageBuffer.Copy(PongBytes);
 
-    /// <summary>An ERROR frame; <paramref name="fatal"/> overrides the code's usual flag (a connection closing says so).</summary>
-    public static MessageBuffer Error(ErrorCode code, string message, bool? fatal = null)
+    /// <summary>An ERROR frame; <paramref name="fatal"/> overrides the code's usual flag (a connection closing says so); <paramref name="sid"/> names the subscription it ended.</summary>
+    public static MessageBuffer Error(ErrorCode code, string message, bool? fatal = null, uint sid = 0)
     {
         var writer = new ArrayBufferWriter<byte>(64 + message.Length);
-        FrameWriter.WriteError(writer, code, fatal ?? ErrorCodes.IsFatal(code), message);
+        FrameWriter.WriteError(writer, code, fatal ?? ErrorCodes.IsFatal(code), message, sid: sid);
         return MessageBuffer.Copy(writer.WrittenSpan);
     }
 }

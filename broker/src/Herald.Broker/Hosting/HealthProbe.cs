@@ -1,5 +1,5 @@
 using System.Net;
-using Herald.Broker.Hosting;
+using Herald.Broker.Monitoring;
 using Microsoft.Extensions.Configuration;
 
 namespace Herald.Broker.Hosting;
@@ -7,8 +7,9 @@ namespace Herald.Broker.Hosting;
 /// <summary>
 /// <c>Herald.Broker --probe [URL or path]</c>: one HTTP GET, exit code 0 for a 2xx answer, 1 otherwise. The
 /// container HEALTHCHECK runs it, since chiseled images have no shell or curl. Without a URL it asks
-/// <c>/healthz</c> on the HTTP port of the same configuration the broker reads (appsettings.json,
-/// <c>Herald__Http__Port</c>, <c>--Herald:Http:Port=</c>); a path (<c>/readyz</c>) goes to that port too.
+/// <c>/healthz</c> on the monitoring listener of the same configuration the broker reads (appsettings.json,
+/// <c>Herald__Monitoring__Port</c>, <c>--Herald:Monitoring:Port=</c>), or on the HTTP port when the monitoring
+/// listener is off and the probes are served there; a path (<c>/readyz</c>) goes to the same place.
 /// </summary>
 internal static class HealthProbe
 {
@@ -22,7 +23,7 @@ internal static class HealthProbe
         Uri? url = Resolve(target, args);
         if (url is null)
         {
-            await Console.Error.WriteLineAsync($"probe: cannot tell where to probe ('{target}', HTTP port off?)").ConfigureAwait(false);
+            await Console.Error.WriteLineAsync($"probe: cannot tell where to probe ('{target}', monitoring listener off?)").ConfigureAwait(false);
             return 1;
         }
 
@@ -54,9 +55,15 @@ internal static class HealthProbe
             .AddEnvironmentVariables()
             .AddCommandLine(args.Where(a => a.StartsWith("--", StringComparison.Ordinal) && a.Contains('=', StringComparison.Ordinal)).ToArray())
             .Build();
+        IConfigurationSection herald = configuration.GetSection(HeraldOptions.Section);
+        var monitoring = new MonitoringOptions();
+        herald.GetSection("Monitoring").Bind(monitoring);
         var http = new HttpOptions();
-        configuration.GetSection(HeraldOptions.Section).GetSection("Http").Bind(http);
-        if (http.Port <= 0 || !HeraldOptionsValidator.TryParseHost(http.Host, out IPAddress address))
+        herald.GetSection("Http").Bind(http);
+        (string host, int port) = monitoring.Port > 0 ? (monitoring.Host, monitoring.Port)
+            : monitoring.Port < 0 && monitoring.ProbesOnHttpPort ? (http.Host, http.Port)
+            : (monitoring.Host, 0);
+        if (port <= 0 || !HeraldOptionsValidator.TryParseHost(host, out IPAddress address))
         {
             return null;
         }
@@ -72,6 +79,6 @@ internal static class HealthProbe
         }
 
         string path = string.IsNullOrEmpty(target) ? "/healthz" : target.StartsWith('/') ? target : "/" + target;
-        return new UriBuilder(Uri.UriSchemeHttp, address.ToString(), http.Port, path).Uri;
+        return new UriBuilder(Uri.UriSchemeHttp, address.ToString(), port, path).Uri;
     }
 }

@@ -4,12 +4,14 @@ using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
 using Herald.Broker.Compression;
+using Herald.Broker.Monitoring;
 using Herald.Broker.Policy;
 using Herald.Broker.Transports;
 using Herald.Broker.Transports.LongPoll;
 using Herald.Broker.Transports.Tcp;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Routing;
 using Microsoft.AspNetCore.Hosting;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
 using Microsoft.Extensions.Configuration;
@@ -23,6 +25,9 @@ namespace Herald.Broker.Hosting;
 /// <summary>Builds the broker's host: configuration, services and Kestrel listeners. Used by Program and by tests.</summary>
 public static class HeraldHost
 {
+    /// <summary>The CORS policy of the client endpoints (long-poll, policy files).</summary>
+    private const string ClientCors = "clients";
+
     /// <summary>
     /// Creates the broker application. <paramref name="configure"/> lets tests and embedders override
     /// options after configuration is bound (it runs before validation).
@@ -156,12 +161,26 @@ public static class HeraldHost
                 }
             }
 
+            // The operations endpoints (probes, /metrics, /varz, /connz, /subsz) on their own listener, plain
+            // HTTP, loopback by default: MonitoringAccess keeps them off the client port and the client routes off it.
+            MonitoringOptions monitoring = preview.Monitoring;
+            if (monitoring.Port >= 0)
+            {
+                kestrel.Listen(ParseHost(monitoring.Host), monitoring.Port, listen =>
+                {
+                    listen.Protocols = HttpProtocols.Http1;
+                    listeners.Monitoring = listen;
+                });
+            }
+
             // Kestrel's request-header timeout and minimum data rates stay at their defaults (slowloris);
             // bodies are capped per request by the long-poll endpoints.
             kestrel.Limits.MaxRequestBodySize = preview.LongPoll.MaxBodyBytes;
             kestrel.Limits.RequestHeadersTimeout = preview.Http.RequestHeadersTimeout;
         });
-        services.AddCors(cors => cors.AddDefaultPolicy(policy =>
+        // CORS for the client endpoints only (long-poll, policy files): a named policy, not a default one,
+        // so an operations endpoint never answers a browser's preflight or request with CORS headers.
+        services.AddCors(cors => cors.AddPolicy(ClientCors, policy =>
         {
             string[] domains = preview.Policy.AllowedDomains;
             if (domains.Contains("*"))
@@ -179,19 +198,19 @@ public static class HeraldHost
         }));
 
         WebApplication app = builder.Build();
+        app.UseMiddleware<MonitoringAccess>(); // after routing (added first by the host), before CORS
         app.UseCors();
-        app.MapLongPoll();
-        app.MapPolicyFiles();
+        RouteGroupBuilder clients = app.MapGroup("");
+        clients.RequireCors(ClientCors);
+        clients.MapLongPoll();
+        clients.MapPolicyFiles();
         app.MapHeraldOperations(preview);
         app.Lifetime.ApplicationStarted.Register(() =>
         {
             HeraldOptions o = app.Services.GetRequiredService<IOptions<HeraldOptions>>().Value;
             ILogger log = app.Services.GetRequiredService<BrokerCore>().Log;
             IReadOnlyList<int> tcp = listeners.TcpPorts; // the ports bound: an ephemeral one (0) shows its number
-            if (o.Security.Auth.Mode == AuthMode.None && !(IPAddress.IsLoopback(ParseHost(o.Tcp.Host)) && (o.Http.Port < 0 || IPAddress.IsLoopback(ParseHost(o.Http.Host)))))
-            {
-                log.OpenToTheNetwork(o.Http.Port < 0 ? $"TCP {o.Tcp.Host}" : $"TCP {o.Tcp.Host}, HTTP {o.Http.Host}");
-            }
+            WarnOfExposure(o, log);
 
             log.TcpListening(o.ServerName, o.Tcp.Host, tcp.Min(), tcp.Max());
             if (listeners.HttpPort is { } http)
@@ -209,6 +228,42 @@ public static class HeraldHost
             }
         });
         return app;
+    }
+
+    /// <summary>
+    /// The loud warnings: without authentication, a client listener beyond loopback lets anyone publish and
+    /// subscribe to everything; an open monitoring listener beyond loopback shows every client and topic.
+    /// Each says what it exposes.
+    /// </summary>
+    private static void WarnOfExposure(HeraldOptions o, ILogger log)
+    {
+        var exposed = new List<string>();
+        bool anonymous = o.Security.Auth.Mode == AuthMode.None;
+        if (anonymous && !IPAddress.IsLoopback(ParseHost(o.Tcp.Host)))
+        {
+            exposed.Add($"TCP {o.Tcp.Host} (publish, subscribe and answer requests on every topic)");
+        }
+
+        if (anonymous && o.Http.Port >= 0 && !IPAddress.IsLoopback(ParseHost(o.Http.Host)))
+        {
+            exposed.Add($"HTTP {o.Http.Host} (the same over long-poll)");
+        }
+
+        MonitoringOptions monitoring = o.Monitoring;
+        bool monitoringOpen = monitoring.Port >= 0 && string.IsNullOrEmpty(monitoring.Token) && !IPAddress.IsLoopback(ParseHost(monitoring.Host));
+        if (exposed.Count > 0)
+        {
+            if (monitoringOpen)
+            {
+                exposed.Add($"monitoring {monitoring.Host}:{monitoring.Port} (client names and addresses, every subscribed topic and inbox)");
+            }
+
+            log.OpenToTheNetwork(string.Join("; ", exposed));
+        }
+        else if (monitoringOpen)
+        {
+            log.MonitoringOpenToTheNetwork(monitoring.Host, monitoring.Port);
+        }
     }
 
     /// <summary>How often the registry checks every session's liveness: a quarter of the shortest timeout of any transport, between 5 ms and 1 s.</summary>

@@ -1,3 +1,4 @@
+using Herald.Broker.Monitoring;
 using Herald.Broker.Sessions;
 using Herald.Broker.Transports.LongPoll;
 using Herald.Broker.Transports.Tcp;
@@ -67,6 +68,17 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
 
         OtlpOptions otlp = options.Telemetry.Otlp;
         Annotations(failures, "Herald:Monitoring", options.Monitoring);
+        MonitoringOptions monitoring = options.Monitoring;
+        if (!TryParseHost(monitoring.Host, out _))
+        {
+            failures.Add($"Herald:Monitoring:Host '{monitoring.Host}' is not an IP address, 'localhost' or 'any'.");
+        }
+
+        if (monitoring.Port > 0 && (monitoring.Port == options.Http.Port || monitoring.Port == options.Policy.Port || (monitoring.Port >= tcp.PortRangeStart && monitoring.Port <= tcp.PortRangeEnd)))
+        {
+            failures.Add($"Herald:Monitoring:Port {monitoring.Port} is also a client port (HTTP, policy or TCP): the monitoring listener needs its own.");
+        }
+
         Check(failures, "Herald:Monitoring:DrainDelay", options.Monitoring.DrainDelay, TimeSpan.Zero, TimeSpan.FromMinutes(5));
         Check(failures, "Herald:Telemetry:Otlp:MetricsInterval", otlp.MetricsInterval, TimeSpan.FromMilliseconds(100), TimeSpan.FromHours(1));
         if (!string.IsNullOrEmpty(otlp.Endpoint) && !(Uri.TryCreate(otlp.Endpoint, UriKind.Absolute, out Uri? endpoint) && endpoint.Scheme is "http" or "https"))
@@ -111,6 +123,8 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
 
         Security.AuthOptions auth = security.Auth;
         Check(failures, "Herald:Security:Auth:FailureDelay", auth.FailureDelay, TimeSpan.Zero, TimeSpan.FromSeconds(30));
+        Annotations(failures, "Herald:Security:Responses", security.Responses);
+        Check(failures, "Herald:Security:Responses:Expires", security.Responses.Expires, TimeSpan.FromMilliseconds(1), TimeSpan.FromDays(1));
         if (auth.Mode == Security.AuthMode.Token)
         {
             if (auth.Tokens.Count == 0)

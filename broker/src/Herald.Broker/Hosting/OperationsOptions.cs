@@ -22,7 +22,7 @@ public sealed class LoggingOptions
 /// <summary><c>Herald:Telemetry</c>: where metrics and traces go.</summary>
 public sealed class TelemetryOptions
 {
-    /// <summary>Serve the Prometheus text format at <c>/metrics</c> on the HTTP port.</summary>
+    /// <summary>Serve the Prometheus text format at <c>/metrics</c> (on the monitoring listener, as the other operations endpoints).</summary>
     public bool Prometheus { get; set; } = true;
 
     public OtlpOptions Otlp { get; set; } = new();

@@ -45,13 +45,23 @@ internal static class OperationsSetup
     private static void LogEndpoints(WebApplication app, HeraldOptions options)
     {
         ILogger log = app.Services.GetRequiredService<BrokerCore>().Log;
-        if (app.Services.GetRequiredService<Listeners>().HttpPort is { } port)
+        Listeners listeners = app.Services.GetRequiredService<Listeners>();
+        MonitoringOptions monitoring = options.Monitoring;
+        string guarded = (options.Telemetry.Prometheus ? ", /metrics" : "") + (monitoring.Enabled ? ", /varz, /connz, /subsz" : "");
+        bool token = !string.IsNullOrEmpty(monitoring.Token);
+        if (listeners.MonitoringPort is { } port)
         {
-            log.OperationsEndpoints(port, options.Telemetry.Prometheus ? ", /metrics" : "", options.Monitoring.Enabled ? ", /varz, /connz, /subsz" : "");
+            log.OperationsEndpoints(monitoring.Host, port, guarded, token && guarded.Length > 0 ? " (all but the probes need the bearer token)" : "");
         }
         else
         {
             log.OperationsEndpointsOff();
+        }
+
+        string onHttpPort = (monitoring.ProbesOnHttpPort ? ", /healthz, /readyz" : "") + (token && guarded.Length > 0 ? guarded + " (with the bearer token)" : "");
+        if (listeners.HttpPort is { } http && onHttpPort.Length > 0)
+        {
+            log.OperationsOnHttpPort(http, onHttpPort[2..]);
         }
 
         OtlpOptions otlp = options.Telemetry.Otlp;

@@ -1,4 +1,5 @@
 using System.Globalization;
+using Herald.Broker.Monitoring;
 using Herald.Broker.Telemetry;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Http;
@@ -36,9 +37,11 @@ internal static class TelemetrySetup
     {
         // Verbose here: the Microsoft.Extensions.Logging filters (Logging:LogLevel) run before this sink.
         LoggerConfiguration configuration = new LoggerConfiguration().MinimumLevel.Verbose();
+        // Text prints values as they are, so control characters from clients are escaped first (a newline in
+        // a client name would otherwise start a forged line); JSON escapes them itself and keeps values exact.
         configuration = options.Format == LogFormat.Json
             ? configuration.WriteTo.Console(new RenderedCompactJsonFormatter())
-            : configuration.WriteTo.Console(
+            : configuration.Enrich.With<ControlCharacterEscaper>().WriteTo.Console(
                 outputTemplate: "[{Timestamp:HH:mm:ss.fff} {Level:u3}] {SourceContext}: {Message:lj}{NewLine}{Exception}",
                 formatProvider: CultureInfo.InvariantCulture);
         logging.ClearProviders();
@@ -88,7 +91,7 @@ internal static class TelemetrySetup
     {
         if (options.Telemetry.Prometheus)
         {
-            app.MapPrometheusScrapingEndpoint();
+            app.MapPrometheusScrapingEndpoint().AsMonitoring(); // on the monitoring listener, or behind its token
         }
     }
 

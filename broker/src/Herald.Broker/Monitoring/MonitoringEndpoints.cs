@@ -18,7 +18,8 @@ namespace Herald.Broker.Monitoring;
 
 /// <summary>
 /// Health (<c>/healthz</c>, <c>/readyz</c>) and the JSON monitoring endpoints in the spirit of NATS's
-/// (<c>/varz</c>, <c>/connz</c>, <c>/subsz</c>), on the HTTP port. Each request reads the broker's state
+/// (<c>/varz</c>, <c>/connz</c>, <c>/subsz</c>), on the monitoring listener (<see cref="MonitoringAccess"/>
+/// says who else may reach them). Each request reads the broker's state
 /// once (a snapshot of the session tables, a walk of the router under its read lock): nothing here runs
 /// on the message path.
 /// </summary>
@@ -32,17 +33,17 @@ internal static class MonitoringEndpoints
     public static void MapHealth(this IEndpointRouteBuilder app)
     {
         // Alive: the process answers HTTP. Stays 200 while draining, so an orchestrator does not kill a broker that is finishing its work.
-        app.MapGet("/healthz", (HttpContext context) => Health(context, alive: true));
+        app.MapGet("/healthz", (HttpContext context) => Health(context, alive: true)).AsProbe();
 
         // Ready: every listener is bound and the broker is not shutting down.
-        app.MapGet("/readyz", (HttpContext context) => Health(context, alive: false));
+        app.MapGet("/readyz", (HttpContext context) => Health(context, alive: false)).AsProbe();
     }
 
     public static void MapMonitoring(this IEndpointRouteBuilder app)
     {
-        app.MapGet("/varz", Varz);
-        app.MapGet("/connz", Connz);
-        app.MapGet("/subsz", Subsz);
+        app.MapGet("/varz", Varz).AsMonitoring();
+        app.MapGet("/connz", Connz).AsMonitoring();
+        app.MapGet("/subsz", Subsz).AsMonitoring();
     }
 
     private static IResult Health(HttpContext context, bool alive)
@@ -91,7 +92,7 @@ internal static class MonitoringEndpoints
             now,
             FormatUptime(uptime),
             Math.Round(uptime.TotalSeconds, 3),
-            new VarzPorts(tcp.Count > 0 ? tcp.Min() : null, tcp.Count > 0 ? tcp.Max() : null, listeners.HttpPort, listeners.PolicyPort, listeners.PolicyUnavailable),
+            new VarzPorts(tcp.Count > 0 ? tcp.Min() : null, tcp.Count > 0 ? tcp.Max() : null, listeners.HttpPort, listeners.PolicyPort, listeners.PolicyUnavailable, listeners.MonitoringPort),
             sessions.Count - polls.Count,
             polls.Count,
             metrics.TotalConnectionsOpened,
@@ -161,9 +162,14 @@ internal static class MonitoringEndpoints
         TopicRouter router = services.GetRequiredService<TopicRouter>();
         IReadOnlyList<(string Pattern, int Subscribers)> snapshot = router.Snapshot(MaxSortedPatterns, out int patterns);
         var matching = new List<(string Pattern, int Subscribers)>(snapshot.Count);
+        int inboxes = 0;
         foreach ((string Pattern, int Subscribers) entry in snapshot)
         {
-            if (string.IsNullOrEmpty(topic) || Topic.Matches(entry.Pattern, topic))
+            if (entry.Pattern.StartsWith(ProtocolConstants.InboxPrefix, StringComparison.Ordinal))
+            {
+                inboxes++; // a reply address: counted, never named
+            }
+            else if (string.IsNullOrEmpty(topic) || Topic.Matches(entry.Pattern, topic))
             {
                 matching.Add(entry);
             }
@@ -176,7 +182,7 @@ internal static class MonitoringEndpoints
             page.Add(new PatternInfo(matching[i].Pattern, matching[i].Subscribers));
         }
 
-        var subsz = new Subsz(DateTimeOffset.UtcNow, router.SubscriptionCount, patterns, string.IsNullOrEmpty(topic) ? null : topic, matching.Count, offset, limit, patterns > snapshot.Count, page);
+        var subsz = new Subsz(DateTimeOffset.UtcNow, router.SubscriptionCount, patterns, inboxes, string.IsNullOrEmpty(topic) ? null : topic, matching.Count, offset, limit, patterns > snapshot.Count, page);
         return Results.Json(subsz, MonitoringJsonContext.Default.Subsz);
     }
 

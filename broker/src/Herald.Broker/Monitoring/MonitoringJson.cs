@@ -36,7 +36,7 @@ internal sealed record Varz(
     LongPollOptions LongPoll,
     Compression.CompressionOptions Compression);
 
-internal sealed record VarzPorts(int? TcpFirst, int? TcpLast, int? Http, int? Policy, string? PolicyUnavailable);
+internal sealed record VarzPorts(int? TcpFirst, int? TcpLast, int? Http, int? Policy, string? PolicyUnavailable, int? Monitoring);
 
 /// <summary>Message totals: <c>published</c> received, <c>delivered</c> queued to subscriptions, <c>sent</c> written to them.</summary>
 internal sealed record VarzMessages(long Published, long PublishedBytes, long Delivered, long Sent, long SentBytes, long Dropped);
@@ -65,8 +65,12 @@ internal sealed record ConnectionInfo(
     long? PendingMessages,
     long? PendingBytes);
 
-/// <summary><c>/subsz</c>: subscribed patterns with their number of subscriptions, most subscribed first.</summary>
-internal sealed record Subsz(DateTimeOffset Now, int NumSubscriptions, int NumPatterns, string? Topic, int Total, int Offset, int Limit, bool Truncated, IReadOnlyList<PatternInfo> Patterns);
+/// <summary>
+/// <c>/subsz</c>: subscribed patterns with their number of subscriptions, most subscribed first. Inbox
+/// patterns (<c>_INBOX.</c>, spec §7) are never listed, only counted in <see cref="NumInboxPatterns"/>:
+/// their names are their owners' reply addresses.
+/// </summary>
+internal sealed record Subsz(DateTimeOffset Now, int NumSubscriptions, int NumPatterns, int NumInboxPatterns, string? Topic, int Total, int Offset, int Limit, bool Truncated, IReadOnlyList<PatternInfo> Patterns);
 
 internal sealed record PatternInfo(string Pattern, int Subscribers);
 

@@ -2,18 +2,42 @@ using System.ComponentModel.DataAnnotations;
 
 namespace Herald.Broker.Monitoring;
 
-/// <summary><c>Herald:Monitoring</c>: health and the JSON monitoring endpoints on the HTTP port.</summary>
+/// <summary>
+/// <c>Herald:Monitoring</c>: the monitoring listener and what it serves. The probes (<c>/healthz</c>,
+/// <c>/readyz</c>), <c>/metrics</c> and the JSON endpoints (<c>/varz</c>, <c>/connz</c>, <c>/subsz</c>) are
+/// served on their own listener, on loopback unless told otherwise (as NATS's monitoring port), never on
+/// the client-facing HTTP port under its CORS policy. The client port serves them only when asked: the
+/// probes with <see cref="ProbesOnHttpPort"/>, the rest behind <see cref="Token"/>.
+/// </summary>
 public sealed class MonitoringOptions
 {
+    /// <summary>Address of the monitoring listener: an IP address, or <c>localhost</c>/<c>any</c>. Beyond loopback, set <see cref="Token"/>.</summary>
+    [Required]
+    public string Host { get; set; } = "127.0.0.1";
+
+    /// <summary>Port of the monitoring listener; 0 binds an ephemeral port (tests); -1 turns it off.</summary>
+    [Range(-1, 65535)]
+    public int Port { get; set; } = 8222;
+
     /// <summary>
-    /// Serve <c>/varz</c>, <c>/connz</c> and <c>/subsz</c>. They show client addresses and subscribed
-    /// patterns: keep the HTTP port private (or these off) where it faces the internet.
-    /// <c>/healthz</c>, <c>/readyz</c> and <c>/metrics</c> do not depend on this.
+    /// A bearer token for <c>/metrics</c>, <c>/varz</c>, <c>/connz</c> and <c>/subsz</c>. When set, every
+    /// request for them must carry <c>Authorization: Bearer &lt;token&gt;</c>, on the monitoring listener as on
+    /// the HTTP port, where they are then served too (without CORS). Empty: monitoring listener only, open.
+    /// </summary>
+    [MinLength(16)]
+    public string? Token { get; set; }
+
+    /// <summary>Also answer <c>/healthz</c> and <c>/readyz</c> on the client HTTP port (for a load balancer that checks it); they show only status and ports.</summary>
+    public bool ProbesOnHttpPort { get; set; }
+
+    /// <summary>
+    /// Serve <c>/varz</c>, <c>/connz</c> and <c>/subsz</c>. They show client names and addresses and every
+    /// subscribed pattern (inboxes included). <c>/healthz</c>, <c>/readyz</c> and <c>/metrics</c> do not depend on this.
     /// </summary>
     public bool Enabled { get; set; } = true;
 
     /// <summary>
-    /// On shutdown <c>/readyz</c> answers 503 at once; the broker keeps its HTTP listener open this much
+    /// On shutdown <c>/readyz</c> answers 503 at once; the broker keeps its listeners open this much
     /// longer before stopping, so a load balancer sees the 503 and stops sending new clients first
     /// (Kubernetes: a few seconds, under the pod's termination grace period).
     /// </summary>

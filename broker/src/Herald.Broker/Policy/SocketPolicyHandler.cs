@@ -1,5 +1,6 @@
 using System.Buffers;
 using System.IO.Pipelines;
+using System.Net;
 using Herald.Broker.Telemetry;
 using Microsoft.AspNetCore.Connections;
 
@@ -8,8 +9,19 @@ namespace Herald.Broker.Policy;
 /// <summary>
 /// The socket-policy responder (protocol-spec/longpoll.md §4): reads at most 23 bytes within the
 /// timeout, answers a Silverlight or Flash policy request with one write and closes; anything else is
-/// closed unanswered. Each connection costs one small read; past the concurrency cap it is closed at once.
+/// closed unanswered. Each connection costs one small read.
 /// </summary>
+/// <remarks>
+/// Idle sockets are shed first: a connection that has not yet sent its whole request is <em>waiting</em>,
+/// and waiting connections are kept in arrival order, overall and per remote address. A new connection
+/// from an address that already has <see cref="PolicyOptions.MaxConnectionsPerAddress"/> waiting takes the
+/// place of that address's oldest; at <see cref="PolicyOptions.MaxConcurrentRequests"/> it takes the place
+/// of the oldest waiting connection of any address. So a thousand idle sockets cannot keep a real client,
+/// which sends its 22 bytes at once, from being answered. Only when every connection has sent its request
+/// (and is being answered) is the new one closed at once (<c>busy</c>). A shed connection's read is
+/// cancelled and it is closed unanswered (<c>shed</c>). <c>_gate</c> guards the lists and counts; it is
+/// taken twice per connection, never per byte.
+/// </remarks>
 internal sealed class SocketPolicyHandler : ConnectionHandler
 {
     private static readonly byte[] Request = "<policy-file-request/>"u8.ToArray(); // 22 bytes
@@ -17,7 +29,10 @@ internal sealed class SocketPolicyHandler : ConnectionHandler
     private readonly PolicyDocuments _documents;
     private readonly PolicyOptions _options;
     private readonly BrokerMetrics _metrics;
-    private int _active;
+    private readonly Lock _gate = new();
+    private readonly LinkedList<Waiting> _waiting = new();                         // oldest first
+    private readonly Dictionary<IPAddress, LinkedList<Waiting>> _waitingByAddress = []; // oldest first; no empty lists
+    private int _active; // waiting and being answered
 
     public SocketPolicyHandler(PolicyDocuments documents, PolicyOptions options, BrokerMetrics metrics)
     {
@@ -28,15 +43,19 @@ internal sealed class SocketPolicyHandler : ConnectionHandler
 
     public override async Task OnConnectedAsync(ConnectionContext connection)
     {
+        IPAddress address = connection.RemoteEndPoint is IPEndPoint remote
+            ? (remote.Address.IsIPv4MappedToIPv6 ? remote.Address.MapToIPv4() : remote.Address)
+            : IPAddress.None;
+        var self = new Waiting(address);
+        if (!Admit(self))
+        {
+            _metrics.PolicyRequest("busy");
+            return;
+        }
+
         try
         {
-            if (Interlocked.Increment(ref _active) > _options.MaxConcurrentRequests)
-            {
-                _metrics.PolicyRequest("busy");
-                return;
-            }
-
-            byte[]? answer = await ReadRequestAsync(connection.Transport.Input).ConfigureAwait(false);
+            byte[]? answer = await ReadRequestAsync(connection.Transport.Input, self).ConfigureAwait(false);
             if (answer is null)
             {
                 return;
@@ -51,13 +70,98 @@ internal sealed class SocketPolicyHandler : ConnectionHandler
         }
         finally
         {
-            Interlocked.Decrement(ref _active);
+            Release(self);
         }
     }
 
-    private async Task<byte[]?> ReadRequestAsync(PipeReader input)
+    /// <summary>Takes a slot for <paramref name="self"/>, shedding the oldest waiting connection (of its address first) to make room; false when there is none to shed.</summary>
+    private bool Admit(Waiting self)
     {
-        using var timeout = new CancellationTokenSource(_options.Timeout);
+        Waiting? shed = null;
+        lock (_gate)
+        {
+            if (_waitingByAddress.TryGetValue(self.Address, out LinkedList<Waiting>? ofAddress) && ofAddress.Count >= _options.MaxConnectionsPerAddress)
+            {
+                shed = ofAddress.First!.Value;
+            }
+            else if (_active >= _options.MaxConcurrentRequests)
+            {
+                shed = _waiting.First?.Value;
+                if (shed is null)
+                {
+                    return false; // every connection is being answered: none is idle
+                }
+            }
+
+            if (shed is not null)
+            {
+                StopWaiting(shed);
+                _active--; // its slot is self's now; its own Release finds it released
+                shed.Released = true;
+            }
+
+            self.InAll = _waiting.AddLast(self);
+            if (ofAddress is null)
+            {
+                ofAddress = new LinkedList<Waiting>();
+                _waitingByAddress.Add(self.Address, ofAddress);
+            }
+
+            self.InAddress = ofAddress.AddLast(self);
+            _active++;
+        }
+
+        shed?.Shed.Cancel(); // outside the lock: runs the shed read's continuation
+        return true;
+    }
+
+    /// <summary>The request is complete (or refused): the connection is no longer idle, so never shed.</summary>
+    private void StoppedWaiting(Waiting self)
+    {
+        lock (_gate)
+        {
+            StopWaiting(self);
+        }
+    }
+
+    private void Release(Waiting self)
+    {
+        lock (_gate)
+        {
+            if (!self.Released)
+            {
+                StopWaiting(self);
+                _active--;
+                self.Released = true;
+            }
+        }
+    }
+
+    // Caller holds _gate.
+    private void StopWaiting(Waiting waiting)
+    {
+        if (waiting.InAll is { } all)
+        {
+            _waiting.Remove(all);
+            waiting.InAll = null;
+        }
+
+        if (waiting.InAddress is { } node)
+        {
+            LinkedList<Waiting> ofAddress = node.List!;
+            ofAddress.Remove(node);
+            waiting.InAddress = null;
+            if (ofAddress.Count == 0)
+            {
+                _waitingByAddress.Remove(waiting.Address);
+            }
+        }
+    }
+
+    private async Task<byte[]?> ReadRequestAsync(PipeReader input, Waiting self)
+    {
+        using var timeout = CancellationTokenSource.CreateLinkedTokenSource(self.Shed.Token);
+        timeout.CancelAfter(_options.Timeout);
         while (true)
         {
             ReadResult result;
@@ -67,7 +171,7 @@ internal sealed class SocketPolicyHandler : ConnectionHandler
             }
             catch (OperationCanceledException)
             {
-                _metrics.PolicyRequest("timeout");
+                _metrics.PolicyRequest(self.Shed.IsCancellationRequested ? "shed" : "timeout");
                 return null;
             }
 
@@ -76,6 +180,7 @@ internal sealed class SocketPolicyHandler : ConnectionHandler
             input.AdvanceTo(buffer.Start, buffer.End);
             if (answer is not null || refuse || result.IsCompleted)
             {
+                StoppedWaiting(self);
                 _metrics.PolicyRequest(answer == _documents.SocketClientAccessPolicy ? "silverlight" : answer is not null ? "flash" : "refused");
                 return answer;
             }
@@ -101,5 +206,20 @@ internal sealed class SocketPolicyHandler : ConnectionHandler
 
         refuse = head[Request.Length] != 0;
         return refuse ? null : _documents.SocketCrossDomainPolicy;
+    }
+
+    /// <summary>One policy connection; its list nodes and <see cref="Released"/> are guarded by <c>_gate</c>.</summary>
+    private sealed class Waiting(IPAddress address)
+    {
+        public IPAddress Address { get; } = address;
+
+        /// <summary>Cancelled when a newer connection takes this one's place. Never disposed: it has no timer, and a late Cancel must not throw.</summary>
+        public CancellationTokenSource Shed { get; } = new();
+
+        public LinkedListNode<Waiting>? InAll { get; set; }
+
+        public LinkedListNode<Waiting>? InAddress { get; set; }
+
+        public bool Released { get; set; }
     }
 }

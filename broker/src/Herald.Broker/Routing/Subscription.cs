@@ -2,7 +2,7 @@ using Herald.Broker.Delivery;
 
 namespace Herald.Broker.Routing;
 
-/// <summary>One SUBSCRIBE of one connection or session (spec §4.3). Immutable once routed.</summary>
+/// <summary>One SUBSCRIBE of one connection or session (spec §4.3). Immutable once routed, but for <see cref="Replies"/>.</summary>
 internal sealed class Subscription
 {
     public Subscription(IMessageSink sink, uint sid, string pattern, bool noEcho)
@@ -22,4 +22,16 @@ internal sealed class Subscription
 
     /// <summary>Skip publications of the subscription's own connection.</summary>
     public bool NoEcho { get; }
+
+    /// <summary>
+    /// Where a delivered request's reply permission is recorded (spec §12): the owner's, when its identity
+    /// is restricted; null (nothing recorded) when it may publish everywhere. Set by the owner, read by publishers.
+    /// </summary>
+    public ReplyPermits? Replies
+    {
+        get => Volatile.Read(ref _replies);
+        set => Volatile.Write(ref _replies, value);
+    }
+
+    private ReplyPermits? _replies;
 }

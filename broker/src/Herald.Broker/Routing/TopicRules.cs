@@ -37,6 +37,9 @@ internal static class TopicRules
         }
     }
 
+    /// <summary>Whether a (checked) topic is under the broker's reserved '$' prefix (spec §5).</summary>
+    public static bool IsReserved(in ReadOnlySequence<byte> topic) => topic.FirstSpan is [(byte)'$', ..] || (topic.FirstSpan.IsEmpty && !topic.IsEmpty && Topic.IsReserved(topic.ToArray()));
+
     /// <summary>Checks a SUBSCRIBE pattern and returns it as a string (the router keeps it).</summary>
     public static string CheckPattern(in ReadOnlySequence<byte> pattern, int maxLength) => ToValidString(pattern, maxLength, isPattern: true);
 

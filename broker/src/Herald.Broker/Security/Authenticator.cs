@@ -22,7 +22,7 @@ internal sealed class Authenticator
         _options = options;
         _time = time;
         _tokens = _options.Auth.Tokens
-            .Select(t => (Convert.FromHexString(t.Sha256), new Identity(t.Name, ToPermissions(t.Permissions), null)))
+            .Select(t => (Convert.FromHexString(t.Sha256), Create(t.Name, t.Permissions.Publish, t.Permissions.Subscribe, t.Permissions.DenyPublish, t.Permissions.DenySubscribe, null)))
             .ToArray();
         if (_options.Auth.Mode == AuthMode.Jwt)
         {
@@ -78,9 +78,13 @@ internal sealed class Authenticator
         {
             var handler = new JwtSecurityTokenHandler { MapInboundClaims = false };
             ClaimsPrincipal principal = handler.ValidateToken(credential, _jwt, out SecurityToken token);
-            string name = principal.FindFirst("sub")?.Value ?? principal.FindFirst("name")?.Value ?? "jwt";
-            var permissions = new Permissions(Claims(principal, "herald_pub"), Claims(principal, "herald_sub"), Claims(principal, "herald_deny_pub"), Claims(principal, "herald_deny_sub"), _options.AllowInboxReplies);
-            return new Identity(name, permissions, token.ValidTo == DateTime.MinValue ? null : new DateTimeOffset(token.ValidTo, TimeSpan.Zero));
+            if (principal.FindFirst("sub")?.Value is not { Length: > 0 } subject)
+            {
+                failure = "The JWT has no sub claim: every identity is its token's subject.";
+                return null;
+            }
+
+            return Create(subject, Claims(principal, "herald_pub"), Claims(principal, "herald_sub"), Claims(principal, "herald_deny_pub"), Claims(principal, "herald_deny_sub"), token.ValidTo == DateTime.MinValue ? null : new DateTimeOffset(token.ValidTo, TimeSpan.Zero));
         }
         catch (Exception e) when (e is SecurityTokenException or ArgumentException or FormatException)
         {
@@ -90,6 +94,7 @@ internal sealed class Authenticator
                 SecurityTokenNotYetValidException => "The JWT is not valid yet.",
                 SecurityTokenInvalidAudienceException => "The JWT is for another audience.",
                 SecurityTokenInvalidIssuerException => "The JWT is from another issuer.",
+                SecurityTokenNoExpirationException => "The JWT has no exp claim (Herald:Security:Auth:Jwt:RequireExpiration).",
                 SecurityTokenSignatureKeyNotFoundException or SecurityTokenInvalidSignatureException => "The JWT signature is not valid.",
                 _ => "The JWT is not valid.",
             };
@@ -123,7 +128,7 @@ internal sealed class Authenticator
             ValidateAudience = !string.IsNullOrEmpty(jwt.Audience),
             ValidAudience = jwt.Audience,
             ValidateLifetime = true,
-            RequireExpirationTime = false,
+            RequireExpirationTime = jwt.RequireExpiration,
             ClockSkew = jwt.ClockSkew,
             LifetimeValidator = (notBefore, expires, _, p) => Lifetime(notBefore, expires, p.ClockSkew),
         };
@@ -131,6 +136,11 @@ internal sealed class Authenticator
 
     private bool Lifetime(DateTime? notBefore, DateTime? expires, TimeSpan skew)
     {
+        if (expires is null && _options.Auth.Jwt.RequireExpiration)
+        {
+            throw new SecurityTokenNoExpirationException("no exp");
+        }
+
         DateTime now = _time.GetUtcNow().UtcDateTime;
         if (notBefore is { } nbf && now + skew < nbf)
         {
@@ -176,5 +186,10 @@ internal sealed class Authenticator
 
     private static IEnumerable<string> Claims(ClaimsPrincipal principal, string type) => principal.FindAll(type).Select(c => c.Value);
 
-    private Permissions ToPermissions(PermissionOptions p) => new(p.Publish, p.Subscribe, p.DenyPublish, p.DenySubscribe, _options.AllowInboxReplies);
+    /// <summary>An identity named <paramref name="name"/>, with its own inbox prefix (spec §7) granted when inbox replies are on.</summary>
+    private Identity Create(string name, IEnumerable<string> publish, IEnumerable<string> subscribe, IEnumerable<string> denyPublish, IEnumerable<string> denySubscribe, DateTimeOffset? expiresAt)
+    {
+        string inboxPrefix = Identity.InboxPrefixOf(name);
+        return new Identity(name, new Permissions(publish, subscribe, denyPublish, denySubscribe, _options.AllowInboxReplies ? inboxPrefix : null), expiresAt, inboxPrefix);
+    }
 }

@@ -1,3 +1,5 @@
+using System.Security.Cryptography;
+using System.Text;
 using Herald.Protocol;
 
 namespace Herald.Broker.Security;
@@ -10,25 +12,26 @@ namespace Herald.Broker.Security;
 /// </summary>
 internal sealed class Permissions
 {
-    public static readonly Permissions AllowAll = new([">"], [">"], [], [], allowInbox: true);
+    public static readonly Permissions AllowAll = new([">"], [">"], [], [], inboxPrefix: null);
 
     private readonly string[] _publish;
     private readonly string[] _subscribe;
     private readonly string[] _denyPublish;
     private readonly string[] _denySubscribe;
-    private readonly bool _allowInbox;
+    private readonly string? _inbox;
 
-    public Permissions(IEnumerable<string> publish, IEnumerable<string> subscribe, IEnumerable<string> denyPublish, IEnumerable<string> denySubscribe, bool allowInbox)
+    /// <param name="inboxPrefix">The identity's own inbox prefix (spec §7): it may subscribe to and publish under it; null grants no inbox.</param>
+    public Permissions(IEnumerable<string> publish, IEnumerable<string> subscribe, IEnumerable<string> denyPublish, IEnumerable<string> denySubscribe, string? inboxPrefix)
     {
         _publish = [.. publish];
         _subscribe = [.. subscribe];
         _denyPublish = [.. denyPublish];
         _denySubscribe = [.. denySubscribe];
-        _allowInbox = allowInbox;
+        _inbox = inboxPrefix is null ? null : inboxPrefix + ".>";
         IsAllowAll = _publish.Contains(">") && _subscribe.Contains(">") && _denyPublish.Length == 0 && _denySubscribe.Length == 0;
     }
 
-    /// <summary>Nothing to check per publish.</summary>
+    /// <summary>Nothing to check per publish, and no reply permission to record per delivery.</summary>
     public bool IsAllowAll { get; }
 
     public bool CanPublish(string topic)
@@ -43,7 +46,7 @@ internal sealed class Permissions
             return false;
         }
 
-        return (_allowInbox && topic.StartsWith(ProtocolConstants.InboxPrefix, StringComparison.Ordinal)) || _publish.Any(a => Topic.Matches(a, topic));
+        return (_inbox is not null && Topic.Matches(_inbox, topic)) || _publish.Any(a => Topic.Matches(a, topic));
     }
 
     public bool CanSubscribe(string pattern)
@@ -58,21 +61,7 @@ internal sealed class Permissions
             return false;
         }
 
-        return (_allowInbox && IsPrivateInbox(pattern)) || _subscribe.Any(a => Covers(a, pattern));
-    }
-
-    /// <summary><c>_INBOX.&lt;unique&gt;.&gt;</c> or below it, with a literal unique token of at least 16 characters.</summary>
-    private static bool IsPrivateInbox(string pattern)
-    {
-        if (!pattern.StartsWith(ProtocolConstants.InboxPrefix, StringComparison.Ordinal))
-        {
-            return false;
-        }
-
-        string rest = pattern[ProtocolConstants.InboxPrefix.Length..];
-        int dot = rest.IndexOf('.');
-        string unique = dot < 0 ? rest : rest[..dot];
-        return unique.Length >= 16 && unique is not ("*" or ">");
+        return (_inbox is not null && Covers(_inbox, pattern)) || _subscribe.Any(a => Covers(a, pattern));
     }
 
     /// <summary>Whether every topic <paramref name="specific"/> can match is also matched by <paramref name="general"/>.</summary>
@@ -128,8 +117,17 @@ internal sealed class Permissions
     }
 }
 
-/// <summary>Who is on the other end, and until when the proof holds.</summary>
-internal sealed record Identity(string Name, Permissions Permissions, DateTimeOffset? ExpiresAt)
+/// <summary>
+/// Who is on the other end, and until when the proof holds. <see cref="InboxPrefix"/> is the identity's
+/// own part of the inbox space (spec §7): <c>_INBOX.</c> and the first 24 hex digits of the SHA-256 of
+/// its name, so every identity has its own and only it may subscribe there. Anonymous clients (auth off)
+/// may do everything, so theirs is the whole space, <c>_INBOX</c>.
+/// </summary>
+internal sealed record Identity(string Name, Permissions Permissions, DateTimeOffset? ExpiresAt, string InboxPrefix)
 {
-    public static readonly Identity Anonymous = new("anonymous", Permissions.AllowAll, null);
+    public static readonly Identity Anonymous = new("anonymous", Permissions.AllowAll, null, "_INBOX");
+
+    /// <summary>The inbox prefix of the identity named <paramref name="name"/>.</summary>
+    public static string InboxPrefixOf(string name) =>
+        ProtocolConstants.InboxPrefix + Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(name)).AsSpan(0, 12));
 }

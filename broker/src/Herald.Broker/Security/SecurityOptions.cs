@@ -1,3 +1,5 @@
+using System.ComponentModel.DataAnnotations;
+
 namespace Herald.Broker.Security;
 
 /// <summary>How clients prove who they are (Herald:Security:Auth:Mode).</summary>
@@ -21,14 +23,36 @@ public sealed class SecurityOptions
     public TlsOptions Tls { get; set; } = new();
 
     /// <summary>
-    /// Let every identity publish to <c>_INBOX.</c> topics (replies) and subscribe to its own
-    /// <c>_INBOX.&lt;unique&gt;.&gt;</c> (at least 16 characters of unique token), so request/reply works
-    /// without granting everything.
+    /// Let every identity subscribe to and publish under its own inbox prefix (spec §7, sent in WELCOME),
+    /// and answer the requests delivered to it (<see cref="Responses"/>), so request/reply works without
+    /// granting everything. No identity reaches another's inboxes unless its permissions grant them outright.
     /// </summary>
     public bool AllowInboxReplies { get; set; } = true;
 
+    /// <summary>The reply permission a delivered request grants a restricted receiver (spec §12, NATS's <c>allow_responses</c>).</summary>
+    public ResponseOptions Responses { get; set; } = new();
+
     /// <summary>Close a TCP connection after a refused SUBSCRIBE or PUBLISH (fatal <c>PermissionDenied</c>) instead of only telling it.</summary>
     public bool DisconnectOnPermissionDenied { get; set; }
+}
+
+/// <summary>
+/// A MESSAGE with a <c>reply_to</c>, delivered to a restricted identity, lets that session publish to the
+/// reply topic <see cref="MaxMessages"/> times within <see cref="Expires"/> (Herald:Security:Responses).
+/// A session holds at most <see cref="MaxPerSession"/> such permissions; past it the oldest is dropped.
+/// </summary>
+public sealed class ResponseOptions
+{
+    /// <summary>Replies one delivered request allows (NATS's default: 1).</summary>
+    [Range(1, 1_000_000)]
+    public int MaxMessages { get; set; } = 1;
+
+    /// <summary>How long after the delivery the replies are allowed.</summary>
+    public TimeSpan Expires { get; set; } = TimeSpan.FromMinutes(2);
+
+    /// <summary>Reply permissions one session holds at once (the oldest goes first).</summary>
+    [Range(1, 1_000_000)]
+    public int MaxPerSession { get; set; } = 1024;
 }
 
 /// <summary>TLS on the TCP listeners and the HTTP port (Kestrel's TLS; TLS 1.2 and 1.3 only).</summary>
@@ -110,8 +134,9 @@ public sealed class PermissionOptions
 }
 
 /// <summary>
-/// JWT validation. Permissions come from the claims <c>herald_pub</c>, <c>herald_sub</c>,
-/// <c>herald_deny_pub</c> and <c>herald_deny_sub</c> (string or array of strings).
+/// JWT validation. The identity is the token's <c>sub</c> (required); permissions come from the claims
+/// <c>herald_pub</c>, <c>herald_sub</c>, <c>herald_deny_pub</c> and <c>herald_deny_sub</c> (string or
+/// array of strings).
 /// </summary>
 public sealed class JwtOptions
 {
@@ -129,6 +154,9 @@ public sealed class JwtOptions
 
     /// <summary>Required <c>aud</c>; not checked when empty.</summary>
     public string? Audience { get; set; }
+
+    /// <summary>Refuse a JWT without <c>exp</c> (one that never expires).</summary>
+    public bool RequireExpiration { get; set; } = true;
 
     /// <summary>Tolerance on <c>exp</c> and <c>nbf</c>.</summary>
     public TimeSpan ClockSkew { get; set; } = TimeSpan.FromSeconds(30);

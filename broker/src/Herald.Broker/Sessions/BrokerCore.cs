@@ -14,6 +14,7 @@ internal sealed class BrokerCore
         ServerName = serverName;
         Limits = limits;
         DisconnectOnPermissionDenied = security.DisconnectOnPermissionDenied;
+        Responses = security.AllowInboxReplies ? security.Responses : null;
         Authenticator = authenticator;
         Encoder = encoder;
         Router = router;
@@ -39,6 +40,9 @@ internal sealed class BrokerCore
 
     /// <summary>Whether a refused SUBSCRIBE or PUBLISH also ends the session (spec §12).</summary>
     public bool DisconnectOnPermissionDenied { get; }
+
+    /// <summary>The reply permission a delivered request grants a restricted receiver (spec §12); null: none (inbox replies off).</summary>
+    public ResponseOptions? Responses { get; }
 
     public TopicRouter Router { get; }
 

@@ -226,17 +226,20 @@ internal sealed class FrameSession : ProtocolSession
         }
 
         bool refreshing = IsOpen;
-        Capabilities accepted = Open(Authenticate(Broker, hello.Auth), hello.ClientName, hello.Capabilities);
+        Capabilities accepted = Open(Authenticate(Broker, hello.Auth, RemoteEndPoint, Transport), hello.ClientName, hello.Capabilities);
         if (!refreshing && ClaimQuota() is { IsNone: false } refused)
         {
             Throw(refused.Code, refused.Message!); // over the identity's connection quota: told, closed
         }
 
         var writer = new ArrayBufferWriter<byte>(256);
-        FrameWriter.WriteWelcome(writer, Broker.ServerName, (ulong)Id, accepted, Broker.WelcomeLimits);
+        FrameWriter.WriteWelcome(writer, Broker.ServerName, (ulong)Id, accepted, Broker.WelcomeLimits, inboxPrefix: Identity.InboxPrefix);
         Control(MessageBuffer.Copy(writer.WrittenSpan));
         Broker.Log.Welcomed(Id, RemoteEndPoint, hello.ClientName);
     }
+
+    /// <inheritdoc/>
+    protected override void Revoked(uint sid, string message) => Control(ControlFrames.Error(ErrorCode.PermissionDenied, message, sid: sid));
 
     /// <summary>A non-fatal refusal or notice becomes an ERROR frame, in order with what is queued.</summary>
     private void Tell(Refusal refusal)

@@ -5,6 +5,7 @@ using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
 using Herald.Broker.Routing;
 using Herald.Broker.Security;
+using Herald.Broker.Telemetry;
 using Herald.Protocol;
 
 namespace Herald.Broker.Sessions;
@@ -47,6 +48,7 @@ internal abstract class ProtocolSession
     private bool _subscriptionsEnded;
     private Identity _identity = Identity.Anonymous;
     private bool _opened;
+    private ReplyPermits? _replyPermits; // a restricted identity's reply permissions (spec §12); null while it may publish everywhere
 
     // Rate limits (publishes; subscription changes), owned by the one caller.
     private TokenBucket _publishes;
@@ -120,23 +122,47 @@ internal abstract class ProtocolSession
 
     protected LimitOptions Limits { get; }
 
-    /// <summary>Checks a credential (HELLO's auth, an HTTP bearer token); a failure throws the fatal AuthenticationFailed.</summary>
-    public static Identity Authenticate(BrokerCore broker, string? credential) =>
-        broker.Authenticator.Authenticate(credential, out string failure) ?? throw new ProtocolException(ErrorCode.AuthenticationFailed, failure);
+    /// <summary>
+    /// Checks a credential (HELLO's auth, an HTTP bearer token). A failure throws the fatal
+    /// AuthenticationFailed, which tells the client only that; why goes to the log with the remote address
+    /// (never the credential).
+    /// </summary>
+    public static Identity Authenticate(BrokerCore broker, string? credential, EndPoint? remote, string transport)
+    {
+        if (broker.Authenticator.Authenticate(credential, out string failure) is { } identity)
+        {
+            return identity;
+        }
+
+        broker.Log.AuthenticationFailed(transport, remote, failure);
+        throw new ProtocolException(ErrorCode.AuthenticationFailed, AuthenticationFailedMessage);
+    }
+
+    /// <summary>All a client is told about a failed authentication (spec §4.1).</summary>
+    public const string AuthenticationFailedMessage = "Authentication failed.";
 
     /// <summary>
     /// Accepts the client as <paramref name="identity"/> (spec §4.1-§4.2): returns the capabilities the
-    /// broker grants of those requested. Called again on an open session, it is a credential refresh and must
-    /// name the same identity.
+    /// broker grants of those requested. Called again on an open session, it is a credential refresh: it must
+    /// name the same identity, and every subscription the new permissions no longer allow is ended and told
+    /// (<see cref="Revoked"/>) before this returns.
     /// </summary>
     public Capabilities Open(Identity identity, string? clientName, Capabilities requested)
     {
         if (IsOpen && identity.Name != Identity.Name)
         {
-            throw new ProtocolException(ErrorCode.AuthenticationFailed, "A refreshing HELLO must authenticate the same identity.");
+            Broker.Log.AuthenticationFailed(Transport, RemoteEndPoint, "A refreshing credential named another identity.");
+            throw new ProtocolException(ErrorCode.AuthenticationFailed, AuthenticationFailedMessage);
         }
 
         Volatile.Write(ref _identity, identity);
+        _replyPermits = identity.Permissions.IsAllowAll || Broker.Responses is not { } responses ? null
+            : _replyPermits ?? new ReplyPermits(responses.MaxMessages, responses.Expires, responses.MaxPerSession);
+        if (IsOpen)
+        {
+            Reevaluate(identity);
+        }
+
         ClientName = clientName is { Length: > ProtocolConstants.MaxClientNameBytes } ? clientName[..ProtocolConstants.MaxClientNameBytes] : clientName;
         Capabilities accepted = (requested & Capabilities.Zstd) != 0 && Broker.Encoder.Enabled ? Capabilities.Zstd : Capabilities.None;
         Backlog.AcceptsZstd = (accepted & Capabilities.Zstd) != 0;
@@ -236,7 +262,7 @@ internal abstract class ProtocolSession
                 return Refuse(ErrorCode.TooManyTopics, $"'{usage.Key}' holds its maximum of {Limits.MaxSubscriptionsPerIdentity} subscriptions across its connections.");
             }
 
-            var subscription = new Subscription(Backlog, sid, checkedPattern, noEcho);
+            var subscription = new Subscription(Backlog, sid, checkedPattern, noEcho) { Replies = _replyPermits };
             try
             {
                 Broker.Router.Add(subscription);
@@ -427,6 +453,15 @@ internal abstract class ProtocolSession
         CheckTransportLiveness(now);
     }
 
+    /// <summary>
+    /// A credential refresh ended subscription <paramref name="sid"/>: the transport tells the client (TCP: a
+    /// non-fatal ERROR PermissionDenied naming the sid, spec §4.8). The session's one caller, before the refresh's
+    /// answer. A transport without refresh (long-poll binds its credential at create) has nothing to do.
+    /// </summary>
+    protected virtual void Revoked(uint sid, string message)
+    {
+    }
+
     /// <summary>The transport's part of closing: stop reading, tell the client. Called once, from any thread.</summary>
     protected abstract void OnClose(ErrorCode code, string reason);
 
@@ -462,12 +497,22 @@ internal abstract class ProtocolSession
 
     private void OnSlowConsumer() => Close(ErrorCode.SlowConsumer, $"Slow consumer: more than {Backlog.Limits.MaxMessages} messages or {Backlog.Limits.MaxBytes} bytes were waiting for this client.");
 
+    /// <summary>
+    /// A PUBLISH's checks (spec §4.5, §12): topic and reply_to rules, Zstd negotiation, then permissions. A
+    /// reply_to must be a topic the publisher may subscribe to (never a reserved one, where no responder may
+    /// publish); a topic the permissions do not grant may still be a reply the session was asked for (one of
+    /// its <see cref="ReplyPermits"/>, spent here). Allow-all identities pay only the reserved-prefix test.
+    /// </summary>
     private Refusal Check(in PublishFrame publish)
     {
         TopicRules.CheckName(publish.Topic, Limits.MaxTopicLength);
         if (publish.ReplyTo is { } replyTo)
         {
             TopicRules.CheckName(replyTo, Limits.MaxTopicLength, isReplyTo: true);
+            if (TopicRules.IsReserved(replyTo) || (!Identity.Permissions.IsAllowAll && !Identity.Permissions.CanSubscribe(publish.ReplyToString!)))
+            {
+                return Denied($"Naming '{publish.ReplyToString}' as reply_to is not permitted for '{Identity.Name}': a reply topic must be one it may subscribe to, and not reserved.");
+            }
         }
 
         if ((publish.Flags & PayloadFlags.Zstd) != 0 && !Backlog.AcceptsZstd)
@@ -475,12 +520,55 @@ internal abstract class ProtocolSession
             Throw(ErrorCode.MalformedFrame, "A Zstd-compressed payload was sent without negotiating Zstd (HELLO's capabilities, or long-poll's \"zstd\": true).");
         }
 
-        if (!Identity.Permissions.IsAllowAll && !Identity.Permissions.CanPublish(publish.TopicString))
+        if (!Identity.Permissions.IsAllowAll && !Identity.Permissions.CanPublish(publish.TopicString) && _replyPermits?.TryUse(publish.TopicString) != true)
         {
             return Denied($"Publishing to '{publish.TopicString}' is not permitted for '{Identity.Name}'.");
         }
 
         return default;
+    }
+
+    /// <summary>
+    /// A credential refresh (spec §4.1): ends every subscription the new permissions no longer allow, telling
+    /// the client of each (<see cref="Revoked"/>); the rest record reply permissions as the identity now needs.
+    /// </summary>
+    private void Reevaluate(Identity identity)
+    {
+        List<Subscription>? revoked = null;
+        lock (_subscriptionsGate)
+        {
+            if (_subscriptions is null || _subscriptionsEnded)
+            {
+                return;
+            }
+
+            foreach (Subscription subscription in _subscriptions.Values)
+            {
+                if (identity.Permissions.CanSubscribe(subscription.Pattern))
+                {
+                    subscription.Replies = _replyPermits;
+                }
+                else
+                {
+                    (revoked ??= []).Add(subscription);
+                }
+            }
+
+            foreach (Subscription subscription in revoked ?? [])
+            {
+                Broker.Router.Remove(subscription);
+                _subscriptions.Remove(subscription.Sid);
+                _usage?.RemoveSubscriptions(1);
+            }
+
+            Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
+        }
+
+        foreach (Subscription subscription in revoked ?? [])
+        {
+            Broker.Metrics.ProtocolError(ErrorCode.PermissionDenied);
+            Revoked(subscription.Sid, $"Subscription {subscription.Sid} to '{subscription.Pattern}' ended: the refreshed credential of '{identity.Name}' no longer permits it.");
+        }
     }
 
     private void Route(in PublishFrame publish, ReadOnlySpan<byte> plainPayload, long receivedAt)

@@ -50,18 +50,27 @@ internal static partial class BrokerLog
     [LoggerMessage(4002, LogLevel.Warning, "Socket policy responder not started: port {Port} needs root or CAP_NET_BIND_SERVICE ({Reason}). Set Herald:Policy:Port to a port above 1023 and redirect 943 to it, or run with the capability.")]
     public static partial void PolicyPortDenied(this ILogger logger, int port, string reason);
 
-    [LoggerMessage(5001, LogLevel.Information, "Operations on HTTP port {Port}: /healthz, /readyz{Metrics}{Monitoring}.")]
-    public static partial void OperationsEndpoints(this ILogger logger, int port, string metrics, string monitoring);
+    [LoggerMessage(5001, LogLevel.Information, "Monitoring listener on {Host}:{Port}: /healthz, /readyz{Endpoints}{Guard}.")]
+    public static partial void OperationsEndpoints(this ILogger logger, string host, int port, string endpoints, string guard);
 
-    [LoggerMessage(5002, LogLevel.Warning, "HTTP is off (Herald:Http:Port=-1): no /healthz, /readyz, /metrics or monitoring endpoints.")]
+    [LoggerMessage(5002, LogLevel.Information, "The monitoring listener is off (Herald:Monitoring:Port=-1).")]
     public static partial void OperationsEndpointsOff(this ILogger logger);
+
+    [LoggerMessage(5004, LogLevel.Information, "The HTTP port {Port} also serves {Endpoints}, without CORS.")]
+    public static partial void OperationsOnHttpPort(this ILogger logger, int port, string endpoints);
 
     [LoggerMessage(5003, LogLevel.Information, "OTLP export of metrics{Traces} to {Endpoint} ({Protocol}), metrics every {Interval}.")]
     public static partial void OtlpExport(this ILogger logger, string traces, string endpoint, string protocol, TimeSpan interval);
 
-    [LoggerMessage(6001, LogLevel.Warning, "SECURITY: authentication is off (Herald:Security:Auth:Mode=None) and the broker listens beyond loopback ({Hosts}): anyone who can reach it may publish and subscribe to everything.")]
-    public static partial void OpenToTheNetwork(this ILogger logger, string hosts);
+    [LoggerMessage(6001, LogLevel.Warning, "SECURITY: authentication is off (Herald:Security:Auth:Mode=None) and the broker listens beyond loopback. Anyone who can reach it gets: {Exposed}.")]
+    public static partial void OpenToTheNetwork(this ILogger logger, string exposed);
+
+    [LoggerMessage(6002, LogLevel.Warning, "SECURITY: the monitoring listener {Host}:{Port} is beyond loopback without Herald:Monitoring:Token: anyone who can reach it reads /varz, /connz, /subsz and /metrics (client names and addresses, every subscribed topic and inbox).")]
+    public static partial void MonitoringOpenToTheNetwork(this ILogger logger, string host, int port);
 
     [LoggerMessage(2007, LogLevel.Warning, "Connection {ConnectionId} from {Remote} did not take its last frames within {Timeout}; aborted.")]
     public static partial void DrainTimedOut(this ILogger logger, long connectionId, EndPoint? remote, TimeSpan timeout);
+
+    [LoggerMessage(2008, LogLevel.Warning, "Authentication failed ({Transport}) from {Remote}: {Reason}")]
+    public static partial void AuthenticationFailed(this ILogger logger, string transport, EndPoint? remote, string reason);
 }

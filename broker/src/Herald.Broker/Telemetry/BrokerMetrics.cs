@@ -103,6 +103,13 @@ internal sealed class BrokerMetrics
     private long _totalDropped;
     private long _totalProtocolErrors;
 
+    // The router's totals (Routing/TopicRouter): a cache hit is once per publication, so a running total too.
+    private long _totalSubscriptionChanges;
+    private long _totalRouterCacheHits;
+    private long _totalRouterCacheMisses;
+    private long _totalRouterCacheEvictions;
+    private long _routerCacheSize;
+
     public BrokerMetrics(IMeterFactory meterFactory)
     {
         Meter meter = meterFactory.Create(MeterName);
@@ -126,9 +133,14 @@ internal sealed class BrokerMetrics
         _dropped = meter.CreateCounter<long>("herald.messages.dropped", "{message}", "Messages dropped by the DropOldest policy.");
         _opened = meter.CreateCounter<long>("herald.connections.opened", "{connection}", "Connections accepted (TCP) and sessions created (long-poll), by transport.");
         _closed = meter.CreateCounter<long>("herald.connections.closed", "{connection}", "Connections and sessions ended, by transport and reason (herald.close.reason).");
-        _policyRequests = meter.CreateCounter<long>("herald.policy.requests", "{request}", "Socket-policy connections, by outcome (silverlight, flash, refused, timeout, busy, aborted).");
+        _policyRequests = meter.CreateCounter<long>("herald.policy.requests", "{request}", "Socket-policy connections, by outcome (silverlight, flash, refused, timeout, shed, busy, aborted).");
         _polls = meter.CreateCounter<long>("herald.longpoll.polls", "{poll}", "Long polls answered, by outcome (messages, empty: the poll timeout passed, replaced, ended).");
         _redelivered = meter.CreateCounter<long>("herald.longpoll.redeliveries", "{response}", "Poll responses that sent again messages a lost response had carried.");
+        meter.CreateObservableCounter("herald.subscriptions.changes", () => Interlocked.Read(ref _totalSubscriptionChanges), "{change}", "Subscriptions added to and removed from the router (SUBSCRIBE, UNSUBSCRIBE, a session's end), all transports.");
+        meter.CreateObservableCounter("herald.router.cache.hits", () => Interlocked.Read(ref _totalRouterCacheHits), "{lookup}", "Publications whose topic the router found in its match cache (no lock taken).");
+        meter.CreateObservableCounter("herald.router.cache.misses", () => Interlocked.Read(ref _totalRouterCacheMisses), "{lookup}", "Publications whose topic the router matched against the subscriptions, then cached.");
+        meter.CreateObservableCounter("herald.router.cache.evictions", () => Interlocked.Read(ref _totalRouterCacheEvictions), "{entry}", "Match-cache entries dropped to keep the cache within its bound, or all at once by a subscription change too wide to look at entry by entry.");
+        meter.CreateObservableUpDownCounter("herald.router.cache.size", () => Interlocked.Read(ref _routerCacheSize), "{entry}", "Topics in the router's match cache.");
     }
 
     /// <summary>The broker's one meter; <see cref="BrokerGauges"/> and <c>Compression/</c> add their instruments to it.</summary>
@@ -269,6 +281,24 @@ internal sealed class BrokerMetrics
         new(Interlocked.Read(ref totals[0]), new KeyValuePair<string, object?>(TransportAttribute, TransportNames[0])),
         new(Interlocked.Read(ref totals[1]), new KeyValuePair<string, object?>(TransportAttribute, TransportNames[1])),
     ];
+
+    /// <summary>Once per subscription added to or removed from the router.</summary>
+    public void SubscriptionChanged() => Interlocked.Increment(ref _totalSubscriptionChanges);
+
+    /// <summary>Once per publication whose topic was in the router's match cache.</summary>
+    public void RouterCacheHit() => Interlocked.Increment(ref _totalRouterCacheHits);
+
+    /// <summary>Once per publication whose topic was not.</summary>
+    public void RouterCacheMiss() => Interlocked.Increment(ref _totalRouterCacheMisses);
+
+    public void RouterCacheEvicted(int entries) => Interlocked.Add(ref _totalRouterCacheEvictions, entries);
+
+    /// <summary>The match cache's size, after each change to it.</summary>
+    public void RouterCacheSize(int entries) => Interlocked.Exchange(ref _routerCacheSize, entries);
+
+    public long TotalSubscriptionChanges => Interlocked.Read(ref _totalSubscriptionChanges);
+
+    public long TotalRouterCacheEvictions => Interlocked.Read(ref _totalRouterCacheEvictions);
 
     /// <summary>The attribute value of <paramref name="reason"/> (<c>client_close</c>, ...).</summary>
     public static string NameOf(DisconnectReason reason) => ReasonNames[(int)reason];

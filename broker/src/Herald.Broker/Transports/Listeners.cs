@@ -16,6 +16,9 @@ public sealed class Listeners
 
     internal ListenOptions? Policy { get; set; }
 
+    /// <summary>The monitoring listener (probes, metrics, monitoring endpoints), if on.</summary>
+    internal ListenOptions? Monitoring { get; set; }
+
     /// <summary>Why the policy responder is not listening, if it is not (logged at start).</summary>
     internal string? PolicyUnavailable { get; set; }
 
@@ -24,6 +27,8 @@ public sealed class Listeners
     public int? HttpPort => Http?.IPEndPoint?.Port;
 
     public int? PolicyPort => Policy?.IPEndPoint?.Port;
+
+    public int? MonitoringPort => Monitoring?.IPEndPoint?.Port;
 
     /// <summary>
     /// Whether this process may bind <paramref name="port"/> (ports below 1024 need root or

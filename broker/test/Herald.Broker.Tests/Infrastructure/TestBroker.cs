@@ -20,7 +20,9 @@ public sealed class TestBroker : IAsyncDisposable
         Ports = listeners.TcpPorts.Order().ToArray();
         HttpPort = listeners.HttpPort ?? 0;
         PolicyPort = listeners.PolicyPort ?? 0;
+        MonitoringPort = listeners.MonitoringPort ?? 0;
         Http = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{HttpPort}"), Timeout = TimeSpan.FromSeconds(60) };
+        Monitoring = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{MonitoringPort}"), Timeout = TimeSpan.FromSeconds(60) };
     }
 
     public int Port => Ports[0];
@@ -31,8 +33,13 @@ public sealed class TestBroker : IAsyncDisposable
 
     public int PolicyPort { get; }
 
+    public int MonitoringPort { get; }
+
     /// <summary>A client for the broker's HTTP port (long-poll, policy files).</summary>
     public HttpClient Http { get; }
+
+    /// <summary>A client for the broker's monitoring listener (probes, <c>/metrics</c>, <c>/varz</c>, <c>/connz</c>, <c>/subsz</c>).</summary>
+    public HttpClient Monitoring { get; }
 
     public IServiceProvider Services => _app.Services;
 
@@ -50,6 +57,8 @@ public sealed class TestBroker : IAsyncDisposable
             options.Http.Host = "127.0.0.1";
             options.Http.Port = 0;
             options.Policy.Port = 0;
+            options.Monitoring.Host = "127.0.0.1";
+            options.Monitoring.Port = 0;
             configure?.Invoke(options);
         });
         await app.StartAsync();
@@ -66,6 +75,7 @@ public sealed class TestBroker : IAsyncDisposable
     public async ValueTask DisposeAsync()
     {
         Http.Dispose();
+        Monitoring.Dispose();
         if (!_stopped)
         {
             await _app.StopAsync();

@@ -33,6 +33,9 @@ public abstract class TransportClient : IAsyncDisposable
 
     public static TheoryData<string> Transports => [Tcp, LongPoll];
 
+    /// <summary>The inbox prefix the broker told this client (TCP: WELCOME; long-poll: the create response), spec §7.</summary>
+    public string? InboxPrefix { get; protected init; }
+
     /// <summary>Non-fatal notices received (RateLimited, MessagesDropped), in order.</summary>
     public List<ErrorCode> Notices { get; } = [];
 
@@ -98,7 +101,7 @@ internal sealed class TcpTransportClient : TransportClient
         await client.SendAsync(w => FrameWriter.WriteHello(w, "parity", zstd ? Capabilities.Zstd : Capabilities.None, token));
         Frame welcome = await client.ReadAsync();
         Assert.True(welcome.Type == FrameType.Welcome, $"Expected WELCOME, got {welcome}");
-        return new TcpTransportClient(client);
+        return new TcpTransportClient(client) { InboxPrefix = welcome.Welcome?.InboxPrefix };
     }
 
     public override Task<Answer> SubscribeAsync(uint sid, string pattern, bool noEcho = false) =>
@@ -220,7 +223,7 @@ internal sealed class LongPollTransportClient : TransportClient
         using HttpResponseMessage created = await http.PostAsJsonAsync("/poll/sessions", new { client = "parity", zstd });
         Assert.Equal(HttpStatusCode.Created, created.StatusCode);
         JsonElement body = await created.Content.ReadFromJsonAsync<JsonElement>();
-        return new LongPollTransportClient(http, body.GetProperty("session").GetString()!);
+        return new LongPollTransportClient(http, body.GetProperty("session").GetString()!) { InboxPrefix = body.GetProperty("inboxPrefix").GetString() };
     }
 
     public override async Task<Answer> SubscribeAsync(uint sid, string pattern, bool noEcho = false)

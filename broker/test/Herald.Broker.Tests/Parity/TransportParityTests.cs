@@ -18,6 +18,7 @@ public sealed class TransportParityTests
 {
     private const string OwnerToken = "owner-token";
     private const string GuestToken = "guest-token";
+    private const string RivalToken = "rival-token";
 
     [Theory]
     [MemberData(nameof(TransportClient.Transports), MemberType = typeof(TransportClient))]
@@ -179,12 +180,15 @@ public sealed class TransportParityTests
         await using TestBroker broker = await StartWithIdentitiesAsync();
         await using TransportClient guest = await TransportClient.OpenAsync(transport, broker, GuestToken);
 
-        Assert.Equal(Answer.Ok, await guest.SubscribeAsync(1, "_INBOX.abcdefghijklmnop.>"));
-        Assert.Equal(new Answer(ErrorCode.PermissionDenied, SessionEnded: false), await guest.SubscribeAsync(2, "_INBOX.short.>"));
+        string own = guest.InboxPrefix + ".abcdefghijklmnop";
+
+        Assert.Equal(Answer.Ok, await guest.SubscribeAsync(1, own + ".>"));
+        Assert.Equal(new Answer(ErrorCode.PermissionDenied, SessionEnded: false), await guest.SubscribeAsync(2, "_INBOX.abcdefghijklmnop.>")); // a name someone else may use
         Assert.Equal(new Answer(ErrorCode.PermissionDenied, SessionEnded: false), await guest.SubscribeAsync(3, "_INBOX.>"));
-        Assert.Equal(Answer.Ok, await guest.PublishAsync("_INBOX.abcdefghijklmnop.1", "reply to myself"));
-        Assert.Equal(Answer.Ok, await guest.PublishAsync("_INBOX.abcdefghijklmnop.end", "marker"));
-        Assert.Equal(["reply to myself"], (await guest.ReceiveUntilAsync("_INBOX.abcdefghijklmnop.end")).Select(f => f.Text));
+        Assert.Equal(new Answer(ErrorCode.PermissionDenied, SessionEnded: false), await guest.PublishAsync("_INBOX.abcdefghijklmnop.1", "unasked reply"));
+        Assert.Equal(Answer.Ok, await guest.PublishAsync(own + ".1", "reply to myself"));
+        Assert.Equal(Answer.Ok, await guest.PublishAsync(own + ".end", "marker"));
+        Assert.Equal(["reply to myself"], (await guest.ReceiveUntilAsync(own + ".end")).Select(f => f.Text));
     }
 
     [Theory]
@@ -281,6 +285,49 @@ public sealed class TransportParityTests
         payload.AsSpan().Fill((byte)' ');
         Encoding.ASCII.GetBytes(i.ToString(System.Globalization.CultureInfo.InvariantCulture)).CopyTo(payload, 0);
         return payload;
+    }
+
+    [Theory]
+    [MemberData(nameof(TransportClient.Transports), MemberType = typeof(TransportClient))]
+    public async Task Reply_inboxes_are_per_identity_and_a_reply_needs_a_delivered_request(string transport)
+    {
+        await using TestBroker broker = await StartWithIdentitiesAsync(o =>
+            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "rival", Sha256 = Sha256(RivalToken), Permissions = { Publish = { "rival.>" }, Subscribe = { "rival.>" } } }));
+        await using TransportClient guest = await TransportClient.OpenAsync(transport, broker, GuestToken);
+        await using TransportClient rival = await TransportClient.OpenAsync(TransportClient.Tcp, broker, RivalToken);
+        await using TransportClient owner = await TransportClient.OpenAsync(TransportClient.Tcp, broker, OwnerToken);
+        Assert.Equal(Identity.InboxPrefixOf("guest"), guest.InboxPrefix);
+        string rivalInbox = Identity.InboxPrefixOf("rival");
+        string ownerInbox = Identity.InboxPrefixOf("owner");
+        Assert.Equal(rivalInbox, rival.InboxPrefix);
+
+        // Only its own part of the inbox space.
+        Assert.Equal(new Answer(ErrorCode.PermissionDenied, SessionEnded: false), await guest.SubscribeAsync(1, rivalInbox + ".>"));
+        Assert.Equal(new Answer(ErrorCode.PermissionDenied, SessionEnded: false), await guest.SubscribeAsync(2, "_INBOX.>"));
+        Assert.Equal(Answer.Ok, await guest.SubscribeAsync(3, guest.InboxPrefix + ".mine.>"));
+        Assert.Equal(Answer.Ok, await rival.SubscribeAsync(1, rivalInbox + ".r.>"));
+        Assert.Equal(Answer.Ok, await owner.SubscribeAsync(1, ownerInbox + ".r.>"));
+
+        // A reply nobody asked for is a forgery; naming another's inbox as reply_to is refused too.
+        Assert.Equal(new Answer(ErrorCode.PermissionDenied, SessionEnded: false), await guest.PublishAsync(rivalInbox + ".r.1", "forged"));
+        Assert.Equal(new Answer(ErrorCode.PermissionDenied, SessionEnded: false), await guest.PublishAsync("guest.svc", "steal", replyTo: rivalInbox + ".r.2"));
+
+        // A request delivered to the guest grants one reply (the default), to that reply topic only.
+        Assert.Equal(Answer.Ok, await guest.SubscribeAsync(4, "guest.svc"));
+        Assert.Equal(Answer.Ok, await guest.SubscribeAsync(5, "guest.end"));
+        Assert.Equal(Answer.Ok, await owner.PublishAsync("guest.svc", "request", replyTo: ownerInbox + ".r.1"));
+        Assert.Equal(Answer.Ok, await owner.PublishAsync("guest.end", "marker"));
+        Frame request = Assert.Single(await guest.ReceiveUntilAsync("guest.end"));
+        Assert.Equal(ownerInbox + ".r.1", request.ReplyTo);
+        Assert.Equal(new Answer(ErrorCode.PermissionDenied, SessionEnded: false), await guest.PublishAsync(ownerInbox + ".r.9", "not asked"));
+        Assert.Equal(Answer.Ok, await guest.PublishAsync(request.ReplyTo!, "reply"));
+        Assert.Equal(new Answer(ErrorCode.PermissionDenied, SessionEnded: false), await guest.PublishAsync(request.ReplyTo!, "second reply"));
+
+        // The owner got the one reply; the rival got nothing forged.
+        Assert.Equal(Answer.Ok, await owner.PublishAsync(ownerInbox + ".r.end", "marker"));
+        Assert.Equal(["reply"], (await owner.ReceiveUntilAsync(ownerInbox + ".r.end")).Select(f => f.Text));
+        Assert.Equal(Answer.Ok, await owner.PublishAsync(rivalInbox + ".r.end", "marker"));
+        Assert.Empty(await rival.ReceiveUntilAsync(rivalInbox + ".r.end"));
     }
 
     private static Task<TestBroker> StartWithIdentitiesAsync(Action<HeraldOptions>? configure = null) => TestBroker.StartAsync(o =>

@@ -57,8 +57,9 @@ public sealed class HeraldErrorEventArgs : EventArgs
 /// <summary>What the broker told the client about the current connection.</summary>
 public sealed class HeraldServerInfo
 {
-    internal HeraldServerInfo(HeraldTransport transport, string? serverName, ulong? connectionId, int? port, bool compression, IReadOnlyDictionary<string, ulong> limits)
+    internal HeraldServerInfo(HeraldTransport transport, string? serverName, ulong? connectionId, int? port, bool compression, IReadOnlyDictionary<string, ulong> limits, string? inboxPrefix = null)
     {
+        InboxPrefix = inboxPrefix;
         Transport = transport;
         ServerName = serverName;
         ConnectionId = connectionId;
@@ -80,6 +81,13 @@ public sealed class HeraldServerInfo
 
     /// <summary>Zstd was negotiated: the broker may send compressed messages, and large publications may be compressed.</summary>
     public bool Compression { get; }
+
+    /// <summary>
+    /// The part of the inbox space that is this client's identity's (spec §7: WELCOME's <c>inbox_prefix</c>,
+    /// long-poll's <c>inboxPrefix</c>); <see cref="HeraldClient.RequestAsync(string, byte[], TimeSpan?, CancellationToken)"/>
+    /// makes its inbox under it. <c>null</c> from a broker that sends none (the client then uses <c>_INBOX</c>).
+    /// </summary>
+    public string? InboxPrefix { get; }
 
     /// <summary>TCP: WELCOME's limits (spec §4.2). Long-poll: the session's (longpoll §1.1), by their JSON names.</summary>
     public IReadOnlyDictionary<string, ulong> Limits { get; }

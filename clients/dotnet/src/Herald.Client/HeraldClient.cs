@@ -40,7 +40,7 @@ public sealed partial class HeraldClient : IAsyncDisposable
     private readonly EventQueue _events = new();
     private readonly ConcurrentDictionary<uint, HeraldSubscription> _subscriptions = new();
     private readonly ConcurrentDictionary<string, TaskCompletionSource<HeraldMessage>> _requests = new(StringComparer.Ordinal);
-    private readonly string _inboxPrefix;
+    private string? _inboxPrefix; // <the broker's inbox_prefix>.<random>, set once before the inbox is subscribed
     private long _lastRequest;
     private Task<HeraldSubscription>? _inbox;
 
@@ -66,7 +66,6 @@ public sealed partial class HeraldClient : IAsyncDisposable
         _address = BrokerAddress.Parse(_options.Url!);
         Serializer = new PayloadSerializer(_options.SerializerOptions);
         _offline = new PublishBuffer(_options.PublishBufferSize);
-        _inboxPrefix = ProtocolConstants.InboxPrefix + Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(12));
         if (_address.Transport == HeraldTransport.LongPoll)
         {
             HttpMessageHandler handler = _options.HttpMessageHandler ?? new SocketsHttpHandler
@@ -207,7 +206,8 @@ public sealed partial class HeraldClient : IAsyncDisposable
 
     /// <summary>
     /// Publishes a request with a fresh <c>reply_to</c> inbox topic and waits for the first reply (spec §7).
-    /// The client subscribes its inbox (<c>_INBOX.&lt;random&gt;.&gt;</c>) once, on the first request.
+    /// The client subscribes its inbox (<c>&lt;inbox_prefix&gt;.&lt;random&gt;.&gt;</c>, under the prefix the broker
+    /// gave its identity, <see cref="HeraldServerInfo.InboxPrefix"/>) once, on the first request.
     /// </summary>
     /// <param name="timeout">How long to wait for the reply; <see cref="HeraldClientOptions.RequestTimeout"/> if <c>null</c>.</param>
     /// <exception cref="HeraldTimeoutException">No reply in time (nobody answered, or nobody subscribes to <paramref name="topic"/>).</exception>
@@ -441,6 +441,26 @@ public sealed partial class HeraldClient : IAsyncDisposable
 
     private void Remove(HeraldSubscription subscription) => _subscriptions.TryRemove(KeyValuePair.Create(subscription.Sid, subscription));
 
+    /// <summary>This client's inbox: a random token under the broker's prefix for its identity (spec §7), so its connections do not share replies.</summary>
+    private static string InboxUnder(string? brokerPrefix) =>
+        (brokerPrefix ?? ProtocolConstants.InboxPrefix.TrimEnd('.')) + "." + Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(12));
+
+    /// <summary>
+    /// The broker ended subscription <paramref name="sid"/> (a credential refresh took the right to it away,
+    /// spec §4.1): it ends with <paramref name="reason"/>, which its reader sees and <see cref="Error"/> reports.
+    /// </summary>
+    internal void Revoke(uint sid, HeraldException reason)
+    {
+        if (FindSubscription(sid) is { } subscription)
+        {
+            Refuse(subscription, reason);
+        }
+        else
+        {
+            ReportError(reason);
+        }
+    }
+
     /// <summary>Subscribes the request inbox once (again after a failure), with a handler that completes the waiting request.</summary>
     private Task EnsureInboxAsync(CancellationToken cancellationToken)
     {
@@ -462,10 +482,12 @@ public sealed partial class HeraldClient : IAsyncDisposable
 
     private async Task<HeraldSubscription> SubscribeInboxAsync()
     {
-        string pattern = _inboxPrefix + ".>";
         try
         {
             await StartAsync(_closing.Token).ConfigureAwait(false);
+            string inbox = Volatile.Read(ref _inboxPrefix) ?? InboxUnder(ServerInfo?.InboxPrefix);
+            Volatile.Write(ref _inboxPrefix, inbox);
+            string pattern = inbox + ".>";
             return await AddSubscriptionAsync(sid => new HeraldSubscription(this, sid, pattern, Encoding.UTF8.GetBytes(pattern), OnReply), _closing.Token).ConfigureAwait(false);
         }
         catch
@@ -482,7 +504,8 @@ public sealed partial class HeraldClient : IAsyncDisposable
     /// <summary>The inbox handler, on the reading thread: completes the request the reply's last token names.</summary>
     private void OnReply(HeraldMessage reply)
     {
-        string token = reply.Topic.Length > _inboxPrefix.Length + 1 ? reply.Topic[(_inboxPrefix.Length + 1)..] : "";
+        string prefix = Volatile.Read(ref _inboxPrefix)!;
+        string token = reply.Topic.Length > prefix.Length + 1 ? reply.Topic[(prefix.Length + 1)..] : "";
         if (_requests.TryRemove(token, out TaskCompletionSource<HeraldMessage>? waiting))
         {
             waiting.TrySetResult(reply);

@@ -37,6 +37,9 @@ public class HeraldException : Exception
     /// <summary>For <see cref="Protocol.ErrorCode.MessagesDropped"/>: how many messages were lost.</summary>
     public ulong Count { get; init; }
 
+    /// <summary>The subscription the broker ended with this error (spec §4.8; a credential refresh revoked it), or 0.</summary>
+    public uint Sid { get; init; }
+
     /// <summary>Long-poll: the problem's <c>code</c> (longpoll §3), e.g. <c>SessionExpired</c>.</summary>
     public string? ProblemCode { get; init; }
 

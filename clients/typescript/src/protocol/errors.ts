@@ -68,13 +68,15 @@ export class HeraldError extends Error {
   readonly count: number | bigint;
   /** For long-poll answers: the HTTP status. */
   readonly status: number | undefined;
+  /** For an ERROR naming a subscription (spec §4.8: a credential refresh ended it): its sid; else 0. */
+  readonly sid: number;
   /** For HTTP 503 answers: the broker's Retry-After, in milliseconds. */
   readonly retryAfterMs: number | undefined;
 
   constructor(
     code: string,
     message: string,
-    details: { fatal?: boolean; count?: number | bigint; status?: number; retryAfterMs?: number; cause?: unknown } = {},
+    details: { fatal?: boolean; count?: number | bigint; status?: number; retryAfterMs?: number; sid?: number; cause?: unknown } = {},
   ) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause });
     this.name = "HeraldError";
@@ -82,6 +84,7 @@ export class HeraldError extends Error {
     this.fatal = details.fatal ?? false;
     this.count = details.count ?? 0;
     this.status = details.status;
+    this.sid = details.sid ?? 0;
     this.retryAfterMs = details.retryAfterMs;
   }
 }

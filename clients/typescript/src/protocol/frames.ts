@@ -55,6 +55,8 @@ export interface WelcomeFrame {
   capabilities: number;
   /** Integer limits by key (spec §4.2); a value is a `bigint` only above 2^53-1. */
   limits: Record<string, number | bigint>;
+  /** This client's part of the inbox space (spec §4.2, §7); `null` from a broker that sends none. */
+  inboxPrefix: string | null;
 }
 export interface SubscribeFrame {
   type: 3;
@@ -94,6 +96,8 @@ export interface ErrorFrame {
   message: string;
   /** A `bigint` only above 2^53-1. */
   count: number | bigint;
+  /** The subscription this ERROR ended (spec §4.8: a credential refresh revoked it), or 0. */
+  sid: number;
 }
 export type Frame =
   | HelloFrame
@@ -163,6 +167,7 @@ export function encodeWelcome(
   capabilities: number,
   limits: Record<string, number | bigint>,
   version = PROTOCOL_VERSION,
+  inboxPrefix: string | null = null,
 ): Uint8Array {
   checkUint32("version", version);
   checkUint32("capabilities", capabilities);
@@ -171,7 +176,9 @@ export function encodeWelcome(
   for (const [key, value] of Object.entries(limits)) {
     Object.defineProperty(map, key, { value: uint64(`limit ${key}`, value), enumerable: true });
   }
-  return encodeFrame([FrameType.Welcome, version, serverName, uint64("connectionId", connectionId), capabilities, map]);
+  const items: unknown[] = [FrameType.Welcome, version, serverName, uint64("connectionId", connectionId), capabilities, map];
+  if (inboxPrefix !== null) items.push(inboxPrefix);
+  return encodeFrame(items);
 }
 
 /** SUBSCRIBE `[3, sid, pattern, options]` (spec §4.3). */
@@ -218,9 +225,12 @@ export function encodePong(): Uint8Array {
 }
 
 /** ERROR (server to client, spec §4.8); for tests and fake servers. */
-export function encodeError(code: number, fatal: boolean, message: string, count: number | bigint = 0): Uint8Array {
+export function encodeError(code: number, fatal: boolean, message: string, count: number | bigint = 0, sid = 0): Uint8Array {
   checkUint32("code", code);
-  return encodeFrame([FrameType.Error, code, fatal, message, uint64("count", count)]);
+  checkUint32("sid", sid);
+  const items: unknown[] = [FrameType.Error, code, fatal, message, uint64("count", count)];
+  if (sid !== 0) items.push(sid);
+  return encodeFrame(items);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -285,8 +295,13 @@ export function decodeFrame(body: Uint8Array): Frame {
         if (r.nextIsInteger()) limits[key] = r.readUnsigned();
         else r.skip(0); // a later version's non-integer limit: ignored
       }
-      skipRest(r, count - 6);
-      return { type, version, serverName, connectionId, capabilities, limits: { ...limits } };
+      let inboxPrefix: string | null = null;
+      if (count > 6) {
+        if (r.nextIsString()) inboxPrefix = r.readString(true);
+        else r.skip(0); // nil, or a later version's shape: no prefix
+      }
+      skipRest(r, count - 7);
+      return { type, version, serverName, connectionId, capabilities, limits: { ...limits }, inboxPrefix };
     }
     case FrameType.Subscribe: {
       require(count, 4, "SUBSCRIBE");
@@ -327,8 +342,13 @@ export function decodeFrame(body: Uint8Array): Frame {
       const fatal = r.readBool();
       const message = nonNil(r.readString(true), "message");
       const errorCount = r.readUnsigned();
-      skipRest(r, count - 5);
-      return { type, code, fatal, message, count: errorCount };
+      let sid = 0;
+      if (count > 5) {
+        if (r.nextIsInteger()) sid = r.readUint32();
+        else r.skip(0); // nil, or a later version's shape: no sid
+      }
+      skipRest(r, count - 6);
+      return { type, code, fatal, message, count: errorCount, sid };
     }
   }
 }

@@ -90,6 +90,12 @@ export class MsgReader {
     return n;
   }
 
+  /** Whether the next value is a MessagePack str (of any width). */
+  nextIsString(): boolean {
+    const b = this.peek();
+    return (b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb);
+  }
+
   /** Whether the next value is a MessagePack integer (of any width or sign). */
   nextIsInteger(): boolean {
     const b = this.peek();

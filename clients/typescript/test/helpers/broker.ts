@@ -68,6 +68,7 @@ export class Broker {
   private constructor(
     readonly tcpPort: number,
     readonly httpPort: number,
+    readonly monitoringPort: number,
     private readonly extraArgs: string[],
   ) {}
 
@@ -79,6 +80,11 @@ export class Broker {
     return `http://127.0.0.1:${this.httpPort}`;
   }
 
+  /** The monitoring listener (/varz, /metrics, probes): never on the client HTTP port. */
+  get monitoringUrl(): string {
+    return `http://127.0.0.1:${this.monitoringPort}`;
+  }
+
   /** The broker's last lines of output (for failure messages). */
   get log(): string {
     return this.output.join("");
@@ -86,7 +92,7 @@ export class Broker {
 
   static async start(extraArgs: string[] = []): Promise<Broker> {
     ensureBrokerBuilt();
-    const broker = new Broker(await freePort(), await freePort(), extraArgs);
+    const broker = new Broker(await freePort(), await freePort(), await freePort(), extraArgs);
     await broker.launch();
     return broker;
   }
@@ -99,6 +105,8 @@ export class Broker {
       `--Herald:Tcp:PortRangeEnd=${this.tcpPort}`,
       "--Herald:Http:Host=127.0.0.1",
       `--Herald:Http:Port=${this.httpPort}`,
+      "--Herald:Monitoring:Host=127.0.0.1",
+      `--Herald:Monitoring:Port=${this.monitoringPort}`,
       "--Herald:Policy:Port=-1",
       ...this.extraArgs,
     ];

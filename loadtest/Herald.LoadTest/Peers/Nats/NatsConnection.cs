@@ -3,6 +3,7 @@ using System.Net.Sockets;
 using System.Runtime.CompilerServices;
 using System.Text;
 using System.Text.Json;
+using Herald.LoadTest.Client;
 
 namespace Herald.LoadTest.Peers.Nats;
 
@@ -19,16 +20,14 @@ internal sealed class NatsConnection : IDisposable
 {
     public const int DefaultReceiveBufferSize = 64 * 1024;
     private const int MaxControlLine = 4096;
+    private const int MaxMessage = 64 * 1024 * 1024;
 
     private static readonly byte[] ConnectLine = "CONNECT {\"verbose\":false,\"pedantic\":false,\"echo\":true}\r\n"u8.ToArray();
     private static readonly byte[] PongLine = "PONG\r\n"u8.ToArray();
 
     private readonly Socket _socket;
     private readonly SemaphoreSlim _sendGate = new(1, 1);
-    private byte[] _buffer;
-    private int _start;
-    private int _end;
-    private long _bytesReceived;
+    private readonly ReceiveBuffer _received = new(DefaultReceiveBufferSize);
     private long _bytesSent;
     private int _closed;
 
@@ -36,7 +35,6 @@ internal sealed class NatsConnection : IDisposable
     {
         _socket = socket;
         Name = name;
-        _buffer = GC.AllocateUninitializedArray<byte>(DefaultReceiveBufferSize);
     }
 
     public string Name { get; }
@@ -48,14 +46,14 @@ internal sealed class NatsConnection : IDisposable
 
     public long MaxPayload { get; private set; }
 
-    public long BytesReceived => Volatile.Read(ref _bytesReceived);
+    public long BytesReceived => _received.BytesReceived;
 
     public long BytesSent => Volatile.Read(ref _bytesSent);
 
     /// <summary>Bytes received and not yet consumed; valid until the next <see cref="ReceiveAsync"/>.</summary>
-    public ReadOnlySpan<byte> Buffered => _buffer.AsSpan(_start, _end - _start);
+    public ReadOnlySpan<byte> Buffered => _received.Buffered;
 
-    public void Consume(int count) => _start += count;
+    public void Consume(int count) => _received.Consume(count);
 
     /// <summary>Connects, reads INFO and sends CONNECT.</summary>
     public static async Task<NatsConnection> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken)
@@ -138,39 +136,8 @@ internal sealed class NatsConnection : IDisposable
     [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder<>))]
     public async ValueTask<bool> ReceiveAsync(CancellationToken cancellationToken = default)
     {
-        int pending = _end - _start;
-        if (_start > 0)
-        {
-            if (pending > 0)
-            {
-                Buffer.BlockCopy(_buffer, _start, _buffer, 0, pending);
-            }
-
-            _start = 0;
-            _end = pending;
-        }
-
-        if (_end == _buffer.Length)
-        {
-            if (_buffer.Length >= 64 * 1024 * 1024)
-            {
-                throw new IOException($"{Name}: a NATS message over 64 MiB.");
-            }
-
-            byte[] larger = GC.AllocateUninitializedArray<byte>(_buffer.Length * 2);
-            Buffer.BlockCopy(_buffer, 0, larger, 0, _end);
-            _buffer = larger;
-        }
-
-        int received = await _socket.ReceiveAsync(_buffer.AsMemory(_end), SocketFlags.None, cancellationToken);
-        if (received == 0)
-        {
-            return false;
-        }
-
-        _end += received;
-        Volatile.Write(ref _bytesReceived, _bytesReceived + received);
-        return true;
+        Memory<byte> free = _received.PrepareReceive(MaxMessage);
+        return _received.Commit(await _socket.ReceiveAsync(free, SocketFlags.None, cancellationToken));
     }
 
     [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder))]
@@ -228,7 +195,7 @@ internal sealed class NatsConnection : IDisposable
                 return line;
             }
 
-            if (_end - _start > MaxControlLine * 4)
+            if (_received.Buffered.Length > MaxControlLine * 4)
             {
                 throw new IOException($"{Name}: control line too long.");
             }

@@ -71,7 +71,8 @@ internal static class LongPollEndpoints
                 options.MaxPendingMessagesPerSession,
                 store.Broker.Limits.MaxTopicLength,
                 options.MaxBodyBytes,
-                session.Backlog.AcceptsZstd),
+                session.Backlog.AcceptsZstd,
+                session.Identity.InboxPrefix),
             LongPollJsonContext.Default.CreateSessionResponse).ConfigureAwait(false);
     });
 
@@ -396,7 +397,7 @@ internal static class LongPollEndpoints
         string? credential = header is not null && header.StartsWith("Bearer ", StringComparison.OrdinalIgnoreCase) ? header["Bearer ".Length..].Trim() : null;
         try
         {
-            return ProtocolSession.Authenticate(broker, credential);
+            return ProtocolSession.Authenticate(broker, credential, RemoteOf(context), PollSession.TransportName);
         }
         catch (ProtocolException e)
         {

@@ -16,7 +16,8 @@ internal sealed record CreateSessionResponse(
     int MaxPendingMessages,
     int MaxTopicLength,
     int MaxBodyBytes,
-    bool Zstd);
+    bool Zstd,
+    string InboxPrefix);
 
 /// <summary>Source-generated JSON for the long-poll bodies: no reflection on the request path.</summary>
 [JsonSourceGenerationOptions(PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase, UnmappedMemberHandling = JsonUnmappedMemberHandling.Skip)]

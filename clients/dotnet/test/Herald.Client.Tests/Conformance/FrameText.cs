@@ -15,9 +15,9 @@ internal static class FrameText
 {
     public static string Of(ServerFrame frame) => frame.Type switch
     {
-        FrameType.Welcome => Welcome(frame.Welcome.Version, frame.Welcome.ServerName, frame.Welcome.ConnectionId, (uint)frame.Welcome.Capabilities, frame.Welcome.Limits),
+        FrameType.Welcome => Welcome(frame.Welcome.Version, frame.Welcome.ServerName, frame.Welcome.ConnectionId, (uint)frame.Welcome.Capabilities, frame.Welcome.Limits, frame.Welcome.InboxPrefix),
         FrameType.Message => Message(frame.Message.Sid, frame.Message.TopicString, frame.Message.ReplyToString, (uint)frame.Message.Flags, frame.Message.Payload.ToArray()),
-        FrameType.Error => Error((uint)frame.Error.Code, frame.Error.Fatal, frame.Error.Message, frame.Error.Count),
+        FrameType.Error => Error((uint)frame.Error.Code, frame.Error.Fatal, frame.Error.Message, frame.Error.Count, frame.Error.Sid),
         _ => frame.Type.ToString().ToUpperInvariant(),
     };
 
@@ -29,14 +29,15 @@ internal static class FrameText
             f.GetProperty("server_name").GetString()!,
             f.GetProperty("connection_id").GetUInt64(),
             f.GetProperty("capabilities").GetUInt32(),
-            f.GetProperty("limits").EnumerateObject().ToDictionary(p => p.Name, p => p.Value.GetUInt64())),
+            f.GetProperty("limits").EnumerateObject().ToDictionary(p => p.Name, p => p.Value.GetUInt64()),
+            f.TryGetProperty("inbox_prefix", out JsonElement prefix) ? prefix.GetString() : null),
         FrameType.Message => Message(
             f.GetProperty("sid").GetUInt32(),
             f.GetProperty("topic").GetString()!,
             f.GetProperty("reply_to").GetString(),
             f.GetProperty("flags").GetUInt32(),
             Convert.FromHexString(f.GetProperty("payload").GetString()!)),
-        FrameType.Error => Error(f.GetProperty("code").GetUInt32(), f.GetProperty("fatal").GetBoolean(), f.GetProperty("message").GetString()!, f.GetProperty("count").GetUInt64()),
+        FrameType.Error => Error(f.GetProperty("code").GetUInt32(), f.GetProperty("fatal").GetBoolean(), f.GetProperty("message").GetString()!, f.GetProperty("count").GetUInt64(), f.TryGetProperty("sid", out JsonElement sid) ? sid.GetUInt32() : 0),
         _ => type.ToString().ToUpperInvariant(),
     };
 
@@ -66,9 +67,9 @@ internal static class FrameText
     public static string Message(uint sid, string topic, string? replyTo, uint flags, byte[] payload) =>
         $"MESSAGE sid={sid} topic={topic} reply_to={replyTo ?? "nil"} flags={flags} payload={Convert.ToHexStringLower(payload)}";
 
-    private static string Welcome(uint version, string name, ulong id, uint capabilities, IReadOnlyDictionary<string, ulong> limits) =>
-        $"WELCOME version={version} server_name={name} connection_id={id} capabilities={capabilities} limits={{{string.Join(",", limits.OrderBy(l => l.Key, StringComparer.Ordinal).Select(l => string.Create(CultureInfo.InvariantCulture, $"{l.Key}={l.Value}")))}}}";
+    private static string Welcome(uint version, string name, ulong id, uint capabilities, IReadOnlyDictionary<string, ulong> limits, string? inboxPrefix) =>
+        $"WELCOME version={version} server_name={name} connection_id={id} capabilities={capabilities} limits={{{string.Join(",", limits.OrderBy(l => l.Key, StringComparer.Ordinal).Select(l => string.Create(CultureInfo.InvariantCulture, $"{l.Key}={l.Value}")))}}} inbox_prefix={inboxPrefix ?? "none"}";
 
-    private static string Error(uint code, bool fatal, string message, ulong count) =>
-        $"ERROR code={code} fatal={fatal} message={message} count={count}";
+    private static string Error(uint code, bool fatal, string message, ulong count, uint sid) =>
+        $"ERROR code={code} fatal={fatal} message={message} count={count} sid={sid}";
 }

@@ -46,6 +46,7 @@ public sealed class TestBroker : IAsyncDisposable
             options.Http.Host = "127.0.0.1";
             options.Http.Port = httpPort;
             options.Policy.Port = -1;
+            options.Monitoring.Port = -1; // the client tests read no monitoring endpoint
             options.Limits.ShutdownDrainTimeout = TimeSpan.FromSeconds(1);
             configure?.Invoke(options);
         });

@@ -10,7 +10,8 @@ namespace Herald.Client.Tests.Integration;
 
 /// <summary>
 /// A broker with static-token authentication: alice may use <c>chat.&gt;</c> except <c>chat.admin.&gt;</c>; bob
-/// may use everything; carol has two tokens, the newer one also granting <c>upgraded.&gt;</c>.
+/// may use everything; carol has two tokens, the newer one also granting <c>upgraded.&gt;</c>; dave has two,
+/// the newer one no longer granting <c>revoked.&gt;</c>.
 /// </summary>
 public sealed class AuthBroker : IAsyncLifetime
 {
@@ -18,6 +19,8 @@ public sealed class AuthBroker : IAsyncLifetime
     public const string Bob = "bob-token-0123456789";
     public const string CarolOld = "carol-old-token-0123456789";
     public const string CarolNew = "carol-new-token-0123456789";
+    public const string DaveFull = "dave-full-token-0123456789";
+    public const string DaveLess = "dave-less-token-0123456789";
 
     public TestBroker Broker { get; private set; } = null!;
 
@@ -34,6 +37,8 @@ public sealed class AuthBroker : IAsyncLifetime
         o.Security.Auth.Tokens.Add(new TokenOptions { Name = "bob", Sha256 = Sha256(Bob), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
         o.Security.Auth.Tokens.Add(new TokenOptions { Name = "carol", Sha256 = Sha256(CarolOld), Permissions = { Publish = { "refresh.>" }, Subscribe = { "refresh.>" } } });
         o.Security.Auth.Tokens.Add(new TokenOptions { Name = "carol", Sha256 = Sha256(CarolNew), Permissions = { Publish = { "refresh.>", "upgraded.>" }, Subscribe = { "refresh.>", "upgraded.>" } } });
+        o.Security.Auth.Tokens.Add(new TokenOptions { Name = "dave", Sha256 = Sha256(DaveFull), Permissions = { Publish = { "kept.>", "revoked.>" }, Subscribe = { "kept.>", "revoked.>" } } });
+        o.Security.Auth.Tokens.Add(new TokenOptions { Name = "dave", Sha256 = Sha256(DaveLess), Permissions = { Publish = { "kept.>" }, Subscribe = { "kept.>" } } });
     });
 
     public async Task DisposeAsync() => await Broker.DisposeAsync();
@@ -144,6 +149,50 @@ public class SecurityTests(AuthBroker fixture) : IClassFixture<AuthBroker>
         Assert.Equal("same connection", (await subscription.ReadAsync(Wait.Token())).GetString());
         Assert.Equal(connection, carol.ServerInfo!.ConnectionId);
         Assert.Equal(ConnectionState.Connected, carol.State);
+    }
+
+    [Theory]
+    [MemberData(nameof(Transports))]
+    public async Task A_restricted_responder_answers_a_request_and_each_identity_has_its_own_inbox_prefix(HeraldTransport transport)
+    {
+        string service = "chat." + Guid.NewGuid().ToString("N");
+        await using var alice = new HeraldClient(fixture.Broker.Url(transport), new HeraldClientOptions { Credential = AuthBroker.Alice });
+        await using var bob = new HeraldClient(fixture.Broker.TcpUrl, new HeraldClientOptions { Credential = AuthBroker.Bob });
+
+        // alice may publish only to chat.>: her answer into bob's inbox is allowed because his request was delivered to her.
+        await using HeraldSubscription responder = await alice.SubscribeAsync(service, async m => await m.RespondAsync("alice answers"));
+        Assert.Equal("alice answers", (await bob.RequestAsync(service, "?", TimeSpan.FromSeconds(10))).GetString());
+
+        Assert.StartsWith("_INBOX.", alice.ServerInfo!.InboxPrefix, StringComparison.Ordinal);
+        Assert.StartsWith("_INBOX.", bob.ServerInfo!.InboxPrefix, StringComparison.Ordinal);
+        Assert.NotEqual(alice.ServerInfo.InboxPrefix, bob.ServerInfo.InboxPrefix);
+    }
+
+    [Fact]
+    public async Task A_refresh_to_fewer_rights_ends_the_subscription_it_no_longer_allows_and_says_why()
+    {
+        int asked = 0;
+        await using var dave = new HeraldClient(fixture.Broker.TcpUrl, new HeraldClientOptions
+        {
+            CredentialProvider = _ => ValueTask.FromResult<string?>(Interlocked.Increment(ref asked) == 1 ? AuthBroker.DaveFull : AuthBroker.DaveLess),
+        });
+        var reported = new TaskCompletionSource<HeraldException>(TaskCreationOptions.RunContinuationsAsynchronously);
+        dave.Error += (_, e) => reported.TrySetResult(e.Exception);
+        string kept = "kept." + Guid.NewGuid().ToString("N");
+        string revoked = "revoked." + Guid.NewGuid().ToString("N");
+        await using HeraldSubscription keptSubscription = await dave.SubscribeAsync(kept);
+        await using HeraldSubscription revokedSubscription = await dave.SubscribeAsync(revoked);
+
+        await dave.RefreshCredentialAsync(Wait.Token());
+
+        // The broker told the client which subscription ended (before the refresh completed): it ends with PermissionDenied.
+        Assert.False(revokedSubscription.IsActive);
+        var ended = await Assert.ThrowsAsync<HeraldException>(async () => await revokedSubscription.ReadAsync(Wait.Token()));
+        Assert.Equal((ErrorCode.PermissionDenied, revokedSubscription.Sid), (ended.ErrorCode, ended.Sid));
+        Assert.Equal(revokedSubscription.Sid, (await reported.Task.WaitAsync(Wait.Limit)).Sid);
+        await dave.PublishAsync(kept, "still delivered");
+        Assert.Equal("still delivered", (await keptSubscription.ReadAsync(Wait.Token())).GetString());
+        Assert.True(keptSubscription.IsActive);
     }
 }
 

@@ -86,7 +86,7 @@ internal sealed class LongPollConnection : BrokerConnection
             ["maxTopicLength"] = (ulong)Math.Max(session.MaxTopicLength, 0),
             ["maxBodyBytes"] = (ulong)Math.Max(session.MaxBodyBytes, 0),
         };
-        Info = new HeraldServerInfo(HeraldTransport.LongPoll, serverName: null, connectionId: null, port: null, session.Zstd && Options.EnableCompression, limits);
+        Info = new HeraldServerInfo(HeraldTransport.LongPoll, serverName: null, connectionId: null, port: null, session.Zstd && Options.EnableCompression, limits, session.InboxPrefix);
 
         StartWriter();
         _ = Task.Run(PollLoopAsync, CancellationToken.None);

@@ -30,6 +30,9 @@ internal sealed class CreateSessionResponse
     public long MaxBodyBytes { get; init; }
 
     public bool Zstd { get; init; }
+
+    /// <summary>The session's inbox prefix (longpoll §1.1); absent from a broker before it.</summary>
+    public string? InboxPrefix { get; init; }
 }
 
 /// <summary><c>POST .../subscriptions</c> body (longpoll §1.2).</summary>

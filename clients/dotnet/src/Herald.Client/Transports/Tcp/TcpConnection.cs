@@ -140,7 +140,7 @@ internal sealed class TcpConnection : BrokerConnection
     private void Welcomed(in WelcomeFrame welcome)
     {
         bool zstd = (welcome.Capabilities & Capabilities.Zstd) != 0 && Options.EnableCompression;
-        Info = new HeraldServerInfo(HeraldTransport.Tcp, welcome.ServerName, welcome.ConnectionId, _port, zstd, welcome.Limits);
+        Info = new HeraldServerInfo(HeraldTransport.Tcp, welcome.ServerName, welcome.ConnectionId, _port, zstd, welcome.Limits, welcome.InboxPrefix);
         MaxBody = Limit(welcome, "max_frame");
         MaxTopic = Limit(welcome, "max_topic");
     }
@@ -308,6 +308,12 @@ internal sealed class TcpConnection : BrokerConnection
                     throw error; // the broker closes the connection now (spec §4.8)
                 }
 
+                if (frame.Error.Sid != 0)
+                {
+                    Client.Revoke(frame.Error.Sid, error); // a refresh took the right to it away (spec §4.1)
+                    return null;
+                }
+
                 if (error.ErrorCode is ErrorCode.PermissionDenied or ErrorCode.TooManyTopics)
                 {
                     lock (_pongGate)
@@ -371,6 +377,7 @@ internal sealed class TcpConnection : BrokerConnection
         {
             IsFatal = error.Fatal,
             Count = error.Count,
+            Sid = error.Sid,
         };
 
     private static int Limit(in WelcomeFrame welcome, string key) =>

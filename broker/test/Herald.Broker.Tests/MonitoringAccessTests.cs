@@ -1,0 +1,173 @@
+using System.Net;
+using System.Net.Http.Headers;
+using System.Text.Json;
+using Herald.Broker.Tests.Infrastructure;
+
+namespace Herald.Broker.Tests;
+
+/// <summary>
+/// Issue 12.6: monitoring is not public. The operations endpoints live on their own listener; the client
+/// HTTP port serves them only when configured (the probes) or to the bearer of the monitoring token, and
+/// never under the client CORS policy. Each test also drives a long-poll client on the HTTP port, which
+/// carries on with its CORS answers as before.
+/// </summary>
+public sealed class MonitoringAccessTests
+{
+    private const string Token = "monitoring-token-0123456789";
+    private const string Origin = "http://attacker.example";
+
+    private static readonly string[] Operations = ["/varz", "/connz", "/subsz", "/metrics", "/healthz", "/readyz"];
+
+    [Fact]
+    public async Task The_client_port_serves_no_monitoring_to_anyone_and_no_cors_for_it()
+    {
+        await using var broker = await TestBroker.StartAsync();
+        await using var subscriber = await ProtocolClient.OpenAsync(broker.Port, "secret-client-name");
+        await subscriber.SubscribeAsync(1, "_INBOX.secret.>");
+        await subscriber.PingPongAsync();
+
+        foreach (string path in Operations)
+        {
+            using HttpResponseMessage response = await SendAsync(broker.Http, HttpMethod.Get, path);
+            Assert.Equal(HttpStatusCode.NotFound, response.StatusCode);
+            Assert.False(response.Headers.Contains("Access-Control-Allow-Origin"), path);
+            Assert.DoesNotContain("secret", await response.Content.ReadAsStringAsync(), StringComparison.Ordinal);
+        }
+
+        // A browser's preflight for a monitoring path gets no CORS grant either.
+        using (HttpResponseMessage preflight = await PreflightAsync(broker.Http, "/connz"))
+        {
+            Assert.False(preflight.Headers.Contains("Access-Control-Allow-Origin"));
+        }
+
+        // Naming the monitoring listener in the Host header changes nothing: the listener is the socket's.
+        using (var spoofed = new HttpRequestMessage(HttpMethod.Get, "/connz"))
+        {
+            spoofed.Headers.Host = $"127.0.0.1:{broker.MonitoringPort}";
+            using HttpResponseMessage response = await broker.Http.SendAsync(spoofed);
+            Assert.Equal(HttpStatusCode.NotFound, response.StatusCode);
+        }
+
+        // The monitoring listener answers, without CORS headers, and serves no client endpoints.
+        using (HttpResponseMessage connz = await SendAsync(broker.Monitoring, HttpMethod.Get, "/connz"))
+        {
+            Assert.Equal(HttpStatusCode.OK, connz.StatusCode);
+            Assert.False(connz.Headers.Contains("Access-Control-Allow-Origin"));
+            Assert.Contains("secret-client-name", await connz.Content.ReadAsStringAsync(), StringComparison.Ordinal);
+        }
+
+        using (HttpResponseMessage create = await broker.Monitoring.PostAsync("/poll/sessions", null))
+        {
+            Assert.Equal(HttpStatusCode.NotFound, create.StatusCode);
+        }
+
+        using (HttpResponseMessage policy = await broker.Monitoring.GetAsync("/clientaccesspolicy.xml"))
+        {
+            Assert.Equal(HttpStatusCode.NotFound, policy.StatusCode);
+        }
+
+        await ClientsKeepTheirCorsAsync(broker);
+    }
+
+    [Fact]
+    public async Task With_a_token_the_client_port_serves_monitoring_to_its_bearer_only_and_without_cors()
+    {
+        await using var broker = await TestBroker.StartAsync(o => o.Monitoring.Token = Token);
+
+        foreach (string path in new[] { "/varz", "/connz", "/subsz", "/metrics" })
+        {
+            foreach (HttpClient listener in new[] { broker.Http, broker.Monitoring })
+            {
+                using HttpResponseMessage anonymous = await SendAsync(listener, HttpMethod.Get, path);
+                using HttpResponseMessage wrong = await SendAsync(listener, HttpMethod.Get, path, Token + "x");
+                using HttpResponseMessage bearer = await SendAsync(listener, HttpMethod.Get, path, Token);
+
+                Assert.Equal(HttpStatusCode.Unauthorized, anonymous.StatusCode);
+                Assert.Equal("Bearer", anonymous.Headers.WwwAuthenticate.Single().Scheme);
+                Assert.Equal(HttpStatusCode.Unauthorized, wrong.StatusCode);
+                Assert.Equal(HttpStatusCode.OK, bearer.StatusCode);
+                Assert.False(bearer.Headers.Contains("Access-Control-Allow-Origin"), path);
+            }
+        }
+
+        // The probes need no token on the monitoring listener (kubelets send none), and stay off the client port.
+        using (HttpResponseMessage ready = await broker.Monitoring.GetAsync("/readyz"))
+        using (HttpResponseMessage onClientPort = await broker.Http.GetAsync("/readyz"))
+        {
+            Assert.Equal(HttpStatusCode.OK, ready.StatusCode);
+            Assert.Equal(HttpStatusCode.NotFound, onClientPort.StatusCode);
+        }
+
+        await ClientsKeepTheirCorsAsync(broker);
+    }
+
+    [Fact]
+    public async Task Probes_answer_on_the_client_port_when_asked_and_the_monitoring_listener_can_be_off()
+    {
+        await using var broker = await TestBroker.StartAsync(o =>
+        {
+            o.Monitoring.Port = -1;
+            o.Monitoring.ProbesOnHttpPort = true;
+        });
+
+        Assert.Equal(0, broker.MonitoringPort);
+        using (HttpResponseMessage ready = await SendAsync(broker.Http, HttpMethod.Get, "/readyz"))
+        {
+            Assert.Equal(HttpStatusCode.OK, ready.StatusCode);
+            Assert.False(ready.Headers.Contains("Access-Control-Allow-Origin"));
+            using JsonDocument body = JsonDocument.Parse(await ready.Content.ReadAsStringAsync());
+            Assert.Equal("ready", body.RootElement.GetProperty("status").GetString());
+        }
+
+        foreach (string path in new[] { "/varz", "/connz", "/subsz", "/metrics" })
+        {
+            using HttpResponseMessage response = await broker.Http.GetAsync(path);
+            Assert.Equal(HttpStatusCode.NotFound, response.StatusCode);
+        }
+
+        await ClientsKeepTheirCorsAsync(broker);
+    }
+
+    /// <summary>The bystander: a browser client's long-poll session on the HTTP port still gets its CORS answers.</summary>
+    private static async Task ClientsKeepTheirCorsAsync(TestBroker broker)
+    {
+        using (HttpResponseMessage preflight = await PreflightAsync(broker.Http, "/poll/sessions"))
+        {
+            Assert.True(preflight.IsSuccessStatusCode, preflight.StatusCode.ToString());
+            Assert.Equal("*", preflight.Headers.GetValues("Access-Control-Allow-Origin").Single());
+        }
+
+        using HttpResponseMessage created = await SendAsync(broker.Http, HttpMethod.Post, "/poll/sessions");
+        Assert.Equal(HttpStatusCode.Created, created.StatusCode);
+        Assert.Equal("*", created.Headers.GetValues("Access-Control-Allow-Origin").Single());
+    }
+
+    private static Task<HttpResponseMessage> SendAsync(HttpClient http, HttpMethod method, string path, string? token = null)
+    {
+        var request = new HttpRequestMessage(method, path);
+        request.Headers.Add("Origin", Origin);
+        if (token is not null)
+        {
+            request.Headers.Authorization = new AuthenticationHeaderValue("Bearer", token);
+        }
+
+        return SendAndDisposeAsync(http, request);
+    }
+
+    private static Task<HttpResponseMessage> PreflightAsync(HttpClient http, string path)
+    {
+        var request = new HttpRequestMessage(HttpMethod.Options, path);
+        request.Headers.Add("Origin", Origin);
+        request.Headers.Add("Access-Control-Request-Method", path.StartsWith("/poll", StringComparison.Ordinal) ? "POST" : "GET");
+        request.Headers.Add("Access-Control-Request-Headers", "authorization");
+        return SendAndDisposeAsync(http, request);
+    }
+
+    private static async Task<HttpResponseMessage> SendAndDisposeAsync(HttpClient http, HttpRequestMessage request)
+    {
+        using (request)
+        {
+            return await http.SendAsync(request);
+        }
+    }
+}
