@@ -93,7 +93,7 @@ internal sealed class FrameSession : ProtocolSession
                     // Over a rate: read nothing more until the debt is paid. Replies unsent: read nothing more
                     // until the client takes them. TCP backpressure slows the client down; nothing it sent
                     // is dropped.
-                    if (Throttle is { Ticks: > 0 } pause)
+                    while (Throttle is { Ticks: > 0 } pause && !IsClosing) // again if a timer fired early: never before the debt is paid
                     {
                         await Task.Delay(pause).ConfigureAwait(false);
                     }

@@ -112,8 +112,13 @@ internal static class LongPollEndpoints
     });
 
     /// <summary>Over one of the session's rates, the answer waits its <see cref="ProtocolSession.Throttle"/> (as TCP stops reading).</summary>
-    private static Task HoldAsync(HttpContext context, PollSession owner) =>
-        owner.Throttle is { Ticks: > 0 } pause ? Task.Delay(pause, context.RequestAborted) : Task.CompletedTask;
+    private static async Task HoldAsync(HttpContext context, PollSession owner)
+    {
+        while (owner.Throttle is { Ticks: > 0 } pause) // again if a timer fired early: never before the debt is paid
+        {
+            await Task.Delay(pause, context.RequestAborted).ConfigureAwait(false);
+        }
+    }
 
     private static Task PublishInSession(HttpContext context, string session) => InSession(context, session, (owner, store) => PublishAsync(context, store, owner));
 
