@@ -1,7 +1,6 @@
 using System.Net;
 using System.Net.Http.Headers;
 using System.Net.Http.Json;
-using System.Security.Cryptography;
 using System.Text;
 using System.Text.Json;
 using Herald.Broker.Security;
@@ -27,8 +26,8 @@ public sealed class IdentityIsolationTests
         await using var broker = await TestBroker.StartAsync(o =>
         {
             o.Security.Auth.Mode = AuthMode.Token;
-            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "alice", Sha256 = Sha256(Alice), Permissions = { Publish = { "alice.>" }, Subscribe = { "alice.>" } } });
-            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "mallory", Sha256 = Sha256(Mallory), Permissions = { Publish = { "mallory.>" }, Subscribe = { "mallory.>" } } });
+            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "alice", Sha256 = TestTokens.Sha256(Alice), Permissions = { Publish = { "alice.>" }, Subscribe = { "alice.>" } } });
+            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "mallory", Sha256 = TestTokens.Sha256(Mallory), Permissions = { Publish = { "mallory.>" }, Subscribe = { "mallory.>" } } });
         });
         using MetricsProbe metrics = broker.Metrics();
 
@@ -136,6 +135,4 @@ public sealed class IdentityIsolationTests
         Assert.Equal(nameof(ErrorCode.PermissionDenied), problem.GetProperty("code").GetString());
         Assert.Contains($"'{topic}'", problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
     }
-
-    private static string Sha256(string token) => Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(token)));
 }

@@ -74,7 +74,7 @@ public sealed class SecurityTests
         {
             o.Security.Auth.Mode = AuthMode.Token;
             o.Security.Auth.FailureDelay = TimeSpan.FromMilliseconds(100);
-            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "alice", Sha256 = Sha256("alice-token"), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
+            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "alice", Sha256 = TestTokens.Sha256("alice-token"), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
         });
 
         await using var good = await ProtocolClient.ConnectAsync(broker.Port);
@@ -303,6 +303,4 @@ public sealed class SecurityTests
             new SigningCredentials(new SymmetricSecurityKey(Encoding.UTF8.GetBytes(signingSecret)), SecurityAlgorithms.HmacSha256));
         return new JwtSecurityTokenHandler().WriteToken(token);
     }
-
-    private static string Sha256(string token) => Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(token)));
 }

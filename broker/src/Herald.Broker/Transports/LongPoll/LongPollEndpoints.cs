@@ -37,11 +37,11 @@ internal static class LongPollEndpoints
             return Task.CompletedTask;
         }));
         poll.MapPost("/sessions/{session}/subscriptions", Subscribe);
-        poll.MapDelete("/sessions/{session}/subscriptions/{sid}", (HttpContext c, string session, string sid) => InSession(c, session, (owner, _) =>
+        poll.MapDelete("/sessions/{session}/subscriptions/{sid}", (HttpContext c, string session, string sid) => InSession(c, session, async (owner, _) =>
         {
             Refusal refusal = uint.TryParse(sid, out uint id) ? owner.Unsubscribe(id) : new Refusal(ErrorCode.UnknownSubscription, $"No live subscription with id {sid}.");
+            await HoldAsync(c, owner).ConfigureAwait(false);
             HttpExchange.Answer(c, refusal, StatusCodes.Status204NoContent, NoticeHeader);
-            return Task.CompletedTask;
         }));
         poll.MapPost("/sessions/{session}/publish", (HttpContext c, string session) => InSession(c, session, (owner, store) => PublishAsync(c, store, owner)));
         poll.MapGet("/sessions/{session}/messages", Poll);
@@ -88,8 +88,19 @@ internal static class LongPollEndpoints
         }
 
         string pattern = request.Pattern ?? throw HttpProblem.Malformed("pattern is required.");
-        HttpExchange.Answer(context, owner.Subscribe((uint)sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(pattern)), request.NoEcho ?? false), StatusCodes.Status204NoContent, NoticeHeader);
+        Refusal refusal = owner.Subscribe((uint)sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(pattern)), request.NoEcho ?? false);
+        await HoldAsync(context, owner).ConfigureAwait(false);
+        HttpExchange.Answer(context, refusal, StatusCodes.Status204NoContent, NoticeHeader);
     });
+
+    /// <summary>Over one of the session's rates, the answer waits its <see cref="ProtocolSession.Throttle"/> (as TCP stops reading).</summary>
+    private static async Task HoldAsync(HttpContext context, PollSession owner)
+    {
+        while (owner.Throttle is { Ticks: > 0 } pause) // again if a timer fired early: never before the debt is paid
+        {
+            await Task.Delay(pause, context.RequestAborted).ConfigureAwait(false);
+        }
+    }
 
     /// <summary>One-shot publish: a session of one request, sharing the rate bucket of its identity (auth on) or address.</summary>
     private static Task PublishOneShot(HttpContext context) => HttpExchange.Handle(context, async () =>
@@ -143,11 +154,7 @@ internal static class LongPollEndpoints
             owner.FlushTouched();
         }
 
-        if (owner.Throttle is { Ticks: > 0 } pause)
-        {
-            await Task.Delay(pause, context.RequestAborted).ConfigureAwait(false);
-        }
-
+        await HoldAsync(context, owner).ConfigureAwait(false);
         HttpExchange.Answer(context, refusal, StatusCodes.Status202Accepted, NoticeHeader);
     }
 
