@@ -171,7 +171,8 @@ internal sealed class StalledScenario : IScenario
             double drainSeconds = await ScenarioSkeleton.StopAndDrainAsync(
                 stopPublishing, publishing, options.Grace, window.Interrupted, () => fast.Any(s => !s.Counts.Closed && s.Counts.Received < publisher.Published), pollMilliseconds: 10);
             Counters drained = await Counters.ReadAsync(target, CancellationToken.None);
-            return StalledRun.From(options, window, fast, publisher, new Memory(baselineRss, connectedRss, endRss), before, after, drained.Connections, drainSeconds);
+            var memory = new Memory(baselineRss, connectedRss, endRss, TargetReport.ServerRss(target));
+            return StalledRun.From(options, window, fast, publisher, memory, before, after, drained.Connections, drainSeconds);
         }
         finally
         {
@@ -245,9 +246,12 @@ internal sealed class StalledScenario : IScenario
             $"--Herald:Limits:SlowConsumerPolicy={BrokerPolicy}",
         ];
 
-        /// <summary>The formula's bound for <paramref name="baselineRss"/>: base + N x (MaxPendingBytes + overhead).</summary>
+        /// <summary>
+        /// The formula's bound for <paramref name="baselineRss"/>: base + N x (MaxPendingBytes + overhead); none
+        /// without stalled subscribers (a control run: the fast ones alone), where it would only measure the GC.
+        /// </summary>
         public long? RssBound(long? baselineRss) =>
-            (RssBaseMb is { } mb ? (long)(mb * 1e6) : baselineRss) is { } b ? b + (Stalled * (MaxPendingBytes + (long)(RssOverheadKb * 1024))) : null;
+            Stalled > 0 && (RssBaseMb is { } mb ? (long)(mb * 1e6) : baselineRss) is { } b ? b + (Stalled * (MaxPendingBytes + (long)(RssOverheadKb * 1024))) : null;
 
         public void Write(Utf8JsonWriter json)
         {
@@ -271,8 +275,11 @@ internal sealed class StalledScenario : IScenario
         }
     }
 
-    /// <summary>The broker's RSS: before the stalled subscribers connected, after, and at the end of the publish window.</summary>
-    internal readonly record struct Memory(long? Baseline, long? Connected, long? End);
+    /// <summary>
+    /// The broker's RSS: before the stalled subscribers connected, after, at the end of the publish window,
+    /// and after the drain (a broker that fell behind while the publisher sent queues the rest later).
+    /// </summary>
+    internal readonly record struct Memory(long? Baseline, long? Connected, long? End, long? Drained);
 
     /// <summary>What the broker counts on <c>/varz</c> that the stalled subscribers cannot tell: null fields when monitoring does not answer.</summary>
     internal readonly record struct Counters(long? SlowConsumers, long? Dropped, long? Connections, long? ClosedConnections)
@@ -488,7 +495,7 @@ internal sealed class StalledScenario : IScenario
             if (FastShort > 0)
             {
                 Failures.Add(string.Create(CultureInfo.InvariantCulture,
-                    $"{FastShort} of {Fast.Length} fast subscribers lost messages: {Fast.Sum(f => f.Lost):N0} of {Published:N0} x {Fast.Length} not received {options.Grace} s after publishing stopped"));
+                    $"{FastShort} of {Fast.Length} fast subscribers lost messages: {Fast.Sum(f => f.Lost):N0} of {Published:N0} x {Fast.Length} not received {DrainSeconds:F1} s after publishing stopped (--grace {options.Grace})"));
             }
 
             if (Fast.Sum(f => f.Reordered) is var reordered and > 0)
@@ -525,8 +532,8 @@ internal sealed class StalledScenario : IScenario
             Console.WriteLine(string.Create(c, $"  fast delivery       : {100 * WorstDeliveryRatio:F2} % for the worst of {Fast.Length} ({string.Join(", ", Fast.Select(f => f.Received.ToString("N0", c)))} received)"));
             Console.WriteLine(string.Create(c, $"  fast worst silence  : {WorstSilenceMs:F1} ms ({string.Join(", ", Fast.Select(f => f.WorstSilenceMs.ToString("F1", c)))} ms)"));
             Console.WriteLine(string.Create(c, $"  fast checks         : {FastCutOff} cut off, {FastShort} lost messages ({Fast.Sum(f => f.Lost):N0}; {Fast.Sum(f => f.Gaps):N0} in gaps), {Fast.Sum(f => f.Reordered):N0} reordered, {Fast.Sum(f => f.ErrorReplies):N0} error replies (drop notices); drained in {DrainSeconds:F2} s"));
-            Console.WriteLine(string.Create(c, $"  stalled (broker)    : {Count(SlowConsumers)} slow-consumer actions, {Count(Dropped)} messages dropped, {Count(ConnectionsClosed)} connections closed, {Count(ConnectionsLeft)} connections left at the end of the window, {Count(ConnectionsAfterDrain)} after the drain"));
-            Console.WriteLine(string.Create(c, $"  server RSS          : {Mb(Rss.Baseline)} MB before the stalled ones, {Mb(Rss.Connected)} MB connected, {Mb(Rss.End)} MB at the end of the window; bound {Mb(RssBound)} MB"));
+            Console.WriteLine(string.Create(c, $"  stalled (broker)    : {Count(SlowConsumers)} slow-consumer actions, {Count(Dropped)} messages dropped, {Count(ConnectionsClosed)} connections closed, {Count(ConnectionsLeft)} connections left at the end of the window, {Count(ConnectionsAfterDrain)} after the drain{(SlowConsumers is null ? " (? : /varz did not answer within 5 s)" : "")}"));
+            Console.WriteLine(string.Create(c, $"  server RSS          : {Mb(Rss.Baseline)} MB before the stalled ones, {Mb(Rss.Connected)} MB connected, {Mb(Rss.End)} MB at the end of the window, {Mb(Rss.Drained)} MB after the drain; bound {Mb(RssBound)} MB"));
             Console.WriteLine(string.Create(c, $"  RSS per stalled     : {Kb(RssPerStalled)} KB at the end ({Kb(RssPerStalledIdle)} KB connected and idle); formula {(options.MaxPendingBytes / 1024.0) + options.RssOverheadKb:N0} KB"));
             Resources?.Print(Console.Out);
             Outcome.PrintFailures(Failures);
@@ -563,6 +570,7 @@ internal sealed class StalledScenario : IScenario
             WriteOptional(figures, "baselineBytes", Rss.Baseline);
             WriteOptional(figures, "connectedBytes", Rss.Connected);
             WriteOptional(figures, "endBytes", Rss.End);
+            WriteOptional(figures, "drainedBytes", Rss.Drained);
             WriteOptional(figures, "boundBytes", RssBound);
             WriteOptional(figures, "perStalledBytes", RssPerStalled);
             WriteOptional(figures, "perStalledIdleBytes", RssPerStalledIdle);
