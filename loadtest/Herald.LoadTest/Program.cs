@@ -21,6 +21,7 @@ internal static class Program
         new CollabScenario(),
         new StreamScenario(),
         new ConnectionsScenario(),
+        new StalledScenario(),
         new CompareCommand(),
         new BroadcastChartCommand(),
     ];

@@ -237,7 +237,7 @@ internal sealed class BrokerChild : IAsyncDisposable
         {
             if (HasExited)
             {
-                return $"the broker exited with code {ExitCode()} before accepting connections";
+                return $"the broker exited with code {ExitCode()} before accepting connections: {string.Join(" | ", Tail.TakeLast(5))}";
             }
 
             using var attempt = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);

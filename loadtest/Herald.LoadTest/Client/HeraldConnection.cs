@@ -131,14 +131,17 @@ internal sealed class HeraldConnection : IAsyncDisposable
     /// Opens <paramref name="count"/> connections (connection <c>i</c> to <c>endpoints.For(i)</c>, named
     /// <c>name(i)</c>), a bounded number at a time so the broker's accept backlog is not overrun, and runs
     /// <paramref name="prepare"/> (e.g. subscribe) on each. All or nothing: on any failure every opened
-    /// connection is closed and the first failure is thrown.
+    /// connection is closed and the first failure is thrown. <paramref name="receiveBufferSize"/> and
+    /// <paramref name="receiveWindow"/> are <see cref="ConnectAsync"/>'s (a stalled subscriber's small socket buffer).
     /// </summary>
     public static async Task<HeraldConnection[]> ConnectManyAsync(
         BrokerEndpoints endpoints,
         int count,
         Func<int, string> name,
         Func<HeraldConnection, int, CancellationToken, Task>? prepare,
-        CancellationToken cancellationToken)
+        CancellationToken cancellationToken,
+        int receiveBufferSize = DefaultReceiveBufferSize,
+        int receiveWindow = 0)
     {
         var connections = new HeraldConnection?[count];
         try
@@ -146,7 +149,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
             var parallel = new ParallelOptions { MaxDegreeOfParallelism = 32, CancellationToken = cancellationToken };
             await Parallel.ForEachAsync(Enumerable.Range(0, count), parallel, async (i, token) =>
             {
-                HeraldConnection connection = await ConnectAsync(endpoints.For(i), name(i), token, tlsFrom: endpoints);
+                HeraldConnection connection = await ConnectAsync(endpoints.For(i), name(i), token, receiveBufferSize, tlsFrom: endpoints, receiveWindow: receiveWindow);
                 connections[i] = connection;
                 if (prepare is not null)
                 {

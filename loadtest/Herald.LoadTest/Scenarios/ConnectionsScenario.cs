@@ -277,8 +277,6 @@ internal sealed record ConnectionStep(
 /// </summary>
 internal sealed class ConnectionsRun : IScenarioRun
 {
-    private static readonly HttpClient Http = new() { Timeout = TimeSpan.FromSeconds(5) };
-
     private ConnectionsRun() { }
 
     public List<ConnectionStep> Steps { get; } = [];
@@ -450,23 +448,8 @@ internal sealed class ConnectionsRun : IScenarioRun
     /// <summary>Herald's managed heap (GC heap size at its last collection) from <c>/varz</c> on its monitoring listener; null for other targets or when monitoring is off.</summary>
     private static async Task<long?> GcHeapAsync(ITarget target, CancellationToken cancellationToken)
     {
-        if (target is not HeraldTarget herald)
-        {
-            return null;
-        }
-
-        try
-        {
-            using JsonDocument varz = JsonDocument.Parse(await Http.GetStringAsync(
-                new Uri($"http://{herald.Endpoints.Host}:{herald.MonitoringPort.ToString(CultureInfo.InvariantCulture)}/varz"), cancellationToken));
-            return varz.RootElement.TryGetProperty("process", out JsonElement process) && process.TryGetProperty("gc_heap_bytes", out JsonElement heap)
-                ? heap.GetInt64()
-                : null;
-        }
-        catch (Exception e) when (e is HttpRequestException or JsonException or TaskCanceledException or InvalidOperationException)
-        {
-            return null;
-        }
+        using JsonDocument? varz = await HeraldMonitoring.VarzAsync(target, cancellationToken);
+        return HeraldMonitoring.Number(varz, "process", "gc_heap_bytes");
     }
 
     private static string Mb(long? bytes) => bytes is { } b ? (b / 1e6).ToString("F1", CultureInfo.InvariantCulture) : "?";

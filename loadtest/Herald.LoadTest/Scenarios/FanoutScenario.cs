@@ -418,69 +418,38 @@ internal sealed class FanoutScenario : IScenario
     }
 
     /// <summary>
-    /// The publishing client. Threading: <see cref="PublishAsync"/> is the only writer; others read
-    /// <see cref="Published"/> while it runs, the rest after it ended.
+    /// The publishing client, flow-controlled by the slowest subscriber. Threading: <see cref="PublishAsync"/>
+    /// is the only writer; others read <see cref="Published"/> while it runs, the rest after it ended.
     /// </summary>
     internal sealed class FanoutPublisher(IPubSubClient client, FanoutSubscriber[] subscribers, string topic, ExpectedPayload expected, long maxLead, RunLog log)
     {
-        private long _published; // handed to the client
-        private volatile string? _failure;
+        private readonly SequencedPublisher _publisher = new(client, topic, expected, log);
 
-        public long Published => Volatile.Read(ref _published);
+        public long Published => _publisher.Published;
 
         public long FlowWaits { get; private set; }
 
-        public string? Failure => _failure ?? client.Failure;
+        public string? Failure => _publisher.Failure;
 
-        public async Task PublishAsync(CancellationToken stop)
+        public Task PublishAsync(CancellationToken stop) => _publisher.RunAsync(async () =>
         {
-            byte[] payload = [.. expected.Bytes]; // the client copies each publication, so one buffer serves all
-            long published = 0;
-            try
+            while (!stop.IsCancellationRequested && client.Failure is null)
             {
-                while (!stop.IsCancellationRequested && client.Failure is null)
+                long slowest = MinReceived(subscribers); // long.MaxValue when none is left: nothing to publish for
+                long room = slowest == long.MaxValue ? 0 : maxLead - (_publisher.Published - slowest);
+                if (room <= 0)
                 {
-                    long slowest = MinReceived(subscribers); // long.MaxValue when none is left: nothing to publish for
-                    long room = slowest == long.MaxValue ? 0 : maxLead - (published - slowest);
-                    if (room <= 0)
-                    {
-                        FlowWaits++;
-                        await client.FlushAsync(stop); // what is buffered must go out, or the subscribers never catch up
-                        await Task.Delay(1, stop);     // ~1 ms: far less than a lead of 10,000 takes to drain
-                        continue;
-                    }
+                    FlowWaits++;
+                    await client.FlushAsync(stop); // what is buffered must go out, or the subscribers never catch up
+                    await Task.Delay(1, stop);     // ~1 ms: far less than a lead of 10,000 takes to drain
+                    continue;
+                }
 
-                    for (long n = Math.Min(room, LeadCheckEvery); n > 0; n--)
-                    {
-                        if (expected.HasSequence)
-                        {
-                            BinaryPrimitives.WriteInt64LittleEndian(payload, published);
-                        }
-
-                        ValueTask appended = client.PublishAsync(topic, payload, default, sendNow: false, stop);
-                        Volatile.Write(ref _published, ++published); // copied into the send buffer already; the wait is for room
-                        await appended;
-                    }
+                for (long n = Math.Min(room, LeadCheckEvery); n > 0; n--)
+                {
+                    await _publisher.PublishNextAsync(stop);
                 }
             }
-            catch (OperationCanceledException) when (stop.IsCancellationRequested)
-            {
-                // the window is over
-            }
-            catch (Exception e) when (RunState.IsConnectionEnd(e))
-            {
-                _failure ??= e.Message;
-                log.Report("publisher", $"publish failed: {e.Message}");
-            }
-
-            try
-            {
-                await client.FlushAsync(CancellationToken.None); // the caller bounds the wait with --grace
-            }
-            catch (Exception e) when (RunState.IsConnectionEnd(e))
-            {
-                _failure ??= e.Message;
-            }
-        }
+        }, stop);
     }
 }

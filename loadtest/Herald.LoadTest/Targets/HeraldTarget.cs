@@ -64,7 +64,10 @@ internal sealed class HeraldTarget : ITarget
     /// <summary>The monitoring listener's port (<c>/varz</c>).</summary>
     public int MonitoringPort => _options.MonitoringPort ?? 8222;
 
-    /// <summary>The broker arguments the tool starts Herald with: listeners on loopback, nothing else changed.</summary>
+    /// <summary>
+    /// The broker arguments the tool starts Herald with: listeners on loopback, then the scenario's own
+    /// settings (<see cref="TargetOptions.ServerArguments"/>, e.g. <c>stalled</c>'s queue limit and policy).
+    /// </summary>
     public static List<string> Arguments(TargetOptions options)
     {
         CultureInfo c = CultureInfo.InvariantCulture;
@@ -78,6 +81,7 @@ internal sealed class HeraldTarget : ITarget
             $"--Herald:Monitoring:Host={options.Host}",
             $"--Herald:Monitoring:Port={(options.MonitoringPort ?? 8222).ToString(c)}",
             "--Herald:Policy:Port=-1",
+            .. options.ServerArguments ?? [],
         ];
     }
 

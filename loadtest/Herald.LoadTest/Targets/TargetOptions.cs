@@ -21,7 +21,8 @@ internal sealed record TargetOptions(
     int? ServerPid,
     string BrokerDll,
     double SetupTimeoutSeconds,
-    int? MonitoringPort = null)
+    int? MonitoringPort = null,
+    IReadOnlyList<string>? ServerArguments = null)
 {
     public static readonly string[] Targets = ["herald", "nats", "redis", "signalr"];
 
