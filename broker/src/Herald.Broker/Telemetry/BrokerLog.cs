@@ -17,6 +17,9 @@ internal static partial class BrokerLog
     [LoggerMessage(1002, LogLevel.Information, "Shutdown: closing {Count} connections, draining for up to {DrainTimeout}.")]
     public static partial void ShuttingDown(this ILogger logger, int count, TimeSpan drainTimeout);
 
+    [LoggerMessage(1003, LogLevel.Warning, "Configuration key {Key} is not a Herald setting and is ignored{DidYouMean}. Herald:StrictConfiguration=true refuses to start instead.")]
+    public static partial void UnknownSetting(this ILogger logger, string key, string didYouMean);
+
     [LoggerMessage(2001, LogLevel.Debug, "Connection {ConnectionId} from {Remote} said HELLO as '{ClientName}'.")]
     public static partial void Welcomed(this ILogger logger, long connectionId, EndPoint? remote, string clientName);
 
