@@ -77,6 +77,11 @@ public static class HeraldHost
         services.AddSingleton<CompressionMetrics>();
         services.AddSingleton(sp => new MessageEncoder(sp.GetRequiredService<CompressionAdvisor>(), sp.GetRequiredService<CompressionMetrics>(), sp.GetRequiredService<CompressionOptions>()));
         services.AddSingleton<Authenticator>();
+        services.AddSingleton(sp =>
+        {
+            LoggingOptions logging = sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Logging;
+            return new ClientFaultLog(sp.GetRequiredService<ILogger<BrokerCore>>(), logging.ClientFaultsPerInterval, logging.ClientFaultInterval, sp.GetRequiredService<TimeProvider>());
+        });
         services.AddSingleton(sp => new BrokerCore(
             sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName,
             sp.GetRequiredService<LimitOptions>(),
@@ -85,7 +90,7 @@ public static class HeraldHost
             sp.GetRequiredService<MessageEncoder>(),
             sp.GetRequiredService<Authenticator>(),
             sp.GetRequiredService<BrokerMetrics>(),
-            sp.GetRequiredService<ILogger<BrokerCore>>()));
+            sp.GetRequiredService<ClientFaultLog>()));
         services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), sp.GetRequiredService<IHostApplicationLifetime>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
         services.AddSingleton<PollSessionStore>();

@@ -21,6 +21,8 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Annotations(failures, "Herald:LongPoll", options.LongPoll);
         Annotations(failures, "Herald:Policy", options.Policy);
         Annotations(failures, "Herald:Compression", options.Compression);
+        Annotations(failures, "Herald:Logging", options.Logging);
+        Check(failures, "Herald:Logging:ClientFaultInterval", options.Logging.ClientFaultInterval, TimeSpan.FromMilliseconds(100), TimeSpan.FromHours(1));
         ValidateSecurity(failures, options.Security);
         if (options.Compression.CpuBackoffStart > options.Compression.CpuDisableLimit)
         {

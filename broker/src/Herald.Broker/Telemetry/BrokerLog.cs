@@ -38,6 +38,15 @@ internal static partial class BrokerLog
     [LoggerMessage(2006, LogLevel.Error, "Connection {ConnectionId} from {Remote} failed; it is closed and nothing else is affected.")]
     public static partial void ConnectionFailed(this ILogger logger, Exception exception, long connectionId, EndPoint? remote);
 
+    [LoggerMessage(2009, LogLevel.Warning, "{Count} more client faults were not logged in this interval of {Interval} (Herald:Logging:ClientFaultsPerInterval is {Limit}; metrics count them all): {ByKind}.")]
+    public static partial void ClientFaultsSuppressed(this ILogger logger, long count, TimeSpan interval, int limit, string byKind);
+
+    /// <summary>
+    /// The events one client causes by misbehaving or being cut off (not the broker's own failures, 2006):
+    /// under attack there is one per connection, so <see cref="ClientFaultLog"/> rate-limits them.
+    /// </summary>
+    public static bool IsClientFault(int eventId) => eventId is 2002 or 2003 or 2005 or 2007 or 2008 or 3002;
+
     [LoggerMessage(3001, LogLevel.Debug, "Long-poll session {SessionId} ended after {Timeout} without a request.")]
     public static partial void SessionExpired(this ILogger logger, long sessionId, TimeSpan timeout);
 
