@@ -2,7 +2,9 @@ using System.Globalization;
 using System.Net;
 using System.Net.Sockets;
 using System.Text.Json;
+using Herald.Broker.Hosting;
 using Herald.Broker.Tests.Infrastructure;
+using Microsoft.Extensions.Configuration;
 
 namespace Herald.Broker.Tests;
 
@@ -51,7 +53,7 @@ public sealed class OperationsStartupTests
             "--Herald:Security:Auth:Tokens:0:Permissions:Publish:0=a.>", // known keys, a list inside a list item
             "--Herald:Policy:AllowedDomains:0=example.com",          // a known array item
             "--Herald:Limitz:MaxFrameBytes=100",                     // a typo of a section
-            "--Herald:Limits:MaxFrameBytes=1048576",                  // known
+            "--Herald:Limits:MaxFrameBytes=1048576",                 // known
             "--Herald:Whatever=1");                                  // nothing like any setting
 
         await broker.WaitForEventAsync(1001); // the warnings come before the listening line
@@ -75,6 +77,16 @@ public sealed class OperationsStartupTests
     }
 
     [Fact]
+    public async Task A_value_that_is_not_of_its_settings_type_stops_the_start_with_a_line_naming_it_and_no_stack()
+    {
+        await using var broker = BrokerProcess.StartTcpOnly("text", "--Herald:Limits:MaxPendingMessages=lots");
+
+        Assert.Equal(2, await broker.WaitForExitAsync());
+        Assert.Contains(broker.Stderr, l => l.Contains("'lots' at 'Herald:Limits:MaxPendingMessages'", StringComparison.Ordinal));
+        Assert.DoesNotContain([.. broker.Stdout, .. broker.Stderr], l => l.StartsWith("   at ", StringComparison.Ordinal));
+    }
+
+    [Fact]
     public async Task The_shipped_appsettings_and_every_setting_the_options_bind_are_known()
     {
         // Every leaf of a fully filled configuration (one list item each) is known: no warning names any.
@@ -91,6 +103,26 @@ public sealed class OperationsStartupTests
         await broker.WaitForEventAsync(1001);
 
         Assert.Empty(Events(broker, 1003));
+    }
+
+    [Fact]
+    public void The_README_configuration_table_lists_every_setting_and_no_other()
+    {
+        // "| `Herald:Compression:FastMaxBytes` / `FastLevel` | ..." names two settings; the second is a sibling of the first.
+        var documented = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
+        foreach (string row in File.ReadLines(Path.Combine(AppContext.BaseDirectory, "README.md")).Where(l => l.StartsWith("| `Herald:", StringComparison.Ordinal)))
+        {
+            string[] names = row.Split('|')[1].Split('/').Select(n => n.Trim().Trim('`')).ToArray();
+            string parent = names[0][..names[0].LastIndexOf(':')];
+            documented.UnionWith(names.Select(n => n.StartsWith("Herald:", StringComparison.Ordinal) ? n : parent + ":" + n));
+        }
+
+        IConfigurationSection herald = new ConfigurationBuilder()
+            .AddInMemoryCollection(documented.Select(k => new KeyValuePair<string, string?>(k, "x")))
+            .Build().GetSection(HeraldOptions.Section);
+        Assert.Empty(ConfigurationKeys.Unknown<HeraldOptions>(herald).Select(k => k.Path)); // every row is a setting...
+        string[] undocumented = [.. ConfigurationKeys.Settings<HeraldOptions>(HeraldOptions.Section).Where(s => !documented.Contains(s))];
+        Assert.Empty(undocumented); // ...and every setting has a row
     }
 
     private static IEnumerable<JsonElement> Events(BrokerProcess broker, int id)

@@ -23,6 +23,31 @@ internal static class ConfigurationKeys
         return unknown;
     }
 
+    /// <summary>
+    /// Every setting <typeparamref name="T"/> binds, as a path below <paramref name="prefix"/>: each value, and each
+    /// list or dictionary as one setting (its items are not expanded). What the README's configuration table lists.
+    /// </summary>
+    public static IEnumerable<string> Settings<T>(string prefix) => Settings(typeof(T), prefix);
+
+    private static IEnumerable<string> Settings(Type type, string prefix)
+    {
+        foreach ((string key, PropertyInfo property) in Properties(type))
+        {
+            Type value = Nullable.GetUnderlyingType(property.PropertyType) ?? property.PropertyType;
+            if (IsScalar(value) || ItemType(value) is not null)
+            {
+                yield return prefix + ":" + key;
+            }
+            else
+            {
+                foreach (string setting in Settings(value, prefix + ":" + key))
+                {
+                    yield return setting;
+                }
+            }
+        }
+    }
+
     private static void Walk(IConfigurationSection section, Type type, List<UnknownKey> unknown)
     {
         type = Nullable.GetUnderlyingType(type) ?? type;

@@ -108,7 +108,16 @@ public static class HeraldHost
         // Keys the binder would ignore (typos) are found here too: a warning at start, or with StrictConfiguration a failure.
         var preview = new HeraldOptions();
         IConfigurationSection section = builder.Configuration.GetSection(HeraldOptions.Section);
-        section.Bind(preview);
+        try
+        {
+            section.Bind(preview);
+        }
+        catch (InvalidOperationException e)
+        {
+            // "Failed to convert configuration value 'x' at 'Herald:Tcp:PortRangeEnd' to type 'System.Int32'.": said as a validation failure, not a stack.
+            throw new OptionsValidationException(HeraldOptions.Section, typeof(HeraldOptions), [e.Message]);
+        }
+
         configure?.Invoke(preview);
         IReadOnlyList<UnknownKey> unknownKeys = ConfigurationKeys.Unknown<HeraldOptions>(section);
         HeraldOptionsValidator.ThrowIfInvalid(preview, unknownKeys);
