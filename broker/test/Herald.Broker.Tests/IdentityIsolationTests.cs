@@ -36,7 +36,7 @@ public sealed class IdentityIsolationTests
         await aliceTcp.SubscribeAsync(1, "alice.inbox");
         await aliceTcp.PingPongAsync();
         string alicePoll = await CreateSessionAsync(broker, Alice);
-        using HttpClient aliceHttp = OwnerClient(broker, Alice); // a session's requests carry its owner's credential
+        using HttpClient aliceHttp = TestTokens.HttpClientFor(broker, Alice); // a session's requests carry its owner's credential
         using (HttpResponseMessage r = await aliceHttp.PostAsJsonAsync($"/poll/sessions/{alicePoll}/subscriptions", new { sid = 1, pattern = "alice.inbox" }))
         {
             Assert.Equal(HttpStatusCode.NoContent, r.StatusCode);
@@ -55,7 +55,7 @@ public sealed class IdentityIsolationTests
 
         // mallory over long-poll: a session of her own, then a subscription, an in-session and a one-shot publish on alice's topic.
         string mallorySession = await CreateSessionAsync(broker, Mallory);
-        using HttpClient malloryHttp = OwnerClient(broker, Mallory);
+        using HttpClient malloryHttp = TestTokens.HttpClientFor(broker, Mallory);
         using (HttpResponseMessage subscribe = await malloryHttp.PostAsJsonAsync($"/poll/sessions/{mallorySession}/subscriptions", new { sid = 1, pattern = "alice.>" }))
         {
             await ExpectDeniedAsync(subscribe, "alice.>");
@@ -90,13 +90,6 @@ public sealed class IdentityIsolationTests
         await client.SendAsync(w => FrameWriter.WriteHello(w, name, Capabilities.None, token));
         Assert.Equal(FrameType.Welcome, (await client.ReadAsync()).Type);
         return client;
-    }
-
-    private static HttpClient OwnerClient(TestBroker broker, string token)
-    {
-        var http = new HttpClient { BaseAddress = broker.Http.BaseAddress };
-        http.DefaultRequestHeaders.Authorization = new AuthenticationHeaderValue("Bearer", token);
-        return http;
     }
 
     private static async Task<string> CreateSessionAsync(TestBroker broker, string token)

@@ -33,6 +33,7 @@ public sealed class IdentityQuotaTests
         // alice: one TCP connection and one long-poll session fill her connections.
         await using var aliceTcp = await ProtocolClient.OpenAsync(broker.Port, "alice-1", auth: Alice);
         string alicePoll = (await CreateSessionAsync(broker, Alice, HttpStatusCode.Created))!;
+        using HttpClient aliceHttp = TestTokens.HttpClientFor(broker, Alice); // every request on a session carries its owner's credential
         await using (var third = await ProtocolClient.ConnectAsync(broker.Port))
         {
             await third.SendAsync(w => FrameWriter.WriteHello(w, "alice-3", Capabilities.None, Alice));
@@ -45,7 +46,7 @@ public sealed class IdentityQuotaTests
         // Her subscriptions, counted across both: two on TCP, one on long-poll; the fourth is refused, not fatal.
         await aliceTcp.SubscribeAsync(1, "a.one");
         await aliceTcp.SubscribeAsync(2, "a.two");
-        using (HttpResponseMessage r = await broker.Http.PostAsJsonAsync($"/poll/sessions/{alicePoll}/subscriptions", new { sid = 1, pattern = "a.three" }))
+        using (HttpResponseMessage r = await aliceHttp.PostAsJsonAsync($"/poll/sessions/{alicePoll}/subscriptions", new { sid = 1, pattern = "a.three" }))
         {
             Assert.Equal(HttpStatusCode.NoContent, r.StatusCode);
         }
@@ -54,7 +55,7 @@ public sealed class IdentityQuotaTests
         Frame over = await aliceTcp.ReadAsync();
         Assert.Equal((ErrorCode.TooManyTopics, false), (over.Error!.Value.Code, over.Error.Value.Fatal));
         Assert.Contains("alice", over.Error.Value.Message);
-        using (HttpResponseMessage r = await broker.Http.PostAsJsonAsync($"/poll/sessions/{alicePoll}/subscriptions", new { sid = 2, pattern = "a.five" }))
+        using (HttpResponseMessage r = await aliceHttp.PostAsJsonAsync($"/poll/sessions/{alicePoll}/subscriptions", new { sid = 2, pattern = "a.five" }))
         {
             Assert.Equal(HttpStatusCode.Conflict, r.StatusCode);
         }
@@ -75,7 +76,7 @@ public sealed class IdentityQuotaTests
         await aliceTcp.SubscribeAsync(3, "a.four");
         await aliceTcp.PublishAsync("a.four", "alice's");
         Assert.Equal(["alice's"], (await aliceTcp.PingPongAsync()).Select(f => f.Text));
-        using (HttpResponseMessage closed = await broker.Http.DeleteAsync($"/poll/sessions/{alicePoll}"))
+        using (HttpResponseMessage closed = await aliceHttp.DeleteAsync($"/poll/sessions/{alicePoll}"))
         {
             Assert.Equal(HttpStatusCode.NoContent, closed.StatusCode);
         }
