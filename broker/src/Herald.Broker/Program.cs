@@ -1,5 +1,6 @@
 using Herald.Broker.Hosting;
 using Herald.Broker.Monitoring;
+using Herald.Broker.Transports;
 using Microsoft.Extensions.Options;
 
 if (args.Length > 0 && args[0] == HealthProbe.Argument)
@@ -21,5 +22,11 @@ catch (OptionsValidationException e)
         await Console.Error.WriteLineAsync("  - " + failure).ConfigureAwait(false);
     }
 
+    return 2;
+}
+catch (ListenerUnavailableException e)
+{
+    // One line, no stack: the port, the setting that asked for it and why (the host's own log of it is filtered out).
+    await Console.Error.WriteLineAsync("Herald cannot start: " + e.Message).ConfigureAwait(false);
     return 2;
 }

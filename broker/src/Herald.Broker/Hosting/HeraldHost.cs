@@ -77,6 +77,11 @@ public static class HeraldHost
         services.AddSingleton<CompressionMetrics>();
         services.AddSingleton(sp => new MessageEncoder(sp.GetRequiredService<CompressionAdvisor>(), sp.GetRequiredService<CompressionMetrics>(), sp.GetRequiredService<CompressionOptions>()));
         services.AddSingleton<Authenticator>();
+        services.AddSingleton(sp =>
+        {
+            LoggingOptions logging = sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Logging;
+            return new ClientFaultLog(sp.GetRequiredService<ILogger<BrokerCore>>(), logging.ClientFaultsPerInterval, logging.ClientFaultInterval, sp.GetRequiredService<TimeProvider>());
+        });
         services.AddSingleton(sp => new BrokerCore(
             sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName,
             sp.GetRequiredService<LimitOptions>(),
@@ -85,7 +90,7 @@ public static class HeraldHost
             sp.GetRequiredService<MessageEncoder>(),
             sp.GetRequiredService<Authenticator>(),
             sp.GetRequiredService<BrokerMetrics>(),
-            sp.GetRequiredService<ILogger<BrokerCore>>()));
+            sp.GetRequiredService<ClientFaultLog>()));
         services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), sp.GetRequiredService<IHostApplicationLifetime>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
         services.AddSingleton<PollSessionStore>();
@@ -100,14 +105,30 @@ public static class HeraldHost
 
         // Kestrel needs the port range while it is being built, so the options are bound and validated
         // here as well: a bad configuration fails before anything listens, with every problem listed.
+        // Keys the binder would ignore (typos) are found here too: a warning at start, or with StrictConfiguration a failure.
         var preview = new HeraldOptions();
-        builder.Configuration.GetSection(HeraldOptions.Section).Bind(preview);
+        IConfigurationSection section = builder.Configuration.GetSection(HeraldOptions.Section);
+        try
+        {
+            section.Bind(preview);
+        }
+        catch (InvalidOperationException e)
+        {
+            // "Failed to convert configuration value 'x' at 'Herald:Tcp:PortRangeEnd' to type 'System.Int32'.": said as a validation failure, not a stack.
+            throw new OptionsValidationException(HeraldOptions.Section, typeof(HeraldOptions), [e.Message]);
+        }
+
         configure?.Invoke(preview);
-        HeraldOptionsValidator.ThrowIfInvalid(preview);
+        IReadOnlyList<UnknownKey> unknownKeys = ConfigurationKeys.Unknown<HeraldOptions>(section);
+        HeraldOptionsValidator.ThrowIfInvalid(preview, unknownKeys);
         builder.AddHeraldOperations(preview); // logs, metrics, traces, health, monitoring
 
         services.Configure<HostOptions>(host => host.ShutdownTimeout = preview.Monitoring.DrainDelay + preview.Limits.ShutdownDrainTimeout + TimeSpan.FromSeconds(5));
-        builder.WebHost.UseSockets(sockets => sockets.UnsafePreferInlineScheduling = preview.Tcp.InlineScheduling);
+        builder.WebHost.UseSockets(sockets =>
+        {
+            sockets.UnsafePreferInlineScheduling = preview.Tcp.InlineScheduling;
+            sockets.CreateBoundListenSocket = listeners.Bind; // a taken port names its setting (Program prints it)
+        });
         builder.WebHost.ConfigureKestrel(kestrel =>
         {
             kestrel.AddServerHeader = false;
@@ -116,6 +137,7 @@ public static class HeraldHost
             CertificateSource? certificates = tls.Enabled ? new CertificateSource(tls) : null;
             for (int port = preview.Tcp.PortRangeStart; port <= preview.Tcp.PortRangeEnd; port++)
             {
+                listeners.Configured(port, "Herald:Tcp:PortRangeStart..PortRangeEnd");
                 bool secure = certificates is not null && tls.IsTlsPort(port);
                 kestrel.Listen(address, port, listen =>
                 {
@@ -132,6 +154,7 @@ public static class HeraldHost
 
             if (preview.Http.Port >= 0)
             {
+                listeners.Configured(preview.Http.Port, "Herald:Http:Port");
                 kestrel.Listen(ParseHost(preview.Http.Host), preview.Http.Port, listen =>
                 {
                     listen.Protocols = HttpProtocols.Http1; // long polls are HTTP/1.1 requests
@@ -148,6 +171,7 @@ public static class HeraldHost
             {
                 if (Listeners.CanBind(address, preview.Policy.Port, out string? reason))
                 {
+                    listeners.Configured(preview.Policy.Port, "Herald:Policy:Port");
                     kestrel.Listen(address, preview.Policy.Port, listen =>
                     {
                         listen.Protocols = HttpProtocols.None;
@@ -166,6 +190,7 @@ public static class HeraldHost
             MonitoringOptions monitoring = preview.Monitoring;
             if (monitoring.Port >= 0)
             {
+                listeners.Configured(monitoring.Port, "Herald:Monitoring:Port");
                 kestrel.Listen(ParseHost(monitoring.Host), monitoring.Port, listen =>
                 {
                     listen.Protocols = HttpProtocols.Http1;
@@ -210,6 +235,11 @@ public static class HeraldHost
             HeraldOptions o = app.Services.GetRequiredService<IOptions<HeraldOptions>>().Value;
             ILogger log = app.Services.GetRequiredService<BrokerCore>().Log;
             IReadOnlyList<int> tcp = listeners.TcpPorts; // the ports bound: an ephemeral one (0) shows its number
+            foreach (UnknownKey key in unknownKeys)
+            {
+                log.UnknownSetting(key.Path, HeraldOptionsValidator.DidYouMean(key));
+            }
+
             WarnOfExposure(o, log);
 
             log.TcpListening(o.ServerName, o.Tcp.Host, tcp.Min(), tcp.Max());

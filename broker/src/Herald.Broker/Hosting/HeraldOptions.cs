@@ -42,6 +42,12 @@ public sealed class HeraldOptions
     public Compression.CompressionOptions Compression { get; set; } = new();
 
     public Security.SecurityOptions Security { get; set; } = new();
+
+    /// <summary>
+    /// A key under <c>Herald:</c> that no setting binds (a typo) stops the start instead of a warning. Off by
+    /// default: the broker warns at start, naming the key and the closest known one.
+    /// </summary>
+    public bool StrictConfiguration { get; set; }
 }
 
 public sealed class HttpOptions

@@ -21,6 +21,8 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Annotations(failures, "Herald:LongPoll", options.LongPoll);
         Annotations(failures, "Herald:Policy", options.Policy);
         Annotations(failures, "Herald:Compression", options.Compression);
+        Annotations(failures, "Herald:Logging", options.Logging);
+        Check(failures, "Herald:Logging:ClientFaultInterval", options.Logging.ClientFaultInterval, TimeSpan.FromMilliseconds(100), TimeSpan.FromHours(1));
         ValidateSecurity(failures, options.Security);
         if (options.Compression.CpuBackoffStart > options.Compression.CpuDisableLimit)
         {
@@ -194,15 +196,27 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         }
     }
 
-    /// <summary>Validates, throwing <see cref="OptionsValidationException"/> with every failure.</summary>
-    public static void ThrowIfInvalid(HeraldOptions options)
+    /// <summary>
+    /// Validates, throwing <see cref="OptionsValidationException"/> with every failure; with
+    /// <see cref="HeraldOptions.StrictConfiguration"/>, each of <paramref name="unknown"/> is one more.
+    /// </summary>
+    public static void ThrowIfInvalid(HeraldOptions options, IReadOnlyList<UnknownKey> unknown)
     {
         ValidateOptionsResult result = new HeraldOptionsValidator().Validate(null, options);
-        if (result.Failed)
+        List<string> failures = result.Failed ? [.. result.Failures] : [];
+        if (options.StrictConfiguration)
         {
-            throw new OptionsValidationException(HeraldOptions.Section, typeof(HeraldOptions), result.Failures);
+            failures.AddRange(unknown.Select(k => $"{k.Path} is not a Herald setting{DidYouMean(k)} (Herald:StrictConfiguration is on)."));
+        }
+
+        if (failures.Count > 0)
+        {
+            throw new OptionsValidationException(HeraldOptions.Section, typeof(HeraldOptions), failures);
         }
     }
+
+    /// <summary>" (did you mean Herald:Limits:MaxFrameBytes?)", or nothing when no known key is close.</summary>
+    internal static string DidYouMean(UnknownKey key) => key.Closest is null ? "" : $" (did you mean {key.Closest}?)";
 
     private static void Annotations(List<string> failures, string section, object options)
     {

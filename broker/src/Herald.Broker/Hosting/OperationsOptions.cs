@@ -17,6 +17,16 @@ public sealed class LoggingOptions
 {
     /// <summary><c>Text</c> for a terminal, <c>Json</c> for a container (the Docker image sets it).</summary>
     public LogFormat Format { get; set; } = LogFormat.Text;
+
+    /// <summary>
+    /// Per-client fault lines (protocol errors, torn frames, timeouts, slow consumers, failed authentications)
+    /// written per <see cref="ClientFaultInterval"/>; the rest are summed up in one line at its end. <c>0</c>: only the summaries.
+    /// </summary>
+    [Range(0, 1_000_000)]
+    public int ClientFaultsPerInterval { get; set; } = 20;
+
+    /// <summary>The interval of <see cref="ClientFaultsPerInterval"/>.</summary>
+    public TimeSpan ClientFaultInterval { get; set; } = TimeSpan.FromSeconds(10);
 }
 
 /// <summary><c>Herald:Telemetry</c>: where metrics and traces go.</summary>

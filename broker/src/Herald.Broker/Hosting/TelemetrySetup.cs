@@ -1,6 +1,7 @@
 using System.Globalization;
 using Herald.Broker.Monitoring;
 using Herald.Broker.Telemetry;
+using Herald.Broker.Transports;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Http;
 using Microsoft.Extensions.DependencyInjection;
@@ -38,7 +39,9 @@ internal static class TelemetrySetup
     public static void AddHeraldLogging(this ILoggingBuilder logging, LoggingOptions options)
     {
         // Verbose here: the Microsoft.Extensions.Logging filters (Logging:LogLevel) run before this sink.
-        LoggerConfiguration configuration = new LoggerConfiguration().MinimumLevel.Verbose().Enrich.With<SessionTokenRedaction>();
+        // A listener that cannot be opened is said once, in one line, by Program: not also as the host's stack dump.
+        LoggerConfiguration configuration = new LoggerConfiguration().MinimumLevel.Verbose().Enrich.With<SessionTokenRedaction>()
+            .Filter.ByExcluding(e => e.Exception is ListenerUnavailableException);
         // Text prints values as they are, so control characters from clients are escaped first (a newline in
         // a client name would otherwise start a forged line); JSON escapes them itself and keeps values exact.
         configuration = options.Format == LogFormat.Json

@@ -9,7 +9,7 @@ namespace Herald.Broker.Sessions;
 /// <summary>What every session shares: the options, the one router, metrics and the log.</summary>
 internal sealed class BrokerCore
 {
-    public BrokerCore(string serverName, LimitOptions limits, SecurityOptions security, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger<BrokerCore> log)
+    public BrokerCore(string serverName, LimitOptions limits, SecurityOptions security, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger log)
     {
         ServerName = serverName;
         Limits = limits;

@@ -17,6 +17,9 @@ internal static partial class BrokerLog
     [LoggerMessage(1002, LogLevel.Information, "Shutdown: closing {Count} connections, draining for up to {DrainTimeout}.")]
     public static partial void ShuttingDown(this ILogger logger, int count, TimeSpan drainTimeout);
 
+    [LoggerMessage(1003, LogLevel.Warning, "Configuration key {Key} is not a Herald setting and is ignored{DidYouMean}. Herald:StrictConfiguration=true refuses to start instead.")]
+    public static partial void UnknownSetting(this ILogger logger, string key, string didYouMean);
+
     [LoggerMessage(2001, LogLevel.Debug, "Connection {ConnectionId} from {Remote} said HELLO as '{ClientName}'.")]
     public static partial void Welcomed(this ILogger logger, long connectionId, EndPoint? remote, string clientName);
 
@@ -34,6 +37,15 @@ internal static partial class BrokerLog
 
     [LoggerMessage(2006, LogLevel.Error, "Connection {ConnectionId} from {Remote} failed; it is closed and nothing else is affected.")]
     public static partial void ConnectionFailed(this ILogger logger, Exception exception, long connectionId, EndPoint? remote);
+
+    [LoggerMessage(2009, LogLevel.Warning, "{Count} more client faults were not logged in this interval of {Interval} (Herald:Logging:ClientFaultsPerInterval is {Limit}; metrics count them all): {ByKind}.")]
+    public static partial void ClientFaultsSuppressed(this ILogger logger, long count, TimeSpan interval, int limit, string byKind);
+
+    /// <summary>
+    /// The events one client causes by misbehaving or being cut off (not the broker's own failures, 2006):
+    /// under attack there is one per connection, so <see cref="ClientFaultLog"/> rate-limits them.
+    /// </summary>
+    public static bool IsClientFault(int eventId) => eventId is 2002 or 2003 or 2005 or 2007 or 2008 or 3002;
 
     [LoggerMessage(3001, LogLevel.Debug, "Long-poll session {SessionId} ended after {Timeout} without a request.")]
     public static partial void SessionExpired(this ILogger logger, long sessionId, TimeSpan timeout);
