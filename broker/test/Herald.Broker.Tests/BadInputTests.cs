@@ -95,6 +95,42 @@ public sealed class BadInputTests : IAsyncLifetime
         Assert.Equal(1, metrics["herald.protocol.errors"]); // the cut frame is the only error this broker saw
     }
 
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task A_frame_torn_by_a_close_or_a_reset_is_counted_as_truncated(bool reset)
+    {
+        using MetricsProbe metrics = _broker.Metrics();
+        await using var bystander = await ProtocolClient.OpenAsync(_broker.Port);
+        var offender = await ProtocolClient.OpenAsync(_broker.Port);
+        byte[] frame = Encode(w => FrameWriter.WritePublish(w, "t"u8, default, PayloadFlags.None, new byte[100]));
+        byte[] ping = Encode(FrameWriter.WritePing);
+
+        // One write: a PING, then half a PUBLISH. Its PONG shows the broker has read that segment, so the
+        // half frame sits in the broker's buffer (not the kernel's, which a reset would discard).
+        await offender.SendRawAsync([.. ping, .. frame[..50]]);
+        Assert.Equal(FrameType.Pong, (await offender.ReadAsync()).Type);
+        if (reset)
+        {
+            offender.Reset(); // RST: the broker's read fails instead of completing
+        }
+        else
+        {
+            await offender.DisposeAsync(); // a whole close (FIN), not a half-close
+        }
+
+        long deadline = Environment.TickCount64 + 15_000;
+        while (metrics["herald.protocol.errors", "error.type", "TruncatedFrame"] == 0 && Environment.TickCount64 < deadline)
+        {
+            await Task.Delay(20);
+        }
+
+        Assert.Equal(1, metrics["herald.protocol.errors", "error.type", "TruncatedFrame"]);
+        Assert.Equal(1, metrics["herald.protocol.errors"]);
+        await bystander.PublishAsync("bystander.topic", "x");
+        await bystander.PingPongAsync();
+    }
+
     [Fact]
     public async Task An_oversized_frame_is_refused_from_its_length_prefix_alone()
     {

@@ -47,6 +47,7 @@ internal sealed class FrameSession : ProtocolSession
     {
         PipeReader input = _connection.Transport.Input;
         int maxFrame = Limits.MaxFrameBytes;
+        long unparsed = 0; // bytes of a frame begun but not complete: a close or reset now tears it (spec §8)
         try
         {
             while (!IsClosing)
@@ -72,6 +73,7 @@ internal sealed class FrameSession : ProtocolSession
                 {
                     FlushTouched();
                     input.AdvanceTo(buffer.Start, buffer.End);
+                    unparsed = buffer.Length;
                 }
 
                 if (Throttle is { Ticks: > 0 } pause)
@@ -83,12 +85,7 @@ internal sealed class FrameSession : ProtocolSession
 
                 if (result.IsCompleted)
                 {
-                    if (!buffer.IsEmpty)
-                    {
-                        Broker.Metrics.ProtocolError(ErrorCode.TruncatedFrame);
-                        Broker.Log.TruncatedFrame(Id, RemoteEndPoint, buffer.Length);
-                    }
-
+                    Truncated(unparsed); // FIN inside a frame
                     break;
                 }
             }
@@ -101,7 +98,11 @@ internal sealed class FrameSession : ProtocolSession
         }
         catch (Exception e) when (e is ConnectionResetException or IOException or ConnectionAbortedException or OperationCanceledException)
         {
-            // The client went away mid-read: nothing to tell it.
+            // The client went away mid-read (a reset): nothing to tell it, but a torn frame is still counted.
+            if (!IsClosing)
+            {
+                Truncated(unparsed);
+            }
         }
         catch (Exception e)
         {
@@ -111,6 +112,16 @@ internal sealed class FrameSession : ProtocolSession
         finally
         {
             await CloseAsync().ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>The peer left with <paramref name="bytes"/> of a frame unread: logged and counted as TruncatedFrame (spec §8).</summary>
+    private void Truncated(long bytes)
+    {
+        if (bytes > 0)
+        {
+            Broker.Metrics.ProtocolError(ErrorCode.TruncatedFrame);
+            Broker.Log.TruncatedFrame(Id, RemoteEndPoint, bytes);
         }
     }
 
