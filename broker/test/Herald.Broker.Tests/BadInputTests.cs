@@ -35,6 +35,9 @@ public sealed class BadInputTests : IAsyncLifetime
         { "publish-before-hello", false, ErrorCode.HelloRequired },
         { "subscribe-before-hello", false, ErrorCode.HelloRequired },
         { "second-hello", true, ErrorCode.UnexpectedFrame },
+        { "second-hello-malformed", true, ErrorCode.UnexpectedFrame },             // spec §8.1: state before fields
+        { "unnegotiated-zstd-to-reserved-topic", true, ErrorCode.MalformedFrame }, // spec §8.1: fields before topic rules
+        { "payload-over-max-payload", true, ErrorCode.FrameTooLarge },            // a frame within max_frame whose MESSAGE would not be
         { "client-sends-message", true, ErrorCode.UnexpectedFrame },
         { "unsupported-version", false, ErrorCode.UnsupportedVersion },
         { "publish-too-few-elements", true, ErrorCode.MalformedFrame },
@@ -156,6 +159,9 @@ public sealed class BadInputTests : IAsyncLifetime
         "publish-before-hello" => Encode(w => FrameWriter.WritePublish(w, "t"u8, default, PayloadFlags.None, [1])),
         "subscribe-before-hello" => Encode(w => FrameWriter.WriteSubscribe(w, 1, "t"u8)),
         "second-hello" => Encode(w => FrameWriter.WriteHello(w, "again", Capabilities.None)),
+        "second-hello-malformed" => Body(0x92, 0x01, 0xc0),                                    // HELLO of two elements, version nil
+        "unnegotiated-zstd-to-reserved-topic" => Encode(w => FrameWriter.WritePublish(w, "$SYS.x"u8, default, PayloadFlags.Zstd, [1])),
+        "payload-over-max-payload" => Encode(w => FrameWriter.WritePublish(w, "t"u8, default, PayloadFlags.None, new byte[ProtocolConstants.MaxPayload(1024, 32) + 1])),
         "client-sends-message" => Encode(w => FrameWriter.WriteMessage(w, 1, "t"u8, default, PayloadFlags.None, [1])),
         "unsupported-version" => Encode(w => FrameWriter.WriteHello(w, "future", Capabilities.None, version: 99)),
         "publish-wrong-types" => Body(0x95, 0x05, 0x01, 0xc0, 0x00, 0xc4, 0x00),               // topic is an int

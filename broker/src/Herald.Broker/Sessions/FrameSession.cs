@@ -165,9 +165,15 @@ internal sealed class FrameSession : ProtocolSession
     {
         var reader = new MessagePackReader(body);
         FrameType type = FrameDecoder.ReadHeader(ref reader, out int count);
+        // Spec §8.1: the frame's place in the conversation is judged before its fields are read.
         if (!IsOpen && type != FrameType.Hello)
         {
             Throw(ErrorCode.HelloRequired, $"{type} before HELLO: the first frame must be HELLO.");
+        }
+
+        if (IsOpen && type == FrameType.Hello && Broker.Authenticator.Mode == Security.AuthMode.None)
+        {
+            Throw(ErrorCode.UnexpectedFrame, "HELLO was already accepted on this connection.");
         }
 
         switch (type)
@@ -201,11 +207,6 @@ internal sealed class FrameSession : ProtocolSession
     /// <summary>HELLO (spec §4.1): authenticate, open (or refresh), answer WELCOME.</summary>
     private void Hello(in HelloFrame hello)
     {
-        if (IsOpen && Broker.Authenticator.Mode == Security.AuthMode.None)
-        {
-            Throw(ErrorCode.UnexpectedFrame, "HELLO was already accepted on this connection.");
-        }
-
         if (hello.Version != ProtocolConstants.Version)
         {
             Throw(ErrorCode.UnsupportedVersion, $"Protocol version {hello.Version} is not supported; this broker speaks version {ProtocolConstants.Version}.");
