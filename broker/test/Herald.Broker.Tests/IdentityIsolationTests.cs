@@ -1,7 +1,6 @@
 using System.Net;
 using System.Net.Http.Headers;
 using System.Net.Http.Json;
-using System.Security.Cryptography;
 using System.Text;
 using System.Text.Json;
 using Herald.Broker.Security;
@@ -27,8 +26,8 @@ public sealed class IdentityIsolationTests
         await using var broker = await TestBroker.StartAsync(o =>
         {
             o.Security.Auth.Mode = AuthMode.Token;
-            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "alice", Sha256 = Sha256(Alice), Permissions = { Publish = { "alice.>" }, Subscribe = { "alice.>" } } });
-            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "mallory", Sha256 = Sha256(Mallory), Permissions = { Publish = { "mallory.>" }, Subscribe = { "mallory.>" } } });
+            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "alice", Sha256 = TestTokens.Sha256(Alice), Permissions = { Publish = { "alice.>" }, Subscribe = { "alice.>" } } });
+            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "mallory", Sha256 = TestTokens.Sha256(Mallory), Permissions = { Publish = { "mallory.>" }, Subscribe = { "mallory.>" } } });
         });
         using MetricsProbe metrics = broker.Metrics();
 
@@ -37,7 +36,8 @@ public sealed class IdentityIsolationTests
         await aliceTcp.SubscribeAsync(1, "alice.inbox");
         await aliceTcp.PingPongAsync();
         string alicePoll = await CreateSessionAsync(broker, Alice);
-        using (HttpResponseMessage r = await broker.Http.PostAsJsonAsync($"/poll/sessions/{alicePoll}/subscriptions", new { sid = 1, pattern = "alice.inbox" }))
+        using HttpClient aliceHttp = TestTokens.HttpClientFor(broker, Alice); // a session's requests carry its owner's credential
+        using (HttpResponseMessage r = await aliceHttp.PostAsJsonAsync($"/poll/sessions/{alicePoll}/subscriptions", new { sid = 1, pattern = "alice.inbox" }))
         {
             Assert.Equal(HttpStatusCode.NoContent, r.StatusCode);
         }
@@ -55,12 +55,13 @@ public sealed class IdentityIsolationTests
 
         // mallory over long-poll: a session of her own, then a subscription, an in-session and a one-shot publish on alice's topic.
         string mallorySession = await CreateSessionAsync(broker, Mallory);
-        using (HttpResponseMessage subscribe = await broker.Http.PostAsJsonAsync($"/poll/sessions/{mallorySession}/subscriptions", new { sid = 1, pattern = "alice.>" }))
+        using HttpClient malloryHttp = TestTokens.HttpClientFor(broker, Mallory);
+        using (HttpResponseMessage subscribe = await malloryHttp.PostAsJsonAsync($"/poll/sessions/{mallorySession}/subscriptions", new { sid = 1, pattern = "alice.>" }))
         {
             await ExpectDeniedAsync(subscribe, "alice.>");
         }
 
-        using (HttpResponseMessage publish = await broker.Http.PostAsync($"/poll/sessions/{mallorySession}/publish?topic=alice.inbox", new StringContent("forged in session")))
+        using (HttpResponseMessage publish = await malloryHttp.PostAsync($"/poll/sessions/{mallorySession}/publish?topic=alice.inbox", new StringContent("forged in session")))
         {
             await ExpectDeniedAsync(publish, "alice.inbox");
         }
@@ -76,7 +77,7 @@ public sealed class IdentityIsolationTests
         await alicePublisher.PublishAsync("alice.inbox", "after the refusals");
         await alicePublisher.PingPongAsync();
         Assert.Equal(["after the refusals"], (await aliceTcp.PingPongAsync()).Select(f => f.Text));
-        PollResult poll = await LongPollClient.ReadAsync(await broker.Http.GetAsync($"/poll/sessions/{alicePoll}/messages?ack=0"));
+        PollResult poll = await LongPollClient.ReadAsync(await aliceHttp.GetAsync($"/poll/sessions/{alicePoll}/messages?ack=0"));
         Assert.Equal(["after the refusals"], poll.Messages.Select(m => m.Text));
 
         Assert.Equal(6, metrics["herald.protocol.errors", "error.type", nameof(ErrorCode.PermissionDenied)]);
@@ -127,6 +128,4 @@ public sealed class IdentityIsolationTests
         Assert.Equal(nameof(ErrorCode.PermissionDenied), problem.GetProperty("code").GetString());
         Assert.Contains($"'{topic}'", problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
     }
-
-    private static string Sha256(string token) => Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(token)));
 }

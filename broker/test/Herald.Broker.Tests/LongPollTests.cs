@@ -104,7 +104,7 @@ public sealed class LongPollTests
         await client.SubscribeAsync(1, "wake.up");
         Task<PollResult> held = client.PollAsync(0);
         await using var tcp = await ProtocolClient.OpenAsync(broker.Port);
-        await WaitUntil(() => broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>().Get(client.Session).IsPolling);
+        await WaitUntil(() => broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>().Find(client.Session)?.IsPolling == true);
 
         await tcp.PublishAsync("wake.up", "now");
 
@@ -156,7 +156,7 @@ public sealed class LongPollTests
         await client.SubscribeAsync(1, "r");
         Task<PollResult> first = client.PollAsync(0);
         var store = broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>();
-        await WaitUntil(() => store.Get(client.Session).IsPolling);
+        await WaitUntil(() => store.Find(client.Session)?.IsPolling == true);
 
         Task<PollResult> second = client.PollAsync(0);
 
@@ -291,7 +291,7 @@ public sealed class LongPollTests
         });
         LongPollClient client = await LongPollClient.CreateAsync(broker.Http);
         Task<PollResult> held = client.PollAsync(0);
-        await WaitUntil(() => broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>().Get(client.Session).IsPolling);
+        await WaitUntil(() => broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>().Find(client.Session)?.IsPolling == true);
 
         await broker.StopAsync();
 

@@ -74,7 +74,7 @@ public sealed class SecurityTests
         {
             o.Security.Auth.Mode = AuthMode.Token;
             o.Security.Auth.FailureDelay = TimeSpan.FromMilliseconds(100);
-            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "alice", Sha256 = Sha256("alice-token"), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
+            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "alice", Sha256 = TestTokens.Sha256("alice-token"), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
         });
 
         await using var good = await ProtocolClient.ConnectAsync(broker.Port);
@@ -154,17 +154,19 @@ public sealed class SecurityTests
         http.Headers.Authorization = new AuthenticationHeaderValue("Bearer", restricted);
         using HttpResponseMessage created = await broker.Http.SendAsync(http);
         string session = (await created.Content.ReadFromJsonAsync<System.Text.Json.JsonElement>()).GetProperty("session").GetString()!;
-        using (HttpResponseMessage denied = await broker.Http.PostAsJsonAsync($"/poll/sessions/{session}/subscriptions", new { sid = 1, pattern = "public.*" }))
+        using var owner = new HttpClient { BaseAddress = broker.Http.BaseAddress }; // every request on the session carries its owner's credential
+        owner.DefaultRequestHeaders.Authorization = new AuthenticationHeaderValue("Bearer", restricted);
+        using (HttpResponseMessage denied = await owner.PostAsJsonAsync($"/poll/sessions/{session}/subscriptions", new { sid = 1, pattern = "public.*" }))
         {
             Assert.Equal(HttpStatusCode.Forbidden, denied.StatusCode);
         }
 
-        using (HttpResponseMessage ok = await broker.Http.PostAsJsonAsync($"/poll/sessions/{session}/subscriptions", new { sid = 1, pattern = "public.>" }))
+        using (HttpResponseMessage ok = await owner.PostAsJsonAsync($"/poll/sessions/{session}/subscriptions", new { sid = 1, pattern = "public.>" }))
         {
             Assert.Equal(HttpStatusCode.Forbidden, ok.StatusCode); // public.> intersects the denied public.secret too
         }
 
-        using (await broker.Http.PostAsJsonAsync($"/poll/sessions/{session}/subscriptions", new { sid = 2, pattern = "public.end" }))
+        using (await owner.PostAsJsonAsync($"/poll/sessions/{session}/subscriptions", new { sid = 2, pattern = "public.end" }))
         {
         }
 
@@ -174,7 +176,7 @@ public sealed class SecurityTests
         }
 
         Assert.Equal(("public.news", "public.end"), ((await tcp.ReadMessageAsync()).Topic, (await tcp.ReadMessageAsync()).Topic));
-        PollResult poll = await LongPollClient.ReadAsync(await broker.Http.GetAsync($"/poll/sessions/{session}/messages?ack=0"));
+        PollResult poll = await LongPollClient.ReadAsync(await owner.GetAsync($"/poll/sessions/{session}/messages?ack=0"));
         Assert.Equal(["public.end"], poll.Messages.Select(m => m.Topic));
 
         // Publishing where not granted is refused the same way and reaches nobody.
@@ -301,6 +303,4 @@ public sealed class SecurityTests
             new SigningCredentials(new SymmetricSecurityKey(Encoding.UTF8.GetBytes(signingSecret)), SecurityAlgorithms.HmacSha256));
         return new JwtSecurityTokenHandler().WriteToken(token);
     }
-
-    private static string Sha256(string token) => Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(token)));
 }

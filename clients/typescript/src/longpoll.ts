@@ -78,6 +78,16 @@ function isTransient(e: HeraldError): boolean {
 }
 
 /** fetch with a timeout and an outer abort signal; network failures become `ConnectionLost` errors. */
+/** The `Authorization` header of a credential (longpoll §1.1), or none. */
+function bearer(auth: string | null): Record<string, string> {
+  return auth !== null ? { Authorization: `Bearer ${auth}` } : {};
+}
+
+/** `init` with the session owner's credential added to its headers (longpoll §1.1). */
+function owned(init: RequestInit, auth: string | null): RequestInit {
+  return { ...init, headers: { ...(init.headers as Record<string, string> | undefined), ...bearer(auth) } };
+}
+
 async function timedFetch(
   fetchFn: FetchFn,
   url: string,
@@ -157,8 +167,8 @@ export class LongPollTransport implements Transport {
           method: "POST",
           headers: {
             "Content-Type": "application/json",
-            // longpoll §1.1: the credential goes with the session creation only; the session is bound to it.
-            ...(options.auth !== null ? { Authorization: `Bearer ${options.auth}` } : {}),
+            // longpoll §1.1: the session is bound to the credential's identity; every request on it carries it too.
+            ...bearer(options.auth),
           },
           body: JSON.stringify({ client: options.name, zstd: options.compression }),
         },
@@ -239,7 +249,7 @@ export class LongPollTransport implements Transport {
         call = await timedFetch(
           this.fetchFn,
           `${this.sessionUrl}/messages?ack=${this.ack}`,
-          { method: "GET", headers: { Accept: FRAMES_MEDIA_TYPE }, cache: "no-store" },
+          owned({ method: "GET", headers: { Accept: FRAMES_MEDIA_TYPE }, cache: "no-store" }, this.options.auth),
           this.pollTimeoutMs + 15_000,
           this.stop.signal,
         );
@@ -444,7 +454,7 @@ export class LongPollTransport implements Transport {
 
   /** One request on the session; anything but 2xx throws the problem as a HeraldError. */
   private async send(method: string, path: string, what: string, init: RequestInit): Promise<void> {
-    const call = await timedFetch(this.fetchFn, this.sessionUrl + path, { ...init, method }, REQUEST_TIMEOUT_MS, this.stop.signal);
+    const call = await timedFetch(this.fetchFn, this.sessionUrl + path, owned({ ...init, method }, this.options.auth), REQUEST_TIMEOUT_MS, this.stop.signal);
     this.lastAnswer = Date.now();
     try {
       if (call.res.status >= 200 && call.res.status < 300) {
@@ -515,7 +525,7 @@ export class LongPollTransport implements Transport {
     this.rejectOps(new HeraldError("Closed", "The client was closed."), true);
     // End the session on the broker (best effort: it would expire on its own).
     try {
-      const call = await timedFetch(this.fetchFn, this.sessionUrl, { method: "DELETE" }, 2000, undefined);
+      const call = await timedFetch(this.fetchFn, this.sessionUrl, owned({ method: "DELETE" }, this.options.auth), 2000, undefined);
       await call.res.arrayBuffer().catch(() => undefined);
       call.done();
     } catch {

@@ -31,15 +31,17 @@ internal static class Zstd
         return compressor.Wrap(source, rented);
     }
 
-    /// <summary>Decompresses into a rented array of at most <paramref name="maxLength"/> bytes; returns the length.</summary>
-    /// <exception cref="ProtocolException"><see cref="ErrorCode.DecompressionFailed"/>.</exception>
-    public static int Decompress(in ReadOnlySequence<byte> source, int maxLength, out byte[] rented)
+    /// <summary>
+    /// The bytes a decompression of <paramref name="source"/> will take, read from the frame header before
+    /// any buffer is taken: its declared content size, or <paramref name="maxLength"/> when it declares none.
+    /// </summary>
+    /// <exception cref="ProtocolException"><see cref="ErrorCode.DecompressionFailed"/>: not Zstd, or declared over the limit.</exception>
+    public static int DecompressedCapacity(in ReadOnlySequence<byte> source, int maxLength)
     {
-        ReadOnlySpan<byte> input = source.IsSingleSegment ? source.FirstSpan : source.ToArray();
         ulong declared;
         try
         {
-            declared = Decompressor.GetDecompressedSize(input);
+            declared = Decompressor.GetDecompressedSize(source.IsSingleSegment ? source.FirstSpan : source.ToArray());
         }
         catch (ZstdException e)
         {
@@ -48,22 +50,22 @@ internal static class Zstd
 
         const ulong Unknown = ulong.MaxValue;      // ZSTD_CONTENTSIZE_UNKNOWN: the frame does not say
         const ulong Invalid = ulong.MaxValue - 1;  // ZSTD_CONTENTSIZE_ERROR
-        if (declared == Invalid)
+        return declared switch
         {
-            throw new ProtocolException(ErrorCode.DecompressionFailed, "The payload is flagged Zstd but is not a Zstd frame.");
-        }
+            Invalid => throw new ProtocolException(ErrorCode.DecompressionFailed, "The payload is flagged Zstd but is not a Zstd frame."),
+            Unknown => maxLength, // a frame may omit its size: decompressed into the limit, Zstd refuses to go past it
+            > int.MaxValue => throw new ProtocolException(ErrorCode.DecompressionFailed, $"The payload would decompress to {declared} bytes, over the limit of {maxLength}."),
+            _ when (int)declared > maxLength => throw new ProtocolException(ErrorCode.DecompressionFailed, $"The payload would decompress to {declared} bytes, over the limit of {maxLength}."),
+            _ => (int)declared,
+        };
+    }
 
-        if (declared == Unknown)
-        {
-            declared = 0;
-        }
-        else if (declared > (ulong)maxLength)
-        {
-            throw new ProtocolException(ErrorCode.DecompressionFailed, $"The payload would decompress to {declared} bytes, over the limit of {maxLength}.");
-        }
-
-        // A frame may omit its size: decompress into the limit and let Zstd refuse to go past it.
-        int capacity = declared == 0 ? maxLength : (int)declared;
+    /// <summary>Decompresses into a rented array of at most <paramref name="maxLength"/> bytes (checked before it is taken); returns the length.</summary>
+    /// <exception cref="ProtocolException"><see cref="ErrorCode.DecompressionFailed"/>.</exception>
+    public static int Decompress(in ReadOnlySequence<byte> source, int maxLength, out byte[] rented)
+    {
+        int capacity = DecompressedCapacity(source, maxLength);
+        ReadOnlySpan<byte> input = source.IsSingleSegment ? source.FirstSpan : source.ToArray();
         rented = ArrayPool<byte>.Shared.Rent(Math.Max(capacity, 1));
         try
         {

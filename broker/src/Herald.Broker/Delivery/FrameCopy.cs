@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.IO.Pipelines;
 using Herald.Protocol;
 
 namespace Herald.Broker.Delivery;
@@ -37,4 +38,22 @@ internal static class FrameCopy
         output.Write(header);
         output.Write(frame[ProtocolConstants.MessageHeaderSize..]);
     }
+
+    /// <summary>A window take's frames into <paramref name="output"/>, flushed every <see cref="FlushEvery"/> bytes so no response is held whole.</summary>
+    public static async Task WriteAllAsync(PipeWriter output, WindowTake take)
+    {
+        for (int i = 0; i < take.Count; i++)
+        {
+            Write(output, take.Frames[i].Frame.Span, take.Frames[i].Sid);
+            if (output.UnflushedBytes >= FlushEvery)
+            {
+                await output.FlushAsync().ConfigureAwait(false);
+            }
+        }
+
+        await output.FlushAsync().ConfigureAwait(false);
+    }
+
+    /// <summary>How much a streamed body may hold before it is flushed to the socket.</summary>
+    public const int FlushEvery = 64 * 1024;
 }

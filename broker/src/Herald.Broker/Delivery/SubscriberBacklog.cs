@@ -13,8 +13,11 @@ public enum SlowConsumerPolicy
     DropOldest,
 }
 
-/// <summary>The limits one backlog enforces: messages and bytes waiting, and what happens beyond them.</summary>
-internal readonly record struct BacklogLimits(int MaxMessages, int MaxBytes, SlowConsumerPolicy Policy);
+/// <summary>
+/// The limits one backlog enforces: messages and bytes waiting, and what happens beyond them; with
+/// <paramref name="Shared"/>, also its share of a budget several backlogs hold together.
+/// </summary>
+internal readonly record struct BacklogLimits(int MaxMessages, int MaxBytes, SlowConsumerPolicy Policy, PendingBudget? Shared = null);
 
 /// <summary>
 /// The reading side of a <see cref="SubscriberBacklog"/>: a TCP connection's <see cref="PipeDrain"/>, a
@@ -44,8 +47,12 @@ internal interface IBacklogReader
 /// counted against the limits, until the client acknowledges it (long-poll: a lost response is sent again).</item>
 /// </list>
 /// <para>
-/// Control frames (WELCOME, PING, PONG, non-fatal ERROR) are queued in order with the messages, never
-/// dropped and not counted against the message limits. Drops are counted when they happen.
+/// Control frames (WELCOME, PING, PONG, non-fatal ERROR: the session's replies) are queued in order with
+/// the messages and count against the same limits, so what a client asks for costs it as what it is sent
+/// does (spec §6.3). They are never dropped by <see cref="SlowConsumerPolicy.DropOldest"/>: a client that
+/// asks faster than it reads is held back instead, its transport reading no more input while
+/// <see cref="PendingReplies"/> is at its bound (<see cref="WhenRepliesBelow"/>). Drops are counted when
+/// they happen.
 /// </para>
 /// </remarks>
 internal sealed class SubscriberBacklog : IMessageSink
@@ -63,6 +70,8 @@ internal sealed class SubscriberBacklog : IMessageSink
     private long _headSequence = 1;
     private long _pendingBytes;
     private int _pendingMessages;
+    private int _pendingReplies;
+    private TaskCompletionSource? _repliesTaken;
     private long _droppedUnreported;
     private long _highestAck;
     private long _highestSent;
@@ -91,7 +100,10 @@ internal sealed class SubscriberBacklog : IMessageSink
         set => _reader = value;
     }
 
-    /// <summary>Messages waiting and the bytes they hold (monitoring): queued to be written, or not yet acknowledged.</summary>
+    /// <summary>
+    /// Frames waiting (messages and the session's replies) and the bytes they hold (monitoring): queued to be
+    /// written, or not yet acknowledged. What the slow-consumer limits are checked against.
+    /// </summary>
     public (long Messages, long Bytes) Pending
     {
         get
@@ -103,8 +115,50 @@ internal sealed class SubscriberBacklog : IMessageSink
         }
     }
 
+    /// <summary>The session's own replies (control frames) queued and not yet taken by the reader. Any thread, no lock.</summary>
+    public int PendingReplies => Volatile.Read(ref _pendingReplies);
+
     /// <inheritdoc/>
-    public bool Enqueue(MessageBuffer frame, uint sid)
+    public bool Enqueue(MessageBuffer frame, uint sid) => Push(frame, sid);
+
+    /// <summary>
+    /// Queues one of the session's replies (WELCOME, PING, PONG, a non-fatal ERROR) in order with the
+    /// messages, so a PONG also tells the client that everything queued before it has been written. It
+    /// counts against the limits as a message does (over them, the slow-consumer policy acts: a
+    /// <see cref="SlowConsumerPolicy.DropOldest"/> backlog drops messages to make room, never a reply).
+    /// Returns whether to <see cref="Flush"/>.
+    /// </summary>
+    public bool EnqueueControl(MessageBuffer frame) => Push(frame, ControlSid);
+
+    /// <summary>
+    /// Completes when fewer than <paramref name="bound"/> replies wait (the reader took them), or the backlog
+    /// stops accepting frames, or <see cref="CancelWait"/> is called. One waiter at a time: the session's
+    /// read loop, holding its client back.
+    /// </summary>
+    public Task WhenRepliesBelow(int bound)
+    {
+        lock (_gate)
+        {
+            if (_pendingReplies < bound || _refusing)
+            {
+                return Task.CompletedTask;
+            }
+
+            _repliesTaken ??= new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            return _repliesTaken.Task;
+        }
+    }
+
+    /// <summary>Completes a <see cref="WhenRepliesBelow"/> wait now (the session is closing). Any thread.</summary>
+    public void CancelWait()
+    {
+        lock (_gate)
+        {
+            ReleaseReplyWaiter();
+        }
+    }
+
+    private bool Push(MessageBuffer frame, uint sid)
     {
         bool slow = false;
         long dropped = 0;
@@ -117,13 +171,14 @@ internal sealed class SubscriberBacklog : IMessageSink
                 return false;
             }
 
-            if (_pendingMessages + 1 > _limits.MaxMessages || _pendingBytes + frame.Length > _limits.MaxBytes)
+            if (IsOverLimits(frame.Length))
             {
                 if (_limits.Policy == SlowConsumerPolicy.Disconnect)
                 {
                     frame.Release();
                     slow = true;
                     ClearMessages();
+                    ReleaseReplyWaiter();
                     _refusing = true; // the session closes; its transport completes the backlog
                 }
                 else
@@ -135,8 +190,12 @@ internal sealed class SubscriberBacklog : IMessageSink
             if (!slow)
             {
                 _ring.Push(new QueuedFrame(frame, sid));
-                _pendingBytes += frame.Length;
+                AddPendingBytes(frame.Length);
                 _pendingMessages++;
+                if (sid == ControlSid)
+                {
+                    Volatile.Write(ref _pendingReplies, _pendingReplies + 1);
+                }
             }
 
             wake = !slow && !_signalled;
@@ -156,28 +215,6 @@ internal sealed class SubscriberBacklog : IMessageSink
         }
 
         return wake;
-    }
-
-    /// <summary>
-    /// Queues a control frame in order with the messages, so a PONG also tells the client that everything
-    /// queued before it has been written. Never dropped, not counted against the message limits. Returns
-    /// whether to <see cref="Flush"/>.
-    /// </summary>
-    public bool EnqueueControl(MessageBuffer frame)
-    {
-        lock (_gate)
-        {
-            if (_refusing)
-            {
-                frame.Release();
-                return false;
-            }
-
-            _ring.Push(new QueuedFrame(frame, ControlSid));
-            bool wake = !_signalled;
-            _signalled = true;
-            return wake;
-        }
     }
 
     /// <inheritdoc/>
@@ -209,8 +246,10 @@ internal sealed class SubscriberBacklog : IMessageSink
             {
                 _ring.MoveAllTo(ref batch);
                 _headSequence += count;
-                _pendingBytes = 0;
+                AddPendingBytes(-_pendingBytes);
                 _pendingMessages = 0;
+                Volatile.Write(ref _pendingReplies, 0);
+                ReleaseReplyWaiter();
             }
 
             MessageBuffer? final = null;
@@ -343,6 +382,7 @@ internal sealed class SubscriberBacklog : IMessageSink
 
             _refusing = true;
             _completing = true;
+            ReleaseReplyWaiter();
             _drained ??= new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
             drained = _drained.Task;
             wake = !_signalled;
@@ -366,6 +406,7 @@ internal sealed class SubscriberBacklog : IMessageSink
             _completing = true;
             _closed = true;
             ClearMessages();
+            ReleaseReplyWaiter();
             _final?.Release();
             _final = null;
             _drained?.TrySetResult();
@@ -373,12 +414,13 @@ internal sealed class SubscriberBacklog : IMessageSink
     }
 
     // Caller holds _gate. Drops the oldest messages until `incoming` fits; control frames met on the way
-    // are kept, in order, at the front. Returns how many were dropped.
+    // are kept, in order, at the front (they count, but are never dropped: replies are bounded by holding
+    // their client's input back instead). Returns how many were dropped.
     private long DropOldestFor(int incoming)
     {
         long dropped = 0;
         int keptControls = 0;
-        while (_ring.Count > keptControls && (_pendingMessages + 1 > _limits.MaxMessages || _pendingBytes + incoming > _limits.MaxBytes))
+        while (_ring.Count > keptControls && IsOverLimits(incoming))
         {
             QueuedFrame entry = _ring[keptControls];
             if (entry.Sid == ControlSid)
@@ -387,7 +429,7 @@ internal sealed class SubscriberBacklog : IMessageSink
                 continue;
             }
 
-            _pendingBytes -= entry.Frame.Length;
+            AddPendingBytes(-entry.Frame.Length);
             _pendingMessages--;
             entry.Frame.Release();
             dropped++;
@@ -406,18 +448,38 @@ internal sealed class SubscriberBacklog : IMessageSink
         return dropped;
     }
 
+    // Caller holds _gate. Over its own limits, or over its share of a full shared budget.
+    private bool IsOverLimits(int incoming) =>
+        _pendingMessages + 1 > _limits.MaxMessages || _pendingBytes + incoming > _limits.MaxBytes
+        || (_limits.Shared is { } shared && shared.Squeezes(_pendingBytes, incoming));
+
+    // Caller holds _gate.
+    private void AddPendingBytes(long bytes)
+    {
+        _pendingBytes += bytes;
+        _limits.Shared?.Add(bytes);
+    }
+
     // Caller holds _gate.
     private void DropHead()
     {
         QueuedFrame entry = _ring.PopFront();
-        if (entry.Sid != ControlSid)
+        AddPendingBytes(-entry.Frame.Length);
+        _pendingMessages--;
+        if (entry.Sid == ControlSid)
         {
-            _pendingBytes -= entry.Frame.Length;
-            _pendingMessages--;
+            Volatile.Write(ref _pendingReplies, _pendingReplies - 1);
         }
 
         entry.Frame.Release();
         _headSequence++;
+    }
+
+    // Caller holds _gate.
+    private void ReleaseReplyWaiter()
+    {
+        _repliesTaken?.TrySetResult();
+        _repliesTaken = null;
     }
 
     // Caller holds _gate.

@@ -42,6 +42,17 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
             failures.Add($"Herald:LongPoll:InactivityTimeout ({poll.InactivityTimeout}) must be longer than Herald:LongPoll:PollTimeout ({poll.PollTimeout}).");
         }
 
+        Check(failures, "Herald:LongPoll:EndedSessionMemory", poll.EndedSessionMemory, TimeSpan.Zero, TimeSpan.FromDays(1));
+        if (poll.MaxDecompressedBytesPerBody < options.Limits.MaxFrameBytes)
+        {
+            failures.Add($"Herald:LongPoll:MaxDecompressedBytesPerBody ({poll.MaxDecompressedBytesPerBody}) must be at least Herald:Limits:MaxFrameBytes ({options.Limits.MaxFrameBytes}).");
+        }
+
+        if (poll.MaxPendingBytesTotal < options.Limits.MaxPendingBytes)
+        {
+            failures.Add($"Herald:LongPoll:MaxPendingBytesTotal ({poll.MaxPendingBytesTotal}) must be at least Herald:Limits:MaxPendingBytes ({options.Limits.MaxPendingBytes}).");
+        }
+
         Check(failures, "Herald:Policy:Timeout", options.Policy.Timeout, TimeSpan.FromMilliseconds(10), TimeSpan.FromMinutes(1));
         if (options.Policy.AllowedDomains.Length == 0 || options.Policy.AllowedDomains.Any(string.IsNullOrWhiteSpace))
         {

@@ -10,6 +10,8 @@ using OpenTelemetry.Metrics;
 using OpenTelemetry.Resources;
 using OpenTelemetry.Trace;
 using Serilog;
+using Serilog.Core;
+using Serilog.Events;
 using Serilog.Extensions.Logging;
 using Serilog.Formatting.Compact;
 
@@ -36,7 +38,7 @@ internal static class TelemetrySetup
     public static void AddHeraldLogging(this ILoggingBuilder logging, LoggingOptions options)
     {
         // Verbose here: the Microsoft.Extensions.Logging filters (Logging:LogLevel) run before this sink.
-        LoggerConfiguration configuration = new LoggerConfiguration().MinimumLevel.Verbose();
+        LoggerConfiguration configuration = new LoggerConfiguration().MinimumLevel.Verbose().Enrich.With<SessionTokenRedaction>();
         // Text prints values as they are, so control characters from clients are escaped first (a newline in
         // a client name would otherwise start a forged line); JSON escapes them itself and keeps values exact.
         configuration = options.Format == LogFormat.Json
@@ -81,7 +83,20 @@ internal static class TelemetrySetup
         if (otlp.Enabled && otlp.Traces)
         {
             builder.WithTracing(tracing => tracing
-                .AddAspNetCoreInstrumentation(aspnet => aspnet.Filter = context => !IsUntraced(context.Request.Path))
+                .AddAspNetCoreInstrumentation(aspnet =>
+                {
+                    aspnet.Filter = context => !IsUntraced(context.Request.Path);
+
+                    // A long-poll session token never leaves in a span (issue 12): url.path names the session as {session}.
+                    aspnet.EnrichWithHttpRequest = (activity, request) =>
+                    {
+                        string path = request.Path.Value ?? "";
+                        if (RedactSessionToken(path) is var redacted && !ReferenceEquals(redacted, path))
+                        {
+                            activity.SetTag("url.path", redacted);
+                        }
+                    };
+                })
                 .AddOtlpExporter(exporter => Configure(exporter, otlp, "v1/traces")));
         }
     }
@@ -108,6 +123,50 @@ internal static class TelemetrySetup
 
             exporter.Endpoint = endpoint;
         }
+    }
+
+    /// <summary>
+    /// Rewrites every string property of a log event that holds a long-poll session path (ASP.NET Core's
+    /// request lines, the <c>RequestPath</c> scope) so that the session token is never written (issue 12).
+    /// Log lines are never on the hot path.
+    /// </summary>
+    private sealed class SessionTokenRedaction : ILogEventEnricher
+    {
+        public void Enrich(LogEvent logEvent, ILogEventPropertyFactory propertyFactory)
+        {
+            List<LogEventProperty>? redacted = null;
+            foreach (KeyValuePair<string, LogEventPropertyValue> property in logEvent.Properties)
+            {
+                if (property.Value is ScalarValue { Value: string text } && RedactSessionToken(text) is var safe && !ReferenceEquals(safe, text))
+                {
+                    (redacted ??= []).Add(new LogEventProperty(property.Key, new ScalarValue(safe)));
+                }
+            }
+
+            foreach (LogEventProperty property in redacted ?? [])
+            {
+                logEvent.AddOrUpdateProperty(property);
+            }
+        }
+    }
+
+    /// <summary>
+    /// <paramref name="text"/> with the session token of a long-poll path replaced by <c>{session}</c>, for
+    /// logs and traces (longpoll §1: the token is never logged); the same instance when there is none.
+    /// </summary>
+    internal static string RedactSessionToken(string text)
+    {
+        const string Sessions = "/poll/sessions/";
+        int start = text.IndexOf(Sessions, StringComparison.OrdinalIgnoreCase);
+        if (start < 0 || start + Sessions.Length == text.Length)
+        {
+            return text;
+        }
+
+        start += Sessions.Length;
+        int end = text.AsSpan(start).IndexOfAny('/', '?', ' ');
+        end = end < 0 ? text.Length : start + end;
+        return text.AsSpan(start, end - start) is "{session}" ? text : string.Concat(text.AsSpan(0, start), "{session}", RedactSessionToken(text[end..]));
     }
 
     private static bool IsUntraced(PathString path)

@@ -20,6 +20,7 @@ internal sealed class BrokerCore
         Router = router;
         Metrics = metrics;
         Log = log;
+        Quotas = new IdentityQuotas(limits);
         WelcomeLimits =
         [
             new("max_frame", (ulong)limits.MaxFrameBytes),
@@ -53,6 +54,9 @@ internal sealed class BrokerCore
     public MessageEncoder Encoder { get; }
 
     public BrokerMetrics Metrics { get; }
+
+    /// <summary>What each identity holds across its clients (per-identity connection and subscription quotas).</summary>
+    public IdentityQuotas Quotas { get; }
 
     public ILogger Log { get; }
 

@@ -43,10 +43,18 @@ internal sealed class FrameSession : ProtocolSession
     /// The canonical read loop: read, parse frames until the reader says "need more", flush every backlog
     /// the batch touched once, advance. Returns when the client leaves or the broker closes the session.
     /// </summary>
+    /// <remarks>
+    /// The client is held back between two frames, not after a read batch: when it is over a rate
+    /// (<see cref="ProtocolSession.Throttle"/>), the loop stops parsing, waits the debt, then goes on with
+    /// the frames still buffered, so at rate R and burst B at most about B + R*T frames are handled in T
+    /// seconds whatever the batches; when <see cref="LimitOptions.MaxPendingReplies"/> replies wait unsent
+    /// (it asks faster than it reads), the loop reads nothing more until the drain takes them (spec §6.3).
+    /// </remarks>
     public async Task RunAsync()
     {
         PipeReader input = _connection.Transport.Input;
         int maxFrame = Limits.MaxFrameBytes;
+        int maxReplies = Limits.MaxPendingReplies;
         long unparsed = 0; // bytes of a frame begun but not complete: a close or reset now tears it (spec §8)
         try
         {
@@ -62,25 +70,38 @@ internal sealed class FrameSession : ProtocolSession
                 _readAt = Broker.Metrics.FanoutEnabled ? Stopwatch.GetTimestamp() : 0;
                 Volatile.Write(ref _lastReadAt, Environment.TickCount64);
                 Volatile.Write(ref _pingsOutstanding, 0);
+                bool heldBack = false;
                 try
                 {
                     while (FrameReader.TryReadFrame(ref buffer, maxFrame, out ReadOnlySequence<byte> body))
                     {
                         HandleFrame(body);
+                        if (Throttle.Ticks > 0 || Backlog.PendingReplies >= maxReplies)
+                        {
+                            heldBack = true; // the rest of the batch waits in the pipe
+                            break;
+                        }
                     }
                 }
                 finally
                 {
                     FlushTouched();
-                    input.AdvanceTo(buffer.Start, buffer.End);
-                    unparsed = buffer.Length;
+                    input.AdvanceTo(buffer.Start, heldBack ? buffer.Start : buffer.End);
+                    unparsed = heldBack ? 0 : buffer.Length; // held back: whole frames wait, none is torn
                 }
 
-                if (Throttle is { Ticks: > 0 } pause)
+                if (heldBack)
                 {
-                    // Over the publish rate: read nothing more until the debt is paid. TCP backpressure
-                    // slows the publisher down; nothing it sent is dropped.
-                    await Task.Delay(pause).ConfigureAwait(false);
+                    // Over a rate: read nothing more until the debt is paid. Replies unsent: read nothing more
+                    // until the client takes them. TCP backpressure slows the client down; nothing it sent
+                    // is dropped.
+                    while (Throttle is { Ticks: > 0 } pause && !IsClosing) // again if a timer fired early: never before the debt is paid
+                    {
+                        await Task.Delay(pause).ConfigureAwait(false);
+                    }
+
+                    await Backlog.WhenRepliesBelow(maxReplies).ConfigureAwait(false);
+                    continue;
                 }
 
                 if (result.IsCompleted)
@@ -126,7 +147,11 @@ internal sealed class FrameSession : ProtocolSession
     }
 
     /// <inheritdoc/>
-    protected override void OnClose(ErrorCode code, string reason) => _connection.Transport.Input.CancelPendingRead();
+    protected override void OnClose(ErrorCode code, string reason)
+    {
+        _connection.Transport.Input.CancelPendingRead();
+        Backlog.CancelWait(); // a read loop holding its client back ends too
+    }
 
     /// <summary>Handshake timeout, idle PINGs, stale connections (spec §6.2).</summary>
     protected override void CheckTransportLiveness(long now)
@@ -212,7 +237,13 @@ internal sealed class FrameSession : ProtocolSession
             Throw(ErrorCode.UnsupportedVersion, $"Protocol version {hello.Version} is not supported; this broker speaks version {ProtocolConstants.Version}.");
         }
 
+        bool refreshing = IsOpen;
         Capabilities accepted = Open(Authenticate(Broker, hello.Auth, RemoteEndPoint, Transport), hello.ClientName, hello.Capabilities);
+        if (!refreshing && ClaimQuota() is { IsNone: false } refused)
+        {
+            Throw(refused.Code, refused.Message!); // over the identity's connection quota: told, closed
+        }
+
         var writer = new ArrayBufferWriter<byte>(256);
         FrameWriter.WriteWelcome(writer, Broker.ServerName, (ulong)Id, accepted, Broker.WelcomeLimits, inboxPrefix: Identity.InboxPrefix);
         Control(MessageBuffer.Copy(writer.WrittenSpan));

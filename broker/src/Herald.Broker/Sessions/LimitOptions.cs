@@ -31,6 +31,14 @@ public sealed class LimitOptions
     [Range(1, 10_000_000)]
     public int MaxPendingMessages { get; set; } = 100_000;
 
+    /// <summary>
+    /// Replies (PONG, non-fatal ERROR, WELCOME) queued for one connection and not yet written before the
+    /// broker stops reading from it until they are (spec §6.3): a client that asks faster than it reads is
+    /// held back, never answered by growing memory. Replies also count against the pending limits above.
+    /// </summary>
+    [Range(1, 1_000_000)]
+    public int MaxPendingReplies { get; set; } = 1000;
+
     /// <summary>What to do with a connection over its pending limits.</summary>
     public SlowConsumerPolicy SlowConsumerPolicy { get; set; } = SlowConsumerPolicy.Disconnect;
 
@@ -62,6 +70,32 @@ public sealed class LimitOptions
     /// <summary>Publications a connection may send in a burst above <see cref="PublishRatePerSecond"/>.</summary>
     [Range(1, 100_000_000)]
     public int PublishBurst { get; set; } = 1000;
+
+    /// <summary>
+    /// SUBSCRIBE and UNSUBSCRIBE frames per second one connection (long-poll: one session) may sustain (token
+    /// bucket, one token per frame); faster clients are slowed down and told <c>RateLimited</c>, nothing is
+    /// refused. 0: no limit.
+    /// </summary>
+    [Range(0, 100_000_000)]
+    public int SubscriptionRatePerSecond { get; set; } = 1000;
+
+    /// <summary>Subscription changes a connection may make in a burst above <see cref="SubscriptionRatePerSecond"/> (a client subscribing at start).</summary>
+    [Range(1, 100_000_000)]
+    public int SubscriptionBurst { get; set; } = 10_000;
+
+    /// <summary>
+    /// Most clients (TCP connections and long-poll sessions) one identity holds at once; with
+    /// authentication off, one remote address. More: <c>TooManyConnections</c>. 0: no limit.
+    /// </summary>
+    [Range(0, 10_000_000)]
+    public int MaxConnectionsPerIdentity { get; set; } = 10_000;
+
+    /// <summary>
+    /// Most live subscriptions one identity holds across all its clients (each adds at most one pattern to
+    /// the broker); with authentication off, one remote address. More: a non-fatal <c>TooManyTopics</c>. 0: no limit.
+    /// </summary>
+    [Range(0, 100_000_000)]
+    public int MaxSubscriptionsPerIdentity { get; set; } = 100_000;
 
     /// <summary>Most distinct subscription patterns in the broker; a SUBSCRIBE that would add one more gets <c>TooManyTopics</c>. 0: no limit.</summary>
     [Range(0, 100_000_000)]

@@ -7,6 +7,7 @@ using Herald.Broker.Routing;
 using Herald.Broker.Security;
 using Herald.Broker.Telemetry;
 using Herald.Protocol;
+using MessagePack;
 
 namespace Herald.Broker.Sessions;
 
@@ -23,8 +24,10 @@ internal readonly record struct Refusal(ErrorCode Code, string? Message)
 
 /// <summary>
 /// One client of the broker, whatever carries its bytes: everything a client may do and everything it is
-/// held to. The identity it authenticated as, its subscriptions, publishing (topic and reply checks,
-/// permissions, the rate limit charged per message, Zstd negotiation and bounded decompression), its one
+/// held to. The identity it authenticated as and that identity's quotas (clients, subscriptions: see
+/// <see cref="IdentityQuotas"/>), its subscriptions (with the subscription-change rate charged per frame),
+/// publishing (topic and reply checks, permissions, the rate limit charged per message, Zstd negotiation
+/// and bounded decompression), its one
 /// <see cref="SubscriberBacklog"/> with its limits and slow-consumer policy, credential expiry, and the
 /// metrics of all that. A transport only accepts clients, moves bytes, and maps these operations and their
 /// answers onto its medium: <see cref="FrameSession"/> for framed byte streams (TCP, WebSocket), the
@@ -48,10 +51,13 @@ internal abstract class ProtocolSession
     private bool _opened;
     private ReplyPermits? _replyPermits; // a restricted identity's reply permissions (spec §10); null while it may publish everywhere
 
-    // Publish rate limit (token bucket), owned by the one caller.
-    private double _tokens;
-    private long _refilledAt = Stopwatch.GetTimestamp();
-    private bool _rateWarned;
+    // Rate limits (publishes; subscription changes), owned by the one caller.
+    private TokenBucket _publishes;
+    private TokenBucket _subscriptionChanges;
+
+    // The identity's quota this session claimed (ClaimQuota), and whether it gave it back.
+    private IdentityUsage? _usage;
+    private int _quotaReleased;
 
     // Why the session ended; set once, from any thread.
     private int _closeCode;
@@ -65,7 +71,8 @@ internal abstract class ProtocolSession
         Transport = transport;
         RemoteEndPoint = remoteEndPoint;
         Since = DateTimeOffset.UtcNow;
-        _tokens = Limits.PublishBurst;
+        _publishes = new TokenBucket(Limits.PublishBurst);
+        _subscriptionChanges = new TokenBucket(Limits.SubscriptionBurst);
         Backlog = new SubscriberBacklog(backlogLimits, broker.Metrics, OnSlowConsumer);
     }
 
@@ -98,10 +105,19 @@ internal abstract class ProtocolSession
     public string? CloseReason => Volatile.Read(ref _closeReason);
 
     /// <summary>
-    /// How long the transport must stop taking input from this client to hold the publish rate (0: no
-    /// wait). TCP stops reading; long-poll holds the request's answer. Nothing sent is dropped.
+    /// How long the transport must stop taking input from this client to hold the publish rate and the
+    /// subscription-change rate (0: no wait). TCP stops reading (before the next frame, so the rate holds per
+    /// message); long-poll holds the request's answer. Nothing sent is dropped.
     /// </summary>
-    public TimeSpan Throttle => _tokens < 0 ? TimeSpan.FromSeconds(-_tokens / Limits.PublishRatePerSecond) : TimeSpan.Zero;
+    public TimeSpan Throttle
+    {
+        get
+        {
+            TimeSpan publishes = _publishes.Debt(Limits.PublishRatePerSecond);
+            TimeSpan changes = _subscriptionChanges.Debt(Limits.SubscriptionRatePerSecond);
+            return publishes > changes ? publishes : changes;
+        }
+    }
 
     protected BrokerCore Broker { get; }
 
@@ -155,8 +171,63 @@ internal abstract class ProtocolSession
         return accepted;
     }
 
-    /// <summary>SUBSCRIBE (spec §4.3): sid and pattern rules, the subscription limit, permissions, the broker's pattern limit.</summary>
+    /// <summary>
+    /// SUBSCRIBE (spec §4.3): charged to the subscription-change rate, then the sid and pattern rules, the
+    /// subscription limits (the client's, its identity's), permissions, the broker's pattern limit.
+    /// </summary>
     public Refusal Subscribe(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho)
+    {
+        bool overRate = TakeSubscriptionToken();
+        try
+        {
+            return Answer(overRate, SubscribeCore(sid, pattern, noEcho));
+        }
+        catch (ProtocolException) when (overRate)
+        {
+            _subscriptionChanges.Unwarn(); // refused fatally (long-poll: only this request fails): the next change is told
+            throw;
+        }
+    }
+
+    /// <summary>UNSUBSCRIBE (spec §4.4): charged to the subscription-change rate; an unknown sid is refused, not fatal.</summary>
+    public Refusal Unsubscribe(uint sid)
+    {
+        bool overRate = TakeSubscriptionToken();
+        return Answer(overRate, UnsubscribeCore(sid));
+    }
+
+    /// <summary>
+    /// Claims one client of the identity's quota (<see cref="LimitOptions.MaxConnectionsPerIdentity"/>), once,
+    /// when the session is first opened; a refusal (<c>TooManyConnections</c>) says the transport must end it.
+    /// Given back when the session's subscriptions end.
+    /// </summary>
+    public Refusal ClaimQuota()
+    {
+        if (_usage is not null)
+        {
+            return default;
+        }
+
+        string key = IdentityQuotas.KeyOf(Identity, RemoteEndPoint);
+        if (Broker.Quotas.TryClaimClient(key) is not { } usage)
+        {
+            return new Refusal(ErrorCode.TooManyConnections, $"'{key}' holds its maximum of {Limits.MaxConnectionsPerIdentity} connections.");
+        }
+
+        lock (_subscriptionsGate)
+        {
+            _usage = usage;
+            if (!_subscriptionsEnded)
+            {
+                return default;
+            }
+        }
+
+        ReleaseQuota(); // ended meanwhile
+        return default;
+    }
+
+    private Refusal SubscribeCore(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho)
     {
         if (sid == 0)
         {
@@ -187,6 +258,11 @@ internal abstract class ProtocolSession
                 return Denied($"Subscribing to '{checkedPattern}' is not permitted for '{Identity.Name}'.");
             }
 
+            if (_usage is { } usage && !usage.TryAddSubscription(Limits.MaxSubscriptionsPerIdentity))
+            {
+                return Refuse(ErrorCode.TooManyTopics, $"'{usage.Key}' holds its maximum of {Limits.MaxSubscriptionsPerIdentity} subscriptions across its connections.");
+            }
+
             var subscription = new Subscription(Backlog, sid, checkedPattern, noEcho) { Replies = _replyPermits };
             try
             {
@@ -194,6 +270,7 @@ internal abstract class ProtocolSession
             }
             catch (ProtocolException e) when (e.Code == ErrorCode.TooManyTopics)
             {
+                _usage?.RemoveSubscriptions(1);
                 return Refuse(e.Code, e.Message); // refused, told; the session stays
             }
 
@@ -204,8 +281,7 @@ internal abstract class ProtocolSession
         return default;
     }
 
-    /// <summary>UNSUBSCRIBE (spec §4.4): an unknown sid is refused, not fatal.</summary>
-    public Refusal Unsubscribe(uint sid)
+    private Refusal UnsubscribeCore(uint sid)
     {
         lock (_subscriptionsGate)
         {
@@ -215,6 +291,7 @@ internal abstract class ProtocolSession
             }
 
             Broker.Router.Remove(subscription);
+            _usage?.RemoveSubscriptions(1);
             Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
         }
 
@@ -257,17 +334,39 @@ internal abstract class ProtocolSession
     }
 
     /// <summary>
-    /// Several PUBLISH at once (long-poll's frames body, longpoll §1.3): every one is checked, and every
-    /// compressed payload decompressed, before any is routed; then all are routed in order.
+    /// A body of PUBLISH frames back to back (long-poll's publish, longpoll §1.3): every one is read and
+    /// checked, and every compressed payload decompressed, before any is routed; then all are routed in
+    /// order. The bytes the payloads declare they decompress to count, together, against
+    /// <paramref name="maxDecompressedBytes"/> before any buffer is taken, so one small body cannot hold
+    /// more than that (issue 22).
     /// </summary>
-    public Refusal PublishAll(IReadOnlyList<PublishFrame> publishes, long receivedAt)
+    public Refusal PublishAll(ReadOnlySequence<byte> frames, long receivedAt, int maxDecompressedBytes)
     {
+        var publishes = new List<PublishFrame>();
+        while (FrameReader.TryReadFrame(ref frames, Limits.MaxFrameBytes, out ReadOnlySequence<byte> frame))
+        {
+            var reader = new MessagePackReader(frame);
+            FrameType type = FrameDecoder.ReadHeader(ref reader, out int count);
+            publishes.Add(type == FrameType.Publish ? FrameDecoder.ReadPublish(ref reader, count) : throw new ProtocolException(ErrorCode.UnexpectedFrame, $"Only PUBLISH frames may be posted here, not {type}."));
+        }
+
+        if (!frames.IsEmpty || publishes.Count == 0)
+        {
+            Throw(ErrorCode.MalformedFrame, frames.IsEmpty ? "The body holds no PUBLISH frame." : $"The body ends with {frames.Length} bytes of an incomplete frame.");
+        }
+
+        long decompressed = 0;
         foreach (PublishFrame publish in publishes)
         {
             Refusal refused = Check(publish);
             if (!refused.IsNone)
             {
                 return refused;
+            }
+
+            if ((publish.Flags & PayloadFlags.Zstd) != 0 && (decompressed += Zstd.DecompressedCapacity(publish.Payload, Limits.MaxPayloadBytes)) > maxDecompressedBytes)
+            {
+                Throw(ErrorCode.DecompressionFailed, $"The body's compressed payloads would decompress to more than {maxDecompressedBytes} bytes together.");
             }
         }
 
@@ -400,19 +499,21 @@ internal abstract class ProtocolSession
         lock (_subscriptionsGate)
         {
             _subscriptionsEnded = true;
-            if (_subscriptions is null)
+            if (_subscriptions is not null)
             {
-                return;
+                foreach (Subscription subscription in _subscriptions.Values)
+                {
+                    Broker.Router.Remove(subscription);
+                }
+
+                _usage?.RemoveSubscriptions(_subscriptions.Count);
+                _subscriptions.Clear();
             }
 
-            foreach (Subscription subscription in _subscriptions.Values)
-            {
-                Broker.Router.Remove(subscription);
-            }
-
-            _subscriptions.Clear();
             Volatile.Write(ref _subscriptionCount, 0);
         }
+
+        ReleaseQuota();
     }
 
     protected static void Throw(ErrorCode code, string message) => throw new ProtocolException(code, message);
@@ -487,6 +588,7 @@ internal abstract class ProtocolSession
             {
                 Broker.Router.Remove(subscription);
                 _subscriptions.Remove(subscription.Sid);
+                _usage?.RemoveSubscriptions(1);
             }
 
             Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
@@ -507,23 +609,43 @@ internal abstract class ProtocolSession
 
     private Refusal TakeToken()
     {
-        long now = Stopwatch.GetTimestamp();
         int rate = Limits.PublishRatePerSecond;
-        _tokens = Math.Min(Limits.PublishBurst, _tokens + (Stopwatch.GetElapsedTime(_refilledAt, now).TotalSeconds * rate)) - 1;
-        _refilledAt = now;
-        if (_tokens >= 0)
+        return _publishes.Take(rate, Limits.PublishBurst)
+            ? Refuse(ErrorCode.RateLimited, $"Publishing faster than {rate} messages/s (burst {Limits.PublishBurst}): input is paused to hold that rate; nothing is dropped.")
+            : default;
+    }
+
+    /// <summary>Charges one SUBSCRIBE or UNSUBSCRIBE to the subscription-change rate: <c>true</c> for the first over it in an episode.</summary>
+    private bool TakeSubscriptionToken() =>
+        Limits.SubscriptionRatePerSecond > 0 && _subscriptionChanges.Take(Limits.SubscriptionRatePerSecond, Limits.SubscriptionBurst);
+
+    /// <summary>
+    /// A subscription change's answer: its own refusal wins over the rate notice, which then goes to the next
+    /// change over the rate; else the RateLimited notice (the change was made), once per episode.
+    /// </summary>
+    private Refusal Answer(bool overRate, Refusal answer)
+    {
+        if (!answer.IsNone || !overRate)
         {
-            _rateWarned = false;
-            return default;
+            if (overRate)
+            {
+                _subscriptionChanges.Unwarn();
+            }
+
+            return answer;
         }
 
-        if (_rateWarned)
-        {
-            return default;
-        }
+        int rate = Limits.SubscriptionRatePerSecond;
+        return Refuse(ErrorCode.RateLimited, $"Changing subscriptions faster than {rate} per second (burst {Limits.SubscriptionBurst}): input is paused to hold that rate; the change was made.");
+    }
 
-        _rateWarned = true; // once per episode
-        return Refuse(ErrorCode.RateLimited, $"Publishing faster than {rate} messages/s (burst {Limits.PublishBurst}): input is paused to hold that rate; nothing is dropped.");
+    /// <summary>Gives back the client this session claimed of its identity's quota. Once; any thread.</summary>
+    private void ReleaseQuota()
+    {
+        if (Volatile.Read(ref _usage) is { } usage && Interlocked.Exchange(ref _quotaReleased, 1) == 0)
+        {
+            Broker.Quotas.ReleaseClient(usage);
+        }
     }
 
     /// <summary>A refused SUBSCRIBE or PUBLISH (spec §8 PermissionDenied): counted and told; the session stays unless configured otherwise.</summary>

@@ -64,7 +64,7 @@ internal sealed class SessionRegistry : BackgroundService
 
     /// <summary>
     /// Registers a new session; it is counted and swept from now on, whatever the answer. A refusal
-    /// (shutting down, <c>MaxConnections</c>, <c>MaxConnectionsPerAddress</c>) says why the transport must
+    /// (shutting down, <c>MaxConnections</c>, <c>MaxConnectionsPerAddress</c>, <c>MaxConnectionsPerIdentity</c>) says why the transport must
     /// close it at once. Pair with <see cref="Remove"/>.
     /// </summary>
     public Refusal Add(ProtocolSession session)
@@ -89,7 +89,9 @@ internal sealed class SessionRegistry : BackgroundService
             return new Refusal(ErrorCode.TooManyConnections, $"More than {limits.MaxConnectionsPerAddress} connections from {address}.");
         }
 
-        return default;
+        // A session opened before it is registered (long-poll) claims its identity's quota now; a TCP
+        // connection claims it at HELLO, when its identity is known.
+        return session.IsOpen ? session.ClaimQuota() : default;
     }
 
     /// <summary>Forgets a session that has ended, counting why (its <see cref="ProtocolSession.CloseCode"/>). Once per session.</summary>

@@ -47,7 +47,8 @@ public sealed class ProtocolClient : IAsyncDisposable
         _reader = PipeReader.Create(_stream, new StreamPipeReaderOptions(bufferSize: 64 * 1024));
     }
 
-    public static async Task<ProtocolClient> ConnectAsync(int port, int? receiveBufferSize = null)
+    /// <param name="localAddress">The source address to connect from (any 127.x.y.z on Linux loopback): another client address for the broker.</param>
+    public static async Task<ProtocolClient> ConnectAsync(int port, int? receiveBufferSize = null, IPAddress? localAddress = null)
     {
         var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
         if (receiveBufferSize is { } size)
@@ -55,21 +56,26 @@ public sealed class ProtocolClient : IAsyncDisposable
             socket.ReceiveBufferSize = size;
         }
 
+        if (localAddress is not null)
+        {
+            socket.Bind(new IPEndPoint(localAddress, 0));
+        }
+
         await socket.ConnectAsync(new IPEndPoint(IPAddress.Loopback, port));
         return new ProtocolClient(socket);
     }
 
-    /// <summary>Connects and completes the handshake.</summary>
-    public static async Task<ProtocolClient> OpenAsync(int port, string name = "test", int? receiveBufferSize = null, Capabilities capabilities = Capabilities.None)
+    /// <summary>Connects and completes the handshake (with <paramref name="auth"/>, HELLO's credential, when given).</summary>
+    public static async Task<ProtocolClient> OpenAsync(int port, string name = "test", int? receiveBufferSize = null, Capabilities capabilities = Capabilities.None, string? auth = null)
     {
         ProtocolClient client = await ConnectAsync(port, receiveBufferSize);
-        await client.HelloAsync(name, capabilities);
+        await client.HelloAsync(name, capabilities, auth);
         return client;
     }
 
-    public async Task<WelcomeFrame> HelloAsync(string name = "test", Capabilities capabilities = Capabilities.None)
+    public async Task<WelcomeFrame> HelloAsync(string name = "test", Capabilities capabilities = Capabilities.None, string? auth = null)
     {
-        await SendAsync(w => FrameWriter.WriteHello(w, name, capabilities));
+        await SendAsync(w => FrameWriter.WriteHello(w, name, capabilities, auth));
         Frame welcome = await ReadAsync();
         Assert.True(welcome.Type == FrameType.Welcome, $"Expected WELCOME, got {welcome}");
         return welcome.Welcome!.Value;
@@ -117,7 +123,7 @@ public sealed class ProtocolClient : IAsyncDisposable
         await _stream.WriteAsync(_out.WrittenMemory);
     }
 
-    public async Task SendRawAsync(byte[] bytes) => await _stream.WriteAsync(bytes);
+    public async Task SendRawAsync(byte[] bytes, CancellationToken cancellationToken = default) => await _stream.WriteAsync(bytes, cancellationToken);
 
     /// <summary>Closes the sending side only (the broker sees end of stream).</summary>
     public void ShutdownSend() => _socket.Shutdown(SocketShutdown.Send);

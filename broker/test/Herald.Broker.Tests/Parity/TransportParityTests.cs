@@ -1,4 +1,3 @@
-using System.Security.Cryptography;
 using System.Text;
 using Herald.Broker.Delivery;
 using Herald.Broker.Hosting;
@@ -292,7 +291,7 @@ public sealed class TransportParityTests
     public async Task Reply_inboxes_are_per_identity_and_a_reply_needs_a_delivered_request(string transport)
     {
         await using TestBroker broker = await StartWithIdentitiesAsync(o =>
-            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "rival", Sha256 = Sha256(RivalToken), Permissions = { Publish = { "rival.>" }, Subscribe = { "rival.>" } } }));
+            o.Security.Auth.Tokens.Add(new TokenOptions { Name = "rival", Sha256 = TestTokens.Sha256(RivalToken), Permissions = { Publish = { "rival.>" }, Subscribe = { "rival.>" } } }));
         await using TransportClient guest = await TransportClient.OpenAsync(transport, broker, GuestToken);
         await using TransportClient rival = await TransportClient.OpenAsync(TransportClient.Tcp, broker, RivalToken);
         await using TransportClient owner = await TransportClient.OpenAsync(TransportClient.Tcp, broker, OwnerToken);
@@ -334,10 +333,8 @@ public sealed class TransportParityTests
     {
         o.Security.Auth.Mode = AuthMode.Token;
         o.Security.Auth.FailureDelay = TimeSpan.Zero;
-        o.Security.Auth.Tokens.Add(new TokenOptions { Name = "owner", Sha256 = Sha256(OwnerToken), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
-        o.Security.Auth.Tokens.Add(new TokenOptions { Name = "guest", Sha256 = Sha256(GuestToken), Permissions = { Publish = { "guest.>" }, Subscribe = { "guest.>" } } });
+        o.Security.Auth.Tokens.Add(new TokenOptions { Name = "owner", Sha256 = TestTokens.Sha256(OwnerToken), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
+        o.Security.Auth.Tokens.Add(new TokenOptions { Name = "guest", Sha256 = TestTokens.Sha256(GuestToken), Permissions = { Publish = { "guest.>" }, Subscribe = { "guest.>" } } });
         configure?.Invoke(o);
     });
-
-    private static string Sha256(string token) => Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(token)));
 }

@@ -42,4 +42,23 @@ public sealed class LongPollOptions
     /// <summary>Largest request body (publish payloads, JSON), bytes.</summary>
     [Range(64, 64 * 1024 * 1024)]
     public int MaxBodyBytes { get; set; } = 1024 * 1024;
+
+    /// <summary>Most bytes the Zstd payloads of one frames body may decompress to, together (checked from their headers first).</summary>
+    [Range(1024, int.MaxValue)]
+    public int MaxDecompressedBytesPerBody { get; set; } = 8 * 1024 * 1024;
+
+    /// <summary>Most session creations and publishes in progress at once from one remote address (0: no limit).</summary>
+    [Range(0, 1_000_000)]
+    public int MaxPendingRequestsPerAddress { get; set; } = 16;
+
+    /// <summary>Unacknowledged bytes all long-poll sessions may hold together; over it new sessions are refused and the largest backlogs meet their slow-consumer policy.</summary>
+    [Range(1024, long.MaxValue)]
+    public long MaxPendingBytesTotal { get; set; } = 256L * 1024 * 1024;
+
+    /// <summary>Ended session tokens remembered (answered 410 with the reason); the oldest is forgotten first.</summary>
+    [Range(0, 10_000_000)]
+    public int MaxEndedSessions { get; set; } = 10_000;
+
+    /// <summary>How long an ended session token is answered 410 before it is forgotten (then 404).</summary>
+    public TimeSpan EndedSessionMemory { get; set; } = TimeSpan.FromMinutes(10);
 }

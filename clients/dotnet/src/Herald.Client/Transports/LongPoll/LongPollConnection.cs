@@ -33,6 +33,7 @@ internal sealed class LongPollConnection : BrokerConnection
     private readonly Uri _base;
     private Uri? _session;
     private TimeSpan _pollTimeout;
+    private string? _credential;
 
     public LongPollConnection(HeraldClient client, HeraldClientOptions options, BrokerAddress address, HttpClient http)
         : base(client, options)
@@ -43,20 +44,15 @@ internal sealed class LongPollConnection : BrokerConnection
 
     public override bool SubscribesInline => false;
 
-    /// <summary>Creates the session (longpoll §1.1); the credential goes as a bearer token, and the session token is the only credential after that.</summary>
+    /// <summary>Creates the session (longpoll §1.1); the credential goes as a bearer token, on this and on every request of the session.</summary>
     public override async Task OpenAsync(string? credential, CancellationToken cancellationToken)
     {
+        _credential = credential;
         var body = new CreateSessionRequest { Client = Options.ClientName, Zstd = Options.EnableCompression };
         using HttpResponseMessage response = await SendAsync(
             () =>
             {
-                var request = new HttpRequestMessage(HttpMethod.Post, new Uri(_base, "poll/sessions")) { Content = JsonContent.Create(body, LongPollJsonContext.Default.CreateSessionRequest) };
-                if (credential is not null)
-                {
-                    request.Headers.Authorization = new AuthenticationHeaderValue("Bearer", credential);
-                }
-
-                return request;
+                return new HttpRequestMessage(HttpMethod.Post, new Uri(_base, "poll/sessions")) { Content = JsonContent.Create(body, LongPollJsonContext.Default.CreateSessionRequest) };
             },
             "Creating a long-poll session",
             cancellationToken).ConfigureAwait(false);
@@ -143,7 +139,9 @@ internal sealed class LongPollConnection : BrokerConnection
         try
         {
             using var timeout = new CancellationTokenSource(Options.CloseTimeout);
-            using HttpResponseMessage response = await _http.DeleteAsync(_session, timeout.Token).ConfigureAwait(false);
+            using var request = new HttpRequestMessage(HttpMethod.Delete, _session);
+            Own(request);
+            using HttpResponseMessage response = await _http.SendAsync(request, timeout.Token).ConfigureAwait(false);
         }
         catch (Exception e) when (e is HttpRequestException or OperationCanceledException)
         {
@@ -194,6 +192,7 @@ internal sealed class LongPollConnection : BrokerConnection
                     {
                         using var request = new HttpRequestMessage(HttpMethod.Get, new Uri(_session!, $"messages?ack={ack.ToString(CultureInfo.InvariantCulture)}"));
                         request.Headers.Accept.Add(new MediaTypeWithQualityHeaderValue(FramesMediaType));
+                        Own(request);
                         response = await _http.SendAsync(request, HttpCompletionOption.ResponseContentRead, timeout.Token).ConfigureAwait(false);
                     }
                     catch (Exception e) when ((e is HttpRequestException or OperationCanceledException) && !lifetime.IsCancellationRequested)
@@ -271,10 +270,20 @@ internal sealed class LongPollConnection : BrokerConnection
         }
     }
 
+    /// <summary>Adds the credential (longpoll §1.1): with authentication on, a session's requests carry its owner's.</summary>
+    private void Own(HttpRequestMessage request)
+    {
+        if (_credential is not null)
+        {
+            request.Headers.Authorization = new AuthenticationHeaderValue("Bearer", _credential);
+        }
+    }
+
     /// <summary>Sends a request; a transport failure is a <see cref="HeraldConnectionException"/>.</summary>
     private async Task<HttpResponseMessage> SendAsync(Func<HttpRequestMessage> create, string what, CancellationToken cancellationToken)
     {
         using HttpRequestMessage request = create();
+        Own(request);
         try
         {
             return await _http.SendAsync(request, HttpCompletionOption.ResponseContentRead, cancellationToken).ConfigureAwait(false);

@@ -1,0 +1,131 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.Runtime.CompilerServices;
+using System.Text.Json;
+using System.Text.Unicode;
+using Herald.Protocol;
+using MessagePack;
+
+namespace Herald.Broker.Delivery;
+
+/// <summary>
+/// The JSON form of plain MESSAGE frames, for readers that ask for JSON (long-poll, protocol-spec/longpoll.md
+/// §2.2). Written straight from the shared frame's bytes: no copy of the frame, no string of the topic or
+/// payload, no decompression (a compressed payload is written as it travelled, marked <c>"zstd":true</c>). A body is
+/// bounded as written: <see cref="Fit"/> measures each message in one scratch buffer, then
+/// <see cref="WriteAsync"/> streams them.
+/// </summary>
+/// <remarks>
+/// <code>
+/// {"messages":[ {"seq":7,"sid":1,"topic":"chat.room1","replyTo":null,"payload":"aGVsbG8=","text":"hello"}, ... ],
+///  "dropped":0,"ack":7}           text: only when the payload is valid UTF-8 and not compressed;
+///                                 "zstd":true (then no text) when the payload travelled compressed
+/// </code>
+/// </remarks>
+internal static class MessageJson
+{
+    /// <summary>Writes <paramref name="frame"/> (a MESSAGE frame, length prefix first) as one JSON object.</summary>
+    private static void Write(Utf8JsonWriter json, MessageBuffer frame, long sequence, uint sid)
+    {
+        var reader = new MessagePackReader(frame.Memory[ProtocolConstants.LengthPrefixSize..]);
+        FrameDecoder.ReadHeader(ref reader, out int count);
+        PublishFrame message = FrameDecoder.ReadMessage(ref reader, count);
+        // One contiguous frame: every slice of it is a single segment.
+        ReadOnlySpan<byte> payload = message.Payload.FirstSpan;
+        json.WriteStartObject();
+        json.WriteNumber("seq"u8, sequence);
+        json.WriteNumber("sid"u8, sid);
+        json.WriteString("topic"u8, message.Topic.FirstSpan);
+        if (message.ReplyTo is { } replyTo)
+        {
+            json.WriteString("replyTo"u8, replyTo.FirstSpan);
+        }
+        else
+        {
+            json.WriteNull("replyTo"u8);
+        }
+
+        json.WriteBase64String("payload"u8, payload);
+        if ((message.Flags & PayloadFlags.Zstd) != 0)
+        {
+            json.WriteBoolean("zstd"u8, true); // as it travelled, for a reader that negotiated Zstd: never decompressed here
+        }
+        else if (Utf8.IsValid(payload))
+        {
+            json.WriteString("text"u8, payload);
+        }
+
+        json.WriteEndObject();
+    }
+
+    /// <summary>
+    /// How many of <paramref name="take"/>'s messages (at least one) fit a body of <paramref name="maxBytes"/>
+    /// as written, and that body's <paramref name="length"/>.
+    /// </summary>
+    public static int Fit(WindowTake take, long ack, int maxBytes, out long length)
+    {
+        var scratch = new ArrayBufferWriter<byte>(1024);
+        using var measure = new Utf8JsonWriter(scratch);
+        long envelope = Envelope(measure, scratch, take.Dropped, Math.Max(ack, take.FirstSequence + take.Count - 1)); // the longest ack
+        long messages = 0;
+        int count = 0;
+        for (; count < take.Count; count++)
+        {
+            scratch.ResetWrittenCount();
+            measure.Reset(scratch);
+            Write(measure, take.Frames[count].Frame, take.FirstSequence + count, take.Frames[count].Sid);
+            measure.Flush();
+            long next = messages + scratch.WrittenCount + (count > 0 ? 1 : 0); // a comma between messages
+            if (count > 0 && envelope + next > maxBytes)
+            {
+                break;
+            }
+
+            messages = next;
+        }
+
+        length = messages + Envelope(measure, scratch, take.Dropped, Acked(take, count, ack));
+        return count;
+    }
+
+    /// <summary>The body of the first <paramref name="count"/> messages of <paramref name="take"/>, streamed.</summary>
+    public static async Task WriteAsync(PipeWriter output, WindowTake take, int count, long ack)
+    {
+        var json = new Utf8JsonWriter(output);
+        await using ConfiguredAsyncDisposable disposeJson = json.ConfigureAwait(false);
+        json.WriteStartObject();
+        json.WriteStartArray("messages"u8);
+        for (int i = 0; i < count; i++)
+        {
+            Write(json, take.Frames[i].Frame, take.FirstSequence + i, take.Frames[i].Sid);
+            if (json.BytesPending >= FrameCopy.FlushEvery)
+            {
+                await json.FlushAsync().ConfigureAwait(false);
+            }
+        }
+
+        WriteEnd(json, take.Dropped, Acked(take, count, ack));
+        await json.FlushAsync().ConfigureAwait(false);
+    }
+
+    private static long Acked(WindowTake take, int count, long ack) => count > 0 ? take.FirstSequence + count - 1 : ack;
+
+    private static long Envelope(Utf8JsonWriter json, ArrayBufferWriter<byte> scratch, long dropped, long ack)
+    {
+        scratch.ResetWrittenCount();
+        json.Reset(scratch);
+        json.WriteStartObject();
+        json.WriteStartArray("messages"u8);
+        WriteEnd(json, dropped, ack);
+        json.Flush();
+        return scratch.WrittenCount;
+    }
+
+    private static void WriteEnd(Utf8JsonWriter json, long dropped, long ack)
+    {
+        json.WriteEndArray();
+        json.WriteNumber("dropped"u8, dropped);
+        json.WriteNumber("ack"u8, ack);
+        json.WriteEndObject();
+    }
+}

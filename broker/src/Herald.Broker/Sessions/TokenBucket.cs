@@ -1,0 +1,68 @@
+using System.Diagnostics;
+
+namespace Herald.Broker.Sessions;
+
+/// <summary>
+/// A rate limit charged one token per operation (a PUBLISH, a SUBSCRIBE or UNSUBSCRIBE): it refills at
+/// a rate up to a burst, and may go into debt, which its session's transport pays by waiting (TCP stops
+/// reading; long-poll holds its answer). Nothing is refused or dropped.
+/// </summary>
+/// <remarks>Not thread-safe: owned by its session's one caller (a mutable struct, kept in a field).</remarks>
+internal struct TokenBucket
+{
+    private double _tokens;
+    private long _refilledAt;
+    private bool _warned;
+
+    public TokenBucket(int burst)
+    {
+        _tokens = burst;
+        _refilledAt = Stopwatch.GetTimestamp();
+    }
+
+    /// <summary>
+    /// Takes one token. Returns <c>true</c> once per episode of debt: the first operation over the rate, which
+    /// the caller tells the client about (<c>RateLimited</c>); the rest of the episode is only paused. An
+    /// episode ends when the bucket is full again (the client kept under the rate long enough), not when a
+    /// pause that overshot paid the debt, so a client held at its rate is told once, not after every pause.
+    /// </summary>
+    public bool Take(int rate, int burst)
+    {
+        long now = Stopwatch.GetTimestamp();
+        double refilled = Math.Min(burst, _tokens + (Stopwatch.GetElapsedTime(_refilledAt, now).TotalSeconds * rate));
+        _tokens = refilled - 1;
+        _refilledAt = now;
+        if (refilled >= burst)
+        {
+            _warned = false;
+        }
+
+        if (_tokens >= 0)
+        {
+            return false;
+        }
+
+        if (_warned)
+        {
+            return false;
+        }
+
+        _warned = true;
+        return true;
+    }
+
+    /// <summary>The warning of this episode was not sent (another answer took its place): the next operation in debt warns.</summary>
+    public void Unwarn() => _warned = false;
+
+    /// <summary>How long from now until the debt is paid at <paramref name="rate"/> (0: none, or paid by waiting already); never less.</summary>
+    public readonly TimeSpan Debt(int rate)
+    {
+        if (_tokens >= 0)
+        {
+            return TimeSpan.Zero;
+        }
+
+        double owed = -_tokens - (Stopwatch.GetElapsedTime(_refilledAt).TotalSeconds * rate);
+        return owed > 0 ? TimeSpan.FromMilliseconds(Math.Ceiling(owed * 1000 / rate)) : TimeSpan.Zero; // whole ms, rounded up: timers truncate
+    }
+}

@@ -1,0 +1,200 @@
+using System.Buffers;
+using System.Globalization;
+using System.IO.Pipelines;
+using System.Net;
+using System.Text.Json;
+using System.Text.Json.Serialization.Metadata;
+using Herald.Broker.Security;
+using Herald.Broker.Sessions;
+using Herald.Protocol;
+using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Http.Features;
+
+namespace Herald.Broker.Transports;
+
+/// <summary>An HTTP request failed; written as an RFC 7807 problem with <see cref="Code"/> (longpoll §3).</summary>
+internal sealed class HttpProblem(int status, string code, string message) : Exception(message)
+{
+    public int Status { get; } = status;
+
+    public string Code { get; } = code;
+
+    public TimeSpan? RetryAfter { get; init; }
+
+    /// <summary>Why a session ended (410): the spec §8 code, as the fatal ERROR on TCP says it.</summary>
+    public string? Reason { get; init; }
+
+    public static HttpProblem Malformed(string message) => new(StatusCodes.Status400BadRequest, "MalformedRequest", message);
+
+    public static HttpProblem Unavailable(string code, string message, int retryAfterSeconds) =>
+        new(StatusCodes.Status503ServiceUnavailable, code, message) { RetryAfter = TimeSpan.FromSeconds(retryAfterSeconds) };
+}
+
+/// <summary>
+/// What every HTTP transport does the same way around a session's operation: the bearer credential from the
+/// headers, a bounded body, JSON requests, and the mapping of the session's answers onto HTTP statuses and
+/// RFC 7807 problems (longpoll §3). No rule a client is held to lives here; those are the session's.
+/// </summary>
+internal static class HttpExchange
+{
+    /// <summary>
+    /// The bearer credential's identity (longpoll §1.1), from the headers alone: nothing is read or held
+    /// before it. A failure is counted, waits the configured delay, then is 401.
+    /// </summary>
+    public static async Task<Identity> AuthenticateAsync(HttpContext context, BrokerCore broker, string transport)
+    {
+        string? header = context.Request.Headers.Authorization;
+        string? credential = header is not null && header.StartsWith("Bearer ", StringComparison.OrdinalIgnoreCase) ? header["Bearer ".Length..].Trim() : null;
+        try
+        {
+            return ProtocolSession.Authenticate(broker, credential, RemoteOf(context), transport);
+        }
+        catch (ProtocolException e)
+        {
+            broker.Metrics.ProtocolError(ErrorCode.AuthenticationFailed);
+            await Task.Delay(broker.Authenticator.FailureDelay, context.RequestAborted).ConfigureAwait(false);
+            throw new HttpProblem(StatusCodes.Status401Unauthorized, nameof(ErrorCode.AuthenticationFailed), e.Message);
+        }
+    }
+
+    public static IPEndPoint? RemoteOf(HttpContext context) =>
+        context.Connection.RemoteIpAddress is { } address ? new IPEndPoint(address, context.Connection.RemotePort) : null;
+
+    /// <summary>Reads the whole body, refusing more than <paramref name="max"/> bytes with 413 (Kestrel is told the limit too).</summary>
+    public static async Task<ReadOnlySequence<byte>> ReadBodyAsync(HttpContext context, int max)
+    {
+        if (context.Request.ContentLength > max)
+        {
+            throw TooLarge(max);
+        }
+
+        if (context.Features.Get<IHttpMaxRequestBodySizeFeature>() is { IsReadOnly: false } limit)
+        {
+            limit.MaxRequestBodySize = max;
+        }
+
+        PipeReader reader = context.Request.BodyReader;
+        try
+        {
+            while (true)
+            {
+                ReadResult result = await reader.ReadAsync(context.RequestAborted).ConfigureAwait(false);
+                if (result.Buffer.Length > max)
+                {
+                    throw TooLarge(max);
+                }
+
+                if (result.IsCompleted)
+                {
+                    byte[] body = result.Buffer.ToArray();
+                    reader.AdvanceTo(result.Buffer.End);
+                    return new ReadOnlySequence<byte>(body);
+                }
+
+                reader.AdvanceTo(result.Buffer.Start, result.Buffer.End); // keep it all, wait for more
+            }
+        }
+        catch (BadHttpRequestException e) when (e.StatusCode == StatusCodes.Status413PayloadTooLarge)
+        {
+            throw TooLarge(max);
+        }
+    }
+
+    /// <summary>The body as <typeparamref name="T"/> (source-generated JSON); an empty body is <c>null</c>.</summary>
+    public static async Task<T?> ReadJsonAsync<T>(HttpContext context, int max, JsonTypeInfo<T> type)
+        where T : class
+    {
+        ReadOnlySequence<byte> body = await ReadBodyAsync(context, max).ConfigureAwait(false);
+        if (body.IsEmpty)
+        {
+            return null;
+        }
+
+        try
+        {
+            var reader = new Utf8JsonReader(body);
+            return JsonSerializer.Deserialize(ref reader, type) ?? throw HttpProblem.Malformed("The body must be a JSON object.");
+        }
+        catch (JsonException e)
+        {
+            throw HttpProblem.Malformed($"The body is not valid JSON for this request: {e.Message}");
+        }
+    }
+
+    /// <summary>
+    /// Maps a session's answer: none is <paramref name="status"/>; a notice (RateLimited) is
+    /// <paramref name="status"/> with the <paramref name="noticeHeader"/>; a refusal is thrown as its problem.
+    /// </summary>
+    public static void Answer(HttpContext context, Refusal refusal, int status, string noticeHeader)
+    {
+        if (refusal.Code == ErrorCode.RateLimited)
+        {
+            context.Response.Headers[noticeHeader] = nameof(ErrorCode.RateLimited);
+        }
+        else if (!refusal.IsNone)
+        {
+            throw new HttpProblem(StatusOf(refusal.Code), refusal.Code.ToString(), refusal.Message!);
+        }
+
+        context.Response.StatusCode = status;
+    }
+
+    /// <summary>Runs a handler and writes every refusal as an RFC 7807 problem with the spec's code (longpoll §3).</summary>
+    public static async Task Handle(HttpContext context, Func<Task> handler)
+    {
+        try
+        {
+            await handler().ConfigureAwait(false);
+        }
+        catch (HttpProblem e)
+        {
+            await ProblemAsync(context, e.Status, e.Code, e.Message, e.RetryAfter, e.Reason).ConfigureAwait(false);
+        }
+        catch (ProtocolException e)
+        {
+            string code = e.Code is ErrorCode.MalformedFrame or ErrorCode.FrameTooLarge or ErrorCode.UnknownFrameType or ErrorCode.UnexpectedFrame ? "MalformedRequest" : e.Code.ToString();
+            await ProblemAsync(context, StatusOf(e.Code), code, e.Message, retryAfter: null).ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>The HTTP status of a spec §8 code (longpoll §3).</summary>
+    private static int StatusOf(ErrorCode code) => code switch
+    {
+        ErrorCode.PermissionDenied => StatusCodes.Status403Forbidden,
+        ErrorCode.UnknownSubscription => StatusCodes.Status404NotFound,
+        ErrorCode.TooManyTopics => StatusCodes.Status409Conflict,
+        ErrorCode.AuthenticationFailed => StatusCodes.Status401Unauthorized,
+        ErrorCode.SlowConsumer or ErrorCode.StaleConnection => StatusCodes.Status410Gone,
+        ErrorCode.ShuttingDown or ErrorCode.TooManyConnections => StatusCodes.Status503ServiceUnavailable,
+        _ => StatusCodes.Status400BadRequest,
+    };
+
+    private static HttpProblem TooLarge(int max) => new(StatusCodes.Status413PayloadTooLarge, "BodyTooLarge", $"The request body is over the limit of {max} bytes.");
+
+    private static async Task ProblemAsync(HttpContext context, int status, string code, string detail, TimeSpan? retryAfter, string? reason = null)
+    {
+        if (context.Response.HasStarted)
+        {
+            return;
+        }
+
+        context.Response.Clear();
+        if (status == StatusCodes.Status401Unauthorized)
+        {
+            context.Response.Headers.WWWAuthenticate = "Bearer";
+        }
+
+        if (retryAfter is { } after)
+        {
+            context.Response.Headers.RetryAfter = ((int)Math.Ceiling(after.TotalSeconds)).ToString(CultureInfo.InvariantCulture);
+        }
+
+        var extensions = new Dictionary<string, object?> { ["code"] = code };
+        if (reason is not null)
+        {
+            extensions["reason"] = reason;
+        }
+
+        await Results.Problem(detail, statusCode: status, title: code, extensions: extensions).ExecuteAsync(context).ConfigureAwait(false);
+    }
+}
