@@ -1,5 +1,6 @@
 using System.Buffers;
 using System.Text;
+using System.Text.Unicode;
 using MessagePack;
 
 namespace Herald.Protocol;
@@ -124,6 +125,7 @@ public static class FrameDecoder
             Require(elementCount, 4, "SUBSCRIBE");
             uint sid = reader.ReadUInt32();
             ReadOnlySequence<byte> pattern = reader.ReadStringSequence() ?? ThrowNil<ReadOnlySequence<byte>>("pattern");
+            RequireUtf8(pattern, "pattern");
             var options = (SubscribeOptions)reader.ReadUInt32();
             SkipRest(ref reader, elementCount - 4);
             return new SubscribeFrame(sid, pattern, options);
@@ -226,7 +228,13 @@ public static class FrameDecoder
     {
         SequencePosition start = reader.Position;
         ReadOnlySequence<byte> topic = reader.ReadStringSequence() ?? ThrowNil<ReadOnlySequence<byte>>("topic");
+        RequireUtf8(topic, "topic");
         ReadOnlySequence<byte>? replyTo = reader.ReadStringSequence();
+        if (replyTo is { } r)
+        {
+            RequireUtf8(r, "reply_to");
+        }
+
         uint flags = reader.ReadUInt32();
         if ((flags & ~(uint)PayloadFlags.Zstd) != 0)
         {
@@ -261,6 +269,19 @@ public static class FrameDecoder
         {
             ThrowHelper.ThrowMalformed($"Field {field} is not valid UTF-8.", e);
             return null; // unreachable
+        }
+    }
+
+    /// <summary>
+    /// Every <c>str</c> is UTF-8 (spec §2): one that is not is <c>MalformedFrame</c>, topics included, before
+    /// any topic rule is applied (spec §8.1). Topics stay bytes (no string is made); a topic split across
+    /// segments is copied to be checked (rare: only where a frame straddles two reads).
+    /// </summary>
+    private static void RequireUtf8(in ReadOnlySequence<byte> value, string field)
+    {
+        if (!(value.IsSingleSegment ? Utf8.IsValid(value.FirstSpan) : Utf8.IsValid(value.ToArray())))
+        {
+            ThrowHelper.ThrowMalformed($"Field {field} is not valid UTF-8.");
         }
     }
 

@@ -21,6 +21,19 @@ public static class ProtocolConstants
     /// <summary>Bytes of a MESSAGE frame before the shared envelope: prefix, array header, type, uint32 sid (spec §4.6).</summary>
     public const int MessageHeaderSize = 11;
 
+    /// <summary>
+    /// The most bytes a MESSAGE body holds besides its payload, whatever encoding the PUBLISH used, for topics
+    /// and reply_to of up to <paramref name="maxTopic"/> bytes: array header and type (2), uint32 sid (5), topic
+    /// and reply_to as str32 (2 × (5 + maxTopic)), flags as uint64 (9), the payload's bin32 header (5).
+    /// </summary>
+    public static int MessageOverhead(int maxTopic) => 31 + (2 * maxTopic);
+
+    /// <summary>
+    /// WELCOME's <c>max_payload</c> (spec §4.2): the largest PUBLISH payload, chosen so that the MESSAGE every
+    /// subscriber receives fits in <paramref name="maxFrame"/>, the limit WELCOME advertised for every frame.
+    /// </summary>
+    public static int MaxPayload(int maxFrame, int maxTopic) => maxFrame - MessageOverhead(maxTopic);
+
     /// <summary>Conventional prefix of reply topics (spec §7).</summary>
     public const string InboxPrefix = "_INBOX.";
 }

@@ -35,6 +35,9 @@ public sealed class BadInputTests : IAsyncLifetime
         { "publish-before-hello", false, ErrorCode.HelloRequired },
         { "subscribe-before-hello", false, ErrorCode.HelloRequired },
         { "second-hello", true, ErrorCode.UnexpectedFrame },
+        { "second-hello-malformed", true, ErrorCode.UnexpectedFrame },             // spec §8.1: state before fields
+        { "unnegotiated-zstd-to-reserved-topic", true, ErrorCode.MalformedFrame }, // spec §8.1: fields before topic rules
+        { "payload-over-max-payload", true, ErrorCode.FrameTooLarge },            // a frame within max_frame whose MESSAGE would not be
         { "client-sends-message", true, ErrorCode.UnexpectedFrame },
         { "unsupported-version", false, ErrorCode.UnsupportedVersion },
         { "publish-too-few-elements", true, ErrorCode.MalformedFrame },
@@ -95,6 +98,42 @@ public sealed class BadInputTests : IAsyncLifetime
         Assert.Equal(1, metrics["herald.protocol.errors"]); // the cut frame is the only error this broker saw
     }
 
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task A_frame_torn_by_a_close_or_a_reset_is_counted_as_truncated(bool reset)
+    {
+        using MetricsProbe metrics = _broker.Metrics();
+        await using var bystander = await ProtocolClient.OpenAsync(_broker.Port);
+        var offender = await ProtocolClient.OpenAsync(_broker.Port);
+        byte[] frame = Encode(w => FrameWriter.WritePublish(w, "t"u8, default, PayloadFlags.None, new byte[100]));
+        byte[] ping = Encode(FrameWriter.WritePing);
+
+        // One write: a PING, then half a PUBLISH. Its PONG shows the broker has read that segment, so the
+        // half frame sits in the broker's buffer (not the kernel's, which a reset would discard).
+        await offender.SendRawAsync([.. ping, .. frame[..50]]);
+        Assert.Equal(FrameType.Pong, (await offender.ReadAsync()).Type);
+        if (reset)
+        {
+            offender.Reset(); // RST: the broker's read fails instead of completing
+        }
+        else
+        {
+            await offender.DisposeAsync(); // a whole close (FIN), not a half-close
+        }
+
+        long deadline = Environment.TickCount64 + 15_000;
+        while (metrics["herald.protocol.errors", "error.type", "TruncatedFrame"] == 0 && Environment.TickCount64 < deadline)
+        {
+            await Task.Delay(20);
+        }
+
+        Assert.Equal(1, metrics["herald.protocol.errors", "error.type", "TruncatedFrame"]);
+        Assert.Equal(1, metrics["herald.protocol.errors"]);
+        await bystander.PublishAsync("bystander.topic", "x");
+        await bystander.PingPongAsync();
+    }
+
     [Fact]
     public async Task An_oversized_frame_is_refused_from_its_length_prefix_alone()
     {
@@ -120,6 +159,9 @@ public sealed class BadInputTests : IAsyncLifetime
         "publish-before-hello" => Encode(w => FrameWriter.WritePublish(w, "t"u8, default, PayloadFlags.None, [1])),
         "subscribe-before-hello" => Encode(w => FrameWriter.WriteSubscribe(w, 1, "t"u8)),
         "second-hello" => Encode(w => FrameWriter.WriteHello(w, "again", Capabilities.None)),
+        "second-hello-malformed" => Body(0x92, 0x01, 0xc0),                                    // HELLO of two elements, version nil
+        "unnegotiated-zstd-to-reserved-topic" => Encode(w => FrameWriter.WritePublish(w, "$SYS.x"u8, default, PayloadFlags.Zstd, [1])),
+        "payload-over-max-payload" => Encode(w => FrameWriter.WritePublish(w, "t"u8, default, PayloadFlags.None, new byte[ProtocolConstants.MaxPayload(1024, 32) + 1])),
         "client-sends-message" => Encode(w => FrameWriter.WriteMessage(w, 1, "t"u8, default, PayloadFlags.None, [1])),
         "unsupported-version" => Encode(w => FrameWriter.WriteHello(w, "future", Capabilities.None, version: 99)),
         "publish-wrong-types" => Body(0x95, 0x05, 0x01, 0xc0, 0x00, 0xc4, 0x00),               // topic is an int

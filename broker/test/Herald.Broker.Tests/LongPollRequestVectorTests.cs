@@ -7,14 +7,35 @@ using Herald.Broker.Tests.Infrastructure;
 
 namespace Herald.Broker.Tests;
 
-/// <summary>One broker for the replay, run with the <c>limits</c> of longpoll.json.</summary>
-public sealed class LongPollVectorBroker : IAsyncLifetime
+/// <summary>
+/// One broker for the replay of the spec's vectors, run with the one configuration they all assume:
+/// <c>protocol-spec/vectors/limits.json</c> (<c>max_frame</c>, <c>max_topic</c>; <c>max_payload</c> follows).
+/// </summary>
+public sealed class VectorBroker : IAsyncLifetime
 {
+    private static readonly Lazy<JsonElement> Limits = new(() => VectorFiles.Load("limits.json"));
+
+    public static int MaxFrame => Limits.Value.GetProperty("max_frame").GetInt32();
+
+    public static int MaxTopic => Limits.Value.GetProperty("max_topic").GetInt32();
+
+    public static int MaxPayload => Limits.Value.GetProperty("max_payload").GetInt32();
+
     public TestBroker Broker { get; private set; } = null!;
 
-    public async Task InitializeAsync() => Broker = await TestBroker.StartAsync(o => o.Limits.MaxTopicLength = LongPollRequestVectorTests.MaxTopicLength);
+    public async Task InitializeAsync() => Broker = await TestBroker.StartAsync(o => (o.Limits.MaxFrameBytes, o.Limits.MaxTopicLength) = (MaxFrame, MaxTopic));
 
     public async Task DisposeAsync() => await Broker.DisposeAsync();
+}
+
+/// <summary>The <c>protocol-spec/vectors</c> files, copied next to the test assembly.</summary>
+internal static class VectorFiles
+{
+    public static JsonElement Load(string file)
+    {
+        using JsonDocument doc = JsonDocument.Parse(File.ReadAllBytes(Path.Combine(AppContext.BaseDirectory, "vectors", file)));
+        return doc.RootElement.Clone();
+    }
 }
 
 /// <summary>
@@ -23,15 +44,9 @@ public sealed class LongPollVectorBroker : IAsyncLifetime
 /// sent as the file writes it (method, path, content type, body; a subscribe case on a session of its own,
 /// after the subscriptions it is <c>given</c>), and the status and problem <c>code</c> the file states checked.
 /// </summary>
-public sealed class LongPollRequestVectorTests(LongPollVectorBroker fixture) : IClassFixture<LongPollVectorBroker>
+public sealed class LongPollRequestVectorTests(VectorBroker fixture) : IClassFixture<VectorBroker>
 {
-    private static readonly Lazy<JsonElement> Root = new(() =>
-    {
-        using JsonDocument doc = JsonDocument.Parse(File.ReadAllBytes(Path.Combine(AppContext.BaseDirectory, "vectors", "longpoll.json")));
-        return doc.RootElement.Clone();
-    });
-
-    public static int MaxTopicLength => Root.Value.GetProperty("limits").GetProperty("maxTopicLength").GetInt32();
+    private static readonly Lazy<JsonElement> Root = new(() => VectorFiles.Load("longpoll.json"));
 
     public static TheoryData<string> Requests
     {

@@ -22,6 +22,7 @@ public sealed class PubSubTests
         Assert.Equal("herald-test", welcome.ServerName);
         Assert.Equal(4096ul, welcome.Limits["max_frame"]);
         Assert.Equal(100ul, welcome.Limits["max_topic"]);
+        Assert.Equal(4096ul - (2 * 100) - 31, welcome.Limits["max_payload"]);
         Assert.True(welcome.ConnectionId > 0);
     }
 
@@ -211,19 +212,20 @@ public sealed class PubSubTests
     }
 
     [Fact]
-    public async Task A_payload_at_the_frame_limit_is_delivered_intact()
+    public async Task A_payload_at_the_payload_limit_is_delivered_intact_within_the_frame_limit()
     {
         await using var broker = await TestBroker.StartAsync(o => o.Limits.MaxFrameBytes = 200_000);
         await using var subscriber = await ProtocolClient.OpenAsync(broker.Port);
         await using var publisher = await ProtocolClient.OpenAsync(broker.Port);
         await subscriber.SubscribeAsync(1, "big");
         await subscriber.PingPongAsync();
-        // PUBLISH body: array(1) + type(1) + "big"(4) + nil(1) + flags(1) + bin32 header(5) + payload.
-        byte[] payload = new byte[200_000 - 13];
+        byte[] payload = new byte[ProtocolConstants.MaxPayload(200_000, 256)];
         new Random(42).NextBytes(payload);
 
         await publisher.PublishAsync("big", payload);
 
-        Assert.Equal(payload, (await subscriber.ReadMessageAsync()).Payload);
+        Frame message = await subscriber.ReadMessageAsync();
+        Assert.Equal(payload, message.Payload);
+        Assert.True(message.Body!.Length <= 200_000, $"MESSAGE of {message.Body.Length} bytes, over max_frame");
     }
 }

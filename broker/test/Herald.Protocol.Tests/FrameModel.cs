@@ -128,7 +128,7 @@ internal static class FrameModel
         return output.WrittenSpan.ToArray();
     }
 
-    /// <summary>The frame a vector's <c>fields</c> describe (spec §10: strings as JSON strings, payload as hex, nil as null).</summary>
+    /// <summary>The frame a vector's <c>fields</c> describe (spec §12: strings as JSON strings, payload as hex, nil as null).</summary>
     public static DecodedFrame FromJson(FrameType type, JsonElement fields)
     {
         string[] actual = fields.EnumerateObject().Select(p => p.Name).ToArray();

@@ -336,7 +336,7 @@ public class LongPollVectorTests
 
     private static bool IsJson(string body) => TryParse(body, out _);
 
-    /// <summary>What the broker refuses in a PUBLISH's topic or reply_to (README §4.5, §5), at the file's maxTopicLength.</summary>
+    /// <summary>What the broker refuses in a PUBLISH's topic or reply_to (README §4.5, §5), at limits.json's max_topic.</summary>
     private static ErrorCode TopicError(PublishFrame frame)
     {
         byte[] topic = frame.Topic.ToArray();

@@ -7,7 +7,7 @@ namespace Herald.Protocol.Tests;
 
 /// <summary>
 /// Loads <c>protocol-spec/vectors/longpoll.json</c>, the HTTP long-poll bodies (longpoll.md), from the
-/// <c>vectors/</c> folder next to the test assembly. It is not a frame-vector file of spec §10, so
+/// <c>vectors/</c> folder next to the test assembly. It is not a frame-vector file of spec §12, so
 /// <see cref="VectorCatalog"/> (which reads only the files it names) never sees it.
 /// </summary>
 internal static class LongPollVectors
@@ -49,8 +49,8 @@ internal static class LongPollVectors
 
     public static JsonElement Root => Loaded.Value;
 
-    /// <summary>The <c>maxTopicLength</c> the broker under test runs with (the file's <c>limits</c>).</summary>
-    public static int MaxTopicLength => Root.GetProperty("limits").GetProperty("maxTopicLength").GetInt32();
+    /// <summary>The <c>max_topic</c> the broker under test runs with: limits.json's, as for every vector file.</summary>
+    public static int MaxTopicLength => VectorCatalog.MaxTopic;
 
     public static TheoryData<CaseName> PollBinaryIds => Ids(PollBinary);
 

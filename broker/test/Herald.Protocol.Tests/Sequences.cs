@@ -15,7 +15,7 @@ internal sealed class BufferSegment : ReadOnlySequenceSegment<byte>
     }
 }
 
-/// <summary>The ways a runner feeds one input to the reader (spec §10): whole, split in two, one byte per segment.</summary>
+/// <summary>The ways a runner feeds one input to the reader (spec §12): whole, split in two, one byte per segment.</summary>
 internal static class Sequences
 {
     public static ReadOnlySequence<byte> Whole(byte[] bytes) => new(bytes);

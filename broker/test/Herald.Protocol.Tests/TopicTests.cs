@@ -21,6 +21,8 @@ public class TopicTests
 
     public static TheoryData<CaseName> MatchTable => Labels("matches", e => $"{e.GetProperty("pattern").GetString()} ~ {e.GetProperty("topic").GetString()} -> {e.GetProperty("matches").GetBoolean()}");
 
+    public static TheoryData<CaseName> ReservedMatchTable => Labels("reserved_matches", e => $"{e.GetProperty("pattern").GetString()} ~ {e.GetProperty("topic").GetString()} -> {e.GetProperty("matches").GetBoolean()}");
+
     public static TheoryData<CaseName> ReservedTable => Labels("reserved", e => $"{e.GetProperty("topic").GetString()} -> {e.GetProperty("reserved").GetBoolean()}");
 
     private static int MaxTopic => VectorCatalog.MaxTopic;
@@ -74,16 +76,12 @@ public class TopicTests
 
     [Theory]
     [MemberData(nameof(MatchTable))]
-    public void Pattern_matches_topic_as_the_table_says(CaseName label)
-    {
-        JsonElement entry = Entry("matches", label);
-        string pattern = entry.GetProperty("pattern").GetString()!;
-        string topic = entry.GetProperty("topic").GetString()!;
+    public void Pattern_matches_topic_as_the_table_says(CaseName label) => AssertMatch("matches", label, reserved: false);
 
-        Assert.Equal(ErrorCode.None, Topic.ValidatePattern(Encoding.UTF8.GetBytes(pattern), MaxTopic));
-        Assert.Equal(ErrorCode.None, Topic.ValidateName(Encoding.UTF8.GetBytes(topic), MaxTopic));
-        Assert.Equal(entry.GetProperty("matches").GetBoolean(), Topic.Matches(pattern, topic));
-    }
+    /// <summary>How patterns match the broker's own '$' topics (spec §5): with a matcher alone, since no client can publish there.</summary>
+    [Theory]
+    [MemberData(nameof(ReservedMatchTable))]
+    public void Pattern_matches_a_reserved_topic_as_the_table_says(CaseName label) => AssertMatch("reserved_matches", label, reserved: true);
 
     [Theory]
     [MemberData(nameof(ReservedTable))]
@@ -104,6 +102,19 @@ public class TopicTests
             var rows = table.Value.EnumerateArray().Select(e => e.GetRawText()).ToList();
             Assert.True(rows.Count == rows.Distinct(StringComparer.Ordinal).Count(), $"topics.json {table.Name} has duplicate rows.");
         }
+    }
+
+    /// <summary>A row of a match table: a valid pattern, a valid topic (reserved or not, as its table says) and the answer.</summary>
+    private static void AssertMatch(string table, CaseName label, bool reserved)
+    {
+        JsonElement entry = Entry(table, label);
+        string pattern = entry.GetProperty("pattern").GetString()!;
+        string topic = entry.GetProperty("topic").GetString()!;
+
+        Assert.Equal(ErrorCode.None, Topic.ValidatePattern(Encoding.UTF8.GetBytes(pattern), MaxTopic));
+        Assert.Equal(ErrorCode.None, Topic.ValidateName(Encoding.UTF8.GetBytes(topic), MaxTopic));
+        Assert.True(reserved == Topic.IsReserved(Encoding.UTF8.GetBytes(topic)), $"topics.json {table}: '{topic}' belongs in {(reserved ? "matches" : "reserved_matches")}");
+        Assert.Equal(entry.GetProperty("matches").GetBoolean(), Topic.Matches(pattern, topic));
     }
 
     private static TheoryData<CaseName> Labels(string table, Func<JsonElement, string> describe)

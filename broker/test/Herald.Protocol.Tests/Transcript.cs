@@ -17,7 +17,7 @@ internal static class Transcript
 
     public static string Error(ErrorCode code) => $"error {code}";
 
-    /// <summary>What the vector says must happen (spec §10).</summary>
+    /// <summary>What the vector says must happen (spec §12).</summary>
     public static string Expected(Vector vector) => vector.Kind switch
     {
         VectorKind.Valid => Frame(FrameModel.FromJson(vector.Frame, vector.Fields)) + NeedMoreData(0),

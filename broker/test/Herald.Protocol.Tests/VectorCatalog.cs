@@ -10,7 +10,7 @@ internal enum VectorKind
     Invalid,
 }
 
-/// <summary>One case of a <c>protocol-spec/vectors/*.json</c> file (spec §10).</summary>
+/// <summary>One case of a <c>protocol-spec/vectors/*.json</c> file (spec §12).</summary>
 /// <param name="Id">File, kind and name: what a theory gets as its argument and shows as the case name.</param>
 /// <param name="Fields">The <c>fields</c> object of a valid case (undefined otherwise).</param>
 /// <param name="Error">The expected error of an invalid case (<see cref="ErrorCode.None"/> otherwise).</param>
@@ -25,7 +25,7 @@ internal sealed record Vector(string Id, FrameType Frame, VectorKind Kind, strin
 /// </summary>
 public static class VectorCatalog
 {
-    /// <summary>The files spec §10 requires: one per frame type of spec §3.</summary>
+    /// <summary>The files spec §12 requires: one per frame type of spec §3.</summary>
     internal static readonly IReadOnlyDictionary<string, FrameType> FrameFiles = new Dictionary<string, FrameType>
     {
         ["hello.json"] = FrameType.Hello,

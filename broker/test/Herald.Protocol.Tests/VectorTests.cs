@@ -4,7 +4,7 @@ using Xunit;
 namespace Herald.Protocol.Tests;
 
 /// <summary>
-/// Runs every case of <c>protocol-spec/vectors/</c> (spec §10) through <see cref="FrameReader"/> and
+/// Runs every case of <c>protocol-spec/vectors/</c> (spec §12) through <see cref="FrameReader"/> and
 /// <see cref="FrameDecoder"/>, fed whole, split in two at every byte and one byte per segment.
 /// </summary>
 public class VectorTests

@@ -43,6 +43,7 @@ export class TcpTransport implements Transport {
   maxTopic = DEFAULT_MAX_TOPIC;
   maxSubscriptions = Infinity;
   private maxFrame = DEFAULT_MAX_FRAME;
+  private maxPayload = Infinity;
   private readonly reader = new FrameReader(DEFAULT_MAX_FRAME);
   private welcome: Deferred<WelcomeFrame> | null = deferred<WelcomeFrame>();
   private readonly pongWaiters: (Deferred<void> | null)[] = [];
@@ -131,8 +132,10 @@ export class TcpTransport implements Transport {
     this.maxFrame = limitNumber(limits, "max_frame", DEFAULT_MAX_FRAME);
     this.maxTopic = limitNumber(limits, "max_topic", DEFAULT_MAX_TOPIC);
     this.maxSubscriptions = limitNumber(limits, "max_subscriptions", Infinity);
-    // A MESSAGE is a PUBLISH (at most max_frame, or a payload decompressed to at most max_frame) plus a sid.
-    this.reader.maxFrame = this.maxFrame + 2 * this.maxTopic + 64 * 1024;
+    this.maxPayload = limitNumber(limits, "max_payload", Infinity);
+    // A broker that advertises max_payload keeps every MESSAGE within max_frame (spec §4.2). One that does not
+    // (before max_payload) could send a PUBLISH of max_frame, or a payload decompressed to max_frame, plus a sid.
+    this.reader.maxFrame = this.maxPayload !== Infinity ? this.maxFrame : this.maxFrame + 2 * this.maxTopic + 64 * 1024;
     this.info = {
       transport: "tcp",
       serverName: frame.serverName,
@@ -290,6 +293,12 @@ export class TcpTransport implements Transport {
 
   publish(p: PendingPublish): boolean {
     if (this.dead) return false;
+    if (p.payload.length > this.maxPayload) {
+      p.reject(
+        new HeraldError("FrameTooLarge", `A payload of ${p.payload.length} bytes is over the broker's max_payload of ${this.maxPayload} (spec §4.2).`),
+      );
+      return true;
+    }
     const frame = encodePublish(p.topic, p.replyTo, PayloadFlags.None, p.payload);
     if (frame.length - 4 > this.maxFrame) {
       p.reject(

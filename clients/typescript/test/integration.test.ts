@@ -100,6 +100,7 @@ describe("TCP", () => {
     assert.equal(client.info?.transport, "tcp");
     assert.equal(client.info?.serverName, "herald");
     assert.equal(client.info?.limits.max_frame, 1024 * 1024);
+    assert.equal(client.info?.limits.max_payload, 1024 * 1024 - 2 * 256 - 31);
     assert.equal(client.info?.compression, true);
   });
 
@@ -211,6 +212,9 @@ describe("TCP", () => {
     await assert.rejects(client.publish("x".repeat(300), "x"), { code: "TopicTooLong" });
     assert.throws(() => client.subscribe("a.>.b"), { code: "InvalidTopic" });
     await assert.rejects(client.publish("ok.topic", new Uint8Array(2 * 1024 * 1024)), { code: "FrameTooLarge" });
+    // Within max_frame, but over max_payload: its MESSAGE would not fit in max_frame (spec §4.2).
+    const maxPayload = Number(client.info?.limits.max_payload);
+    await assert.rejects(client.publish("ok.topic", new Uint8Array(maxPayload + 1)), { code: "FrameTooLarge" });
     // Still connected and working.
     const topic = uniqueTopic("it.after");
     const sub = client.subscribe(topic);

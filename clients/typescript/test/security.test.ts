@@ -1,6 +1,6 @@
 /**
  * Security: the client against a real broker with token authentication (README "Security", spec §4.1,
- * longpoll §1.1), permissions (spec §12: refused operations over TCP and long-poll), and with TLS on its TCP
+ * longpoll §1.1), permissions (spec §10: refused operations over TCP and long-poll), and with TLS on its TCP
  * port and HTTPS (a self-signed certificate made here with openssl).
  */
 import assert from "node:assert/strict";

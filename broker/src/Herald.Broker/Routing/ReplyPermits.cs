@@ -5,7 +5,7 @@ using System.Text;
 namespace Herald.Broker.Routing;
 
 /// <summary>
-/// The reply permissions of one restricted session (spec §12, after NATS's <c>allow_responses</c>): a
+/// The reply permissions of one restricted session (spec §10, after NATS's <c>allow_responses</c>): a
 /// MESSAGE with a <c>reply_to</c> delivered to the session lets it publish to that reply topic
 /// <c>maxMessages</c> times within <c>expires</c>. The router records a permission as it delivers (before
 /// the receiver can see the message); the session spends one when it publishes to a topic its permissions

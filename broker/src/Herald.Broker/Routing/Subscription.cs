@@ -24,7 +24,7 @@ internal sealed class Subscription
     public bool NoEcho { get; }
 
     /// <summary>
-    /// Where a delivered request's reply permission is recorded (spec §12): the owner's, when its identity
+    /// Where a delivered request's reply permission is recorded (spec §10): the owner's, when its identity
     /// is restricted; null (nothing recorded) when it may publish everywhere. Set by the owner, read by publishers.
     /// </summary>
     public ReplyPermits? Replies

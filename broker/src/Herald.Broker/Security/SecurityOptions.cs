@@ -29,7 +29,7 @@ public sealed class SecurityOptions
     /// </summary>
     public bool AllowInboxReplies { get; set; } = true;
 
-    /// <summary>The reply permission a delivered request grants a restricted receiver (spec §12, NATS's <c>allow_responses</c>).</summary>
+    /// <summary>The reply permission a delivered request grants a restricted receiver (spec §10, NATS's <c>allow_responses</c>).</summary>
     public ResponseOptions Responses { get; set; } = new();
 
     /// <summary>Close a TCP connection after a refused SUBSCRIBE or PUBLISH (fatal <c>PermissionDenied</c>) instead of only telling it.</summary>

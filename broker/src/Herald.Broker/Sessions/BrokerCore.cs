@@ -25,6 +25,7 @@ internal sealed class BrokerCore
         [
             new("max_frame", (ulong)limits.MaxFrameBytes),
             new("max_topic", (ulong)limits.MaxTopicLength),
+            new("max_payload", (ulong)limits.MaxPayloadBytes),
             new("max_subscriptions", (ulong)limits.MaxSubscriptionsPerConnection),
             new("max_pending_bytes", (ulong)limits.MaxPendingBytes),
             new("max_pending_msgs", (ulong)limits.MaxPendingMessages),
@@ -38,10 +39,10 @@ internal sealed class BrokerCore
     /// <summary>What every session is held to.</summary>
     public LimitOptions Limits { get; }
 
-    /// <summary>Whether a refused SUBSCRIBE or PUBLISH also ends the session (spec §12).</summary>
+    /// <summary>Whether a refused SUBSCRIBE or PUBLISH also ends the session (spec §10).</summary>
     public bool DisconnectOnPermissionDenied { get; }
 
-    /// <summary>The reply permission a delivered request grants a restricted receiver (spec §12); null: none (inbox replies off).</summary>
+    /// <summary>The reply permission a delivered request grants a restricted receiver (spec §10); null: none (inbox replies off).</summary>
     public ResponseOptions? Responses { get; }
 
     public TopicRouter Router { get; }

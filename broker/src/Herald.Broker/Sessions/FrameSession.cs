@@ -55,6 +55,7 @@ internal sealed class FrameSession : ProtocolSession
         PipeReader input = _connection.Transport.Input;
         int maxFrame = Limits.MaxFrameBytes;
         int maxReplies = Limits.MaxPendingReplies;
+        long unparsed = 0; // bytes of a frame begun but not complete: a close or reset now tears it (spec §8)
         try
         {
             while (!IsClosing)
@@ -86,6 +87,7 @@ internal sealed class FrameSession : ProtocolSession
                 {
                     FlushTouched();
                     input.AdvanceTo(buffer.Start, heldBack ? buffer.Start : buffer.End);
+                    unparsed = heldBack ? 0 : buffer.Length; // held back: whole frames wait, none is torn
                 }
 
                 if (heldBack)
@@ -104,12 +106,7 @@ internal sealed class FrameSession : ProtocolSession
 
                 if (result.IsCompleted)
                 {
-                    if (!buffer.IsEmpty)
-                    {
-                        Broker.Metrics.ProtocolError(ErrorCode.TruncatedFrame);
-                        Broker.Log.TruncatedFrame(Id, RemoteEndPoint, buffer.Length);
-                    }
-
+                    Truncated(unparsed); // FIN inside a frame
                     break;
                 }
             }
@@ -122,7 +119,11 @@ internal sealed class FrameSession : ProtocolSession
         }
         catch (Exception e) when (e is ConnectionResetException or IOException or ConnectionAbortedException or OperationCanceledException)
         {
-            // The client went away mid-read: nothing to tell it.
+            // The client went away mid-read (a reset): nothing to tell it, but a torn frame is still counted.
+            if (!IsClosing)
+            {
+                Truncated(unparsed);
+            }
         }
         catch (Exception e)
         {
@@ -132,6 +133,16 @@ internal sealed class FrameSession : ProtocolSession
         finally
         {
             await CloseAsync().ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>The peer left with <paramref name="bytes"/> of a frame unread: logged and counted as TruncatedFrame (spec §8).</summary>
+    private void Truncated(long bytes)
+    {
+        if (bytes > 0)
+        {
+            Broker.Metrics.ProtocolError(ErrorCode.TruncatedFrame);
+            Broker.Log.TruncatedFrame(Id, RemoteEndPoint, bytes);
         }
     }
 
@@ -179,9 +190,15 @@ internal sealed class FrameSession : ProtocolSession
     {
         var reader = new MessagePackReader(body);
         FrameType type = FrameDecoder.ReadHeader(ref reader, out int count);
+        // Spec §8.1: the frame's place in the conversation is judged before its fields are read.
         if (!IsOpen && type != FrameType.Hello)
         {
             Throw(ErrorCode.HelloRequired, $"{type} before HELLO: the first frame must be HELLO.");
+        }
+
+        if (IsOpen && type == FrameType.Hello && Broker.Authenticator.Mode == Security.AuthMode.None)
+        {
+            Throw(ErrorCode.UnexpectedFrame, "HELLO was already accepted on this connection.");
         }
 
         switch (type)
@@ -215,11 +232,6 @@ internal sealed class FrameSession : ProtocolSession
     /// <summary>HELLO (spec §4.1): authenticate, open (or refresh), answer WELCOME.</summary>
     private void Hello(in HelloFrame hello)
     {
-        if (IsOpen && Broker.Authenticator.Mode == Security.AuthMode.None)
-        {
-            Throw(ErrorCode.UnexpectedFrame, "HELLO was already accepted on this connection.");
-        }
-
         if (hello.Version != ProtocolConstants.Version)
         {
             Throw(ErrorCode.UnsupportedVersion, $"Protocol version {hello.Version} is not supported; this broker speaks version {ProtocolConstants.Version}.");

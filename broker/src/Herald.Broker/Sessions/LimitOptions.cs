@@ -13,6 +13,12 @@ public sealed class LimitOptions
     [Range(1, 4096)]
     public int MaxTopicLength { get; set; } = 256;
 
+    /// <summary>
+    /// Largest PUBLISH payload (WELCOME's <c>max_payload</c>, spec §4.2): derived, not set, so that every
+    /// MESSAGE fits in <see cref="MaxFrameBytes"/>: <c>MaxFrameBytes - 2 × MaxTopicLength - 31</c>.
+    /// </summary>
+    public int MaxPayloadBytes => Herald.Protocol.ProtocolConstants.MaxPayload(MaxFrameBytes, MaxTopicLength);
+
     /// <summary>Most live subscriptions per connection.</summary>
     [Range(1, 1_000_000)]
     public int MaxSubscriptionsPerConnection { get; set; } = 10_000;

@@ -49,7 +49,7 @@ internal abstract class ProtocolSession
     private bool _subscriptionsEnded;
     private Identity _identity = Identity.Anonymous;
     private bool _opened;
-    private ReplyPermits? _replyPermits; // a restricted identity's reply permissions (spec §12); null while it may publish everywhere
+    private ReplyPermits? _replyPermits; // a restricted identity's reply permissions (spec §10); null while it may publish everywhere
 
     // Rate limits (publishes; subscription changes), owned by the one caller.
     private TokenBucket _publishes;
@@ -320,7 +320,7 @@ internal abstract class ProtocolSession
 
         // Sent compressed: always checked (bounded, so no decompression bomb) before anything is routed;
         // subscribers without Zstd get the plain form.
-        int length = Zstd.Decompress(publish.Payload, Limits.MaxFrameBytes, out byte[] plain);
+        int length = Zstd.Decompress(publish.Payload, Limits.MaxPayloadBytes, out byte[] plain);
         try
         {
             Route(publish, plain.AsSpan(0, length), receivedAt);
@@ -364,7 +364,7 @@ internal abstract class ProtocolSession
                 return refused;
             }
 
-            if ((publish.Flags & PayloadFlags.Zstd) != 0 && (decompressed += Zstd.DecompressedCapacity(publish.Payload, Limits.MaxFrameBytes)) > maxDecompressedBytes)
+            if ((publish.Flags & PayloadFlags.Zstd) != 0 && (decompressed += Zstd.DecompressedCapacity(publish.Payload, Limits.MaxPayloadBytes)) > maxDecompressedBytes)
             {
                 Throw(ErrorCode.DecompressionFailed, $"The body's compressed payloads would decompress to more than {maxDecompressedBytes} bytes together.");
             }
@@ -378,7 +378,7 @@ internal abstract class ProtocolSession
             {
                 if ((publishes[i].Flags & PayloadFlags.Zstd) != 0)
                 {
-                    plain[i].Length = Zstd.Decompress(publishes[i].Payload, Limits.MaxFrameBytes, out plain[i].Bytes);
+                    plain[i].Length = Zstd.Decompress(publishes[i].Payload, Limits.MaxPayloadBytes, out plain[i].Bytes);
                 }
             }
 
@@ -521,26 +521,33 @@ internal abstract class ProtocolSession
     private void OnSlowConsumer() => Close(ErrorCode.SlowConsumer, $"Slow consumer: more than {Backlog.Limits.MaxMessages} messages or {Backlog.Limits.MaxBytes} bytes were waiting for this client.");
 
     /// <summary>
-    /// A PUBLISH's checks (spec §4.5, §12): topic and reply_to rules, Zstd negotiation, then permissions. A
-    /// reply_to must be a topic the publisher may subscribe to (never a reserved one, where no responder may
-    /// publish); a topic the permissions do not grant may still be a reply the session was asked for (one of
-    /// its <see cref="ReplyPermits"/>, spent here). Allow-all identities pay only the reserved-prefix test.
+    /// A PUBLISH's checks (spec §4.5, §10), in the order of spec §8.1: Zstd negotiation, topic and reply_to
+    /// rules, the payload limit, then permissions. A reply_to must be a topic the publisher may subscribe to
+    /// (never a reserved one, where no responder may publish); a topic the permissions do not grant may still
+    /// be a reply the session was asked for (one of its <see cref="ReplyPermits"/>, spent here). Allow-all
+    /// identities pay only the reserved-prefix test.
     /// </summary>
     private Refusal Check(in PublishFrame publish)
     {
+        if ((publish.Flags & PayloadFlags.Zstd) != 0 && !Backlog.AcceptsZstd)
+        {
+            Throw(ErrorCode.MalformedFrame, "A Zstd-compressed payload was sent without negotiating Zstd (HELLO's capabilities, or long-poll's \"zstd\": true).");
+        }
+
         TopicRules.CheckName(publish.Topic, Limits.MaxTopicLength);
         if (publish.ReplyTo is { } replyTo)
         {
             TopicRules.CheckName(replyTo, Limits.MaxTopicLength, isReplyTo: true);
-            if (TopicRules.IsReserved(replyTo) || (!Identity.Permissions.IsAllowAll && !Identity.Permissions.CanSubscribe(publish.ReplyToString!)))
-            {
-                return Denied($"Naming '{publish.ReplyToString}' as reply_to is not permitted for '{Identity.Name}': a reply topic must be one it may subscribe to, and not reserved.");
-            }
         }
 
-        if ((publish.Flags & PayloadFlags.Zstd) != 0 && !Backlog.AcceptsZstd)
+        if (publish.Payload.Length > Limits.MaxPayloadBytes)
         {
-            Throw(ErrorCode.MalformedFrame, "A Zstd-compressed payload was sent without negotiating Zstd (HELLO's capabilities, or long-poll's \"zstd\": true).");
+            Throw(ErrorCode.FrameTooLarge, $"Payload of {publish.Payload.Length} bytes is over max_payload ({Limits.MaxPayloadBytes} bytes, WELCOME): its MESSAGE would not fit in max_frame.");
+        }
+
+        if (publish.ReplyTo is { } reply && (TopicRules.IsReserved(reply) || (!Identity.Permissions.IsAllowAll && !Identity.Permissions.CanSubscribe(publish.ReplyToString!))))
+        {
+            return Denied($"Naming '{publish.ReplyToString}' as reply_to is not permitted for '{Identity.Name}': a reply topic must be one it may subscribe to, and not reserved.");
         }
 
         if (!Identity.Permissions.IsAllowAll && !Identity.Permissions.CanPublish(publish.TopicString) && _replyPermits?.TryUse(publish.TopicString) != true)

@@ -128,6 +128,13 @@ public sealed class ProtocolClient : IAsyncDisposable
     /// <summary>Closes the sending side only (the broker sees end of stream).</summary>
     public void ShutdownSend() => _socket.Shutdown(SocketShutdown.Send);
 
+    /// <summary>Closes with a TCP reset (RST, linger 0) instead of a FIN: the peer sees the connection torn.</summary>
+    public void Reset()
+    {
+        _socket.LingerState = new LingerOption(enable: true, seconds: 0);
+        _socket.Close();
+    }
+
     /// <summary>Reads the next frame; fails if the connection closes or nothing comes in time.</summary>
     public async Task<Frame> ReadAsync(TimeSpan? timeout = null) =>
         await TryReadAsync(timeout) ?? throw new Xunit.Sdk.XunitException("The broker closed the connection.");

@@ -312,7 +312,7 @@ public sealed partial class HeraldClient
                         installed = true;
                         Volatile.Write(ref _serverInfo, connection.Info);
                         Volatile.Write(ref _maxTopic, connection.MaxTopic);
-                        _offline.MoveTo(connection.Outbound, connection.Zstd, connection.MaxBody, connection.MaxTopic, _options.MaxIncomingFrameBytes, ReportError);
+                        _offline.MoveTo(connection, _options.MaxIncomingFrameBytes, ReportError);
                     }
                 }
 

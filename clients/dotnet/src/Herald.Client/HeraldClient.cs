@@ -305,7 +305,7 @@ public sealed partial class HeraldClient : IAsyncDisposable
                 bool zstd = compressed is not null && connection.Zstd;
                 ReadOnlySpan<byte> body = zstd ? compressed : payload.Span;
                 PayloadFlags flags = zstd ? PayloadFlags.Zstd : PayloadFlags.None;
-                CheckLimits(connection, topic, replyTo, flags, body.Length);
+                CheckLimits(connection, topic, replyTo, flags, body.Length, payload.Length);
                 if (connection.Outbound.TryEnqueuePublish(topic, replyTo, flags, body))
                 {
                     return;
@@ -523,8 +523,13 @@ public sealed partial class HeraldClient : IAsyncDisposable
         return _lastSid;
     }
 
-    private static void CheckLimits(BrokerConnection connection, byte[] topic, byte[]? replyTo, PayloadFlags flags, int payloadLength)
+    private static void CheckLimits(BrokerConnection connection, byte[] topic, byte[]? replyTo, PayloadFlags flags, int payloadLength, int plainLength)
     {
+        if (plainLength > connection.MaxPayload)
+        {
+            throw new HeraldException(ErrorCode.FrameTooLarge, $"A payload of {plainLength} bytes to '{Encoding.UTF8.GetString(topic)}' is over the broker's max_payload of {connection.MaxPayload} bytes (spec §4.2). It was not sent.");
+        }
+
         if (topic.Length > connection.MaxTopic || (replyTo?.Length ?? 0) > connection.MaxTopic)
         {
             byte[] tooLong = topic.Length > connection.MaxTopic ? topic : replyTo!;

@@ -272,32 +272,32 @@ export function decodeFrame(body: Uint8Array): Frame {
     case FrameType.Hello: {
       require(count, 5, "HELLO");
       const version = r.readUint32();
-      const clientName = nonNil(r.readString(true), "client_name");
+      const clientName = nonNil(r.readString(), "client_name");
       if (utf8.encode(clientName).length > MAX_CLIENT_NAME_BYTES) {
         throw malformed(`HELLO client_name is longer than ${MAX_CLIENT_NAME_BYTES} bytes.`);
       }
       const capabilities = r.readUint32();
-      const auth = r.readString(true);
+      const auth = r.readString();
       skipRest(r, count - 5);
       return { type, version, clientName, capabilities, auth };
     }
     case FrameType.Welcome: {
       require(count, 6, "WELCOME");
       const version = r.readUint32();
-      const serverName = nonNil(r.readString(true), "server_name");
+      const serverName = nonNil(r.readString(), "server_name");
       const connectionId = r.readUnsigned();
       const capabilities = r.readUint32();
       const pairs = r.readMapHeader();
       if (pairs > MAX_LIMITS) throw malformed(`WELCOME limits map has more than ${MAX_LIMITS} entries.`);
       const limits: Record<string, number | bigint> = Object.create(null);
       for (let i = 0; i < pairs; i++) {
-        const key = nonNil(r.readString(true), "limits key");
+        const key = nonNil(r.readString(), "limits key");
         if (r.nextIsInteger()) limits[key] = r.readUnsigned();
         else r.skip(0); // a later version's non-integer limit: ignored
       }
       let inboxPrefix: string | null = null;
       if (count > 6) {
-        if (r.nextIsString()) inboxPrefix = r.readString(true);
+        if (r.nextIsString()) inboxPrefix = r.readString();
         else r.skip(0); // nil, or a later version's shape: no prefix
       }
       skipRest(r, count - 7);
@@ -306,7 +306,7 @@ export function decodeFrame(body: Uint8Array): Frame {
     case FrameType.Subscribe: {
       require(count, 4, "SUBSCRIBE");
       const sid = r.readUint32();
-      const pattern = nonNil(r.readString(false), "pattern");
+      const pattern = nonNil(r.readString(), "pattern");
       const options = r.readUint32();
       skipRest(r, count - 4);
       return { type, sid, pattern, options };
@@ -340,7 +340,7 @@ export function decodeFrame(body: Uint8Array): Frame {
       require(count, 5, "ERROR");
       const code = r.readUint32();
       const fatal = r.readBool();
-      const message = nonNil(r.readString(true), "message");
+      const message = nonNil(r.readString(), "message");
       const errorCount = r.readUnsigned();
       let sid = 0;
       if (count > 5) {
@@ -354,8 +354,8 @@ export function decodeFrame(body: Uint8Array): Frame {
 }
 
 function readEnvelope(r: MsgReader): { topic: string; replyTo: string | null; flags: number; payload: Uint8Array } {
-  const topic = nonNil(r.readString(false), "topic");
-  const replyTo = r.readString(false);
+  const topic = nonNil(r.readString(), "topic");
+  const replyTo = r.readString();
   const flags = r.readUint32();
   if ((flags & ~PayloadFlags.Zstd) !== 0) {
     throw malformed(`Payload flags 0x${flags.toString(16)} set reserved bits.`);

@@ -11,7 +11,6 @@ import { malformed } from "./errors.js";
 export const MAX_SKIP_DEPTH = 16;
 
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
-const lenientUtf8 = new TextDecoder("utf-8", { fatal: false, ignoreBOM: true });
 
 export class MsgReader {
   private pos: number;
@@ -193,14 +192,13 @@ export class MsgReader {
   }
 
   /**
-   * Reads a `str` or nil. `strict`: invalid UTF-8 is `MalformedFrame` (free-text fields); otherwise it is
-   * decoded with replacement characters (topics, whose rules the broker checks, spec §5).
+   * Reads a `str` or nil. Invalid UTF-8 is `MalformedFrame` in every field, topics included (spec §2; their
+   * own rules, spec §5, apply to valid strings only).
    */
-  readString(strict: boolean): string | null {
+  readString(): string | null {
     const range = this.readStrRange();
     if (range === null) return null;
     const bytes = this.buf.subarray(range[0], range[0] + range[1]);
-    if (!strict) return lenientUtf8.decode(bytes);
     try {
       return strictUtf8.decode(bytes);
     } catch {

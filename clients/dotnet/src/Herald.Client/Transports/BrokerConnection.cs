@@ -36,6 +36,9 @@ internal abstract class BrokerConnection : IAsyncDisposable
     /// <summary>Largest PUBLISH body the broker accepts.</summary>
     public int MaxBody { get; protected set; } = int.MaxValue;
 
+    /// <summary>Largest PUBLISH payload (uncompressed) the broker accepts: WELCOME's <c>max_payload</c> (spec §4.2).</summary>
+    public int MaxPayload { get; protected set; } = int.MaxValue;
+
     /// <summary>Longest topic or pattern the broker accepts, in bytes.</summary>
     public int MaxTopic { get; protected set; } = int.MaxValue;
 

@@ -64,8 +64,9 @@ internal sealed class PublishBuffer
     /// decompressed for a broker that did not grant Zstd, and a publication over the broker's limits is
     /// dropped and reported rather than sent (it would close the connection, again at every reconnect).
     /// </summary>
-    public void MoveTo(FrameQueue queue, bool zstd, int maxBody, int maxTopic, int maxPayload, Action<HeraldException> report)
+    public void MoveTo(BrokerConnection connection, int maxPayload, Action<HeraldException> report)
     {
+        (FrameQueue queue, bool zstd, int maxBody, int maxTopic) = (connection.Outbound, connection.Zstd, connection.MaxBody, connection.MaxTopic);
         if (_frames.WrittenCount == 0)
         {
             return;
@@ -84,9 +85,15 @@ internal sealed class PublishBuffer
                 continue;
             }
 
-            if ((publish.Flags & PayloadFlags.Zstd) != 0 && !zstd)
+            byte[]? plain = (publish.Flags & PayloadFlags.Zstd) != 0 ? ZstdCodec.Decompress(publish.Payload, maxPayload) : null;
+            if ((plain?.Length ?? publish.Payload.Length) > connection.MaxPayload)
             {
-                byte[] plain = ZstdCodec.Decompress(publish.Payload, maxPayload);
+                report(new HeraldException(ErrorCode.FrameTooLarge, $"A publication to '{topic}' buffered while disconnected was dropped: its payload is over the broker's max_payload of {connection.MaxPayload} bytes."));
+                continue;
+            }
+
+            if (plain is not null && !zstd)
+            {
                 byte[] replyTo = publish.ReplyTo?.ToArray() ?? [];
                 if (ClientFrames.PublishBodySize((int)publish.Topic.Length, replyTo.Length, PayloadFlags.None, plain.Length) <= maxBody)
                 {

@@ -8,7 +8,7 @@ using Herald.Protocol;
 namespace Herald.Client.Tests.Conformance;
 
 /// <summary>
-/// Every frame vector of protocol-spec/vectors/ that concerns a client (spec §10): the broker's frames
+/// Every frame vector of protocol-spec/vectors/ that concerns a client (spec §12): the broker's frames
 /// through the client's reader (<see cref="ServerFrames"/>), fed whole, split at every byte and one byte
 /// per segment; the client's frames through its encoder (<see cref="ClientFrames"/>), byte for byte.
 /// </summary>

@@ -109,7 +109,7 @@ public class LongPollVectorTests
     public async Task The_clients_create_and_subscribe_bodies_are_what_the_broker_accepts()
     {
         JsonElement[] requests = [.. Root.Value.GetProperty("requests").EnumerateArray()];
-        await using var broker = await TestBroker.StartAsync(o => o.Limits.MaxTopicLength = Root.Value.GetProperty("limits").GetProperty("maxTopicLength").GetInt32());
+        await using var broker = await TestBroker.StartAsync(o => (o.Limits.MaxFrameBytes, o.Limits.MaxTopicLength) = (Vectors.MaxFrame, Vectors.MaxTopic));
         using var http = new HttpClient { BaseAddress = new Uri(broker.HttpUrl) };
         using JsonContent create = JsonContent.Create(new CreateSessionRequest { Client = "web-1", Zstd = true }, LongPollJsonContext.Default.CreateSessionRequest);
         using JsonContent subscribe = JsonContent.Create(new SubscribeRequest { Sid = 7, Pattern = "prices.*.>", NoEcho = true }, LongPollJsonContext.Default.SubscribeRequest);

@@ -4,7 +4,7 @@ using Herald.Protocol;
 
 namespace Herald.Client.Tests.Conformance;
 
-/// <summary>One case of a <c>protocol-spec/vectors/*.json</c> frame file (spec §10).</summary>
+/// <summary>One case of a <c>protocol-spec/vectors/*.json</c> frame file (spec §12).</summary>
 public sealed record FrameVector(string Id, string File, FrameType Frame, string Kind, string Name, byte[] Bytes, JsonElement Fields, bool Canonical, ErrorCode Error);
 
 /// <summary>

@@ -73,6 +73,13 @@ public class ErrorTests(SmallLimitsBroker fixture) : IClassFixture<SmallLimitsBr
         Assert.Equal(ErrorCode.TopicTooLong, (await Assert.ThrowsAsync<HeraldException>(async () => await client.PublishAsync(tooLong, "x"))).ErrorCode);
         Assert.Equal(ErrorCode.TopicTooLong, (await Assert.ThrowsAsync<HeraldException>(() => client.SubscribeAsync(tooLong))).ErrorCode);
         Assert.Equal(ErrorCode.FrameTooLarge, (await Assert.ThrowsAsync<HeraldException>(async () => await client.PublishAsync("big", new byte[SmallLimitsBroker.MaxFrame]))).ErrorCode);
+        if (transport == HeraldTransport.Tcp)
+        {
+            // Within max_frame, over WELCOME's max_payload: its MESSAGE would not fit in max_frame (spec §4.2).
+            int maxPayload = (int)client.ServerInfo!.Limits["max_payload"];
+            Assert.Equal(ProtocolConstants.MaxPayload(SmallLimitsBroker.MaxFrame, SmallLimitsBroker.MaxTopic), maxPayload);
+            Assert.Equal(ErrorCode.FrameTooLarge, (await Assert.ThrowsAsync<HeraldException>(async () => await client.PublishAsync("big", new byte[maxPayload + 1]))).ErrorCode);
+        }
 
         await client.FlushAsync(Wait.Token()); // the same connection still answers
         Assert.Equal(ConnectionState.Connected, client.State);

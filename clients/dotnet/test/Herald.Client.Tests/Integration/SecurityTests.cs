@@ -46,7 +46,7 @@ public sealed class AuthBroker : IAsyncLifetime
     private static string Sha256(string token) => Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(token)));
 }
 
-/// <summary>Authentication (HELLO's auth, a bearer token for long-poll), permissions (§12) and their refusals.</summary>
+/// <summary>Authentication (HELLO's auth, a bearer token for long-poll), permissions (§10) and their refusals.</summary>
 public class SecurityTests(AuthBroker fixture) : IClassFixture<AuthBroker>
 {
     public static TheoryData<HeraldTransport> Transports => PubSubTests.Transports;

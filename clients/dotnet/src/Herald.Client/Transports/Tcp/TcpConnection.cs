@@ -143,6 +143,7 @@ internal sealed class TcpConnection : BrokerConnection
         Info = new HeraldServerInfo(HeraldTransport.Tcp, welcome.ServerName, welcome.ConnectionId, _port, zstd, welcome.Limits, welcome.InboxPrefix);
         MaxBody = Limit(welcome, "max_frame");
         MaxTopic = Limit(welcome, "max_topic");
+        MaxPayload = Limit(welcome, "max_payload");
     }
 
     protected override ValueTask WriteAsync(ReadOnlyMemory<byte> frames, CancellationToken cancellationToken) =>

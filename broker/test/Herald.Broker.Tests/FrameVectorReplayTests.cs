@@ -1,0 +1,153 @@
+using System.Buffers;
+using System.Buffers.Binary;
+using System.Text;
+using System.Text.Json;
+using Herald.Broker.Tests.Infrastructure;
+using Herald.Protocol;
+
+namespace Herald.Broker.Tests;
+
+/// <summary>
+/// The client-to-broker frame vectors of <c>protocol-spec/vectors</c> (spec §12) replayed over real TCP
+/// against one broker run with <c>limits.json</c>: each frame is the first after HELLO (Zstd negotiated) on a
+/// fresh connection, or the first frame of all for <c>hello.json</c>. An invalid vector must close the
+/// connection with its <c>error</c>; a valid one must be taken without an ERROR, or answered with the ERROR
+/// its <c>broker</c> member names (a well-formed frame the broker refuses: a bad topic, a payload over
+/// <c>max_payload</c>). Where a frame breaks two rules, spec §8.1 decides, so each vector has one answer.
+/// </summary>
+public sealed class FrameVectorReplayTests(VectorBroker fixture) : IClassFixture<VectorBroker>
+{
+    /// <summary>The files of frames a client sends (spec §3); MESSAGE, WELCOME and ERROR are the broker's.</summary>
+    private static readonly string[] ClientFiles = ["hello.json", "subscribe.json", "unsubscribe.json", "publish.json", "ping.json", "pong.json"];
+
+    private static readonly Lazy<Dictionary<string, JsonElement>> Cases = new(() =>
+    {
+        var cases = new Dictionary<string, JsonElement>(StringComparer.Ordinal);
+        foreach (string file in ClientFiles)
+        {
+            JsonElement root = VectorFiles.Load(file);
+            foreach (string kind in (string[])["valid", "invalid"])
+            {
+                foreach (JsonElement c in root.GetProperty(kind).EnumerateArray())
+                {
+                    cases.Add($"{file} / {kind} / {c.GetProperty("name").GetString()}", c);
+                }
+            }
+        }
+
+        return cases;
+    });
+
+    public static TheoryData<string> Ids
+    {
+        get
+        {
+            var data = new TheoryData<string>();
+            foreach (string id in Cases.Value.Keys)
+            {
+                data.Add(id);
+            }
+
+            return data;
+        }
+    }
+
+    [Theory]
+    [MemberData(nameof(Ids))]
+    public async Task The_broker_answers_each_client_frame_vector_as_the_spec_states(string id)
+    {
+        JsonElement c = Cases.Value[id];
+        byte[] bytes = Convert.FromHexString(c.GetProperty("hex").GetString()!);
+        bool hello = id.StartsWith("hello.json", StringComparison.Ordinal);
+        await using var client = await ProtocolClient.ConnectAsync(fixture.Broker.Port);
+        if (!hello)
+        {
+            await client.HelloAsync("vectors", Capabilities.Zstd);
+            await client.SubscribeAsync(uint.MaxValue - 1, ">"); // what a valid PUBLISH routes comes back here
+        }
+
+        await client.SendRawAsync(bytes);
+        if (c.TryGetProperty("error", out JsonElement error))
+        {
+            await client.ExpectClosedWithAsync(Enum.Parse<ErrorCode>(error.GetString()!));
+            return;
+        }
+
+        if (hello)
+        {
+            Frame welcome = await client.ReadAsync();
+            Assert.True(welcome.Type == FrameType.Welcome, $"{id}: expected WELCOME, got {welcome}");
+        }
+
+        await client.SendAsync(FrameWriter.WritePing);
+        List<Frame> answers = await ReadUntilPongOrCloseAsync(client);
+        List<ErrorFrame> errors = [.. answers.Where(f => f.Type == FrameType.Error).Select(f => f.Error!.Value)];
+        if (c.TryGetProperty("broker", out JsonElement refused))
+        {
+            ErrorCode expected = Enum.Parse<ErrorCode>(refused.GetString()!);
+            Assert.True(errors.Count == 1 && errors[0].Code == expected, $"{id}: expected ERROR {expected}, got {string.Join(", ", answers)}");
+            return;
+        }
+
+        Assert.True(errors.Count == 0, $"{id}: expected no ERROR, got {string.Join(", ", answers)}");
+        foreach (Frame message in answers.Where(f => f.Type == FrameType.Message))
+        {
+            // Every frame the broker sends stays within the max_frame its WELCOME advertised (spec §4.2).
+            Assert.True(message.Body!.Length <= VectorBroker.MaxFrame, $"{id}: a MESSAGE of {message.Body.Length} bytes, over max_frame {VectorBroker.MaxFrame}");
+        }
+    }
+
+    [Fact]
+    public async Task Welcome_advertises_max_payload_and_a_payload_of_that_size_arrives_within_max_frame()
+    {
+        await using var client = await ProtocolClient.ConnectAsync(fixture.Broker.Port);
+        WelcomeFrame welcome = await client.HelloAsync();
+        Assert.Equal((ulong)VectorBroker.MaxFrame, welcome.Limits["max_frame"]);
+        Assert.Equal((ulong)VectorBroker.MaxPayload, welcome.Limits["max_payload"]);
+        Assert.Equal(ProtocolConstants.MaxPayload(VectorBroker.MaxFrame, VectorBroker.MaxTopic), VectorBroker.MaxPayload);
+
+        // The longest topic and reply_to, in the widest encodings a client may use, around max_payload bytes.
+        string topic = new('t', VectorBroker.MaxTopic);
+        string replyTo = "_INBOX." + new string('r', VectorBroker.MaxTopic - 7);
+        await client.SubscribeAsync(1, topic);
+        await client.SendAsync(w => WideEnvelope(w, topic, replyTo, new byte[VectorBroker.MaxPayload]));
+        List<Frame> delivered = await client.PingPongAsync();
+        Frame message = Assert.Single(delivered);
+        Assert.Equal(VectorBroker.MaxPayload, message.Payload!.Length);
+        Assert.True(message.Body!.Length <= VectorBroker.MaxFrame, $"MESSAGE of {message.Body.Length} bytes, over max_frame {VectorBroker.MaxFrame}");
+
+        // One byte more is refused, though the PUBLISH itself fits in max_frame.
+        await client.PublishAsync("t", new byte[VectorBroker.MaxPayload + 1]);
+        ErrorFrame error = await client.ExpectClosedWithAsync(ErrorCode.FrameTooLarge);
+        Assert.Contains("max_payload", error.Message, StringComparison.Ordinal);
+    }
+
+    /// <summary>PUBLISH with str32 topic and reply_to, uint64 flags and a bin32 payload: the most bytes around a payload.</summary>
+    private static void WideEnvelope(IBufferWriter<byte> output, string topic, string replyTo, byte[] payload)
+    {
+        byte[] body = [0x95, (byte)FrameType.Publish, .. Wide(0xdb, Encoding.UTF8.GetBytes(topic)), .. Wide(0xdb, Encoding.UTF8.GetBytes(replyTo)), 0xcf, 0, 0, 0, 0, 0, 0, 0, 0, .. Wide(0xc6, payload)];
+        BinaryPrimitives.WriteInt32BigEndian(output.GetSpan(4), body.Length);
+        output.Advance(4);
+        output.Write(body);
+
+        static byte[] Wide(byte marker, byte[] value)
+        {
+            byte[] item = new byte[5 + value.Length];
+            item[0] = marker;
+            BinaryPrimitives.WriteInt32BigEndian(item.AsSpan(1), value.Length);
+            value.CopyTo(item, 5);
+            return item;
+        }
+    }
+
+    private static async Task<List<Frame>> ReadUntilPongOrCloseAsync(ProtocolClient client)
+    {
+        var frames = new List<Frame>();
+        while (await client.TryReadAsync() is { } frame && frame.Type != FrameType.Pong)
+        {
+            frames.Add(frame);
+        }
+
+        return frames;
+    }
+}
