@@ -1,4 +1,5 @@
 using System.Net;
+using System.Net.Sockets;
 using Herald.Broker.Routing;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
@@ -14,6 +15,7 @@ using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Routing;
 using Microsoft.AspNetCore.Hosting;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
+using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
@@ -107,7 +109,20 @@ public static class HeraldHost
         builder.AddHeraldOperations(preview); // logs, metrics, traces, health, monitoring
 
         services.Configure<HostOptions>(host => host.ShutdownTimeout = preview.Monitoring.DrainDelay + preview.Limits.ShutdownDrainTimeout + TimeSpan.FromSeconds(5));
-        builder.WebHost.UseSockets(sockets => sockets.UnsafePreferInlineScheduling = preview.Tcp.InlineScheduling);
+        builder.WebHost.UseSockets(sockets =>
+        {
+            sockets.UnsafePreferInlineScheduling = preview.Tcp.InlineScheduling;
+            if (preview.Tcp.SendBufferBytes is > 0 and int sendBuffer)
+            {
+                // Accepted sockets inherit the listener's send buffer: what a stalled peer holds in the kernel is bounded.
+                sockets.CreateBoundListenSocket = endpoint =>
+                {
+                    Socket socket = SocketTransportOptions.CreateDefaultBoundListenSocket(endpoint);
+                    socket.SendBufferSize = sendBuffer;
+                    return socket;
+                };
+            }
+        });
         builder.WebHost.ConfigureKestrel(kestrel =>
         {
             kestrel.AddServerHeader = false;
