@@ -45,10 +45,12 @@ internal struct FrameRing
         return frame;
     }
 
-    /// <summary>Moves every frame, oldest first, into <paramref name="batch"/> (grown if needed) and empties the ring.</summary>
-    public int MoveAllTo(ref QueuedFrame[] batch)
+    /// <summary>
+    /// Moves the <paramref name="count"/> oldest frames, oldest first, into <paramref name="batch"/> (grown if
+    /// needed); the rest stay. Emptied, the ring gives a large array back.
+    /// </summary>
+    public void MoveTo(ref QueuedFrame[] batch, int count)
     {
-        int count = Count;
         if (batch.Length < count)
         {
             batch = new QueuedFrame[Math.Max(_items.Length, 16)];
@@ -63,14 +65,16 @@ internal struct FrameRing
             Array.Clear(_items, 0, count - first);
         }
 
-        _head = 0;
-        Count = 0;
-        if (_items.Length > LargeArray)
+        _head = (_head + count) & (_items.Length - 1);
+        Count -= count;
+        if (Count == 0)
         {
-            _items = []; // a burst is over: give its memory back, an idle owner stays small
+            _head = 0;
+            if (_items.Length > LargeArray)
+            {
+                _items = []; // a burst is over: give its memory back, an idle owner stays small
+            }
         }
-
-        return count;
     }
 
     private void Grow()

@@ -11,13 +11,26 @@ namespace Herald.Broker.Delivery;
 /// its copy), reports drops, and flushes once. Many frames per flush, never a flush per message.
 /// </summary>
 /// <remarks>
+/// <para>
 /// At most one drain runs per backlog: the backlog wakes it once when frames start waiting, and it runs
 /// until a take finds nothing (the backlog then marks it idle under its lock, so no wake-up is lost).
+/// </para>
+/// <para>
+/// A stalled subscriber costs its own queue and nothing more. Each turn takes at most
+/// <see cref="WriteChunkBytes"/> and awaits the flush before the next, so what waits beyond the backlog's
+/// limits is one chunk plus the transport's output buffer (Kestrel pauses a connection's writer past its
+/// <c>MaxWriteBufferSize</c>, 64 KiB) and the kernel's socket buffer; the rest stays in the backlog, counted.
+/// While the flush waits for a peer that does not read, the drain is not idle: the backlog does not wake it
+/// again, so publishers do nothing for this subscriber beyond the enqueue, and no thread is held.
+/// </para>
 /// </remarks>
 internal sealed class PipeDrain : IBacklogReader, IThreadPoolWorkItem
 {
     private const uint ControlSid = FrameCopy.ControlSid;
     private const int LargeArray = 8192;
+
+    /// <summary>The most one turn copies into the output before it flushes (one frame if that is bigger).</summary>
+    public const int WriteChunkBytes = 64 * 1024;
 
     private readonly SubscriberBacklog _backlog;
     private readonly PipeWriter _output;
@@ -57,7 +70,7 @@ internal sealed class PipeDrain : IBacklogReader, IThreadPoolWorkItem
         {
             while (true)
             {
-                StreamTake take = _backlog.TakeAll(ref _batch);
+                StreamTake take = _backlog.Take(ref _batch, WriteChunkBytes);
                 if (take.Idle)
                 {
                     return;
@@ -72,11 +85,13 @@ internal sealed class PipeDrain : IBacklogReader, IThreadPoolWorkItem
                 QueuedFrame[] batch = _batch;
                 int messages = 0;
                 long bytes = 0;
+                long written = 0;
                 for (int i = 0; i < take.Count; i++)
                 {
                     ref QueuedFrame entry = ref batch[i];
                     MessageBuffer frame = entry.Frame;
                     FrameCopy.Write(_output, frame.Span, entry.Sid);
+                    written += frame.Length;
                     if (entry.Sid != ControlSid)
                     {
                         messages++;
@@ -111,13 +126,23 @@ internal sealed class PipeDrain : IBacklogReader, IThreadPoolWorkItem
                     _backlog.Abandon(); // the peer is gone: nothing more can be written
                     return;
                 }
+
+                if (written >= WriteChunkBytes)
+                {
+                    // A full chunk went out and more may wait: give the thread to the other drains queued
+                    // on the pool and go on after them (still not idle, so nobody else wakes this drain).
+                    // A subscriber filling its socket buffers before it stalls never delays the rest by more
+                    // than one chunk at a time.
+                    ThreadPool.UnsafeQueueUserWorkItem(this, preferLocal: false);
+                    return;
+                }
             }
         }
         catch (Exception e) when (e is InvalidOperationException or IOException or ObjectDisposedException)
         {
             // The transport was completed under us (connection aborted): drop what is left.
             _backlog.Abandon();
-            _backlog.TakeAll(ref _batch); // marks the drain idle
+            _backlog.Take(ref _batch, WriteChunkBytes); // marks the drain idle
         }
     }
 }

@@ -42,7 +42,7 @@ internal interface IBacklogReader
 /// (flushes are coalesced per batch, never per message). The reader takes frames in one of two ways:
 /// </para>
 /// <list type="bullet">
-/// <item>a stream (<see cref="TakeAll"/>): everything at once, into a socket; frames leave as they are taken;</item>
+/// <item>a stream (<see cref="Take"/>): the oldest frames, a bounded batch at a time, into a socket; frames leave as they are taken;</item>
 /// <item>a window (<see cref="Acknowledge"/>, <see cref="TakeAbove"/>): every frame has a sequence number and stays,
 /// counted against the limits, until the client acknowledges it (long-poll: a lost response is sent again).</item>
 /// </list>
@@ -73,6 +73,8 @@ internal sealed class SubscriberBacklog : IMessageSink
     private int _pendingReplies;
     private TaskCompletionSource? _repliesTaken;
     private long _droppedUnreported;
+    private long _droppedTotal;
+    private bool _slowEpisode;
     private long _highestAck;
     private long _highestSent;
     private bool _signalled;
@@ -111,6 +113,18 @@ internal sealed class SubscriberBacklog : IMessageSink
             lock (_gate)
             {
                 return (_pendingMessages, _pendingBytes);
+            }
+        }
+    }
+
+    /// <summary>Messages this backlog has dropped (<see cref="SlowConsumerPolicy.DropOldest"/>) since it was made, counted as they were dropped (monitoring).</summary>
+    public long Dropped
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _droppedTotal;
             }
         }
     }
@@ -161,6 +175,7 @@ internal sealed class SubscriberBacklog : IMessageSink
     private bool Push(MessageBuffer frame, uint sid)
     {
         bool slow = false;
+        bool episode = false;
         long dropped = 0;
         bool wake;
         lock (_gate)
@@ -184,6 +199,8 @@ internal sealed class SubscriberBacklog : IMessageSink
                 else
                 {
                     dropped = DropOldestFor(frame.Length);
+                    episode = dropped > 0 && !_slowEpisode; // one slow-consumer action per episode, not per drop
+                    _slowEpisode |= dropped > 0;
                 }
             }
 
@@ -204,14 +221,17 @@ internal sealed class SubscriberBacklog : IMessageSink
 
         if (dropped > 0)
         {
-            _metrics.SlowConsumer(nameof(SlowConsumerPolicy.DropOldest));
-            _metrics.Dropped(dropped);
+            _metrics.Dropped(dropped); // counted now, whether or not the subscriber ever reads again
+            if (episode)
+            {
+                _metrics.SlowConsumer(nameof(SlowConsumerPolicy.DropOldest));
+            }
         }
 
         if (slow)
         {
             _metrics.SlowConsumer(nameof(SlowConsumerPolicy.Disconnect));
-            _onSlowConsumer();
+            _onSlowConsumer(); // the session is closing from now on; its transport ends it off this publisher's thread
         }
 
         return wake;
@@ -224,12 +244,14 @@ internal sealed class SubscriberBacklog : IMessageSink
     public void ScheduleFlush() => _reader?.Wake(inline: false);
 
     /// <summary>
-    /// Stream reading: moves every queued frame into <paramref name="batch"/> (grown if needed) and says how
-    /// many messages were dropped since the last take and, once completing, the final frame. When there is
-    /// nothing at all, the reader is idle from then on (the next enqueue wakes it) and
+    /// Stream reading: moves the oldest queued frames, up to <paramref name="maxBytes"/> (at least one
+    /// frame), into <paramref name="batch"/> (grown if needed) and says how many messages were dropped since
+    /// the last take and, once completing and emptied, the final frame. What stays is still counted against
+    /// the limits: a reader that takes a bounded batch per write holds at most that batch outside them. When
+    /// there is nothing at all, the reader is idle from then on (the next enqueue wakes it) and
     /// <see cref="StreamTake.Idle"/> is true.
     /// </summary>
-    public StreamTake TakeAll(ref QueuedFrame[] batch)
+    public StreamTake Take(ref QueuedFrame[] batch, long maxBytes)
     {
         lock (_gate)
         {
@@ -239,21 +261,32 @@ internal sealed class SubscriberBacklog : IMessageSink
                 return new StreamTake(0, 0, null, Idle: true);
             }
 
-            int count = _ring.Count;
+            int count = 0;
+            long bytes = 0;
+            int replies = 0;
+            while (count < _ring.Count && (count == 0 || bytes + _ring[count].Frame.Length <= maxBytes))
+            {
+                QueuedFrame entry = _ring[count];
+                bytes += entry.Frame.Length;
+                replies += entry.Sid == ControlSid ? 1 : 0;
+                count++;
+            }
+
             long dropped = _droppedUnreported;
             _droppedUnreported = 0;
             if (count > 0)
             {
-                _ring.MoveAllTo(ref batch);
+                _ring.MoveTo(ref batch, count);
                 _headSequence += count;
-                AddPendingBytes(-_pendingBytes);
-                _pendingMessages = 0;
-                Volatile.Write(ref _pendingReplies, 0);
+                AddPendingBytes(-bytes);
+                _pendingMessages -= count;
+                Volatile.Write(ref _pendingReplies, _pendingReplies - replies);
                 ReleaseReplyWaiter();
+                _slowEpisode = false; // it reads again: a later overflow is a new episode
             }
 
             MessageBuffer? final = null;
-            if (_completing)
+            if (_completing && _ring.Count == 0)
             {
                 final = _final;
                 _final = null;
@@ -342,6 +375,7 @@ internal sealed class SubscriberBacklog : IMessageSink
             bool redelivery = first <= _highestSent;
             _highestSent = Math.Max(_highestSent, first + count - 1);
             take = new WindowTake(first, frames, bytes, dropped, redelivery);
+            _slowEpisode = false; // it reads again: a later overflow is a new episode
             return true;
         }
     }
@@ -445,6 +479,7 @@ internal sealed class SubscriberBacklog : IMessageSink
         }
 
         _droppedUnreported += dropped;
+        _droppedTotal += dropped;
         return dropped;
     }
 

@@ -1,4 +1,5 @@
 using System.Net;
+using System.Net.Sockets;
 using Herald.Broker.Routing;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
@@ -14,6 +15,7 @@ using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Routing;
 using Microsoft.AspNetCore.Hosting;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
+using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
@@ -127,7 +129,17 @@ public static class HeraldHost
         builder.WebHost.UseSockets(sockets =>
         {
             sockets.UnsafePreferInlineScheduling = preview.Tcp.InlineScheduling;
-            sockets.CreateBoundListenSocket = listeners.Bind; // a taken port names its setting (Program prints it)
+            int sendBuffer = preview.Tcp.SendBufferBytes;
+            sockets.CreateBoundListenSocket = endpoint =>
+            {
+                Socket socket = listeners.Bind(endpoint); // a taken port names its setting (Program prints it)
+                if (sendBuffer > 0)
+                {
+                    socket.SendBufferSize = sendBuffer; // accepted sockets inherit it: what a stalled peer holds in the kernel is bounded
+                }
+
+                return socket;
+            };
         });
         builder.WebHost.ConfigureKestrel(kestrel =>
         {

@@ -205,7 +205,8 @@ internal static class MonitoringEndpoints
             session.ClientName,
             session.SubscriptionCount,
             messages,
-            bytes);
+            bytes,
+            session.Backlog.Dropped);
     }
 
     private static bool TryPage(HttpContext context, IServiceProvider services, out int offset, out int limit, [System.Diagnostics.CodeAnalysis.NotNullWhen(false)] out IResult? problem)

@@ -63,7 +63,8 @@ internal sealed record ConnectionInfo(
     string? Name,
     int? Subscriptions,
     long? PendingMessages,
-    long? PendingBytes);
+    long? PendingBytes,
+    long? Dropped);
 
 /// <summary>
 /// <c>/subsz</c>: subscribed patterns with their number of subscriptions, most subscribed first. Inbox

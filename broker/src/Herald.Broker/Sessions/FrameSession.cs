@@ -149,6 +149,20 @@ internal sealed class FrameSession : ProtocolSession
     /// <inheritdoc/>
     protected override void OnClose(ErrorCode code, string reason)
     {
+        if (code == ErrorCode.SlowConsumer)
+        {
+            // Met by a publisher's fan-out: with inline scheduling, cancelling the read would run this
+            // session's whole closing sequence (unsubscribing, completing its queue) on the publisher's
+            // thread, holding back every subscriber after this one. End it on the pool instead.
+            ThreadPool.UnsafeQueueUserWorkItem(static session => session.StopReading(), this, preferLocal: false);
+            return;
+        }
+
+        StopReading();
+    }
+
+    private void StopReading()
+    {
         _connection.Transport.Input.CancelPendingRead();
         Backlog.CancelWait(); // a read loop holding its client back ends too
     }

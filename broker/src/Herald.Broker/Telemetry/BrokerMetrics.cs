@@ -83,7 +83,6 @@ internal sealed class BrokerMetrics
     private readonly Histogram<double> _fanout;
     private readonly Counter<long> _protocolErrors;
     private readonly Counter<long> _slowConsumers;
-    private readonly Counter<long> _dropped;
     private readonly Counter<long> _opened;
     private readonly Counter<long> _closed;
     private readonly Counter<long> _policyRequests;
@@ -129,8 +128,8 @@ internal sealed class BrokerMetrics
             tags: null,
             advice: new InstrumentAdvice<double> { HistogramBucketBoundaries = FanoutBuckets });
         _protocolErrors = meter.CreateCounter<long>("herald.protocol.errors", "{error}", "Connections closed or warned for breaking the protocol, by error code (error.type).");
-        _slowConsumers = meter.CreateCounter<long>("herald.slow_consumers", "{event}", "Slow-consumer policy actions, by policy.");
-        _dropped = meter.CreateCounter<long>("herald.messages.dropped", "{message}", "Messages dropped by the DropOldest policy.");
+        _slowConsumers = meter.CreateCounter<long>("herald.slow_consumers", "{event}", "Slow-consumer episodes, by policy: a connection closed (Disconnect), or a subscriber that starts losing messages (DropOldest; once until it reads again).");
+        meter.CreateObservableCounter("herald.messages.dropped", () => Interlocked.Read(ref _totalDropped), "{message}", "Messages dropped by the DropOldest policy, counted when dropped.");
         _opened = meter.CreateCounter<long>("herald.connections.opened", "{connection}", "Connections accepted (TCP) and sessions created (long-poll), by transport.");
         _closed = meter.CreateCounter<long>("herald.connections.closed", "{connection}", "Connections and sessions ended, by transport and reason (herald.close.reason).");
         _policyRequests = meter.CreateCounter<long>("herald.policy.requests", "{request}", "Socket-policy connections, by outcome (silverlight, flash, refused, timeout, shed, busy, aborted).");
@@ -229,11 +228,8 @@ internal sealed class BrokerMetrics
         Interlocked.Increment(ref _totalSlowConsumers);
     }
 
-    public void Dropped(long count)
-    {
-        _dropped.Add(count);
-        Interlocked.Add(ref _totalDropped, count);
-    }
+    /// <summary>When messages are dropped: a running total only (no instrument call), as this is per publication per stalled subscriber.</summary>
+    public void Dropped(long count) => Interlocked.Add(ref _totalDropped, count);
 
     public void PolicyRequest(string outcome) => _policyRequests.Add(1, new KeyValuePair<string, object?>(PolicyOutcomeAttribute, outcome));
 

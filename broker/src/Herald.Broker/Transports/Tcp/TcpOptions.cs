@@ -22,4 +22,13 @@ public sealed class TcpOptions
     /// its read loop.
     /// </summary>
     public bool InlineScheduling { get; set; } = true;
+
+    /// <summary>
+    /// Each accepted socket's kernel send buffer (SO_SNDBUF, set on the listening sockets and inherited), in
+    /// bytes; 0 leaves it to the kernel, whose autotuning may grow it to <c>net.ipv4.tcp_wmem</c>'s maximum
+    /// (4 MiB by default) for a peer that does not read. Part of what a stalled connection holds beyond its
+    /// queue (Linux reserves twice the value for its bookkeeping).
+    /// </summary>
+    [Range(0, 64 * 1024 * 1024)]
+    public int SendBufferBytes { get; set; } = 64 * 1024;
 }
