@@ -99,7 +99,7 @@ internal sealed class RpcScenario : IScenario
 
                 for (int i = 0; i < callers.Length; i++)
                 {
-                    string inbox = string.Create(CultureInfo.InvariantCulture, $"_INBOX.lt{run}.c{i}");
+                    string inbox = string.Create(CultureInfo.InvariantCulture, $"{clients[options.Responders + i].InboxPrefix}.lt{run}.c{i}"); // spec §7: under the identity's prefix
                     callers[i] = new RpcCaller(i, clients[options.Responders + i], RequestTopic(options, i % options.Responders), inbox, options.Call, phase, oneway, log);
                 }
 

@@ -8,7 +8,8 @@ namespace Herald.LoadTest.Targets;
 /// <summary>
 /// Herald, started by the tool from the Release build (<c>--broker-dll</c>) with its embedded defaults
 /// (only the listening addresses and ports are set), or found running (<c>--server external</c>).
-/// TCP clients are spread over the port range; long-poll clients use the HTTP port.
+/// TCP clients are spread over the port range; long-poll clients use the HTTP port. With <c>--token</c>
+/// every client presents that credential (HELLO's auth, or <c>Authorization: Bearer</c>).
 /// </summary>
 internal sealed class HeraldTarget : ITarget
 {
@@ -112,7 +113,7 @@ internal sealed class HeraldTarget : ITarget
         }
 
         BrokerChild child = BrokerChild.Start(dll, Arguments(options), options.ServerCpus);
-        if (await child.WaitUntilReadyAsync(endpoints.At(options.FirstPort), TimeSpan.FromSeconds(options.SetupTimeoutSeconds), cancellationToken) is { } notReady)
+        if (await child.WaitUntilReadyAsync(endpoints.At(options.FirstPort), TimeSpan.FromSeconds(options.SetupTimeoutSeconds), cancellationToken, options.Token) is { } notReady)
         {
             await child.DisposeAsync();
             throw new TargetUnavailableException(notReady);
@@ -125,7 +126,7 @@ internal sealed class HeraldTarget : ITarget
     {
         if (_options.Transport == "longpoll")
         {
-            return await HeraldLongPollClient.ConnectAsync(_endpoints.Address, HttpPort, index, cancellationToken);
+            return await HeraldLongPollClient.ConnectAsync(_endpoints.Address, HttpPort, index, cancellationToken, _options.Token);
         }
 
         // Connection i goes to port i % ports and, when bound, from address (i / ports) % sources: every port
@@ -135,7 +136,8 @@ internal sealed class HeraldTarget : ITarget
             $"loadtest-{index.ToString(CultureInfo.InvariantCulture)}",
             cancellationToken,
             TcpReceiveBufferSize.Value ?? HeraldConnection.DefaultReceiveBufferSize,
-            _sources.For(index / _endpoints.PortCount));
+            _sources.For(index / _endpoints.PortCount),
+            _options.Token);
     }
 
     public async ValueTask DisposeAsync()
