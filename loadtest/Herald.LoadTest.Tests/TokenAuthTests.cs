@@ -8,16 +8,18 @@ using Herald.LoadTest.Targets;
 namespace Herald.LoadTest.Tests;
 
 /// <summary>
-/// <c>--token</c> against a broker with token authentication and an identity granted only the scenarios'
+/// <c>--token</c> against a broker with token authentication and identities granted only the scenarios'
 /// topics (<c>bench.&gt;</c>): every client authenticates (TCP HELLO, long-poll bearer on every request),
-/// callers put their inboxes under the identity's <c>inbox_prefix</c> (spec §7; a fixed <c>_INBOX.</c> inbox
-/// is refused for a restricted identity), and responders answer through the reply permission each
-/// delivered request grants. The runs pass their own checks: every call answered, nothing lost.
+/// callers put their inboxes under their identity's <c>inbox_prefix</c> (spec §7; a fixed <c>_INBOX.</c> inbox
+/// is refused for a restricted identity), and responders of another identity (<c>--responder-token</c>),
+/// granted no inbox of the callers', answer through the reply permission each delivered request grants.
+/// The runs pass their own checks: every call answered, nothing lost.
 /// </summary>
 public sealed class TokenAuthTests : IAsyncLifetime
 {
     private const string Identity = "bench";
     private const string Token = "loadtest-bench-token";
+    private const string ResponderToken = "loadtest-responder-token";
 
     private readonly int _firstPort = Repo.FreePorts(4);
     private BrokerChild? _broker;
@@ -32,18 +34,24 @@ public sealed class TokenAuthTests : IAsyncLifetime
     public async Task InitializeAsync()
     {
         TargetOptions options = TargetOptions.Read(CommandLine.Parse(PortArgs));
-        string sha256 = Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(Token)));
         _broker = BrokerChild.Start(Repo.BrokerDll,
         [
             .. HeraldTarget.Arguments(options),
             "--Herald:Security:Auth:Mode=Token",
-            $"--Herald:Security:Auth:Tokens:0:Name={Identity}",
-            $"--Herald:Security:Auth:Tokens:0:Sha256={sha256}",
-            "--Herald:Security:Auth:Tokens:0:Permissions:Publish:0=bench.>",
-            "--Herald:Security:Auth:Tokens:0:Permissions:Subscribe:0=bench.>",
+            .. Restricted(0, Identity, Token),
+            .. Restricted(1, "bench-responder", ResponderToken),
         ]);
         Assert.Null(await _broker.WaitUntilReadyAsync(new System.Net.IPEndPoint(System.Net.IPAddress.Loopback, _firstPort), TimeSpan.FromSeconds(60), CancellationToken.None, Token));
     }
+
+    /// <summary>Token number <paramref name="n"/>: publish and subscribe <c>bench.&gt;</c> only (inboxes: its own, by the broker's rule).</summary>
+    private static string[] Restricted(int n, string name, string token) =>
+    [
+        $"--Herald:Security:Auth:Tokens:{n}:Name={name}",
+        $"--Herald:Security:Auth:Tokens:{n}:Sha256={Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(token)))}",
+        $"--Herald:Security:Auth:Tokens:{n}:Permissions:Publish:0=bench.>",
+        $"--Herald:Security:Auth:Tokens:{n}:Permissions:Subscribe:0=bench.>",
+    ];
 
     public async Task DisposeAsync()
     {
@@ -77,10 +85,10 @@ public sealed class TokenAuthTests : IAsyncLifetime
     [Theory]
     [InlineData("tcp", 3)]
     [InlineData("longpoll", 2)]
-    public async Task Rpc_answers_every_call_for_a_restricted_identity(string transport, int callers)
+    public async Task Rpc_answers_every_call_between_restricted_identities(string transport, int callers)
     {
         string output = Repo.OutFile($"rpc-auth-{transport}");
-        int exit = await Repo.RunAsync("rpc", [.. ScenarioArgs(transport), "--callers", callers.ToString(CultureInfo.InvariantCulture), "--responders", "2", "--max-lead", "500", "--out", output]);
+        int exit = await Repo.RunAsync("rpc", [.. ScenarioArgs(transport), "--responder-token", ResponderToken, "--callers", callers.ToString(CultureInfo.InvariantCulture), "--responders", "2", "--max-lead", "500", "--out", output]);
 
         JsonElement json = Repo.ReadJson(output);
         Assert.Equal(ExitCodes.Ok, exit);

@@ -122,11 +122,14 @@ internal sealed class HeraldTarget : ITarget
         return new HeraldTarget(options, endpoints, child, null, $"{version} ({Path.GetFileName(dll)}, .NET {Environment.Version})");
     }
 
-    public async Task<IPubSubClient> ConnectAsync(int index, CancellationToken cancellationToken)
+    public Task<IPubSubClient> ConnectAsync(int index, CancellationToken cancellationToken) => ConnectAsync(index, _options.Token, cancellationToken);
+
+    /// <summary>As <see cref="ConnectAsync(int, CancellationToken)"/>, presenting <paramref name="credential"/> instead of <c>--token</c>.</summary>
+    public async Task<IPubSubClient> ConnectAsync(int index, string? credential, CancellationToken cancellationToken)
     {
         if (_options.Transport == "longpoll")
         {
-            return await HeraldLongPollClient.ConnectAsync(_endpoints.Address, HttpPort, index, cancellationToken, _options.Token);
+            return await HeraldLongPollClient.ConnectAsync(_endpoints.Address, HttpPort, index, cancellationToken, credential);
         }
 
         // Connection i goes to port i % ports and, when bound, from address (i / ports) % sources: every port
@@ -137,7 +140,7 @@ internal sealed class HeraldTarget : ITarget
             cancellationToken,
             TcpReceiveBufferSize.Value ?? HeraldConnection.DefaultReceiveBufferSize,
             _sources.For(index / _endpoints.PortCount),
-            _options.Token);
+            credential);
     }
 
     public async ValueTask DisposeAsync()
