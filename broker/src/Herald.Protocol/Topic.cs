@@ -51,34 +51,34 @@ public static class Topic
     {
         ArgumentNullException.ThrowIfNull(pattern);
         ArgumentNullException.ThrowIfNull(topic);
-        int p = 0, t = 0;
+        return Matches(pattern.AsSpan(), topic.AsSpan());
+    }
+
+    /// <summary>Whether <paramref name="topic"/> matches <paramref name="pattern"/> (both assumed valid); allocates nothing.</summary>
+    public static bool Matches(ReadOnlySpan<char> pattern, ReadOnlySpan<char> topic)
+    {
         while (true)
         {
-            int pEnd = pattern.IndexOf('.', p);
-            if (pEnd < 0) pEnd = pattern.Length;
-            int tEnd = topic.IndexOf('.', t);
-            if (tEnd < 0) tEnd = topic.Length;
-
-            ReadOnlySpan<char> pTok = pattern.AsSpan(p, pEnd - p);
+            int pEnd = pattern.IndexOf('.');
+            ReadOnlySpan<char> pTok = pEnd < 0 ? pattern : pattern[..pEnd];
             if (pTok is ">")
             {
                 return true; // at least one topic token is left: we are inside the topic here
             }
 
-            if (pTok is not "*" && !pTok.SequenceEqual(topic.AsSpan(t, tEnd - t)))
+            int tEnd = topic.IndexOf('.');
+            if (pTok is not "*" && !pTok.SequenceEqual(tEnd < 0 ? topic : topic[..tEnd]))
             {
                 return false;
             }
 
-            bool patternDone = pEnd == pattern.Length;
-            bool topicDone = tEnd == topic.Length;
-            if (patternDone || topicDone)
+            if (pEnd < 0 || tEnd < 0)
             {
-                return patternDone && topicDone;
+                return pEnd < 0 && tEnd < 0;
             }
 
-            p = pEnd + 1;
-            t = tEnd + 1;
+            pattern = pattern[(pEnd + 1)..];
+            topic = topic[(tEnd + 1)..];
         }
     }
 

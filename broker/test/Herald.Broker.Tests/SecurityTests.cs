@@ -61,6 +61,49 @@ public sealed class PermissionRulesTests
         Assert.False(p.CanSubscribe("_INBOX.other0123456789ab.>")); // another's inbox
         Assert.False(p.CanSubscribe("_INBOX.k3J9aZ01pQr7sT2u"));    // the prefix itself is not under it
     }
+
+    [Theory]
+    [InlineData("public.news")]
+    [InlineData("public.secret")]
+    [InlineData("public.admin.reset")]
+    [InlineData("private.x")]
+    [InlineData("_INBOX.k3J9aZ01pQr7sT2u.c1")]
+    [InlineData("_INBOX.k3J9aZ01pQr7sT2u")]
+    [InlineData("_INBOX.other0123456789ab.c1")]
+    public void A_reply_to_may_be_named_exactly_when_it_could_be_subscribed(string topic)
+    {
+        var p = new Permissions(["public.>"], ["public.>"], ["public.admin.>"], ["public.secret"], inboxPrefix: "_INBOX.k3J9aZ01pQr7sT2u");
+        Assert.Equal(p.CanSubscribe(topic), p.CanReceive(topic));
+    }
+
+    [Fact]
+    public void Checking_a_restricted_publish_and_spending_a_reply_permission_allocate_nothing()
+    {
+        var p = new Permissions(["bench.>"], ["bench.>"], ["bench.admin.>"], ["bench.secret"], inboxPrefix: "_INBOX.k3J9aZ01pQr7sT2u");
+        var permits = new Herald.Broker.Routing.ReplyPermits(maxMessages: 1_000_000, TimeSpan.FromMinutes(2), maxPermits: 16);
+        var inbox = new System.Buffers.ReadOnlySequence<byte>("_INBOX.other0123456789ab.c1"u8.ToArray());
+        permits.Grant(inbox); // the first grant of a reply topic keeps its name: the one allocation, per requester
+        bool allowed = true;
+        for (int round = 0; round < 2; round++) // the first round warms up (JIT, statics)
+        {
+            long before = GC.GetAllocatedBytesForCurrentThread();
+            for (int i = 0; i < 100; i++)
+            {
+                allowed &= p.CanPublish("bench.rpc.0".AsSpan());                          // a request
+                allowed &= p.CanReceive("_INBOX.k3J9aZ01pQr7sT2u.c1".AsSpan());           // its reply_to
+                permits.Grant(inbox);                                                     // delivered to a responder
+                allowed &= !p.CanPublish("_INBOX.other0123456789ab.c1".AsSpan());         // whose reply is not granted...
+                allowed &= permits.TryUse("_INBOX.other0123456789ab.c1".AsSpan());        // ...but asked for
+            }
+
+            if (round == 1)
+            {
+                Assert.Equal(0, GC.GetAllocatedBytesForCurrentThread() - before);
+            }
+        }
+
+        Assert.True(allowed);
+    }
 }
 
 public sealed class SecurityTests

@@ -227,9 +227,10 @@ internal sealed class BrokerChild : IAsyncDisposable
 
     /// <summary>
     /// Waits until the broker completes a HELLO/WELCOME handshake on <paramref name="endPoint"/>.
-    /// Returns null when it does, else why not (it exited, or <paramref name="timeout"/> passed).
+    /// Returns null when it does, else why not (it exited, or <paramref name="timeout"/> passed). The probe
+    /// presents <paramref name="auth"/> in HELLO: a broker with authentication on refuses a probe without it.
     /// </summary>
-    public async Task<string?> WaitUntilReadyAsync(IPEndPoint endPoint, TimeSpan timeout, CancellationToken cancellationToken)
+    public async Task<string?> WaitUntilReadyAsync(IPEndPoint endPoint, TimeSpan timeout, CancellationToken cancellationToken, string? auth = null)
     {
         long start = Stopwatch.GetTimestamp();
         string last = "no attempt yet";
@@ -244,7 +245,7 @@ internal sealed class BrokerChild : IAsyncDisposable
             attempt.CancelAfter(TimeSpan.FromSeconds(2));
             try
             {
-                HeraldConnection probe = await HeraldConnection.ConnectAsync(endPoint, "loadtest-readiness-probe", attempt.Token);
+                HeraldConnection probe = await HeraldConnection.ConnectAsync(endPoint, "loadtest-readiness-probe", attempt.Token, auth: auth);
                 await probe.DisposeAsync();
                 return null;
             }

@@ -81,7 +81,8 @@ internal sealed class HeraldConnection : IAsyncDisposable
     /// is bound to that source address first (<see cref="SourceAddresses.Bind"/>), to spread many
     /// connections over several source addresses. With <paramref name="link"/> every receive, the WELCOME's
     /// included, goes through that simulated link, and a <paramref name="receiveWindow"/> above 0 sets the
-    /// socket's receive buffer before connecting.
+    /// socket's receive buffer before connecting. <paramref name="auth"/> is HELLO's credential (spec §4.1), for a
+    /// broker with authentication on; the WELCOME then names this identity's <see cref="WelcomeFrame.InboxPrefix"/>.
     /// </summary>
     /// <exception cref="SocketException">The broker is unreachable.</exception>
     /// <exception cref="BrokerErrorException">The broker answered HELLO with an ERROR.</exception>
@@ -94,7 +95,8 @@ internal sealed class HeraldConnection : IAsyncDisposable
         BrokerEndpoints? tlsFrom = null,
         Capabilities capabilities = Capabilities.None,
         TokenBucket? link = null,
-        int receiveWindow = 0)
+        int receiveWindow = 0,
+        string? auth = null)
     {
         var socket = new Socket(endPoint.AddressFamily, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
         if (receiveWindow > 0)
@@ -117,7 +119,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
                 connection._tls = ssl;
             }
 
-            await connection.HandshakeAsync(capabilities, cancellationToken);
+            await connection.HandshakeAsync(capabilities, auth, cancellationToken);
             return connection;
         }
         catch
@@ -387,10 +389,10 @@ internal sealed class HeraldConnection : IAsyncDisposable
         return ValueTask.CompletedTask;
     }
 
-    private async Task HandshakeAsync(Capabilities capabilities, CancellationToken cancellationToken)
+    private async Task HandshakeAsync(Capabilities capabilities, string? auth, CancellationToken cancellationToken)
     {
-        var hello = new ArrayBufferWriter<byte>(64 + Name.Length);
-        FrameWriter.WriteHello(hello, Name, capabilities);
+        var hello = new ArrayBufferWriter<byte>(64 + Name.Length + (auth?.Length ?? 0));
+        FrameWriter.WriteHello(hello, Name, capabilities, auth);
         await SendAsync(hello.WrittenMemory, cancellationToken);
         while (true)
         {

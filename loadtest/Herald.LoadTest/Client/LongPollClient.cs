@@ -37,7 +37,9 @@ internal sealed class LongPollClient : IDisposable
 
     /// <param name="maxConnectionsPerServer">Unlimited by default (many sessions share this client); a client
     /// serving one session needs only its held poll plus a publish and a subscribe in flight.</param>
-    public LongPollClient(IPAddress address, int port, SourceAddresses sources, TimeSpan connectTimeout, int maxConnectionsPerServer = int.MaxValue)
+    /// <param name="bearer">With authentication on, the credential sent as <c>Authorization: Bearer</c> on every
+    /// request: session creation and every request on the session (longpoll §1.1).</param>
+    public LongPollClient(IPAddress address, int port, SourceAddresses sources, TimeSpan connectTimeout, int maxConnectionsPerServer = int.MaxValue, string? bearer = null)
     {
         _sources = sources;
         _base = new Uri(string.Create(CultureInfo.InvariantCulture, $"http://{(address.AddressFamily == AddressFamily.InterNetworkV6 ? $"[{address}]" : address.ToString())}:{port}/poll/"));
@@ -60,6 +62,10 @@ internal sealed class LongPollClient : IDisposable
             DefaultVersionPolicy = HttpVersionPolicy.RequestVersionExact,
         };
         _http.DefaultRequestHeaders.ExpectContinue = false;
+        if (bearer is not null)
+        {
+            _http.DefaultRequestHeaders.Authorization = new AuthenticationHeaderValue("Bearer", bearer);
+        }
     }
 
     /// <summary>TCP connections the handler opened so far.</summary>
@@ -84,7 +90,8 @@ internal sealed class LongPollClient : IDisposable
         long pollTimeoutMs = root.TryGetProperty("pollTimeoutMs", out JsonElement p) && p.TryGetInt64(out long ms) ? ms : 15_000;
         long maxPending = root.TryGetProperty("maxPendingMessages", out JsonElement m) && m.TryGetInt64(out long mp) ? mp : 0;
         long maxBody = root.TryGetProperty("maxBodyBytes", out JsonElement b) && b.TryGetInt64(out long mb) && mb > 0 ? mb : LongPollSessionInfo.DefaultMaxBodyBytes;
-        return new LongPollSessionInfo(token, TimeSpan.FromMilliseconds(pollTimeoutMs), maxPending, maxBody);
+        string? inboxPrefix = root.TryGetProperty("inboxPrefix", out JsonElement i) && i.ValueKind == JsonValueKind.String ? i.GetString() : null;
+        return new LongPollSessionInfo(token, TimeSpan.FromMilliseconds(pollTimeoutMs), maxPending, maxBody, inboxPrefix);
     }
 
     /// <summary>Subscribes a session (longpoll §1.2); the subscription is live when this returns.</summary>
@@ -244,8 +251,8 @@ internal sealed class LongPollClient : IDisposable
     }
 }
 
-/// <summary>What session creation returned (longpoll §1.1).</summary>
-internal readonly record struct LongPollSessionInfo(string Token, TimeSpan PollTimeout, long MaxPendingMessages, long MaxBodyBytes = LongPollSessionInfo.DefaultMaxBodyBytes)
+/// <summary>What session creation returned (longpoll §1.1); <see cref="InboxPrefix"/> is null from a broker that names none.</summary>
+internal readonly record struct LongPollSessionInfo(string Token, TimeSpan PollTimeout, long MaxPendingMessages, long MaxBodyBytes = LongPollSessionInfo.DefaultMaxBodyBytes, string? InboxPrefix = null)
 {
     /// <summary>The broker's default <c>maxBodyBytes</c>, assumed when the answer does not say.</summary>
     public const long DefaultMaxBodyBytes = 1024 * 1024;

@@ -52,6 +52,8 @@ internal sealed class RpcScenario : IScenario
           --warmup S             warm-up before the window                       (default 5: the JIT's tier-1 code is in by then)
           --max-lead N           oneway: most requests all callers together may be ahead of the responders (default 10000)
           --topic NAME           request topic prefix                            (default bench.rpc)
+          --responder-token T    herald: responders present T instead of --token (another identity), so a
+                                 restricted one answers through the reply permission a request grants
           --grace S              after the window: time allowed for calls in flight (default 3)
           --repeat N             repetitions (fresh connections each); headlines are the median (default 1)
           --out FILE             also write the result as JSON
@@ -64,6 +66,10 @@ internal sealed class RpcScenario : IScenario
         TargetOptions targetOptions = TargetOptions.Read(commandLine);
         RpcOptions options = RpcOptions.Read(commandLine);
         commandLine.RejectUnused();
+        if (options.ResponderToken is not null && targetOptions.Target != "herald")
+        {
+            throw new UsageException("--responder-token is for --target herald.");
+        }
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"rpc {options.Mode}: {options.Callers} callers -> '{options.Window.Topic}.*' -> {options.Responders} responder(s), {options.Call.Name} ({options.Call.Description}), warm-up {options.Window.Warmup} s, measured {options.Window.Seconds} s, {options.Window.Repeat} repetition(s); {targetOptions.Describe()}"));
@@ -91,7 +97,10 @@ internal sealed class RpcScenario : IScenario
             long setupStart = Stopwatch.GetTimestamp();
             bool ready = await ScenarioSkeleton.SetUpClientsAsync(target, targetOptions.SetupTimeoutSeconds, async token =>
             {
-                clients = await ScenarioClients.ConnectAsync(target, 0, options.Responders + options.Callers, token);
+                clients = options.ResponderToken is { } responderToken
+                    ? await ScenarioClients.ConnectAsync(target, 0, options.Responders + options.Callers, token,
+                        (i, t) => i < options.Responders ? ((HeraldTarget)target).ConnectAsync(i, responderToken, t) : target.ConnectAsync(i, t))
+                    : await ScenarioClients.ConnectAsync(target, 0, options.Responders + options.Callers, token);
                 for (int r = 0; r < responders.Length; r++)
                 {
                     responders[r] = new RpcResponder(clients[r], $"responder {r}", options.Call, oneway, log);
@@ -99,7 +108,7 @@ internal sealed class RpcScenario : IScenario
 
                 for (int i = 0; i < callers.Length; i++)
                 {
-                    string inbox = string.Create(CultureInfo.InvariantCulture, $"_INBOX.lt{run}.c{i}");
+                    string inbox = string.Create(CultureInfo.InvariantCulture, $"{clients[options.Responders + i].InboxPrefix}.lt{run}.c{i}"); // spec §7: under the identity's prefix
                     callers[i] = new RpcCaller(i, clients[options.Responders + i], RequestTopic(options, i % options.Responders), inbox, options.Call, phase, oneway, log);
                 }
 
@@ -186,7 +195,7 @@ internal sealed class RpcScenario : IScenario
         }, log);
     }
 
-    internal sealed record RpcOptions(string Mode, RpcCall Call, int Callers, int Responders, WindowOptions Window, string? Out)
+    internal sealed record RpcOptions(string Mode, RpcCall Call, int Callers, int Responders, WindowOptions Window, string? Out, string? ResponderToken = null)
     {
         public static RpcOptions Read(CommandLine options)
         {
@@ -202,7 +211,8 @@ internal sealed class RpcScenario : IScenario
                 options.Int("callers", 1, 1, 100_000),
                 options.Int("responders", 1, 1, 10_000),
                 WindowOptions.Read(options, "bench.rpc"),
-                options.OptionalString("out"));
+                options.OptionalString("out"),
+                options.OptionalString("responder-token"));
         }
     }
 

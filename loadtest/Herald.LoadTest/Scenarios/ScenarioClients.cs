@@ -30,15 +30,18 @@ internal static class ScenarioClients
 
     /// <summary>
     /// Opens clients <paramref name="firstIndex"/> .. <paramref name="firstIndex"/> + <paramref name="count"/> - 1
-    /// (the index spreads them over the target's ports). On failure closes those already open and rethrows.
+    /// (the index spreads them over the target's ports), each with <paramref name="connect"/> when given (a
+    /// client of another kind, e.g. another identity), else <see cref="ITarget.ConnectAsync"/>. On failure
+    /// closes those already open and rethrows.
     /// </summary>
-    public static async Task<IPubSubClient[]> ConnectAsync(ITarget target, int firstIndex, int count, CancellationToken cancellationToken)
+    public static async Task<IPubSubClient[]> ConnectAsync(ITarget target, int firstIndex, int count, CancellationToken cancellationToken, Func<int, CancellationToken, Task<IPubSubClient>>? connect = null)
     {
+        connect ??= target.ConnectAsync;
         var clients = new IPubSubClient?[count];
         try
         {
             await Parallel.ForAsync(0, count, new ParallelOptions { MaxDegreeOfParallelism = ParallelConnects, CancellationToken = cancellationToken }, async (i, token) =>
-                clients[i] = await target.ConnectAsync(firstIndex + i, token));
+                clients[i] = await connect(firstIndex + i, token));
         }
         catch
         {

@@ -64,6 +64,8 @@ internal sealed class HeraldLongPollClient : IPubSubClient
 
     public long? MaxPendingMessages => _session.MaxPendingMessages > 0 ? _session.MaxPendingMessages : null;
 
+    public string InboxPrefix => _session.InboxPrefix ?? IPubSubClient.AnonymousInboxPrefix;
+
     public string? Failure => Volatile.Read(ref _failure) ?? (_disposed ? null : _writer.Failure);
 
     public long Errors => Interlocked.Read(ref _errors);
@@ -74,11 +76,12 @@ internal sealed class HeraldLongPollClient : IPubSubClient
     /// <summary>
     /// Creates a session on <paramref name="address"/>:<paramref name="port"/> for client <paramref name="index"/>
     /// (which picks its source address on loopback). Retries while the broker's HTTP port is not up yet or it
-    /// answers 503 <c>TooManyPendingSessions</c>, until <paramref name="cancellationToken"/>.
+    /// answers 503 <c>TooManyPendingSessions</c>, until <paramref name="cancellationToken"/>. With
+    /// <paramref name="bearer"/>, every request of the session carries it (<c>Authorization: Bearer</c>).
     /// </summary>
-    public static async Task<HeraldLongPollClient> ConnectAsync(IPAddress address, int port, int index, CancellationToken cancellationToken)
+    public static async Task<HeraldLongPollClient> ConnectAsync(IPAddress address, int port, int index, CancellationToken cancellationToken, string? bearer = null)
     {
-        var http = new LongPollClient(address, port, SourceAddresses.ForClient(address, index, ConnectionsPerSession), TimeSpan.FromSeconds(10), ConnectionsPerSession);
+        var http = new LongPollClient(address, port, SourceAddresses.ForClient(address, index, ConnectionsPerSession), TimeSpan.FromSeconds(10), ConnectionsPerSession, bearer);
         try
         {
             for (int attempt = 1; ; attempt++)

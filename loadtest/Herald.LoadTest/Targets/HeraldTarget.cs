@@ -8,7 +8,8 @@ namespace Herald.LoadTest.Targets;
 /// <summary>
 /// Herald, started by the tool from the Release build (<c>--broker-dll</c>) with its embedded defaults
 /// (only the listening addresses and ports are set), or found running (<c>--server external</c>).
-/// TCP clients are spread over the port range; long-poll clients use the HTTP port.
+/// TCP clients are spread over the port range; long-poll clients use the HTTP port. With <c>--token</c>
+/// every client presents that credential (HELLO's auth, or <c>Authorization: Bearer</c>).
 /// </summary>
 internal sealed class HeraldTarget : ITarget
 {
@@ -116,7 +117,7 @@ internal sealed class HeraldTarget : ITarget
         }
 
         BrokerChild child = BrokerChild.Start(dll, Arguments(options), options.ServerCpus);
-        if (await child.WaitUntilReadyAsync(endpoints.At(options.FirstPort), TimeSpan.FromSeconds(options.SetupTimeoutSeconds), cancellationToken) is { } notReady)
+        if (await child.WaitUntilReadyAsync(endpoints.At(options.FirstPort), TimeSpan.FromSeconds(options.SetupTimeoutSeconds), cancellationToken, options.Token) is { } notReady)
         {
             await child.DisposeAsync();
             throw new TargetUnavailableException(notReady);
@@ -125,11 +126,14 @@ internal sealed class HeraldTarget : ITarget
         return new HeraldTarget(options, endpoints, child, null, $"{version} ({Path.GetFileName(dll)}, .NET {Environment.Version})");
     }
 
-    public async Task<IPubSubClient> ConnectAsync(int index, CancellationToken cancellationToken)
+    public Task<IPubSubClient> ConnectAsync(int index, CancellationToken cancellationToken) => ConnectAsync(index, _options.Token, cancellationToken);
+
+    /// <summary>As <see cref="ConnectAsync(int, CancellationToken)"/>, presenting <paramref name="credential"/> instead of <c>--token</c>.</summary>
+    public async Task<IPubSubClient> ConnectAsync(int index, string? credential, CancellationToken cancellationToken)
     {
         if (_options.Transport == "longpoll")
         {
-            return await HeraldLongPollClient.ConnectAsync(_endpoints.Address, HttpPort, index, cancellationToken);
+            return await HeraldLongPollClient.ConnectAsync(_endpoints.Address, HttpPort, index, cancellationToken, credential);
         }
 
         // Connection i goes to port i % ports and, when bound, from address (i / ports) % sources: every port
@@ -139,7 +143,8 @@ internal sealed class HeraldTarget : ITarget
             $"loadtest-{index.ToString(CultureInfo.InvariantCulture)}",
             cancellationToken,
             TcpReceiveBufferSize.Value ?? HeraldConnection.DefaultReceiveBufferSize,
-            _sources.For(index / _endpoints.PortCount));
+            _sources.For(index / _endpoints.PortCount),
+            credential);
     }
 
     public async ValueTask DisposeAsync()

@@ -34,9 +34,12 @@ internal sealed class HeraldTcpClient : SocketPubSubClient
 
     protected override string ClosedByServer => "the broker closed the connection";
 
-    public static async Task<HeraldTcpClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, int receiveBufferSize = HeraldConnection.DefaultReceiveBufferSize, IPAddress? localAddress = null)
+    /// <summary>WELCOME's <c>inbox_prefix</c> (spec §4.2), <c>_INBOX</c> from a broker that names none.</summary>
+    public override string InboxPrefix => _connection.Welcome.InboxPrefix ?? IPubSubClient.AnonymousInboxPrefix;
+
+    public static async Task<HeraldTcpClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, int receiveBufferSize = HeraldConnection.DefaultReceiveBufferSize, IPAddress? localAddress = null, string? auth = null)
     {
-        HeraldConnection connection = await HeraldConnection.ConnectAsync(endPoint, name, cancellationToken, receiveBufferSize, localAddress);
+        HeraldConnection connection = await HeraldConnection.ConnectAsync(endPoint, name, cancellationToken, receiveBufferSize, localAddress, auth: auth);
         return new HeraldTcpClient(connection);
     }
 

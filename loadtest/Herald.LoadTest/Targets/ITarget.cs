@@ -53,6 +53,15 @@ internal interface ITarget : IAsyncDisposable
 /// </summary>
 internal interface IPubSubClient : IAsyncDisposable
 {
+    /// <summary>The inbox prefix of a client that has no identity of its own (Herald with auth off, every other target).</summary>
+    const string AnonymousInboxPrefix = "_INBOX";
+
+    /// <summary>
+    /// The topic under which this client's reply inboxes live (<c>&lt;prefix&gt;.&lt;unique&gt;</c>): Herald's WELCOME
+    /// <c>inbox_prefix</c> or long-poll <c>inboxPrefix</c> (spec §7; per identity with auth on), else <c>_INBOX</c>.
+    /// </summary>
+    string InboxPrefix => AnonymousInboxPrefix;
+
     /// <summary>
     /// Subscribes <paramref name="handler"/> to <paramref name="topic"/> (an exact topic; no wildcards needed)
     /// and returns once the subscription is live: anything published to the topic after this returns, by

@@ -39,6 +39,8 @@ internal abstract class SocketPubSubClient : IPubSubClient
 
     public virtual long? MaxPendingMessages => null;
 
+    public virtual string InboxPrefix => IPubSubClient.AnonymousInboxPrefix;
+
     public async Task SubscribeAsync(string topic, DeliveryHandler handler, CancellationToken cancellationToken)
     {
         uint sid;

@@ -22,7 +22,8 @@ internal sealed record TargetOptions(
     string BrokerDll,
     double SetupTimeoutSeconds,
     int? MonitoringPort = null,
-    IReadOnlyList<string>? ServerArguments = null)
+    IReadOnlyList<string>? ServerArguments = null,
+    string? Token = null)
 {
     public static readonly string[] Targets = ["herald", "nats", "redis", "signalr"];
 
@@ -45,6 +46,8 @@ internal sealed record TargetOptions(
           --server-pid PID       with --server external: the server's process, for its CPU and RSS
           --broker-dll PATH      the Herald broker to start (default broker/src/Herald.Broker/bin/Release/net10.0/Herald.Broker.dll)
           --setup-timeout S      give up starting, connecting and subscribing after S s (default 60)
+          --token TOKEN          herald: the credential every client presents (TCP: HELLO's auth; long-poll:
+                                 Authorization: Bearer on every request), for a broker with Auth:Mode=Token or Jwt
         """;
 
     public static TargetOptions Read(CommandLine options)
@@ -96,11 +99,12 @@ internal sealed record TargetOptions(
             pid,
             options.String("broker-dll", DefaultBrokerDll),
             options.Seconds("setup-timeout", 60, 1),
-            monitoringPort);
+            monitoringPort,
+            options.OptionalString("token"));
     }
 
     /// <summary>The port to use for <paramref name="target"/>: <c>--port</c>, else its usual one.</summary>
     public int PortOr(int usual) => Port ?? usual;
 
-    public string Describe() => string.Create(CultureInfo.InvariantCulture, $"{Target}/{Transport} ({(StartServer ? "started by the tool" : "external")}{(ServerCpus is null ? "" : $", server on CPUs {ServerCpus}")}{(ClientCpus is null ? "" : $", tool on CPUs {ClientCpus}")})");
+    public string Describe() => string.Create(CultureInfo.InvariantCulture, $"{Target}/{Transport} ({(StartServer ? "started by the tool" : "external")}{(ServerCpus is null ? "" : $", server on CPUs {ServerCpus}")}{(ClientCpus is null ? "" : $", tool on CPUs {ClientCpus}")}{(Token is null ? "" : ", with a token")})");
 }

@@ -1,6 +1,5 @@
 using System.Buffers;
 using System.Runtime.InteropServices;
-using System.Text;
 
 namespace Herald.Broker.Routing;
 
@@ -18,8 +17,6 @@ namespace Herald.Broker.Routing;
 /// </remarks>
 internal sealed class ReplyPermits
 {
-    private const int StackTopic = 256;
-
     private readonly Lock _gate = new();
     private readonly Dictionary<string, Permit> _permits = new(StringComparer.Ordinal);
     private readonly Dictionary<string, Permit>.AlternateLookup<ReadOnlySpan<char>> _bySpan;
@@ -51,38 +48,26 @@ internal sealed class ReplyPermits
     /// <summary>A request was delivered with <paramref name="replyTo"/> (checked ASCII): allow its replies, afresh.</summary>
     public void Grant(in ReadOnlySequence<byte> replyTo)
     {
-        int length = (int)replyTo.Length;
-        char[]? rented = length > StackTopic ? ArrayPool<char>.Shared.Rent(length) : null;
-        Span<char> name = (rented ?? stackalloc char[StackTopic])[..length];
-        Encoding.ASCII.GetChars(replyTo, name);
-        try
+        Span<char> stack = stackalloc char[TopicChars.StackLength];
+        using var name = new TopicChars(replyTo, stack);
+        var permit = new Permit(_maxMessages, Environment.TickCount64 + _expiresMs);
+        lock (_gate)
         {
-            var permit = new Permit(_maxMessages, Environment.TickCount64 + _expiresMs);
-            lock (_gate)
+            ref Permit slot = ref CollectionsMarshal.GetValueRefOrAddDefault(_bySpan, name.Span, out bool exists);
+            slot = permit;
+            if (!exists)
             {
-                ref Permit slot = ref CollectionsMarshal.GetValueRefOrAddDefault(_bySpan, name, out bool exists);
-                slot = permit;
-                if (!exists)
-                {
-                    AddedLocked(name);
-                }
-            }
-        }
-        finally
-        {
-            if (rented is not null)
-            {
-                ArrayPool<char>.Shared.Return(rented);
+                AddedLocked(name.Span);
             }
         }
     }
 
     /// <summary>Spends one reply to <paramref name="topic"/>; false when none is allowed (never granted, used up or expired).</summary>
-    public bool TryUse(string topic)
+    public bool TryUse(ReadOnlySpan<char> topic)
     {
         lock (_gate)
         {
-            ref Permit permit = ref CollectionsMarshal.GetValueRefOrNullRef(_permits, topic);
+            ref Permit permit = ref CollectionsMarshal.GetValueRefOrNullRef(_bySpan, topic);
             if (System.Runtime.CompilerServices.Unsafe.IsNullRef(ref permit))
             {
                 return false;
@@ -91,7 +76,7 @@ internal sealed class ReplyPermits
             bool allowed = Environment.TickCount64 < permit.ExpiresAt;
             if (!allowed || --permit.Remaining == 0)
             {
-                _permits.Remove(topic);
+                _bySpan.Remove(topic);
             }
 
             return allowed;

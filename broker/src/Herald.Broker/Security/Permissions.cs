@@ -8,7 +8,8 @@ namespace Herald.Broker.Security;
 /// What one identity may do (deny wins over allow). Subscribing is checked against the pattern as a
 /// whole: it must be covered by an allowed pattern (everything it can match is allowed) and must not
 /// intersect a denied one (it could never receive a denied topic), so no wildcard can leak a topic that
-/// was not granted. Checked once per SUBSCRIBE, and per PUBLISH only for restricted identities.
+/// was not granted. Checked once per SUBSCRIBE, and per PUBLISH only for restricted identities: the
+/// per-PUBLISH checks take the topic's characters as a span and allocate nothing.
 /// </summary>
 internal sealed class Permissions
 {
@@ -34,20 +35,15 @@ internal sealed class Permissions
     /// <summary>Nothing to check per publish, and no reply permission to record per delivery.</summary>
     public bool IsAllowAll { get; }
 
-    public bool CanPublish(string topic)
-    {
-        if (IsAllowAll)
-        {
-            return true;
-        }
+    public bool CanPublish(ReadOnlySpan<char> topic) =>
+        IsAllowAll || (!MatchesAny(_denyPublish, topic) && ((_inbox is not null && Topic.Matches(_inbox, topic)) || MatchesAny(_publish, topic)));
 
-        if (_denyPublish.Any(d => Topic.Matches(d, topic)))
-        {
-            return false;
-        }
-
-        return (_inbox is not null && Topic.Matches(_inbox, topic)) || _publish.Any(a => Topic.Matches(a, topic));
-    }
+    /// <summary>
+    /// Whether the identity may subscribe to this one topic (no wildcards): a PUBLISH's <c>reply_to</c>. For a
+    /// topic, "covered by" and "intersects" are both "matches", so this is <see cref="CanSubscribe"/> for it.
+    /// </summary>
+    public bool CanReceive(ReadOnlySpan<char> topic) =>
+        IsAllowAll || (!MatchesAny(_denySubscribe, topic) && ((_inbox is not null && Topic.Matches(_inbox, topic)) || MatchesAny(_subscribe, topic)));
 
     public bool CanSubscribe(string pattern)
     {
@@ -62,6 +58,19 @@ internal sealed class Permissions
         }
 
         return (_inbox is not null && Covers(_inbox, pattern)) || _subscribe.Any(a => Covers(a, pattern));
+    }
+
+    private static bool MatchesAny(string[] patterns, ReadOnlySpan<char> topic)
+    {
+        foreach (string pattern in patterns)
+        {
+            if (Topic.Matches(pattern, topic))
+            {
+                return true;
+            }
+        }
+
+        return false;
     }
 
     /// <summary>Whether every topic <paramref name="specific"/> can match is also matched by <paramref name="general"/>.</summary>
