@@ -100,7 +100,7 @@ internal sealed record TargetOptions(
             options.String("broker-dll", DefaultBrokerDll),
             options.Seconds("setup-timeout", 60, 1),
             monitoringPort,
-            options.OptionalString("token"));
+            Token: options.OptionalString("token"));
     }
 
     /// <summary>The port to use for <paramref name="target"/>: <c>--port</c>, else its usual one.</summary>
