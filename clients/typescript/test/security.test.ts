@@ -247,7 +247,8 @@ describe("permissions: a refused operation is told PermissionDenied, has no effe
   for (const transport of ["TCP", "long-poll"] as const) {
     const url = (): string => (transport === "TCP" ? broker.tcpUrl : broker.httpUrl);
 
-    test(`${transport}: a refused subscribe is told PermissionDenied and receives nothing; the connection and a bystander keep receiving`, async () => {
+    /** carol (limited) and bob (a bystander watching the forbidden topic) on this transport, alice publishing over TCP. */
+    const cast = async () => {
       const limited = await open(url(), { credential: LIMITED, name: "carol" });
       const bystander = await open(url(), { credential: OTHER, name: "bob" });
       const publisher = await open(broker.tcpUrl, { credential: TOKEN, name: "alice" });
@@ -256,7 +257,11 @@ describe("permissions: a refused operation is told PermissionDenied, has no effe
       const watching = bystander.subscribe(forbidden);
       const allowed = limited.subscribe(granted);
       await Promise.all([watching.ready, allowed.ready]);
-      const errors = errorsOf(limited);
+      return { limited, bystander, publisher, granted, forbidden, watching, allowed, errors: errorsOf(limited) };
+    };
+
+    test(`${transport}: a refused subscribe is told PermissionDenied and receives nothing; the connection and a bystander keep receiving`, async () => {
+      const { limited, bystander, publisher, granted, forbidden, watching, allowed, errors } = await cast();
 
       const got: string[] = [];
       const refused = limited.subscribe(forbidden, (m) => {
@@ -286,15 +291,7 @@ describe("permissions: a refused operation is told PermissionDenied, has no effe
     });
 
     test(`${transport}: a refused publish is told PermissionDenied and reaches no one; the client and a bystander carry on`, async () => {
-      const limited = await open(url(), { credential: LIMITED, name: "carol" });
-      const bystander = await open(url(), { credential: OTHER, name: "bob" });
-      const publisher = await open(broker.tcpUrl, { credential: TOKEN, name: "alice" });
-      const granted = uniqueTopic("sec.open");
-      const forbidden = uniqueTopic("sec.closed");
-      const watching = bystander.subscribe(forbidden);
-      const allowed = limited.subscribe(granted);
-      await Promise.all([watching.ready, allowed.ready]);
-      const errors = errorsOf(limited);
+      const { limited, bystander, publisher, granted, forbidden, watching, allowed, errors } = await cast();
 
       if (transport === "TCP") {
         // Written (so it resolves); the broker answers with a non-fatal ERROR before the PONG of the flush.
