@@ -138,6 +138,34 @@ public sealed class OperationsProcessTests
         Assert.Contains("without Herald:Monitoring:Token", warning.GetProperty("@m").GetString()!, StringComparison.Ordinal);
     }
 
+    [Fact]
+    public async Task After_SIGTERM_clients_are_served_through_the_drain_delay_then_told_ShuttingDown_and_the_broker_exits_0()
+    {
+        int monitoringPort = FreePort();
+        await using var broker = BrokerProcess.StartTcpOnly("json", "--Herald:Monitoring:DrainDelay=00:00:03", $"--Herald:Monitoring:Port={monitoringPort}");
+        int port = (await broker.WaitForEventAsync(1001)).GetProperty("First").GetInt32();
+        await using var client = await ProtocolClient.OpenAsync(port, "client");
+        await client.SubscribeAsync(1, "chat");
+        await client.PingPongAsync();
+        using var monitoring = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{monitoringPort}") };
+
+        broker.Terminate();
+        HttpStatusCode ready = HttpStatusCode.OK;
+        for (int i = 0; i < 600 && ready == HttpStatusCode.OK; i++)
+        {
+            using HttpResponseMessage response = await monitoring.GetAsync("/readyz");
+            ready = response.StatusCode;
+        }
+
+        // Within the delay the client was not told to go: it publishes and receives as before.
+        Assert.Equal(HttpStatusCode.ServiceUnavailable, ready);
+        await client.PublishAsync("chat", "after SIGTERM");
+        Assert.Equal("after SIGTERM", Assert.Single(await client.PingPongAsync()).Text);
+
+        await client.ExpectClosedWithAsync(ErrorCode.ShuttingDown);
+        Assert.Equal(0, await broker.WaitForExitAsync());
+    }
+
     private static int FreePort()
     {
         using var listener = new TcpListener(IPAddress.Loopback, 0);

@@ -1,8 +1,13 @@
+using System.Net;
+using Herald.Broker.Sessions;
 using Herald.Broker.Tests.Infrastructure;
+using Herald.Broker.Transports.LongPoll;
 using Herald.Protocol;
+using Microsoft.Extensions.DependencyInjection;
 
 namespace Herald.Broker.Tests;
 
+/// <summary>The stop (README "Shutdown", spec §6.4): drain delay, input stopped, queues drained, then the listeners closed.</summary>
 public sealed class ShutdownTests
 {
     [Fact]
@@ -52,5 +57,196 @@ public sealed class ShutdownTests
         await broker.StopAsync().WaitAsync(TimeSpan.FromSeconds(60));
 
         await idle.ExpectClosedWithAsync(ErrorCode.ShuttingDown);
+    }
+
+    [Fact]
+    public async Task Every_publication_the_broker_took_reaches_every_subscriber_or_none()
+    {
+        const int Subscribers = 4;
+        const int Batch = 200;
+        await using var broker = await TestBroker.StartAsync(o =>
+        {
+            o.Limits.ShutdownDrainTimeout = TimeSpan.FromSeconds(60);
+            o.Limits.MaxPendingMessages = 10_000_000; // whatever the stream queues by the stop, no subscriber is a slow consumer
+            o.Limits.MaxPendingBytes = 256 << 20;
+        });
+        var subscribers = new List<ProtocolClient>();
+        for (int i = 0; i < Subscribers; i++)
+        {
+            ProtocolClient subscriber = await ProtocolClient.OpenAsync(broker.Port, $"sub{i}");
+            await subscriber.SubscribeAsync(1, "stream");
+            await subscriber.PingPongAsync();
+            subscribers.Add(subscriber);
+        }
+
+        await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "pub");
+        Task<List<Frame>>[] reading = [.. subscribers.Select(s => s.ReadUntilClosedAsync(TimeSpan.FromSeconds(60)))];
+
+        // The publisher streams numbered messages, batch after batch, each closed by a PING; its PONG confirms
+        // the batch was taken. The stop begins once the stream runs, while the broker is busy routing it.
+        int confirmed = 0;
+        var streamingFor = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        Task sending = Task.Run(async () =>
+        {
+            byte[] payload = new byte[8];
+            try
+            {
+                for (int first = 0; ; first += Batch)
+                {
+                    await publisher.SendAsync(w =>
+                    {
+                        for (int i = first; i < first + Batch; i++)
+                        {
+                            BitConverter.TryWriteBytes(payload, i);
+                            FrameWriter.WritePublish(w, "stream"u8, default, PayloadFlags.None, payload);
+                        }
+
+                        FrameWriter.WritePing(w);
+                    });
+                }
+            }
+            catch (IOException)
+            {
+                // closed by the broker
+            }
+        });
+        Task confirming = Task.Run(async () =>
+        {
+            while (await publisher.TryReadAsync(TimeSpan.FromSeconds(60)) is { Type: FrameType.Pong })
+            {
+                confirmed += Batch;
+                if (confirmed == 100 * Batch)
+                {
+                    streamingFor.TrySetResult();
+                }
+            }
+        });
+        await streamingFor.Task.WaitAsync(TimeSpan.FromSeconds(60));
+
+        Task stopping = broker.StopAsync();
+        await Task.WhenAll(sending, confirming).WaitAsync(TimeSpan.FromSeconds(60));
+        List<Frame>[] received = await Task.WhenAll(reading).WaitAsync(TimeSpan.FromSeconds(90));
+        await stopping;
+
+        int[] counts = [.. received.Select(frames => frames.Count(f => f.Type == FrameType.Message))];
+        Assert.True(counts.Distinct().Count() == 1, $"the subscribers received different counts: {string.Join(", ", counts)}");
+        Assert.True(counts[0] >= confirmed, $"{counts[0]} delivered, fewer than the {confirmed} publications confirmed by PONG");
+        foreach (List<Frame> frames in received)
+        {
+            Assert.Equal(ErrorCode.ShuttingDown, frames[^1].Error!.Value.Code);
+            Assert.Equal(Enumerable.Range(0, counts[0]), frames.Where(f => f.Type == FrameType.Message).Select(f => BitConverter.ToInt32(f.Payload)));
+        }
+
+        foreach (ProtocolClient subscriber in subscribers)
+        {
+            await subscriber.DisposeAsync();
+        }
+    }
+
+    [Fact]
+    public async Task During_the_drain_delay_clients_carry_on_then_queues_drain_while_health_still_answers()
+    {
+        await using var broker = await TestBroker.StartAsync(o =>
+        {
+            o.Monitoring.DrainDelay = TimeSpan.FromSeconds(4);
+            o.Limits.ShutdownDrainTimeout = TimeSpan.FromSeconds(60);
+        });
+        await using var client = await ProtocolClient.OpenAsync(broker.Port, "client");
+        await client.SubscribeAsync(1, "chat");
+        await client.PingPongAsync();
+
+        // A subscriber that does not read holds the drain: ~4 MiB wait in its queue.
+        await using var stalled = await ProtocolClient.OpenAsync(broker.Port, "stalled", receiveBufferSize: 4096);
+        await stalled.SubscribeAsync(1, "bulk");
+        await stalled.PingPongAsync();
+        await using (var bulk = await ProtocolClient.OpenAsync(broker.Port, "bulk"))
+        {
+            await bulk.SendAsync(w =>
+            {
+                for (int i = 0; i < 4000; i++)
+                {
+                    FrameWriter.WritePublish(w, "bulk"u8, default, PayloadFlags.None, new byte[1024]);
+                }
+            });
+            await bulk.PingPongAsync();
+        }
+
+        using var monitoring = new HttpClient { BaseAddress = broker.Monitoring.BaseAddress };
+        Task stopping = broker.StopAsync();
+        await WaitFor(async () => (await monitoring.GetAsync("/readyz")).StatusCode == HttpStatusCode.ServiceUnavailable);
+
+        // The delay: readiness says 503, yet connected clients publish and receive, and a new one is welcomed.
+        await client.PublishAsync("chat", "still here");
+        List<Frame> echoed = await client.PingPongAsync();
+        Assert.Equal("still here", Assert.Single(echoed).Text);
+        await using (var late = await ProtocolClient.OpenAsync(broker.Port, "late"))
+        {
+            await late.PingPongAsync();
+        }
+
+        Assert.False(stopping.IsCompleted);
+
+        // Then the drain: clients are told ShuttingDown; the stalled one's queue keeps the stop open, and
+        // liveness still answers on the monitoring listener meanwhile.
+        await client.ExpectClosedWithAsync(ErrorCode.ShuttingDown);
+        using (HttpResponseMessage alive = await monitoring.GetAsync("/healthz"))
+        {
+            Assert.Equal(HttpStatusCode.OK, alive.StatusCode);
+        }
+
+        Assert.False(stopping.IsCompleted);
+        List<Frame> drained = await stalled.ReadUntilClosedAsync();
+        Assert.Equal(4000, drained.Count(f => f.Type == FrameType.Message));
+        Assert.Equal(ErrorCode.ShuttingDown, drained[^1].Error!.Value.Code);
+        await stopping;
+        await Assert.ThrowsAsync<HttpRequestException>(() => monitoring.GetAsync("/healthz"));
+    }
+
+    [Fact]
+    public async Task A_long_poll_session_takes_what_was_queued_before_it_ends_and_publishes_are_refused_meanwhile()
+    {
+        await using var broker = await TestBroker.StartAsync(o => o.Limits.ShutdownDrainTimeout = TimeSpan.FromSeconds(60));
+        LongPollClient client = await LongPollClient.CreateAsync(broker.Http);
+        await client.SubscribeAsync(1, "news");
+        for (int i = 0; i < 3; i++)
+        {
+            using HttpResponseMessage published = await client.PublishAsync("news", $"m{i}");
+            Assert.Equal(HttpStatusCode.Accepted, published.StatusCode);
+        }
+
+        Task stopping = broker.StopAsync();
+        PollSession session = broker.Services.GetRequiredService<PollSessionStore>().Find(client.Session)!;
+        await WaitFor(() => Task.FromResult(session.IsClosing));
+
+        using (HttpResponseMessage refused = await client.PublishAsync("news", "too late"))
+        {
+            Assert.Equal(HttpStatusCode.ServiceUnavailable, refused.StatusCode);
+        }
+
+        PollResult poll = await client.PollAsync(0);
+        Assert.Equal(HttpStatusCode.OK, poll.Status);
+        Assert.Equal(["m0", "m1", "m2"], poll.Messages.Select(m => m.Text));
+        Assert.False(stopping.IsCompleted);
+
+        PollResult last = await client.PollAsync(poll.LastSequence);
+        Assert.Equal(HttpStatusCode.ServiceUnavailable, last.Status);
+        Assert.Equal("ShuttingDown", last.Code);
+        await stopping.WaitAsync(TimeSpan.FromSeconds(30)); // a hang guard: the session's end let the stop finish
+        Assert.Equal(0, broker.Services.GetRequiredService<SessionRegistry>().Count);
+    }
+
+    private static async Task WaitFor(Func<Task<bool>> condition)
+    {
+        for (int i = 0; i < 600; i++)
+        {
+            if (await condition())
+            {
+                return;
+            }
+
+            await Task.Delay(25);
+        }
+
+        Assert.Fail("the condition did not become true within 15 s");
     }
 }

@@ -93,7 +93,7 @@ public static class HeraldHost
             sp.GetRequiredService<Authenticator>(),
             sp.GetRequiredService<BrokerMetrics>(),
             sp.GetRequiredService<ClientFaultLog>()));
-        services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), sp.GetRequiredService<IHostApplicationLifetime>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));
+        services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
         services.AddSingleton<PollSessionStore>();
         services.AddHostedService(sp => sp.GetRequiredService<PollSessionStore>());

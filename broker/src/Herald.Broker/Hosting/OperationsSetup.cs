@@ -24,7 +24,7 @@ internal static class OperationsSetup
         services.AddSingleton<BrokerGauges>();
         services.AddSingleton<BrokerHealth>();
         services.AddSingleton<ProcessUsage>();
-        services.AddHostedService(sp => new DrainDelay(options.Monitoring.DrainDelay, sp.GetRequiredService<BrokerHealth>()));
+        services.AddHostedService(sp => new ShutdownSequence(options.Monitoring.DrainDelay, sp.GetRequiredService<BrokerHealth>(), sp.GetRequiredService<SessionRegistry>()));
     }
 
     /// <summary>After the app is built: the endpoints; creates the health state and the gauges so they see the whole life cycle.</summary>

@@ -12,7 +12,7 @@ internal enum Readiness
     /// <summary>Every configured listener is bound and the broker takes clients.</summary>
     Ready,
 
-    /// <summary>Shutdown has begun (SIGTERM, Ctrl+C): clients are being closed; send no new ones.</summary>
+    /// <summary>Shutdown has begun (SIGTERM, Ctrl+C): send no new clients; the ones connected are served, then drained.</summary>
     Draining,
 }
 
@@ -20,7 +20,7 @@ internal enum Readiness
 /// The broker's readiness, from the host's life cycle: ready once started (Kestrel binds every listener
 /// before <c>ApplicationStarted</c>, and a failed bind stops the start), draining from the moment the stop
 /// begins: <c>ApplicationStopping</c> (SIGTERM fires it first) or the host's first stopping step
-/// (<see cref="DrainDelay"/>), whichever comes first.
+/// (the shutdown sequence in Hosting), whichever comes first.
 /// </summary>
 internal sealed class BrokerHealth
 {

@@ -37,9 +37,9 @@ public sealed class MonitoringOptions
     public bool Enabled { get; set; } = true;
 
     /// <summary>
-    /// On shutdown <c>/readyz</c> answers 503 at once; the broker keeps its listeners open this much
-    /// longer before stopping, so a load balancer sees the 503 and stops sending new clients first
-    /// (Kubernetes: a few seconds, under the pod's termination grace period).
+    /// On shutdown <c>/readyz</c> answers 503 at once; the broker goes on serving every client (new ones
+    /// included) this much longer before it drains them, so a load balancer sees the 503 and stops sending
+    /// new clients first (Kubernetes: a few seconds, under the pod's termination grace period).
     /// </summary>
     public TimeSpan DrainDelay { get; set; } = TimeSpan.Zero;
 

@@ -44,6 +44,8 @@ internal sealed class FrameSession : ProtocolSession
     /// the batch touched once, advance. Returns when the client leaves or the broker closes the session.
     /// </summary>
     /// <remarks>
+    /// Each batch passes the session's <see cref="ProtocolSession.Input"/> gate: shutdown stops the input
+    /// between two frames, and waits for the batch in hand, before it closes any session (spec §6.4).
     /// The client is held back between two frames, not after a read batch: when it is over a rate
     /// (<see cref="ProtocolSession.Throttle"/>), the loop stops parsing, waits the debt, then goes on with
     /// the frames still buffered, so at rate R and burst B at most about B + R*T frames are handled in T
@@ -66,6 +68,18 @@ internal sealed class FrameSession : ProtocolSession
                     break; // Close: a timeout, a slow consumer or shutdown
                 }
 
+                if (!Input.TryEnter())
+                {
+                    // Shutdown stopped the input (spec §6.4): nothing more is taken; its close ends the loop.
+                    if (result.IsCompleted)
+                    {
+                        break;
+                    }
+
+                    input.AdvanceTo(result.Buffer.Start, result.Buffer.End);
+                    continue;
+                }
+
                 ReadOnlySequence<byte> buffer = result.Buffer;
                 _readAt = Broker.Metrics.FanoutEnabled ? Stopwatch.GetTimestamp() : 0;
                 Volatile.Write(ref _lastReadAt, Environment.TickCount64);
@@ -76,7 +90,7 @@ internal sealed class FrameSession : ProtocolSession
                     while (FrameReader.TryReadFrame(ref buffer, maxFrame, out ReadOnlySequence<byte> body))
                     {
                         HandleFrame(body);
-                        if (Throttle.Ticks > 0 || Backlog.PendingReplies >= maxReplies)
+                        if (Throttle.Ticks > 0 || Backlog.PendingReplies >= maxReplies || Input.IsClosed)
                         {
                             heldBack = true; // the rest of the batch waits in the pipe
                             break;
@@ -88,6 +102,7 @@ internal sealed class FrameSession : ProtocolSession
                     FlushTouched();
                     input.AdvanceTo(buffer.Start, heldBack ? buffer.Start : buffer.End);
                     unparsed = heldBack ? 0 : buffer.Length; // held back: whole frames wait, none is torn
+                    Input.Exit(); // what this batch published is queued to every subscriber before shutdown closes one
                 }
 
                 if (heldBack)

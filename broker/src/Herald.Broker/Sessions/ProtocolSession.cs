@@ -63,8 +63,10 @@ internal abstract class ProtocolSession
     private int _closeCode;
     private string? _closeReason;
 
-    protected ProtocolSession(BrokerCore broker, long id, string transport, EndPoint? remoteEndPoint, BacklogLimits backlogLimits)
+    /// <param name="input">The gate this session's input passes (shutdown closes it); its own unless it shares one.</param>
+    protected ProtocolSession(BrokerCore broker, long id, string transport, EndPoint? remoteEndPoint, BacklogLimits backlogLimits, InputGate? input = null)
     {
+        Input = input ?? new InputGate();
         Broker = broker;
         Limits = broker.Limits;
         Id = id;
@@ -84,6 +86,9 @@ internal abstract class ProtocolSession
     public EndPoint? RemoteEndPoint { get; }
 
     public DateTimeOffset Since { get; }
+
+    /// <summary>Where the client's input enters: shutdown closes it before any session is closed (spec §6.4).</summary>
+    public InputGate Input { get; }
 
     /// <summary>Every subscriber's one queue: what the router delivered and the transport has not yet taken.</summary>
     public SubscriberBacklog Backlog { get; }

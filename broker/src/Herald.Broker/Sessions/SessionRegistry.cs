@@ -10,8 +10,8 @@ namespace Herald.Broker.Sessions;
 
 /// <summary>
 /// Every open session of every transport: gives each its id, admits it within the connection limits,
-/// sweeps them all for liveness (one timer for all, not one per session), counts them, and closes them all,
-/// gracefully, when the host stops.
+/// sweeps them all for liveness (one timer for all, not one per session), counts them, and drains them all
+/// when the host stops (<see cref="DrainAsync"/>).
 /// </summary>
 internal sealed class SessionRegistry : BackgroundService
 {
@@ -21,19 +21,22 @@ internal sealed class SessionRegistry : BackgroundService
     private long _nextId;
     private readonly TimeSpan _sweepPeriod;
     private volatile bool _stopping;
+    private readonly TaskCompletionSource _emptied = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
     /// <param name="sweepPeriod">How often every session's liveness is checked: a fraction of the shortest timeout of any transport.</param>
-    public SessionRegistry(BrokerCore broker, IHostApplicationLifetime lifetime, TimeSpan sweepPeriod)
+    public SessionRegistry(BrokerCore broker, TimeSpan sweepPeriod)
     {
         _broker = broker;
         _sweepPeriod = sweepPeriod;
-        lifetime.ApplicationStopping.Register(CloseAll);
     }
+
+    /// <summary>The input gate of sessions the registry does not list (long-poll's one-shot publishers): <see cref="DrainAsync"/> closes it with the others.</summary>
+    public InputGate UnlistedInput { get; } = new();
 
     /// <summary>Open sessions now, over every transport (monitoring).</summary>
     public int Count => _sessions.Count;
 
-    /// <summary>Whether the host is stopping: no new session is admitted.</summary>
+    /// <summary>Whether shutdown has begun draining the sessions: no new session is admitted.</summary>
     public bool IsStopping => _stopping;
 
     /// <summary>A moment's snapshot of the open sessions, for monitoring (<c>/connz</c>, the queue gauges). Never on the hot path.</summary>
@@ -102,6 +105,11 @@ internal sealed class SessionRegistry : BackgroundService
             return;
         }
 
+        if (_stopping && _sessions.IsEmpty)
+        {
+            _emptied.TrySetResult();
+        }
+
         if ((session.RemoteEndPoint as IPEndPoint)?.Address is { } address && _perAddress.AddOrUpdate(address, 0, static (_, n) => n - 1) <= 0)
         {
             _perAddress.TryRemove(new KeyValuePair<IPAddress, int>(address, 0)); // only if still 0
@@ -131,13 +139,45 @@ internal sealed class SessionRegistry : BackgroundService
         }
     }
 
-    private void CloseAll()
+    /// <summary>
+    /// Shutdown's second step, after the drain delay (spec §6.4): admits no new session; stops every session's
+    /// input and waits for what each had in hand, so that every publication the broker took is queued to
+    /// every matching subscriber before any is closed; then closes them all with <c>ShuttingDown</c>. Each
+    /// delivers what it had queued, within <see cref="LimitOptions.ShutdownDrainTimeout"/> of this close, and
+    /// ends. Returns when every session has ended, or a moment after that timeout.
+    /// </summary>
+    public async Task DrainAsync(CancellationToken cancellationToken)
     {
         _stopping = true;
-        _broker.Log.ShuttingDown(_sessions.Count, _broker.Limits.ShutdownDrainTimeout);
+        Interlocked.MemoryBarrier(); // against Add: a session it lets in after this is refused, one before is listed below
+        var inputs = new List<Task>(_sessions.Count + 1) { UnlistedInput.CloseAsync() };
+        foreach (ProtocolSession session in _sessions.Values)
+        {
+            inputs.Add(session.Input.CloseAsync());
+        }
+
+        await Task.WhenAll(inputs).WaitAsync(cancellationToken).ConfigureAwait(false); // each waits out at most one read batch or publish request
+
+        TimeSpan timeout = _broker.Limits.ShutdownDrainTimeout;
+        _broker.Log.ShuttingDown(_sessions.Count, timeout);
         foreach (ProtocolSession session in _sessions.Values)
         {
             session.Close(ErrorCode.ShuttingDown, "The broker is shutting down.");
+        }
+
+        if (_sessions.IsEmpty)
+        {
+            return;
+        }
+
+        try
+        {
+            // Every session ends by itself within the timeout (its drain, or its timer); the margin lets the last ones unwind.
+            await _emptied.Task.WaitAsync(timeout + TimeSpan.FromSeconds(1), cancellationToken).ConfigureAwait(false);
+        }
+        catch (TimeoutException)
+        {
+            // the web server's stop aborts what is left
         }
     }
 }

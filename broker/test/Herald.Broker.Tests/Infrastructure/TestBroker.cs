@@ -4,6 +4,7 @@ using Herald.Broker.Telemetry;
 using Herald.Broker.Transports;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
 
 namespace Herald.Broker.Tests.Infrastructure;
@@ -65,10 +66,14 @@ public sealed class TestBroker : IAsyncDisposable
         return new TestBroker(app, app.Services.GetRequiredService<Listeners>());
     }
 
-    /// <summary>Starts a graceful stop (what a SIGTERM does) without waiting for it.</summary>
+    /// <summary>
+    /// Starts a graceful stop without waiting for it, in the order a SIGTERM brings: the console lifetime
+    /// fires <c>ApplicationStopping</c> first, then the host stops its services.
+    /// </summary>
     public Task StopAsync()
     {
         _stopped = true;
+        _app.Services.GetRequiredService<IHostApplicationLifetime>().StopApplication();
         return _app.StopAsync();
     }
 

@@ -144,6 +144,11 @@ internal static class LongPollEndpoints
             frames = new ReadOnlySequence<byte>(encoded.WrittenMemory);
         }
 
+        if (!owner.Input.TryEnter())
+        {
+            throw HttpProblem.Unavailable("ShuttingDown", "The broker is shutting down.", 5); // nothing of it was routed
+        }
+
         Refusal refusal;
         try
         {
@@ -152,6 +157,7 @@ internal static class LongPollEndpoints
         finally
         {
             owner.FlushTouched();
+            owner.Input.Exit();
         }
 
         await HoldAsync(context, owner).ConfigureAwait(false);

@@ -27,9 +27,11 @@ internal sealed class PollSession : ProtocolSession
     private readonly LongPollOptions _options;
     private readonly WindowPoller _poller;
     private long _lastActivity = Environment.TickCount64;
+    private int _ended;
 
-    public PollSession(BrokerCore broker, PollSessionStore store, LongPollOptions options, string token, long id, EndPoint? remoteEndPoint, PendingBudget? budget)
-        : base(broker, id, TransportName, remoteEndPoint, new BacklogLimits(options.MaxPendingMessagesPerSession, broker.Limits.MaxPendingBytes, options.SlowConsumerPolicy, budget))
+    /// <param name="input">A gate shared with others (one-shot publishers, whom the registry does not list); null: its own.</param>
+    public PollSession(BrokerCore broker, PollSessionStore store, LongPollOptions options, string token, long id, EndPoint? remoteEndPoint, PendingBudget? budget, InputGate? input = null)
+        : base(broker, id, TransportName, remoteEndPoint, new BacklogLimits(options.MaxPendingMessagesPerSession, broker.Limits.MaxPendingBytes, options.SlowConsumerPolicy, budget), input)
     {
         _store = store;
         _options = options;
@@ -54,21 +56,33 @@ internal sealed class PollSession : ProtocolSession
     /// One poll (longpoll §2): applies <paramref name="ack"/> and takes what is waiting above it; if nothing
     /// is, the poll is held as the session's one poll (an older one is answered 409) until a message comes,
     /// the poll timeout passes (an empty take), the session ends (410, or 503 on shutdown) or the client
-    /// goes away (an empty take; the caller sees its cancellation).
+    /// goes away (an empty take; the caller sees its cancellation). While the broker drains (spec §6.4) a
+    /// poll is never held: it takes what is left, and once nothing is, the session ends with 503 ShuttingDown.
     /// </summary>
     public async Task<WindowTake> PollAsync(long ack, CancellationToken cancellation)
     {
-        ThrowIfEnded();
+        bool draining = IsDraining;
+        if (IsClosing && !draining)
+        {
+            throw PollSessionStore.Ended(CloseCode);
+        }
+
         Touch();
         PollWake wake;
         WindowTake take;
         try
         {
-            (wake, take) = await _poller.PollAsync(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, _options.PollTimeout, cancellation).ConfigureAwait(false);
+            (wake, take) = await _poller.PollAsync(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, draining ? TimeSpan.Zero : _options.PollTimeout, cancellation).ConfigureAwait(false);
         }
         catch (ArgumentOutOfRangeException e)
         {
             throw HttpProblem.Malformed(e.Message.Split(" (Parameter")[0]);
+        }
+
+        if (draining && wake == PollWake.Messages && take.Count == 0)
+        {
+            End(ErrorCode.ShuttingDown); // all delivered and acknowledged
+            wake = PollWake.ShuttingDown;
         }
 
         Touch();
@@ -92,6 +106,9 @@ internal sealed class PollSession : ProtocolSession
         return take;
     }
 
+    /// <summary>Closed by shutdown and not yet ended: polls still take what is queued (spec §6.4).</summary>
+    private bool IsDraining => CloseCode == ErrorCode.ShuttingDown && Volatile.Read(ref _ended) == 0;
+
     /// <summary>Inactivity (longpoll §1): no request, and no poll held, for <c>InactivityTimeout</c>.</summary>
     protected override void CheckTransportLiveness(long now)
     {
@@ -105,13 +122,44 @@ internal sealed class PollSession : ProtocolSession
     /// <summary>
     /// Ends the session: forgotten by token, messages released, a held poll told, subscriptions out of the
     /// router. A slow consumer is ended from inside a publisher's delivery (issue 22): its router removals
-    /// then run on the pool, on its own account, never on that publisher's read loop.
+    /// then run on the pool, on its own account, never on that publisher's read loop. Shutdown (spec §6.4)
+    /// ends it only once its client has taken and acknowledged what was queued, or after
+    /// <c>ShutdownDrainTimeout</c>: until then nothing new arrives and polls take what is left.
     /// </summary>
     protected override void OnClose(ErrorCode code, string reason)
     {
         if (code == ErrorCode.SlowConsumer)
         {
             Broker.Log.SessionSlowConsumer(Id, _options.MaxPendingMessagesPerSession);
+        }
+
+        if (code == ErrorCode.ShuttingDown && Backlog.Pending.Messages > 0)
+        {
+            EndSubscriptions();
+            _poller.Answer(PollWake.Messages); // a held poll takes what is left (or ends the session if nothing is)
+            _ = EndAfterAsync(Limits.ShutdownDrainTimeout);
+            return;
+        }
+
+        End(code);
+    }
+
+    private async Task EndAfterAsync(TimeSpan timeout)
+    {
+        await Task.Delay(timeout).ConfigureAwait(false);
+        if (Volatile.Read(ref _ended) == 0)
+        {
+            Broker.Log.DrainTimedOut(Id, RemoteEndPoint, timeout);
+            End(ErrorCode.ShuttingDown);
+        }
+    }
+
+    /// <summary>Once: forgotten by token (410 from now on), messages released, a held poll answered, subscriptions out of the router.</summary>
+    private void End(ErrorCode code)
+    {
+        if (Interlocked.Exchange(ref _ended, 1) != 0)
+        {
+            return;
         }
 
         _store.Forget(this);
@@ -127,11 +175,4 @@ internal sealed class PollSession : ProtocolSession
         }
     }
 
-    private void ThrowIfEnded()
-    {
-        if (IsClosing)
-        {
-            throw PollSessionStore.Ended(CloseCode);
-        }
-    }
 }

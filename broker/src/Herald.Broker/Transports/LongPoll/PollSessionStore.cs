@@ -123,7 +123,7 @@ internal sealed class PollSessionStore : BackgroundService
             throw HttpProblem.Unavailable("TooManySessions", $"The broker holds its maximum of {_options.MaxSessions} one-shot publishers.", 5);
         }
 
-        return _oneShots.GetOrAdd(key, _ => new PollSession(_broker, this, _options, token: "", 0, remote, budget: null));
+        return _oneShots.GetOrAdd(key, _ => new PollSession(_broker, this, _options, token: "", 0, remote, budget: null, _registry.UnlistedInput));
     }
 
     /// <summary>
@@ -164,10 +164,9 @@ internal sealed class PollSessionStore : BackgroundService
         _ended.Add(session.Token, session.CloseCode);
     }
 
-    /// <summary>Counts a poll as held; throws 503 over <see cref="LongPollOptions.MaxConcurrentPolls"/>. Pair with <see cref="EndPoll"/>.</summary>
+    /// <summary>Counts a poll as held (also while the broker drains: polls take what is queued); throws 503 over <see cref="LongPollOptions.MaxConcurrentPolls"/>. Pair with <see cref="EndPoll"/>.</summary>
     public void BeginPoll()
     {
-        ThrowIfStopping();
         if (Interlocked.Increment(ref _polls) > _options.MaxConcurrentPolls)
         {
             Interlocked.Decrement(ref _polls);
