@@ -32,7 +32,7 @@ internal static class LongPollEndpoints
         poll.MapPost("/sessions", Create);
         poll.MapDelete("/sessions/{session}", (HttpContext c, string session) => InSession(c, session, (owner, _) =>
         {
-            owner.Close(ErrorCode.None, "Closed by the client.");
+            owner.Leave();
             c.Response.StatusCode = StatusCodes.Status204NoContent;
             return Task.CompletedTask;
         }));

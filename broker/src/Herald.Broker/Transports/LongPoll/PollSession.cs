@@ -106,6 +106,15 @@ internal sealed class PollSession : ProtocolSession
         return take;
     }
 
+    /// <summary>The client ends its session (DELETE): at once, also while the broker drains it.</summary>
+    public void Leave()
+    {
+        if (!Close(ErrorCode.None, "Closed by the client."))
+        {
+            End(ErrorCode.None); // draining: what was queued is the client's to give up
+        }
+    }
+
     /// <summary>Closed by shutdown and not yet ended: polls still take what is queued (spec §6.4).</summary>
     private bool IsDraining => CloseCode == ErrorCode.ShuttingDown && Volatile.Read(ref _ended) == 0;
 
