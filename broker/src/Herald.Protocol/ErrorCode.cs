@@ -29,6 +29,8 @@ public enum ErrorCode : uint
     TooManyConnections = 23,
     RateLimited = 24,
     TooManyTopics = 25,
+    FrameTimeout = 26,
+    FrameBudgetFull = 27,
 }
 
 public static class ErrorCodes

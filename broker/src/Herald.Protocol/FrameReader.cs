@@ -53,6 +53,22 @@ public static class FrameReader
         return true;
     }
 
+    /// <summary>
+    /// The body length a frame at the front of <paramref name="buffer"/> declares, once its four prefix bytes
+    /// are there (the body need not be): what a partial frame will cost. <c>false</c> with fewer than four bytes.
+    /// </summary>
+    public static bool TryReadLength(in ReadOnlySequence<byte> buffer, out uint length)
+    {
+        if (buffer.Length < ProtocolConstants.LengthPrefixSize)
+        {
+            length = 0;
+            return false;
+        }
+
+        length = ReadLength(buffer);
+        return true;
+    }
+
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     private static uint ReadLength(in ReadOnlySequence<byte> buffer)
     {

@@ -129,6 +129,10 @@ public static class HeraldHost
         builder.WebHost.UseSockets(sockets =>
         {
             sockets.UnsafePreferInlineScheduling = preview.Tcp.InlineScheduling;
+            // How far the socket reads ahead of what the frame reader has looked at (the input pipe counts
+            // unexamined bytes): a connection held back (rates, replies) or refused budget holds no more than
+            // this; a frame being received is the reader's, bounded by the allowance or the shared budget.
+            sockets.MaxReadBufferSize = preview.Limits.PartialFrameAllowance;
             int sendBuffer = preview.Tcp.SendBufferBytes;
             sockets.CreateBoundListenSocket = endpoint =>
             {
@@ -311,7 +315,7 @@ public static class HeraldHost
     /// <summary>How often the registry checks every session's liveness: a quarter of the shortest timeout of any transport, between 5 ms and 1 s.</summary>
     private static TimeSpan SweepPeriod(HeraldOptions options)
     {
-        TimeSpan shortest = new[] { options.Limits.HandshakeTimeout, options.Limits.PingInterval, options.LongPoll.InactivityTimeout }.Min();
+        TimeSpan shortest = new[] { options.Limits.HandshakeTimeout, options.Limits.PingInterval, options.Limits.FrameGracePeriod, options.LongPoll.InactivityTimeout }.Min();
         return TimeSpan.FromMilliseconds(Math.Clamp(shortest.TotalMilliseconds / 4, 5, 1000));
     }
 }

@@ -104,6 +104,12 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Check(failures, "Herald:Limits:PingInterval", limits.PingInterval, TimeSpan.FromMilliseconds(10), TimeSpan.FromHours(1));
         Check(failures, "Herald:Limits:ShutdownDrainTimeout", limits.ShutdownDrainTimeout, TimeSpan.Zero, TimeSpan.FromMinutes(10));
         Check(failures, "Herald:Limits:ErrorFlushTimeout", limits.ErrorFlushTimeout, TimeSpan.Zero, TimeSpan.FromMinutes(1));
+        Check(failures, "Herald:Limits:FrameGracePeriod", limits.FrameGracePeriod, TimeSpan.FromMilliseconds(10), TimeSpan.FromHours(1));
+        if (limits.MaxPartialFrameBytesTotal < limits.MaxFrameBytes + 4L)
+        {
+            failures.Add($"Herald:Limits:MaxPartialFrameBytesTotal ({limits.MaxPartialFrameBytesTotal}) must hold at least one frame of Herald:Limits:MaxFrameBytes ({limits.MaxFrameBytes}) and its prefix.");
+        }
+
         if (limits.MaxPayloadBytes < 1)
         {
             failures.Add($"Herald:Limits:MaxFrameBytes ({limits.MaxFrameBytes}) leaves no room for a payload beside two topics of Herald:Limits:MaxTopicLength ({limits.MaxTopicLength}): it must exceed 2 × MaxTopicLength + 31.");

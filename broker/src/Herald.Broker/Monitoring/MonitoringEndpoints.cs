@@ -103,6 +103,7 @@ internal static class MonitoringEndpoints
             new VarzMessages(metrics.TotalPublished, metrics.TotalPublishedBytes, metrics.TotalDelivered, metrics.TotalSent, metrics.TotalSentBytes, metrics.TotalDropped),
             metrics.TotalSlowConsumers,
             metrics.TotalProtocolErrors,
+            broker.PartialFrames.Used,
             new VarzProcess(
                 Environment.ProcessorCount,
                 Math.Round(ProcessUsage.CpuSeconds, 3),

@@ -31,6 +31,7 @@ internal sealed record Varz(
     VarzMessages Messages,
     long SlowConsumers,
     long ProtocolErrors,
+    long PartialFrameBytes,
     VarzProcess Process,
     LimitOptions Limits,
     LongPollOptions LongPoll,

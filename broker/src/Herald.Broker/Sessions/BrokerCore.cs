@@ -21,6 +21,7 @@ internal sealed class BrokerCore
         Metrics = metrics;
         Log = log;
         Quotas = new IdentityQuotas(limits);
+        PartialFrames = new PartialFrameBudget(limits.MaxPartialFrameBytesTotal);
         WelcomeLimits =
         [
             new("max_frame", (ulong)limits.MaxFrameBytes),
@@ -59,6 +60,9 @@ internal sealed class BrokerCore
     public IdentityQuotas Quotas { get; }
 
     public ILogger Log { get; }
+
+    /// <summary>The bytes all TCP connections may hold of large frames not yet complete (spec §6.2).</summary>
+    public PartialFrameBudget PartialFrames { get; }
 
     /// <summary>The limits map of WELCOME (spec §4.2), built once.</summary>
     public KeyValuePair<string, ulong>[] WelcomeLimits { get; }

@@ -31,6 +31,13 @@ internal sealed class FrameSession : ProtocolSession
     private long _lastPingAt;
     private int _pingsOutstanding;
 
+    // The frame begun and not complete (spec §6.2): its first byte's time and declared body length (-1 until
+    // its prefix is read), written by the read loop; the budget it took; the deadline the sweeper checks (0: none).
+    private long _frameBegunAt;
+    private long _frameLength = -1;
+    private long _frameBudget;
+    private long _frameDeadline;
+
     public FrameSession(BrokerCore broker, ConnectionContext connection, long id, string transport)
         : base(broker, id, transport, connection.RemoteEndPoint, new BacklogLimits(broker.Limits.MaxPendingMessages, broker.Limits.MaxPendingBytes, broker.Limits.SlowConsumerPolicy))
     {
@@ -56,6 +63,7 @@ internal sealed class FrameSession : ProtocolSession
     {
         PipeReader input = _connection.Transport.Input;
         int maxFrame = Limits.MaxFrameBytes;
+        int maxHelloFrame = Math.Min(maxFrame, Limits.PartialFrameAllowance); // before HELLO: no frame takes budget
         int maxReplies = Limits.MaxPendingReplies;
         long unparsed = 0; // bytes of a frame begun but not complete: a close or reset now tears it (spec §8)
         try
@@ -82,12 +90,13 @@ internal sealed class FrameSession : ProtocolSession
 
                 ReadOnlySequence<byte> buffer = result.Buffer;
                 _readAt = Broker.Metrics.FanoutEnabled ? Stopwatch.GetTimestamp() : 0;
-                Volatile.Write(ref _lastReadAt, Environment.TickCount64);
+                long now = Environment.TickCount64;
+                Volatile.Write(ref _lastReadAt, now);
                 Volatile.Write(ref _pingsOutstanding, 0);
                 bool heldBack = false;
                 try
                 {
-                    while (FrameReader.TryReadFrame(ref buffer, maxFrame, out ReadOnlySequence<byte> body))
+                    while (FrameReader.TryReadFrame(ref buffer, IsOpen ? maxFrame : maxHelloFrame, out ReadOnlySequence<byte> body))
                     {
                         HandleFrame(body);
                         if (Throttle.Ticks > 0 || Backlog.PendingReplies >= maxReplies || Input.IsClosed)
@@ -104,6 +113,8 @@ internal sealed class FrameSession : ProtocolSession
                     unparsed = heldBack ? 0 : buffer.Length; // held back: whole frames wait, none is torn
                     Input.Exit(); // what this batch published is queued to every subscriber before shutdown closes one
                 }
+
+                PartialFrame(unparsed == 0 ? default : buffer, began: buffer.Length != result.Buffer.Length, now);
 
                 if (heldBack)
                 {
@@ -151,6 +162,66 @@ internal sealed class FrameSession : ProtocolSession
         }
     }
 
+    /// <summary>
+    /// Tracks the frame a read batch left incomplete (<paramref name="rest"/>; empty: none, or the loop holds the
+    /// client back and the clock is the broker's): when its first byte came, what it declares, and so its deadline,
+    /// <see cref="LimitOptions.FrameGracePeriod"/> plus its length at <see cref="LimitOptions.MinFrameDataRate"/>,
+    /// which the sweeper checks (<see cref="CheckTransportLiveness"/>). A frame above
+    /// <see cref="LimitOptions.PartialFrameAllowance"/> takes its size from the broker's budget until it is
+    /// complete; none left: <c>FrameBudgetFull</c>. Once per read batch, never per frame; a small frame touches
+    /// nothing shared. Caller: the read loop.
+    /// </summary>
+    /// <param name="began">Whether the batch completed a frame, so that what is left began in it.</param>
+    private void PartialFrame(in ReadOnlySequence<byte> rest, bool began, long now)
+    {
+        if (began || rest.IsEmpty || _frameBegunAt == 0)
+        {
+            EndPartialFrame();
+            if (rest.IsEmpty)
+            {
+                return;
+            }
+
+            _frameBegunAt = now; // the frame's first byte came in this batch (the prefix may itself be dripped)
+        }
+
+        if (_frameLength >= 0 || !FrameReader.TryReadLength(rest, out uint length))
+        {
+            if (_frameLength < 0)
+            {
+                Volatile.Write(ref _frameDeadline, _frameBegunAt + (long)Limits.FrameGracePeriod.TotalMilliseconds);
+            }
+
+            return;
+        }
+
+        _frameLength = length;
+        Volatile.Write(ref _frameDeadline, _frameBegunAt + (long)Limits.FrameGracePeriod.TotalMilliseconds + (length * 1000L / Limits.MinFrameDataRate));
+        if (length > (uint)Limits.PartialFrameAllowance)
+        {
+            long size = length + ProtocolConstants.LengthPrefixSize;
+            if (!Broker.PartialFrames.TryTake(size))
+            {
+                Throw(ErrorCode.FrameBudgetFull, $"The broker holds its maximum of {Limits.MaxPartialFrameBytesTotal} bytes of incomplete large frames; a frame of {length} bytes cannot be received now. Retry later.");
+            }
+
+            _frameBudget = size;
+        }
+    }
+
+    /// <summary>No frame is incomplete any more: its budget is given back and the sweeper stops watching it. Caller: the read loop.</summary>
+    private void EndPartialFrame()
+    {
+        Volatile.Write(ref _frameDeadline, 0);
+        _frameBegunAt = 0;
+        _frameLength = -1;
+        if (_frameBudget > 0)
+        {
+            Broker.PartialFrames.Release(_frameBudget);
+            _frameBudget = 0;
+        }
+    }
+
     /// <summary>The peer left with <paramref name="bytes"/> of a frame unread: logged and counted as TruncatedFrame (spec §8).</summary>
     private void Truncated(long bytes)
     {
@@ -192,6 +263,16 @@ internal sealed class FrameSession : ProtocolSession
                 Close(ErrorCode.HandshakeTimeout, $"No HELLO within {Limits.HandshakeTimeout.TotalSeconds:0.###} s.");
             }
 
+            return; // a frame dripped before HELLO meets the handshake timeout
+        }
+
+        long deadline = Volatile.Read(ref _frameDeadline);
+        if (deadline != 0 && now > deadline)
+        {
+            long length = Volatile.Read(ref _frameLength);
+            Close(ErrorCode.FrameTimeout, length < 0
+                ? $"A frame's length prefix did not arrive within {Limits.FrameGracePeriod.TotalSeconds:0.###} s of its first byte."
+                : $"A frame of {length} bytes did not arrive within {Limits.FrameGracePeriod.TotalSeconds:0.###} s plus its length at {Limits.MinFrameDataRate} bytes/s.");
             return;
         }
 
@@ -294,6 +375,7 @@ internal sealed class FrameSession : ProtocolSession
     /// <summary>Unsubscribes everything, sends the closing ERROR after what may still be sent, and completes the transport.</summary>
     private async Task CloseAsync()
     {
+        EndPartialFrame();
         EndSubscriptions();
         Close(ErrorCode.None, "Closed by the client."); // no-op when the broker closed first
         ErrorCode code = CloseCode;
@@ -306,7 +388,7 @@ internal sealed class FrameSession : ProtocolSession
         }
 
         string reason = CloseReason ?? code.ToString();
-        if (code is ErrorCode.HandshakeTimeout or ErrorCode.StaleConnection or ErrorCode.SlowConsumer or ErrorCode.ShuttingDown)
+        if (code is ErrorCode.HandshakeTimeout or ErrorCode.StaleConnection or ErrorCode.FrameTimeout or ErrorCode.SlowConsumer or ErrorCode.ShuttingDown)
         {
             Broker.Log.ClosedByBroker(Id, RemoteEndPoint, code, reason);
             if (code != ErrorCode.ShuttingDown)

@@ -45,6 +45,37 @@ public sealed class LimitOptions
     /// <summary>Time a new connection has to send HELLO.</summary>
     public TimeSpan HandshakeTimeout { get; set; } = TimeSpan.FromSeconds(5);
 
+    /// <summary>
+    /// Time a frame that has begun (its first byte read) has to complete, beyond its length at
+    /// <see cref="MinFrameDataRate"/> (spec §6.2): a client that drips a frame is closed with <c>FrameTimeout</c>,
+    /// as Kestrel's <c>MinRequestBodyDataRate</c> does for an HTTP body.
+    /// </summary>
+    public TimeSpan FrameGracePeriod { get; set; } = TimeSpan.FromSeconds(5);
+
+    /// <summary>
+    /// Slowest rate, in bytes per second, a frame's body may arrive at: a frame of <c>n</c> bytes must be
+    /// complete within <see cref="FrameGracePeriod"/> plus <c>n / MinFrameDataRate</c> seconds of its first byte.
+    /// 16 KiB/s lets a 1 MiB frame take 69 s: a slow link (128 kbit/s) is never cut.
+    /// </summary>
+    [Range(1, int.MaxValue)]
+    public int MinFrameDataRate { get; set; } = 16 * 1024;
+
+    /// <summary>
+    /// Largest frame body a TCP connection may hold partly received on its own; a larger frame takes its
+    /// size (prefix included) from <see cref="MaxPartialFrameBytesTotal"/> until it is complete. Also the largest frame taken before
+    /// HELLO is accepted, and how far the socket reads ahead of the frame reader (Kestrel's input buffer).
+    /// </summary>
+    [Range(1024, 64 * 1024 * 1024)]
+    public int PartialFrameAllowance { get; set; } = 64 * 1024;
+
+    /// <summary>
+    /// Bytes all TCP connections together may hold of frames larger than <see cref="PartialFrameAllowance"/>
+    /// that are not complete yet; a frame that finds no room is answered <c>FrameBudgetFull</c> and its
+    /// connection closed (spec §6.2).
+    /// </summary>
+    [Range(1024, long.MaxValue)]
+    public long MaxPartialFrameBytesTotal { get; set; } = 256L * 1024 * 1024;
+
     /// <summary>Idle time after which the broker PINGs a connection (spec §6.2).</summary>
     public TimeSpan PingInterval { get; set; } = TimeSpan.FromSeconds(30);
 

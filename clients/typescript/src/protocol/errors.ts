@@ -29,6 +29,8 @@ export const ErrorCode = {
   TooManyConnections: 23,
   RateLimited: 24,
   TooManyTopics: 25,
+  FrameTimeout: 26,
+  FrameBudgetFull: 27,
 } as const;
 
 /** A spec §8 error name such as `"InvalidTopic"`. */
