@@ -29,8 +29,8 @@ public enum ErrorCode : uint
     TooManyConnections = 23,
     RateLimited = 24,
     TooManyTopics = 25,
-    FrameTimeout = 26,
-    FrameBudgetFull = 27,
+    FrameTimeout = 27,
+    FrameBudgetFull = 28,
 }
 
 public static class ErrorCodes

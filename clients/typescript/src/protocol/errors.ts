@@ -29,8 +29,8 @@ export const ErrorCode = {
   TooManyConnections: 23,
   RateLimited: 24,
   TooManyTopics: 25,
-  FrameTimeout: 26,
-  FrameBudgetFull: 27,
+  FrameTimeout: 27,
+  FrameBudgetFull: 28,
 } as const;
 
 /** A spec §8 error name such as `"InvalidTopic"`. */
