@@ -26,7 +26,7 @@ namespace Herald.LoadTest.Scenarios;
 /// messages dropped, connections closed.</item>
 /// <item>The broker's RSS at the end of the publish window against <c>base + N x (MaxPendingBytes +
 /// overhead)</c> (<c>--rss-base-mb</c>, default the RSS measured before the stalled subscribers connected;
-/// <c>--rss-overhead-kb</c>), and the measured RSS per stalled connection, (RSS - baseline) / N. Above the
+/// <c>--rss-overhead-kb</c>, default README's per-connection terms besides the queue), and the measured RSS per stalled connection, (RSS - baseline) / N. Above the
 /// bound is a failure.</item>
 /// </list>
 /// </para>
@@ -36,6 +36,13 @@ namespace Herald.LoadTest.Scenarios;
 internal sealed class StalledScenario : IScenario
 {
     private const int SequenceBytes = sizeof(long);
+
+    /// <summary>
+    /// README's "Memory per TCP connection" beside the queue, at the broker's defaults, in KiB: replies
+    /// (MaxPendingReplies 1,000 x (MaxTopicLength 256 + 256) B), the writer (128 KiB + MaxFrameBytes 1 MiB)
+    /// and the reader (2 x PartialFrameAllowance 64 KiB).
+    /// </summary>
+    private const double ReadmeOverheadKb = ((1000 * (256 + 256)) + (128 * 1024) + (1024 * 1024) + (2 * 64 * 1024)) / 1024.0;
 
     public string Name => "stalled";
 
@@ -54,7 +61,9 @@ internal sealed class StalledScenario : IScenario
           --policy P             the broker's slow-consumer policy: disconnect | drop-oldest (default disconnect)
           --stalled-rcvbuf B     each stalled socket's receive buffer (SO_RCVBUF)         (default 4096)
           --rss-base-mb MB       the formula's base (default: RSS measured before the stalled subscribers connect)
-          --rss-overhead-kb KB   the formula's per-connection overhead besides its queue  (default 64)
+          --rss-overhead-kb KB   the formula's per-connection overhead besides its queue: README's
+                                 MaxPendingReplies x (MaxTopicLength + 256) + 128 KiB + MaxFrameBytes
+                                 + 2 x PartialFrameAllowance at the broker's defaults (default 1,780)
           --topic NAME           topic                                                    (default bench.stalled)
           --grace S              after the window: time for the fast subscribers to catch up (default 5)
           --repeat N             repetitions, each on a freshly started broker; headlines are the median (default 1)
@@ -229,7 +238,7 @@ internal sealed class StalledScenario : IScenario
                 policy,
                 options.Int("stalled-rcvbuf", 4096, 256, 64 * 1024 * 1024),
                 options.Has("rss-base-mb") ? options.Seconds("rss-base-mb", 0, 0, 1e9) : null,
-                options.Seconds("rss-overhead-kb", 64, 0, 1e9),
+                options.Seconds("rss-overhead-kb", ReadmeOverheadKb, 0, 1e9),
                 options.String("topic", "bench.stalled"),
                 options.Seconds("grace", 5, 0),
                 ScenarioClients.Repeat(options),
