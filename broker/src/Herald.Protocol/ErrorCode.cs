@@ -29,6 +29,7 @@ public enum ErrorCode : uint
     TooManyConnections = 23,
     RateLimited = 24,
     TooManyTopics = 25,
+    InvalidHeaders = 26,
     FrameTimeout = 27,
     FrameBudgetFull = 28,
 }

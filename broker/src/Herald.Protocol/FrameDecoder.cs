@@ -151,7 +151,7 @@ public static class FrameDecoder
         }
     }
 
-    /// <summary>Reads PUBLISH (after <see cref="ReadHeader"/>).</summary>
+    /// <summary>Reads PUBLISH (after <see cref="ReadHeader"/>): a sixth element is its header block (spec §4.9).</summary>
     public static PublishFrame ReadPublish(ref MessagePackReader reader, int elementCount)
     {
         try
@@ -165,7 +165,7 @@ public static class FrameDecoder
         }
     }
 
-    /// <summary>Reads MESSAGE (after <see cref="ReadHeader"/>).</summary>
+    /// <summary>Reads MESSAGE (after <see cref="ReadHeader"/>): a seventh element is its header block (spec §4.9).</summary>
     public static PublishFrame ReadMessage(ref MessagePackReader reader, int elementCount)
     {
         try
@@ -249,8 +249,24 @@ public static class FrameDecoder
 
         ReadOnlySequence<byte> payload = reader.ReadBytes() ?? ThrowNil<ReadOnlySequence<byte>>("payload");
         ReadOnlySequence<byte> envelope = reader.Sequence.Slice(start, reader.Position);
-        SkipRest(ref reader, extra);
-        return new PublishFrame(sid, topic, replyTo, (PayloadFlags)flags, payload, envelope);
+        if (extra == 0)
+        {
+            SkipRest(ref reader, 0);
+            return new PublishFrame(sid, topic, replyTo, (PayloadFlags)flags, payload, envelope);
+        }
+
+        // The header block (spec §4.9): skipped as an element (bounded depth), then its shape checked once.
+        if (reader.NextMessagePackType != MessagePackType.Map)
+        {
+            ThrowHelper.ThrowMalformed("Field headers is not a MessagePack map.");
+        }
+
+        SequencePosition headersStart = reader.Position;
+        Skip(ref reader, 0);
+        ReadOnlySequence<byte> headers = reader.Sequence.Slice(headersStart, reader.Position);
+        int values = HeaderBlock.Validate(headers, out string? reserved);
+        SkipRest(ref reader, extra - 1);
+        return new PublishFrame(sid, topic, replyTo, (PayloadFlags)flags, payload, envelope) { Headers = headers, HeaderValues = values, ReservedHeader = reserved };
     }
 
     private static string? ReadString(ref MessagePackReader reader, string field)

@@ -79,38 +79,44 @@ public static class FrameWriter
         w.Flush();
     }
 
-    /// <summary>Writes PUBLISH. An empty <paramref name="replyTo"/> is encoded as nil (no reply wanted).</summary>
-    public static void WritePublish(IBufferWriter<byte> output, ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, PayloadFlags flags, ReadOnlySpan<byte> payload)
+    /// <summary>
+    /// Writes PUBLISH. An empty <paramref name="replyTo"/> is encoded as nil (no reply wanted); a non-empty
+    /// <paramref name="headers"/> (an encoded header block, spec §4.9) is sent as a sixth element, as is.
+    /// </summary>
+    public static void WritePublish(IBufferWriter<byte> output, ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, PayloadFlags flags, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> headers = default)
     {
-        int body = 1 + 1 + EnvelopeSize(topic.Length, replyTo.Length, flags, payload.Length);
-        var w = Start(output, body, 5, FrameType.Publish);
+        int body = 1 + 1 + EnvelopeSize(topic.Length, replyTo.Length, flags, payload.Length) + headers.Length;
+        var w = Start(output, body, headers.IsEmpty ? 5 : 6, FrameType.Publish);
         WriteEnvelope(ref w, topic, replyTo, flags, payload);
+        w.WriteRaw(headers);
         w.Flush();
     }
 
-    /// <summary>Writes a whole MESSAGE frame (the broker instead copies a PUBLISH envelope, see <see cref="WriteMessageHeader"/>).</summary>
-    public static void WriteMessage(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, PayloadFlags flags, ReadOnlySpan<byte> payload)
+    /// <summary>Writes a whole MESSAGE frame (the broker instead copies a PUBLISH envelope, see <see cref="WriteMessageHeader"/>); a non-empty <paramref name="headers"/> block is the seventh element.</summary>
+    public static void WriteMessage(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, PayloadFlags flags, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> headers = default)
     {
         int envelope = EnvelopeSize(topic.Length, replyTo.Length, flags, payload.Length);
         Span<byte> header = output.GetSpan(ProtocolConstants.MessageHeaderSize);
-        WriteMessageHeader(header, envelope, sid);
+        WriteMessageHeader(header, envelope + headers.Length, sid, hasHeaders: !headers.IsEmpty);
         output.Advance(ProtocolConstants.MessageHeaderSize);
         var w = new MessagePackWriter(output);
         WriteEnvelope(ref w, topic, replyTo, flags, payload);
+        w.WriteRaw(headers);
         w.Flush();
     }
 
     /// <summary>
     /// Writes the eleven bytes that start a MESSAGE frame whose envelope (topic, reply_to, flags,
-    /// payload, already encoded) is <paramref name="envelopeLength"/> bytes long (spec §4.6).
+    /// payload and, with <paramref name="hasHeaders"/>, the header block, already encoded) is
+    /// <paramref name="envelopeLength"/> bytes long (spec §4.6).
     /// <code>
-    /// | length (4) | 0x96 | 0x06 | 0xce | sid (4, BE) | envelope ... |
+    /// | length (4) | 0x96 (0x97 with headers) | 0x06 | 0xce | sid (4, BE) | envelope ... [headers] |
     /// </code>
     /// </summary>
-    public static void WriteMessageHeader(Span<byte> destination, int envelopeLength, uint sid)
+    public static void WriteMessageHeader(Span<byte> destination, int envelopeLength, uint sid, bool hasHeaders = false)
     {
         BinaryPrimitives.WriteUInt32BigEndian(destination, (uint)(ProtocolConstants.MessageHeaderSize - ProtocolConstants.LengthPrefixSize + envelopeLength));
-        destination[4] = 0x96; // fixarray of 6
+        destination[4] = hasHeaders ? (byte)0x97 : (byte)0x96; // fixarray of 7 or 6
         destination[5] = (byte)FrameType.Message;
         destination[6] = MessagePackCode.UInt32;
         BinaryPrimitives.WriteUInt32BigEndian(destination[ProtocolConstants.MessageSidOffset..], sid);

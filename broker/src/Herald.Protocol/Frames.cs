@@ -33,6 +33,20 @@ public readonly record struct PublishFrame(
     /// <summary>The encoded elements topic..payload, exactly as MESSAGE carries them after its sid.</summary>
     public ReadOnlySequence<byte> Envelope { get; } = Envelope;
 
+    /// <summary>
+    /// The encoded header block (spec §4.9), byte for byte as it travelled, right after <see cref="Envelope"/>;
+    /// empty when the frame has none (an empty map is one byte, <c>0x80</c>).
+    /// </summary>
+    public ReadOnlySequence<byte> Headers { get; init; }
+
+    /// <summary>Values over all keys of <see cref="Headers"/> (what <c>max_headers</c> counts).</summary>
+    public int HeaderValues { get; init; }
+
+    /// <summary>The first key of <see cref="Headers"/> under the broker's reserved prefix <c>Herald-</c>, or null.</summary>
+    public string? ReservedHeader { get; init; }
+
+    public bool HasHeaders => !Headers.IsEmpty;
+
     public string TopicString => Encoding.UTF8.GetString(Topic);
 
     public string? ReplyToString => ReplyTo is { } r ? Encoding.UTF8.GetString(r) : null;

@@ -45,6 +45,12 @@ public enum Capabilities : uint
     None = 0,
     /// <summary>The peer can read Zstd-compressed payloads.</summary>
     Zstd = 1,
+
+    /// <summary>The peer reads MESSAGE frames that carry a header block and may send PUBLISH frames with one (spec §4.9).</summary>
+    Headers = 2,
+
+    /// <summary>The peer wants a no-responders status for its requests (spec §7); granted only with <see cref="Headers"/>.</summary>
+    NoResponders = 4,
 }
 
 /// <summary>Option bits of SUBSCRIBE (spec §4.3).</summary>

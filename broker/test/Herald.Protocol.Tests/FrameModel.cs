@@ -40,6 +40,7 @@ internal static class FrameModel
     {
         FrameType.Welcome => ["inbox_prefix"],
         FrameType.Error => ["sid"],
+        FrameType.Publish or FrameType.Message => ["headers"],
         _ => [],
     };
 
@@ -102,10 +103,10 @@ internal static class FrameModel
                 FrameWriter.WriteUnsubscribe(output, u.Sid);
                 break;
             case PublishFrame p when frame.Type == FrameType.Publish:
-                FrameWriter.WritePublish(output, p.Topic.ToArray(), p.ReplyTo?.ToArray(), p.Flags, p.Payload.ToArray());
+                FrameWriter.WritePublish(output, p.Topic.ToArray(), p.ReplyTo?.ToArray(), p.Flags, p.Payload.ToArray(), p.Headers.ToArray());
                 break;
             case PublishFrame m:
-                FrameWriter.WriteMessage(output, m.Sid, m.Topic.ToArray(), m.ReplyTo?.ToArray(), m.Flags, m.Payload.ToArray());
+                FrameWriter.WriteMessage(output, m.Sid, m.Topic.ToArray(), m.ReplyTo?.ToArray(), m.Flags, m.Payload.ToArray(), m.Headers.ToArray());
                 break;
             case ErrorFrame e:
                 FrameWriter.WriteError(output, e.Code, e.Fatal, e.Message, e.Count, e.Sid);
@@ -163,7 +164,10 @@ internal static class FrameModel
                 Utf8(fields.GetProperty("reply_to")),
                 (PayloadFlags)fields.GetProperty("flags").GetUInt32(),
                 new ReadOnlySequence<byte>(Convert.FromHexString(fields.GetProperty("payload").GetString()!)),
-                default),
+                default)
+            {
+                Headers = fields.TryGetProperty("headers", out JsonElement headers) ? new ReadOnlySequence<byte>(HeaderBlock.Encode(HeadersOf(headers))) : default,
+            },
             FrameType.Error => new ErrorFrame(
                 (ErrorCode)fields.GetProperty("code").GetUInt32(),
                 fields.GetProperty("fatal").GetBoolean(),
@@ -203,12 +207,20 @@ internal static class FrameModel
                 p.ReplyTo is not { } r || (emptyReplyToIsNil && r.IsEmpty) ? "nil" : Text(r),
                 Num((uint)p.Flags),
                 "x'" + Convert.ToHexStringLower(p.Payload.ToArray()) + "'",
+                .. p.HasHeaders ? [DescribeHeaders(p.Headers)] : Array.Empty<string>(),
             ],
             ErrorFrame e => [Num((uint)e.Code), e.Fatal ? "true" : "false", Text(e.Message), Num(e.Count), .. e.Sid != 0 ? [Num(e.Sid)] : Array.Empty<string>()],
             _ => [],
         };
         return frame.Type.ToString().ToUpperInvariant() + " {" + string.Join(", ", FieldNames(frame.Type).Concat(OptionalFieldNames(frame.Type)).Zip(values, (n, v) => $"{n}={v}")) + "}";
     }
+
+    /// <summary>A vector's <c>"headers"</c> (spec §12): a JSON object, keys in encoded order, each an array of strings.</summary>
+    public static IEnumerable<KeyValuePair<string, string[]>> HeadersOf(JsonElement headers) =>
+        headers.EnumerateObject().Select(p => new KeyValuePair<string, string[]>(p.Name, [.. p.Value.EnumerateArray().Select(v => v.GetString()!)])).ToList();
+
+    private static string DescribeHeaders(ReadOnlySequence<byte> block) =>
+        "{" + string.Join(", ", HeaderBlock.Read(block).Select(h => $"{Text(h.Key)}: [{string.Join(", ", h.Value.Select(Text))}]")) + "}";
 
     private static string Num(ulong value) => value.ToString(CultureInfo.InvariantCulture);
 

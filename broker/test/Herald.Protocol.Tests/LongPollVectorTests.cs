@@ -101,10 +101,10 @@ public class LongPollVectorTests
         foreach (JsonElement m in c.GetProperty("messages").EnumerateArray())
         {
             var frame = (PublishFrame)LongPollVectors.Frame(m).Frame!;
-            FrameWriter.WriteMessage(output, frame.Sid, frame.Topic.ToArray(), frame.ReplyTo?.ToArray(), frame.Flags, frame.Payload.ToArray());
+            FrameWriter.WriteMessage(output, frame.Sid, frame.Topic.ToArray(), frame.ReplyTo?.ToArray(), frame.Flags, frame.Payload.ToArray(), frame.Headers.ToArray());
 
-            // README §4.6: sid always uint32 (0xce) at frame offset 7.
-            Assert.Equal(0x96, body[offset + 4]);
+            // README §4.6: sid always uint32 (0xce) at frame offset 7; seven elements when the message has headers (§4.9).
+            Assert.Equal(frame.HasHeaders ? 0x97 : 0x96, body[offset + 4]);
             Assert.Equal((byte)FrameType.Message, body[offset + 5]);
             Assert.Equal(MessagePack.MessagePackCode.UInt32, body[offset + 6]);
             Assert.Equal(frame.Sid, BinaryPrimitives.ReadUInt32BigEndian(body.AsSpan(offset + ProtocolConstants.MessageSidOffset)));
@@ -144,6 +144,12 @@ public class LongPollVectorTests
             byte[] payload = LongPollVectors.Hex(e, "payload");
             string? text = TryStrictUtf8(payload);
             string[] members = text is null ? ["seq", "sid", "topic", "replyTo", "payload"] : ["seq", "sid", "topic", "replyTo", "payload", "text"];
+            if (e.TryGetProperty("headers", out JsonElement expectedHeaders))
+            {
+                members = [.. members, "headers"]; // longpoll §2.2: present exactly when the message has a header block, as a JSON object
+                Assert.Equal(JsonSerializer.Serialize(expectedHeaders), JsonSerializer.Serialize(a.GetProperty("headers")));
+            }
+
 
             Assert.Equal(members.Order(StringComparer.Ordinal), a.EnumerateObject().Select(p => p.Name).Order(StringComparer.Ordinal));
             Assert.Equal(e.GetProperty("seq").GetInt64(), a.GetProperty("seq").GetInt64());

@@ -100,7 +100,10 @@ internal static class LongPollVectors
                 f.GetProperty("replyTo").ValueKind == JsonValueKind.Null ? null : Utf8(f.GetProperty("replyTo").GetString()!),
                 (PayloadFlags)f.GetProperty("flags").GetUInt32(),
                 new ReadOnlySequence<byte>(Hex(f, "payload")),
-                default),
+                default)
+            {
+                Headers = f.TryGetProperty("headers", out JsonElement headers) ? new ReadOnlySequence<byte>(HeaderBlock.Encode(FrameModel.HeadersOf(headers))) : default,
+            },
             FrameType.Subscribe => new SubscribeFrame(
                 f.GetProperty("sid").GetUInt32(),
                 Utf8(f.GetProperty("pattern").GetString()!),

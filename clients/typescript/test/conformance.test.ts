@@ -28,6 +28,7 @@ import {
   validatePattern,
   validateTopic,
   type Frame,
+  type MessageHeaders,
 } from "@herald/client/protocol";
 
 const vectorsDir = new URL("../../../protocol-spec/vectors/", import.meta.url);
@@ -103,8 +104,13 @@ function expectedFields(frame: string, fields: Record<string, unknown>): unknown
 
 function actualFields(frame: Frame): unknown {
   const { type: _type, ...rest } = frame as Frame & Record<string, unknown>;
+  if ("headers" in frame && frame.headers !== undefined) rest.headers = Object.fromEntries(frame.headers);
   return normalize(rest);
 }
+
+/** A vector's `headers` (an object, keys in encoded order, README §12) as the codec's pairs. */
+const headerPairs = (h: Record<string, string[]> | undefined): MessageHeaders | undefined =>
+  h === undefined ? undefined : Object.entries(h);
 
 const frameTypes: Record<string, number> = {
   HELLO: 1,
@@ -130,9 +136,9 @@ function encode(frame: string, f: any): Uint8Array {
     case "UNSUBSCRIBE":
       return encodeUnsubscribe(Number(f.sid));
     case "PUBLISH":
-      return encodePublish(f.topic, f.reply_to, Number(f.flags), unhex(f.payload));
+      return encodePublish(f.topic, f.reply_to, Number(f.flags), unhex(f.payload), headerPairs(f.headers));
     case "MESSAGE":
-      return encodeMessage(Number(f.sid), f.topic, f.reply_to, Number(f.flags), unhex(f.payload));
+      return encodeMessage(Number(f.sid), f.topic, f.reply_to, Number(f.flags), unhex(f.payload), headerPairs(f.headers));
     case "PING":
       return encodePing();
     case "PONG":
@@ -166,6 +172,9 @@ for (const { name, data } of frameFiles) {
           const frame = outcome.frames[0]!;
           assert.equal(frame.type, frameTypes[data.frame]);
           assert.deepEqual(actualFields(frame), expectedFields(data.frame, v.fields));
+          if (v.fields.headers !== undefined && "headers" in frame) {
+            assert.deepEqual(frame.headers!.map(([key]) => key), Object.keys(v.fields.headers), "header keys in encoded order");
+          }
         }
         if (v.canonical) assert.equal(hex(encode(data.frame, v.fields)), v.hex, "canonical encoding");
       });
@@ -230,7 +239,7 @@ describe("longpoll.json", () => {
     test(`pollBinary: ${v.name}`, () => {
       const result = parsePollBody(Number(v.ack), headersOf(v.headers), unhex(v.hex), limits.max_frame);
       assert.deepEqual(
-        result.messages.map((m) => ({ ...m, payload: hex(m.payload) })),
+        result.messages.map((m) => ({ ...m, payload: hex(m.payload), ...(m.headers ? { headers: Object.fromEntries(m.headers) } : {}) })),
         v.messages.map((m: any) => ({ ...m, seq: Number(m.seq), sid: Number(m.sid), flags: Number(m.flags) })),
       );
       assert.equal(result.dropped, Number(v.headers["Herald-Dropped"]));
@@ -251,6 +260,7 @@ describe("longpoll.json", () => {
           text = undefined;
         }
         assert.equal(text, j.text);
+        assert.deepEqual(j.headers === undefined ? undefined : Object.entries(j.headers), m.headers, "headers: present exactly when the message has them");
       });
     });
   }

@@ -29,6 +29,7 @@ export const ErrorCode = {
   TooManyConnections: 23,
   RateLimited: 24,
   TooManyTopics: 25,
+  InvalidHeaders: 26,
   FrameTimeout: 27,
   FrameBudgetFull: 28,
 } as const;

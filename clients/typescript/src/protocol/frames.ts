@@ -33,7 +33,16 @@ export const FrameType = {
 export type FrameTypeValue = (typeof FrameType)[keyof typeof FrameType];
 
 /** HELLO/WELCOME capability bits (spec §4.1). */
-export const Capabilities = { None: 0, Zstd: 1 } as const;
+export const Capabilities = { None: 0, Zstd: 1, Headers: 2, NoResponders: 4 } as const;
+/**
+ * A header block (spec §4.9): keys in encoded order, each with one or more values. Pairs, not an object:
+ * an object would reorder keys that look like integers.
+ */
+export type MessageHeaders = Array<[key: string, values: string[]]>;
+/** Longest header key, in bytes (spec §4.9). */
+export const MAX_HEADER_KEY_BYTES = 256;
+/** Prefix of the header keys only the broker sets (ASCII case-insensitive, spec §4.9). */
+export const RESERVED_HEADER_PREFIX = "Herald-";
 /** SUBSCRIBE option bits (spec §4.3). */
 export const SubscribeOptions = { None: 0, NoEcho: 1 } as const;
 /** PUBLISH/MESSAGE flag bits (spec §4.5). */
@@ -74,6 +83,8 @@ export interface PublishFrame {
   replyTo: string | null;
   flags: number;
   payload: Uint8Array;
+  /** The header block (spec §4.9); absent when the frame has none. */
+  headers?: MessageHeaders;
 }
 export interface MessageFrame {
   type: 6;
@@ -82,6 +93,8 @@ export interface MessageFrame {
   replyTo: string | null;
   flags: number;
   payload: Uint8Array;
+  /** The header block (spec §4.9), as published; absent when the message has none. */
+  headers?: MessageHeaders;
 }
 export interface PingFrame {
   type: 7;
@@ -194,10 +207,55 @@ export function encodeUnsubscribe(sid: number): Uint8Array {
   return encodeFrame([FrameType.Unsubscribe, sid]);
 }
 
-/** PUBLISH `[5, topic, reply_to, flags, payload]` (spec §4.5). An empty `replyTo` is written as nil. */
-export function encodePublish(topic: string, replyTo: string | null, flags: number, payload: Uint8Array): Uint8Array {
+/** Appends a header block to a frame of fewer than 15 elements: one more in its fixarray header, the block after it. */
+function withHeaders(frame: Uint8Array, headers: MessageHeaders | undefined): Uint8Array {
+  if (headers === undefined) return frame;
+  const block = encodeHeaderBlock(headers);
+  const out = new Uint8Array(frame.length + block.length);
+  out.set(frame);
+  out.set(block, frame.length);
+  out[LENGTH_PREFIX_SIZE]! += 1;
+  new DataView(out.buffer).setUint32(0, out.length - LENGTH_PREFIX_SIZE);
+  return out;
+}
+
+/** A header block (spec §4.9) in the given key order; keys and values as MessagePack str, not checked here. */
+export function encodeHeaderBlock(headers: MessageHeaders): Uint8Array {
+  const parts: number[] = [];
+  const header = (n: number, fix: number, bits: number, b16: number, b32: number): void => {
+    if (n < 1 << bits) parts.push(fix | n);
+    else if (n <= 0xffff) parts.push(b16, n >> 8, n & 0xff);
+    else parts.push(b32, n >>> 24, (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff);
+  };
+  const str = (s: string): void => {
+    const bytes = utf8.encode(s);
+    if (bytes.length < 32) parts.push(0xa0 | bytes.length);
+    else if (bytes.length <= 0xff) parts.push(0xd9, bytes.length);
+    else header(bytes.length, 0, 0, 0xda, 0xdb);
+    for (const b of bytes) parts.push(b);
+  };
+  header(headers.length, 0x80, 4, 0xde, 0xdf);
+  for (const [key, values] of headers) {
+    str(key);
+    header(values.length, 0x90, 4, 0xdc, 0xdd);
+    for (const value of values) str(value);
+  }
+  return Uint8Array.from(parts);
+}
+
+/**
+ * PUBLISH `[5, topic, reply_to, flags, payload, headers?]` (spec §4.5, §4.9). An empty `replyTo` is written as
+ * nil; `headers` (even an empty list) is sent as the sixth element, only to a broker that granted headers.
+ */
+export function encodePublish(
+  topic: string,
+  replyTo: string | null,
+  flags: number,
+  payload: Uint8Array,
+  headers?: MessageHeaders,
+): Uint8Array {
   checkUint32("flags", flags);
-  return encodeFrame([FrameType.Publish, topic, replyTo === "" ? null : replyTo, flags, payload]);
+  return withHeaders(encodeFrame([FrameType.Publish, topic, replyTo === "" ? null : replyTo, flags, payload]), headers);
 }
 
 /** MESSAGE (server to client, spec §4.6) with the sid always as uint32 (`0xce`), as the broker writes it. */
@@ -207,11 +265,12 @@ export function encodeMessage(
   replyTo: string | null,
   flags: number,
   payload: Uint8Array,
+  headers?: MessageHeaders,
 ): Uint8Array {
   checkUint32("sid", sid);
   checkUint32("flags", flags);
   // 0xffffffff is always written as 0xce + 4 bytes: encode with it, then stamp the real sid in.
-  const frame = encodeFrame([FrameType.Message, 0xffffffff, topic, replyTo === "" ? null : replyTo, flags, payload]);
+  const frame = withHeaders(encodeFrame([FrameType.Message, 0xffffffff, topic, replyTo === "" ? null : replyTo, flags, payload]), headers);
   new DataView(frame.buffer, frame.byteOffset).setUint32(7, sid);
   return frame;
 }
@@ -320,15 +379,25 @@ export function decodeFrame(body: Uint8Array): Frame {
     case FrameType.Publish: {
       require(count, 5, "PUBLISH");
       const env = readEnvelope(r);
-      skipRest(r, count - 5);
-      return { type, ...env };
+      if (count === 5) {
+        skipRest(r, 0);
+        return { type, ...env };
+      }
+      const headers = readHeaders(r);
+      skipRest(r, count - 6);
+      return { type, ...env, headers };
     }
     case FrameType.Message: {
       require(count, 6, "MESSAGE");
       const sid = r.readUint32();
       const env = readEnvelope(r);
-      skipRest(r, count - 6);
-      return { type, sid, ...env };
+      if (count === 6) {
+        skipRest(r, 0);
+        return { type, sid, ...env };
+      }
+      const headers = readHeaders(r);
+      skipRest(r, count - 7);
+      return { type, sid, ...env, headers };
     }
     case FrameType.Ping:
       skipRest(r, count - 1);
@@ -362,6 +431,41 @@ function readEnvelope(r: MsgReader): { topic: string; replyTo: string | null; fl
   }
   const payload = nonNil(r.readBin(), "payload");
   return { topic, replyTo, flags, payload };
+}
+
+// RFC 9110 tchar: what an HTTP field name, and so a header key, is made of.
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+/**
+ * A header block (spec §4.9): a map of 1-256 byte token keys, unique ignoring ASCII case, each to an array
+ * of one or more UTF-8 values without CR or LF. Any other shape is `MalformedFrame`. Keys under
+ * {@link RESERVED_HEADER_PREFIX} are read like any other (the broker's own status uses them).
+ */
+function readHeaders(r: MsgReader): MessageHeaders {
+  const keys = r.readMapHeader();
+  const headers: MessageHeaders = [];
+  const seen = new Set<string>();
+  for (let i = 0; i < keys; i++) {
+    if (!r.nextIsString()) throw malformed("A header key is not a MessagePack str.");
+    const key = r.readString()!;
+    if (!TOKEN.test(key) || key.length > MAX_HEADER_KEY_BYTES) {
+      throw malformed(`Header key '${key.slice(0, 64)}' is not 1 to ${MAX_HEADER_KEY_BYTES} bytes of HTTP token characters.`);
+    }
+    const folded = key.toLowerCase(); // token characters are ASCII: this is ASCII case folding
+    if (seen.has(folded)) throw malformed(`Header key '${key}' appears twice (keys are compared ignoring ASCII case).`);
+    seen.add(folded);
+    const count = r.readArrayHeader();
+    if (count === 0) throw malformed(`Header '${key}' has no value; a key has one or more.`);
+    const values: string[] = [];
+    for (let v = 0; v < count; v++) {
+      if (!r.nextIsString()) throw malformed(`A value of header '${key}' is not a MessagePack str.`);
+      const value = r.readString()!;
+      if (value.includes("\r") || value.includes("\n")) throw malformed(`A value of header '${key}' holds CR or LF.`);
+      values.push(value);
+    }
+    headers.push([key, values]);
+  }
+  return headers;
 }
 
 // ---------------------------------------------------------------------------------------------------------

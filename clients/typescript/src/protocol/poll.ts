@@ -3,7 +3,7 @@
  * `Herald-First-Sequence` header, `Herald-Count` of them, `Herald-Dropped` lost just before the first.
  */
 import { ProtocolError, malformed } from "./errors.js";
-import { DEFAULT_MAX_FRAME, FrameType, decodeFrames } from "./frames.js";
+import { DEFAULT_MAX_FRAME, FrameType, decodeFrames, type MessageHeaders } from "./frames.js";
 
 export interface PolledMessage {
   /** The message's sequence number in its session. */
@@ -14,6 +14,8 @@ export interface PolledMessage {
   flags: number;
   /** As sent (still compressed when flags has the Zstd bit). */
   payload: Uint8Array;
+  /** The header block (spec §4.9); absent when the message has none. */
+  headers?: MessageHeaders;
 }
 
 export interface PollResult {
@@ -53,7 +55,9 @@ export function parsePollBody(ack: number, headers: HeaderSource, body: Uint8Arr
     if (frame.type !== FrameType.Message) {
       throw new ProtocolError("UnexpectedFrame", `A poll body holds a frame of type ${frame.type}, not MESSAGE.`);
     }
-    return { seq: first + i, sid: frame.sid, topic: frame.topic, replyTo: frame.replyTo, flags: frame.flags, payload: frame.payload };
+    const message: PolledMessage = { seq: first + i, sid: frame.sid, topic: frame.topic, replyTo: frame.replyTo, flags: frame.flags, payload: frame.payload };
+    if (frame.headers !== undefined) message.headers = frame.headers;
+    return message;
   });
   return { messages, dropped, ack: messages.length > 0 ? first + messages.length - 1 : ack };
 }

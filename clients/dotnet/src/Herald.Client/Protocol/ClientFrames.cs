@@ -21,17 +21,17 @@ internal static class ClientFrames
 
     public static void Unsubscribe(IBufferWriter<byte> output, uint sid) => FrameWriter.WriteUnsubscribe(output, sid);
 
-    /// <summary>PUBLISH; an empty <paramref name="replyTo"/> is written as nil (no reply wanted).</summary>
-    public static void Publish(IBufferWriter<byte> output, ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, PayloadFlags flags, ReadOnlySpan<byte> payload) =>
-        FrameWriter.WritePublish(output, topic, replyTo, flags, payload);
+    /// <summary>PUBLISH; an empty <paramref name="replyTo"/> is written as nil (no reply wanted); a non-empty <paramref name="headers"/> block (spec §4.9) is the sixth element.</summary>
+    public static void Publish(IBufferWriter<byte> output, ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, PayloadFlags flags, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> headers = default) =>
+        FrameWriter.WritePublish(output, topic, replyTo, flags, payload, headers);
 
     /// <summary>Bytes of a whole PUBLISH frame, prefix included.</summary>
-    public static int PublishSize(int topicLength, int replyToLength, PayloadFlags flags, int payloadLength) =>
-        ProtocolConstants.LengthPrefixSize + PublishBodySize(topicLength, replyToLength, flags, payloadLength);
+    public static int PublishSize(int topicLength, int replyToLength, PayloadFlags flags, int payloadLength, int headersLength = 0) =>
+        ProtocolConstants.LengthPrefixSize + PublishBodySize(topicLength, replyToLength, flags, payloadLength, headersLength);
 
-    /// <summary>Bytes of a PUBLISH body (what the broker compares with its <c>max_frame</c>): array header, type, envelope.</summary>
-    public static int PublishBodySize(int topicLength, int replyToLength, PayloadFlags flags, int payloadLength) =>
-        1 + 1 + FrameWriter.EnvelopeSize(topicLength, replyToLength, flags, payloadLength);
+    /// <summary>Bytes of a PUBLISH body (what the broker compares with its <c>max_frame</c>): array header, type, envelope, header block.</summary>
+    public static int PublishBodySize(int topicLength, int replyToLength, PayloadFlags flags, int payloadLength, int headersLength = 0) =>
+        1 + 1 + FrameWriter.EnvelopeSize(topicLength, replyToLength, flags, payloadLength) + headersLength;
 
     public static void Ping(IBufferWriter<byte> output) => FrameWriter.WritePing(output);
 

@@ -16,7 +16,7 @@ internal static class FrameText
     public static string Of(ServerFrame frame) => frame.Type switch
     {
         FrameType.Welcome => Welcome(frame.Welcome.Version, frame.Welcome.ServerName, frame.Welcome.ConnectionId, (uint)frame.Welcome.Capabilities, frame.Welcome.Limits, frame.Welcome.InboxPrefix),
-        FrameType.Message => Message(frame.Message.Sid, frame.Message.TopicString, frame.Message.ReplyToString, (uint)frame.Message.Flags, frame.Message.Payload.ToArray()),
+        FrameType.Message => Message(frame.Message.Sid, frame.Message.TopicString, frame.Message.ReplyToString, (uint)frame.Message.Flags, frame.Message.Payload.ToArray(), Headers(frame.Message)),
         FrameType.Error => Error((uint)frame.Error.Code, frame.Error.Fatal, frame.Error.Message, frame.Error.Count, frame.Error.Sid),
         _ => frame.Type.ToString().ToUpperInvariant(),
     };
@@ -36,7 +36,8 @@ internal static class FrameText
             f.GetProperty("topic").GetString()!,
             f.GetProperty("reply_to").GetString(),
             f.GetProperty("flags").GetUInt32(),
-            Convert.FromHexString(f.GetProperty("payload").GetString()!)),
+            Convert.FromHexString(f.GetProperty("payload").GetString()!),
+            Headers(f)),
         FrameType.Error => Error(f.GetProperty("code").GetUInt32(), f.GetProperty("fatal").GetBoolean(), f.GetProperty("message").GetString()!, f.GetProperty("count").GetUInt64(), f.TryGetProperty("sid", out JsonElement sid) ? sid.GetUInt32() : 0),
         _ => type.ToString().ToUpperInvariant(),
     };
@@ -64,8 +65,21 @@ internal static class FrameText
 
     public static string Failed(ErrorCode code) => $"error {code}";
 
-    public static string Message(uint sid, string topic, string? replyTo, uint flags, byte[] payload) =>
-        $"MESSAGE sid={sid} topic={topic} reply_to={replyTo ?? "nil"} flags={flags} payload={Convert.ToHexStringLower(payload)}";
+    public static string Message(uint sid, string topic, string? replyTo, uint flags, byte[] payload, string headers = "none") =>
+        $"MESSAGE sid={sid} topic={topic} reply_to={replyTo ?? "nil"} flags={flags} payload={Convert.ToHexStringLower(payload)} headers={headers}";
+
+    /// <summary>A decoded MESSAGE's header block (spec §4.9) as text: keys in encoded order, or <c>none</c>.</summary>
+    public static string Headers(in PublishFrame message) =>
+        message.HasHeaders ? Headers(HeaderBlock.Read(message.Headers)) : "none";
+
+    /// <summary>A vector's <c>"headers"</c> member (spec §12) as text, or <c>none</c> when it is absent.</summary>
+    public static string Headers(JsonElement fields) =>
+        fields.TryGetProperty("headers", out JsonElement h)
+            ? Headers(h.EnumerateObject().Select(p => new KeyValuePair<string, string[]>(p.Name, [.. p.Value.EnumerateArray().Select(v => v.GetString()!)])))
+            : "none";
+
+    private static string Headers(IEnumerable<KeyValuePair<string, string[]>> headers) =>
+        JsonSerializer.Serialize(headers.Select(h => new object[] { h.Key, h.Value }));
 
     private static string Welcome(uint version, string name, ulong id, uint capabilities, IReadOnlyDictionary<string, ulong> limits, string? inboxPrefix) =>
         $"WELCOME version={version} server_name={name} connection_id={id} capabilities={capabilities} limits={{{string.Join(",", limits.OrderBy(l => l.Key, StringComparer.Ordinal).Select(l => string.Create(CultureInfo.InvariantCulture, $"{l.Key}={l.Value}")))}}} inbox_prefix={inboxPrefix ?? "none"}";

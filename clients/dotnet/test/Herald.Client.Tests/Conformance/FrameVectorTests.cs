@@ -156,8 +156,11 @@ public class FrameVectorTests
             case FrameType.Publish:
                 byte[] replyTo = f.GetProperty("reply_to").ValueKind == JsonValueKind.Null ? [] : Utf8(f.GetProperty("reply_to"));
                 byte[] payload = Convert.FromHexString(f.GetProperty("payload").GetString()!);
-                ClientFrames.Publish(output, Utf8(f.GetProperty("topic")), replyTo, (PayloadFlags)f.GetProperty("flags").GetUInt32(), payload);
-                Assert.Equal(v.Bytes.Length, ClientFrames.PublishSize(Utf8(f.GetProperty("topic")).Length, replyTo.Length, (PayloadFlags)f.GetProperty("flags").GetUInt32(), payload.Length));
+                byte[] headers = f.TryGetProperty("headers", out JsonElement h)
+                    ? HeaderBlock.Encode(h.EnumerateObject().Select(p => new KeyValuePair<string, string[]>(p.Name, [.. p.Value.EnumerateArray().Select(x => x.GetString()!)])))
+                    : [];
+                ClientFrames.Publish(output, Utf8(f.GetProperty("topic")), replyTo, (PayloadFlags)f.GetProperty("flags").GetUInt32(), payload, headers);
+                Assert.Equal(v.Bytes.Length, ClientFrames.PublishSize(Utf8(f.GetProperty("topic")).Length, replyTo.Length, (PayloadFlags)f.GetProperty("flags").GetUInt32(), payload.Length, headers.Length));
                 break;
             case FrameType.Ping:
                 ClientFrames.Ping(output);

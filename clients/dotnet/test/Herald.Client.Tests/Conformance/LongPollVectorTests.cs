@@ -51,7 +51,8 @@ public class LongPollVectorTests
                 m.GetProperty("topic").GetString()!,
                 m.GetProperty("replyTo").GetString(),
                 m.GetProperty("flags").GetUInt32(),
-                Convert.FromHexString(m.GetProperty("payload").GetString()!)) + "\n"));
+                Convert.FromHexString(m.GetProperty("payload").GetString()!),
+                FrameText.Headers(m)) + "\n"));
 
         Assert.Equal(expected, Read(Sequences.Whole(body), page));
         Assert.Equal(expected, Read(Sequences.OneBytePerSegment(body), page));
@@ -155,7 +156,7 @@ public class LongPollVectorTests
     {
         var text = new StringBuilder();
         PollBody.Read(body, page, Vectors.MaxFrame, (long sequence, in PublishFrame m) =>
-            text.Append($"{sequence}: ").Append(FrameText.Message(m.Sid, m.TopicString, m.ReplyToString, (uint)m.Flags, m.Payload.ToArray())).Append('\n'));
+            text.Append($"{sequence}: ").Append(FrameText.Message(m.Sid, m.TopicString, m.ReplyToString, (uint)m.Flags, m.Payload.ToArray(), FrameText.Headers(m))).Append('\n'));
         return text.ToString();
     }
 
