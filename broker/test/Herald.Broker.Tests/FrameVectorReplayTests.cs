@@ -9,7 +9,7 @@ namespace Herald.Broker.Tests;
 
 /// <summary>
 /// The client-to-broker frame vectors of <c>protocol-spec/vectors</c> (spec §12) replayed over real TCP
-/// against one broker run with <c>limits.json</c>: each frame is the first after HELLO (Zstd negotiated) on a
+/// against one broker run with <c>limits.json</c>: each frame is the first after HELLO (Zstd and headers negotiated) on a
 /// fresh connection, or the first frame of all for <c>hello.json</c>. An invalid vector must close the
 /// connection with its <c>error</c>; a valid one must be taken without an ERROR, or answered with the ERROR
 /// its <c>broker</c> member names (a well-formed frame the broker refuses: a bad topic, a payload over
@@ -62,7 +62,7 @@ public sealed class FrameVectorReplayTests(VectorBroker fixture) : IClassFixture
         await using var client = await ProtocolClient.ConnectAsync(fixture.Broker.Port);
         if (!hello)
         {
-            await client.HelloAsync("vectors", Capabilities.Zstd);
+            await client.HelloAsync("vectors", Capabilities.Zstd | Capabilities.Headers);
             await client.SubscribeAsync(uint.MaxValue - 1, ">"); // what a valid PUBLISH routes comes back here
         }
 

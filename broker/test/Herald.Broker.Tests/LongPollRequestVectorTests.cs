@@ -21,9 +21,14 @@ public sealed class VectorBroker : IAsyncLifetime
 
     public static int MaxPayload => Limits.Value.GetProperty("max_payload").GetInt32();
 
+    public static int MaxHeaders => Limits.Value.GetProperty("max_headers").GetInt32();
+
+    public static int MaxHeaderBytes => Limits.Value.GetProperty("max_header_bytes").GetInt32();
+
     public TestBroker Broker { get; private set; } = null!;
 
-    public async Task InitializeAsync() => Broker = await TestBroker.StartAsync(o => (o.Limits.MaxFrameBytes, o.Limits.MaxTopicLength) = (MaxFrame, MaxTopic));
+    public async Task InitializeAsync() => Broker = await TestBroker.StartAsync(o =>
+        (o.Limits.MaxFrameBytes, o.Limits.MaxTopicLength, o.Limits.MaxHeaders, o.Limits.MaxHeaderBytes) = (MaxFrame, MaxTopic, MaxHeaders, MaxHeaderBytes));
 
     public async Task DisposeAsync() => await Broker.DisposeAsync();
 }

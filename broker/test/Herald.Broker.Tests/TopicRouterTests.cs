@@ -230,6 +230,8 @@ public sealed class TopicRouterTests : IDisposable
 
         public bool AcceptsZstd { get; init; }
 
+        public bool AcceptsHeaders { get; init; }
+
         public bool Enqueue(MessageBuffer frame, uint sid)
         {
             Frames.Add((frame, sid));

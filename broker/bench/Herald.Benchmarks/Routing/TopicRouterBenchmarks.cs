@@ -76,6 +76,8 @@ public class TopicRouterBenchmarks : IDisposable
     {
         public bool AcceptsZstd => false;
 
+        public bool AcceptsHeaders => false;
+
         public bool Enqueue(MessageBuffer frame, uint sid) => false;
 
         public void Flush()

@@ -28,7 +28,7 @@ internal sealed class MessageEncoder
     public bool Enabled => _options.Enabled;
 
     /// <summary>The Zstd MESSAGE frame for a plain publication, or null when it should go out plain.</summary>
-    public MessageBuffer? TryCompress(in PublishFrame publish)
+    public MessageBuffer? TryCompress(in PublishFrame publish, bool withHeaders = true)
     {
         int size = (int)publish.Payload.Length;
         if (size < _options.NoCompressionLimit || !_options.Enabled)
@@ -52,7 +52,7 @@ internal sealed class MessageEncoder
         _advisor.Record(action, size, compressedLength);
         try
         {
-            return compressedLength < size ? Encode(publish, PayloadFlags.Zstd, compressed.AsSpan(0, compressedLength)) : null;
+            return compressedLength < size ? Encode(publish, PayloadFlags.Zstd, compressed.AsSpan(0, compressedLength), withHeaders) : null;
         }
         finally
         {
@@ -60,14 +60,18 @@ internal sealed class MessageEncoder
         }
     }
 
-    /// <summary>Encodes a MESSAGE frame (sid 0, stamped per subscriber later) with the publication's topic and reply_to and the given payload.</summary>
-    public static MessageBuffer Encode(in PublishFrame publish, PayloadFlags flags, ReadOnlySpan<byte> payload)
+    /// <summary>
+    /// Encodes a MESSAGE frame (sid 0, stamped per subscriber later) with the publication's topic and reply_to,
+    /// the given payload and, <paramref name="withHeaders"/>, its header block as is (headers are never compressed).
+    /// </summary>
+    public static MessageBuffer Encode(in PublishFrame publish, PayloadFlags flags, ReadOnlySpan<byte> payload, bool withHeaders = true)
     {
         ReadOnlySpan<byte> topic = publish.Topic.IsSingleSegment ? publish.Topic.FirstSpan : publish.Topic.ToArray();
         ReadOnlySpan<byte> replyTo = publish.ReplyTo is { } r ? (r.IsSingleSegment ? r.FirstSpan : r.ToArray()) : default;
-        var frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + FrameWriter.EnvelopeSize(topic.Length, replyTo.Length, flags, payload.Length));
+        ReadOnlySpan<byte> headers = !withHeaders || !publish.HasHeaders ? default : publish.Headers.IsSingleSegment ? publish.Headers.FirstSpan : publish.Headers.ToArray();
+        var frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + FrameWriter.EnvelopeSize(topic.Length, replyTo.Length, flags, payload.Length) + headers.Length);
         var writer = new MessageBufferWriter(frame);
-        FrameWriter.WriteMessage(writer, 0, topic, replyTo, flags, payload);
+        FrameWriter.WriteMessage(writer, 0, topic, replyTo, flags, payload, headers);
         Debug.Assert(writer.Written == frame.Length, "MESSAGE size computed wrong");
         return frame;
     }

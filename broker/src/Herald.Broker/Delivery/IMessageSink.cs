@@ -9,6 +9,9 @@ internal interface IMessageSink
     /// <summary>Whether this subscriber negotiated Zstd and may be sent compressed MESSAGE frames.</summary>
     bool AcceptsZstd { get; }
 
+    /// <summary>Whether this subscriber negotiated headers and may be sent MESSAGE frames with a header block (spec §4.9).</summary>
+    bool AcceptsHeaders { get; }
+
     /// <summary>
     /// Queues a MESSAGE frame for subscription <paramref name="sid"/>, taking over one reference to
     /// <paramref name="frame"/> (the sink releases it once written or dropped). Returns <c>true</c> when

@@ -19,7 +19,8 @@ namespace Herald.Broker.Delivery;
 /// <code>
 /// {"messages":[ {"seq":7,"sid":1,"topic":"chat.room1","replyTo":null,"payload":"aGVsbG8=","text":"hello"}, ... ],
 ///  "dropped":0,"ack":7}           text: only when the payload is valid UTF-8 and not compressed;
-///                                 "zstd":true (then no text) when the payload travelled compressed
+///                                 "zstd":true (then no text) when the payload travelled compressed;
+///                                 "headers":{"Key":["v"]} only when the message has a header block
 /// </code>
 /// </remarks>
 internal static class MessageJson
@@ -53,6 +54,33 @@ internal static class MessageJson
         else if (Utf8.IsValid(payload))
         {
             json.WriteString("text"u8, payload);
+        }
+
+        if (message.HasHeaders)
+        {
+            WriteHeaders(json, message.Headers);
+        }
+
+        json.WriteEndObject();
+    }
+
+    /// <summary><c>"headers": {"Key": ["v1", "v2"], ...}</c>, keys in encoded order, from a block the decoder has checked (spec §4.9).</summary>
+    private static void WriteHeaders(Utf8JsonWriter json, in ReadOnlySequence<byte> block)
+    {
+        var reader = new MessagePackReader(block);
+        json.WriteStartObject("headers"u8);
+        int keys = reader.ReadMapHeader();
+        for (int i = 0; i < keys; i++)
+        {
+            json.WritePropertyName(reader.ReadStringSequence()!.Value.FirstSpan);
+            json.WriteStartArray();
+            int values = reader.ReadArrayHeader();
+            for (int v = 0; v < values; v++)
+            {
+                json.WriteStringValue(reader.ReadStringSequence()!.Value.FirstSpan);
+            }
+
+            json.WriteEndArray();
         }
 
         json.WriteEndObject();

@@ -94,6 +94,9 @@ internal sealed class SubscriberBacklog : IMessageSink
     /// <inheritdoc/>
     public bool AcceptsZstd { get; set; }
 
+    /// <inheritdoc/>
+    public bool AcceptsHeaders { get; set; }
+
     public BacklogLimits Limits => _limits;
 
     /// <summary>Who takes the frames. Set once by the transport, before the backlog is subscribed anywhere.</summary>

@@ -162,8 +162,9 @@ internal sealed class TopicRouter : IDisposable
     /// <summary>
     /// Routes one publication: encodes its MESSAGE frame once (only if someone is subscribed) and queues
     /// the same bytes to every matching subscription. A subscriber that negotiated Zstd may instead get
-    /// the compressed form, and one that did not gets the plain form of a compressed publication: each
-    /// form is built at most once, only if some subscriber needs it (<paramref name="encoder"/>).
+    /// the compressed form, and one that did not gets the plain form of a compressed publication; a
+    /// publication with headers goes to a subscriber that did not negotiate them without its header block
+    /// (spec §4.9): each form is built at most once, only if some subscriber needs it (<paramref name="encoder"/>).
     /// Sinks that were idle are added to <paramref name="toFlush"/>; the caller flushes them once, at
     /// the end of its read batch. Returns the number of deliveries.
     /// </summary>
@@ -178,11 +179,9 @@ internal sealed class TopicRouter : IDisposable
         }
 
         bool sentCompressed = (publish.Flags & PayloadFlags.Zstd) != 0;
-        MessageBuffer? asSent = null;
-        MessageBuffer? other = null;
-        bool otherTried = false;
-        int asSentUses = 0;
-        int otherUses = 0;
+        bool hasHeaders = publish.HasHeaders;
+        Forms forms = default;
+        int deliveries = 0;
         bool isRequest = publish.ReplyTo.HasValue;
         foreach (Subscription subscription in subscriptions)
         {
@@ -196,19 +195,18 @@ internal sealed class TopicRouter : IDisposable
                 replies.Grant(publish.ReplyTo!.Value); // a restricted receiver may answer: recorded before it can see the request
             }
 
-            MessageBuffer frame;
-            if (subscription.Sink.AcceptsZstd != sentCompressed && (other ??= TryOther(publish, sentCompressed, encoder, plainPayload, subscriptions.Length, receivedAt, ref otherTried)) is { } alternate)
+            int form = hasHeaders && !subscription.Sink.AcceptsHeaders ? Bare : 0;
+            MessageBuffer? frame = null;
+            if (subscription.Sink.AcceptsZstd != sentCompressed)
             {
-                frame = alternate;
-                otherUses++;
-            }
-            else
-            {
-                frame = asSent ??= CopyAsSent(publish, subscriptions.Length, receivedAt);
-                asSentUses++;
+                frame = Form(ref forms[form | Other], form | Other, publish, sentCompressed, encoder, plainPayload, subscriptions.Length, receivedAt);
+                form |= frame is null ? 0 : Other;
             }
 
-            if (subscription.Sink.Enqueue(frame, subscription.Sid))
+            frame ??= Form(ref forms[form], form, publish, sentCompressed, encoder, plainPayload, subscriptions.Length, receivedAt);
+            forms[form].Uses++;
+            deliveries++;
+            if (subscription.Sink.Enqueue(frame!, subscription.Sid))
             {
                 toFlush.Add(subscription.Sink);
             }
@@ -216,9 +214,53 @@ internal sealed class TopicRouter : IDisposable
 
         // Each form was retained once per subscription up front (one atomic add); drop the unused
         // references and our own. Every sink releases its own when written.
-        ReleaseOwn(asSent, subscriptions.Length - asSentUses + 1);
-        ReleaseOwn(other, subscriptions.Length - otherUses + 1);
-        return asSentUses + otherUses;
+        for (int i = 0; i < FormCount; i++)
+        {
+            ReleaseOwn(forms[i].Frame, subscriptions.Length - forms[i].Uses + 1);
+        }
+
+        return deliveries;
+    }
+
+    // A publication's forms (index: Other | Bare): as sent or the other compression, with its header block or without.
+    private const int Other = 1;
+    private const int Bare = 2;
+    private const int FormCount = 4;
+
+    private struct FormSlot
+    {
+        public MessageBuffer? Frame;
+        public int Uses;
+        public bool Tried;
+    }
+
+    [System.Runtime.CompilerServices.InlineArray(FormCount)]
+    private struct Forms
+    {
+        private FormSlot _slot;
+    }
+
+    /// <summary>One form of the publication, built the first time a subscriber needs it (the other compression may come out null: then it is never tried again).</summary>
+    private MessageBuffer? Form(ref FormSlot slot, int form, in PublishFrame publish, bool sentCompressed, MessageEncoder? encoder, ReadOnlySpan<byte> plainPayload, int holders, long receivedAt)
+    {
+        if (slot.Tried)
+        {
+            return slot.Frame;
+        }
+
+        slot.Tried = true;
+        bool withHeaders = (form & Bare) == 0;
+        MessageBuffer? frame = (form & Other) == 0
+            ? CopyAsSent(publish, withHeaders)
+            : sentCompressed ? MessageEncoder.Encode(publish, PayloadFlags.None, plainPayload, withHeaders) : encoder?.TryCompress(publish, withHeaders);
+        if (frame is not null)
+        {
+            Interlocked.Increment(ref _encodedFrames);
+            frame.ReceivedAt = receivedAt;
+            frame.Retain(holders);
+        }
+
+        return slot.Frame = frame;
     }
 
     private void ReleaseOwn(MessageBuffer? frame, int references)
@@ -235,37 +277,18 @@ internal sealed class TopicRouter : IDisposable
         }
     }
 
-    /// <summary>The frame as the publisher sent it: header, then its envelope copied as is (no re-encode).</summary>
-    private MessageBuffer CopyAsSent(in PublishFrame publish, int holders, long receivedAt)
+    /// <summary>The frame as the publisher sent it: header, then its envelope (and header block) copied as is (no re-encode).</summary>
+    private static MessageBuffer CopyAsSent(in PublishFrame publish, bool withHeaders)
     {
-        Interlocked.Increment(ref _encodedFrames);
         int envelopeLength = (int)publish.Envelope.Length;
-        MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + envelopeLength);
+        int headersLength = withHeaders ? (int)publish.Headers.Length : 0;
+        MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + envelopeLength + headersLength);
         Span<byte> bytes = frame.Span;
-        FrameWriter.WriteMessageHeader(bytes, envelopeLength, sid: 0);
+        FrameWriter.WriteMessageHeader(bytes, envelopeLength + headersLength, sid: 0, hasHeaders: headersLength > 0);
         publish.Envelope.CopyTo(bytes[ProtocolConstants.MessageHeaderSize..]);
-        frame.ReceivedAt = receivedAt;
-        frame.Retain(holders);
-        return frame;
-    }
-
-    /// <summary>The other form, tried once: compressed for Zstd subscribers of a plain publication, plain for the others of a compressed one.</summary>
-    private MessageBuffer? TryOther(in PublishFrame publish, bool sentCompressed, MessageEncoder? encoder, ReadOnlySpan<byte> plainPayload, int holders, long receivedAt, ref bool tried)
-    {
-        if (tried)
+        if (headersLength > 0)
         {
-            return null;
-        }
-
-        tried = true;
-        MessageBuffer? frame = sentCompressed
-            ? MessageEncoder.Encode(publish, PayloadFlags.None, plainPayload)
-            : encoder?.TryCompress(publish);
-        if (frame is not null)
-        {
-            Interlocked.Increment(ref _encodedFrames);
-            frame.ReceivedAt = receivedAt;
-            frame.Retain(holders);
+            publish.Headers.CopyTo(bytes[(ProtocolConstants.MessageHeaderSize + envelopeLength)..]);
         }
 
         return frame;

@@ -30,6 +30,8 @@ internal sealed class BrokerCore
             new("max_pending_bytes", (ulong)limits.MaxPendingBytes),
             new("max_pending_msgs", (ulong)limits.MaxPendingMessages),
             new("ping_interval_ms", (ulong)limits.PingInterval.TotalMilliseconds),
+            new("max_headers", (ulong)limits.MaxHeaders),
+            new("max_header_bytes", (ulong)limits.MaxHeaderBytes),
         ];
     }
 

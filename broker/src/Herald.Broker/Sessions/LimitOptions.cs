@@ -19,6 +19,14 @@ public sealed class LimitOptions
     /// </summary>
     public int MaxPayloadBytes => Herald.Protocol.ProtocolConstants.MaxPayload(MaxFrameBytes, MaxTopicLength);
 
+    /// <summary>Most header values one PUBLISH may carry, over all its keys (WELCOME's <c>max_headers</c>, spec §4.9); more: <c>InvalidHeaders</c>.</summary>
+    [Range(1, 1_000_000)]
+    public int MaxHeaders { get; set; } = 64;
+
+    /// <summary>Largest encoded header block of one PUBLISH, in bytes (WELCOME's <c>max_header_bytes</c>, spec §4.9); more: <c>InvalidHeaders</c>.</summary>
+    [Range(1, 64 * 1024 * 1024)]
+    public int MaxHeaderBytes { get; set; } = 8 * 1024;
+
     /// <summary>Most live subscriptions per connection.</summary>
     [Range(1, 1_000_000)]
     public int MaxSubscriptionsPerConnection { get; set; } = 10_000;

@@ -50,6 +50,7 @@ internal abstract class ProtocolSession
     private Identity _identity = Identity.Anonymous;
     private bool _opened;
     private ReplyPermits? _replyPermits; // a restricted identity's reply permissions (spec §10); null while it may publish everywhere
+    private bool _noResponders; // granted: a request that reaches no subscription is answered at once (spec §7)
 
     // Rate limits (publishes; subscription changes), owned by the one caller.
     private TokenBucket _publishes;
@@ -98,6 +99,9 @@ internal abstract class ProtocolSession
     public bool IsOpen => Volatile.Read(ref _opened);
 
     public int SubscriptionCount => Volatile.Read(ref _subscriptionCount);
+
+    /// <summary>Whether the client was granted the no-responders status for its requests (spec §7).</summary>
+    public bool GrantsNoResponders => _noResponders;
 
     /// <summary>Why the session ended (<see cref="ErrorCode.None"/>: it has not, or the client left).</summary>
     public ErrorCode CloseCode => Volatile.Read(ref _closeCode) is var code && code > 0 ? (ErrorCode)code : ErrorCode.None;
@@ -166,7 +170,14 @@ internal abstract class ProtocolSession
 
         ClientName = clientName is { Length: > ProtocolConstants.MaxClientNameBytes } ? clientName[..ProtocolConstants.MaxClientNameBytes] : clientName;
         Capabilities accepted = (requested & Capabilities.Zstd) != 0 && Broker.Encoder.Enabled ? Capabilities.Zstd : Capabilities.None;
+        if ((requested & Capabilities.Headers) != 0)
+        {
+            accepted |= Capabilities.Headers | (requested & Capabilities.NoResponders); // no_responders never without headers
+        }
+
         Backlog.AcceptsZstd = (accepted & Capabilities.Zstd) != 0;
+        Backlog.AcceptsHeaders = (accepted & Capabilities.Headers) != 0;
+        _noResponders = (accepted & Capabilities.NoResponders) != 0;
         Volatile.Write(ref _opened, true);
         return accepted;
     }
@@ -320,7 +331,7 @@ internal abstract class ProtocolSession
 
         // Sent compressed: always checked (bounded, so no decompression bomb) before anything is routed;
         // subscribers without Zstd get the plain form.
-        int length = Zstd.Decompress(publish.Payload, Limits.MaxPayloadBytes, out byte[] plain);
+        int length = Zstd.Decompress(publish.Payload, PlainPayloadLimit(publish), out byte[] plain);
         try
         {
             Route(publish, plain.AsSpan(0, length), receivedAt);
@@ -364,7 +375,7 @@ internal abstract class ProtocolSession
                 return refused;
             }
 
-            if ((publish.Flags & PayloadFlags.Zstd) != 0 && (decompressed += Zstd.DecompressedCapacity(publish.Payload, Limits.MaxPayloadBytes)) > maxDecompressedBytes)
+            if ((publish.Flags & PayloadFlags.Zstd) != 0 && (decompressed += Zstd.DecompressedCapacity(publish.Payload, PlainPayloadLimit(publish))) > maxDecompressedBytes)
             {
                 Throw(ErrorCode.DecompressionFailed, $"The body's compressed payloads would decompress to more than {maxDecompressedBytes} bytes together.");
             }
@@ -378,7 +389,7 @@ internal abstract class ProtocolSession
             {
                 if ((publishes[i].Flags & PayloadFlags.Zstd) != 0)
                 {
-                    plain[i].Length = Zstd.Decompress(publishes[i].Payload, Limits.MaxPayloadBytes, out plain[i].Bytes);
+                    plain[i].Length = Zstd.Decompress(publishes[i].Payload, PlainPayloadLimit(publishes[i]), out plain[i].Bytes);
                 }
             }
 
@@ -534,6 +545,11 @@ internal abstract class ProtocolSession
             Throw(ErrorCode.MalformedFrame, "A Zstd-compressed payload was sent without negotiating Zstd (HELLO's capabilities, or long-poll's \"zstd\": true).");
         }
 
+        if (publish.HasHeaders && !Backlog.AcceptsHeaders)
+        {
+            Throw(ErrorCode.MalformedFrame, "A header block was sent without negotiating headers (HELLO's capabilities, or long-poll's \"headers\": true).");
+        }
+
         TopicRules.CheckName(publish.Topic, Limits.MaxTopicLength);
         Permissions permissions = Identity.Permissions;
         if (publish.ReplyTo is { } replyTo)
@@ -541,9 +557,21 @@ internal abstract class ProtocolSession
             TopicRules.CheckName(replyTo, Limits.MaxTopicLength, isReplyTo: true);
         }
 
-        if (publish.Payload.Length > Limits.MaxPayloadBytes)
+        if (publish.ReservedHeader is { } reserved)
         {
-            Throw(ErrorCode.FrameTooLarge, $"Payload of {publish.Payload.Length} bytes is over max_payload ({Limits.MaxPayloadBytes} bytes, WELCOME): its MESSAGE would not fit in max_frame.");
+            Throw(ErrorCode.InvalidHeaders, $"Header '{reserved}' is under the prefix {HeaderBlock.ReservedPrefix}, which only the broker sets.");
+        }
+
+        if (publish.Payload.Length + publish.Headers.Length > Limits.MaxPayloadBytes)
+        {
+            Throw(ErrorCode.FrameTooLarge, publish.HasHeaders
+                ? $"Payload of {publish.Payload.Length} bytes with a header block of {publish.Headers.Length} bytes is over max_payload ({Limits.MaxPayloadBytes} bytes, WELCOME): its MESSAGE would not fit in max_frame."
+                : $"Payload of {publish.Payload.Length} bytes is over max_payload ({Limits.MaxPayloadBytes} bytes, WELCOME): its MESSAGE would not fit in max_frame.");
+        }
+
+        if (publish.HeaderValues > Limits.MaxHeaders || publish.Headers.Length > Limits.MaxHeaderBytes)
+        {
+            Throw(ErrorCode.InvalidHeaders, $"The header block ({publish.HeaderValues} values, {publish.Headers.Length} bytes) is over max_headers ({Limits.MaxHeaders}) or max_header_bytes ({Limits.MaxHeaderBytes}, WELCOME).");
         }
 
         if (publish.ReplyTo is { } reply && (TopicRules.IsReserved(reply) || (!permissions.IsAllowAll && !MayNameAsReplyTo(permissions, reply))))
@@ -558,6 +586,9 @@ internal abstract class ProtocolSession
 
         return default;
     }
+
+    /// <summary>The most a compressed payload may decompress to: its plain MESSAGE, header block included, must fit in max_frame (spec §4.5, §11).</summary>
+    private int PlainPayloadLimit(in PublishFrame publish) => Limits.MaxPayloadBytes - (int)publish.Headers.Length;
 
     /// <summary>A restricted identity's PUBLISH: granted, or a reply it was asked for (spent here). Allocates nothing.</summary>
     private bool MayPublish(Permissions permissions, in ReadOnlySequence<byte> topic)
@@ -620,7 +651,67 @@ internal abstract class ProtocolSession
     private void Route(in PublishFrame publish, ReadOnlySpan<byte> plainPayload, long receivedAt)
     {
         int deliveries = Broker.Router.Publish(publish, Backlog, _toFlush, Broker.Encoder, plainPayload, receivedAt);
-        Broker.Metrics.Published(Transport, deliveries, ProtocolConstants.MessageHeaderSize + (int)publish.Envelope.Length);
+        Broker.Metrics.Published(Transport, deliveries, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
+        if (deliveries == 0 && _noResponders && publish.ReplyTo is { } replyTo)
+        {
+            AnswerNoResponders(replyTo);
+        }
+    }
+
+    /// <summary>The status block of a no-responders answer (spec §7), encoded once.</summary>
+    private static readonly byte[] NoRespondersHeaders = HeaderBlock.Encode(
+    [
+        new("Herald-Status", ["503"]),
+        new("Herald-Description", ["No responders"]),
+    ]);
+
+    /// <summary>
+    /// A request of this session reached no subscription (spec §7): a MESSAGE on its reply_to, with the
+    /// no-responders status and nothing else, to this session's own subscriptions that match the reply_to (no
+    /// one else's; nothing if it has none). Off the hot path: only a request that found nobody gets here.
+    /// </summary>
+    private void AnswerNoResponders(in ReadOnlySequence<byte> replyTo)
+    {
+        Broker.Metrics.NoResponders();
+        Span<char> stack = stackalloc char[TopicChars.StackLength];
+        using var reply = new TopicChars(replyTo, stack);
+        ReadOnlySpan<byte> topic = replyTo.IsSingleSegment ? replyTo.FirstSpan : replyTo.ToArray();
+        List<uint>? sids = null;
+        lock (_subscriptionsGate)
+        {
+            if (_subscriptions is null || _subscriptionsEnded)
+            {
+                return;
+            }
+
+            foreach (Subscription subscription in _subscriptions.Values)
+            {
+                if (Topic.Matches(subscription.Pattern, reply.Span))
+                {
+                    (sids ??= []).Add(subscription.Sid);
+                }
+            }
+        }
+
+        if (sids is null)
+        {
+            return;
+        }
+
+        // Queued outside the gate: a full backlog may end the session, which takes the gate.
+        MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + FrameWriter.EnvelopeSize(topic.Length, 0, PayloadFlags.None, 0) + NoRespondersHeaders.Length);
+        FrameWriter.WriteMessage(new MessageBufferWriter(frame), 0, topic, default, PayloadFlags.None, default, NoRespondersHeaders);
+        frame.Retain(sids.Count - 1);
+        bool wake = false;
+        foreach (uint sid in sids)
+        {
+            wake |= Backlog.Enqueue(frame, sid);
+        }
+
+        if (wake)
+        {
+            _toFlush.Add(Backlog);
+        }
     }
 
     private Refusal TakeToken()

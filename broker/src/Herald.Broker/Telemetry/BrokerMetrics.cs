@@ -88,6 +88,7 @@ internal sealed class BrokerMetrics
     private readonly Counter<long> _policyRequests;
     private readonly Counter<long> _polls;
     private readonly Counter<long> _redelivered;
+    private long _totalNoResponders;
 
     // Running totals (Interlocked), per transport where the instrument has the attribute: index 0 tcp, 1 longpoll.
     private readonly long[] _publishedBy = new long[2];
@@ -134,6 +135,7 @@ internal sealed class BrokerMetrics
         _closed = meter.CreateCounter<long>("herald.connections.closed", "{connection}", "Connections and sessions ended, by transport and reason (herald.close.reason).");
         _policyRequests = meter.CreateCounter<long>("herald.policy.requests", "{request}", "Socket-policy connections, by outcome (silverlight, flash, refused, timeout, shed, busy, aborted).");
         _polls = meter.CreateCounter<long>("herald.longpoll.polls", "{poll}", "Long polls answered, by outcome (messages, empty: the poll timeout passed, replaced, ended).");
+        meter.CreateObservableCounter("herald.requests.no_responders", () => Interlocked.Read(ref _totalNoResponders), "{request}", "Requests (PUBLISH with reply_to) that reached no subscription, answered at once with a no-responders status (spec §7).");
         _redelivered = meter.CreateCounter<long>("herald.longpoll.redeliveries", "{response}", "Poll responses that sent again messages a lost response had carried.");
         meter.CreateObservableCounter("herald.subscriptions.changes", () => Interlocked.Read(ref _totalSubscriptionChanges), "{change}", "Subscriptions added to and removed from the router (SUBSCRIBE, UNSUBSCRIBE, a session's end), all transports.");
         meter.CreateObservableCounter("herald.router.cache.hits", RouterCacheHits, "{lookup}", "Publications whose topic the router found in its match cache (no lock taken).");
@@ -260,6 +262,12 @@ internal sealed class BrokerMetrics
     public void Poll(string outcome) => _polls.Add(1, new KeyValuePair<string, object?>(PollOutcomeAttribute, outcome));
 
     public void Redelivered() => _redelivered.Add(1);
+
+    /// <summary>A request reached no subscription and its requester was told so (spec §7).</summary>
+    public void NoResponders() => Interlocked.Increment(ref _totalNoResponders);
+
+    /// <summary>Requests answered with a no-responders status so far (this broker's).</summary>
+    public long TotalNoResponders => Interlocked.Read(ref _totalNoResponders);
 
     public void ConnectionOpened(string transport)
     {

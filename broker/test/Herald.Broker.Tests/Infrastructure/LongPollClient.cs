@@ -32,12 +32,16 @@ public sealed class LongPollClient
 
     public string Base => $"/poll/sessions/{Session}";
 
-    public static async Task<LongPollClient> CreateAsync(HttpClient http)
+    /// <summary>The create answer's body (longpoll §1.1): what was granted.</summary>
+    public JsonElement Created { get; private init; }
+
+    /// <param name="request">The create body (longpoll §1.1), e.g. <c>new { headers = true }</c>; null sends none.</param>
+    public static async Task<LongPollClient> CreateAsync(HttpClient http, object? request = null)
     {
-        using HttpResponseMessage response = await http.PostAsync("/poll/sessions", null);
+        using HttpResponseMessage response = request is null ? await http.PostAsync("/poll/sessions", null) : await http.PostAsJsonAsync("/poll/sessions", request);
         Assert.Equal(HttpStatusCode.Created, response.StatusCode);
         JsonElement body = await response.Content.ReadFromJsonAsync<JsonElement>();
-        return new LongPollClient(http, body.GetProperty("session").GetString()!);
+        return new LongPollClient(http, body.GetProperty("session").GetString()!) { Created = body };
     }
 
     public async Task SubscribeAsync(uint sid, string pattern, bool noEcho = false)
@@ -77,7 +81,12 @@ public sealed class LongPollClient
         {
             JsonElement json = JsonDocument.Parse(body).RootElement.Clone();
             var fromJson = json.GetProperty("messages").EnumerateArray()
-                .Select(m => new Frame(FrameType.Message, m.GetProperty("sid").GetUInt32(), m.GetProperty("topic").GetString()!, m.GetProperty("replyTo").GetString(), m.GetProperty("payload").GetBytesFromBase64()))
+                .Select(m => new Frame(FrameType.Message, m.GetProperty("sid").GetUInt32(), m.GetProperty("topic").GetString()!, m.GetProperty("replyTo").GetString(), m.GetProperty("payload").GetBytesFromBase64())
+                {
+                    Headers = m.TryGetProperty("headers", out JsonElement h)
+                        ? [.. h.EnumerateObject().Select(p => new KeyValuePair<string, string[]>(p.Name, [.. p.Value.EnumerateArray().Select(v => v.GetString()!)]))]
+                        : null,
+                })
                 .ToList();
             return new PollResult(response.StatusCode, first, count, dropped, fromJson, null, json);
         }
@@ -90,7 +99,7 @@ public sealed class LongPollClient
             var reader = new MessagePackReader(frame);
             Assert.Equal(FrameType.Message, FrameDecoder.ReadHeader(ref reader, out int n));
             PublishFrame m = FrameDecoder.ReadMessage(ref reader, n);
-            frames.Add(new Frame(FrameType.Message, m.Sid, m.TopicString, m.ReplyToString, m.Payload.ToArray()) { Body = frame.ToArray() });
+            frames.Add(new Frame(FrameType.Message, m.Sid, m.TopicString, m.ReplyToString, m.Payload.ToArray()) { Body = frame.ToArray(), Headers = m.HasHeaders ? HeaderBlock.Read(m.Headers) : null });
         }
 
         Assert.True(buffer.IsEmpty, "the poll body ends in a partial frame");

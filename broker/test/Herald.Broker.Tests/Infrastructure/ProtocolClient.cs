@@ -16,6 +16,12 @@ public sealed record Frame(FrameType Type, uint Sid = 0, string Topic = "", stri
 
     public PayloadFlags Flags { get; init; }
 
+    /// <summary>The MESSAGE's header block (spec §4.9), keys in encoded order; null when it has none.</summary>
+    public List<KeyValuePair<string, string[]>>? Headers { get; init; }
+
+    /// <summary>The values of header <paramref name="key"/> (exact spelling); none when it is absent.</summary>
+    public string[] Header(string key) => Headers?.FirstOrDefault(h => h.Key == key).Value ?? [];
+
     public string Text => Encoding.UTF8.GetString(Payload ?? []);
 
     public override string ToString() => Type switch
@@ -90,6 +96,13 @@ public sealed class ProtocolClient : IAsyncDisposable
 
     public Task PublishAsync(string topic, byte[] payload, string? replyTo = null) =>
         SendAsync(w => FrameWriter.WritePublish(w, Encoding.UTF8.GetBytes(topic), replyTo is null ? default : Encoding.UTF8.GetBytes(replyTo), PayloadFlags.None, payload));
+
+    /// <summary>PUBLISH with a header block (spec §4.9), encoded from <paramref name="headers"/> in order.</summary>
+    public Task PublishAsync(string topic, string payload, IEnumerable<KeyValuePair<string, string[]>> headers, string? replyTo = null)
+    {
+        byte[] block = HeaderBlock.Encode(headers);
+        return SendAsync(w => FrameWriter.WritePublish(w, Encoding.UTF8.GetBytes(topic), replyTo is null ? default : Encoding.UTF8.GetBytes(replyTo), PayloadFlags.None, Encoding.UTF8.GetBytes(payload), block));
+    }
 
     /// <summary>
     /// Sends PING and waits for PONG: every frame sent before it has been processed by the broker, and
@@ -213,7 +226,7 @@ public sealed class ProtocolClient : IAsyncDisposable
         {
             case FrameType.Message:
                 PublishFrame m = FrameDecoder.ReadMessage(ref reader, count);
-                return new Frame(type, m.Sid, m.TopicString, m.ReplyToString, m.Payload.ToArray()) { Body = body.ToArray(), Flags = m.Flags };
+                return new Frame(type, m.Sid, m.TopicString, m.ReplyToString, m.Payload.ToArray()) { Body = body.ToArray(), Flags = m.Flags, Headers = m.HasHeaders ? HeaderBlock.Read(m.Headers) : null };
             case FrameType.Error:
                 return new Frame(type, Error: FrameDecoder.ReadError(ref reader, count));
             case FrameType.Welcome:

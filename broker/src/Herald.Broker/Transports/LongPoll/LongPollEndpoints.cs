@@ -58,7 +58,10 @@ internal static class LongPollEndpoints
         using (store.Admit(context, creating: true))
         {
             CreateSessionRequest? request = await HttpExchange.ReadJsonAsync(context, options.MaxBodyBytes, LongPollJsonContext.Default.CreateSessionRequest).ConfigureAwait(false);
-            session = store.Create(identity, request?.Client, request?.Zstd ?? false, HttpExchange.RemoteOf(context));
+            Capabilities requested = (request?.Zstd == true ? Capabilities.Zstd : Capabilities.None)
+                | (request?.Headers == true ? Capabilities.Headers : Capabilities.None)
+                | (request?.NoResponders == true ? Capabilities.NoResponders : Capabilities.None);
+            session = store.Create(identity, request?.Client, requested, HttpExchange.RemoteOf(context));
         }
 
         context.Response.StatusCode = StatusCodes.Status201Created;
@@ -74,7 +77,11 @@ internal static class LongPollEndpoints
                 store.Broker.Limits.MaxTopicLength,
                 options.MaxBodyBytes,
                 session.Backlog.AcceptsZstd,
-                session.Identity.InboxPrefix),
+                session.Identity.InboxPrefix,
+                session.Backlog.AcceptsHeaders,
+                session.GrantsNoResponders,
+                store.Broker.Limits.MaxHeaders,
+                store.Broker.Limits.MaxHeaderBytes),
             LongPollJsonContext.Default.CreateSessionResponse).ConfigureAwait(false);
     });
 
@@ -111,7 +118,7 @@ internal static class LongPollEndpoints
         await owner.Requests.WaitAsync(context.RequestAborted).ConfigureAwait(false);
         try
         {
-            owner.Open(identity, clientName: null, Capabilities.None); // this request's credential, the bucket its owner's
+            owner.Open(identity, clientName: null, Capabilities.Headers); // this request's credential, the bucket its owner's; headers may be published (longpoll §1.3)
             owner.Touch();
             await PublishAsync(context, store, owner).ConfigureAwait(false);
         }
@@ -139,8 +146,9 @@ internal static class LongPollEndpoints
         {
             string topic = context.Request.Query["topic"].FirstOrDefault() ?? throw HttpProblem.Malformed("The topic query parameter is required.");
             string? replyTo = context.Request.Query["replyTo"];
-            var encoded = new ArrayBufferWriter<byte>((int)frames.Length + topic.Length + 32);
-            FrameWriter.WritePublish(encoded, Encoding.UTF8.GetBytes(topic), replyTo is null ? default : Encoding.UTF8.GetBytes(replyTo), PayloadFlags.None, frames.FirstSpan);
+            byte[] headers = RawHeaders(context.Request.Query["header"]);
+            var encoded = new ArrayBufferWriter<byte>((int)frames.Length + topic.Length + headers.Length + 32);
+            FrameWriter.WritePublish(encoded, Encoding.UTF8.GetBytes(topic), replyTo is null ? default : Encoding.UTF8.GetBytes(replyTo), PayloadFlags.None, frames.FirstSpan, headers);
             frames = new ReadOnlySequence<byte>(encoded.WrittenMemory);
         }
 
@@ -156,6 +164,41 @@ internal static class LongPollEndpoints
 
         await HoldAsync(context, owner).ConfigureAwait(false);
         HttpExchange.Answer(context, refusal, StatusCodes.Status202Accepted, NoticeHeader);
+    }
+
+    /// <summary>
+    /// A raw publish's headers (longpoll §1.3): each <c>header=Key:Value</c> of the query, in order; values of
+    /// keys equal ignoring ASCII case join the first key's spelling. Judged by the session as a PUBLISH's
+    /// header block is (a bad key or value: 400 MalformedRequest). None: an empty array (no block).
+    /// </summary>
+    private static byte[] RawHeaders(Microsoft.Extensions.Primitives.StringValues query)
+    {
+        if (query.Count == 0)
+        {
+            return [];
+        }
+
+        var headers = new List<KeyValuePair<string, List<string>>>();
+        foreach (string? item in query)
+        {
+            int colon = item?.IndexOf(':', StringComparison.Ordinal) ?? -1;
+            if (colon < 0)
+            {
+                throw HttpProblem.Malformed("A header query parameter is Key:Value.");
+            }
+
+            string key = item![..colon];
+            int at = headers.FindIndex(h => string.Equals(h.Key, key, StringComparison.OrdinalIgnoreCase));
+            if (at < 0)
+            {
+                headers.Add(new(key, []));
+                at = headers.Count - 1;
+            }
+
+            headers[at].Value.Add(item[(colon + 1)..]);
+        }
+
+        return HeaderBlock.Encode(headers.Select(h => new KeyValuePair<string, string[]>(h.Key, [.. h.Value])));
     }
 
     /// <summary>The long poll (longpoll §2): immediate when messages wait above <c>ack</c>, else held.</summary>

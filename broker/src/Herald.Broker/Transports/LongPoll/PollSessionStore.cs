@@ -78,7 +78,7 @@ internal sealed class PollSessionStore : BackgroundService
     }
 
     /// <summary>Creates and opens a session for <paramref name="identity"/> (within an <see cref="Admit"/>).</summary>
-    public PollSession Create(Identity identity, string? clientName, bool zstd, EndPoint? remote)
+    public PollSession Create(Identity identity, string? clientName, Capabilities requested, EndPoint? remote)
     {
         if (_sessions.Count >= _options.MaxSessions)
         {
@@ -92,7 +92,7 @@ internal sealed class PollSessionStore : BackgroundService
 
         string token = Base64Url.EncodeToString(RandomNumberGenerator.GetBytes(32)); // 256 random bits: unguessable
         var session = new PollSession(_broker, this, _options, token, _registry.NextId(), remote, Budget);
-        session.Open(identity, clientName, zstd ? Capabilities.Zstd : Capabilities.None);
+        session.Open(identity, clientName, requested);
         _sessions[token] = session;
         Budget.Join();
         Refusal refused = _registry.Add(session); // MaxConnections, MaxConnectionsPerAddress: counted with TCP's
