@@ -20,7 +20,7 @@ public class LivenessTests
 
         Assert.Equal(FrameType.Pong, await connection.ReadAsync());
         Assert.Equal(1u, hello.Version);
-        Assert.Equal(Capabilities.Zstd, hello.Capabilities); // asks for compression by default
+        Assert.Equal(Capabilities.Zstd | Capabilities.Headers | Capabilities.NoResponders, hello.Capabilities); // asks for compression, headers and no-responders by default
     }
 
     [Fact]
