@@ -176,6 +176,33 @@ public sealed class TopicRouterTests : IDisposable
     }
 
     [Fact]
+    public void A_publication_with_headers_is_encoded_once_per_form_and_a_header_less_one_once()
+    {
+        var aware = Enumerable.Range(0, 10).Select(_ => new RecordingSink { AcceptsHeaders = true }).ToArray();
+        var plain = Enumerable.Range(0, 10).Select(_ => new RecordingSink()).ToArray();
+        uint sid = 1;
+        foreach (RecordingSink sink in aware.Concat(plain))
+        {
+            _router.Add(new Subscription(sink, sid++, "h.>", noEcho: false));
+        }
+
+        PublishFrame withHeaders = Decode(w => FrameWriter.WritePublish(w, "h.x"u8, default, PayloadFlags.None, "p"u8, HeaderBlock.Encode([new("K", ["v"])])));
+        Assert.Equal(20, _router.Publish(withHeaders, origin: null, []));
+        Assert.Equal(2, _router.EncodedFrames); // one form with the block, one without
+        MessageBuffer seven = aware[0].Frames[0].Frame;
+        MessageBuffer six = plain[0].Frames[0].Frame;
+        Assert.All(aware, s => Assert.Same(seven, Assert.Single(s.Frames).Frame));
+        Assert.All(plain, s => Assert.Same(six, Assert.Single(s.Frames).Frame));
+        Assert.Equal((0x97, 0x96), (seven.Span[4], six.Span[4]));
+
+        PublishFrame without = Decode(w => FrameWriter.WritePublish(w, "h.y"u8, default, PayloadFlags.None, "p"u8));
+        Assert.Equal(20, _router.Publish(without, origin: null, []));
+        Assert.Equal(3, _router.EncodedFrames); // no headers: one form for everyone, as before headers existed
+        MessageBuffer shared = aware[0].Frames[1].Frame;
+        Assert.All(aware.Concat(plain), s => Assert.Same(shared, s.Frames[1].Frame));
+    }
+
+    [Fact]
     public void Publish_without_subscribers_encodes_nothing()
     {
         PublishFrame publish = Decode(w => FrameWriter.WritePublish(w, "nobody.home"u8, default, PayloadFlags.None, "x"u8));

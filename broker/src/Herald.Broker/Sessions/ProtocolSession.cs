@@ -26,8 +26,8 @@ internal readonly record struct Refusal(ErrorCode Code, string? Message)
 /// One client of the broker, whatever carries its bytes: everything a client may do and everything it is
 /// held to. The identity it authenticated as and that identity's quotas (clients, subscriptions: see
 /// <see cref="IdentityQuotas"/>), its subscriptions (with the subscription-change rate charged per frame),
-/// publishing (topic and reply checks, permissions, the rate limit charged per message, Zstd negotiation
-/// and bounded decompression), its one
+/// publishing (topic and reply checks, permissions, the rate limit charged per message, Zstd and header
+/// negotiation, header blocks' reserved keys and limits, bounded decompression, the no-responders status), its one
 /// <see cref="SubscriberBacklog"/> with its limits and slow-consumer policy, credential expiry, and the
 /// metrics of all that. A transport only accepts clients, moves bytes, and maps these operations and their
 /// answers onto its medium: <see cref="FrameSession"/> for framed byte streams (TCP, WebSocket), the
