@@ -359,15 +359,17 @@ public sealed partial class HeraldClient : IAsyncDisposable
 
         return ClientTracing.Source.HasListeners()
             ? TracedSendAsync(topic, encodedTopic, encodedReplyTo, payload, headers, cancellationToken)
-            : SendAsync(encodedTopic, encodedReplyTo, payload, headers, cancellationToken);
+            : SendAsync(encodedTopic, encodedReplyTo, payload, headers, traced: null, cancellationToken);
     }
 
+    /// <summary>The send inside its Producer span; the span's context goes in the headers only where headers can go (a connection that granted them).</summary>
     private async ValueTask TracedSendAsync(string topic, byte[] encodedTopic, byte[]? replyTo, ReadOnlyMemory<byte> payload, HeraldHeaders? headers, CancellationToken cancellationToken)
     {
-        using Activity? activity = ClientTracing.StartSend(topic, payload.Length, _identity, ref headers);
+        HeraldHeaders? traced = headers;
+        using Activity? activity = ClientTracing.StartSend(topic, payload.Length, _identity, ref traced);
         try
         {
-            await SendAsync(encodedTopic, replyTo, payload, headers, cancellationToken).ConfigureAwait(false);
+            await SendAsync(encodedTopic, replyTo, payload, headers, ReferenceEquals(traced, headers) ? null : traced, cancellationToken).ConfigureAwait(false);
         }
         catch (Exception e) when (e is not OutOfMemoryException)
         {
@@ -376,10 +378,17 @@ public sealed partial class HeraldClient : IAsyncDisposable
         }
     }
 
-    private async ValueTask SendAsync(byte[] topic, byte[]? replyTo, ReadOnlyMemory<byte> payload, HeraldHeaders? headers, CancellationToken cancellationToken)
+    /// <summary>
+    /// Queues a publication on the current connection, or buffers it while there is none. <paramref name="traced"/>
+    /// is <paramref name="headers"/> with the trace context added, or <c>null</c>: it is sent where headers
+    /// were granted, and the user's own headers (perhaps none) elsewhere, so tracing never makes a publication
+    /// fail on a connection without headers.
+    /// </summary>
+    private async ValueTask SendAsync(byte[] topic, byte[]? replyTo, ReadOnlyMemory<byte> payload, HeraldHeaders? headers, HeraldHeaders? traced, CancellationToken cancellationToken)
     {
         cancellationToken.ThrowIfCancellationRequested();
-        byte[] block = headers is { Count: > 0 } ? headers.Encoded() : [];
+        byte[] plainBlock = headers is { Count: > 0 } ? headers.Encoded() : [];
+        byte[] tracedBlock = traced?.Encoded() ?? plainBlock;
         await StartAsync(cancellationToken).ConfigureAwait(false);
 
         // Compressed outside the lock; used only if the connection the publication lands on granted Zstd.
@@ -398,7 +407,9 @@ public sealed partial class HeraldClient : IAsyncDisposable
                 BrokerConnection? connection = _current;
                 if (connection is null)
                 {
-                    if (!_offline.TryAppend(topic, replyTo, payload.Span, block))
+                    // Buffered for the next connection: the trace context goes along unless the last one refused headers.
+                    byte[] buffered = _options.EnableHeaders && _serverInfo?.Headers != false ? tracedBlock : plainBlock;
+                    if (!_offline.TryAppend(topic, replyTo, payload.Span, buffered))
                     {
                         throw new HeraldBufferFullException(
                             $"The client is {_state.ToString().ToLowerInvariant()} and its publish buffer ({_offline.Limit} bytes, HeraldClientOptions.PublishBufferSize) "
@@ -411,10 +422,11 @@ public sealed partial class HeraldClient : IAsyncDisposable
                     return;
                 }
 
+                (HeraldHeaders? sent, byte[] block) = traced is not null && CanCarry(connection, traced, tracedBlock, payload.Length) ? (traced, tracedBlock) : (headers, plainBlock);
                 bool zstd = compressed is not null && connection.Zstd;
                 ReadOnlySpan<byte> body = zstd ? compressed : payload.Span;
                 PayloadFlags flags = zstd ? PayloadFlags.Zstd : PayloadFlags.None;
-                CheckLimits(connection, topic, replyTo, flags, body.Length, payload.Length, headers, block);
+                CheckLimits(connection, topic, replyTo, flags, body.Length, payload.Length, sent, block);
                 if (connection.Outbound.TryEnqueuePublish(topic, replyTo, flags, body, block))
                 {
                     return;
@@ -631,6 +643,10 @@ public sealed partial class HeraldClient : IAsyncDisposable
         while (_subscriptions.ContainsKey(_lastSid));
         return _lastSid;
     }
+
+    /// <summary>Whether <paramref name="connection"/> takes these headers with a payload of <paramref name="plainLength"/> bytes (spec §4.9 limits, §4.5).</summary>
+    private static bool CanCarry(BrokerConnection connection, HeraldHeaders headers, byte[] block, int plainLength) =>
+        connection.Headers && headers.ValueCount <= connection.MaxHeaders && block.Length <= connection.MaxHeaderBytes && plainLength + block.Length <= connection.MaxPayload;
 
     /// <summary>What the broker would refuse, refused before sending (spec §4.2, §4.5, §4.9). Caller holds <c>_gate</c>.</summary>
     private static void CheckLimits(BrokerConnection connection, byte[] topic, byte[]? replyTo, PayloadFlags flags, int payloadLength, int plainLength, HeraldHeaders? headers, byte[] block)

@@ -88,6 +88,24 @@ public class TracingTests(BrokerFixture fixture)
         Assert.Equal(["X-Tag"], tagged.Headers.Keys);
     }
 
+    [Theory]
+    [MemberData(nameof(Transports))]
+    public async Task A_traced_publication_on_a_connection_without_headers_goes_without_its_trace_context(HeraldTransport transport)
+    {
+        string topic = Topics.Unique("traced.old");
+        using var spans = new SpanRecorder(ClientTracing.SourceName);
+        await using HeraldClient subscriber = fixture.Client(HeraldTransport.Tcp);
+        await using HeraldClient publisher = fixture.Client(transport, o => o.EnableHeaders = false);
+        await using HeraldSubscription subscription = await subscriber.SubscribeAsync(topic);
+
+        await publisher.PublishAsync(topic, "still sent");
+
+        HeraldMessage message = await subscription.ReadAsync(Wait.Token());
+        Assert.Equal("still sent", message.GetString());
+        Assert.Empty(message.Headers);
+        Assert.Single(spans.Stopped, a => a.Kind == ActivityKind.Producer && Equals(a.GetTagItem("messaging.destination.name"), topic));
+    }
+
     /// <summary>Records the spans of the named sources, sampling all of them, for as long as it lives.</summary>
     private sealed class SpanRecorder : IDisposable
     {
