@@ -42,10 +42,10 @@ public sealed partial class HeraldClient : IAsyncDisposable
     private readonly EventQueue _events = new();
     private readonly ConcurrentDictionary<uint, HeraldSubscription> _subscriptions = new();
     private readonly ConcurrentDictionary<string, TaskCompletionSource<HeraldMessage>> _requests = new(StringComparer.Ordinal);
+    private readonly ClientIdentity _identity;
     private string? _inboxPrefix; // <the broker's inbox_prefix>.<random>, set once before the inbox is subscribed
     private long _lastRequest;
     private Task<HeraldSubscription>? _inbox;
-    private readonly ClientIdentity _identity;
 
     /// <summary>A client of the broker at <paramref name="url"/> (see <see cref="HeraldClientOptions.Url"/>), with default options.</summary>
     public HeraldClient(string url)

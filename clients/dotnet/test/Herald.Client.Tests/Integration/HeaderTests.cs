@@ -72,15 +72,12 @@ public class HeaderTests(BrokerFixture fixture) : IClassFixture<BrokerFixture>
     {
         using var broker = new FakeBroker();
         await using var client = new HeraldClient(broker.Url);
-        Task connecting = client.ConnectAsync(Wait.Token());
-        await using FakeConnection connection = await broker.AcceptAsync();
-        HelloFrame hello = await connection.HandshakeAsync(); // WELCOME grants nothing, as a broker before headers does
-        await connecting.Within();
+        await using FakeConnection connection = await broker.ConnectAsync(client); // WELCOME grants nothing, as a broker before headers does
 
         var refused = await Assert.ThrowsAsync<HeraldException>(async () => await client.PublishAsync("t.old", "x", HeraldHeaders.Empty.Add("X-Tag", "a")));
         Task flushed = client.FlushAsync(Wait.Token());
 
-        Assert.Equal(Capabilities.Zstd | Capabilities.Headers | Capabilities.NoResponders, hello.Capabilities);
+        Assert.Equal(Capabilities.Zstd | Capabilities.Headers | Capabilities.NoResponders, connection.Hello.Capabilities);
         Assert.False(client.ServerInfo!.Headers);
         Assert.Equal(ErrorCode.MalformedFrame, refused.ErrorCode);
         Assert.Equal(FrameType.Ping, await connection.ReadAsync()); // the flush's PING is the next frame: no PUBLISH went out
