@@ -57,8 +57,10 @@ public sealed class HeraldErrorEventArgs : EventArgs
 /// <summary>What the broker told the client about the current connection.</summary>
 public sealed class HeraldServerInfo
 {
-    internal HeraldServerInfo(HeraldTransport transport, string? serverName, ulong? connectionId, int? port, bool compression, IReadOnlyDictionary<string, ulong> limits, string? inboxPrefix = null)
+    internal HeraldServerInfo(HeraldTransport transport, string? serverName, ulong? connectionId, int? port, bool compression, IReadOnlyDictionary<string, ulong> limits, string? inboxPrefix = null, bool headers = false, bool noResponders = false)
     {
+        Headers = headers;
+        NoResponders = noResponders;
         InboxPrefix = inboxPrefix;
         Transport = transport;
         ServerName = serverName;
@@ -81,6 +83,19 @@ public sealed class HeraldServerInfo
 
     /// <summary>Zstd was negotiated: the broker may send compressed messages, and large publications may be compressed.</summary>
     public bool Compression { get; }
+
+    /// <summary>
+    /// Headers were negotiated (spec §4.1, <see cref="HeraldClientOptions.EnableHeaders"/>): publications may
+    /// carry <see cref="HeraldHeaders"/>, and messages arrive with theirs. <c>false</c> with a broker before headers.
+    /// </summary>
+    public bool Headers { get; }
+
+    /// <summary>
+    /// The broker answers a request nobody serves at once (spec §7, <see cref="HeraldClientOptions.EnableNoResponders"/>):
+    /// <see cref="HeraldClient.RequestAsync(string, ReadOnlyMemory{byte}, TimeSpan?, CancellationToken)"/> then throws
+    /// <see cref="HeraldNoRespondersException"/> instead of waiting for its timeout.
+    /// </summary>
+    public bool NoResponders { get; }
 
     /// <summary>
     /// The part of the inbox space that is this client's identity's (spec §7: WELCOME's <c>inbox_prefix</c>,

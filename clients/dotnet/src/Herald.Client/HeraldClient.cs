@@ -1,5 +1,6 @@
 using System.Buffers;
 using System.Collections.Concurrent;
+using System.Diagnostics;
 using System.Globalization;
 using System.Security.Cryptography;
 using System.Text;
@@ -7,6 +8,7 @@ using Herald.Client.Compression;
 using Herald.Client.Delivery;
 using Herald.Client.Protocol;
 using Herald.Client.Serialization;
+using Herald.Client.Telemetry;
 using Herald.Client.Transports;
 using Herald.Protocol;
 
@@ -40,6 +42,7 @@ public sealed partial class HeraldClient : IAsyncDisposable
     private readonly EventQueue _events = new();
     private readonly ConcurrentDictionary<uint, HeraldSubscription> _subscriptions = new();
     private readonly ConcurrentDictionary<string, TaskCompletionSource<HeraldMessage>> _requests = new(StringComparer.Ordinal);
+    private readonly ClientIdentity _identity;
     private string? _inboxPrefix; // <the broker's inbox_prefix>.<random>, set once before the inbox is subscribed
     private long _lastRequest;
     private Task<HeraldSubscription>? _inbox;
@@ -66,6 +69,7 @@ public sealed partial class HeraldClient : IAsyncDisposable
         _address = BrokerAddress.Parse(_options.Url!);
         Serializer = new PayloadSerializer(_options.SerializerOptions);
         _offline = new PublishBuffer(_options.PublishBufferSize);
+        _identity = new ClientIdentity(_options.ClientName, _address.Host, _address.FirstPort);
         if (_address.Transport == HeraldTransport.LongPoll)
         {
             HttpMessageHandler handler = _options.HttpMessageHandler ?? new SocketsHttpHandler
@@ -98,6 +102,9 @@ public sealed partial class HeraldClient : IAsyncDisposable
     public HeraldServerInfo? ServerInfo => Volatile.Read(ref _current)?.Info ?? Volatile.Read(ref _serverInfo);
 
     internal PayloadSerializer Serializer { get; }
+
+    /// <summary>Who this client is, for its spans (<c>messaging.client.id</c>, <c>server.*</c>).</summary>
+    internal ClientIdentity Identity => _identity;
 
     /// <summary>Connects now, if not connected yet, and waits until connected (through a reconnect, too).</summary>
     /// <exception cref="HeraldConnectionException">The broker cannot be reached.</exception>
@@ -140,20 +147,20 @@ public sealed partial class HeraldClient : IAsyncDisposable
     /// <exception cref="HeraldException">The topic breaks the rules (<see cref="ErrorCode.InvalidTopic"/>, <see cref="ErrorCode.ReservedTopic"/>, <see cref="ErrorCode.TopicTooLong"/>) or the payload is over the broker's limit (<see cref="ErrorCode.FrameTooLarge"/>); nothing was sent.</exception>
     /// <exception cref="HeraldBufferFullException">Disconnected, and the buffer is full.</exception>
     public ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, string? replyTo = null, CancellationToken cancellationToken = default) =>
-        PublishCoreAsync(EncodeTopic(topic), EncodeReplyTo(replyTo), payload, cancellationToken);
+        PublishCoreAsync(topic, replyTo, payload, headers: null, cancellationToken);
 
     /// <inheritdoc cref="PublishAsync(string, ReadOnlyMemory{byte}, string?, CancellationToken)"/>
     public ValueTask PublishAsync(string topic, byte[] payload, string? replyTo = null, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(payload);
-        return PublishCoreAsync(EncodeTopic(topic), EncodeReplyTo(replyTo), payload, cancellationToken);
+        return PublishCoreAsync(topic, replyTo, payload, headers: null, cancellationToken);
     }
 
     /// <summary>Publishes <paramref name="text"/> as UTF-8 bytes (a long-poll JSON reader sees it as <c>text</c>).</summary>
     public ValueTask PublishAsync(string topic, string text, string? replyTo = null, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(text);
-        return PublishCoreAsync(EncodeTopic(topic), EncodeReplyTo(replyTo), Encoding.UTF8.GetBytes(text), cancellationToken);
+        return PublishCoreAsync(topic, replyTo, Encoding.UTF8.GetBytes(text), headers: null, cancellationToken);
     }
 
     /// <summary>
@@ -162,7 +169,41 @@ public sealed partial class HeraldClient : IAsyncDisposable
     /// it is, as by the other overloads (and <see cref="HeraldMessage.Deserialize{T}"/> gives it back the same way).
     /// </summary>
     public ValueTask PublishAsync<T>(string topic, T value, string? replyTo = null, CancellationToken cancellationToken = default) =>
-        PublishCoreAsync(EncodeTopic(topic), EncodeReplyTo(replyTo), Serializer.ToPayload(value), cancellationToken);
+        PublishCoreAsync(topic, replyTo, Serializer.ToPayload(value), headers: null, cancellationToken);
+
+    /// <summary>
+    /// Publishes <paramref name="payload"/> with <paramref name="headers"/> (spec §4.9); every subscriber's
+    /// <see cref="HeraldMessage.Headers"/> shows them as given. Needs a broker that granted headers
+    /// (<see cref="HeraldServerInfo.Headers"/>).
+    /// </summary>
+    /// <exception cref="ArgumentException">A key under the broker's <c>Herald-</c> prefix (say, headers copied from a no-responders status), or more values or encoded bytes than the broker's <c>max_headers</c> / <c>max_header_bytes</c>; nothing was sent.</exception>
+    /// <exception cref="HeraldException">The broker did not grant headers (<see cref="ErrorCode.MalformedFrame"/>, what it would answer), or as the overload without headers; nothing was sent.</exception>
+    /// <exception cref="HeraldBufferFullException">Disconnected, and the buffer is full.</exception>
+    public ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, HeraldHeaders headers, string? replyTo = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(headers);
+        return PublishCoreAsync(topic, replyTo, payload, headers, cancellationToken);
+    }
+
+    /// <inheritdoc cref="PublishAsync(string, ReadOnlyMemory{byte}, HeraldHeaders, string?, CancellationToken)"/>
+    public ValueTask PublishAsync(string topic, byte[] payload, HeraldHeaders headers, string? replyTo = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(payload);
+        return PublishAsync(topic, new ReadOnlyMemory<byte>(payload), headers, replyTo, cancellationToken);
+    }
+
+    /// <summary>Publishes <paramref name="text"/> as UTF-8 bytes, with <paramref name="headers"/>.</summary>
+    /// <inheritdoc cref="PublishAsync(string, ReadOnlyMemory{byte}, HeraldHeaders, string?, CancellationToken)"/>
+    public ValueTask PublishAsync(string topic, string text, HeraldHeaders headers, string? replyTo = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(text);
+        return PublishAsync(topic, new ReadOnlyMemory<byte>(Encoding.UTF8.GetBytes(text)), headers, replyTo, cancellationToken);
+    }
+
+    /// <summary>Publishes <paramref name="value"/> serialized with MessagePack, with <paramref name="headers"/>.</summary>
+    /// <inheritdoc cref="PublishAsync(string, ReadOnlyMemory{byte}, HeraldHeaders, string?, CancellationToken)"/>
+    public ValueTask PublishAsync<T>(string topic, T value, HeraldHeaders headers, string? replyTo = null, CancellationToken cancellationToken = default) =>
+        PublishAsync(topic, Serializer.ToPayload(value), headers, replyTo, cancellationToken);
 
     // --- Subscribe -------------------------------------------------------------------------------------
 
@@ -207,41 +248,21 @@ public sealed partial class HeraldClient : IAsyncDisposable
     /// <summary>
     /// Publishes a request with a fresh <c>reply_to</c> inbox topic and waits for the first reply (spec §7).
     /// The client subscribes its inbox (<c>&lt;inbox_prefix&gt;.&lt;random&gt;.&gt;</c>, under the prefix the broker
-    /// gave its identity, <see cref="HeraldServerInfo.InboxPrefix"/>) once, on the first request.
+    /// gave its identity, <see cref="HeraldServerInfo.InboxPrefix"/>) once, on the first request. When the
+    /// broker grants the no-responders status (<see cref="HeraldServerInfo.NoResponders"/>), a request that
+    /// reaches no subscriber fails at once with <see cref="HeraldNoRespondersException"/>.
     /// </summary>
     /// <param name="timeout">How long to wait for the reply; <see cref="HeraldClientOptions.RequestTimeout"/> if <c>null</c>.</param>
-    /// <exception cref="HeraldTimeoutException">No reply in time (nobody answered, or nobody subscribes to <paramref name="topic"/>).</exception>
-    public async Task<HeraldMessage> RequestAsync(string topic, ReadOnlyMemory<byte> payload, TimeSpan? timeout = null, CancellationToken cancellationToken = default)
-    {
-        byte[] encodedTopic = EncodeTopic(topic);
-        TimeSpan wait = timeout ?? _options.RequestTimeout;
-        ArgumentOutOfRangeException.ThrowIfLessThanOrEqual(wait, TimeSpan.Zero, nameof(timeout));
-        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
-        deadline.CancelAfter(wait);
-        string token = Interlocked.Increment(ref _lastRequest).ToString(CultureInfo.InvariantCulture);
-        var reply = new TaskCompletionSource<HeraldMessage>(TaskCreationOptions.RunContinuationsAsynchronously);
-        _requests[token] = reply;
-        try
-        {
-            await EnsureInboxAsync(deadline.Token).ConfigureAwait(false);
-            await PublishCoreAsync(encodedTopic, Encoding.UTF8.GetBytes($"{_inboxPrefix}.{token}"), payload, deadline.Token).ConfigureAwait(false);
-            return await reply.Task.WaitAsync(deadline.Token).ConfigureAwait(false);
-        }
-        catch (OperationCanceledException e) when (deadline.IsCancellationRequested && !cancellationToken.IsCancellationRequested)
-        {
-            throw new HeraldTimeoutException($"No reply to the request on '{topic}' within {wait.TotalMilliseconds.ToString(CultureInfo.InvariantCulture)} ms.", e);
-        }
-        finally
-        {
-            _requests.TryRemove(token, out _);
-        }
-    }
+    /// <exception cref="HeraldNoRespondersException">Nobody subscribes to <paramref name="topic"/>: the broker said so at once.</exception>
+    /// <exception cref="HeraldTimeoutException">No reply in time (a responder was slow or silent; or nobody subscribes to <paramref name="topic"/> and the broker does not say so).</exception>
+    public Task<HeraldMessage> RequestAsync(string topic, ReadOnlyMemory<byte> payload, TimeSpan? timeout = null, CancellationToken cancellationToken = default) =>
+        RequestCoreAsync(topic, payload, headers: null, timeout, cancellationToken);
 
     /// <inheritdoc cref="RequestAsync(string, ReadOnlyMemory{byte}, TimeSpan?, CancellationToken)"/>
     public Task<HeraldMessage> RequestAsync(string topic, byte[] payload, TimeSpan? timeout = null, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(payload);
-        return RequestAsync(topic, new ReadOnlyMemory<byte>(payload), timeout, cancellationToken);
+        return RequestCoreAsync(topic, payload, headers: null, timeout, cancellationToken);
     }
 
     /// <summary>A request whose payload is <paramref name="text"/> as UTF-8.</summary>
@@ -249,15 +270,70 @@ public sealed partial class HeraldClient : IAsyncDisposable
     public Task<HeraldMessage> RequestAsync(string topic, string text, TimeSpan? timeout = null, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(text);
-        return RequestAsync(topic, new ReadOnlyMemory<byte>(Encoding.UTF8.GetBytes(text)), timeout, cancellationToken);
+        return RequestCoreAsync(topic, Encoding.UTF8.GetBytes(text), headers: null, timeout, cancellationToken);
     }
 
     /// <summary>A request and its reply as MessagePack-serialized values.</summary>
     /// <inheritdoc cref="RequestAsync(string, ReadOnlyMemory{byte}, TimeSpan?, CancellationToken)"/>
     public async Task<TReply> RequestAsync<TRequest, TReply>(string topic, TRequest request, TimeSpan? timeout = null, CancellationToken cancellationToken = default)
     {
-        HeraldMessage reply = await RequestAsync(topic, Serializer.ToPayload(request), timeout, cancellationToken).ConfigureAwait(false);
+        HeraldMessage reply = await RequestCoreAsync(topic, Serializer.ToPayload(request), headers: null, timeout, cancellationToken).ConfigureAwait(false);
         return reply.Deserialize<TReply>();
+    }
+
+    /// <summary>A request with <paramref name="headers"/> (spec §4.9); the reply's are in its <see cref="HeraldMessage.Headers"/>.</summary>
+    /// <inheritdoc cref="RequestAsync(string, ReadOnlyMemory{byte}, TimeSpan?, CancellationToken)"/>
+    /// <exception cref="ArgumentException">The headers break the broker's rules or limits (see <see cref="PublishAsync(string, ReadOnlyMemory{byte}, HeraldHeaders, string?, CancellationToken)"/>); nothing was sent.</exception>
+    public Task<HeraldMessage> RequestAsync(string topic, ReadOnlyMemory<byte> payload, HeraldHeaders headers, TimeSpan? timeout = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(headers);
+        return RequestCoreAsync(topic, payload, headers, timeout, cancellationToken);
+    }
+
+    /// <summary>A request whose payload is <paramref name="text"/> as UTF-8, with <paramref name="headers"/>.</summary>
+    /// <inheritdoc cref="RequestAsync(string, ReadOnlyMemory{byte}, HeraldHeaders, TimeSpan?, CancellationToken)"/>
+    public Task<HeraldMessage> RequestAsync(string topic, string text, HeraldHeaders headers, TimeSpan? timeout = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(text);
+        return RequestAsync(topic, new ReadOnlyMemory<byte>(Encoding.UTF8.GetBytes(text)), headers, timeout, cancellationToken);
+    }
+
+    private async Task<HeraldMessage> RequestCoreAsync(string topic, ReadOnlyMemory<byte> payload, HeraldHeaders? headers, TimeSpan? timeout, CancellationToken cancellationToken)
+    {
+        EncodeTopic(topic); // a bad topic throws here, before the inbox is made
+        TimeSpan wait = timeout ?? _options.RequestTimeout;
+        ArgumentOutOfRangeException.ThrowIfLessThanOrEqual(wait, TimeSpan.Zero, nameof(timeout));
+        using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        deadline.CancelAfter(wait);
+        string token = Interlocked.Increment(ref _lastRequest).ToString(CultureInfo.InvariantCulture);
+        var reply = new TaskCompletionSource<HeraldMessage>(TaskCreationOptions.RunContinuationsAsynchronously);
+        _requests[token] = reply;
+        HeraldMessage answer;
+        try
+        {
+            await EnsureInboxAsync(deadline.Token).ConfigureAwait(false);
+            await PublishCoreAsync(topic, $"{_inboxPrefix}.{token}", payload, headers, deadline.Token).ConfigureAwait(false);
+            answer = await reply.Task.WaitAsync(deadline.Token).ConfigureAwait(false);
+        }
+        catch (OperationCanceledException e) when (deadline.IsCancellationRequested && !cancellationToken.IsCancellationRequested)
+        {
+            throw new HeraldTimeoutException($"No reply to the request on '{topic}' within {wait.TotalMilliseconds.ToString(CultureInfo.InvariantCulture)} ms.", e)
+            {
+                Topic = topic,
+                Timeout = wait,
+            };
+        }
+        finally
+        {
+            _requests.TryRemove(token, out _);
+        }
+
+        if (answer.IsNoResponders)
+        {
+            throw new HeraldNoRespondersException($"No subscriber serves the request on '{topic}': the broker answered at once that nobody responds (spec §7).") { Topic = topic };
+        }
+
+        return answer;
     }
 
     // --- Internals shared with the transports ----------------------------------------------------------------
@@ -268,9 +344,51 @@ public sealed partial class HeraldClient : IAsyncDisposable
     /// <summary>Raises <see cref="Error"/> on the thread pool.</summary>
     internal void ReportError(HeraldException error) => _events.Post(() => Error?.Invoke(this, new HeraldErrorEventArgs(error)));
 
-    private async ValueTask PublishCoreAsync(byte[] topic, byte[]? replyTo, ReadOnlyMemory<byte> payload, CancellationToken cancellationToken)
+    /// <summary>
+    /// Every publication's way in: checks what needs no connection, then, only when someone listens to the
+    /// <c>Herald.Client</c> source, wraps the send in its Producer span, whose context goes into the headers.
+    /// </summary>
+    private ValueTask PublishCoreAsync(string topic, string? replyTo, ReadOnlyMemory<byte> payload, HeraldHeaders? headers, CancellationToken cancellationToken)
+    {
+        byte[] encodedTopic = EncodeTopic(topic);
+        byte[]? encodedReplyTo = EncodeReplyTo(replyTo);
+        if (headers?.ReservedKey() is { } reserved)
+        {
+            throw new ArgumentException($"Header '{reserved}' is under the prefix '{HeaderBlock.ReservedPrefix}', which only the broker sets (spec §4.9); a publication to '{topic}' may not carry it. It was not sent.", nameof(headers));
+        }
+
+        return ClientTracing.Source.HasListeners()
+            ? TracedSendAsync(topic, encodedTopic, encodedReplyTo, payload, headers, cancellationToken)
+            : SendAsync(encodedTopic, encodedReplyTo, payload, headers, traced: null, cancellationToken);
+    }
+
+    /// <summary>The send inside its Producer span; the span's context goes in the headers only where headers can go (a connection that granted them).</summary>
+    private async ValueTask TracedSendAsync(string topic, byte[] encodedTopic, byte[]? replyTo, ReadOnlyMemory<byte> payload, HeraldHeaders? headers, CancellationToken cancellationToken)
+    {
+        HeraldHeaders? traced = headers;
+        using Activity? activity = ClientTracing.StartSend(topic, payload.Length, _identity, ref traced);
+        try
+        {
+            await SendAsync(encodedTopic, replyTo, payload, headers, ReferenceEquals(traced, headers) ? null : traced, cancellationToken).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is not OutOfMemoryException)
+        {
+            ClientTracing.Failed(activity, e);
+            throw;
+        }
+    }
+
+    /// <summary>
+    /// Queues a publication on the current connection, or buffers it while there is none. <paramref name="traced"/>
+    /// is <paramref name="headers"/> with the trace context added, or <c>null</c>: it is sent where headers
+    /// were granted, and the user's own headers (perhaps none) elsewhere, so tracing never makes a publication
+    /// fail on a connection without headers.
+    /// </summary>
+    private async ValueTask SendAsync(byte[] topic, byte[]? replyTo, ReadOnlyMemory<byte> payload, HeraldHeaders? headers, HeraldHeaders? traced, CancellationToken cancellationToken)
     {
         cancellationToken.ThrowIfCancellationRequested();
+        byte[] plainBlock = headers is { Count: > 0 } ? headers.Encoded() : [];
+        byte[] tracedBlock = traced?.Encoded() ?? plainBlock;
         await StartAsync(cancellationToken).ConfigureAwait(false);
 
         // Compressed outside the lock; used only if the connection the publication lands on granted Zstd.
@@ -289,7 +407,9 @@ public sealed partial class HeraldClient : IAsyncDisposable
                 BrokerConnection? connection = _current;
                 if (connection is null)
                 {
-                    if (!_offline.TryAppend(topic, replyTo, payload.Span))
+                    // Buffered for the next connection: the trace context goes along unless the last one refused headers.
+                    byte[] buffered = _options.EnableHeaders && _serverInfo?.Headers != false ? tracedBlock : plainBlock;
+                    if (!_offline.TryAppend(topic, replyTo, payload.Span, buffered))
                     {
                         throw new HeraldBufferFullException(
                             $"The client is {_state.ToString().ToLowerInvariant()} and its publish buffer ({_offline.Limit} bytes, HeraldClientOptions.PublishBufferSize) "
@@ -302,11 +422,12 @@ public sealed partial class HeraldClient : IAsyncDisposable
                     return;
                 }
 
+                (HeraldHeaders? sent, byte[] block) = traced is not null && CanCarry(connection, traced, tracedBlock, payload.Length) ? (traced, tracedBlock) : (headers, plainBlock);
                 bool zstd = compressed is not null && connection.Zstd;
                 ReadOnlySpan<byte> body = zstd ? compressed : payload.Span;
                 PayloadFlags flags = zstd ? PayloadFlags.Zstd : PayloadFlags.None;
-                CheckLimits(connection, topic, replyTo, flags, body.Length, payload.Length);
-                if (connection.Outbound.TryEnqueuePublish(topic, replyTo, flags, body))
+                CheckLimits(connection, topic, replyTo, flags, body.Length, payload.Length, sent, block);
+                if (connection.Outbound.TryEnqueuePublish(topic, replyTo, flags, body, block))
                 {
                     return;
                 }
@@ -523,11 +644,30 @@ public sealed partial class HeraldClient : IAsyncDisposable
         return _lastSid;
     }
 
-    private static void CheckLimits(BrokerConnection connection, byte[] topic, byte[]? replyTo, PayloadFlags flags, int payloadLength, int plainLength)
+    /// <summary>Whether <paramref name="connection"/> takes these headers with a payload of <paramref name="plainLength"/> bytes (spec §4.9 limits, §4.5).</summary>
+    private static bool CanCarry(BrokerConnection connection, HeraldHeaders headers, byte[] block, int plainLength) =>
+        connection.Headers && headers.ValueCount <= connection.MaxHeaders && block.Length <= connection.MaxHeaderBytes && plainLength + block.Length <= connection.MaxPayload;
+
+    /// <summary>What the broker would refuse, refused before sending (spec §4.2, §4.5, §4.9). Caller holds <c>_gate</c>.</summary>
+    private static void CheckLimits(BrokerConnection connection, byte[] topic, byte[]? replyTo, PayloadFlags flags, int payloadLength, int plainLength, HeraldHeaders? headers, byte[] block)
     {
-        if (plainLength > connection.MaxPayload)
+        if (block.Length > 0 && !connection.Headers)
         {
-            throw new HeraldException(ErrorCode.FrameTooLarge, $"A payload of {plainLength} bytes to '{Encoding.UTF8.GetString(topic)}' is over the broker's max_payload of {connection.MaxPayload} bytes (spec §4.2). It was not sent.");
+            throw new HeraldException(
+                ErrorCode.MalformedFrame,
+                $"A publication to '{Encoding.UTF8.GetString(topic)}' carries headers, and this connection did not negotiate them (a broker before headers, or HeraldClientOptions.EnableHeaders is off; see HeraldServerInfo.Headers). It was not sent.");
+        }
+
+        if (plainLength + block.Length > connection.MaxPayload)
+        {
+            throw new HeraldException(ErrorCode.FrameTooLarge, $"A payload of {plainLength} bytes{(block.Length > 0 ? $" with a {block.Length}-byte header block" : "")} to '{Encoding.UTF8.GetString(topic)}' is over the broker's max_payload of {connection.MaxPayload} bytes (spec §4.2, §4.5). It was not sent.");
+        }
+
+        if (headers is not null && block.Length > 0 && (headers.ValueCount > connection.MaxHeaders || block.Length > connection.MaxHeaderBytes))
+        {
+            throw new ArgumentException(
+                $"The headers of a publication to '{Encoding.UTF8.GetString(topic)}' ({headers.ValueCount} values, {block.Length} bytes encoded) are over the broker's max_headers of {connection.MaxHeaders} values or max_header_bytes of {connection.MaxHeaderBytes} bytes (spec §4.9). It was not sent.",
+                nameof(headers));
         }
 
         if (topic.Length > connection.MaxTopic || (replyTo?.Length ?? 0) > connection.MaxTopic)
@@ -536,7 +676,7 @@ public sealed partial class HeraldClient : IAsyncDisposable
             throw new HeraldException(ErrorCode.TopicTooLong, Topic.Describe(ErrorCode.TopicTooLong, tooLong, connection.MaxTopic) + " It was not sent.");
         }
 
-        int body = ClientFrames.PublishBodySize(topic.Length, replyTo?.Length ?? 0, flags, payloadLength);
+        int body = ClientFrames.PublishBodySize(topic.Length, replyTo?.Length ?? 0, flags, payloadLength, block.Length);
         if (body > connection.MaxBody)
         {
             throw new HeraldException(ErrorCode.FrameTooLarge, $"A publication of {payloadLength} bytes to '{Encoding.UTF8.GetString(topic)}' makes a {body}-byte frame; the broker takes at most {connection.MaxBody} (spec §9). It was not sent.");

@@ -48,6 +48,22 @@ public sealed class HeraldClientOptions
     public bool EnableCompression { get; set; } = true;
 
     /// <summary>
+    /// Ask the broker for headers (spec §4.1, §4.9; on by default): publications may carry
+    /// <see cref="HeraldHeaders"/>, and <see cref="HeraldMessage.Headers"/> shows what arrives with a message.
+    /// Off (or with a broker that does not grant them, <see cref="HeraldServerInfo.Headers"/>): messages
+    /// arrive without their headers, and publishing with headers throws before anything is sent.
+    /// Tracing (<c>traceparent</c>, see the README) travels in headers, so it needs them too.
+    /// </summary>
+    public bool EnableHeaders { get; set; } = true;
+
+    /// <summary>
+    /// Ask the broker to answer at once a request that reaches no subscriber (spec §7, the no-responders
+    /// status; on by default, and only with <see cref="EnableHeaders"/>): the request then throws
+    /// <see cref="HeraldNoRespondersException"/> at once instead of <see cref="HeraldTimeoutException"/> at its timeout.
+    /// </summary>
+    public bool EnableNoResponders { get; set; } = true;
+
+    /// <summary>
     /// When compression was negotiated, payloads of at least this many bytes are published Zstd-compressed
     /// (if that makes them smaller). <c>null</c> (the default): never; the broker still compresses what it sends.
     /// </summary>
@@ -109,6 +125,11 @@ public sealed class HeraldClientOptions
 
     /// <summary>Long-poll: the HTTP handler to use (proxy, TLS settings, tests). Not disposed by the client. <c>null</c>: a <see cref="SocketsHttpHandler"/> of its own.</summary>
     public HttpMessageHandler? HttpMessageHandler { get; set; }
+
+    /// <summary>The HELLO capabilities (spec §4.1) these options ask for; long-poll asks for the same when it creates its session.</summary>
+    internal Capabilities Capabilities =>
+        (EnableCompression ? Capabilities.Zstd : Capabilities.None)
+        | (EnableHeaders ? Capabilities.Headers | (EnableNoResponders ? Capabilities.NoResponders : Capabilities.None) : Capabilities.None);
 
     internal HeraldClientOptions Clone() => (HeraldClientOptions)MemberwiseClone();
 

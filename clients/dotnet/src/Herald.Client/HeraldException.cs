@@ -73,7 +73,10 @@ public sealed class HeraldBufferFullException : HeraldException
     public int BufferSize { get; init; }
 }
 
-/// <summary>No reply arrived in time for a request.</summary>
+/// <summary>
+/// No reply arrived in time for a request: a responder was slow or silent, or (without the no-responders
+/// status, <see cref="HeraldServerInfo.NoResponders"/>) nobody subscribes to its topic.
+/// </summary>
 public sealed class HeraldTimeoutException : HeraldException
 {
     public HeraldTimeoutException()
@@ -90,6 +93,38 @@ public sealed class HeraldTimeoutException : HeraldException
         : base(message, innerException)
     {
     }
+
+    /// <summary>The topic the request went to.</summary>
+    public string? Topic { get; init; }
+
+    /// <summary>How long the request waited.</summary>
+    public TimeSpan Timeout { get; init; }
+}
+
+/// <summary>
+/// A request reached no subscriber, and the broker said so at once (spec §7, the no-responders status),
+/// instead of the request waiting for its timeout. Thrown only when the broker granted it
+/// (<see cref="HeraldServerInfo.NoResponders"/>, <see cref="HeraldClientOptions.EnableNoResponders"/>).
+/// </summary>
+public sealed class HeraldNoRespondersException : HeraldException
+{
+    public HeraldNoRespondersException()
+        : base("Nobody serves the request's topic.")
+    {
+    }
+
+    public HeraldNoRespondersException(string message)
+        : base(message)
+    {
+    }
+
+    public HeraldNoRespondersException(string message, Exception innerException)
+        : base(message, innerException)
+    {
+    }
+
+    /// <summary>The topic the request went to, which no subscription matched.</summary>
+    public string? Topic { get; init; }
 }
 
 /// <summary>

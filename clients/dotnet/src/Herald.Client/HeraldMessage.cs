@@ -15,8 +15,9 @@ public sealed class HeraldMessage
     private readonly HeraldClient? _client;
     private readonly PayloadSerializer _serializer;
 
-    internal HeraldMessage(HeraldClient? client, HeraldSubscription? subscription, PayloadSerializer serializer, string topic, string? replyTo, ReadOnlyMemory<byte> payload, bool wasCompressed)
+    internal HeraldMessage(HeraldClient? client, HeraldSubscription? subscription, PayloadSerializer serializer, string topic, string? replyTo, ReadOnlyMemory<byte> payload, bool wasCompressed, HeraldHeaders? headers = null)
     {
+        Headers = headers ?? HeraldHeaders.Empty;
         _client = client;
         _serializer = serializer;
         Subscription = subscription;
@@ -34,6 +35,12 @@ public sealed class HeraldMessage
 
     /// <summary>The payload, as published.</summary>
     public ReadOnlyMemory<byte> Payload { get; }
+
+    /// <summary>
+    /// The headers it was published with (spec §4.9), byte for byte as the publisher sent them; empty (never
+    /// <c>null</c>) when it had none, or when headers were not negotiated (<see cref="HeraldServerInfo.Headers"/>).
+    /// </summary>
+    public HeraldHeaders Headers { get; }
 
     /// <summary>It travelled Zstd-compressed (and was decompressed on arrival).</summary>
     public bool WasCompressed { get; }
@@ -56,6 +63,11 @@ public sealed class HeraldMessage
     /// <exception cref="InvalidOperationException">The message has no <see cref="ReplyTo"/>.</exception>
     public ValueTask RespondAsync(ReadOnlyMemory<byte> payload, CancellationToken cancellationToken = default) =>
         Responder().PublishAsync(ReplyTo!, payload, replyTo: null, cancellationToken);
+
+    /// <summary>Publishes a reply to <see cref="ReplyTo"/>, with <paramref name="headers"/>.</summary>
+    /// <inheritdoc cref="RespondAsync(ReadOnlyMemory{byte}, CancellationToken)"/>
+    public ValueTask RespondAsync(ReadOnlyMemory<byte> payload, HeraldHeaders headers, CancellationToken cancellationToken = default) =>
+        Responder().PublishAsync(ReplyTo!, payload, headers, replyTo: null, cancellationToken);
 
     /// <inheritdoc cref="RespondAsync(ReadOnlyMemory{byte}, CancellationToken)"/>
     public ValueTask RespondAsync(byte[] payload, CancellationToken cancellationToken = default)
@@ -86,8 +98,12 @@ public sealed class HeraldMessage
     {
         bool compressed = (frame.Flags & PayloadFlags.Zstd) != 0;
         byte[] payload = compressed ? ZstdCodec.Decompress(frame.Payload, maxPayload) : frame.Payload.ToArray();
-        return new HeraldMessage(client, subscription, serializer, frame.TopicString, frame.ReplyToString, payload, compressed);
+        HeraldHeaders? headers = frame.HasHeaders ? HeraldHeaders.FromBlock(frame.Headers) : null;
+        return new HeraldMessage(client, subscription, serializer, frame.TopicString, frame.ReplyToString, payload, compressed, headers);
     }
+
+    /// <summary>The broker's no-responders status (spec §7): an empty message with <c>Herald-Status: 503</c>.</summary>
+    internal bool IsNoResponders => Payload.IsEmpty && Headers.Count > 0 && Headers.GetFirstValue("Herald-Status") == "503";
 
     private HeraldClient Responder()
     {

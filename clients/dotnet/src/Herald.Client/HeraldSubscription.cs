@@ -1,5 +1,7 @@
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Threading.Channels;
+using Herald.Client.Telemetry;
 using Herald.Protocol;
 
 namespace Herald.Client;
@@ -182,17 +184,22 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
         _stop.Cancel();
     }
 
-    /// <summary>The handler's loop: one message at a time, in order, on the thread pool or the captured context.</summary>
+    /// <summary>
+    /// The handler's loop: one message at a time, in order, on the thread pool or the captured context. With
+    /// a listener on the <c>Herald.Client</c> source, each call runs inside its <c>process</c> span.
+    /// </summary>
     private async Task DispatchAsync()
     {
         ChannelReader<HeraldMessage> reader = _channel!.Reader;
         CancellationToken stop = _stop.Token;
+        Activity.Current = null; // started from the subscriber's flow: a handler's span is the message's child, not the subscribe call's
         try
         {
             while (await reader.WaitToReadAsync(stop).ConfigureAwait(false))
             {
                 while (!stop.IsCancellationRequested && reader.TryRead(out HeraldMessage? message))
                 {
+                    Activity? activity = ClientTracing.Source.HasListeners() ? ClientTracing.StartProcess(message, Pattern, _client.Identity) : null;
                     try
                     {
                         if (_context is null)
@@ -210,7 +217,12 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
                     }
                     catch (Exception e) when (e is not OutOfMemoryException)
                     {
+                        ClientTracing.Failed(activity, e);
                         _client.ReportError(new HeraldException($"The handler of the subscription to '{Pattern}' threw on a message on '{message.Topic}': {e.Message}", e));
+                    }
+                    finally
+                    {
+                        activity?.Dispose();
                     }
                 }
             }

@@ -33,6 +33,15 @@ internal abstract class BrokerConnection : IAsyncDisposable
 
     public bool Zstd => Info.Compression;
 
+    /// <summary>The broker granted headers (spec §4.1): publications may carry them, messages may arrive with them.</summary>
+    public bool Headers => Info.Headers;
+
+    /// <summary>WELCOME's <c>max_headers</c>: most header values one PUBLISH may carry (spec §4.9).</summary>
+    public int MaxHeaders { get; protected set; } = int.MaxValue;
+
+    /// <summary>WELCOME's <c>max_header_bytes</c>: largest encoded header block of one PUBLISH (spec §4.9).</summary>
+    public int MaxHeaderBytes { get; protected set; } = int.MaxValue;
+
     /// <summary>Largest PUBLISH body the broker accepts.</summary>
     public int MaxBody { get; protected set; } = int.MaxValue;
 

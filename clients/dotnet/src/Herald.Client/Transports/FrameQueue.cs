@@ -45,10 +45,10 @@ internal sealed class FrameQueue
         }
     }
 
-    /// <summary>Queues a PUBLISH; <c>false</c> when there is no room (see <see cref="WaitForRoomAsync"/>) or the queue is closed.</summary>
-    public bool TryEnqueuePublish(ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, PayloadFlags flags, ReadOnlySpan<byte> payload)
+    /// <summary>Queues a PUBLISH (with its encoded header block, if not empty); <c>false</c> when there is no room (see <see cref="WaitForRoomAsync"/>) or the queue is closed.</summary>
+    public bool TryEnqueuePublish(ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, PayloadFlags flags, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> headers)
     {
-        int size = ClientFrames.PublishSize(topic.Length, replyTo.Length, flags, payload.Length);
+        int size = ClientFrames.PublishSize(topic.Length, replyTo.Length, flags, payload.Length, headers.Length);
         lock (_gate)
         {
             if (_closed || (_publishBytes > 0 && _publishBytes + size > _limit))
@@ -56,7 +56,7 @@ internal sealed class FrameQueue
                 return false;
             }
 
-            ClientFrames.Publish(_pending, topic, replyTo, flags, payload);
+            ClientFrames.Publish(_pending, topic, replyTo, flags, payload, headers);
             _publishBytes += size;
             WakeWriter();
             return true;

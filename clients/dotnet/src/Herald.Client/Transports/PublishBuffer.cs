@@ -25,16 +25,16 @@ internal sealed class PublishBuffer
 
     public int Limit => _limit;
 
-    /// <summary>Keeps a publication; <c>false</c> (nothing kept) when it does not fit.</summary>
-    public bool TryAppend(ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> payload)
+    /// <summary>Keeps a publication (with its encoded header block, if not empty); <c>false</c> (nothing kept) when it does not fit.</summary>
+    public bool TryAppend(ReadOnlySpan<byte> topic, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> headers)
     {
-        int size = ClientFrames.PublishSize(topic.Length, replyTo.Length, PayloadFlags.None, payload.Length);
+        int size = ClientFrames.PublishSize(topic.Length, replyTo.Length, PayloadFlags.None, payload.Length, headers.Length);
         if ((long)_frames.WrittenCount + size > _limit)
         {
             return false;
         }
 
-        ClientFrames.Publish(_frames, topic, replyTo, PayloadFlags.None, payload);
+        ClientFrames.Publish(_frames, topic, replyTo, PayloadFlags.None, payload, headers);
         return true;
     }
 
@@ -61,8 +61,9 @@ internal sealed class PublishBuffer
 
     /// <summary>
     /// Moves every publication to <paramref name="queue"/>, fitted to the new connection: a Zstd payload is
-    /// decompressed for a broker that did not grant Zstd, and a publication over the broker's limits is
-    /// dropped and reported rather than sent (it would close the connection, again at every reconnect).
+    /// decompressed for a broker that did not grant Zstd, and a publication over the broker's limits, or with
+    /// headers for a broker that did not grant them, is dropped and reported rather than sent (it would close
+    /// the connection, again at every reconnect).
     /// </summary>
     public void MoveTo(BrokerConnection connection, int maxPayload, Action<HeraldException> report)
     {
@@ -85,19 +86,26 @@ internal sealed class PublishBuffer
                 continue;
             }
 
-            byte[]? plain = (publish.Flags & PayloadFlags.Zstd) != 0 ? ZstdCodec.Decompress(publish.Payload, maxPayload) : null;
-            if ((plain?.Length ?? publish.Payload.Length) > connection.MaxPayload)
+            if (HeadersUnfit(publish, connection) is { } unfit)
             {
-                report(new HeraldException(ErrorCode.FrameTooLarge, $"A publication to '{topic}' buffered while disconnected was dropped: its payload is over the broker's max_payload of {connection.MaxPayload} bytes."));
+                report(new HeraldException(unfit.Code, $"A publication to '{topic}' buffered while disconnected was dropped: {unfit.Reason}"));
+                continue;
+            }
+
+            byte[]? plain = (publish.Flags & PayloadFlags.Zstd) != 0 ? ZstdCodec.Decompress(publish.Payload, maxPayload) : null;
+            if ((plain?.Length ?? publish.Payload.Length) + publish.Headers.Length > connection.MaxPayload)
+            {
+                report(new HeraldException(ErrorCode.FrameTooLarge, $"A publication to '{topic}' buffered while disconnected was dropped: its payload (with its header block) is over the broker's max_payload of {connection.MaxPayload} bytes."));
                 continue;
             }
 
             if (plain is not null && !zstd)
             {
                 byte[] replyTo = publish.ReplyTo?.ToArray() ?? [];
-                if (ClientFrames.PublishBodySize((int)publish.Topic.Length, replyTo.Length, PayloadFlags.None, plain.Length) <= maxBody)
+                byte[] headers = publish.Headers.ToArray();
+                if (ClientFrames.PublishBodySize((int)publish.Topic.Length, replyTo.Length, PayloadFlags.None, plain.Length, headers.Length) <= maxBody)
                 {
-                    ClientFrames.Publish(fitted, publish.Topic.ToArray(), replyTo, PayloadFlags.None, plain);
+                    ClientFrames.Publish(fitted, publish.Topic.ToArray(), replyTo, PayloadFlags.None, plain, headers);
                     continue;
                 }
             }
@@ -112,6 +120,27 @@ internal sealed class PublishBuffer
 
         _frames = new ArrayBufferWriter<byte>(256);
         queue.Append(fitted.WrittenSpan, publications: true);
+    }
+
+    /// <summary>Why a buffered publication's header block cannot go to <paramref name="connection"/> (spec §4.9), or <c>null</c>.</summary>
+    private static (ErrorCode Code, string Reason)? HeadersUnfit(in PublishFrame publish, BrokerConnection connection)
+    {
+        if (!publish.HasHeaders)
+        {
+            return null;
+        }
+
+        if (!connection.Headers)
+        {
+            return (ErrorCode.MalformedFrame, "it carries headers, and the broker did not grant headers (spec §4.1).");
+        }
+
+        if (publish.HeaderValues > connection.MaxHeaders || publish.Headers.Length > connection.MaxHeaderBytes)
+        {
+            return (ErrorCode.InvalidHeaders, $"its header block ({publish.HeaderValues} values, {publish.Headers.Length} bytes) is over the broker's max_headers of {connection.MaxHeaders} or max_header_bytes of {connection.MaxHeaderBytes}.");
+        }
+
+        return null;
     }
 
     /// <summary>Walks frames this client encoded itself (whole frames, prefix included).</summary>

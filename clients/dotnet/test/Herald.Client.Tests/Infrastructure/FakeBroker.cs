@@ -23,6 +23,16 @@ public sealed class FakeBroker : IDisposable
 
     public async Task<FakeConnection> AcceptAsync() => new(await _listener.AcceptSocketAsync().WaitAsync(Wait.Limit));
 
+    /// <summary>Connects <paramref name="client"/>: accepts it and goes through the handshake (<see cref="FakeConnection.HandshakeAsync"/>) until it is connected.</summary>
+    public async Task<FakeConnection> ConnectAsync(HeraldClient client)
+    {
+        Task connecting = client.ConnectAsync(Wait.Token());
+        FakeConnection connection = await AcceptAsync();
+        await connection.HandshakeAsync();
+        await connecting.Within();
+        return connection;
+    }
+
     public void Dispose() => _listener.Stop();
 }
 
@@ -38,7 +48,10 @@ public sealed class FakeConnection : IAsyncDisposable
         _reader = PipeReader.Create(_stream);
     }
 
-    /// <summary>Reads HELLO, answers WELCOME, then answers the client's first PING (its subscriptions flush) with PONG.</summary>
+    /// <summary>The client's HELLO, once <see cref="HandshakeAsync"/> read it.</summary>
+    public HelloFrame Hello { get; private set; }
+
+    /// <summary>Reads HELLO, answers WELCOME (granting nothing, as a broker before any capability), then answers the client's first PING (its subscriptions flush) with PONG.</summary>
     public async Task<HelloFrame> HandshakeAsync()
     {
         HelloFrame hello = default;
@@ -51,6 +64,7 @@ public sealed class FakeConnection : IAsyncDisposable
         await SendAsync(w => FrameWriter.WriteWelcome(w, "fake", 1, Capabilities.None, [new("max_frame", 65536), new("max_topic", 256)]));
         await ExpectAsync(FrameType.Ping);
         await SendAsync(FrameWriter.WritePong);
+        Hello = hello;
         return hello;
     }
 

@@ -11,16 +11,14 @@ public class LivenessTests
     {
         using var broker = new FakeBroker();
         await using var client = new HeraldClient(broker.Url);
-        Task connecting = client.ConnectAsync(Wait.Token());
-        await using FakeConnection connection = await broker.AcceptAsync();
-        HelloFrame hello = await connection.HandshakeAsync();
-        await connecting.Within();
+        await using FakeConnection connection = await broker.ConnectAsync(client);
+        HelloFrame hello = connection.Hello;
 
         await connection.SendAsync(FrameWriter.WritePing);
 
         Assert.Equal(FrameType.Pong, await connection.ReadAsync());
         Assert.Equal(1u, hello.Version);
-        Assert.Equal(Capabilities.Zstd, hello.Capabilities); // asks for compression by default
+        Assert.Equal(Capabilities.Zstd | Capabilities.Headers | Capabilities.NoResponders, hello.Capabilities); // asks for compression, headers and no-responders by default
     }
 
     [Fact]
@@ -29,10 +27,7 @@ public class LivenessTests
         using var broker = new FakeBroker();
         await using var client = new HeraldClient(broker.Url, new HeraldClientOptions { PingInterval = TimeSpan.FromMilliseconds(50), MaxPingsOutstanding = 2, ReconnectDelay = TimeSpan.FromMilliseconds(10) });
         var watcher = new StateWatcher(client);
-        Task connecting = client.ConnectAsync(Wait.Token());
-        await using FakeConnection silent = await broker.AcceptAsync();
-        await silent.HandshakeAsync();
-        await connecting.Within();
+        await using FakeConnection silent = await broker.ConnectAsync(client);
 
         await silent.ExpectAsync(FrameType.Ping); // the client noticed the silence; nobody answers
 
@@ -50,10 +45,7 @@ public class LivenessTests
         await using var client = new HeraldClient(broker.Url);
         var errors = new TaskCompletionSource<HeraldException>(TaskCreationOptions.RunContinuationsAsynchronously);
         client.Error += (_, e) => errors.TrySetResult(e.Exception);
-        Task connecting = client.ConnectAsync(Wait.Token());
-        await using FakeConnection connection = await broker.AcceptAsync();
-        await connection.HandshakeAsync();
-        await connecting.Within();
+        await using FakeConnection connection = await broker.ConnectAsync(client);
 
         await connection.SendAsync(w => FrameWriter.WriteError(w, ErrorCode.MessagesDropped, fatal: false, "Dropped 5 messages.", count: 5));
 

@@ -26,12 +26,14 @@ public class ReconnectTests
 
         await first.DisposeAsync();
         ConnectionStateChangedEventArgs lost = await watcher.WaitForAsync(ConnectionState.Reconnecting);
-        await client.PublishAsync("reconnect.buffered", "published while disconnected");
+        await client.PublishAsync("reconnect.buffered", "published while disconnected", HeraldHeaders.Empty.Add("X-Buffered", "yes"));
         await using TestBroker second = await TestBroker.StartAsync(tcpPort: tcpPort, httpPort: httpPort);
         await watcher.WaitForAsync(ConnectionState.Connected, 2);
 
         // Subscribed again before the buffered publication was sent, so it comes back to its own subscription.
-        Assert.Equal("published while disconnected", (await subscription.ReadAsync(Wait.Token())).GetString());
+        HeraldMessage buffered = await subscription.ReadAsync(Wait.Token());
+        Assert.Equal("published while disconnected", buffered.GetString());
+        Assert.Equal("yes", buffered.Headers.GetFirstValue("X-Buffered")); // kept with its headers through the buffer
         await using var other = new HeraldClient(second.Url(HeraldTransport.Tcp));
         await other.PublishAsync("reconnect.after", "after");
         Assert.Equal("after", (await subscription.ReadAsync(Wait.Token())).GetString());

@@ -58,21 +58,50 @@ public class RequestReplyTests(BrokerFixture fixture) : IClassFixture<BrokerFixt
     [Theory]
     [InlineData(HeraldTransport.Tcp)]
     [InlineData(HeraldTransport.LongPoll)]
-    public async Task A_request_nobody_answers_times_out_with_HeraldTimeoutException(HeraldTransport transport)
+    public async Task A_request_nobody_answers_without_the_no_responders_status_times_out_with_HeraldTimeoutException(HeraldTransport transport)
     {
-        await using HeraldClient requester = fixture.Client(transport);
+        string topic = Topics.Unique("nobody.home");
+        await using HeraldClient requester = fixture.Client(transport, o => o.EnableNoResponders = false);
         await requester.ConnectAsync(Wait.Token()); // the 300 ms below is for the reply, not for a cold connect
 
-        var e = await Assert.ThrowsAsync<HeraldTimeoutException>(() => requester.RequestAsync(Topics.Unique("nobody.home"), "hello?", TimeSpan.FromMilliseconds(300)));
+        var e = await Assert.ThrowsAsync<HeraldTimeoutException>(() => requester.RequestAsync(topic, "hello?", TimeSpan.FromMilliseconds(300)));
 
+        Assert.True(requester.ServerInfo!.Headers);
+        Assert.False(requester.ServerInfo.NoResponders);
+        Assert.IsAssignableFrom<HeraldException>(e);
         Assert.Contains("No reply", e.Message, StringComparison.Ordinal);
+        Assert.Equal(topic, e.Topic);
+        Assert.Equal(TimeSpan.FromMilliseconds(300), e.Timeout);
         Assert.Equal(ConnectionState.Connected, requester.State); // a timeout is not a connection problem
+    }
+
+    [Theory]
+    [InlineData(HeraldTransport.Tcp)]
+    [InlineData(HeraldTransport.LongPoll)]
+    public async Task A_request_to_a_topic_nobody_serves_fails_at_once_with_HeraldNoRespondersException(HeraldTransport transport)
+    {
+        string topic = Topics.Unique("svc.unserved");
+        await using HeraldClient requester = fixture.Client(transport);
+        await using HeraldClient responder = fixture.Client(HeraldTransport.Tcp);
+
+        // A minute to wait, a hang guard of Wait.Limit: only the broker's answer can end it in time, as this type.
+        var e = await Assert.ThrowsAsync<HeraldNoRespondersException>(() => requester.RequestAsync(topic, "anyone?", TimeSpan.FromMinutes(1)).Within());
+
+        Assert.True(requester.ServerInfo!.NoResponders);
+        Assert.IsAssignableFrom<HeraldException>(e);
+        Assert.Equal(topic, e.Topic);
+        Assert.Contains(topic, e.Message, StringComparison.Ordinal);
+        Assert.Equal(ConnectionState.Connected, requester.State);
+
+        // Once served, the same topic answers.
+        await using HeraldSubscription service = await responder.SubscribeAsync(topic, async m => await m.RespondAsync("here"));
+        Assert.Equal("here", (await requester.RequestAsync(topic, "anyone?", TimeSpan.FromMinutes(1)).Within()).GetString());
     }
 
     [Fact]
     public async Task A_request_cancelled_by_its_caller_is_an_OperationCanceledException_not_a_timeout()
     {
-        await using HeraldClient requester = fixture.Client(HeraldTransport.Tcp);
+        await using HeraldClient requester = fixture.Client(HeraldTransport.Tcp, o => o.EnableNoResponders = false); // nobody home: it waits
         await requester.ConnectAsync(Wait.Token());
         using var cancel = new CancellationTokenSource();
 

@@ -48,7 +48,14 @@ internal sealed class LongPollConnection : BrokerConnection
     public override async Task OpenAsync(string? credential, CancellationToken cancellationToken)
     {
         _credential = credential;
-        var body = new CreateSessionRequest { Client = Options.ClientName, Zstd = Options.EnableCompression };
+        Capabilities asked = Options.Capabilities;
+        var body = new CreateSessionRequest
+        {
+            Client = Options.ClientName,
+            Zstd = (asked & Capabilities.Zstd) != 0,
+            Headers = (asked & Capabilities.Headers) != 0,
+            NoResponders = (asked & Capabilities.NoResponders) != 0,
+        };
         using HttpResponseMessage response = await SendAsync(
             () =>
             {
@@ -81,8 +88,13 @@ internal sealed class LongPollConnection : BrokerConnection
             ["maxPendingMessages"] = (ulong)Math.Max(session.MaxPendingMessages, 0),
             ["maxTopicLength"] = (ulong)Math.Max(session.MaxTopicLength, 0),
             ["maxBodyBytes"] = (ulong)Math.Max(session.MaxBodyBytes, 0),
+            ["maxHeaders"] = (ulong)Math.Max(session.MaxHeaders, 0),
+            ["maxHeaderBytes"] = (ulong)Math.Max(session.MaxHeaderBytes, 0),
         };
-        Info = new HeraldServerInfo(HeraldTransport.LongPoll, serverName: null, connectionId: null, port: null, session.Zstd && Options.EnableCompression, limits, session.InboxPrefix);
+        bool headers = session.Headers && body.Headers;
+        Info = new HeraldServerInfo(HeraldTransport.LongPoll, serverName: null, connectionId: null, port: null, session.Zstd && body.Zstd, limits, session.InboxPrefix, headers, headers && session.NoResponders && body.NoResponders);
+        MaxHeaders = session.MaxHeaders is > 0 and <= int.MaxValue ? (int)session.MaxHeaders : int.MaxValue;
+        MaxHeaderBytes = session.MaxHeaderBytes is > 0 and <= int.MaxValue ? (int)session.MaxHeaderBytes : int.MaxValue;
 
         StartWriter();
         _ = Task.Run(PollLoopAsync, CancellationToken.None);

@@ -8,6 +8,10 @@ internal sealed class CreateSessionRequest
     public string? Client { get; init; }
 
     public bool Zstd { get; init; }
+
+    public bool Headers { get; init; }
+
+    public bool NoResponders { get; init; }
 }
 
 /// <summary><c>201</c> answer to <c>POST /poll/sessions</c> (longpoll §1.1).</summary>
@@ -33,6 +37,16 @@ internal sealed class CreateSessionResponse
 
     /// <summary>The session's inbox prefix (longpoll §1.1); absent from a broker before it.</summary>
     public string? InboxPrefix { get; init; }
+
+    /// <summary>Headers granted (longpoll §1.1); absent (false) from a broker before them.</summary>
+    public bool Headers { get; init; }
+
+    /// <summary>The no-responders status granted (longpoll §1.1).</summary>
+    public bool NoResponders { get; init; }
+
+    public long MaxHeaders { get; init; }
+
+    public long MaxHeaderBytes { get; init; }
 }
 
 /// <summary><c>POST .../subscriptions</c> body (longpoll §1.2).</summary>

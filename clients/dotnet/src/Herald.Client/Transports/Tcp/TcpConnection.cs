@@ -109,7 +109,7 @@ internal sealed class TcpConnection : BrokerConnection
     public override Task RefreshAsync(string? credential, CancellationToken cancellationToken) =>
         Expect(subscription: null, queue => queue.EnqueueRefresh(Options.ClientName, Capabilities, credential)).WaitAsync(cancellationToken);
 
-    private Capabilities Capabilities => Options.EnableCompression ? Capabilities.Zstd : Capabilities.None;
+    private Capabilities Capabilities => Options.Capabilities;
 
     /// <summary>Queues frames ending in a PING (after a fence PING when <paramref name="fenced"/>) and returns what completes at its PONG.</summary>
     private Task Expect(HeraldSubscription? subscription, Func<FrameQueue, bool> enqueue, bool fenced = false)
@@ -139,11 +139,24 @@ internal sealed class TcpConnection : BrokerConnection
 
     private void Welcomed(in WelcomeFrame welcome)
     {
-        bool zstd = (welcome.Capabilities & Capabilities.Zstd) != 0 && Options.EnableCompression;
-        Info = new HeraldServerInfo(HeraldTransport.Tcp, welcome.ServerName, welcome.ConnectionId, _port, zstd, welcome.Limits, welcome.InboxPrefix);
+        // Granted is what both asked for (spec §4.2): a broker that sets a bit nobody asked for is not believed.
+        Capabilities granted = welcome.Capabilities & Capabilities;
+        bool headers = (granted & Capabilities.Headers) != 0;
+        Info = new HeraldServerInfo(
+            HeraldTransport.Tcp,
+            welcome.ServerName,
+            welcome.ConnectionId,
+            _port,
+            (granted & Capabilities.Zstd) != 0,
+            welcome.Limits,
+            welcome.InboxPrefix,
+            headers,
+            headers && (granted & Capabilities.NoResponders) != 0);
         MaxBody = Limit(welcome, "max_frame");
         MaxTopic = Limit(welcome, "max_topic");
         MaxPayload = Limit(welcome, "max_payload");
+        MaxHeaders = Limit(welcome, "max_headers");
+        MaxHeaderBytes = Limit(welcome, "max_header_bytes");
     }
 
     protected override ValueTask WriteAsync(ReadOnlyMemory<byte> frames, CancellationToken cancellationToken) =>
