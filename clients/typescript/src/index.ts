@@ -14,6 +14,7 @@ export type { ConnectionState, ConnectOptions, PublishOptions, RequestOptions, C
 export { Message, Subscription } from "./subscription.js";
 export { HeraldHeaders } from "./headers.js";
 export type { HeadersInit } from "./headers.js";
+export { headersGetter } from "./tracing.js";
 export type { MessageHandler, SubscribeOptions } from "./subscription.js";
 export type { TransportInfo } from "./transport.js";
 export { HeraldError, ProtocolError, NoRespondersError, RequestTimeoutError, ErrorCode, errorCodeName } from "./protocol/errors.js";

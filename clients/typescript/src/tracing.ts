@@ -70,7 +70,11 @@ const pairSetter: TextMapSetter<MessageHeaders> = {
   },
 };
 
-const headersGetter: TextMapGetter<HeraldHeaders> = {
+/**
+ * Reads a message's headers for `propagation.extract`: for an async-iterator loop, which the client cannot
+ * wrap in a span (`propagation.extract(context.active(), msg.headers, headersGetter)`).
+ */
+export const headersGetter: TextMapGetter<HeraldHeaders> = {
   keys: (carrier) => [...carrier.keys()],
   get: (carrier, key) => carrier.get(key) ?? undefined,
 };

@@ -20,7 +20,7 @@ import {
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace-base";
-import { connect, type ConnectOptions, type HeraldClient, type Message } from "@herald/client";
+import { connect, headersGetter, type ConnectOptions, type HeraldClient, type Message } from "@herald/client";
 import { Broker } from "./helpers/broker.js";
 import { uniqueTopic, until, within } from "./helpers/wait.js";
 
@@ -141,6 +141,10 @@ describe("tracing on", () => {
       // The producer's context travelled in the message, beside the caller's own header.
       assert.equal(message.headers.get("traceparent"), `00-${traceId}-${producer.spanContext().spanId}-01`);
       assert.equal(message.headers.get("X-Own"), "1");
+      // What an async-iterator loop would extract with the exported getter: the same context.
+      const extracted = trace.getSpanContext(propagation.extract(ROOT_CONTEXT, message.headers, headersGetter));
+      assert.equal(extracted?.spanId, producer.spanContext().spanId);
+      assert.equal(extracted?.traceId, traceId);
 
       assert.equal(consumer.name, `process ${topic}`);
       assert.equal(consumer.spanContext().traceId, traceId, "one trace from publisher to subscriber");
