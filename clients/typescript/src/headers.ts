@@ -5,6 +5,7 @@
  */
 import { HeraldError } from "./protocol/errors.js";
 import { MAX_HEADER_KEY_BYTES, RESERVED_HEADER_PREFIX, type MessageHeaders } from "./protocol/frames.js";
+import type { PendingPublish } from "./transport.js";
 
 /**
  * Headers to publish: each key (HTTP token characters, case kept) to one value or several, in the order
@@ -176,15 +177,32 @@ export function outgoing(pairs: MessageHeaders, user: boolean): OutgoingHeaders 
   return { pairs, values, bytes, user };
 }
 
+/** @internal A header block a connection sends: its pairs (`undefined`: none) and encoded bytes. */
+export interface AdmittedHeaders {
+  readonly pairs: MessageHeaders | undefined;
+  readonly bytes: number;
+}
+
+const NO_HEADERS: AdmittedHeaders = { pairs: undefined, bytes: 0 };
+
 /**
- * @internal The pairs to send on a connection with `grant`, or `undefined` for none; throws when the
- * broker did not grant headers and the caller gave some (a trace context alone is dropped instead), or
- * when the block is over the limits the broker announced.
+ * @internal The header block `p` goes out with on a connection with `grant`, or `null` after rejecting `p`
+ * (nothing sent): when the broker did not grant headers and the caller gave some (a trace context alone
+ * is dropped instead), or when the block is over the limits the broker announced.
  */
-export function admitHeaders(headers: OutgoingHeaders | null, grant: HeaderGrant): MessageHeaders | undefined {
-  if (headers === null) return undefined;
+export function admitHeaders(p: PendingPublish, grant: HeaderGrant): AdmittedHeaders | null {
+  try {
+    return admit(p.headers, grant);
+  } catch (e) {
+    p.reject(e);
+    return null;
+  }
+}
+
+function admit(headers: OutgoingHeaders | null, grant: HeaderGrant): AdmittedHeaders {
+  if (headers === null) return NO_HEADERS;
   if (!grant.headers) {
-    if (!headers.user) return undefined;
+    if (!headers.user) return NO_HEADERS;
     throw new HeraldError(
       "HeadersNotNegotiated",
       "This connection cannot publish headers: the broker did not grant the headers capability (spec §4.1), or the client was created with `headers: false`.",
@@ -196,7 +214,7 @@ export function admitHeaders(headers: OutgoingHeaders | null, grant: HeaderGrant
   if (headers.bytes > grant.maxHeaderBytes) {
     throw invalid(`A header block of ${headers.bytes} bytes is over the broker's max_header_bytes of ${grant.maxHeaderBytes}`);
   }
-  return headers.pairs;
+  return headers;
 }
 
 /** Bytes of a MessagePack map or array header for `n` entries (fix form below 16). */

@@ -509,15 +509,10 @@ export class LongPollTransport implements Transport {
 
   publish(p: PendingPublish): boolean {
     if (this.stopped) return false;
-    let headers;
-    try {
-      headers = admitHeaders(p.headers, this.headerGrant);
-    } catch (e) {
-      p.reject(e);
-      return true;
-    }
+    const headers = admitHeaders(p, this.headerGrant);
+    if (headers === null) return true;
     // Frame overhead: prefix, array, type, topic and reply_to headers, flags, bin header; and the header block.
-    const size = p.payload.length + p.topic.length + (p.replyTo?.length ?? 0) + 24 + (headers === undefined ? 0 : p.headers!.bytes);
+    const size = p.payload.length + p.topic.length + (p.replyTo?.length ?? 0) + 24 + headers.bytes;
     if (size > this.maxBodyBytes) {
       p.reject(new HeraldError("BodyTooLarge", `A payload of ${p.payload.length} bytes is over the session's maxBodyBytes of ${this.maxBodyBytes}.`));
       return true;
@@ -527,7 +522,7 @@ export class LongPollTransport implements Transport {
       return true;
     }
     this.queuedBytes += size;
-    this.enqueue({ kind: "pub", p, size, headers });
+    this.enqueue({ kind: "pub", p, size, headers: headers.pairs });
     return true;
   }
 

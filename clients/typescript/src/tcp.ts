@@ -310,21 +310,16 @@ export class TcpTransport implements Transport {
 
   publish(p: PendingPublish): boolean {
     if (this.dead) return false;
-    let headers;
-    try {
-      headers = admitHeaders(p.headers, this.headerGrant);
-    } catch (e) {
-      p.reject(e);
-      return true;
-    }
+    const headers = admitHeaders(p, this.headerGrant);
+    if (headers === null) return true;
     // With a header block, payload and block together are held to max_payload (spec §4.5).
-    const size = p.payload.length + (headers === undefined ? 0 : p.headers!.bytes);
+    const size = p.payload.length + headers.bytes;
     if (size > this.maxPayload) {
-      const what = headers === undefined ? `A payload of ${size} bytes` : `A payload and header block of ${size} bytes`;
+      const what = headers.pairs === undefined ? `A payload of ${size} bytes` : `A payload and header block of ${size} bytes`;
       p.reject(new HeraldError("FrameTooLarge", `${what} is over the broker's max_payload of ${this.maxPayload} (spec §4.2, §4.5).`));
       return true;
     }
-    const frame = encodePublish(p.topic, p.replyTo, PayloadFlags.None, p.payload, headers);
+    const frame = encodePublish(p.topic, p.replyTo, PayloadFlags.None, p.payload, headers.pairs);
     if (frame.length - 4 > this.maxFrame) {
       p.reject(
         new HeraldError("FrameTooLarge", `PUBLISH of ${frame.length - 4} bytes is over the broker's max_frame of ${this.maxFrame}.`),
