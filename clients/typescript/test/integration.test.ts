@@ -316,9 +316,15 @@ describe("TCP against a scripted server", () => {
       assert.deepEqual({ ...hello }, { type: 1, version: 1, clientName: "scripted-test", capabilities: 7, auth: null });
       // A topic over the WELCOME's max_topic (64) is refused before it is sent.
       await assert.rejects(client.publish("t".repeat(65), "x"), { code: "TopicTooLong" });
+      // A broker that granted no headers (capabilities 0): publishing with headers is refused here.
+      assert.equal(client.info?.headers, false);
+      assert.equal(client.info?.noResponders, false);
+      await assert.rejects(client.publish("a.b", "x", { headers: { "X-A": "1" } }), { code: "HeadersNotNegotiated" });
 
       sockets[0]!.write(encodePing());
       await waitFor(FrameType.Pong);
+      // The PONG went out after both refused publications: neither was sent before it.
+      assert.deepEqual(received.filter((f) => f.type === FrameType.Publish), []);
 
       const errors: HeraldError[] = [];
       client.on("error", (e) => errors.push(e));
