@@ -9,6 +9,9 @@ namespace Herald.Benchmarks.Codec;
 /// The broker's read path for a publisher: split a buffer holding many PUBLISH frames
 /// (<see cref="FrameReader.TryReadFrame"/>) and decode each (<see cref="FrameDecoder.ReadPublish"/>).
 /// Figures are per frame. Must allocate nothing: the decoded frame is slices of the input.
+/// <see cref="WithHeaders"/>: every frame also carries a header block of about 100 bytes
+/// (<see cref="PublishFrames.Headers"/>), checked once as the broker checks it (spec §4.9); without one the
+/// decode must cost what it did before headers existed.
 /// <para>
 /// <see cref="Layout"/>: one array (a socket read that fits one buffer), or 4 KiB segments as a
 /// <c>PipeReader</c> hands them over, so that some frames straddle two segments.
@@ -33,15 +36,18 @@ public class PublishDecodeBenchmarks
     [Params(BufferLayout.SingleSegment, BufferLayout.MultiSegment)]
     public BufferLayout Layout { get; set; }
 
+    [Params(false, true)]
+    public bool WithHeaders { get; set; }
+
     [GlobalSetup]
     public void Setup()
     {
-        byte[] data = PublishFrames.Encode(Frames, PayloadSize);
+        byte[] data = PublishFrames.Encode(Frames, PayloadSize, WithHeaders);
         _buffer = Layout == BufferLayout.SingleSegment
             ? new ReadOnlySequence<byte>(data)
             : PublishFrames.Segmented(data, PublishFrames.PipeSegmentSize);
 
-        long expected = (long)Frames * (PublishFrames.Topic.Length + PayloadSize);
+        long expected = (long)Frames * (PublishFrames.Topic.Length + PayloadSize + (WithHeaders ? 3 : 0));
         if (ReadAndDecodePublish() != expected / Frames * Frames || ReadFrames() != Frames)
         {
             throw new InvalidOperationException("The benchmark's buffer does not decode to the frames it was built from.");
@@ -78,7 +84,7 @@ public class PublishDecodeBenchmarks
             }
 
             PublishFrame publish = FrameDecoder.ReadPublish(ref reader, elements);
-            bytes += publish.Topic.Length + publish.Payload.Length;
+            bytes += publish.Topic.Length + publish.Payload.Length + publish.HeaderValues;
         }
 
         return bytes;

@@ -23,14 +23,22 @@ internal static class PublishFrames
         return payload;
     }
 
-    /// <summary><paramref name="count"/> PUBLISH frames back to back, as one array.</summary>
-    public static byte[] Encode(int count, int payloadSize)
+    /// <summary>A header block of about 100 bytes (spec §4.9): a W3C traceparent and a content type.</summary>
+    public static readonly byte[] Headers = HeaderBlock.Encode(
+    [
+        new("traceparent", ["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"]),
+        new("Content-Type", ["application/json"]),
+        new("X-Tenant", ["acme"]),
+    ]);
+
+    /// <summary><paramref name="count"/> PUBLISH frames back to back, as one array; each with <see cref="Headers"/> when <paramref name="withHeaders"/>.</summary>
+    public static byte[] Encode(int count, int payloadSize, bool withHeaders = false)
     {
         byte[] payload = Payload(payloadSize);
-        var output = new ArrayBufferWriter<byte>(count * (payloadSize + 64));
+        var output = new ArrayBufferWriter<byte>(count * (payloadSize + 64 + Headers.Length));
         for (int i = 0; i < count; i++)
         {
-            FrameWriter.WritePublish(output, Topic, default, PayloadFlags.None, payload);
+            FrameWriter.WritePublish(output, Topic, default, PayloadFlags.None, payload, withHeaders ? Headers : default);
         }
 
         return output.WrittenSpan.ToArray();
