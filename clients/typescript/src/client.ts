@@ -3,11 +3,14 @@
  * `http://host:8080`), with automatic reconnect (exponential backoff with jitter), re-subscription and a
  * bounded buffer for what is published while disconnected.
  */
-import { HeraldError } from "./protocol/errors.js";
+import { HeraldHeaders, headerPairs, outgoing, type HeadersInit } from "./headers.js";
+import { HeraldError, NoRespondersError, RequestTimeoutError } from "./protocol/errors.js";
+import type { MessageHeaders } from "./protocol/frames.js";
 import { checkPattern, checkPublishTopic, checkReplyTo, DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { LongPollTransport } from "./longpoll.js";
 import { Message, Subscription, type MessageHandler, type SubscribeOptions, type SubscriptionOwner } from "./subscription.js";
 import { TcpTransport } from "./tcp.js";
+import { endSend, injectTrace, startSend } from "./tracing.js";
 import type { PendingPublish, Transport, TransportEvents, TransportInfo, TransportOptions } from "./transport.js";
 import { backoff, deferred, quiet, randomToken, sleep, toBytes, type Deferred } from "./util.js";
 
@@ -27,6 +30,17 @@ export interface ConnectOptions {
   name?: string;
   /** Ask for Zstd-compressed messages (spec §11); they are decompressed here. Default true. */
   compression?: boolean;
+  /**
+   * Ask for headers (spec §4.1, §4.9): received messages carry their headers, and `publish` may send some.
+   * Default true. Off (or a broker that does not grant them): publishing with headers is refused here
+   * (`HeadersNotNegotiated`), and no trace context is added.
+   */
+  headers?: boolean;
+  /**
+   * Ask for fail-fast requests (spec §7): a request that reaches no subscriber rejects at once with a
+   * {@link NoRespondersError} instead of waiting for its timeout. Needs `headers`. Default true.
+   */
+  noResponders?: boolean;
   /** Reconnect automatically when the connection is lost. Default true. */
   reconnect?: boolean;
   /** First reconnect delay; doubles each attempt, with jitter. Default 250 ms. */
@@ -70,11 +84,19 @@ export interface ConnectOptions {
 export interface PublishOptions {
   /** Topic the receivers should reply to (request/reply). */
   replyTo?: string | null;
+  /**
+   * Headers of the message (spec §4.9): `{ "Content-Type": "application/json", "X-Tag": ["a", "b"] }`.
+   * Checked here as the broker would (token keys, no CR/LF, no `Herald-` prefix, the broker's limits):
+   * a bad one rejects the publish with `InvalidHeaders`, and the connection carries on.
+   */
+  headers?: HeadersInit;
 }
 
 export interface RequestOptions {
   /** How long to wait for the reply. Default: the client's `requestTimeoutMs`. */
   timeoutMs?: number;
+  /** Headers of the request (as {@link PublishOptions.headers}). */
+  headers?: HeadersInit;
 }
 
 export interface ClientEvents {
@@ -96,6 +118,8 @@ type Listener = (...args: never[]) => void;
 const DEFAULTS = {
   name: "herald-ts",
   compression: true,
+  headers: true,
+  noResponders: true,
   reconnect: true,
   reconnectDelayMs: 250,
   maxReconnectDelayMs: 5000,
@@ -133,7 +157,7 @@ export class HeraldClient implements SubscriptionOwner {
   private inboxPrefix: string | null = null; // <the broker's inbox prefix>.<random>, fixed on the first request
   private inbox: Subscription | null = null;
   private requestCounter = 0;
-  private readonly requests = new Map<string, { reply: Deferred<Message>; timer: ReturnType<typeof setTimeout> }>();
+  private readonly requests = new Map<string, { reply: Deferred<Message>; timer: ReturnType<typeof setTimeout>; topic: string }>();
   private readonly listeners = new Map<keyof ClientEvents, Set<Listener>>();
   private readonly stop = new AbortController();
   private readonly closedD = deferred<void>();
@@ -232,6 +256,8 @@ export class HeraldClient implements SubscriptionOwner {
       ca: this.options.ca,
       name: this.options.name,
       compression: this.options.compression,
+      headers: this.options.headers,
+      noResponders: this.options.noResponders,
       connectTimeoutMs: this.options.connectTimeoutMs,
       pingIntervalMs: this.options.pingIntervalMs,
       maxBufferBytes: this.options.maxBufferBytes,
@@ -249,8 +275,8 @@ export class HeraldClient implements SubscriptionOwner {
       const lost = deferred<HeraldError>();
       this.currentLost = lost;
       const events: TransportEvents = {
-        message: (sid, topic, replyTo, payload) => {
-          if (gen === this.generation) this.dispatch(sid, topic, replyTo, payload);
+        message: (sid, topic, replyTo, payload, headers) => {
+          if (gen === this.generation) this.dispatch(sid, topic, replyTo, payload, headers);
         },
         error: (error) => {
           if (gen === this.generation) this.emit("error", error);
@@ -392,10 +418,10 @@ export class HeraldClient implements SubscriptionOwner {
     }
   }
 
-  private dispatch(sid: number, topic: string, replyTo: string | null, payload: Uint8Array): void {
+  private dispatch(sid: number, topic: string, replyTo: string | null, payload: Uint8Array, headers: MessageHeaders | undefined): void {
     const sub = this.subs.get(sid);
     if (!sub) return; // a MESSAGE already queued for a subscription that ended (spec §4.4)
-    sub.deliver(new Message(topic, replyTo, payload, sid, this));
+    sub.deliver(new Message(topic, replyTo, payload, sid, this, headers === undefined ? HeraldHeaders.empty : new HeraldHeaders(headers)));
   }
 
   private async shutdown(error: HeraldError): Promise<void> {
@@ -423,9 +449,10 @@ export class HeraldClient implements SubscriptionOwner {
   // API
 
   /**
-   * Publishes `payload` (bytes, or a string sent as UTF-8) to `topic`. Resolves when it has been handed to
-   * the connection (TCP: written; long-poll: accepted by the broker). While disconnected it is buffered
-   * (up to `maxBufferBytes`) and sent after the reconnect.
+   * Publishes `payload` (bytes, or a string sent as UTF-8) to `topic`, with `options.headers` if given.
+   * Resolves when it has been handed to the connection (TCP: written; long-poll: accepted by the broker).
+   * While disconnected it is buffered (up to `maxBufferBytes`) and sent after the reconnect. With a
+   * tracer provider registered it runs in a PRODUCER span whose sampled context travels in the headers.
    */
   publish(topic: string, payload: Payload, options: PublishOptions = {}): Promise<void> {
     try {
@@ -435,8 +462,16 @@ export class HeraldClient implements SubscriptionOwner {
       const replyTo = options.replyTo ? options.replyTo : null;
       if (replyTo !== null) checkReplyTo(replyTo, maxTopic);
       const bytes = toBytes(payload);
-      return new Promise<void>((resolve, reject) => {
-        const p: PendingPublish = { topic, replyTo, payload: bytes, resolve, reject };
+      let pairs = options.headers === undefined ? null : headerPairs(options.headers);
+      const user = pairs !== null && pairs.length > 0;
+      const span = startSend(topic, bytes.length);
+      if (span !== null) {
+        const carrier = pairs ?? [];
+        if (injectTrace(span, carrier)) pairs = carrier;
+      }
+      const headers = pairs !== null && pairs.length > 0 ? outgoing(pairs, user) : null;
+      const sent = new Promise<void>((resolve, reject) => {
+        const p: PendingPublish = { topic, replyTo, payload: bytes, headers, resolve, reject };
         if (this.transport && this.buffer.length === 0 && this.transport.publish(p)) return;
         if (this.bufferedBytes + bytes.length > this.options.maxBufferBytes) {
           reject(new HeraldError("BufferFull", `More than ${this.options.maxBufferBytes} bytes are waiting for the connection.`));
@@ -445,6 +480,8 @@ export class HeraldClient implements SubscriptionOwner {
         this.buffer.push(p);
         this.bufferedBytes += bytes.length;
       });
+      if (span !== null) endSend(span, sent);
+      return sent;
     } catch (e) {
       return Promise.reject(e);
     }
@@ -460,6 +497,11 @@ export class HeraldClient implements SubscriptionOwner {
   subscribe(pattern: string, handlerOrOptions?: MessageHandler | SubscribeOptions, maybeOptions?: SubscribeOptions): Subscription {
     const handler = typeof handlerOrOptions === "function" ? handlerOrOptions : undefined;
     const options = (typeof handlerOrOptions === "function" ? maybeOptions : handlerOrOptions) ?? {};
+    return this.track(pattern, handler, options, true);
+  }
+
+  /** Subscribes; `traced`: the handler runs in a CONSUMER span (not for the request inbox). */
+  private track(pattern: string, handler: MessageHandler | undefined, options: SubscribeOptions, traced: boolean): Subscription {
     if (this._state === "closed") throw new HeraldError("Closed", "The client is closed.");
     checkPattern(pattern, this.transport?.maxTopic ?? this.lastMaxTopic);
     const max = this.transport?.maxSubscriptions ?? Infinity;
@@ -467,7 +509,7 @@ export class HeraldClient implements SubscriptionOwner {
       throw new HeraldError("TooManySubscriptions", `The broker allows ${max} subscriptions per connection.`);
     }
     const sid = this.allocateSid();
-    const sub = new Subscription(this, sid, pattern, options.noEcho === true, handler, options.maxPending ?? this.options.maxPendingMessages);
+    const sub = new Subscription(this, sid, pattern, options.noEcho === true, handler, options.maxPending ?? this.options.maxPendingMessages, traced);
     this.subs.set(sid, sub);
     if (this.transport) void this.register(sub, this.transport);
     return sub;
@@ -494,21 +536,26 @@ export class HeraldClient implements SubscriptionOwner {
   /**
    * Request/reply (spec §7): publishes with a fresh `replyTo` under this client's inbox
    * (`<inbox prefix>.<random>.>`, under the prefix the broker gave this identity, subscribed on first use)
-   * and resolves with the first reply, or rejects with a `Timeout` error.
+   * and resolves with the first reply. Rejects with a {@link NoRespondersError} as soon as the broker says
+   * no subscriber received the request (with `noResponders` granted, the default), or with a
+   * {@link RequestTimeoutError} (code `Timeout`) when no reply came in time.
    */
   async request(topic: string, payload: Payload, options: RequestOptions = {}): Promise<Message> {
     if (this._state === "closed") throw new HeraldError("Closed", "The client is closed.");
     if (this.inboxPrefix === null && this.info === null) await this.opened.catch(() => undefined); // the broker names the prefix
     if (this.inboxPrefix === null || this.inbox === null) {
       const prefix = this.inboxPrefix ?? `${this.info?.inboxPrefix ?? "_INBOX"}.${randomToken()}`;
-      this.inbox = this.subscribe(`${prefix}.>`, (message) => {
+      const onReply = (message: Message): void => {
         const token = message.topic.slice(prefix.length + 1);
         const pending = this.requests.get(token);
         if (!pending) return; // late reply
         this.requests.delete(token);
         clearTimeout(pending.timer);
-        pending.reply.resolve(message);
-      });
+        // The broker's no-responders status (spec §7): only the broker may set Herald- headers.
+        if (message.headers.get("Herald-Status") === "503") pending.reply.reject(new NoRespondersError(pending.topic));
+        else pending.reply.resolve(message);
+      };
+      this.inbox = this.track(`${prefix}.>`, onReply, {}, false); // the request's own span covers it
       this.inboxPrefix = prefix;
     }
     const token = String(++this.requestCounter);
@@ -516,11 +563,11 @@ export class HeraldClient implements SubscriptionOwner {
     const reply = deferred<Message>();
     const timer = setTimeout(() => {
       this.requests.delete(token);
-      reply.reject(new HeraldError("Timeout", `No reply to the request on '${topic}' within ${timeoutMs} ms.`));
+      reply.reject(new RequestTimeoutError(topic, timeoutMs));
     }, timeoutMs);
-    this.requests.set(token, { reply, timer });
+    this.requests.set(token, { reply, timer, topic });
     try {
-      await this.publish(topic, payload, { replyTo: `${this.inboxPrefix}.${token}` });
+      await this.publish(topic, payload, { replyTo: `${this.inboxPrefix}.${token}`, ...(options.headers === undefined ? {} : { headers: options.headers }) });
     } catch (e) {
       clearTimeout(timer);
       this.requests.delete(token);
@@ -571,7 +618,7 @@ export class HeraldClient implements SubscriptionOwner {
     if (!(transport instanceof TcpTransport)) return;
     const auth = (await this.resolveCredential())!;
     if (this.transport !== transport) return;
-    await transport.refresh(this.options.name, this.options.compression, auth);
+    await transport.refresh(this.options, auth);
   }
 
   /**

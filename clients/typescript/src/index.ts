@@ -12,7 +12,10 @@
 export { connect, createClient, HeraldClient } from "./client.js";
 export type { ConnectionState, ConnectOptions, PublishOptions, RequestOptions, ClientEvents, Payload } from "./client.js";
 export { Message, Subscription } from "./subscription.js";
+export { HeraldHeaders } from "./headers.js";
+export type { HeadersInit } from "./headers.js";
+export { headersGetter } from "./tracing.js";
 export type { MessageHandler, SubscribeOptions } from "./subscription.js";
 export type { TransportInfo } from "./transport.js";
-export { HeraldError, ProtocolError, ErrorCode, errorCodeName } from "./protocol/errors.js";
+export { HeraldError, ProtocolError, NoRespondersError, RequestTimeoutError, ErrorCode, errorCodeName } from "./protocol/errors.js";
 export { validateTopic, validatePattern, topicMatches, isReservedTopic } from "./protocol/topics.js";

@@ -3,7 +3,7 @@
  * browsers and in Node 20.
  *
  * - A session is created with `POST /poll/sessions` (`{"zstd": true}`: compressed MESSAGE frames are
- *   decompressed here).
+ *   decompressed here; `"headers": true, "noResponders": true` unless turned off).
  * - One poll at a time: `GET .../messages?ack=N` with the binary media type; the body is MESSAGE frames
  *   back to back; `ack` is the last sequence received. A poll that fails in transit (network error, body
  *   cut, our own timeout) is sent again with the same `ack`, so the broker sends the same messages again:
@@ -14,10 +14,12 @@
  * - Subscribe, unsubscribe and publish go through one ordered queue, so they reach the broker in the
  *   order they were made (a publish after a subscribe on the same client is routed after it). Publishes
  *   waiting together are sent in one request as PUBLISH frames (`application/vnd.herald.frames`); a
- *   lone one is sent raw (`?topic=`), which a browser sends without a CORS preflight.
+ *   lone one is sent raw (`?topic=`, its headers as `&header=Key:Value`), which a browser sends without a
+ *   CORS preflight.
  */
+import { DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, admitHeaders, type HeaderGrant } from "./headers.js";
 import { HeraldError } from "./protocol/errors.js";
-import { PayloadFlags, encodePublish } from "./protocol/frames.js";
+import { PayloadFlags, encodePublish, type MessageHeaders } from "./protocol/frames.js";
 import { parsePollBody, type PollResult } from "./protocol/poll.js";
 import { DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { zstdDecompress } from "./protocol/zstd.js";
@@ -33,7 +35,7 @@ const MAX_PUBLISHES_PER_REQUEST = 1000;
 type Op =
   | { kind: "sub"; sid: number; pattern: string; noEcho: boolean; done: Deferred<void> }
   | { kind: "unsub"; sid: number; done: Deferred<void> }
-  | { kind: "pub"; p: PendingPublish; size: number }
+  | { kind: "pub"; p: PendingPublish; size: number; headers: MessageHeaders | undefined }
   | { kind: "flush"; done: Deferred<void> };
 
 interface SessionInfo {
@@ -47,6 +49,10 @@ interface SessionInfo {
   maxBodyBytes?: number;
   zstd?: boolean;
   inboxPrefix?: string;
+  headers?: boolean;
+  noResponders?: boolean;
+  maxHeaders?: number;
+  maxHeaderBytes?: number;
 }
 
 type FetchFn = typeof fetch;
@@ -117,6 +123,7 @@ export class LongPollTransport implements Transport {
   readonly info: TransportInfo;
   readonly maxTopic: number;
   readonly maxSubscriptions = Infinity;
+  readonly headerGrant: HeaderGrant;
   private readonly maxBodyBytes: number;
   private readonly pollTimeoutMs: number;
   private readonly inactivityTimeoutMs: number;
@@ -146,9 +153,17 @@ export class LongPollTransport implements Transport {
     this.inactivityTimeoutMs = session.inactivityTimeoutMs ?? 60_000;
     const limits: Record<string, number> = {};
     for (const [key, value] of Object.entries(session)) if (typeof value === "number") limits[key] = value;
+    const headers = session.headers === true;
+    this.headerGrant = {
+      headers,
+      maxHeaders: session.maxHeaders ?? DEFAULT_MAX_HEADERS,
+      maxHeaderBytes: session.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES,
+    };
     this.info = {
       transport: "longpoll",
       compression: session.zstd === true,
+      headers,
+      noResponders: headers && session.noResponders === true,
       limits,
       ...(typeof session.inboxPrefix === "string" ? { inboxPrefix: session.inboxPrefix } : {}),
     };
@@ -170,7 +185,12 @@ export class LongPollTransport implements Transport {
             // longpoll §1.1: the session is bound to the credential's identity; every request on it carries it too.
             ...bearer(options.auth),
           },
-          body: JSON.stringify({ client: options.name, zstd: options.compression }),
+          body: JSON.stringify({
+            client: options.name,
+            zstd: options.compression,
+            headers: options.headers,
+            noResponders: options.headers && options.noResponders,
+          }),
         },
         options.connectTimeoutMs,
         undefined,
@@ -334,7 +354,7 @@ export class LongPollTransport implements Transport {
           continue;
         }
       }
-      this.events.message(message.sid, message.topic, message.replyTo, payload);
+      this.events.message(message.sid, message.topic, message.replyTo, payload, message.headers);
       if (this.stopped) return;
     }
     this.ack = Math.max(this.ack, result.ack);
@@ -436,12 +456,15 @@ export class LongPollTransport implements Transport {
       bytes += op.size;
     }
     if (batch.length === 1) {
-      const { topic, replyTo, payload } = batch[0]!.p;
-      const query = `?topic=${encodeURIComponent(topic)}${replyTo ? `&replyTo=${encodeURIComponent(replyTo)}` : ""}`;
+      const { p, headers } = batch[0]!;
+      let query = `?topic=${encodeURIComponent(p.topic)}${p.replyTo ? `&replyTo=${encodeURIComponent(p.replyTo)}` : ""}`;
+      // longpoll §1.3: one `header=Key:Value` parameter per value, in order.
+      for (const [key, values] of headers ?? []) for (const value of values) query += `&header=${encodeURIComponent(`${key}:${value}`)}`;
+      const payload = p.payload;
       await this.send("POST", `/publish${query}`, "Publishing", { body: payload as BodyInit });
       return 1;
     }
-    const frames = batch.map((op) => encodePublish(op.p.topic, op.p.replyTo, PayloadFlags.None, op.p.payload));
+    const frames = batch.map((op) => encodePublish(op.p.topic, op.p.replyTo, PayloadFlags.None, op.p.payload, op.headers));
     const body = new Uint8Array(frames.reduce((n, f) => n + f.length, 0));
     let at = 0;
     for (const frame of frames) {
@@ -486,8 +509,10 @@ export class LongPollTransport implements Transport {
 
   publish(p: PendingPublish): boolean {
     if (this.stopped) return false;
-    // Frame overhead: prefix, array, type, topic and reply_to headers, flags, bin header.
-    const size = p.payload.length + p.topic.length + (p.replyTo?.length ?? 0) + 24;
+    const headers = admitHeaders(p, this.headerGrant);
+    if (headers === null) return true;
+    // Frame overhead: prefix, array, type, topic and reply_to headers, flags, bin header; and the header block.
+    const size = p.payload.length + p.topic.length + (p.replyTo?.length ?? 0) + 24 + headers.bytes;
     if (size > this.maxBodyBytes) {
       p.reject(new HeraldError("BodyTooLarge", `A payload of ${p.payload.length} bytes is over the session's maxBodyBytes of ${this.maxBodyBytes}.`));
       return true;
@@ -497,7 +522,7 @@ export class LongPollTransport implements Transport {
       return true;
     }
     this.queuedBytes += size;
-    this.enqueue({ kind: "pub", p, size });
+    this.enqueue({ kind: "pub", p, size, headers: headers.pairs });
     return true;
   }
 

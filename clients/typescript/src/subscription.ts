@@ -1,11 +1,13 @@
+import { HeraldHeaders, type HeadersInit } from "./headers.js";
 import { HeraldError } from "./protocol/errors.js";
+import { processTraced } from "./tracing.js";
 import { deferred, quiet, type Deferred } from "./util.js";
 
 const utf8 = new TextDecoder();
 
 /** What a `publish` from a message's `respond` needs; the client implements it. */
 interface Publisher {
-  publish(topic: string, payload: Uint8Array | ArrayBuffer | string, options?: { replyTo?: string | null }): Promise<void>;
+  publish(topic: string, payload: Uint8Array | ArrayBuffer | string, options?: { replyTo?: string | null; headers?: HeadersInit }): Promise<void>;
 }
 
 /** A message received on a subscription. */
@@ -22,6 +24,8 @@ export class Message {
     /** The subscription id it arrived on. */
     readonly sid: number,
     publisher?: Publisher,
+    /** The headers it was published with (spec §4.9); empty when it has none. */
+    readonly headers: HeraldHeaders = HeraldHeaders.empty,
   ) {
     this.#publisher = publisher;
   }
@@ -36,11 +40,11 @@ export class Message {
     return JSON.parse(this.text()) as T;
   }
 
-  /** Publishes `payload` to this message's `replyTo` (the answer to a request). */
-  respond(payload: Uint8Array | ArrayBuffer | string): Promise<void> {
+  /** Publishes `payload` (with `headers`, if given) to this message's `replyTo` (the answer to a request). */
+  respond(payload: Uint8Array | ArrayBuffer | string, options: { headers?: HeadersInit } = {}): Promise<void> {
     if (!this.replyTo) return Promise.reject(new HeraldError("InvalidTopic", "This message has no replyTo to respond to."));
     if (!this.#publisher) return Promise.reject(new HeraldError("Closed", "This message has no client to respond with."));
-    return this.#publisher.publish(this.replyTo, payload);
+    return this.#publisher.publish(this.replyTo, payload, options);
   }
 }
 
@@ -95,6 +99,8 @@ export class Subscription implements AsyncIterable<Message> {
     readonly noEcho: boolean,
     private readonly handler: MessageHandler | undefined,
     private readonly maxPending: number,
+    /** Whether the handler runs in a CONSUMER span (not for the client's own request inbox). */
+    private readonly traced = true,
   ) {
     this.ready = quiet(this.readyD.promise);
     this.closed = this.closedD.promise;
@@ -116,7 +122,7 @@ export class Subscription implements AsyncIterable<Message> {
     this.received++;
     if (this.handler) {
       try {
-        const result = this.handler(message);
+        const result = this.traced ? processTraced(message, this.pattern, this.handler) : this.handler(message);
         if (result && typeof (result as Promise<void>).then === "function") {
           (result as Promise<void>).then(undefined, (e) => this.handlerFailed(e));
         }

@@ -4,6 +4,7 @@
  * quiet (a dead broker is noticed), PING/PONG as a flush barrier, writes coalesced per tick (cork).
  */
 import type { Socket } from "node:net";
+import { DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, admitHeaders, type HeaderGrant } from "./headers.js";
 import { HeraldError, ProtocolError, errorCodeName } from "./protocol/errors.js";
 import {
   Capabilities,
@@ -32,6 +33,13 @@ export const DEFAULT_TCP_PORT = 4502;
 const DEFAULT_PING_INTERVAL_MS = 30_000;
 const MAX_PINGS_OUTSTANDING = 2;
 
+/** HELLO's capability bits for what the client asks for (spec §4.1; no_responders only with headers). */
+function helloCapabilities(options: Pick<TransportOptions, "compression" | "headers" | "noResponders">): number {
+  let bits = options.compression ? Capabilities.Zstd : Capabilities.None;
+  if (options.headers) bits |= Capabilities.Headers | (options.noResponders ? Capabilities.NoResponders : 0);
+  return bits;
+}
+
 function limitNumber(limits: Record<string, number | bigint>, key: string, fallback: number): number {
   const v = limits[key];
   if (v === undefined) return fallback;
@@ -39,9 +47,10 @@ function limitNumber(limits: Record<string, number | bigint>, key: string, fallb
 }
 
 export class TcpTransport implements Transport {
-  info: TransportInfo = { transport: "tcp", compression: false, limits: {} };
+  info: TransportInfo = { transport: "tcp", compression: false, headers: false, noResponders: false, limits: {} };
   maxTopic = DEFAULT_MAX_TOPIC;
   maxSubscriptions = Infinity;
+  headerGrant: HeaderGrant = { headers: false, maxHeaders: 0, maxHeaderBytes: 0 };
   private maxFrame = DEFAULT_MAX_FRAME;
   private maxPayload = Infinity;
   private readonly reader = new FrameReader(DEFAULT_MAX_FRAME);
@@ -117,7 +126,7 @@ export class TcpTransport implements Transport {
     // Over TLS, HELLO goes out once the handshake is done (the credential only ever travels encrypted).
     this.socket.once(this.secure ? "secureConnect" : "connect", () => {
       try {
-        this.write(encodeHello(options.name, options.compression ? Capabilities.Zstd : Capabilities.None, options.auth));
+        this.write(encodeHello(options.name, helloCapabilities(options), options.auth));
       } catch (e) {
         this.fail(new HeraldError("ConnectFailed", `HELLO could not be sent: ${(e as Error).message}`, { cause: e }));
       }
@@ -136,11 +145,19 @@ export class TcpTransport implements Transport {
     // A broker that advertises max_payload keeps every MESSAGE within max_frame (spec §4.2). One that does not
     // (before max_payload) could send a PUBLISH of max_frame, or a payload decompressed to max_frame, plus a sid.
     this.reader.maxFrame = this.maxPayload !== Infinity ? this.maxFrame : this.maxFrame + 2 * this.maxTopic + 64 * 1024;
+    const headers = (frame.capabilities & Capabilities.Headers) !== 0;
+    this.headerGrant = {
+      headers,
+      maxHeaders: limitNumber(limits, "max_headers", DEFAULT_MAX_HEADERS),
+      maxHeaderBytes: limitNumber(limits, "max_header_bytes", DEFAULT_MAX_HEADER_BYTES),
+    };
     this.info = {
       transport: "tcp",
       serverName: frame.serverName,
       connectionId: frame.connectionId,
       compression: (frame.capabilities & Capabilities.Zstd) !== 0,
+      headers,
+      noResponders: headers && (frame.capabilities & Capabilities.NoResponders) !== 0,
       limits,
       ...(frame.inboxPrefix === null ? {} : { inboxPrefix: frame.inboxPrefix }),
     };
@@ -176,7 +193,7 @@ export class TcpTransport implements Transport {
             return;
           }
         }
-        this.events.message(frame.sid, frame.topic, frame.replyTo, payload);
+        this.events.message(frame.sid, frame.topic, frame.replyTo, payload, frame.headers);
         return;
       }
       case FrameType.Ping:
@@ -272,11 +289,11 @@ export class TcpTransport implements Transport {
    * Sends HELLO again with a fresh credential (spec §4.1, authentication on) and resolves on the new
    * WELCOME. A refused credential is a fatal `AuthenticationFailed`: the connection is lost with it.
    */
-  async refresh(name: string, compression: boolean, auth: string): Promise<void> {
+  async refresh(options: Pick<TransportOptions, "name" | "compression" | "headers" | "noResponders">, auth: string): Promise<void> {
     if (this.dead) throw new HeraldError("ConnectionLost", "Not connected.");
     const d = deferred<WelcomeFrame>();
     this.refreshWaiters.push(d);
-    this.write(encodeHello(name, compression ? Capabilities.Zstd : Capabilities.None, auth));
+    this.write(encodeHello(options.name, helloCapabilities(options), auth));
     await d.promise;
   }
 
@@ -293,13 +310,16 @@ export class TcpTransport implements Transport {
 
   publish(p: PendingPublish): boolean {
     if (this.dead) return false;
-    if (p.payload.length > this.maxPayload) {
-      p.reject(
-        new HeraldError("FrameTooLarge", `A payload of ${p.payload.length} bytes is over the broker's max_payload of ${this.maxPayload} (spec §4.2).`),
-      );
+    const headers = admitHeaders(p, this.headerGrant);
+    if (headers === null) return true;
+    // With a header block, payload and block together are held to max_payload (spec §4.5).
+    const size = p.payload.length + headers.bytes;
+    if (size > this.maxPayload) {
+      const what = headers.pairs === undefined ? `A payload of ${size} bytes` : `A payload and header block of ${size} bytes`;
+      p.reject(new HeraldError("FrameTooLarge", `${what} is over the broker's max_payload of ${this.maxPayload} (spec §4.2, §4.5).`));
       return true;
     }
-    const frame = encodePublish(p.topic, p.replyTo, PayloadFlags.None, p.payload);
+    const frame = encodePublish(p.topic, p.replyTo, PayloadFlags.None, p.payload, headers.pairs);
     if (frame.length - 4 > this.maxFrame) {
       p.reject(
         new HeraldError("FrameTooLarge", `PUBLISH of ${frame.length - 4} bytes is over the broker's max_frame of ${this.maxFrame}.`),

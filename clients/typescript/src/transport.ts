@@ -2,21 +2,25 @@
  * What the client needs from a transport (TCP or HTTP long-poll). One transport object is one connection
  * or one long-poll session; the client opens a new one to reconnect.
  */
+import type { HeaderGrant, OutgoingHeaders } from "./headers.js";
 import type { HeraldError } from "./protocol/errors.js";
+import type { MessageHeaders } from "./protocol/frames.js";
 
 /** A publication waiting to be sent, with the promise returned to the caller. */
 export interface PendingPublish {
   topic: string;
   replyTo: string | null;
   payload: Uint8Array;
+  /** The checked header block (the caller's and the trace context), or null for none. */
+  headers: OutgoingHeaders | null;
   resolve(): void;
   reject(error: unknown): void;
 }
 
 /** Events a transport reports to its client. */
 export interface TransportEvents {
-  /** A MESSAGE for subscription `sid` (payload already decompressed). */
-  message(sid: number, topic: string, replyTo: string | null, payload: Uint8Array): void;
+  /** A MESSAGE for subscription `sid` (payload already decompressed; `headers` absent when it has none). */
+  message(sid: number, topic: string, replyTo: string | null, payload: Uint8Array, headers: MessageHeaders | undefined): void;
   /** A non-fatal problem (`MessagesDropped`, `UnknownSubscription`, a bad message, ...). */
   error(error: HeraldError): void;
   /** The broker ended subscription `sid` (a credential refresh took the right to it away, spec §4.1). */
@@ -37,6 +41,10 @@ export interface TransportInfo {
   connectionId?: number | bigint;
   /** Whether Zstd compression was negotiated. */
   compression: boolean;
+  /** Whether the broker granted headers (spec §4.1 bit 1): messages carry them, publications may. */
+  headers: boolean;
+  /** Whether the broker granted no_responders (spec §4.1 bit 2): a request nobody receives fails at once. */
+  noResponders: boolean;
   /** WELCOME limits (TCP) or the long-poll session's answer. */
   limits: Record<string, number | bigint>;
   /** This client's part of the inbox space (spec §7: WELCOME `inbox_prefix`, long-poll `inboxPrefix`); absent from an older broker. */
@@ -49,6 +57,8 @@ export interface Transport {
   readonly maxTopic: number;
   /** Most subscriptions the broker allows at once (Infinity when it does not say). */
   readonly maxSubscriptions: number;
+  /** Whether this connection may publish headers, and their limits. */
+  readonly headerGrant: HeaderGrant;
   /** Sends a SUBSCRIBE; resolves when the broker has it (live for publications routed after). */
   subscribe(sid: number, pattern: string, noEcho: boolean): Promise<void>;
   /** Ends a subscription on the broker. */
@@ -69,6 +79,10 @@ export interface Transport {
 export interface TransportOptions {
   name: string;
   compression: boolean;
+  /** Ask for headers (HELLO capability bit 1, long-poll `"headers": true`). */
+  headers: boolean;
+  /** Ask for the no-responders status (bit 2, `"noResponders": true`); only with `headers`. */
+  noResponders: boolean;
   connectTimeoutMs: number;
   pingIntervalMs: number | undefined;
   maxBufferBytes: number;

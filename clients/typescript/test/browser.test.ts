@@ -1,6 +1,6 @@
 /**
- * The browser test: a page served here loads the built ESM client (dist/, with @msgpack/msgpack and
- * fzstd from node_modules through an import map), runs in headless Chromium (the Debian package, driven
+ * The browser test: a page served here loads the built ESM client (dist/, with @msgpack/msgpack, fzstd
+ * and @opentelemetry/api from node_modules through an import map), runs in headless Chromium (the Debian package, driven
  * by playwright-core), subscribes over long-poll to the broker's HTTP port (another origin: CORS), and
  * receives a message published over TCP by the .NET client's sample publisher.
  *
@@ -64,7 +64,8 @@ const PAGE = `<!doctype html>
 <script type="importmap">
 { "imports": {
     "@msgpack/msgpack": "/node_modules/@msgpack/msgpack/dist.esm/index.mjs",
-    "fzstd": "/node_modules/fzstd/esm/index.mjs"
+    "fzstd": "/node_modules/fzstd/esm/index.mjs",
+    "@opentelemetry/api": "/node_modules/@opentelemetry/api/build/esm/index.js"
 } }
 </script>
 <script type="module">
@@ -99,7 +100,10 @@ const TYPES: Record<string, string> = {
   ".html": "text/html",
 };
 
-/** Serves the page, dist/ and the two runtime dependencies from node_modules. */
+/**
+ * Serves the page, dist/ and the three runtime dependencies from node_modules. @opentelemetry/api's ESM
+ * build imports its own modules without the `.js` a browser needs (a bundler adds it): added here too.
+ */
 function servePage(): Promise<{ server: Server; url: string }> {
   const server = createServer((req, res) => {
     const path = decodeURIComponent(new URL(req.url ?? "/", "http://x").pathname);
@@ -111,8 +115,11 @@ function servePage(): Promise<{ server: Server; url: string }> {
       res.writeHead(200, { "Content-Type": "text/html; charset=utf-8" }).end(PAGE);
       return;
     }
-    const allowed = ["/dist/", "/node_modules/@msgpack/msgpack/", "/node_modules/fzstd/"];
-    const file = normalize(join(packageRoot, path));
+    const allowed = ["/dist/", "/node_modules/@msgpack/msgpack/", "/node_modules/fzstd/", "/node_modules/@opentelemetry/api/"];
+    let file = normalize(join(packageRoot, path));
+    if (path.startsWith("/node_modules/@opentelemetry/api/") && !existsSync(file)) {
+      file = existsSync(`${file}.js`) ? `${file}.js` : join(file, "index.js");
+    }
     if (!allowed.some((prefix) => path.startsWith(prefix)) || !file.startsWith(packageRoot) || !existsSync(file)) {
       res.writeHead(404).end();
       return;

@@ -7,7 +7,16 @@ import { spawnSync } from "node:child_process";
 import { createConnection, createServer, type Socket } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { HeraldError, connect, createClient, type ConnectOptions, type HeraldClient, type Subscription } from "@herald/client";
+import {
+  HeraldError,
+  NoRespondersError,
+  RequestTimeoutError,
+  connect,
+  createClient,
+  type ConnectOptions,
+  type HeraldClient,
+  type Subscription,
+} from "@herald/client";
 import {
   FrameReader,
   FrameType,
@@ -186,9 +195,9 @@ describe("TCP", () => {
     await nothingBefore(sub, () => b.publish(topic, "theirs"), "theirs");
   });
 
-  test("request/reply, and a request nobody answers times out", async () => {
+  test("request/reply, and a request nobody answers times out (no_responders not asked for)", async () => {
     const responder = await tcp();
-    const requester = await tcp();
+    const requester = await tcp({ noResponders: false });
     const topic = uniqueTopic("it.rpc");
     const service = responder.subscribe(topic, (msg) => msg.respond(`echo:${msg.text()}`));
     await service.ready;
@@ -198,6 +207,7 @@ describe("TCP", () => {
     // The behaviour, not its timing: an unanswered request rejects with Timeout (the bound only catches a hang).
     const unanswered = requester.request(uniqueTopic("it.nobody"), "hello?", { timeoutMs: 300 });
     await assert.rejects(within(unanswered, 10_000, "the unanswered request to settle (a hang bound)"), (e: Error) => {
+      assert.ok(e instanceof RequestTimeoutError, `not a RequestTimeoutError: ${e}`);
       assert.ok(e instanceof HeraldError, `not a HeraldError: ${e}`);
       assert.equal(e.code, "Timeout", e.message);
       return true;
@@ -302,12 +312,19 @@ describe("TCP against a scripted server", () => {
       const client = await open(`tcp://127.0.0.1:${port}`, { name: "scripted-test" });
       assert.equal(client.info?.serverName, "scripted");
       const hello = received.find((f) => f.type === FrameType.Hello) as Extract<Frame, { type: 1 }>;
-      assert.deepEqual({ ...hello }, { type: 1, version: 1, clientName: "scripted-test", capabilities: 1, auth: null });
+      // zstd (1), headers (2) and no_responders (4): all asked for by default (spec §4.1).
+      assert.deepEqual({ ...hello }, { type: 1, version: 1, clientName: "scripted-test", capabilities: 7, auth: null });
       // A topic over the WELCOME's max_topic (64) is refused before it is sent.
       await assert.rejects(client.publish("t".repeat(65), "x"), { code: "TopicTooLong" });
+      // A broker that granted no headers (capabilities 0): publishing with headers is refused here.
+      assert.equal(client.info?.headers, false);
+      assert.equal(client.info?.noResponders, false);
+      await assert.rejects(client.publish("a.b", "x", { headers: { "X-A": "1" } }), { code: "HeadersNotNegotiated" });
 
       sockets[0]!.write(encodePing());
       await waitFor(FrameType.Pong);
+      // The PONG went out after both refused publications: neither was sent before it.
+      assert.deepEqual(received.filter((f) => f.type === FrameType.Publish), []);
 
       const errors: HeraldError[] = [];
       client.on("error", (e) => errors.push(e));
@@ -407,7 +424,8 @@ describe("long-poll", () => {
     await back.ready;
     assert.equal((await web.request(`${topic}.svc`, "hi", { timeoutMs: 5000 })).text(), "node:hi");
     await service.unsubscribe();
-    await assert.rejects(node.request(topic, "anyone?", { timeoutMs: 500 }), { code: "Timeout" });
+    // The broker has dropped the subscription (the DELETE was answered): the request reaches nobody, and says so at once.
+    await assert.rejects(within(node.request(topic, "anyone?", { timeoutMs: 60_000 }), 30_000, "the no-responders answer"), NoRespondersError);
   });
 
   test("noEcho over long-poll", async () => {

@@ -52,7 +52,10 @@ export type ClientErrorCode =
   | "Closed" // the client was closed
   | "ConnectionLost" // the connection or session went away
   | "ConnectFailed" // the connection could not be opened
-  | "Timeout" // a request or connection attempt took too long
+  | "Timeout" // a request or connection attempt took too long (a request's is a RequestTimeoutError)
+  | "NoResponders" // a request reached no subscriber (NoRespondersError, spec §7)
+  | "InvalidHeaders" // publish headers this client refuses before sending (spec §4.9), as the broker would
+  | "HeadersNotNegotiated" // publish headers on a connection whose broker did not grant them (spec §4.1)
   | "BufferFull" // too much waiting to be sent while disconnected
   | "HandlerFailed" // a subscription's handler threw (reported as an `error` event)
   | "HttpError" // an HTTP answer this client does not understand
@@ -97,6 +100,34 @@ export class ProtocolError extends HeraldError {
   constructor(code: ProtocolErrorName, message: string) {
     super(code, message, { fatal: true });
     this.name = "ProtocolError";
+  }
+}
+
+/**
+ * A request that no subscriber received: the broker answered it at once with its no-responders status
+ * (spec §7), instead of letting it wait for its timeout. Only when the connection asked for it (the
+ * `noResponders` option, on by default) and the broker granted it.
+ */
+export class NoRespondersError extends HeraldError {
+  constructor(
+    /** The topic the request was published to. */
+    readonly topic: string,
+  ) {
+    super("NoResponders", `No responders: the request on '${topic}' reached no subscriber.`);
+    this.name = "NoRespondersError";
+  }
+}
+
+/** A request that got no reply within its timeout. */
+export class RequestTimeoutError extends HeraldError {
+  constructor(
+    /** The topic the request was published to. */
+    readonly topic: string,
+    /** The timeout that ran out, in milliseconds. */
+    readonly timeoutMs: number,
+  ) {
+    super("Timeout", `No reply to the request on '${topic}' within ${timeoutMs} ms.`);
+    this.name = "RequestTimeoutError";
   }
 }
 
