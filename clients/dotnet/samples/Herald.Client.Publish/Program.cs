@@ -1,17 +1,20 @@
 // Publishes a text message with the Herald .NET client, then flushes (PING/PONG) so it has reached the
 // broker before the process exits:
 //
-//   dotnet Herald.Client.Publish.dll --url tcp://127.0.0.1:4502 --topic chat.room1 --message hello [--count N] [--credential TOKEN]
+//   dotnet Herald.Client.Publish.dll --url tcp://127.0.0.1:4502 --topic chat.room1 --message hello
+//       [--header Key=Value]... [--count N] [--credential TOKEN]
 //
-// Exit codes: 0 published and flushed, 1 the broker could not be reached, refused, or did not confirm
-// within 30 seconds, 2 bad arguments.
+// --header splits at the first '=' (a value may be empty or hold '='); the same key again adds a value to
+// it (a multi-valued header). Exit codes: 0 published and flushed, 1 the broker could not be reached,
+// refused, or did not confirm within 30 seconds, 2 bad arguments (a header HeraldHeaders refuses too).
 using System.Globalization;
 using Herald.Client;
 
-const string Usage = "usage: Herald.Client.Publish --url tcp://host:4502|http://host:8080 --topic T --message M [--count N] [--credential TOKEN]";
+const string Usage = "usage: Herald.Client.Publish --url tcp://host:4502|http://host:8080 --topic T --message M [--header Key=Value]... [--count N] [--credential TOKEN]";
 
 string? url = null, topic = null, message = null, credential = null;
 int count = 1;
+HeraldHeaders headers = HeraldHeaders.Empty;
 for (int i = 0; i < args.Length; i++)
 {
     string? value = i + 1 < args.Length ? args[i + 1] : null;
@@ -27,6 +30,20 @@ for (int i = 0; i < args.Length; i++)
             break;
         case "--message" when value is not null:
             message = value;
+            i++;
+            break;
+        case "--header" when value is not null:
+            int equals = value.IndexOf('=', StringComparison.Ordinal);
+            try
+            {
+                headers = equals > 0 ? headers.Add(value[..equals], value[(equals + 1)..]) : throw new ArgumentException("expected Key=Value");
+            }
+            catch (ArgumentException e)
+            {
+                Console.Error.WriteLine($"bad header '{value}': {e.Message}\n{Usage}");
+                return 2;
+            }
+
             i++;
             break;
         case "--credential" when value is not null:
@@ -57,7 +74,10 @@ try
     await using var client = new HeraldClient(url, new HeraldClientOptions { ClientName = "herald-publish", Credential = credential });
     for (int i = 0; i < count; i++)
     {
-        await client.PublishAsync(topic, message, cancellationToken: deadline.Token);
+        // Without --header, a publication without a header block: what any broker takes.
+        await (headers.Count == 0
+            ? client.PublishAsync(topic, message, cancellationToken: deadline.Token)
+            : client.PublishAsync(topic, message, headers, cancellationToken: deadline.Token));
     }
 
     await client.FlushAsync(deadline.Token);
