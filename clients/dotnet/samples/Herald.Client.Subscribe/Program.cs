@@ -1,5 +1,5 @@
 // Subscribes with the Herald .NET client and prints what arrives, one JSON object a line on stdout, as
-// UTF-8, then exits after --count messages:
+// UTF-8 (characters beyond U+FFFF, such as emoji, as \u escapes), then exits after --count messages:
 //
 //   dotnet Herald.Client.Subscribe.dll --url tcp://127.0.0.1:4502 --pattern "chat.>" [--count N] [--credential TOKEN]
 //
