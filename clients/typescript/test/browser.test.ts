@@ -15,7 +15,8 @@ import { extname, join, normalize } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { chromium, type BrowserContext } from "playwright-core";
-import { Broker, repoRoot } from "./helpers/broker.js";
+import { Broker } from "./helpers/broker.js";
+import { runPublisher, sampleDll } from "./helpers/samples.js";
 
 const CHROMIUM = "/usr/bin/chromium";
 const CHROMIUM_ARGS = [
@@ -29,8 +30,6 @@ const CHROMIUM_ARGS = [
   "--disable-sync",
 ];
 const packageRoot = fileURLToPath(new URL("../", import.meta.url));
-const publisherProject = `${repoRoot}clients/dotnet/samples/Herald.Client.Publish`;
-const publisherDll = `${publisherProject}/bin/Debug/net10.0/Herald.Client.Publish.dll`;
 
 /** Chromium from Debian's package; installed here if missing (root and apt-get needed). */
 function ensureChromium(): string | null {
@@ -132,19 +131,6 @@ function servePage(): Promise<{ server: Server; url: string }> {
   }));
 }
 
-/** The .NET sample publisher, built if only its project is there. */
-function ensurePublisher(): void {
-  if (existsSync(publisherDll)) return;
-  assert.ok(
-    existsSync(publisherProject) && spawnSync("sh", ["-c", `ls ${publisherProject}/*.csproj`], { stdio: "ignore" }).status === 0,
-    `The .NET sample publisher is missing: no project in ${publisherProject} (clients/dotnet, the .NET client's samples). ` +
-      "This test publishes with it over TCP; build it with `dotnet build clients/dotnet/samples/Herald.Client.Publish`.",
-  );
-  process.stderr.write(`[browser] ${publisherDll} is missing: dotnet build ${publisherProject}\n`);
-  const build = spawnSync("dotnet", ["build", publisherProject], { stdio: ["ignore", process.stderr, process.stderr], timeout: 600_000 });
-  assert.ok(build.status === 0 && existsSync(publisherDll), `dotnet build ${publisherProject} failed (exit ${build.status}); ${publisherDll} is needed.`);
-}
-
 let broker: Broker | undefined;
 let page: { server: Server; url: string } | undefined;
 let context: BrowserContext | undefined;
@@ -167,7 +153,7 @@ test(
   "browser: a page in headless Chromium subscribes over long-poll and receives a message a .NET client published over TCP",
   { skip: skipReason ?? false, timeout: 90_000 },
   async () => {
-    ensurePublisher();
+    sampleDll("Herald.Client.Publish");
     userDataDir = mkdtempSync(join(tmpdir(), "herald-chromium-"));
     context = await chromium.launchPersistentContext(userDataDir, {
       executablePath: CHROMIUM,
@@ -194,12 +180,8 @@ test(
     );
     assert.deepEqual(subscribed, { transport: "longpoll", state: "connected", compression: true }, problems.join("\n"));
 
-    const publish = spawnSync(
-      "dotnet",
-      [publisherDll, "--url", broker!.tcpUrl, "--topic", topic, "--message", message],
-      { encoding: "utf8", timeout: 60_000 },
-    );
-    assert.equal(publish.status, 0, `the .NET publisher failed (exit ${publish.status}):\n${publish.stdout}\n${publish.stderr}`);
+    const publish = await runPublisher(["--url", broker!.tcpUrl, "--topic", topic, "--message", message]);
+    assert.equal(publish.status, 0, `the .NET publisher failed (exit ${publish.status}):\n${publish.output}`);
 
     const handle = await tab.waitForFunction(() => (window as unknown as { heraldReceived?: unknown }).heraldReceived, null, {
       timeout: 15_000,
