@@ -1,9 +1,12 @@
 using System.Diagnostics;
+using System.Text;
+using Herald.Broker.Delivery;
 using Herald.Broker.Hosting;
 using Herald.Broker.Telemetry;
 using Herald.Broker.Tests.Infrastructure;
 using Herald.Broker.Tests.Infrastructure.Otlp;
 using Herald.Client;
+using Herald.Protocol;
 using Microsoft.Extensions.DependencyInjection;
 using OpenTelemetry;
 using OpenTelemetry.Exporter;
@@ -131,11 +134,49 @@ public sealed class PublicationTracingTests
         Assert.Equal(sampledTrace, route.TraceId);
     }
 
-    private static Task<TestBroker> StartTracedBrokerAsync(OtlpReceiver receiver) => TestBroker.StartAsync(o =>
+    public static TheoryData<SlowConsumerPolicy> Policies => [SlowConsumerPolicy.DropOldest, SlowConsumerPolicy.Disconnect];
+
+    [Theory]
+    [MemberData(nameof(Policies))]
+    public async Task The_broker_span_counts_what_the_backlogs_did_and_the_compression(SlowConsumerPolicy policy)
+    {
+        await using var receiver = await OtlpReceiver.StartAsync();
+        await using var broker = await StartTracedBrokerAsync(receiver, o =>
+        {
+            o.LongPoll.MaxPendingMessagesPerSession = 1;
+            o.LongPoll.SlowConsumerPolicy = policy;
+            o.Compression.CpuBackoffStart = 1.0; // never turned off by a busy test machine
+            o.Compression.CpuDisableLimit = 1.0;
+        });
+        LongPollClient full = await LongPollClient.CreateAsync(broker.Http); // never polls: room for one message
+        await full.SubscribeAsync(1, "feed");
+        await using var zstd = await ProtocolClient.OpenAsync(broker.Port, "zstd", capabilities: Capabilities.Zstd | Capabilities.Headers);
+        await zstd.SubscribeAsync(1, "feed");
+        await zstd.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "publisher", capabilities: Capabilities.Headers);
+        string traceId = ActivityTraceId.CreateRandom().ToHexString();
+        string payload = string.Concat(Enumerable.Repeat("compressible ", 400)); // 5,200 bytes, well over NoCompressionLimit
+
+        await publisher.PublishAsync("feed", "fills the long-poll backlog");
+        await publisher.PublishAsync("feed", payload, [new("traceparent", [$"00-{traceId}-{ActivitySpanId.CreateRandom()}-01"])]);
+        await publisher.PingPongAsync(); // both routed: the span ended before the PONG was written
+
+        ReceivedSpan route = Assert.Single(await FlushUntilAsync(receiver, broker, application: null, s => s.Any(x => x.TraceId == traceId)), s => s.TraceId == traceId);
+        Assert.Equal(2L, route["herald.route.matched"]);
+        Assert.Equal(policy == SlowConsumerPolicy.DropOldest ? 2L : 1L, route["herald.route.queued"]);
+        Assert.Equal(policy == SlowConsumerPolicy.DropOldest ? 0L : 1L, route["herald.route.dropped"]); // Disconnect: the full backlog refused it
+        Assert.Equal(policy == SlowConsumerPolicy.DropOldest ? 1L : 0L, route["herald.route.evicted"]); // DropOldest: the older message made room
+        Assert.Equal(true, route["herald.route.compressed"]); // the Zstd subscriber's form, compressed by the broker
+        Assert.True(route["herald.route.compression_ratio"] is double ratio && ratio > 2, $"ratio {route["herald.route.compression_ratio"]}");
+        Assert.Equal((long)Encoding.UTF8.GetByteCount(payload), route["messaging.message.body.size"]);
+    }
+
+    private static Task<TestBroker> StartTracedBrokerAsync(OtlpReceiver receiver, Action<HeraldOptions>? configure = null) => TestBroker.StartAsync(o =>
     {
         o.Telemetry.Otlp.Enabled = true;
         o.Telemetry.Otlp.Protocol = OtlpProtocol.HttpProtobuf;
         o.Telemetry.Otlp.Endpoint = receiver.BaseAddress;
+        configure?.Invoke(o);
     });
 
     private static HeraldClient Client(TestBroker broker, HeraldTransport transport, string name) => new(new HeraldClientOptions
