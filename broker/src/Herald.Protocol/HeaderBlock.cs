@@ -156,6 +156,55 @@ public static class HeaderBlock
     private static string Printable(ReadOnlySpan<byte> key) =>
         key.Length > 64 ? Encoding.UTF8.GetString(key[..64]) + "..." : Encoding.UTF8.GetString(key);
 
+    /// <summary>
+    /// Copies the first value of <paramref name="key"/> (compared ignoring ASCII case, as keys are unique) from a
+    /// header block that <see cref="Validate"/> accepted into <paramref name="destination"/>. False when the key
+    /// is absent or its value is longer than <paramref name="destination"/>. Allocates nothing: the broker reads
+    /// a traced publication's <c>traceparent</c> with it.
+    /// </summary>
+    public static bool TryCopyFirstValue(in ReadOnlySequence<byte> block, ReadOnlySpan<byte> key, Span<byte> destination, out int written)
+    {
+        written = 0;
+        var reader = new MessagePackReader(block);
+        int keys = reader.ReadMapHeader();
+        for (int i = 0; i < keys; i++)
+        {
+            ReadOnlySequence<byte> name = reader.ReadStringSequence()!.Value;
+            int values = reader.ReadArrayHeader();
+            if (name.Length == key.Length && EqualsIgnoreCase(name, key))
+            {
+                ReadOnlySequence<byte> value = reader.ReadStringSequence()!.Value;
+                if (value.Length > destination.Length)
+                {
+                    return false;
+                }
+
+                value.CopyTo(destination);
+                written = (int)value.Length;
+                return true;
+            }
+
+            for (int v = 0; v < values; v++)
+            {
+                reader.Skip();
+            }
+        }
+
+        return false;
+    }
+
+    private static bool EqualsIgnoreCase(in ReadOnlySequence<byte> name, ReadOnlySpan<byte> key)
+    {
+        if (name.IsSingleSegment)
+        {
+            return Ascii.EqualsIgnoreCase(name.FirstSpan, key);
+        }
+
+        Span<byte> copy = stackalloc byte[MaxKeyBytes];
+        name.CopyTo(copy);
+        return Ascii.EqualsIgnoreCase(copy[..key.Length], key);
+    }
+
     /// <summary>Decodes a header block that <see cref="Validate"/> accepted: keys in encoded order, each with its values.</summary>
     public static List<KeyValuePair<string, string[]>> Read(in ReadOnlySequence<byte> block)
     {

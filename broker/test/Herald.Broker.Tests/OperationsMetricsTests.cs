@@ -1,14 +1,9 @@
-using System.Collections.Concurrent;
 using System.Globalization;
 using System.Net;
 using System.Text;
 using Herald.Broker.Hosting;
 using Herald.Broker.Tests.Infrastructure;
-using Microsoft.AspNetCore.Builder;
-using Microsoft.AspNetCore.Hosting;
-using Microsoft.AspNetCore.Hosting.Server;
-using Microsoft.AspNetCore.Hosting.Server.Features;
-using Microsoft.AspNetCore.Http;
+using Herald.Broker.Tests.Infrastructure.Otlp;
 using Microsoft.Extensions.DependencyInjection;
 using OpenTelemetry.Metrics;
 using OpenTelemetry.Trace;
@@ -86,12 +81,12 @@ public sealed class OperationsMetricsTests
     [Fact]
     public async Task Otlp_export_sends_broker_metrics_and_http_traces_to_a_collector()
     {
-        await using var collector = await FakeOtlpCollector.StartAsync();
+        await using var receiver = await OtlpReceiver.StartAsync();
         await using var broker = await TestBroker.StartAsync(o =>
         {
             o.Telemetry.Otlp.Enabled = true;
             o.Telemetry.Otlp.Protocol = OtlpProtocol.HttpProtobuf;
-            o.Telemetry.Otlp.Endpoint = collector.BaseAddress;
+            o.Telemetry.Otlp.Endpoint = receiver.BaseAddress;
             o.Telemetry.Otlp.MetricsInterval = TimeSpan.FromMilliseconds(200);
         });
         await using (var client = await ProtocolClient.OpenAsync(broker.Port))
@@ -110,7 +105,7 @@ public sealed class OperationsMetricsTests
         // span ends just after its response is sent, so it may miss one flush: flush until it is there (10 s at
         // most), then once more so that a /healthz span, had there been one, would be out too.
         var tracer = broker.Services.GetRequiredService<TracerProvider>();
-        for (var deadline = DateTime.UtcNow.AddSeconds(10); !collector.Received("/v1/traces").Contains("/poll/publish", StringComparison.Ordinal) && DateTime.UtcNow < deadline;)
+        for (var deadline = DateTime.UtcNow.AddSeconds(10); !receiver.Spans.Any(IsPollPublish) && DateTime.UtcNow < deadline;)
         {
             Assert.True(tracer.ForceFlush(10_000));
             await Task.Delay(20);
@@ -119,14 +114,19 @@ public sealed class OperationsMetricsTests
         Assert.True(tracer.ForceFlush(10_000));
         broker.Services.GetRequiredService<MeterProvider>().ForceFlush(10_000);
 
-        string traces = collector.Received("/v1/traces");
-        string metrics = await collector.WaitForAsync("/v1/metrics", "herald.messages.published");
-        Assert.Contains("/poll/publish", traces, StringComparison.Ordinal);     // the span of the long-poll publish
-        Assert.DoesNotContain("/healthz", traces, StringComparison.Ordinal);    // probes are not traced
-        Assert.Contains("herald.messages.published", metrics, StringComparison.Ordinal);
-        Assert.Contains("herald.transport", metrics, StringComparison.Ordinal);
-        Assert.Contains("herald", metrics, StringComparison.Ordinal);           // service.name
+        IReadOnlyList<ReceivedSpan> spans = receiver.Spans;
+        IReadOnlyList<ReceivedMetric> metrics = await receiver.WaitForMetricAsync("herald.messages.published");
+        ReceivedSpan publish = Assert.Single(spans, IsPollPublish);                     // the span of the long-poll publish
+        Assert.Equal(Span.Types.SpanKind.Server, publish.Kind);
+        Assert.Equal(TelemetrySetup.ServiceName, publish.Service);
+        Assert.DoesNotContain(spans, s => s["url.path"] is "/healthz");               // probes are not traced
+        Assert.DoesNotContain(spans, s => s.Scope == "Herald.Broker");                // nothing carried a traceparent
+        ReceivedMetric published = Assert.Single(metrics.Where(m => m.Name == "herald.messages.published").Take(1));
+        Assert.Contains("herald.transport", published.AttributeKeys);
+        Assert.Equal(TelemetrySetup.ServiceName, published.Service);
     }
+
+    private static bool IsPollPublish(ReceivedSpan span) => span["url.path"] is "/poll/publish";
 
     private static async Task<PrometheusScrape> Eventually(TestBroker broker, Func<PrometheusScrape, bool> condition)
     {
@@ -141,52 +141,6 @@ public sealed class OperationsMetricsTests
 
             await Task.Delay(20);
         }
-    }
-
-    /// <summary>An OTLP/HTTP receiver on loopback that keeps every request body it gets, by path.</summary>
-    private sealed class FakeOtlpCollector : IAsyncDisposable
-    {
-        private readonly WebApplication _app;
-        private readonly ConcurrentQueue<(string Path, byte[] Body)> _received = new();
-
-        private FakeOtlpCollector(WebApplication app) => _app = app;
-
-        public string BaseAddress { get; private set; } = "";
-
-        public static async Task<FakeOtlpCollector> StartAsync()
-        {
-            WebApplicationBuilder builder = WebApplication.CreateSlimBuilder();
-            builder.WebHost.UseKestrel(k => k.Listen(IPAddress.Loopback, 0));
-            WebApplication app = builder.Build();
-            var collector = new FakeOtlpCollector(app);
-            app.MapPost("/v1/{signal}", async (HttpContext context) =>
-            {
-                using var body = new MemoryStream();
-                await context.Request.Body.CopyToAsync(body);
-                collector._received.Enqueue((context.Request.Path.Value!, body.ToArray()));
-                context.Response.ContentType = "application/x-protobuf"; // an empty Export*ServiceResponse
-            });
-            await app.StartAsync();
-            collector.BaseAddress = app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First();
-            return collector;
-        }
-
-        /// <summary>Every body received on <paramref name="path"/>, as Latin-1 text (protobuf strings are readable in it).</summary>
-        public string Received(string path) => string.Concat(_received.Where(r => r.Path == path).Select(r => Encoding.Latin1.GetString(r.Body)));
-
-        /// <summary>Waits (10 s at most) until a body on <paramref name="path"/> mentions <paramref name="text"/>; returns all of them.</summary>
-        public async Task<string> WaitForAsync(string path, string text)
-        {
-            var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
-            while (!Received(path).Contains(text, StringComparison.Ordinal) && DateTime.UtcNow < deadline)
-            {
-                await Task.Delay(20);
-            }
-
-            return Received(path);
-        }
-
-        public async ValueTask DisposeAsync() => await _app.DisposeAsync();
     }
 }
 

@@ -259,10 +259,10 @@ public sealed class TopicRouterTests : IDisposable
 
         public bool AcceptsHeaders { get; init; }
 
-        public bool Enqueue(MessageBuffer frame, uint sid)
+        public Enqueued Enqueue(MessageBuffer frame, uint sid)
         {
             Frames.Add((frame, sid));
-            return Frames.Count == 1;
+            return Frames.Count == 1 ? Enqueued.Queued | Enqueued.Wake : Enqueued.Queued;
         }
 
         public void Flush()

@@ -78,7 +78,11 @@ public class TopicRouterBenchmarks : IDisposable
 
         public bool AcceptsHeaders => false;
 
-        public bool Enqueue(MessageBuffer frame, uint sid) => false;
+        public Enqueued Enqueue(MessageBuffer frame, uint sid)
+        {
+            frame.Release();
+            return Enqueued.Dropped;
+        }
 
         public void Flush()
         {

@@ -14,11 +14,11 @@ internal interface IMessageSink
 
     /// <summary>
     /// Queues a MESSAGE frame for subscription <paramref name="sid"/>, taking over one reference to
-    /// <paramref name="frame"/> (the sink releases it once written or dropped). Returns <c>true</c> when
-    /// the sink was idle: the caller must then call <see cref="Flush"/> once it has queued the rest of its
-    /// batch (flushes are coalesced per read batch, never per message).
+    /// <paramref name="frame"/> (the sink releases it once written or dropped). The result has
+    /// <see cref="Enqueued.Wake"/> when the sink was idle: the caller must then call <see cref="Flush"/> once it
+    /// has queued the rest of its batch (flushes are coalesced per read batch, never per message).
     /// </summary>
-    bool Enqueue(MessageBuffer frame, uint sid);
+    Enqueued Enqueue(MessageBuffer frame, uint sid);
 
     /// <summary>
     /// Starts writing what is queued, on the calling thread until the write would wait. Called once per

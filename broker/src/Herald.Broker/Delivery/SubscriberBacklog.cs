@@ -136,7 +136,7 @@ internal sealed class SubscriberBacklog : IMessageSink
     public int PendingReplies => Volatile.Read(ref _pendingReplies);
 
     /// <inheritdoc/>
-    public bool Enqueue(MessageBuffer frame, uint sid) => Push(frame, sid);
+    public Enqueued Enqueue(MessageBuffer frame, uint sid) => Push(frame, sid);
 
     /// <summary>
     /// Queues one of the session's replies (WELCOME, PING, PONG, a non-fatal ERROR) in order with the
@@ -145,7 +145,7 @@ internal sealed class SubscriberBacklog : IMessageSink
     /// <see cref="SlowConsumerPolicy.DropOldest"/> backlog drops messages to make room, never a reply).
     /// Returns whether to <see cref="Flush"/>.
     /// </summary>
-    public bool EnqueueControl(MessageBuffer frame) => Push(frame, ControlSid);
+    public bool EnqueueControl(MessageBuffer frame) => (Push(frame, ControlSid) & Enqueued.Wake) != 0;
 
     /// <summary>
     /// Completes when fewer than <paramref name="bound"/> replies wait (the reader took them), or the backlog
@@ -175,7 +175,7 @@ internal sealed class SubscriberBacklog : IMessageSink
         }
     }
 
-    private bool Push(MessageBuffer frame, uint sid)
+    private Enqueued Push(MessageBuffer frame, uint sid)
     {
         bool slow = false;
         bool episode = false;
@@ -186,7 +186,7 @@ internal sealed class SubscriberBacklog : IMessageSink
             if (_refusing)
             {
                 frame.Release();
-                return false;
+                return Enqueued.Dropped;
             }
 
             if (IsOverLimits(frame.Length))
@@ -235,9 +235,10 @@ internal sealed class SubscriberBacklog : IMessageSink
         {
             _metrics.SlowConsumer(nameof(SlowConsumerPolicy.Disconnect));
             _onSlowConsumer(); // the session is closing from now on; its transport ends it off this publisher's thread
+            return Enqueued.Dropped;
         }
 
-        return wake;
+        return Enqueued.Queued | (wake ? Enqueued.Wake : 0) | (dropped > 0 ? Enqueued.Evicted : 0);
     }
 
     /// <inheritdoc/>

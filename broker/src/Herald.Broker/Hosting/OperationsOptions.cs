@@ -66,6 +66,9 @@ public sealed class OtlpOptions
     /// <summary>How often metrics are pushed.</summary>
     public TimeSpan MetricsInterval { get; set; } = TimeSpan.FromSeconds(15);
 
-    /// <summary>Also export traces of the HTTP endpoints (long-poll, policy files; not the probes or scrapes).</summary>
+    /// <summary>
+    /// Also export traces: of the HTTP endpoints (long-poll, policy files; not the probes or scrapes), and the
+    /// broker's span of each publication whose <c>traceparent</c> is sampled (<c>Herald.Broker</c> source).
+    /// </summary>
     public bool Traces { get; set; } = true;
 }

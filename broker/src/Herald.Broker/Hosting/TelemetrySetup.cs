@@ -23,7 +23,9 @@ namespace Herald.Broker.Hosting;
 /// Microsoft.Extensions.Logging: every line still comes from the source-generated methods of
 /// <see cref="BrokerLog"/>, and the standard <c>Logging:LogLevel</c> filters still decide what is written.
 /// OpenTelemetry collects the <c>Herald.Broker</c> meter, ASP.NET Core's and Kestrel's, and the runtime's,
-/// for the Prometheus scrape endpoint and, when configured, OTLP.
+/// for the Prometheus scrape endpoint and, when configured, OTLP; with OTLP traces on, the spans of HTTP requests
+/// and the <c>Herald.Broker</c> source's span of each publication whose <c>traceparent</c> is sampled
+/// (<see cref="BrokerTracing"/>).
 /// </summary>
 internal static class TelemetrySetup
 {
@@ -86,6 +88,7 @@ internal static class TelemetrySetup
         if (otlp.Enabled && otlp.Traces)
         {
             builder.WithTracing(tracing => tracing
+                .AddSource(BrokerTracing.SourceName) // a traced publication's route span; nothing while this is off
                 .AddAspNetCoreInstrumentation(aspnet =>
                 {
                     aspnet.Filter = context => !IsUntraced(context.Request.Path);

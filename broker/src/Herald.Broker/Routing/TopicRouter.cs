@@ -170,9 +170,11 @@ internal sealed class TopicRouter : IDisposable
     /// </summary>
     /// <param name="plainPayload">For a publication sent compressed: its payload, decompressed.</param>
     /// <param name="receivedAt"><see cref="System.Diagnostics.Stopwatch"/> timestamp of the read that carried the PUBLISH, or 0 (fan-out latency not measured).</param>
-    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder = null, ReadOnlySpan<byte> plainPayload = default, long receivedAt = 0)
+    /// <param name="tally">For a traced publication only: what the routing did, for its span; null costs a test per subscriber.</param>
+    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder = null, ReadOnlySpan<byte> plainPayload = default, long receivedAt = 0, FanoutTally? tally = null)
     {
         Subscription[] subscriptions = Match(publish.Topic);
+        tally?.Start(subscriptions.Length);
         if (subscriptions.Length == 0)
         {
             return 0;
@@ -206,10 +208,19 @@ internal sealed class TopicRouter : IDisposable
             frame ??= Form(ref forms[form], form, publish, sentCompressed, encoder, plainPayload, subscriptions.Length, receivedAt);
             forms[form].Uses++;
             deliveries++;
-            if (subscription.Sink.Enqueue(frame!, subscription.Sid))
+            Enqueued enqueued = subscription.Sink.Enqueue(frame!, subscription.Sid);
+            if ((enqueued & Enqueued.Wake) != 0)
             {
                 toFlush.Add(subscription.Sink);
             }
+
+            tally?.Count(enqueued);
+        }
+
+        if (tally is not null)
+        {
+            bool bare = forms[Other].Frame is null;
+            tally.Compression(publish, plainPayload, sentCompressed ? null : forms[bare ? Other | Bare : Other].Frame, compressedWithHeaders: !bare);
         }
 
         // Each form was retained once per subscription up front (one atomic add); drop the unused

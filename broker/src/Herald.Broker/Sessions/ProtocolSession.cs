@@ -51,6 +51,7 @@ internal abstract class ProtocolSession
     private bool _opened;
     private ReplyPermits? _replyPermits; // a restricted identity's reply permissions (spec §10); null while it may publish everywhere
     private bool _noResponders; // granted: a request that reaches no subscription is answered at once (spec §7)
+    private FanoutTally? _fanout; // what routing a traced publication did, for its span (made at the first one)
 
     // Rate limits (publishes; subscription changes), owned by the one caller.
     private TokenBucket _publishes;
@@ -655,12 +656,44 @@ internal abstract class ProtocolSession
 
     private void Route(in PublishFrame publish, ReadOnlySpan<byte> plainPayload, long receivedAt)
     {
-        int deliveries = Broker.Router.Publish(publish, Backlog, _toFlush, Broker.Encoder, plainPayload, receivedAt);
+        // The broker's span (issue 20.3), only for a publication whose headers carry a sampled traceparent and
+        // while something listens: without headers this costs the HasHeaders test, with them HasListeners.
+        Activity? span = publish.HasHeaders && BrokerTracing.Source.HasListeners() ? StartSpan(publish, receivedAt) : null;
+        int deliveries = Broker.Router.Publish(publish, Backlog, _toFlush, Broker.Encoder, plainPayload, receivedAt, span is null ? null : _fanout);
+        if (span is not null)
+        {
+            _fanout!.WriteTo(span);
+            span.Dispose(); // ended once queued to every subscriber, not when written
+        }
+
         Broker.Metrics.Published(Transport, deliveries, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
         if (deliveries == 0 && _noResponders && publish.ReplyTo is { } replyTo)
         {
             AnswerNoResponders(replyTo);
         }
+    }
+
+    /// <summary>Starts the broker's span of a publication carrying a sampled traceparent, with this session's attributes; null otherwise.</summary>
+    private Activity? StartSpan(in PublishFrame publish, long receivedAt)
+    {
+        Activity? span = BrokerTracing.StartRoute(publish, receivedAt);
+        if (span is null)
+        {
+            return null;
+        }
+
+        if (span.IsAllDataRequested)
+        {
+            span.SetTag("herald.transport", Transport);
+            span.SetTag("herald.connection.id", Id);
+            if (ClientName is { } name)
+            {
+                span.SetTag("messaging.client.id", name);
+            }
+        }
+
+        _fanout ??= new FanoutTally();
+        return span;
     }
 
     /// <summary>The status block of a no-responders answer (spec §7), encoded once.</summary>
@@ -710,7 +743,7 @@ internal abstract class ProtocolSession
         bool wake = false;
         foreach (uint sid in sids)
         {
-            wake |= Backlog.Enqueue(frame, sid);
+            wake |= (Backlog.Enqueue(frame, sid) & Enqueued.Wake) != 0;
         }
 
         if (wake)
