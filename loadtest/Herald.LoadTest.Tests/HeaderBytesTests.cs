@@ -13,6 +13,11 @@ public class HeaderBytesTests
 {
     private static string[] TargetArgs(string target)
     {
+        if (target is "nats" or "redis")
+        {
+            Repo.EnsurePeerServers();
+        }
+
         int first = Repo.FreePorts(4);
         return
         [
@@ -27,11 +32,6 @@ public class HeaderBytesTests
     [InlineData("nats")]
     public async Task Fanout_sends_the_block_with_every_publication_and_every_subscriber_receives_it(string target)
     {
-        if (target == "nats")
-        {
-            Repo.EnsurePeerServers();
-        }
-
         string output = Repo.OutFile($"fanout-headers-{target}");
         int exit = await Repo.RunAsync("fanout", [.. TargetArgs(target), "--header-bytes", "100", "--subscribers", "3", "--max-lead", "2000", "--warmup", "0.3", "--seconds", "1", "--grace", "5", "--out", output]);
 
@@ -50,11 +50,6 @@ public class HeaderBytesTests
     [InlineData("nats")]
     public async Task Stream_sends_the_block_with_every_message_and_the_subscriber_receives_it(string target)
     {
-        if (target == "nats")
-        {
-            Repo.EnsurePeerServers();
-        }
-
         string output = Repo.OutFile($"stream-headers-{target}");
         int exit = await Repo.RunAsync("stream", [.. TargetArgs(target), "--header-bytes", "100", "--messages", "3000", "--warmup", "500", "--max-lead", "200", "--max-seconds", "30", "--out", output]);
 
@@ -83,11 +78,6 @@ public class HeaderBytesTests
     [InlineData("fanout", "signalr")]
     public async Task A_target_without_headers_in_the_tool_is_a_usage_error(string scenario, string target)
     {
-        if (target == "redis")
-        {
-            Repo.EnsurePeerServers();
-        }
-
         Assert.Equal(ExitCodes.Usage, await Repo.RunAsync(scenario, [.. TargetArgs(target), "--header-bytes", "100", .. Bounded(scenario)]));
     }
 
