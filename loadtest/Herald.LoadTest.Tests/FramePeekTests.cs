@@ -20,11 +20,26 @@ public class FramePeekTests
         byte[] payload = [.. Enumerable.Range(0, payloadLength).Select(i => (byte)i)];
         byte[] body = Body(w => FrameWriter.WriteMessage(w, 0xDEADBEEF, topic, replyTo, PayloadFlags.None, payload));
 
-        Assert.True(FramePeek.TryReadMessage(body, out uint sid, out ReadOnlySpan<byte> readReplyTo, out ReadOnlySpan<byte> readPayload));
+        Assert.True(FramePeek.TryReadMessage(body, out uint sid, out ReadOnlySpan<byte> readReplyTo, out ReadOnlySpan<byte> readPayload, out ReadOnlySpan<byte> readHeaders));
 
         Assert.Equal(0xDEADBEEFu, sid);
         Assert.Equal(replyTo, readReplyTo.ToArray());
         Assert.Equal(payload, readPayload.ToArray());
+        Assert.True(readHeaders.IsEmpty);
+    }
+
+    [Fact]
+    public void A_message_with_a_header_block_hands_back_the_block_as_published()
+    {
+        byte[] headers = HeaderBlock.Encode([new("traceparent", ["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"]), new("x-tag", ["a", "b"])]);
+        byte[] body = Body(w => FrameWriter.WriteMessage(w, 7, "t"u8, "r"u8, PayloadFlags.None, [1, 2, 3], headers));
+
+        Assert.True(FramePeek.TryReadMessage(body, out uint sid, out ReadOnlySpan<byte> replyTo, out ReadOnlySpan<byte> payload, out ReadOnlySpan<byte> readHeaders));
+
+        Assert.Equal(7u, sid);
+        Assert.Equal("r"u8.ToArray(), replyTo.ToArray());
+        Assert.Equal([1, 2, 3], payload.ToArray());
+        Assert.Equal(headers, readHeaders.ToArray());
     }
 
     [Fact]
@@ -34,9 +49,9 @@ public class FramePeekTests
         byte[] plain = Body(w => FrameWriter.WriteMessage(w, 1, "t"u8, default, PayloadFlags.None, [1, 2, 3]));
         byte[] ping = Body(FrameWriter.WritePing);
 
-        Assert.False(FramePeek.TryReadMessage(compressed, out _, out _, out _));
-        Assert.False(FramePeek.TryReadMessage(plain.AsSpan(0, plain.Length - 1), out _, out _, out _));
-        Assert.False(FramePeek.TryReadMessage(ping, out _, out _, out _));
+        Assert.False(FramePeek.TryReadMessage(compressed, out _, out _, out _, out _));
+        Assert.False(FramePeek.TryReadMessage(plain.AsSpan(0, plain.Length - 1), out _, out _, out _, out _));
+        Assert.False(FramePeek.TryReadMessage(ping, out _, out _, out _, out _));
         Assert.Equal(PayloadFlags.Zstd, FramePeek.ReadMessageSlow(new ReadOnlySequence<byte>(compressed)).Flags);
     }
 

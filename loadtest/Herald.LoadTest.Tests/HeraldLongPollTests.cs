@@ -20,7 +20,7 @@ public class HeraldLongPollTests
 
         var received = new List<string>();
         var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        await subscriber.SubscribeAsync("gap.data", (payload, _) =>
+        await subscriber.SubscribeAsync("gap.data", (payload, _, _) =>
         {
             string text = Encoding.UTF8.GetString(payload);
             received.Add(text);
@@ -59,12 +59,12 @@ public class HeraldLongPollTests
         await using IPubSubClient poller = await server.ConnectAsync(0, timeout.Token);
         await using HeraldTcpClient tcp = await HeraldTcpClient.ConnectAsync(((HeraldTarget)server).Endpoints.For(0), "loadtest-tcp", timeout.Token);
 
-        await poller.SubscribeAsync("rr.poll", (payload, replyTo) => poller.Publish(Encoding.UTF8.GetString(replyTo), [.. "poll:"u8, .. payload]), timeout.Token);
-        await tcp.SubscribeAsync("rr.tcp", (payload, replyTo) => tcp.Publish(Encoding.UTF8.GetString(replyTo), [.. "tcp:"u8, .. payload]), timeout.Token);
+        await poller.SubscribeAsync("rr.poll", (payload, replyTo, _) => poller.Publish(Encoding.UTF8.GetString(replyTo), [.. "poll:"u8, .. payload]), timeout.Token);
+        await tcp.SubscribeAsync("rr.tcp", (payload, replyTo, _) => tcp.Publish(Encoding.UTF8.GetString(replyTo), [.. "tcp:"u8, .. payload]), timeout.Token);
         var tcpGot = new TaskCompletionSource<string>(TaskCreationOptions.RunContinuationsAsynchronously);
         var pollerGot = new TaskCompletionSource<string>(TaskCreationOptions.RunContinuationsAsynchronously);
-        await tcp.SubscribeAsync("_INBOX.tcp", (payload, _) => tcpGot.TrySetResult(Encoding.UTF8.GetString(payload)), timeout.Token);
-        await poller.SubscribeAsync("_INBOX.poll", (payload, _) => pollerGot.TrySetResult(Encoding.UTF8.GetString(payload)), timeout.Token);
+        await tcp.SubscribeAsync("_INBOX.tcp", (payload, _, _) => tcpGot.TrySetResult(Encoding.UTF8.GetString(payload)), timeout.Token);
+        await poller.SubscribeAsync("_INBOX.poll", (payload, _, _) => pollerGot.TrySetResult(Encoding.UTF8.GetString(payload)), timeout.Token);
 
         tcp.Publish("rr.poll", "ping1"u8, "_INBOX.tcp"u8);
         poller.Publish("rr.tcp", "ping2"u8, "_INBOX.poll"u8);

@@ -23,7 +23,7 @@ public class SignalRTargetTests
         await using IPubSubClient subscriber = await server.ConnectAsync(0, timeout.Token);
         await using IPubSubClient publisher = await server.ConnectAsync(1, timeout.Token);
         var arrived = new TaskCompletionSource<byte[]>(TaskCreationOptions.RunContinuationsAsynchronously);
-        await subscriber.SubscribeAsync("big", (payload, _) => arrived.TrySetResult(payload.ToArray()), timeout.Token);
+        await subscriber.SubscribeAsync("big", (payload, _, _) => arrived.TrySetResult(payload.ToArray()), timeout.Token);
 
         byte[] sent = new byte[server.MaxPayload];
         Random.Shared.NextBytes(sent);
@@ -42,7 +42,7 @@ public class SignalRTargetTests
         await using ITarget server = await TargetContractTests.StartAsync("signalr", transport);
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
         await using IPubSubClient client = await server.ConnectAsync(0, timeout.Token);
-        await client.SubscribeAsync("t", (_, _) => { }, timeout.Token);
+        await client.SubscribeAsync("t", (_, _, _) => { }, timeout.Token);
         Assert.Null(client.Failure);
 
         server.ServerProcess!.Kill();

@@ -11,7 +11,9 @@ namespace Herald.LoadTest.Client;
 /// <code>
 /// body:    | 0x9N fixarray of N | type as positive fixint (1-9) | ...
 /// MESSAGE: | 96 | 06 | ce sid (4, BE) | topic: str | reply_to: nil or str | flags: fixint | payload: bin |
+///          | 97 | 06 | ... as above ...                                                       | headers: map |
 /// </code>
+/// The header block (spec §4.9, the seventh element) is handed back as the bytes after the payload, not parsed.
 /// Anything in another (still valid) MessagePack form peeks as "not recognised": decode it with
 /// <see cref="FrameDecoder"/> instead. Both Herald clients of the tool use this, so parsing a delivery
 /// costs the tool about what parsing a NATS MSG line costs its NATS client (fair CPU on a shared machine).
@@ -25,14 +27,16 @@ internal static class FramePeek
 
     /// <summary>
     /// Reads an uncompressed MESSAGE in the broker's form; false for any other frame or form (then use
-    /// <see cref="TryReadMessageSlow"/> or the decoder).
+    /// <see cref="ReadMessageSlow"/> or the decoder). <paramref name="headers"/> is the encoded header
+    /// block of a seven-element MESSAGE, empty for six.
     /// </summary>
-    public static bool TryReadMessage(ReadOnlySpan<byte> body, out uint sid, out ReadOnlySpan<byte> replyTo, out ReadOnlySpan<byte> payload)
+    public static bool TryReadMessage(ReadOnlySpan<byte> body, out uint sid, out ReadOnlySpan<byte> replyTo, out ReadOnlySpan<byte> payload, out ReadOnlySpan<byte> headers)
     {
         sid = 0;
         replyTo = default;
         payload = default;
-        if (body.Length < 7 || body[0] != 0x96 || body[1] != (byte)FrameType.Message || body[2] != MessagePackCode.UInt32)
+        headers = default;
+        if (body.Length < 7 || body[0] is not (0x96 or 0x97) || body[1] != (byte)FrameType.Message || body[2] != MessagePackCode.UInt32)
         {
             return false;
         }
@@ -89,7 +93,14 @@ internal static class FramePeek
         }
 
         payload = body.Slice(at, length);
-        return at + length == body.Length;
+        at += length;
+        if (body[0] == 0x96)
+        {
+            return at == body.Length;
+        }
+
+        headers = body[at..];
+        return !headers.IsEmpty;
     }
 
     /// <summary>Any MESSAGE, through the general decoder (another encoder's form, or flags set).</summary>

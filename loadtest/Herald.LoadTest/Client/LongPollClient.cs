@@ -71,10 +71,18 @@ internal sealed class LongPollClient : IDisposable
     /// <summary>TCP connections the handler opened so far.</summary>
     public long ConnectionsOpened => Volatile.Read(ref _connectionsOpened);
 
-    /// <summary>Creates a session (longpoll §1.1). Throws <see cref="LongPollException"/> for any answer but 201.</summary>
-    public async Task<LongPollSessionInfo> CreateSessionAsync(CancellationToken cancellationToken)
+    /// <summary>
+    /// Creates a session (longpoll §1.1), with <paramref name="headers"/> one that reads and publishes header
+    /// blocks (<c>{"headers": true}</c>). Throws <see cref="LongPollException"/> for any answer but 201.
+    /// </summary>
+    public async Task<LongPollSessionInfo> CreateSessionAsync(CancellationToken cancellationToken, bool headers = false)
     {
         using var request = new HttpRequestMessage(HttpMethod.Post, new Uri(_base, "sessions"));
+        if (headers)
+        {
+            request.Content = new ByteArrayContent("{\"headers\":true}"u8.ToArray()) { Headers = { ContentType = new MediaTypeHeaderValue("application/json") } };
+        }
+
         using HttpResponseMessage response = await _http.SendAsync(request, HttpCompletionOption.ResponseContentRead, cancellationToken);
         if (response.StatusCode != HttpStatusCode.Created)
         {

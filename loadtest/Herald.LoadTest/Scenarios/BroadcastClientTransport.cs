@@ -137,6 +137,6 @@ internal sealed class BroadcastClientTransport(ITarget target, BroadcastMessage 
     {
         public IPubSubClient Client => client;
 
-        public void OnMessage(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo) => HandlePayload(payload, Stopwatch.GetTimestamp());
+        public void OnMessage(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers) => HandlePayload(payload, Stopwatch.GetTimestamp());
     }
 }

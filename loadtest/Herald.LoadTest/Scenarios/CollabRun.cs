@@ -310,7 +310,7 @@ internal sealed class CollabRun : ScenarioRun
 
         public long Foreign { get; private set; }
 
-        public void OnMessage(ReadOnlySpan<byte> body, ReadOnlySpan<byte> replyTo)
+        public void OnMessage(ReadOnlySpan<byte> body, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers)
         {
             long arrived = Stopwatch.GetTimestamp();
             if (!payload.TryRead(body, 0, out uint fromRoom) || !payload.TryRead(body, 1, out uint round) || fromRoom != room)

@@ -427,7 +427,7 @@ internal sealed class ConnectionsRun : IScenarioRun
         }
     }
 
-    private static readonly DeliveryHandler Idle = static (_, _) => { };
+    private static readonly DeliveryHandler Idle = static (_, _, _) => { };
 
     private static async Task CloseAsync(IPubSubClient?[] clients, int concurrency)
     {

@@ -42,6 +42,8 @@ internal sealed class FanoutScenario : IScenario
 
           --subscribers N        subscriber connections                          (default 100)
           --payload BYTES        payload size; >= 8 carries a sequence number    (default 128)
+          --header-bytes N       a header block of exactly N encoded bytes on every publication, checked by
+                                 every subscriber; 0 or 32-65536 (default 0: none; herald and nats)
           --seconds S            measured window                                 (default 10)
           --warmup S             warm-up before the window                       (default 5: the JIT's tier-1 code is in by then)
           --max-lead N           most messages the publisher may be ahead of the slowest subscriber (default 10000);
@@ -56,12 +58,12 @@ internal sealed class FanoutScenario : IScenario
 
     public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
     {
-        TargetOptions targetOptions = TargetOptions.Read(commandLine);
         FanoutOptions options = FanoutOptions.Read(commandLine);
+        TargetOptions targetOptions = TargetOptions.Read(commandLine) with { Headers = options.HeaderBytes > 0 };
         commandLine.RejectUnused();
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"fanout: {options.Subscribers} subscribers on '{options.Window.Topic}', payload {options.Payload} B, max lead {options.Window.MaxLead:N0}, warm-up {options.Window.Warmup} s, measured {options.Window.Seconds} s, {options.Window.Repeat} repetition(s); {targetOptions.Describe()}"));
+            $"fanout: {options.Subscribers} subscribers on '{options.Window.Topic}', payload {options.Payload} B, header block {options.HeaderBytes} B, max lead {options.Window.MaxLead:N0}, warm-up {options.Window.Warmup} s, measured {options.Window.Seconds} s, {options.Window.Repeat} repetition(s); {targetOptions.Describe()}"));
         return await ScenarioSkeleton.RunRepetitionsAsync<FanoutRun>(
             targetOptions,
             options.Window.Repeat,
@@ -75,13 +77,15 @@ internal sealed class FanoutScenario : IScenario
                 {
                     throw new UsageException($"--payload {options.Payload} is over {target.Label}'s largest payload, {target.MaxPayload} B.");
                 }
+
+                _ = PublicationHeaders.Encode(target, options.HeaderBytes); // refuses a target without headers
             });
     }
 
     /// <summary>One repetition: connect, subscribe, warm up, measure, drain, close. Null when setup failed.</summary>
     private static async Task<FanoutRun?> RunOnceAsync(ITarget target, TargetOptions targetOptions, FanoutOptions options, RunLog log, CancellationToken cancellationToken)
     {
-        var expected = new ExpectedPayload(options.Payload);
+        var expected = new ExpectedPayload(options.Payload, PublicationHeaders.Encode(target, options.HeaderBytes));
         IPubSubClient[] clients = [];
         try
         {
@@ -153,6 +157,7 @@ internal sealed class FanoutScenario : IScenario
         {
             json.WriteNumber("subscribers", options.Subscribers);
             json.WriteNumber("payloadBytes", options.Payload);
+            json.WriteNumber("headerBytes", options.HeaderBytes);
             options.Window.Write(json);
         }, log);
     }
@@ -178,11 +183,12 @@ internal sealed class FanoutScenario : IScenario
         return min;
     }
 
-    internal sealed record FanoutOptions(int Subscribers, int Payload, WindowOptions Window, string? Out)
+    internal sealed record FanoutOptions(int Subscribers, int Payload, int HeaderBytes, WindowOptions Window, string? Out)
     {
         public static FanoutOptions Read(CommandLine options) => new(
             options.Int("subscribers", 100, 1, 1_000_000),
             options.Int("payload", 128, 0, 64 * 1024 * 1024),
+            PublicationHeaders.ReadOption(options),
             WindowOptions.Read(options, "bench.fanout"),
             options.OptionalString("out"));
     }
@@ -289,7 +295,7 @@ internal sealed class FanoutScenario : IScenario
             CultureInfo c = CultureInfo.InvariantCulture;
             if (ScenarioSkeleton.PrintRepetitionStatus("fanout", this, Measured))
             {
-                Console.WriteLine(string.Create(c, $"  parameters          : {options.Subscribers} subscribers, payload {options.Payload} B, max lead {options.Window.MaxLead:N0}"));
+                Console.WriteLine(string.Create(c, $"  parameters          : {options.Subscribers} subscribers, payload {options.Payload} B, header block {options.HeaderBytes} B, max lead {options.Window.MaxLead:N0}"));
                 Console.WriteLine(string.Create(c, $"  measured window     : {Seconds:F2} s after {options.Window.Warmup} s warm-up"));
                 Console.WriteLine(string.Create(c, $"  deliveries/s        : {DeliveriesPerSecond:N0}  ({Deliveries:N0} messages received by all subscribers)"));
                 Console.WriteLine(string.Create(c, $"  published/s         : {PublishedPerSecond:N0}  (x {options.Subscribers} subscribers = {PublishedPerSecond * options.Subscribers:N0} expected deliveries/s)"));
@@ -322,31 +328,44 @@ internal sealed class FanoutScenario : IScenario
 
     /// <summary>
     /// What every subscriber must receive: a fixed pattern whose first 8 bytes, when it has room, are the
-    /// publication's sequence number (little-endian), stamped by the publisher.
+    /// publication's sequence number (little-endian), stamped by the publisher, and the same header block
+    /// with every publication (<see cref="PublicationHeaders"/>; empty for none).
     /// </summary>
     internal sealed class ExpectedPayload
     {
-        public ExpectedPayload(int length)
+        public ExpectedPayload(int length, byte[]? headers = null)
         {
             Bytes = new byte[length];
             for (int i = 0; i < Bytes.Length; i++)
             {
                 Bytes[i] = (byte)('a' + (i % 26));
             }
+
+            Headers = headers ?? [];
         }
 
         public byte[] Bytes { get; }
 
+        /// <summary>The header block every publication carries, in the target's encoding; empty for none.</summary>
+        public byte[] Headers { get; }
+
         public bool HasSequence => Bytes.Length >= SequenceBytes;
 
-        /// <summary>Why <paramref name="payload"/> is not what was published, or <c>null</c> when it is.</summary>
-        public string? Check(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo)
+        /// <summary>Why a delivery is not what was published, or <c>null</c> when it is: every byte but the sequence number.</summary>
+        public string? Check(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers)
         {
             if (!replyTo.IsEmpty) return "a reply_to, published without";
+            if (!headers.SequenceEqual(Headers)) return $"header block of {headers.Length} bytes differs from the {Headers.Length} published";
             if (payload.Length != Bytes.Length) return $"payload of {payload.Length} bytes, published {Bytes.Length}";
             int from = HasSequence ? SequenceBytes : 0;
             return payload[from..].SequenceEqual(Bytes.AsSpan(from)) ? null : "payload bytes differ";
         }
+
+        /// <summary>The check of every delivery after the first: the lengths of payload and header block.</summary>
+        public string? CheckLengths(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> headers) =>
+            payload.Length != Bytes.Length ? $"payload of {payload.Length} bytes, published {Bytes.Length}"
+            : headers.Length != Headers.Length ? $"header block of {headers.Length} bytes, published {Headers.Length}"
+            : null;
     }
 
     /// <summary>
@@ -372,19 +391,19 @@ internal sealed class FanoutScenario : IScenario
 
         public long Unexpected { get; private set; }
 
-        public void OnMessage(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo)
+        public void OnMessage(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers)
         {
             if (!_checkedFirst)
             {
                 _checkedFirst = true; // the first in full, the rest by length and sequence
-                if (expected.Check(payload, replyTo) is { } mismatch)
+                if (expected.Check(payload, replyTo, headers) is { } mismatch)
                 {
                     Wrong(mismatch);
                 }
             }
-            else if (payload.Length != expected.Bytes.Length)
+            else if (expected.CheckLengths(payload, headers) is { } mismatch)
             {
-                Wrong($"payload of {payload.Length} bytes, published {expected.Bytes.Length}");
+                Wrong(mismatch);
             }
 
             if (expected.HasSequence && payload.Length >= SequenceBytes)

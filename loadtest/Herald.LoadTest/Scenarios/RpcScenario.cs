@@ -332,7 +332,7 @@ internal sealed class RpcScenario : IScenario
 
         public long Unexpected { get; private set; }
 
-        public void OnRequest(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo)
+        public void OnRequest(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers)
         {
             if (payload.Length > _request.Length)
             {
@@ -429,7 +429,7 @@ internal sealed class RpcScenario : IScenario
 
         public void Start() => Send();
 
-        public void OnReply(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo)
+        public void OnReply(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers)
         {
             if (!_awaiting)
             {
@@ -489,7 +489,7 @@ internal sealed class RpcScenario : IScenario
 
                     _request.ResetWrittenCount();
                     call.WriteRequest(_request, id, _sent + 1);
-                    ValueTask appended = client.PublishAsync(requestTopic, _request.WrittenMemory, default, sendNow: false, stop);
+                    ValueTask appended = client.PublishAsync(requestTopic, _request.WrittenMemory, sendNow: false, cancellationToken: stop);
                     Volatile.Write(ref _sent, _sent + 1); // copied into the send buffer already; the wait is for room
                     await appended;
                 }

@@ -8,7 +8,8 @@ namespace Herald.LoadTest.Scenarios;
 /// <summary>
 /// The publishing side of the scenarios whose subscribers check sequence numbers (<c>fanout</c>,
 /// <c>stalled</c>): one payload buffer stamped with each publication's number (the client copies each
-/// publication, so one buffer serves all), the count handed to the client, and how a publishing loop ends.
+/// publication, so one buffer serves all) with the expected header block, if any, the count handed to the
+/// client, and how a publishing loop ends.
 /// The scenario's publisher decides when to publish (flow control, a rate).
 /// Threading: only the publishing task calls <see cref="PublishNextAsync"/> and <see cref="RunAsync"/>;
 /// other tasks read <see cref="Published"/> and <see cref="Failure"/> while it runs.
@@ -37,7 +38,7 @@ internal sealed class SequencedPublisher(IPubSubClient client, string topic, Exp
             BinaryPrimitives.WriteInt64LittleEndian(_payload, sequence);
         }
 
-        ValueTask appended = client.PublishAsync(topic, _payload, default, sendNow: false, stop);
+        ValueTask appended = client.PublishAsync(topic, _payload, default, expected.Headers, sendNow: false, stop);
         Volatile.Write(ref _published, sequence + 1);
         return appended;
     }

@@ -342,7 +342,7 @@ internal sealed class StalledScenario : IScenario
 
         public void EndSilence(long now) => Volatile.Write(ref _sendingEnded, now);
 
-        public void OnMessage(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo)
+        public void OnMessage(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers)
         {
             long now = Stopwatch.GetTimestamp();
             long end = Volatile.Read(ref _sendingEnded);
@@ -352,7 +352,7 @@ internal sealed class StalledScenario : IScenario
             }
 
             Volatile.Write(ref _last, now);
-            counts.OnMessage(payload, replyTo);
+            counts.OnMessage(payload, replyTo, headers);
         }
 
         /// <summary>The longest silence while sending, the one from the last delivery to the end of sending included. After the drain.</summary>

@@ -30,6 +30,8 @@ internal sealed class StreamScenario : IScenario
           --max-lead N           most messages published but not yet received     (default 10000)
           --strings N            strings in a message body                        (default 5, as the seed)
           --string-length N      characters per string                            (default 16)
+          --header-bytes N       a header block of exactly N encoded bytes on every message, checked by the
+                                 subscriber; 0 or 32-65536 (default 0: none; herald and nats)
           --max-seconds S        give up a run after S s of streaming             (default 60)
           --repeat N             runs; headlines are the median                   (default 1)
           --out FILE             also write the result as JSON
@@ -41,19 +43,20 @@ internal sealed class StreamScenario : IScenario
     public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
     {
         StreamOptions options = StreamOptions.Read(commandLine);
-        TargetOptions targetOptions = TargetOptions.Read(commandLine);
+        TargetOptions targetOptions = TargetOptions.Read(commandLine) with { Headers = options.HeaderBytes > 0 };
         commandLine.RejectUnused();
         var payload = new StampedPayload(counters: 1, options.Strings, options.StringLength);
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"stream: {options.Messages:N0} messages ({options.Warmup:N0} warm-up) of {options.Strings} strings x {options.StringLength} chars = {payload.Length} B MessagePack, max lead {options.MaxLead:N0}, {options.Repeat} run(s), on {targetOptions.Describe()}"));
+            $"stream: {options.Messages:N0} messages ({options.Warmup:N0} warm-up) of {options.Strings} strings x {options.StringLength} chars = {payload.Length} B MessagePack, header block {options.HeaderBytes} B, max lead {options.MaxLead:N0}, {options.Repeat} run(s), on {targetOptions.Describe()}"));
         return await ScenarioSkeleton.RunRepetitionsAsync<StreamRun>(
             targetOptions,
             options.Repeat,
-            (target, _) => StreamRun.ExecuteAsync(target, options, targetOptions.SetupTimeoutSeconds, payload, cancellationToken),
+            (target, _) => StreamRun.ExecuteAsync(target, options, targetOptions.SetupTimeoutSeconds, payload, PublicationHeaders.Encode(target, options.HeaderBytes), cancellationToken),
             print: null,
             (target, runs, _) => Report(target, options, payload, runs),
             cancellationToken,
+            check: target => _ = PublicationHeaders.Encode(target, options.HeaderBytes), // refuses a target without headers
             header: repetition => string.Create(CultureInfo.InvariantCulture, $"run {repetition}/{options.Repeat}:"));
     }
 
@@ -67,7 +70,7 @@ internal sealed class StreamScenario : IScenario
         ];
         List<string> failures = ScenarioSkeleton.Failures(runs, i => runs.Count > 1 ? string.Create(CultureInfo.InvariantCulture, $"run {i}") : null);
 
-        PrintTable(runs, headlines, failures, payload.Length);
+        PrintTable(runs, headlines, failures, payload.Length, options.HeaderBytes);
         if (options.Out is { } path)
         {
             ScenarioSkeleton.WriteResult(path, Name, target, headlines, json =>
@@ -76,6 +79,7 @@ internal sealed class StreamScenario : IScenario
                 json.WriteNumber("warmupMessages", options.Warmup);
                 json.WriteNumber("maxLead", options.MaxLead);
                 payload.Write(json);
+                json.WriteNumber("headerBytes", options.HeaderBytes);
                 json.WriteNumber("maxSeconds", options.MaxSeconds);
                 json.WriteNumber("repeat", options.Repeat);
             }, serverRss: null, json => ScenarioSkeleton.WriteRows(json, "runs", runs), failures, interrupted, log: null);
@@ -85,7 +89,7 @@ internal sealed class StreamScenario : IScenario
         return ScenarioSkeleton.ExitCode(interrupted, failures);
     }
 
-    private static void PrintTable(List<StreamRun> runs, List<Headline> headlines, List<string> failures, int payloadBytes)
+    private static void PrintTable(List<StreamRun> runs, List<Headline> headlines, List<string> failures, int payloadBytes, int headerBytes)
     {
         CultureInfo c = CultureInfo.InvariantCulture;
         Console.WriteLine();
@@ -97,7 +101,7 @@ internal sealed class StreamScenario : IScenario
                 $"  {i + 1,3}  {r.Sent,11:N0}  {r.Received,11:N0}  {r.Missing,8:N0}  {r.OutOfOrder,9:N0}  {r.Seconds,8:F3}  {r.MessagesPerSecond,12:N0}  {r.MegabytesPerSecond,8:F2}  {r.Usage.ToolCores,10:F2}  {(r.Usage.BrokerCores is { } b ? b.ToString("F2", c) : "?"),12}  {(r.ServerRss is { } rss ? (rss / 1e6).ToString("F1", c) : "?"),13}"));
         }
 
-        Console.WriteLine(string.Create(c, $"  payload {payloadBytes} B per message; throughput counts payload bytes only"));
+        Console.WriteLine(string.Create(c, $"  payload {payloadBytes} B and header block {headerBytes} B per message; throughput counts payload bytes only"));
         foreach (Headline h in headlines)
         {
             Console.WriteLine(string.Create(c, $"  {h.Name,-12}: {h.Value:N2} {h.Unit} (median of {h.Repetitions}; min {h.Min:N2}, max {h.Max:N2})"));
@@ -114,7 +118,7 @@ internal sealed class StreamScenario : IScenario
 }
 
 /// <summary>The stream options after the target's.</summary>
-internal sealed record StreamOptions(int Messages, int Warmup, int MaxLead, int Strings, int StringLength, double MaxSeconds, int Repeat, string? Out)
+internal sealed record StreamOptions(int Messages, int Warmup, int MaxLead, int Strings, int StringLength, int HeaderBytes, double MaxSeconds, int Repeat, string? Out)
 {
     public static StreamOptions Read(CommandLine options)
     {
@@ -126,6 +130,7 @@ internal sealed record StreamOptions(int Messages, int Warmup, int MaxLead, int 
             options.Int("max-lead", 10_000, 1, 10_000_000),
             options.Int("strings", 5, 0, 1000),
             options.Int("string-length", 16, 0, 10_000),
+            PublicationHeaders.ReadOption(options),
             options.Seconds("max-seconds", 60, 0.1),
             options.Int("repeat", 1, 1, 100),
             options.OptionalString("out"));
@@ -133,11 +138,12 @@ internal sealed record StreamOptions(int Messages, int Warmup, int MaxLead, int 
 }
 
 /// <summary>
-/// The subscriber's side of one run: checks each message's sequence number, counts, and notes the receive
-/// times of the last warm-up message and the last message. <see cref="OnMessage"/> runs on the subscriber's
-/// receive loop only; the counters are read by other threads through <see cref="Received"/> and after <see cref="Done"/>.
+/// The subscriber's side of one run: checks each message's sequence number and header block (the first in
+/// full, the rest by length, as <c>fanout</c> does), counts, and notes the receive times of the last warm-up
+/// message and the last message. <see cref="OnMessage"/> runs on the subscriber's receive loop only; the
+/// counters are read by other threads through <see cref="Received"/> and after <see cref="Done"/>.
 /// </summary>
-internal sealed class StreamReceiver(StampedPayload payload, long total, long warmup)
+internal sealed class StreamReceiver(StampedPayload payload, long total, long warmup, byte[] expectedHeaders)
 {
     private readonly TaskCompletionSource _done = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private long _received;
@@ -161,9 +167,10 @@ internal sealed class StreamReceiver(StampedPayload payload, long total, long wa
     /// <summary>Messages between <see cref="StartTimestamp"/> and <see cref="EndTimestamp"/>.</summary>
     public long MeasuredCount => total - Math.Max(warmup, 1);
 
-    public void OnMessage(ReadOnlySpan<byte> body, ReadOnlySpan<byte> replyTo)
+    public void OnMessage(ReadOnlySpan<byte> body, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers)
     {
-        if (!payload.TryRead(body, 0, out uint sequence))
+        if (!payload.TryRead(body, 0, out uint sequence)
+            || (_received == 0 ? !headers.SequenceEqual(expectedHeaders) : headers.Length != expectedHeaders.Length))
         {
             Malformed++;
             return;
@@ -234,10 +241,10 @@ internal sealed class StreamRun : ScenarioRun
     public double MegabytesPerSecond { get; private set; }
 
     /// <summary>Runs once; null when connecting or subscribing failed (the reason is printed).</summary>
-    public static async Task<StreamRun?> ExecuteAsync(ITarget target, StreamOptions options, double setupSeconds, StampedPayload payload, CancellationToken cancellationToken)
+    public static async Task<StreamRun?> ExecuteAsync(ITarget target, StreamOptions options, double setupSeconds, StampedPayload payload, byte[] headers, CancellationToken cancellationToken)
     {
         string topic = $"stream.{Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(4))}";
-        var receiver = new StreamReceiver(payload, options.Messages, options.Warmup);
+        var receiver = new StreamReceiver(payload, options.Messages, options.Warmup, headers);
         IPubSubClient? subscriber = null, publisher = null;
         try
         {
@@ -258,7 +265,7 @@ internal sealed class StreamRun : ScenarioRun
                 return new StreamRun { Interrupted = true, Expected = options.Messages };
             }
 
-            return await StreamAsync(target, options, payload, topic, receiver, subscriber!, publisher!, cancellationToken);
+            return await StreamAsync(target, options, payload, headers, topic, receiver, subscriber!, publisher!, cancellationToken);
         }
         finally
         {
@@ -267,7 +274,7 @@ internal sealed class StreamRun : ScenarioRun
         }
     }
 
-    private static async Task<StreamRun> StreamAsync(ITarget target, StreamOptions options, StampedPayload payload, string topic, StreamReceiver receiver, IPubSubClient subscriber, IPubSubClient publisher, CancellationToken cancellationToken)
+    private static async Task<StreamRun> StreamAsync(ITarget target, StreamOptions options, StampedPayload payload, byte[] headers, string topic, StreamReceiver receiver, IPubSubClient subscriber, IPubSubClient publisher, CancellationToken cancellationToken)
     {
         var run = new StreamRun { Expected = options.Messages };
         using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
@@ -289,7 +296,7 @@ internal sealed class StreamRun : ScenarioRun
                 }
 
                 payload.Stamp(body, 0, (uint)sequence);
-                await publisher.PublishAsync(topic, body, sendNow: false, cancellationToken: deadline.Token);
+                await publisher.PublishAsync(topic, body, headers: headers, sendNow: false, cancellationToken: deadline.Token);
                 Volatile.Write(ref sent, sequence + 1);
             }
 
@@ -383,7 +390,7 @@ internal sealed class StreamRun : ScenarioRun
 
         if (run.Malformed > 0)
         {
-            run.Failures.Add($"{run.Malformed:N0} messages were not the bodies published");
+            run.Failures.Add($"{run.Malformed:N0} messages were not the bodies (or header blocks) published");
         }
 
         long errors = subscriber.Errors + publisher.Errors;

@@ -79,7 +79,7 @@ internal sealed class HeraldLongPollClient : IPubSubClient
     /// answers 503 <c>TooManyPendingSessions</c>, until <paramref name="cancellationToken"/>. With
     /// <paramref name="bearer"/>, every request of the session carries it (<c>Authorization: Bearer</c>).
     /// </summary>
-    public static async Task<HeraldLongPollClient> ConnectAsync(IPAddress address, int port, int index, CancellationToken cancellationToken, string? bearer = null)
+    public static async Task<HeraldLongPollClient> ConnectAsync(IPAddress address, int port, int index, CancellationToken cancellationToken, string? bearer = null, bool headers = false)
     {
         var http = new LongPollClient(address, port, SourceAddresses.ForClient(address, index, ConnectionsPerSession), TimeSpan.FromSeconds(10), ConnectionsPerSession, bearer);
         try
@@ -88,7 +88,7 @@ internal sealed class HeraldLongPollClient : IPubSubClient
             {
                 try
                 {
-                    LongPollSessionInfo session = await http.CreateSessionAsync(cancellationToken);
+                    LongPollSessionInfo session = await http.CreateSessionAsync(cancellationToken, headers);
                     return new HeraldLongPollClient(http, session);
                 }
                 catch (LongPollException e) when (e.Retryable)
@@ -122,11 +122,11 @@ internal sealed class HeraldLongPollClient : IPubSubClient
     }
 
     public void Publish(string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo = default) =>
-        Append(topic, payload, replyTo, _dispatching ? SendPolicy.Deferred : SendPolicy.Now);
+        Append(topic, payload, replyTo, default, _dispatching ? SendPolicy.Deferred : SendPolicy.Now);
 
-    public ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, bool sendNow = true, CancellationToken cancellationToken = default)
+    public ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, ReadOnlyMemory<byte> headers = default, bool sendNow = true, CancellationToken cancellationToken = default)
     {
-        Append(topic, payload.Span, replyTo.Span, sendNow ? SendPolicy.Now : SendPolicy.WhenFull);
+        Append(topic, payload.Span, replyTo.Span, headers.Span, sendNow ? SendPolicy.Now : SendPolicy.WhenFull);
         return _writer.WaitForRoomAsync(cancellationToken);
     }
 
@@ -170,11 +170,11 @@ internal sealed class HeraldLongPollClient : IPubSubClient
         _stop.Dispose();
     }
 
-    private void Append(string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, SendPolicy policy)
+    private void Append(string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers, SendPolicy policy)
     {
         byte[] encoded = _topics.Get(topic);
         using BatchedWriter.AppendScope scope = _writer.BeginAppend(policy);
-        FrameWriter.WritePublish(scope.Buffer, encoded, replyTo, PayloadFlags.None, payload);
+        FrameWriter.WritePublish(scope.Buffer, encoded, replyTo, PayloadFlags.None, payload, headers);
     }
 
     /// <summary>
@@ -371,19 +371,20 @@ internal sealed class HeraldLongPollClient : IPubSubClient
     private void Dispatch(ReadOnlySequence<byte> body)
     {
         uint sid;
-        ReadOnlySpan<byte> replyTo, payload;
-        if (!body.IsSingleSegment || !FramePeek.TryReadMessage(body.FirstSpan, out sid, out replyTo, out payload))
+        ReadOnlySpan<byte> replyTo, payload, headers;
+        if (!body.IsSingleSegment || !FramePeek.TryReadMessage(body.FirstSpan, out sid, out replyTo, out payload, out headers))
         {
             PublishFrame message = FramePeek.ReadMessageSlow(body);
             sid = message.Sid;
             payload = message.Payload.IsSingleSegment ? message.Payload.FirstSpan : message.Payload.ToArray();
             replyTo = message.ReplyTo is { } r ? (r.IsSingleSegment ? r.FirstSpan : r.ToArray()) : default;
+            headers = message.Headers.IsSingleSegment ? message.Headers.FirstSpan : message.Headers.ToArray();
         }
 
         DeliveryHandler?[] handlers = Volatile.Read(ref _handlers);
         if (sid - 1 < (uint)handlers.Length && handlers[sid - 1] is { } handler)
         {
-            handler(payload, replyTo);
+            handler(payload, replyTo, headers);
         }
     }
 

@@ -2,6 +2,7 @@ using System.Diagnostics;
 using System.Globalization;
 using System.Net;
 using Herald.LoadTest.Client;
+using Herald.Protocol;
 
 namespace Herald.LoadTest.Targets;
 
@@ -133,7 +134,7 @@ internal sealed class HeraldTarget : ITarget
     {
         if (_options.Transport == "longpoll")
         {
-            return await HeraldLongPollClient.ConnectAsync(_endpoints.Address, HttpPort, index, cancellationToken, credential);
+            return await HeraldLongPollClient.ConnectAsync(_endpoints.Address, HttpPort, index, cancellationToken, credential, _options.Headers);
         }
 
         // Connection i goes to port i % ports and, when bound, from address (i / ports) % sources: every port
@@ -144,8 +145,12 @@ internal sealed class HeraldTarget : ITarget
             cancellationToken,
             TcpReceiveBufferSize.Value ?? HeraldConnection.DefaultReceiveBufferSize,
             _sources.For(index / _endpoints.PortCount),
-            credential);
+            credential,
+            _options.Headers ? Capabilities.Headers : Capabilities.None);
     }
+
+    /// <summary>The MessagePack map of spec §4.9, the same bytes on TCP and long-poll.</summary>
+    public byte[] EncodeHeaders(IReadOnlyList<KeyValuePair<string, string[]>> headers) => HeaderBlock.Encode(headers);
 
     public async ValueTask DisposeAsync()
     {

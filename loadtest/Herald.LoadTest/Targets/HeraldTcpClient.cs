@@ -37,9 +37,9 @@ internal sealed class HeraldTcpClient : SocketPubSubClient
     /// <summary>WELCOME's <c>inbox_prefix</c> (spec §4.2), <c>_INBOX</c> from a broker that names none.</summary>
     public override string InboxPrefix => _connection.Welcome.InboxPrefix ?? IPubSubClient.AnonymousInboxPrefix;
 
-    public static async Task<HeraldTcpClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, int receiveBufferSize = HeraldConnection.DefaultReceiveBufferSize, IPAddress? localAddress = null, string? auth = null)
+    public static async Task<HeraldTcpClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, int receiveBufferSize = HeraldConnection.DefaultReceiveBufferSize, IPAddress? localAddress = null, string? auth = null, Capabilities capabilities = Capabilities.None)
     {
-        HeraldConnection connection = await HeraldConnection.ConnectAsync(endPoint, name, cancellationToken, receiveBufferSize, localAddress, auth: auth);
+        HeraldConnection connection = await HeraldConnection.ConnectAsync(endPoint, name, cancellationToken, receiveBufferSize, localAddress, capabilities: capabilities, auth: auth);
         return new HeraldTcpClient(connection);
     }
 
@@ -49,8 +49,8 @@ internal sealed class HeraldTcpClient : SocketPubSubClient
         buffer.Write(Ping);
     }
 
-    protected override void WritePublish(IBufferWriter<byte> buffer, string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo) =>
-        FrameWriter.WritePublish(buffer, _topics.Get(topic), replyTo, PayloadFlags.None, payload);
+    protected override void WritePublish(IBufferWriter<byte> buffer, string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers) =>
+        FrameWriter.WritePublish(buffer, _topics.Get(topic), replyTo, PayloadFlags.None, payload, headers);
 
     protected override void DispatchBuffered()
     {
@@ -69,9 +69,9 @@ internal sealed class HeraldTcpClient : SocketPubSubClient
     private void Dispatch(ReadOnlySequence<byte> body)
     {
         ReadOnlySpan<byte> span = body.FirstSpan; // one array: every body is a single segment
-        if (FramePeek.TryReadMessage(span, out uint sid, out ReadOnlySpan<byte> replyTo, out ReadOnlySpan<byte> payload))
+        if (FramePeek.TryReadMessage(span, out uint sid, out ReadOnlySpan<byte> replyTo, out ReadOnlySpan<byte> payload, out ReadOnlySpan<byte> headers))
         {
-            Deliver(sid, payload, replyTo);
+            Deliver(sid, payload, replyTo, headers);
             return;
         }
 
@@ -81,7 +81,7 @@ internal sealed class HeraldTcpClient : SocketPubSubClient
         {
             case FrameType.Message:
                 PublishFrame message = FrameDecoder.ReadMessage(ref reader, elements);
-                Deliver(message.Sid, message.Payload.FirstSpan, message.ReplyTo is { } r ? r.FirstSpan : default);
+                Deliver(message.Sid, message.Payload.FirstSpan, message.ReplyTo is { } r ? r.FirstSpan : default, message.Headers.FirstSpan);
                 break;
             case FrameType.Ping:
                 Reply(Pong);

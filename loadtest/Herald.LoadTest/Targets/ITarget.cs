@@ -3,11 +3,12 @@ using System.Diagnostics;
 namespace Herald.LoadTest.Targets;
 
 /// <summary>
-/// One message as a subscriber sees it. Both spans are valid only during the call (they point into the
+/// One message as a subscriber sees it. The spans are valid only during the call (they point into the
 /// client's receive buffer): copy what must outlive it. <paramref name="replyTo"/> is empty when the
-/// publisher asked for no reply.
+/// publisher asked for no reply; <paramref name="headers"/> is the message's header block in the target's
+/// own encoding (<see cref="ITarget.EncodeHeaders"/>), empty when it has none.
 /// </summary>
-internal delegate void DeliveryHandler(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo);
+internal delegate void DeliveryHandler(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers);
 
 /// <summary>
 /// A broker under test, reached over one transport: Herald over TCP or long-poll, nats-server, redis-server,
@@ -44,6 +45,15 @@ internal interface ITarget : IAsyncDisposable
     /// over the target's ports and source addresses where it has several (Herald's 4502-4534).
     /// </summary>
     Task<IPubSubClient> ConnectAsync(int index, CancellationToken cancellationToken);
+
+    /// <summary>
+    /// Encodes a header block the way this target's wire carries it (Herald: the MessagePack map of spec §4.9;
+    /// NATS: the <c>NATS/1.0</c> block of HPUB), for <see cref="IPubSubClient.PublishAsync"/>. Clients ask for
+    /// headers when connecting only with <see cref="TargetOptions.Headers"/> set.
+    /// </summary>
+    /// <exception cref="UsageException">This target carries no headers in this tool.</exception>
+    byte[] EncodeHeaders(IReadOnlyList<KeyValuePair<string, string[]>> headers) =>
+        throw new UsageException($"--header-bytes: {Label} carries no message headers in this tool (herald and nats do).");
 }
 
 /// <summary>
@@ -81,8 +91,10 @@ internal interface IPubSubClient : IAsyncDisposable
     /// As <see cref="Publish"/>, then waits while more than the client's buffer limit is unsent (flow
     /// control). With <paramref name="sendNow"/> false the publication may wait in the buffer until a batch
     /// has accumulated: a producer in a tight loop passes false and calls <see cref="FlushAsync"/> when done.
+    /// A non-empty <paramref name="headers"/> (from <see cref="ITarget.EncodeHeaders"/>, on a client of a
+    /// target started with <see cref="TargetOptions.Headers"/>) goes with the publication as its header block.
     /// </summary>
-    ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, bool sendNow = true, CancellationToken cancellationToken = default);
+    ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, ReadOnlyMemory<byte> headers = default, bool sendNow = true, CancellationToken cancellationToken = default);
 
     /// <summary>Sends whatever is buffered and completes when everything published so far has been handed to the network (not: delivered).</summary>
     ValueTask FlushAsync(CancellationToken cancellationToken);

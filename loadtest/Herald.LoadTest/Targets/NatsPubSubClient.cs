@@ -40,10 +40,10 @@ internal sealed class NatsPubSubClient : SocketPubSubClient
 
     protected override string ClosedByServer => "the server closed the connection";
 
-    /// <summary>Connects, reads the server's INFO and sends CONNECT (verbose off, echo on).</summary>
-    public static async Task<NatsPubSubClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken)
+    /// <summary>Connects, reads the server's INFO and sends CONNECT (verbose off, echo on, <c>headers</c> as asked).</summary>
+    public static async Task<NatsPubSubClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, bool headers = false)
     {
-        NatsConnection connection = await NatsConnection.ConnectAsync(endPoint, name, cancellationToken);
+        NatsConnection connection = await NatsConnection.ConnectAsync(endPoint, name, cancellationToken, headers);
         return new NatsPubSubClient(connection);
     }
 
@@ -69,11 +69,14 @@ internal sealed class NatsPubSubClient : SocketPubSubClient
 
     protected override string Explain(string why) => _lastError is { } error ? $"{why} ({error})" : why;
 
-    /// <summary><c>PUB &lt;subject&gt; [reply-to] &lt;#bytes&gt;\r\n&lt;payload&gt;\r\n</c></summary>
-    protected override void WritePublish(IBufferWriter<byte> buffer, string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo)
+    /// <summary>
+    /// <c>PUB &lt;subject&gt; [reply-to] &lt;#bytes&gt;\r\n&lt;payload&gt;\r\n</c>, or with headers
+    /// <c>HPUB &lt;subject&gt; [reply-to] &lt;#header bytes&gt; &lt;#total bytes&gt;\r\n&lt;headers&gt;&lt;payload&gt;\r\n</c>
+    /// </summary>
+    protected override void WritePublish(IBufferWriter<byte> buffer, string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers)
     {
         byte[] subject = _subjects.Get(topic);
-        Write(buffer, "PUB "u8);
+        Write(buffer, headers.IsEmpty ? "PUB "u8 : "HPUB "u8);
         Write(buffer, subject);
         Write(buffer, " "u8);
         if (!replyTo.IsEmpty)
@@ -82,8 +85,15 @@ internal sealed class NatsPubSubClient : SocketPubSubClient
             Write(buffer, " "u8);
         }
 
-        WriteNumber(buffer, payload.Length);
+        if (!headers.IsEmpty)
+        {
+            WriteNumber(buffer, headers.Length);
+            Write(buffer, " "u8);
+        }
+
+        WriteNumber(buffer, headers.Length + payload.Length);
         Write(buffer, "\r\n"u8);
+        Write(buffer, headers);
         Write(buffer, payload);
         Write(buffer, "\r\n"u8);
     }
@@ -169,7 +179,7 @@ internal sealed class NatsPubSubClient : SocketPubSubClient
     /// <summary>
     /// <c>MSG &lt;subject&gt; &lt;sid&gt; [reply-to] &lt;#bytes&gt;\r\n&lt;payload&gt;\r\n</c>, or
     /// <c>HMSG &lt;subject&gt; &lt;sid&gt; [reply-to] &lt;#header bytes&gt; &lt;#total bytes&gt;\r\n&lt;headers&gt;&lt;payload&gt;\r\n</c>
-    /// (the handler gets the payload without the headers). Returns the bytes it takes, or 0 when it is not all buffered.
+    /// (the handler gets the payload and the header block apart). Returns the bytes it takes, or 0 when it is not all buffered.
     /// </summary>
     private int DeliverMessage(ReadOnlySpan<byte> buffered, ReadOnlySpan<byte> line, int eol, bool headers)
     {
@@ -195,7 +205,7 @@ internal sealed class NatsPubSubClient : SocketPubSubClient
             throw new IOException($"{_connection.Name}: MSG payload not followed by CRLF.");
         }
 
-        Deliver((uint)sid, buffered.Slice(eol + 2 + headerBytes, total - headerBytes), count == fixedParts + 1 ? line[parts[3]] : default);
+        Deliver((uint)sid, buffered.Slice(eol + 2 + headerBytes, total - headerBytes), count == fixedParts + 1 ? line[parts[3]] : default, buffered.Slice(eol + 2, headerBytes));
 
         return length;
     }

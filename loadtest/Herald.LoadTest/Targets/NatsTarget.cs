@@ -1,6 +1,7 @@
 using System.Diagnostics;
 using System.Globalization;
 using System.Net;
+using System.Text;
 using Herald.LoadTest.Client;
 using Herald.LoadTest.Peers.Nats;
 
@@ -21,10 +22,12 @@ internal sealed class NatsTarget : ITarget
     private readonly IPEndPoint _endPoint;
     private readonly BrokerChild? _child;
     private readonly Process? _external;
+    private readonly bool _headers;
 
-    private NatsTarget(IPEndPoint endPoint, BrokerChild? child, Process? external, string description, int maxPayload)
+    private NatsTarget(IPEndPoint endPoint, BrokerChild? child, Process? external, string description, int maxPayload, bool headers)
     {
         _endPoint = endPoint;
+        _headers = headers;
         _child = child;
         _external = external;
         ServerDescription = description;
@@ -82,7 +85,7 @@ internal sealed class NatsTarget : ITarget
             }
 
             int maxPayload = probe.MaxPayload is > 0 and <= int.MaxValue ? (int)probe.MaxPayload : 1024 * 1024;
-            return new NatsTarget(endPoint, child, HeraldTarget.FindProcess(child is null ? options.ServerPid : null), $"{version}; {ClientNote}", maxPayload);
+            return new NatsTarget(endPoint, child, HeraldTarget.FindProcess(child is null ? options.ServerPid : null), $"{version}; {ClientNote}", maxPayload, options.Headers);
         }
         catch (Exception e) when (e is IOException or System.Net.Sockets.SocketException or OperationCanceledException && !cancellationToken.IsCancellationRequested)
         {
@@ -96,7 +99,25 @@ internal sealed class NatsTarget : ITarget
     }
 
     public async Task<IPubSubClient> ConnectAsync(int index, CancellationToken cancellationToken) =>
-        await NatsPubSubClient.ConnectAsync(_endPoint, $"loadtest-{index.ToString(CultureInfo.InvariantCulture)}", cancellationToken);
+        await NatsPubSubClient.ConnectAsync(_endPoint, $"loadtest-{index.ToString(CultureInfo.InvariantCulture)}", cancellationToken, _headers);
+
+    /// <summary>
+    /// The <c>NATS/1.0</c> block HPUB and HMSG carry: the version line, one <c>Key: Value</c> line per value,
+    /// an empty line. nats-server forwards it unchanged.
+    /// </summary>
+    public byte[] EncodeHeaders(IReadOnlyList<KeyValuePair<string, string[]>> headers)
+    {
+        var block = new StringBuilder("NATS/1.0\r\n");
+        foreach ((string key, string[] values) in headers)
+        {
+            foreach (string value in values)
+            {
+                block.Append(key).Append(": ").Append(value).Append("\r\n");
+            }
+        }
+
+        return Encoding.UTF8.GetBytes(block.Append("\r\n").ToString());
+    }
 
     public async ValueTask DisposeAsync()
     {

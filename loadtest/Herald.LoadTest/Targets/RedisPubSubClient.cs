@@ -100,8 +100,12 @@ internal sealed class RedisPubSubClient : IPubSubClient
     /// after every <see cref="FlowControlBytes"/> published it waits for a PING round trip, so a producer
     /// never runs more than that ahead of the server (SE.Redis itself would queue without bound).
     /// </summary>
-    public ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, bool sendNow = true, CancellationToken cancellationToken = default)
+    public ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, ReadOnlyMemory<byte> headers = default, bool sendNow = true, CancellationToken cancellationToken = default)
     {
+        if (!headers.IsEmpty)
+        {
+            throw new NotSupportedException("This target carries no message headers in the load tool (ITarget.EncodeHeaders refuses them).");
+        }
         Publish(topic, payload.Span, replyTo.Span);
         return Interlocked.Read(ref _unconfirmedBytes) > FlowControlBytes ? FlushAsync(cancellationToken) : ValueTask.CompletedTask;
     }
@@ -163,7 +167,7 @@ internal sealed class RedisPubSubClient : IPubSubClient
         int replyLength = enveloped[0];
         lock (_deliveryGate)
         {
-            handler(enveloped[(1 + replyLength)..], enveloped.Slice(1, replyLength));
+            handler(enveloped[(1 + replyLength)..], enveloped.Slice(1, replyLength), default);
         }
     }
 

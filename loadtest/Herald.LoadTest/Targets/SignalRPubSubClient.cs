@@ -79,8 +79,12 @@ internal sealed class SignalRPubSubClient : IPubSubClient
     public void Publish(string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo = default) =>
         Enqueue(new Publication(topic, payload.ToArray(), replyTo.IsEmpty ? null : Encoding.UTF8.GetString(replyTo)));
 
-    public ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, bool sendNow = true, CancellationToken cancellationToken = default)
+    public ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, ReadOnlyMemory<byte> headers = default, bool sendNow = true, CancellationToken cancellationToken = default)
     {
+        if (!headers.IsEmpty)
+        {
+            throw new NotSupportedException("This target carries no message headers in the load tool (ITarget.EncodeHeaders refuses them).");
+        }
         Publish(topic, payload.Span, replyTo.Span);
         lock (_gate)
         {
@@ -210,14 +214,14 @@ internal sealed class SignalRPubSubClient : IPubSubClient
 
         if (string.IsNullOrEmpty(replyTo))
         {
-            handler(payload, default);
+            handler(payload, default, default);
             return;
         }
 
         int max = Encoding.UTF8.GetMaxByteCount(replyTo.Length);
         Span<byte> buffer = max <= 512 ? stackalloc byte[512] : new byte[max];
         int length = Encoding.UTF8.GetBytes(replyTo, buffer);
-        handler(payload, buffer[..length]);
+        handler(payload, buffer[..length], default);
     }
 
     private Task OnClosedAsync(Exception? error)

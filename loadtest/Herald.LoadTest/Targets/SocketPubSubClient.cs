@@ -62,11 +62,11 @@ internal abstract class SocketPubSubClient : IPubSubClient
     }
 
     public void Publish(string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo = default) =>
-        Append(topic, payload, replyTo, Volatile.Read(ref _dispatchingThread) == Environment.CurrentManagedThreadId ? SendPolicy.Deferred : SendPolicy.Now);
+        Append(topic, payload, replyTo, default, Volatile.Read(ref _dispatchingThread) == Environment.CurrentManagedThreadId ? SendPolicy.Deferred : SendPolicy.Now);
 
-    public ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, bool sendNow = true, CancellationToken cancellationToken = default)
+    public ValueTask PublishAsync(string topic, ReadOnlyMemory<byte> payload, ReadOnlyMemory<byte> replyTo = default, ReadOnlyMemory<byte> headers = default, bool sendNow = true, CancellationToken cancellationToken = default)
     {
-        Append(topic, payload.Span, replyTo.Span, sendNow ? SendPolicy.Now : SendPolicy.WhenFull);
+        Append(topic, payload.Span, replyTo.Span, headers.Span, sendNow ? SendPolicy.Now : SendPolicy.WhenFull);
         return Writer.WaitForRoomAsync(cancellationToken);
     }
 
@@ -97,8 +97,8 @@ internal abstract class SocketPubSubClient : IPubSubClient
     /// <summary>Encodes a subscription to <paramref name="topic"/> as <paramref name="sid"/>, followed by a PING.</summary>
     protected abstract void WriteSubscribeAndPing(IBufferWriter<byte> buffer, string topic, uint sid);
 
-    /// <summary>Encodes one publication.</summary>
-    protected abstract void WritePublish(IBufferWriter<byte> buffer, string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo);
+    /// <summary>Encodes one publication; <paramref name="headers"/> is its header block in the wire's encoding, or empty.</summary>
+    protected abstract void WritePublish(IBufferWriter<byte> buffer, string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers);
 
     /// <summary>Handles every whole frame or line buffered (calling <see cref="Deliver"/>, <see cref="PongReceived"/>, ...); receive loop only.</summary>
     protected abstract void DispatchBuffered();
@@ -119,12 +119,12 @@ internal abstract class SocketPubSubClient : IPubSubClient
     protected virtual string Explain(string why) => why;
 
     /// <summary>Calls the handler of <paramref name="sid"/>, if it has one.</summary>
-    protected void Deliver(uint sid, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo)
+    protected void Deliver(uint sid, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers)
     {
         DeliveryHandler?[] handlers = Volatile.Read(ref _handlers);
         if (sid - 1 < (uint)handlers.Length && handlers[sid - 1] is { } handler)
         {
-            handler(payload, replyTo);
+            handler(payload, replyTo, headers);
         }
     }
 
@@ -147,10 +147,10 @@ internal abstract class SocketPubSubClient : IPubSubClient
     /// <summary>The server reported an error that did not end the connection.</summary>
     protected void CountError() => Interlocked.Increment(ref _errors);
 
-    private void Append(string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, SendPolicy policy)
+    private void Append(string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers, SendPolicy policy)
     {
         using BatchedWriter.AppendScope scope = Writer.BeginAppend(policy);
-        WritePublish(scope.Buffer, topic, payload, replyTo);
+        WritePublish(scope.Buffer, topic, payload, replyTo, headers);
     }
 
     private async Task ReceiveLoopAsync()

@@ -5,7 +5,9 @@ namespace Herald.LoadTest.Targets;
 
 /// <summary>
 /// Which broker a scenario runs against, and whether the tool starts it (the default) or finds it running
-/// (<c>--server external</c>). Every scenario reads these the same way.
+/// (<c>--server external</c>). Every scenario reads these the same way. <see cref="Headers"/> is set by a
+/// scenario, not read from the command line: its clients then ask for message headers when connecting
+/// (Herald: HELLO's capability bit, a long-poll session's <c>"headers": true</c>; NATS: CONNECT's <c>headers</c>).
 /// </summary>
 internal sealed record TargetOptions(
     string Target,
@@ -23,7 +25,8 @@ internal sealed record TargetOptions(
     double SetupTimeoutSeconds,
     int? MonitoringPort = null,
     IReadOnlyList<string>? ServerArguments = null,
-    string? Token = null)
+    string? Token = null,
+    bool Headers = false)
 {
     public static readonly string[] Targets = ["herald", "nats", "redis", "signalr"];
 

@@ -10,7 +10,7 @@ namespace Herald.LoadTest.Peers.Nats;
 /// <summary>
 /// A minimal NATS text-protocol client connection, built like <see cref="Client.HeraldConnection"/>: a raw
 /// <see cref="Socket"/> with TCP_NODELAY, one growable receive buffer parsed in place, and whole-buffer sends.
-/// Only what the fanout peer comparison needs: INFO/CONNECT, SUB, PUB, PING/PONG, MSG, +OK/-ERR.
+/// Only what the fanout peer comparison needs: INFO/CONNECT, SUB, PUB/HPUB, PING/PONG, MSG/HMSG, +OK/-ERR.
 /// <para>
 /// Reading is pull-based: look at <see cref="Buffered"/>, <see cref="Consume"/> what was handled, then
 /// <see cref="ReceiveAsync"/> for more. One task at a time reads; any task may send.
@@ -23,6 +23,7 @@ internal sealed class NatsConnection : IDisposable
     private const int MaxMessage = 64 * 1024 * 1024;
 
     private static readonly byte[] ConnectLine = "CONNECT {\"verbose\":false,\"pedantic\":false,\"echo\":true}\r\n"u8.ToArray();
+    private static readonly byte[] ConnectWithHeadersLine = "CONNECT {\"verbose\":false,\"pedantic\":false,\"echo\":true,\"headers\":true}\r\n"u8.ToArray();
     private static readonly byte[] PongLine = "PONG\r\n"u8.ToArray();
 
     private readonly Socket _socket;
@@ -55,8 +56,8 @@ internal sealed class NatsConnection : IDisposable
 
     public void Consume(int count) => _received.Consume(count);
 
-    /// <summary>Connects, reads INFO and sends CONNECT.</summary>
-    public static async Task<NatsConnection> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken)
+    /// <summary>Connects, reads INFO and sends CONNECT; with <paramref name="headers"/> it may send HPUB and receives HMSG.</summary>
+    public static async Task<NatsConnection> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, bool headers = false)
     {
         var socket = new Socket(endPoint.AddressFamily, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
         var connection = new NatsConnection(socket, name);
@@ -70,7 +71,7 @@ internal sealed class NatsConnection : IDisposable
             }
 
             connection.ReadInfo(info[5..]);
-            await connection.SendAsync(ConnectLine, cancellationToken);
+            await connection.SendAsync(headers ? ConnectWithHeadersLine : ConnectLine, cancellationToken);
             return connection;
         }
         catch
