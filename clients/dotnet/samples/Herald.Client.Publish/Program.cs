@@ -7,8 +7,12 @@
 // --header splits at the first '=' (a value may be empty or hold '='); the same key again adds a value to
 // it (a multi-valued header). Exit codes: 0 published and flushed, 1 the broker could not be reached,
 // refused, or did not confirm within 30 seconds, 2 bad arguments (a header HeraldHeaders refuses too).
+//
+// With OTEL_EXPORTER_OTLP_ENDPOINT set (the OpenTelemetry environment: see ../Shared/SampleTracing.cs), each
+// publication's "send <topic>" span is exported and its traceparent travels in the message's headers.
 using System.Globalization;
 using Herald.Client;
+using Herald.Client.Samples;
 
 const string Usage = "usage: Herald.Client.Publish --url tcp://host:4502|http://host:8080 --topic T --message M [--header Key=Value]... [--count N] [--credential TOKEN]";
 
@@ -68,6 +72,7 @@ if (url is null || topic is null || message is null)
     return 2;
 }
 
+using SampleTracing tracing = SampleTracing.FromEnvironment(); // disposed last: flushes the spans at exit
 using var deadline = new CancellationTokenSource(TimeSpan.FromSeconds(30));
 try
 {

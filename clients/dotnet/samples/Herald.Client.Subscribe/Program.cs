@@ -7,11 +7,15 @@
 //   {"topic":"chat.room1","payload":"hello","headers":{"X-Tag":["a","b"]}}   per message (payload as UTF-8 text)
 //
 // Exit codes: 0 received N messages, 1 the broker could not be reached or refused, the subscription was not
-// confirmed within 30 seconds, or it ended before N messages, 2 bad arguments.
+// confirmed within 30 seconds, or the connection was closed for good before N messages, 2 bad arguments.
+//
+// With OTEL_EXPORTER_OTLP_ENDPOINT set (the OpenTelemetry environment: see ../Shared/SampleTracing.cs), each
+// message's handler runs in a "process <topic>" span, child of the publisher's span its traceparent names.
 using System.Globalization;
 using System.Text.Encodings.Web;
 using System.Text.Json;
 using Herald.Client;
+using Herald.Client.Samples;
 
 const string Usage = "usage: Herald.Client.Subscribe --url tcp://host:4502|http://host:8080 --pattern P [--count N] [--credential TOKEN]";
 
@@ -55,26 +59,34 @@ if (url is null || pattern is null)
 // Written as UTF-8 bytes to the raw stream: the console's encoding (LANG) never changes a header value.
 await using Stream stdout = Console.OpenStandardOutput();
 await using var json = new Utf8JsonWriter(stdout, new JsonWriterOptions { Encoder = JavaScriptEncoder.UnsafeRelaxedJsonEscaping });
+using SampleTracing tracing = SampleTracing.FromEnvironment(); // disposed last: flushes the spans at exit
 int received = 0;
+var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+var readyPrinted = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
 try
 {
     await using var client = new HeraldClient(url, new HeraldClientOptions { ClientName = "herald-subscribe", Credential = credential });
+    client.StateChanged += (_, e) =>
+    {
+        if (e.Current == ConnectionState.Closed)
+        {
+            string why = e.Error?.Message ?? "closed";
+            done.TrySetException(new HeraldException($"the connection closed after {Volatile.Read(ref received)} of {count} message(s): {why}"));
+        }
+    };
+
+    // A handler, one message at a time and in order: the client runs each call in its process span.
     HeraldSubscription subscription;
     using (var deadline = new CancellationTokenSource(TimeSpan.FromSeconds(30)))
     {
-        subscription = await client.SubscribeAsync(pattern, cancellationToken: deadline.Token);
-    }
-
-    await using (subscription)
-    {
-        json.WriteStartObject();
-        json.WriteBoolean("ready", true);
-        json.WriteString("pattern", pattern);
-        json.WriteString("url", client.Url);
-        json.WriteEndObject();
-        await WriteLineAsync();
-        await foreach (HeraldMessage message in subscription)
+        subscription = await client.SubscribeAsync(pattern, async message =>
         {
+            await readyPrinted.Task; // the ready line comes first, and the writer is never used by two at once
+            if (Volatile.Read(ref received) == count)
+            {
+                return; // more than asked for: not printed
+            }
+
             json.WriteStartObject();
             json.WriteString("topic", message.Topic);
             json.WriteString("payload", message.GetString());
@@ -93,15 +105,27 @@ try
             json.WriteEndObject();
             json.WriteEndObject();
             await WriteLineAsync();
-            if (++received == count)
+            if (Interlocked.Increment(ref received) == count)
             {
-                return 0;
+                done.TrySetResult();
             }
-        }
+        }, cancellationToken: deadline.Token);
     }
 
-    Console.Error.WriteLine($"error: the subscription to {pattern} ended after {received} of {count} message(s)");
-    return 1;
+    await using (subscription)
+    {
+        json.WriteStartObject();
+        json.WriteBoolean("ready", true);
+        json.WriteString("pattern", pattern);
+        json.WriteString("url", client.Url);
+        json.WriteEndObject();
+        await WriteLineAsync();
+        readyPrinted.SetResult();
+        await done.Task;
+    }
+
+    await tracing.WaitForProcessedAsync(count, TimeSpan.FromSeconds(5));
+    return 0;
 }
 catch (Exception e) when (e is HeraldException or ArgumentException)
 {

@@ -28,11 +28,12 @@ export function sampleDll(sample: Sample): string {
 }
 
 /**
- * Runs the sample publisher to its end (it exits once the broker confirmed): exit code and output. Async,
+ * Runs the sample publisher to its end (it exits once the broker confirmed): exit code and output; `env` is
+ * added to this process's environment. Async,
  * so a subscriber in this process keeps polling meanwhile; killed after 60 s (a hang bound).
  */
-export function runPublisher(args: string[]): Promise<{ status: number | null; output: string }> {
-  const child = spawn("dotnet", [sampleDll("Herald.Client.Publish"), ...args], { stdio: ["ignore", "pipe", "pipe"] });
+export function runPublisher(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ status: number | null; output: string }> {
+  const child = spawn("dotnet", [sampleDll("Herald.Client.Publish"), ...args], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
   let output = "";
   child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString()));
@@ -75,8 +76,9 @@ export class SubscriberProcess {
     this.waiters.clear();
   }
 
-  static start(args: string[]): SubscriberProcess {
-    const child = spawn("dotnet", [sampleDll("Herald.Client.Subscribe"), ...args], { stdio: ["ignore", "pipe", "pipe"] });
+  /** `env` is added to this process's environment (the OpenTelemetry variables, say). */
+  static start(args: string[], env: NodeJS.ProcessEnv = {}): SubscriberProcess {
+    const child = spawn("dotnet", [sampleDll("Herald.Client.Subscribe"), ...args], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
     return new SubscriberProcess(child);
   }
 
