@@ -18,6 +18,7 @@ public sealed class LayeringTests
         "Policy",
         "Transports",
         "Sessions",
+        "Cluster",
         "Security",
         "Routing",
         "Compression",

@@ -4,6 +4,7 @@ using Herald.Broker.Routing;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
+using Herald.Broker.Cluster;
 using Herald.Broker.Compression;
 using Herald.Broker.Monitoring;
 using Herald.Broker.Policy;
@@ -84,6 +85,22 @@ public static class HeraldHost
             LoggingOptions logging = sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Logging;
             return new ClientFaultLog(sp.GetRequiredService<ILogger<BrokerCore>>(), logging.ClientFaultsPerInterval, logging.ClientFaultInterval, sp.GetRequiredService<TimeProvider>());
         });
+        services.AddSingleton(sp => sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Cluster);
+        services.AddSingleton(sp =>
+        {
+            ClusterOptions cluster = sp.GetRequiredService<ClusterOptions>();
+            if (!cluster.Enabled)
+            {
+                return new ClusterSlot(null);
+            }
+
+            var engine = new ClusterEngine(cluster, sp.GetRequiredService<TopicRouter>(), sp.GetRequiredService<MessageEncoder>(), sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxPayloadBytes, sp.GetRequiredService<ILogger<ClusterEngine>>());
+            engine.Metrics = new ClusterMetrics(sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), engine);
+            return new ClusterSlot(engine);
+        });
+
+        // Started before the sessions' registry and stopped after it: what the drained sessions publish is still sent on.
+        services.AddHostedService(sp => new ClusterLifetime(sp.GetRequiredService<ClusterSlot>().Engine));
         services.AddSingleton(sp => new BrokerCore(
             sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName,
             sp.GetRequiredService<LimitOptions>(),
@@ -92,7 +109,8 @@ public static class HeraldHost
             sp.GetRequiredService<MessageEncoder>(),
             sp.GetRequiredService<Authenticator>(),
             sp.GetRequiredService<BrokerMetrics>(),
-            sp.GetRequiredService<ClientFaultLog>()));
+            sp.GetRequiredService<ClientFaultLog>(),
+            sp.GetRequiredService<ClusterSlot>().Engine));
         services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
         services.AddSingleton<PollSessionStore>();

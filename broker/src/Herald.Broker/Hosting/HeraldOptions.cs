@@ -43,6 +43,9 @@ public sealed class HeraldOptions
 
     public Security.SecurityOptions Security { get; set; } = new();
 
+    /// <summary>Many nodes, one topic space, over Redis (off unless <c>Herald:Cluster:Redis</c> is set).</summary>
+    public Cluster.ClusterOptions Cluster { get; set; } = new();
+
     /// <summary>
     /// A key under <c>Herald:</c> that no setting binds (a typo) stops the start instead of a warning. Off by
     /// default: the broker warns at start, naming the key and the closest known one.

@@ -22,6 +22,8 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Annotations(failures, "Herald:Policy", options.Policy);
         Annotations(failures, "Herald:Compression", options.Compression);
         Annotations(failures, "Herald:Logging", options.Logging);
+        Annotations(failures, "Herald:Cluster", options.Cluster);
+        ValidateCluster(failures, options.Cluster);
         Check(failures, "Herald:Logging:ClientFaultInterval", options.Logging.ClientFaultInterval, TimeSpan.FromMilliseconds(100), TimeSpan.FromHours(1));
         ValidateSecurity(failures, options.Security);
         if (options.Compression.CpuBackoffStart > options.Compression.CpuDisableLimit)
@@ -238,6 +240,32 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
             {
                 failures.Add($"{section}:{string.Join(",", r.MemberNames)}: {r.ErrorMessage}");
             }
+        }
+    }
+
+    private static void ValidateCluster(List<string> failures, Cluster.ClusterOptions cluster)
+    {
+        Check(failures, "Herald:Cluster:ConnectTimeout", cluster.ConnectTimeout, TimeSpan.FromMilliseconds(100), TimeSpan.FromMinutes(5));
+        if (cluster.ChannelPrefix.Any(c => c is '*' or '?' or '[' or ']' or '\\' || c <= ' ' || c > '~'))
+        {
+            failures.Add($"Herald:Cluster:ChannelPrefix '{cluster.ChannelPrefix}' must be printable ASCII without spaces or glob characters (* ? [ ] \\).");
+        }
+
+        if (!cluster.Enabled)
+        {
+            return;
+        }
+
+        try
+        {
+            if (StackExchange.Redis.ConfigurationOptions.Parse(cluster.Redis!).EndPoints.Count == 0)
+            {
+                failures.Add("Herald:Cluster:Redis names no Redis endpoint (host:port).");
+            }
+        }
+        catch (ArgumentException e)
+        {
+            failures.Add($"Herald:Cluster:Redis is not a StackExchange.Redis configuration string: {e.Message}");
         }
     }
 

@@ -1,6 +1,7 @@
 using System.Globalization;
 using System.Net;
 using System.Runtime.InteropServices;
+using Herald.Broker.Cluster;
 using Herald.Broker.Compression;
 using Herald.Broker.Routing;
 using Herald.Broker.Sessions;
@@ -59,7 +60,8 @@ internal static class MonitoringEndpoints
             alive ? "alive" : state.ToString().ToLowerInvariant(),
             tcp.Count == 0 ? null : tcp.Count == 1 ? tcp[0].ToString(CultureInfo.InvariantCulture) : $"{tcp.Min()}-{tcp.Max()}",
             state == Readiness.Starting ? null : listeners.HttpPort,
-            policy);
+            policy,
+            context.RequestServices.GetRequiredService<BrokerCore>().Cluster is { } cluster ? cluster.IsConnected ? "connected" : "redis unreachable" : null);
         int status = alive || state == Readiness.Ready ? StatusCodes.Status200OK : StatusCodes.Status503ServiceUnavailable;
         context.Response.Headers.CacheControl = "no-store";
         return Results.Json(report, MonitoringJsonContext.Default.HealthReport, statusCode: status);
@@ -115,8 +117,27 @@ internal static class MonitoringEndpoints
                 ThreadPool.ThreadCount),
             broker.Limits,
             services.GetRequiredService<LongPollOptions>(),
-            services.GetRequiredService<CompressionOptions>());
+            services.GetRequiredService<CompressionOptions>(),
+            broker.Cluster is { } cluster ? ClusterOf(cluster) : null);
         return Results.Json(varz, MonitoringJsonContext.Default.Varz);
+    }
+
+    private static VarzCluster ClusterOf(ClusterEngine cluster)
+    {
+        ClusterMetrics? counts = cluster.Metrics;
+        return new VarzCluster(
+            cluster.NodeId.ToString("x16", CultureInfo.InvariantCulture),
+            cluster.RedisEndpoints,
+            cluster.IsConnected,
+            cluster.Options.ChannelPrefix,
+            cluster.RedisSubscriptions,
+            cluster.PendingInterest,
+            counts?.Sent ?? 0,
+            counts?.Received ?? 0,
+            counts?.Dropped ?? 0,
+            counts?.Duplicates ?? 0,
+            counts?.Invalid ?? 0,
+            cluster.ForwardQueueBytes);
     }
 
     /// <summary><c>/connz?offset=&amp;limit=&amp;transport=</c>: TCP connections by id, then long-poll sessions by id.</summary>

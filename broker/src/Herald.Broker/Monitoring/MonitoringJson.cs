@@ -6,7 +6,8 @@ using Herald.Broker.Transports.LongPoll;
 namespace Herald.Broker.Monitoring;
 
 /// <summary><c>/healthz</c> and <c>/readyz</c>.</summary>
-internal sealed record HealthReport(string Status, string? TcpPorts, int? HttpPort, string Policy);
+/// <summary><c>/healthz</c> and <c>/readyz</c>. <see cref="Cluster"/>: <c>connected</c> or <c>redis unreachable</c> on a cluster node (serving its own clients either way), absent on a single node.</summary>
+internal sealed record HealthReport(string Status, string? TcpPorts, int? HttpPort, string Policy, string? Cluster = null);
 
 /// <summary><c>/varz</c>: server information, configuration limits and totals since start (after NATS's <c>/varz</c>).</summary>
 internal sealed record Varz(
@@ -35,7 +36,28 @@ internal sealed record Varz(
     VarzProcess Process,
     LimitOptions Limits,
     LongPollOptions LongPoll,
-    Compression.CompressionOptions Compression);
+    Compression.CompressionOptions Compression,
+    VarzCluster? Cluster = null);
+
+/// <summary>
+/// The cluster (issue 14), on a cluster node only: this node's id, its Redis (endpoints only, never the
+/// configuration's password), whether it is connected, what it subscribes to there, and its traffic
+/// through Redis: sent to the other nodes, received from them, dropped (kept local: queue full or Redis
+/// unreachable), duplicates skipped at subscription changes, invalid envelopes.
+/// </summary>
+internal sealed record VarzCluster(
+    string Node,
+    IReadOnlyList<string> Redis,
+    bool Connected,
+    string ChannelPrefix,
+    int RedisSubscriptions,
+    long PendingInterest,
+    long Sent,
+    long Received,
+    long Dropped,
+    long Duplicates,
+    long Invalid,
+    long ForwardQueueBytes);
 
 internal sealed record VarzPorts(int? TcpFirst, int? TcpLast, int? Http, int? Policy, string? PolicyUnavailable, int? Monitoring);
 

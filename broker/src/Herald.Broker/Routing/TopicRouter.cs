@@ -78,6 +78,7 @@ internal sealed class TopicRouter : IDisposable
     private long _invalidationVisits;
 
     private readonly BrokerMetrics? _metrics;
+    private IInterestListener? _interest;
 
     public TopicRouter(BrokerMetrics? metrics = null, int maxPatterns = 0, int cacheCapacity = DefaultCacheCapacity)
     {
@@ -88,6 +89,54 @@ internal sealed class TopicRouter : IDisposable
     }
 
     public void Dispose() => _gate.Dispose();
+
+    /// <summary>
+    /// From now on, tells <paramref name="listener"/> of every pattern that gains its first subscription or
+    /// loses its last (under the write lock, in order); first it is told of every pattern subscribed now.
+    /// One listener: the cluster engine, set once at start.
+    /// </summary>
+    public void Listen(IInterestListener listener)
+    {
+        _gate.EnterWriteLock();
+        try
+        {
+            if (_interest is not null)
+            {
+                throw new InvalidOperationException("The router already has an interest listener.");
+            }
+
+            _interest = listener;
+            var pending = new Stack<Node>();
+            pending.Push(_root);
+            while (pending.TryPop(out Node? node))
+            {
+                foreach (Subscription first in node.Subscriptions)
+                {
+                    listener.PatternAdded(first.Pattern);
+                    break;
+                }
+
+                foreach (Node child in node.Children?.Values ?? (IEnumerable<Node>)[])
+                {
+                    pending.Push(child);
+                }
+
+                if (node.Star is { } star)
+                {
+                    pending.Push(star);
+                }
+
+                if (node.Tail is { } tail)
+                {
+                    pending.Push(tail);
+                }
+            }
+        }
+        finally
+        {
+            _gate.ExitWriteLock();
+        }
+    }
 
     public int SubscriptionCount => Volatile.Read(ref _subscriptionCount);
 
@@ -125,6 +174,7 @@ internal sealed class TopicRouter : IDisposable
             if (node.Subscriptions.Count == 0)
             {
                 _patternCount++;
+                _interest?.PatternAdded(subscription.Pattern);
             }
 
             node.Subscriptions.Add(subscription);
@@ -453,6 +503,7 @@ internal sealed class TopicRouter : IDisposable
             if (removed && node.Subscriptions.Count == 0)
             {
                 _patternCount--;
+                _interest?.PatternRemoved(subscription.Pattern);
             }
 
             return removed;

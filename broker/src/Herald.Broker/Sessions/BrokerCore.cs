@@ -1,3 +1,4 @@
+using Herald.Broker.Cluster;
 using Herald.Broker.Compression;
 using Herald.Broker.Routing;
 using Herald.Broker.Security;
@@ -9,8 +10,9 @@ namespace Herald.Broker.Sessions;
 /// <summary>What every session shares: the options, the one router, metrics and the log.</summary>
 internal sealed class BrokerCore
 {
-    public BrokerCore(string serverName, LimitOptions limits, SecurityOptions security, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger log)
+    public BrokerCore(string serverName, LimitOptions limits, SecurityOptions security, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger log, ClusterEngine? cluster = null)
     {
+        Cluster = cluster;
         ServerName = serverName;
         Limits = limits;
         DisconnectOnPermissionDenied = security.DisconnectOnPermissionDenied;
@@ -49,6 +51,9 @@ internal sealed class BrokerCore
     public ResponseOptions? Responses { get; }
 
     public TopicRouter Router { get; }
+
+    /// <summary>The other nodes, when <c>Herald:Cluster:Redis</c> is set; null on a single node (nothing of it on the hot path but this test).</summary>
+    public ClusterEngine? Cluster { get; }
 
     /// <summary>Who a client is and what it may do (HELLO's auth, or an HTTP bearer token).</summary>
     public Authenticator Authenticator { get; }

@@ -99,7 +99,7 @@ internal sealed class FrameSession : ProtocolSession
                     while (FrameReader.TryReadFrame(ref buffer, IsOpen ? maxFrame : maxHelloFrame, out ReadOnlySequence<byte> body))
                     {
                         HandleFrame(body);
-                        if (Throttle.Ticks > 0 || Backlog.PendingReplies >= maxReplies || Input.IsClosed)
+                        if (Throttle.Ticks > 0 || Backlog.PendingReplies >= maxReplies || Input.IsClosed || AwaitsInterest)
                         {
                             heldBack = true; // the rest of the batch waits in the pipe
                             break;
@@ -127,6 +127,13 @@ internal sealed class FrameSession : ProtocolSession
                     }
 
                     await Backlog.WhenRepliesBelow(maxReplies).ConfigureAwait(false);
+                    if (AwaitsInterest)
+                    {
+                        // Cluster: a subscription change waits until Redis has it, so the PONG after it means
+                        // "live on every node" (spec §4.7, cluster.md §2).
+                        await InterestSettledAsync().ConfigureAwait(false);
+                    }
+
                     continue;
                 }
 

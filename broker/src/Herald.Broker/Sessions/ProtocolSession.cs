@@ -1,6 +1,7 @@
 using System.Buffers;
 using System.Diagnostics;
 using System.Net;
+using Herald.Broker.Cluster;
 using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
 using Herald.Broker.Routing;
@@ -40,7 +41,7 @@ internal readonly record struct Refusal(ErrorCode Code, string? Message)
 /// called from any thread; the subscription table is guarded by <c>_subscriptionsGate</c> so that a close
 /// from another thread never races a subscribe into a leaked route.
 /// </remarks>
-internal abstract class ProtocolSession
+internal abstract class ProtocolSession : INoResponders
 {
     private readonly Lock _subscriptionsGate = new();
     private readonly List<IMessageSink> _toFlush = [];
@@ -52,6 +53,7 @@ internal abstract class ProtocolSession
     private ReplyPermits? _replyPermits; // a restricted identity's reply permissions (spec §10); null while it may publish everywhere
     private bool _noResponders; // granted: a request that reaches no subscription is answered at once (spec §7)
     private FanoutTally? _fanout; // what routing a traced publication did, for its span (made at the first one)
+    private bool _interestChanged; // cluster: this session changed its subscriptions since it last waited for Redis
 
     // Rate limits (publishes; subscription changes), owned by the one caller.
     private TokenBucket _publishes;
@@ -293,6 +295,7 @@ internal abstract class ProtocolSession
 
             _subscriptions.Add(sid, subscription);
             Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
+            _interestChanged = Broker.Cluster is not null;
         }
 
         return default;
@@ -310,9 +313,25 @@ internal abstract class ProtocolSession
             Broker.Router.Remove(subscription);
             _usage?.RemoveSubscriptions(1);
             Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
+            _interestChanged = Broker.Cluster is not null;
         }
 
         return default;
+    }
+
+    /// <summary>
+    /// Cluster: this session changed its subscriptions and Redis does not have every change yet. The transport
+    /// answers the client's next question (a PONG, a long-poll response) only after
+    /// <see cref="InterestSettledAsync"/>, so a subscription the client was told of is live on every node.
+    /// One test of a field on a single node. Caller: the session's input (one at a time).
+    /// </summary>
+    public bool AwaitsInterest => _interestChanged && Broker.Cluster is { IsSettled: false };
+
+    /// <summary>Completes when every subscription change made so far is in Redis (at once on a single node).</summary>
+    public Task InterestSettledAsync()
+    {
+        _interestChanged = false;
+        return Broker.Cluster?.WhenSettledAsync() ?? Task.CompletedTask;
     }
 
     /// <summary>
@@ -667,9 +686,23 @@ internal abstract class ProtocolSession
         }
 
         Broker.Metrics.Published(Transport, deliveries, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
-        if (deliveries == 0 && _noResponders && publish.ReplyTo is { } replyTo)
+        bool unanswered = deliveries == 0 && _noResponders && publish.ReplyTo.HasValue;
+        if (Broker.Cluster is { } cluster)
         {
-            AnswerNoResponders(replyTo);
+            cluster.Forward(publish, unanswered ? this : null); // the other nodes decide whether anyone takes the request
+        }
+        else if (unanswered && AnswerNoResponders(publish.ReplyTo!.Value))
+        {
+            _toFlush.Add(Backlog);
+        }
+    }
+
+    /// <summary>A request of this session reached no subscriber on any node (cluster): answered as on one node, from the cluster's thread.</summary>
+    void INoResponders.NoResponders(ReadOnlyMemory<byte> replyTo)
+    {
+        if (AnswerNoResponders(new ReadOnlySequence<byte>(replyTo)))
+        {
+            Backlog.ScheduleFlush();
         }
     }
 
@@ -707,8 +740,9 @@ internal abstract class ProtocolSession
     /// A request of this session reached no subscription (spec §7): a MESSAGE on its reply_to, with the
     /// no-responders status and nothing else, to this session's own subscriptions that match the reply_to (no
     /// one else's; nothing if it has none). Off the hot path: only a request that found nobody gets here.
+    /// True when the backlog must be woken (by the caller: its batch's flush, or at once).
     /// </summary>
-    private void AnswerNoResponders(in ReadOnlySequence<byte> replyTo)
+    private bool AnswerNoResponders(in ReadOnlySequence<byte> replyTo)
     {
         Broker.Metrics.NoResponders();
         Span<char> stack = stackalloc char[TopicChars.StackLength];
@@ -719,7 +753,7 @@ internal abstract class ProtocolSession
         {
             if (_subscriptions is null || _subscriptionsEnded)
             {
-                return;
+                return false;
             }
 
             foreach (Subscription subscription in _subscriptions.Values)
@@ -733,7 +767,7 @@ internal abstract class ProtocolSession
 
         if (sids is null)
         {
-            return;
+            return false;
         }
 
         // Queued outside the gate: a full backlog may end the session, which takes the gate.
@@ -746,10 +780,7 @@ internal abstract class ProtocolSession
             wake |= (Backlog.Enqueue(frame, sid) & Enqueued.Wake) != 0;
         }
 
-        if (wake)
-        {
-            _toFlush.Add(Backlog);
-        }
+        return wake;
     }
 
     private Refusal TakeToken()

@@ -85,4 +85,19 @@ internal static partial class BrokerLog
 
     [LoggerMessage(2008, LogLevel.Warning, "Authentication failed ({Transport}) from {Remote}: {Reason}")]
     public static partial void AuthenticationFailed(this ILogger logger, string transport, EndPoint? remote, string reason);
+
+    [LoggerMessage(7001, LogLevel.Information, "Cluster node {NodeId:x16} started on Redis channels '{ChannelPrefix}...' (connected: {Connected}).")]
+    public static partial void ClusterStarted(this ILogger logger, ulong nodeId, string channelPrefix, bool connected);
+
+    [LoggerMessage(7002, LogLevel.Warning, "Cluster: Redis {EndPoint} unreachable ({FailureType}): {Reason}. This node serves its own clients and keeps trying; publications meanwhile stay on it (herald.cluster.forward.dropped).")]
+    public static partial void ClusterRedisLost(this ILogger logger, string? endPoint, string failureType, string? reason);
+
+    [LoggerMessage(7003, LogLevel.Information, "Cluster: Redis {EndPoint} reachable again; subscriptions are made again.")]
+    public static partial void ClusterRedisRestored(this ILogger logger, string? endPoint);
+
+    [LoggerMessage(7004, LogLevel.Warning, "Cluster: Redis subscription {Channel} could not be changed: {Reason}. Made again when Redis is back.")]
+    public static partial void ClusterSubscribeFailed(this ILogger logger, string channel, string reason);
+
+    [LoggerMessage(7005, LogLevel.Error, "Cluster: applying subscription changes failed.")]
+    public static partial void ClusterInterestFailed(this ILogger logger, Exception exception);
 }

@@ -220,6 +220,19 @@ internal sealed class BrokerMetrics
         }
     }
 
+    /// <summary>
+    /// Once per publication another node published (Cluster/): delivered here, not published here, so it counts
+    /// deliveries and delivered bytes only.
+    /// </summary>
+    public void Delivered(int deliveries, int frameBytes)
+    {
+        if (deliveries > 0)
+        {
+            Interlocked.Add(ref _totalDelivered, deliveries);
+            Interlocked.Add(ref _totalDeliveredBytes, (long)frameBytes * deliveries);
+        }
+    }
+
     /// <summary>Once per write batch (a drain of a TCP queue, one long-poll response): frames written to one subscriber.</summary>
     public void Sent(string transport, int messages, long bytes)
     {

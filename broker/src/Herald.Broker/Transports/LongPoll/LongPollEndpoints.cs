@@ -100,12 +100,20 @@ internal static class LongPollEndpoints
         HttpExchange.Answer(context, refusal, StatusCodes.Status204NoContent, NoticeHeader);
     });
 
-    /// <summary>Over one of the session's rates, the answer waits its <see cref="ProtocolSession.Throttle"/> (as TCP stops reading).</summary>
+    /// <summary>
+    /// Over one of the session's rates, the answer waits its <see cref="ProtocolSession.Throttle"/> (as TCP stops
+    /// reading); in a cluster, a subscription change is answered once Redis has it (as TCP's PONG).
+    /// </summary>
     private static async Task HoldAsync(HttpContext context, PollSession owner)
     {
         while (owner.Throttle is { Ticks: > 0 } pause) // again if a timer fired early: never before the debt is paid
         {
             await Task.Delay(pause, context.RequestAborted).ConfigureAwait(false);
+        }
+
+        if (owner.AwaitsInterest)
+        {
+            await owner.InterestSettledAsync().WaitAsync(context.RequestAborted).ConfigureAwait(false);
         }
     }
 

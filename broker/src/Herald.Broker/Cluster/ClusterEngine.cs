@@ -1,0 +1,663 @@
+using System.Buffers;
+using System.Security.Cryptography;
+using System.Threading.Channels;
+using Herald.Broker.Compression;
+using Herald.Broker.Delivery;
+using Herald.Broker.Routing;
+using Herald.Broker.Telemetry;
+using Herald.Protocol;
+using Microsoft.Extensions.Logging;
+using StackExchange.Redis;
+
+namespace Herald.Broker.Cluster;
+
+/// <summary>Told, off the publisher's thread, that a request reached no subscriber on any node (spec §7 across nodes).</summary>
+internal interface INoResponders
+{
+    void NoResponders(ReadOnlyMemory<byte> replyTo);
+}
+
+/// <summary>
+/// The cluster engine (spec cluster.md): the one seam between this node and the others, beside the router,
+/// as Centrifugo keeps its broker beside its hub. Sessions hand it what they published
+/// (<see cref="Forward"/>); the router tells it which patterns the node's clients hold
+/// (<see cref="IInterestListener"/>); it alone talks to Redis.
+/// </summary>
+/// <remarks>
+/// <para>
+/// <b>Out.</b> A publication routed on this node is copied once into an envelope (<see cref="ClusterEnvelope"/>)
+/// and queued; one writer task stamps each with this node's next sequence number and PUBLISHes it to
+/// <c>{prefix}{topic}</c>, in that order, on one connection, so Redis receives a node's publications in
+/// sequence order. The queue is bounded in bytes; past it, or while Redis is unreachable, the publication
+/// stays local and is counted.
+/// </para>
+/// <para>
+/// <b>Interest.</b> Patterns gained or lost are queued by the router (under its lock) and applied by one
+/// worker task: the <see cref="InterestCover"/> gives a prefix-free set of Redis channels and globs, so Redis
+/// sends this node each publication at most once, on one subscription. A change of that set (a glob that
+/// now covers an exact channel, or the reverse) is made without a gap or a duplicate: the new
+/// subscriptions are confirmed by Redis first, then the old ones unsubscribed and their queues drained,
+/// and only then are the new queues read, each skipping what an old queue already delivered (per origin,
+/// every sequence number up to the last it delivered, on the topics it covered: the copies Redis sent on
+/// both while both were subscribed). <see cref="WhenSettledAsync"/> completes once every change so far is in
+/// Redis: a client's PING or long-poll subscribe waits for it, so its subscription is live on every node
+/// when it is told so.
+/// </para>
+/// <para>
+/// <b>In.</b> Each Redis subscription is read in order by its own task: an envelope from another node is
+/// routed through this node's router as a publication without a publisher (no-echo never applies; reply
+/// permissions are granted as for a local request), encoded once per form for every local subscriber,
+/// flushed once per batch read. This node's own envelopes, which its globs may bring back, are skipped.
+/// </para>
+/// </remarks>
+internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
+{
+    private readonly ClusterOptions _options;
+    private readonly TopicRouter _router;
+    private readonly MessageEncoder _encoder;
+    private readonly BrokerMetrics _brokerMetrics;
+    private readonly ILogger _log;
+    private readonly int _maxPayloadBytes;
+    private readonly byte[] _channelPrefix;
+
+    private readonly Channel<InterestChange> _changes = Channel.CreateUnbounded<InterestChange>(new UnboundedChannelOptions { SingleReader = true });
+    private readonly Channel<Outbound> _outbound = Channel.CreateUnbounded<Outbound>(new UnboundedChannelOptions { SingleReader = true });
+    private readonly CancellationTokenSource _stop = new();
+    private readonly Lock _settledGate = new();
+    private readonly List<(long Target, TaskCompletionSource Done)> _settledWaiters = [];
+
+    // Owned by the interest worker.
+    private readonly InterestCover _cover = new();
+    private readonly Dictionary<CoverKey, Inbound> _inbound = [];
+
+    private ConnectionMultiplexer? _redis;
+    private ISubscriber? _subscriber;
+    private Task _worker = Task.CompletedTask;
+    private Task _writer = Task.CompletedTask;
+    private long _requested;
+    private long _applied;
+    private long _forwardBytes;
+    private ulong _sequence; // the writer's
+    private volatile bool _running;
+    private volatile CoverKey[] _covering = [];
+
+    public ClusterEngine(ClusterOptions options, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, ILogger log)
+    {
+        _options = options;
+        _router = router;
+        _encoder = encoder;
+        _brokerMetrics = brokerMetrics;
+        _maxPayloadBytes = maxPayloadBytes;
+        _log = log;
+        _channelPrefix = System.Text.Encoding.ASCII.GetBytes(options.ChannelPrefix);
+        NodeId = BitConverter.ToUInt64(RandomNumberGenerator.GetBytes(8)) | 1; // never 0
+    }
+
+    /// <summary>This node's id in the cluster: random at every start, so a restarted node's sequence starts afresh.</summary>
+    public ulong NodeId { get; }
+
+    public ClusterMetrics? Metrics { get; set; }
+
+    public ClusterOptions Options => _options;
+
+    public bool IsConnected => _redis?.IsConnected == true;
+
+    /// <summary>Redis channels and globs this node subscribes to now.</summary>
+    public int RedisSubscriptions => _covering.Length;
+
+    /// <summary>What this node subscribes to in Redis now, as channel and glob names (monitoring).</summary>
+    public IReadOnlyList<string> Covering => [.. _covering.Select(key => key.RedisName(_options.ChannelPrefix))];
+
+    public long ForwardQueueBytes => Interlocked.Read(ref _forwardBytes);
+
+    /// <summary>The Redis endpoints of the configuration (never its password or other options).</summary>
+    public IReadOnlyList<string> RedisEndpoints => [.. ConfigurationOptions.Parse(_options.Redis!).EndPoints.Select(e => e.ToString() ?? "")];
+
+    /// <summary>Pattern changes queued and not yet in Redis.</summary>
+    public long PendingInterest => Math.Max(0, Interlocked.Read(ref _requested) - Interlocked.Read(ref _applied));
+
+    public bool IsSettled => Interlocked.Read(ref _applied) >= Interlocked.Read(ref _requested);
+
+    public async Task StartAsync(CancellationToken cancellationToken)
+    {
+        ConfigurationOptions config = ConfigurationOptions.Parse(_options.Redis!);
+        config.AbortOnConnectFail = false; // start without Redis and keep trying: local traffic is served meanwhile
+        config.BacklogPolicy = BacklogPolicy.FailFast; // unreachable: fail now (counted), never queue behind a dead link
+        config.ConnectTimeout = (int)_options.ConnectTimeout.TotalMilliseconds;
+        config.ClientName ??= $"herald-{NodeId:x16}";
+        _redis = await ConnectionMultiplexer.ConnectAsync(config).ConfigureAwait(false);
+        _redis.ConnectionFailed += (_, e) =>
+        {
+            if (e.ConnectionType == ConnectionType.Subscription || !_redis.IsConnected)
+            {
+                _log.ClusterRedisLost(e.EndPoint?.ToString(), e.FailureType.ToString(), e.Exception?.Message);
+            }
+        };
+        _redis.ConnectionRestored += (_, e) =>
+        {
+            Metrics?.Reconnected();
+            _log.ClusterRedisRestored(e.EndPoint?.ToString());
+            _changes.Writer.TryWrite(InterestChange.Resync); // subscriptions that failed meanwhile are made again
+        };
+        _subscriber = _redis.GetSubscriber();
+        if (!_redis.IsConnected)
+        {
+            _log.ClusterRedisLost(_options.Redis, "NotConnectedAtStart", null);
+        }
+
+        _running = true;
+        _router.Listen(this); // every pattern subscribed so far, then every change
+        _worker = Task.Run(InterestLoopAsync, CancellationToken.None);
+        _writer = Task.Run(WriteLoopAsync, CancellationToken.None);
+        _log.ClusterStarted(NodeId, _options.ChannelPrefix, _redis.IsConnected);
+    }
+
+    public async Task StopAsync(CancellationToken cancellationToken)
+    {
+        // After the sessions' drain (registered before them, stopped after): what they published is sent first.
+        _running = false;
+        _outbound.Writer.TryComplete();
+        _changes.Writer.TryComplete();
+        await Task.WhenAny(_writer, Task.Delay(TimeSpan.FromSeconds(5), CancellationToken.None)).ConfigureAwait(false);
+        _stop.Cancel();
+        await Task.WhenAny(_worker, Task.Delay(TimeSpan.FromSeconds(5), CancellationToken.None)).ConfigureAwait(false);
+        lock (_settledGate)
+        {
+            foreach ((_, TaskCompletionSource done) in _settledWaiters)
+            {
+                done.TrySetResult();
+            }
+
+            _settledWaiters.Clear();
+        }
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        _stop.Cancel();
+        if (_redis is not null)
+        {
+            await _redis.CloseAsync(allowCommandsToComplete: false).ConfigureAwait(false);
+            _redis.Dispose();
+        }
+
+        _stop.Dispose();
+    }
+
+    // ---- Interest (called by the router under its write lock: record only) ----
+
+    public void PatternAdded(string pattern)
+    {
+        Interlocked.Increment(ref _requested);
+        _changes.Writer.TryWrite(new InterestChange(pattern, Added: true));
+    }
+
+    public void PatternRemoved(string pattern)
+    {
+        Interlocked.Increment(ref _requested);
+        _changes.Writer.TryWrite(new InterestChange(pattern, Added: false));
+    }
+
+    /// <summary>Completes when every pattern change queued before this call is in Redis (or failed and was logged: Redis unreachable).</summary>
+    public Task WhenSettledAsync()
+    {
+        long target = Interlocked.Read(ref _requested);
+        if (Interlocked.Read(ref _applied) >= target || !_running)
+        {
+            return Task.CompletedTask;
+        }
+
+        var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        lock (_settledGate)
+        {
+            if (Interlocked.Read(ref _applied) >= target)
+            {
+                return Task.CompletedTask;
+            }
+
+            _settledWaiters.Add((target, done));
+        }
+
+        return done.Task;
+    }
+
+    private async Task InterestLoopAsync()
+    {
+        ChannelReader<InterestChange> changes = _changes.Reader;
+        try
+        {
+            while (await changes.WaitToReadAsync(_stop.Token).ConfigureAwait(false))
+            {
+                long taken = 0;
+                while (changes.TryRead(out InterestChange change))
+                {
+                    if (change.Pattern is null)
+                    {
+                        continue; // resync: the pass below makes what is missing
+                    }
+
+                    taken++;
+                    if (change.Added)
+                    {
+                        _cover.Add(change.Pattern);
+                    }
+                    else
+                    {
+                        _cover.Remove(change.Pattern);
+                    }
+                }
+
+                try
+                {
+                    await ApplyAsync(_cover.Compute()).ConfigureAwait(false);
+                }
+                catch (Exception e) when (e is not OperationCanceledException)
+                {
+                    _log.ClusterInterestFailed(e);
+                }
+
+                Settled(Interlocked.Add(ref _applied, taken));
+            }
+        }
+        catch (OperationCanceledException)
+        {
+            // Stopping.
+        }
+    }
+
+    private void Settled(long applied)
+    {
+        lock (_settledGate)
+        {
+            for (int i = _settledWaiters.Count - 1; i >= 0; i--)
+            {
+                if (_settledWaiters[i].Target <= applied)
+                {
+                    _settledWaiters[i].Done.TrySetResult();
+                    _settledWaiters.RemoveAt(i);
+                }
+            }
+        }
+    }
+
+    /// <summary>Makes Redis hold exactly <paramref name="cover"/>, without a gap or a duplicate (see the remarks). Caller: the interest worker.</summary>
+    private async Task ApplyAsync(HashSet<CoverKey> cover)
+    {
+        List<CoverKey> added = [.. cover.Where(key => !_inbound.ContainsKey(key))];
+        List<CoverKey> removed = [.. _inbound.Keys.Where(key => !cover.Contains(key))];
+        if (added.Count == 0 && removed.Count == 0)
+        {
+            return;
+        }
+
+        // 1. The new subscriptions, confirmed by Redis; not read yet. (All at once: one round trip, not one each.)
+        ChannelMessageQueue?[] queues = await Task.WhenAll(added.Select(SubscribeAsync)).ConfigureAwait(false);
+        var fresh = new List<Inbound>(added.Count);
+        for (int i = 0; i < added.Count; i++)
+        {
+            if (queues[i] is { } queue)
+            {
+                fresh.Add(new Inbound(added[i], queue));
+            }
+        }
+
+        // 2. The old ones unsubscribed and drained: what each delivered is known to the last sequence number.
+        var old = new List<Inbound>(removed.Count);
+        foreach (CoverKey key in removed)
+        {
+            old.Add(_inbound[key]);
+            _inbound.Remove(key);
+        }
+
+        await Task.WhenAll(old.Select(EndAsync)).ConfigureAwait(false);
+        List<Inbound> delivered = [.. old.Where(inbound => inbound.LastDelivered.Count > 0)];
+
+        // 3. The new ones read, skipping the copies an old one delivered.
+        foreach (Inbound inbound in fresh)
+        {
+            List<Handover>? handover = null;
+            foreach (Inbound done in delivered)
+            {
+                if (done.Key.Covers(inbound.Key) || inbound.Key.Covers(done.Key))
+                {
+                    (handover ??= []).Add(new Handover(done.Key, new Dictionary<ulong, ulong>(done.LastDelivered)));
+                }
+            }
+
+            inbound.Skip = handover;
+            _inbound[inbound.Key] = inbound;
+            inbound.Reader = Task.Run(() => ReadLoopAsync(inbound));
+        }
+
+        _covering = [.. _inbound.Keys];
+    }
+
+    /// <summary>Unsubscribes one subscription and waits until its reader has routed everything its queue held.</summary>
+    private async Task EndAsync(Inbound inbound)
+    {
+        try
+        {
+            await inbound.Queue.UnsubscribeAsync().ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            _log.ClusterSubscribeFailed(inbound.Key.RedisName(_options.ChannelPrefix), e.Message); // gone locally; Redis drops it with the connection
+        }
+
+        if (await Task.WhenAny(inbound.Reader, Task.Delay(TimeSpan.FromSeconds(5), _stop.Token)).ConfigureAwait(false) != inbound.Reader)
+        {
+            inbound.Stop.Cancel(); // its queue was not completed (the unsubscribe failed): end the reader here
+            await inbound.Reader.ConfigureAwait(false);
+        }
+
+        inbound.Stop.Dispose();
+    }
+
+    private async Task<ChannelMessageQueue?> SubscribeAsync(CoverKey key)
+    {
+        string name = key.RedisName(_options.ChannelPrefix);
+        RedisChannel channel = key.IsPrefix ? RedisChannel.Pattern(name) : RedisChannel.Literal(name);
+        try
+        {
+            return await _subscriber!.SubscribeAsync(channel).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            // Not made (Redis unreachable): forget whatever the client registered, and make it again at the next resync.
+            _log.ClusterSubscribeFailed(name, e.Message);
+            try
+            {
+                await _subscriber!.UnsubscribeAsync(channel, handler: null, CommandFlags.FireAndForget).ConfigureAwait(false);
+            }
+            catch (Exception again) when (again is RedisException or TimeoutException)
+            {
+                // Unreachable still: it is gone locally all the same.
+            }
+
+            return null;
+        }
+    }
+
+    // ---- In: other nodes' publications ----
+
+    private async Task ReadLoopAsync(Inbound inbound)
+    {
+        var toFlush = new List<IMessageSink>();
+        using var stop = CancellationTokenSource.CreateLinkedTokenSource(_stop.Token, inbound.Stop.Token);
+        try
+        {
+            while (true)
+            {
+                if (!inbound.Queue.TryRead(out ChannelMessage message))
+                {
+                    Flush(toFlush); // once per batch read, never per message
+                    message = await inbound.Queue.ReadAsync(stop.Token).ConfigureAwait(false);
+                }
+
+                Deliver(inbound, (ReadOnlyMemory<byte>)message.Message, toFlush);
+            }
+        }
+        catch (Exception e) when (e is ChannelClosedException or OperationCanceledException)
+        {
+            // Unsubscribed (and drained), or stopping.
+        }
+        finally
+        {
+            Flush(toFlush);
+        }
+    }
+
+    private void Deliver(Inbound inbound, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
+    {
+        if (!ClusterEnvelope.TryRead(bytes, out ulong origin, out ulong sequence, out ReadOnlyMemory<byte> body))
+        {
+            Metrics?.InvalidOne();
+            return;
+        }
+
+        if (origin == NodeId)
+        {
+            return; // our own, back through a glob: delivered here already
+        }
+
+        try
+        {
+            PublishFrame publish = ClusterEnvelope.ReadPublish(body);
+            if (inbound.Skip is { } skip && SkipCopy(inbound, skip, origin, sequence, publish.Topic))
+            {
+                Metrics?.Duplicate();
+                return;
+            }
+
+            inbound.LastDelivered[origin] = sequence;
+            int deliveries = Route(publish, toFlush);
+            Metrics?.ReceivedOne();
+            _brokerMetrics.Delivered(deliveries, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
+        }
+        catch (ProtocolException)
+        {
+            Metrics?.InvalidOne(); // not a PUBLISH, or a Zstd payload that does not decompress within max_payload
+        }
+    }
+
+    /// <summary>Routes another node's publication here: the same router, forms and flushes as a local one, without a publisher.</summary>
+    private int Route(in PublishFrame publish, List<IMessageSink> toFlush)
+    {
+        if ((publish.Flags & PayloadFlags.Zstd) == 0)
+        {
+            return _router.Publish(publish, origin: null, toFlush, _encoder);
+        }
+
+        int length = Zstd.Decompress(publish.Payload, _maxPayloadBytes - (int)publish.Headers.Length, out byte[] plain);
+        try
+        {
+            return _router.Publish(publish, origin: null, toFlush, _encoder, plain.AsSpan(0, length));
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(plain);
+        }
+    }
+
+    /// <summary>
+    /// A copy an old subscription already delivered: from <paramref name="origin"/>, at or below the last
+    /// sequence number it delivered from there, on a topic it covered. A later number from an origin means
+    /// every copy from it is past: its entry goes, and the table with its last entry.
+    /// </summary>
+    private static bool SkipCopy(Inbound inbound, List<Handover> skip, ulong origin, ulong sequence, in ReadOnlySequence<byte> topic)
+    {
+        ReadOnlySpan<byte> name = topic.IsSingleSegment ? topic.FirstSpan : topic.ToArray();
+        bool copy = false;
+        for (int i = skip.Count - 1; i >= 0; i--)
+        {
+            Handover entry = skip[i];
+            if (!entry.LastDelivered.TryGetValue(origin, out ulong last))
+            {
+                continue;
+            }
+
+            if (sequence > last)
+            {
+                entry.LastDelivered.Remove(origin);
+                if (entry.LastDelivered.Count == 0)
+                {
+                    skip.RemoveAt(i);
+                }
+            }
+            else if (entry.Key.Matches(name))
+            {
+                copy = true;
+            }
+        }
+
+        if (skip.Count == 0)
+        {
+            inbound.Skip = null;
+        }
+
+        return copy;
+    }
+
+    private static void Flush(List<IMessageSink> toFlush)
+    {
+        int count = toFlush.Count;
+        if (count == 1)
+        {
+            toFlush[0].Flush();
+        }
+        else
+        {
+            for (int i = 0; i < count; i++)
+            {
+                toFlush[i].ScheduleFlush();
+            }
+        }
+
+        toFlush.Clear();
+    }
+
+    // ---- Out: this node's publications ----
+
+    /// <summary>
+    /// Sends a publication routed on this node to the other nodes (one copy into the queue; the caller's bytes
+    /// are not kept). With <paramref name="request"/>, a request that reached nobody here: it is told if no
+    /// other node received it either.
+    /// </summary>
+    public void Forward(in PublishFrame publish, INoResponders? request = null)
+    {
+        if (!_running)
+        {
+            return;
+        }
+
+        byte[] envelope = ClusterEnvelope.Write(publish, NodeId);
+        long size = envelope.Length + _channelPrefix.Length + publish.Topic.Length;
+        if (Interlocked.Add(ref _forwardBytes, size) > _options.MaxForwardQueueBytes)
+        {
+            Interlocked.Add(ref _forwardBytes, -size);
+            Metrics?.DroppedQueueFull();
+            request?.NoResponders(publish.ReplyTo!.Value.ToArray()); // nothing will reach the other nodes
+            return;
+        }
+
+        byte[] channel = new byte[_channelPrefix.Length + publish.Topic.Length];
+        _channelPrefix.CopyTo(channel, 0);
+        publish.Topic.CopyTo(channel.AsSpan(_channelPrefix.Length));
+        byte[]? replyTo = request is null ? null : publish.ReplyTo!.Value.ToArray();
+        if (!_outbound.Writer.TryWrite(new Outbound(channel, envelope, size, request, replyTo)))
+        {
+            Interlocked.Add(ref _forwardBytes, -size); // stopping
+        }
+    }
+
+    private async Task WriteLoopAsync()
+    {
+        ChannelReader<Outbound> outbound = _outbound.Reader;
+        while (await outbound.WaitToReadAsync().ConfigureAwait(false))
+        {
+            while (outbound.TryRead(out Outbound item))
+            {
+                Interlocked.Add(ref _forwardBytes, -item.Size);
+                Send(item);
+            }
+        }
+    }
+
+    // Caller: the writer, one at a time, in queue order: the sequence numbers go to Redis in order.
+    private void Send(Outbound item)
+    {
+        var channel = new RedisChannel(item.Channel, RedisChannel.PatternMode.Literal);
+        if (!_redis!.IsConnected)
+        {
+            Metrics?.DroppedDisconnected();
+            item.Request?.NoResponders(item.ReplyTo!);
+            return;
+        }
+
+        ClusterEnvelope.Stamp(item.Envelope, ++_sequence);
+        try
+        {
+            if (item.Request is null)
+            {
+                _subscriber!.Publish(channel, item.Envelope, CommandFlags.FireAndForget);
+            }
+            else
+            {
+                // A request nobody here took: Redis says how many subscriptions received it (ours among them if a glob of ours covers it).
+                Task<long> receivers = _subscriber!.PublishAsync(channel, item.Envelope);
+                _ = AnswerAsync(receivers, item);
+            }
+
+            Metrics?.SentOne();
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            Metrics?.DroppedDisconnected();
+            item.Request?.NoResponders(item.ReplyTo!);
+        }
+    }
+
+    private async Task AnswerAsync(Task<long> receivers, Outbound item)
+    {
+        long count;
+        try
+        {
+            count = await receivers.ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            count = 0;
+        }
+
+        ReadOnlySpan<byte> topic = item.Channel.AsSpan(_channelPrefix.Length);
+        if (count > 0 && CoversOwn(topic))
+        {
+            count--; // our own subscription, not another node's
+        }
+
+        if (count <= 0)
+        {
+            item.Request!.NoResponders(item.ReplyTo!);
+        }
+    }
+
+    private bool CoversOwn(ReadOnlySpan<byte> topic)
+    {
+        foreach (CoverKey key in _covering)
+        {
+            if (key.Matches(topic))
+            {
+                return true;
+            }
+        }
+
+        return false;
+    }
+
+    private readonly record struct InterestChange(string? Pattern, bool Added)
+    {
+        public static InterestChange Resync => new(null, false);
+    }
+
+    private readonly record struct Outbound(byte[] Channel, byte[] Envelope, long Size, INoResponders? Request, byte[]? ReplyTo);
+
+    private sealed record Handover(CoverKey Key, Dictionary<ulong, ulong> LastDelivered);
+
+    /// <summary>One Redis subscription of this node and its reader.</summary>
+    private sealed class Inbound(CoverKey key, ChannelMessageQueue queue)
+    {
+        public CoverKey Key { get; } = key;
+
+        public ChannelMessageQueue Queue { get; } = queue;
+
+        public Task Reader { get; set; } = Task.CompletedTask;
+
+        public CancellationTokenSource Stop { get; } = new();
+
+        /// <summary>Per origin, the last sequence number this subscription delivered. The reader's; read by the worker once the reader ended.</summary>
+        public Dictionary<ulong, ulong> LastDelivered { get; } = [];
+
+        /// <summary>Copies to skip after a change of subscriptions; null once none is left. The reader's.</summary>
+        public List<Handover>? Skip { get; set; }
+    }
+}

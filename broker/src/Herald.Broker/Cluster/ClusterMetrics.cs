@@ -1,0 +1,66 @@
+using System.Diagnostics.Metrics;
+using Herald.Broker.Telemetry;
+
+namespace Herald.Broker.Cluster;
+
+/// <summary>
+/// The cluster engine's instruments, on the broker's one meter (as Compression/ has its own). Per-message
+/// counts are running totals read when the exporter collects (one interlocked add per publication, none
+/// per subscriber); <c>/varz</c> reads the same totals.
+/// </summary>
+internal sealed class ClusterMetrics
+{
+    private readonly Counter<long> _reconnects;
+    private long _sent;
+    private long _received;
+    private long _droppedQueueFull;
+    private long _droppedDisconnected;
+    private long _duplicates;
+    private long _invalid;
+
+    public ClusterMetrics(IMeterFactory meterFactory, ClusterEngine engine)
+    {
+        Meter meter = meterFactory.Create(BrokerMetrics.MeterName);
+        meter.CreateObservableCounter("herald.cluster.messages.sent", () => Sent, "{message}", "Publications this node sent to Redis for the other nodes.");
+        meter.CreateObservableCounter("herald.cluster.messages.received", () => Received, "{message}", "Publications of other nodes this node received from Redis and routed.");
+        meter.CreateObservableCounter(
+            "herald.cluster.forward.dropped",
+            () => new[]
+            {
+                new Measurement<long>(Interlocked.Read(ref _droppedQueueFull), new KeyValuePair<string, object?>("reason", "queue_full")),
+                new Measurement<long>(Interlocked.Read(ref _droppedDisconnected), new KeyValuePair<string, object?>("reason", "disconnected")),
+            },
+            "{message}",
+            "Publications delivered on this node only, not sent to the other nodes: the forward queue was full, or Redis was unreachable.");
+        meter.CreateObservableCounter("herald.cluster.duplicates", () => Duplicates, "{message}", "Copies Redis sent twice while this node changed its subscriptions, skipped.");
+        meter.CreateObservableCounter("herald.cluster.invalid", () => Invalid, "{message}", "Messages on this cluster's channels that were not a Herald envelope, skipped.");
+        _reconnects = meter.CreateCounter<long>("herald.cluster.reconnects", "{connection}", "Times the connection to Redis was restored after a failure.");
+        meter.CreateObservableGauge("herald.cluster.redis.connected", () => engine.IsConnected ? 1 : 0, "1", "1 while this node is connected to Redis.");
+        meter.CreateObservableGauge("herald.cluster.subscriptions", () => engine.RedisSubscriptions, "{subscription}", "Redis channels and patterns this node subscribes to.");
+        meter.CreateObservableGauge("herald.cluster.forward.queue", () => engine.ForwardQueueBytes, "By", "Bytes of publications waiting to be sent to Redis.");
+    }
+
+    public long Sent => Interlocked.Read(ref _sent);
+
+    public long Received => Interlocked.Read(ref _received);
+
+    public long Dropped => Interlocked.Read(ref _droppedQueueFull) + Interlocked.Read(ref _droppedDisconnected);
+
+    public long Duplicates => Interlocked.Read(ref _duplicates);
+
+    public long Invalid => Interlocked.Read(ref _invalid);
+
+    public void SentOne() => Interlocked.Increment(ref _sent);
+
+    public void ReceivedOne() => Interlocked.Increment(ref _received);
+
+    public void DroppedQueueFull() => Interlocked.Increment(ref _droppedQueueFull);
+
+    public void DroppedDisconnected() => Interlocked.Increment(ref _droppedDisconnected);
+
+    public void Duplicate() => Interlocked.Increment(ref _duplicates);
+
+    public void InvalidOne() => Interlocked.Increment(ref _invalid);
+
+    public void Reconnected() => _reconnects.Add(1);
+}

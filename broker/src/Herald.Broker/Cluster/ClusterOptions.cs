@@ -1,0 +1,36 @@
+using System.ComponentModel.DataAnnotations;
+
+namespace Herald.Broker.Cluster;
+
+/// <summary>
+/// <c>Herald:Cluster</c>: many Herald nodes, one topic space, over Redis pub/sub (spec: cluster.md). Off
+/// unless <see cref="Redis"/> is set: the single-node broker has no cluster engine and pays nothing for it.
+/// </summary>
+public sealed class ClusterOptions
+{
+    /// <summary>
+    /// A StackExchange.Redis configuration string (<c>redis:6379</c>, <c>host1:6379,host2:6379,password=...,ssl=true</c>):
+    /// the Redis every node of the cluster shares. Empty: no cluster.
+    /// </summary>
+    public string? Redis { get; set; }
+
+    /// <summary>
+    /// What every Redis channel of this cluster starts with (<c>herald:</c> then the topic): clusters that
+    /// share one Redis keep apart by it. Every node of a cluster must use the same.
+    /// </summary>
+    [Required, StringLength(64, MinimumLength = 1)]
+    public string ChannelPrefix { get; set; } = "herald:";
+
+    /// <summary>
+    /// Bytes of publications waiting to be sent to Redis (a copy of each, 18 bytes more than its PUBLISH);
+    /// past it a publication is delivered on this node only and counted
+    /// (<c>herald.cluster.forward.dropped</c>, reason <c>queue_full</c>).
+    /// </summary>
+    [Range(1024, long.MaxValue)]
+    public long MaxForwardQueueBytes { get; set; } = 64L * 1024 * 1024;
+
+    /// <summary>How long the first connection to Redis may take at start before the node starts without it (and keeps trying).</summary>
+    public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(5);
+
+    public bool Enabled => !string.IsNullOrWhiteSpace(Redis);
+}

@@ -1,0 +1,210 @@
+using System.Text.Json;
+using Herald.Broker.Tests.Infrastructure;
+using Herald.Client;
+using Herald.Protocol;
+
+namespace Herald.Broker.Tests;
+
+/// <summary>
+/// Issue 14, one topic space: three real Herald nodes on one real <c>redis-server</c>, clients over TCP and
+/// long-poll on different nodes. Absence is proved by a marker published after what must not arrive, on
+/// the same path (the same publisher, the same node), and read by the same subscriber; counters are each
+/// node's own engine's.
+/// </summary>
+public sealed class ClusterTests
+{
+    [Fact]
+    public async Task A_publication_on_one_node_reaches_matching_subscribers_on_every_node_once_over_TCP_and_long_poll()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3);
+        await using var local = await ProtocolClient.OpenAsync(cluster[0].Port, "local");           // the publisher's node, exact
+        await using var euOnly = await ProtocolClient.OpenAsync(cluster[1].Port, "eu-only");       // another node, '*'
+        LongPollClient all = await LongPollClient.CreateAsync(cluster[2].Http);                     // a third node, '>', long-poll
+        await local.SubscribeAsync(1, "orders.1.eu");
+        await local.SubscribeAsync(2, "marker");
+        await euOnly.SubscribeAsync(1, "orders.*.eu");
+        await euOnly.SubscribeAsync(2, "marker");
+        await all.SubscribeAsync(1, "orders.>"); // answered once the node's Redis subscription is made
+        await all.SubscribeAsync(2, "marker");
+        await local.PingPongAsync(); // the PONG comes once Redis has the subscriptions: live on every node
+        await euOnly.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+
+        await publisher.PublishAsync("orders.1.eu", "one");
+        await publisher.PublishAsync("orders.2.us", "two");
+        await publisher.PublishAsync("orders.3.eu.late", "three");
+        await publisher.PublishAsync("marker", "end");
+
+        Assert.Equal(["orders.1.eu:one", "marker:end"], await UntilMarkerAsync(local));      // from its own node, not again from Redis
+        Assert.Equal(["orders.1.eu:one", "marker:end"], await UntilMarkerAsync(euOnly));     // '*' is one token: not orders.3.eu.late
+        List<string> polled = [];
+        for (long ack = 0; !polled.Contains("marker:end");)
+        {
+            PollResult poll = await all.PollAsync(ack);
+            polled.AddRange(poll.Messages.Select(m => $"{m.Topic}:{m.Text}"));
+            ack = poll.Count > 0 ? poll.LastSequence : ack;
+        }
+
+        Assert.Equal(["orders.1.eu:one", "orders.2.us:two", "orders.3.eu.late:three", "marker:end"], polled);
+        Assert.Equal(0, cluster[0].Engine().Metrics!.Received); // its own publications are never routed twice
+        Assert.Equal(4, cluster[2].Engine().Metrics!.Received);
+    }
+
+    [Fact]
+    public async Task A_node_receives_only_what_its_clients_are_interested_in()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2);
+        await using var subscriber = await ProtocolClient.OpenAsync(cluster[1].Port, "subscriber");
+        await subscriber.SubscribeAsync(1, "wanted.>");
+        await subscriber.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+
+        for (int i = 0; i < 20; i++)
+        {
+            await publisher.PublishAsync($"unwanted.{i}", "x");
+        }
+
+        await publisher.PublishAsync("wanted.marker", "end");
+        Frame marker = await subscriber.ReadMessageAsync();
+
+        Assert.Equal("wanted.marker", marker.Topic);
+        Assert.Equal(1, cluster[1].Engine().Metrics!.Received); // the 20 others never left Redis for this node
+        Assert.Equal(21, cluster[0].Engine().Metrics!.Sent);
+        Assert.Equal(["herald:wanted.*"], cluster[1].Engine().Covering);
+    }
+
+    [Fact]
+    public async Task Request_reply_crosses_nodes_and_a_request_nobody_serves_on_any_node_fails_at_once()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2);
+        await using HeraldClient responder = new($"tcp://127.0.0.1:{cluster[1].Port}");
+        await using HeraldSubscription serving = await responder.SubscribeAsync("svc.echo", async m =>
+            await responder.PublishAsync(m.ReplyTo!, "echo: " + m.GetString()));
+        await responder.FlushAsync(); // PING/PONG: the subscription is in Redis
+        await using HeraldClient requester = new($"tcp://127.0.0.1:{cluster[0].Port}");
+        await using HeraldClient pollRequester = new($"http://127.0.0.1:{cluster[0].HttpPort}");
+
+        Assert.Equal("echo: hi", (await requester.RequestAsync("svc.echo", "hi", TimeSpan.FromSeconds(30))).GetString());
+        Assert.Equal("echo: poll", (await pollRequester.RequestAsync("svc.echo", "poll", TimeSpan.FromSeconds(30))).GetString());
+
+        // Nobody on either node: a no-responders status, not the 60 s timeout (a hang bound, not a time measured).
+        await Assert.ThrowsAsync<HeraldNoRespondersException>(() => requester.RequestAsync("svc.nobody", "x", TimeSpan.FromSeconds(60)));
+        await Assert.ThrowsAsync<HeraldNoRespondersException>(() => pollRequester.RequestAsync("svc.nobody", "x", TimeSpan.FromSeconds(60)));
+    }
+
+    [Fact]
+    public async Task A_subscriber_gets_every_message_once_and_in_order_while_its_node_widens_and_narrows_its_Redis_subscriptions()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2);
+        await using var steady = await ProtocolClient.OpenAsync(cluster[1].Port, "steady");
+        await steady.SubscribeAsync(1, "stream.a");
+        await steady.PingPongAsync();
+        await using var churn = await ProtocolClient.OpenAsync(cluster[1].Port, "churn");
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+        const int Count = 10_000;
+
+        Task publishing = Task.Run(async () =>
+        {
+            for (int i = 0; i < Count; i++)
+            {
+                await publisher.PublishAsync("stream.a", i.ToString(System.Globalization.CultureInfo.InvariantCulture));
+                if (i % 20 == 19)
+                {
+                    await publisher.PingPongAsync(); // paced: the stream spans many subscription changes
+                }
+            }
+
+            await publisher.PingPongAsync();
+        });
+
+        // Meanwhile: 'stream.>' makes the node trade its exact channel for a glob, and back again when it goes.
+        for (uint sid = 1; !publishing.IsCompleted; sid++)
+        {
+            await churn.SubscribeAsync(sid, "stream.>");
+            await churn.PingPongAsync();
+            await churn.UnsubscribeAsync(sid);
+            await churn.PingPongAsync();
+        }
+
+        await publishing;
+        var received = new List<int>(Count);
+        while (received.Count < Count)
+        {
+            Frame message = await steady.ReadMessageAsync();
+            received.Add(int.Parse(message.Text, System.Globalization.CultureInfo.InvariantCulture));
+        }
+
+        Assert.Equal(Enumerable.Range(0, Count), received); // none lost, none twice, in order
+        await publisher.PublishAsync("stream.a", "marker");
+        Assert.Equal("marker", (await steady.ReadMessageAsync()).Text); // and nothing after the last one but the marker
+    }
+
+    [Fact]
+    public async Task A_node_that_loses_Redis_serves_its_own_clients_says_so_and_joins_again_when_Redis_is_back()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2);
+        await using var remote = await ProtocolClient.OpenAsync(cluster[1].Port, "remote");
+        await remote.SubscribeAsync(1, "news");
+        await remote.PingPongAsync();
+        await using var local = await ProtocolClient.OpenAsync(cluster[0].Port, "local");
+        await local.SubscribeAsync(1, "news");
+        await local.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+        await publisher.PublishAsync("news", "before");
+        Assert.Equal("before", (await remote.ReadMessageAsync()).Text);
+        Assert.Equal("before", (await local.ReadMessageAsync()).Text);
+
+        cluster.Redis.Kill();
+        await WaitUntilAsync(() => !cluster[0].Engine().IsConnected, "node 0 sees Redis gone");
+        await publisher.PublishAsync("news", "during");
+        Assert.Equal("during", (await local.ReadMessageAsync()).Text); // local traffic goes on
+        await WaitUntilAsync(() => cluster[0].Engine().Metrics!.Dropped == 1, "what it could not forward is counted"); // by the sender, after the routing
+        using (JsonDocument varz = JsonDocument.Parse(await cluster[0].Monitoring.GetStringAsync("/varz")))
+        {
+            Assert.False(varz.RootElement.GetProperty("cluster").GetProperty("connected").GetBoolean());
+        }
+
+        using (JsonDocument ready = JsonDocument.Parse(await cluster[0].Monitoring.GetStringAsync("/readyz")))
+        {
+            Assert.Equal("redis unreachable", ready.RootElement.GetProperty("cluster").GetString()); // and still 200: it serves its clients
+        }
+
+        await cluster.Redis.RestartAsync();
+        await WaitUntilAsync(() => cluster[0].Engine().IsConnected && cluster[1].Engine().IsConnected, "both nodes back on Redis");
+
+        // Resubscribed: publications cross again (the first ones may go before node 1's subscription is back).
+        for (int i = 0; ; i++)
+        {
+            await publisher.PublishAsync("news", $"after {i}");
+            Assert.Equal($"after {i}", (await local.ReadMessageAsync()).Text);
+            Frame? crossed = await remote.TryReadAsync(TimeSpan.FromMilliseconds(500)).ContinueWith(t => t.IsCompletedSuccessfully ? t.Result : null);
+            if (crossed is not null)
+            {
+                Assert.StartsWith("after ", crossed.Text, StringComparison.Ordinal);
+                break;
+            }
+
+            Assert.True(i < 120, "node 1 never received again after Redis came back");
+        }
+    }
+
+    private static async Task<List<string>> UntilMarkerAsync(ProtocolClient client)
+    {
+        var seen = new List<string>();
+        while (seen.Count == 0 || seen[^1] != "marker:end")
+        {
+            Frame message = await client.ReadMessageAsync();
+            seen.Add($"{message.Topic}:{message.Text}");
+        }
+
+        return seen;
+    }
+
+    private static async Task WaitUntilAsync(Func<bool> condition, string what)
+    {
+        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); !condition(); await Task.Delay(20))
+        {
+            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}");
+        }
+    }
+}

@@ -1,0 +1,129 @@
+using System.Diagnostics;
+using System.Net;
+using System.Net.Sockets;
+
+namespace Herald.Broker.Tests.Infrastructure;
+
+/// <summary>
+/// A real <c>redis-server</c> (Debian package <c>redis-server</c>; <c>.ci/run</c> installs it) started as a child on a
+/// free loopback port, without persistence. It can be killed and started again on the same port (a Redis
+/// restart under the cluster). Disposing kills it.
+/// </summary>
+public sealed class RedisServer : IAsyncDisposable
+{
+    private Process? _process;
+    private readonly List<string> _output = [];
+
+    private RedisServer(int port) => Port = port;
+
+    public int Port { get; }
+
+    /// <summary>What <c>Herald:Cluster:Redis</c> takes.</summary>
+    public string Configuration => $"127.0.0.1:{Port}";
+
+    public static async Task<RedisServer> StartAsync()
+    {
+        var server = new RedisServer(FreePort());
+        await server.LaunchAsync();
+        return server;
+    }
+
+    /// <summary>Starts it again on its port, after <see cref="Kill"/>.</summary>
+    public Task RestartAsync() => LaunchAsync();
+
+    private async Task LaunchAsync()
+    {
+        var start = new ProcessStartInfo("redis-server")
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            UseShellExecute = false,
+        };
+        foreach (string argument in new[] { "--port", Port.ToString(System.Globalization.CultureInfo.InvariantCulture), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no" })
+        {
+            start.ArgumentList.Add(argument);
+        }
+
+        Process process;
+        try
+        {
+            process = Process.Start(start) ?? throw new InvalidOperationException("redis-server did not start.");
+        }
+        catch (System.ComponentModel.Win32Exception e)
+        {
+            throw new InvalidOperationException("redis-server is not installed (Debian package 'redis-server'; .ci/run installs it). The cluster tests run against a real Redis.", e);
+        }
+
+        process.OutputDataReceived += (_, e) => Keep(e.Data);
+        process.ErrorDataReceived += (_, e) => Keep(e.Data);
+        process.BeginOutputReadLine();
+        process.BeginErrorReadLine();
+        _process = process;
+        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); ; await Task.Delay(20))
+        {
+            if (process.HasExited)
+            {
+                throw new InvalidOperationException($"redis-server exited with {process.ExitCode}:\n{string.Join('\n', _output)}");
+            }
+
+            if (await AcceptsAsync())
+            {
+                return;
+            }
+
+            if (DateTime.UtcNow > deadline)
+            {
+                throw new TimeoutException($"redis-server did not listen on {Port} within 30 s:\n{string.Join('\n', _output)}");
+            }
+        }
+    }
+
+    private void Keep(string? line)
+    {
+        if (line is not null)
+        {
+            lock (_output)
+            {
+                _output.Add(line);
+            }
+        }
+    }
+
+    private async Task<bool> AcceptsAsync()
+    {
+        using var client = new TcpClient();
+        try
+        {
+            await client.ConnectAsync(IPAddress.Loopback, Port);
+            return true;
+        }
+        catch (SocketException)
+        {
+            return false;
+        }
+    }
+
+    /// <summary>SIGKILL, and waits for the exit: every connection to it is cut.</summary>
+    public void Kill()
+    {
+        if (_process is { HasExited: false } process)
+        {
+            process.Kill();
+            process.WaitForExit(10_000);
+        }
+    }
+
+    public ValueTask DisposeAsync()
+    {
+        Kill();
+        _process?.Dispose();
+        return ValueTask.CompletedTask;
+    }
+
+    private static int FreePort()
+    {
+        using var listener = new TcpListener(IPAddress.Loopback, 0);
+        listener.Start();
+        return ((IPEndPoint)listener.LocalEndpoint).Port;
+    }
+}

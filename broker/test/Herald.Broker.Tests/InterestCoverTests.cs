@@ -1,0 +1,80 @@
+using Herald.Broker.Cluster;
+
+namespace Herald.Broker.Tests;
+
+/// <summary>
+/// The Redis subscriptions a cluster node makes for its patterns (spec cluster.md §2): one key per pattern,
+/// exact or the literal prefix before the first wildcard, and a prefix-free cover of them, so no topic
+/// matches two of a node's Redis subscriptions.
+/// </summary>
+public sealed class InterestCoverTests
+{
+    [Theory]
+    [InlineData("a.b.c", "a.b.c", false)]
+    [InlineData("a.b.*", "a.b.", true)]
+    [InlineData("a.*.c", "a.", true)]
+    [InlineData("a.>", "a.", true)]
+    [InlineData("*.b", "", true)]
+    [InlineData(">", "", true)]
+    [InlineData("_INBOX.4f2a.x.>", "_INBOX.4f2a.x.", true)]
+    public void A_pattern_maps_to_its_exact_channel_or_its_literal_prefix(string pattern, string literal, bool isPrefix)
+    {
+        Assert.Equal(new CoverKey(literal, isPrefix), CoverKey.Of(pattern));
+    }
+
+    [Fact]
+    public void The_cover_leaves_out_every_key_a_shorter_prefix_covers()
+    {
+        var cover = new InterestCover();
+        foreach (string pattern in new[] { "a.b.c", "a.b.*", "a.b.x.>", "a.bc", "ab.>", "z.q" })
+        {
+            cover.Add(pattern);
+        }
+
+        Assert.Equal(
+            new HashSet<CoverKey> { new("a.b.", true), new("a.bc", false), new("ab.", true), new("z.q", false) },
+            cover.Compute()); // a.b.c and a.b.x. are under a.b.; "a.bc" and "ab." are not (token boundaries)
+
+        cover.Add("*.q");
+        Assert.Equal(new HashSet<CoverKey> { new("", true) }, cover.Compute()); // a leading wildcard: every topic
+
+        cover.Remove("*.q");
+        cover.Remove("a.b.*");
+        Assert.Equal(
+            new HashSet<CoverKey> { new("a.b.c", false), new("a.b.x.", true), new("a.bc", false), new("ab.", true), new("z.q", false) },
+            cover.Compute()); // narrowed again: the keys the glob hid come back
+    }
+
+    [Fact]
+    public void A_key_counts_its_patterns_and_goes_with_the_last()
+    {
+        var cover = new InterestCover();
+        cover.Add("a.*");
+        cover.Add("a.>"); // the same key
+        cover.Remove("a.*");
+        Assert.Equal(new HashSet<CoverKey> { new("a.", true) }, cover.Compute());
+        cover.Remove("a.>");
+        Assert.Empty(cover.Compute());
+        cover.Remove("never.added"); // ignored
+        Assert.Equal(0, cover.KeyCount);
+    }
+
+    [Theory]
+    [InlineData("a.b", "a.b", false, true)]
+    [InlineData("a.b", "a.bc", false, false)]
+    [InlineData("a.", "a.b.c", true, true)]
+    [InlineData("a.", "ab.c", true, false)]
+    [InlineData("", "anything", true, true)]
+    public void A_key_matches_topics_as_Redis_would(string literal, string topic, bool isPrefix, bool matches)
+    {
+        Assert.Equal(matches, new CoverKey(literal, isPrefix).Matches(System.Text.Encoding.ASCII.GetBytes(topic)));
+    }
+
+    [Fact]
+    public void Glob_characters_in_a_prefix_are_escaped_and_an_exact_channel_is_left_as_it_is()
+    {
+        Assert.Equal(@"herald:a\?\[x\]\\.*", CoverKey.Of(@"a?[x]\.>").RedisName("herald:"));
+        Assert.Equal("herald:a?[x]", CoverKey.Of("a?[x]").RedisName("herald:"));
+        Assert.Equal("herald:*", CoverKey.Of(">").RedisName("herald:"));
+    }
+}
