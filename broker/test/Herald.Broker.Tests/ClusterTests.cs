@@ -1,4 +1,5 @@
 using System.Text.Json;
+using Herald.Broker.Security;
 using Herald.Broker.Tests.Infrastructure;
 using Herald.Client;
 using Herald.Protocol;
@@ -185,6 +186,92 @@ public sealed class ClusterTests
             }
 
             Assert.True(i < 120, "node 1 never received again after Redis came back");
+        }
+    }
+
+    [Fact]
+    public async Task Isolation_holds_across_nodes_a_responder_answers_only_what_it_was_delivered_and_nobody_reads_another_identitys_inbox()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
+        {
+            o.Security.Auth.Mode = AuthMode.Token;
+            o.Security.Auth.FailureDelay = TimeSpan.Zero;
+            o.Security.Auth.Tokens.Add(Token("alice", AliceToken, publish: ["svc.>"], subscribe: []));
+            o.Security.Auth.Tokens.Add(Token("bob", BobToken, publish: [], subscribe: ["svc.>"]));
+            o.Security.Auth.Tokens.Add(Token("eve", EveToken, publish: ["svc.>"], subscribe: ["svc.>"])); // no grant of others' inboxes (spec §10)
+        });
+        await using var alice = await ProtocolClient.OpenAsync(cluster[0].Port, "alice", auth: AliceToken);
+        string inbox = Identity.InboxPrefixOf("alice") + ".req";
+        await alice.SubscribeAsync(1, inbox + ".>");
+        await alice.PingPongAsync();
+        await using var bob = await ProtocolClient.OpenAsync(cluster[1].Port, "bob", auth: BobToken);
+        await bob.SubscribeAsync(1, "svc.>");
+        await bob.PingPongAsync();
+        await using var eve = await ProtocolClient.OpenAsync(cluster[1].Port, "eve", auth: EveToken);
+
+        // Eve, on the responder's node, may not subscribe to Alice's inboxes.
+        await eve.SubscribeAsync(1, inbox + ".>");
+        Frame refused = await eve.ReadAsync();
+        Assert.Equal(ErrorCode.PermissionDenied, refused.Error?.Code);
+
+        // Alice asks on node 0; Bob, on node 1, is delivered the request, may answer it once, and it crosses back.
+        await alice.PublishAsync("svc.time", "what time?", replyTo: inbox + ".1");
+        Frame request = await bob.ReadMessageAsync();
+        Assert.Equal(inbox + ".1", request.ReplyTo);
+        await bob.PublishAsync(inbox + ".1", "noon");
+        Frame answer = await alice.ReadMessageAsync();
+        Assert.Equal((inbox + ".1", "noon"), (answer.Topic, answer.Text));
+
+        // A second answer, or one to an inbox he was not asked to answer: refused on his node, nothing crosses.
+        await bob.PublishAsync(inbox + ".1", "again");
+        Assert.Equal(ErrorCode.PermissionDenied, (await bob.ReadAsync()).Error?.Code);
+        await bob.PublishAsync(inbox + ".2", "unasked");
+        Assert.Equal(ErrorCode.PermissionDenied, (await bob.ReadAsync()).Error?.Code);
+
+        // Eve's own publication into Alice's inbox is refused too; then a marker proves nothing else reached Alice.
+        await eve.PublishAsync(inbox + ".3", "forged");
+        Assert.Equal(ErrorCode.PermissionDenied, (await eve.ReadAsync()).Error?.Code);
+        await alice.PublishAsync("svc.time", "marker", replyTo: inbox + ".4");
+        Assert.Equal("marker", (await bob.ReadMessageAsync()).Text);
+        await bob.PublishAsync(inbox + ".4", "end");
+        Frame next = await alice.ReadMessageAsync();
+        Assert.Equal((inbox + ".4", "end"), (next.Topic, next.Text));
+    }
+
+    [Fact]
+    public async Task Varz_lists_the_nodes_of_the_cluster_and_a_node_that_stops_leaves_the_list()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o => o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(100));
+        string[] ids = [.. cluster.Nodes.Select(n => n.Engine().NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture))];
+        await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Order().SequenceEqual(ids.Order()), "node 0 lists all three");
+
+        await cluster[2].StopAsync();
+        await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Order().SequenceEqual(ids[..2].Order()), "node 2 has left node 0's list");
+    }
+
+    private const string AliceToken = "alice-token-0123456789";
+    private const string BobToken = "bob-token-0123456789";
+    private const string EveToken = "eve-token-0123456789";
+
+    private static TokenOptions Token(string name, string token, string[] publish, string[] subscribe)
+    {
+        var options = new TokenOptions { Name = name, Sha256 = TestTokens.Sha256(token) };
+        options.Permissions.Publish.AddRange(publish);
+        options.Permissions.Subscribe.AddRange(subscribe);
+        return options;
+    }
+
+    private static async Task<string[]> NodesAsync(TestBroker node)
+    {
+        using JsonDocument varz = JsonDocument.Parse(await node.Monitoring.GetStringAsync("/varz"));
+        return [.. varz.RootElement.GetProperty("cluster").GetProperty("nodes").EnumerateArray().Select(n => n.GetProperty("id").GetString()!)];
+    }
+
+    private static async Task WaitUntilAsync(Func<Task<bool>> condition, string what)
+    {
+        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); !await condition(); await Task.Delay(20))
+        {
+            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}");
         }
     }
 

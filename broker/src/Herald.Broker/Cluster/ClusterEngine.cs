@@ -74,6 +74,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private ISubscriber? _subscriber;
     private Task _worker = Task.CompletedTask;
     private Task _writer = Task.CompletedTask;
+    private Task _heartbeat = Task.CompletedTask;
     private long _requested;
     private long _applied;
     private long _forwardBytes;
@@ -81,7 +82,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private volatile bool _running;
     private volatile CoverKey[] _covering = [];
 
-    public ClusterEngine(ClusterOptions options, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, ILogger log)
+    public ClusterEngine(ClusterOptions options, string serverName, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, ILogger log)
     {
         _options = options;
         _router = router;
@@ -91,7 +92,11 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         _log = log;
         _channelPrefix = System.Text.Encoding.ASCII.GetBytes(options.ChannelPrefix);
         NodeId = BitConverter.ToUInt64(RandomNumberGenerator.GetBytes(8)) | 1; // never 0
+        Nodes = new ClusterNodes(options, NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), serverName);
     }
+
+    /// <summary>The cluster's members as this node last saw them (<c>/varz</c>).</summary>
+    public ClusterNodes Nodes { get; }
 
     /// <summary>This node's id in the cluster: random at every start, so a restarted node's sequence starts afresh.</summary>
     public ulong NodeId { get; }
@@ -149,6 +154,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         _router.Listen(this); // every pattern subscribed so far, then every change
         _worker = Task.Run(InterestLoopAsync, CancellationToken.None);
         _writer = Task.Run(WriteLoopAsync, CancellationToken.None);
+        _heartbeat = Task.Run(HeartbeatLoopAsync, CancellationToken.None);
         _log.ClusterStarted(NodeId, _options.ChannelPrefix, _redis.IsConnected);
     }
 
@@ -160,7 +166,15 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         _changes.Writer.TryComplete();
         await Task.WhenAny(_writer, Task.Delay(TimeSpan.FromSeconds(5), CancellationToken.None)).ConfigureAwait(false);
         _stop.Cancel();
-        await Task.WhenAny(_worker, Task.Delay(TimeSpan.FromSeconds(5), CancellationToken.None)).ConfigureAwait(false);
+        await Task.WhenAny(Task.WhenAll(_worker, _heartbeat), Task.Delay(TimeSpan.FromSeconds(5), CancellationToken.None)).ConfigureAwait(false);
+        try
+        {
+            await Nodes.LeaveAsync(_redis!.GetDatabase()).WaitAsync(TimeSpan.FromSeconds(2), CancellationToken.None).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            // Unreachable: the others drop this node after three silent intervals.
+        }
         lock (_settledGate)
         {
             foreach ((_, TaskCompletionSource done) in _settledWaiters)
@@ -182,6 +196,38 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         }
 
         _stop.Dispose();
+    }
+
+    private async Task HeartbeatLoopAsync()
+    {
+        using var timer = new PeriodicTimer(_options.HeartbeatInterval);
+        try
+        {
+            await BeatsAsync(timer).ConfigureAwait(false);
+        }
+        catch (OperationCanceledException)
+        {
+            // Stopping.
+        }
+    }
+
+    private async Task BeatsAsync(PeriodicTimer timer)
+    {
+        do
+        {
+            if (_redis!.IsConnected)
+            {
+                try
+                {
+                    await Nodes.BeatAsync(_redis.GetDatabase()).ConfigureAwait(false);
+                }
+                catch (Exception e) when (e is RedisException or TimeoutException)
+                {
+                    // Unreachable now: the next beat tries again (the loss itself is logged by the connection events).
+                }
+            }
+        }
+        while (await timer.WaitForNextTickAsync(_stop.Token).ConfigureAwait(false));
     }
 
     // ---- Interest (called by the router under its write lock: record only) ----

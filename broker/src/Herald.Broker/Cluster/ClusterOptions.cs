@@ -32,5 +32,8 @@ public sealed class ClusterOptions
     /// <summary>How long the first connection to Redis may take at start before the node starts without it (and keeps trying).</summary>
     public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(5);
 
+    /// <summary>How often a node renews its entry in the cluster's member list (<c>/varz</c> <c>cluster.nodes</c>); silent for three intervals, it is dropped.</summary>
+    public TimeSpan HeartbeatInterval { get; set; } = TimeSpan.FromSeconds(5);
+
     public bool Enabled => !string.IsNullOrWhiteSpace(Redis);
 }

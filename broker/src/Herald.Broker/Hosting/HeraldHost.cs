@@ -94,7 +94,7 @@ public static class HeraldHost
                 return new ClusterSlot(null);
             }
 
-            var engine = new ClusterEngine(cluster, sp.GetRequiredService<TopicRouter>(), sp.GetRequiredService<MessageEncoder>(), sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxPayloadBytes, sp.GetRequiredService<ILogger<ClusterEngine>>());
+            var engine = new ClusterEngine(cluster, sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName, sp.GetRequiredService<TopicRouter>(), sp.GetRequiredService<MessageEncoder>(), sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxPayloadBytes, sp.GetRequiredService<ILogger<ClusterEngine>>());
             engine.Metrics = new ClusterMetrics(sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), engine);
             return new ClusterSlot(engine);
         });

@@ -137,7 +137,8 @@ internal static class MonitoringEndpoints
             counts?.Dropped ?? 0,
             counts?.Duplicates ?? 0,
             counts?.Invalid ?? 0,
-            cluster.ForwardQueueBytes);
+            cluster.ForwardQueueBytes,
+            [.. cluster.Nodes.Known.Select(n => new VarzNode(n.Id, n.Name, n.Host, n.Started, n.LastSeen, n.Self))]);
     }
 
     /// <summary><c>/connz?offset=&amp;limit=&amp;transport=</c>: TCP connections by id, then long-poll sessions by id.</summary>

@@ -57,7 +57,11 @@ internal sealed record VarzCluster(
     long Dropped,
     long Duplicates,
     long Invalid,
-    long ForwardQueueBytes);
+    long ForwardQueueBytes,
+    IReadOnlyList<VarzNode> Nodes);
+
+/// <summary>A member of the cluster as this node last saw it (heartbeats in Redis, spec cluster.md §5); <see cref="Self"/>: this node.</summary>
+internal sealed record VarzNode(string Id, string Name, string Host, DateTimeOffset Started, DateTimeOffset LastSeen, bool Self);
 
 internal sealed record VarzPorts(int? TcpFirst, int? TcpLast, int? Http, int? Policy, string? PolicyUnavailable, int? Monitoring);
 

@@ -1,0 +1,63 @@
+using System.Globalization;
+using StackExchange.Redis;
+
+namespace Herald.Broker.Cluster;
+
+/// <summary>One node of the cluster as the others see it (spec cluster.md §5).</summary>
+internal sealed record ClusterNode(string Id, string Name, string Host, DateTimeOffset Started, DateTimeOffset LastSeen, bool Self);
+
+/// <summary>
+/// The cluster's members, kept in Redis by every node (spec cluster.md §5): a sorted set
+/// <c>{prefix}nodes</c> of node ids scored by their last heartbeat (Unix ms), and per node a hash
+/// <c>{prefix}node:{id}</c> (name, host, start) that expires unless renewed. Every
+/// <see cref="ClusterOptions.HeartbeatInterval"/> a node renews its own entry, drops the ones silent for
+/// three intervals, and reads the rest: <c>/varz</c> shows that list, at most one interval old. Nothing
+/// here is on the message path.
+/// </summary>
+internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string serverName)
+{
+    private readonly RedisKey _members = options.ChannelPrefix + "nodes";
+    private readonly RedisKey _self = options.ChannelPrefix + "node:" + nodeId;
+    private readonly DateTimeOffset _started = DateTimeOffset.UtcNow;
+    private volatile ClusterNode[] _known = [];
+
+    /// <summary>The nodes seen at the last heartbeat (this one first), or only this one before any.</summary>
+    public IReadOnlyList<ClusterNode> Known => _known.Length > 0 ? _known : [Self(DateTimeOffset.UtcNow)];
+
+    private ClusterNode Self(DateTimeOffset now) => new(nodeId, serverName, Environment.MachineName, _started, now, Self: true);
+
+    /// <summary>Renews this node's entry and reads the others'. Throws what Redis throws (the caller logs and retries next beat).</summary>
+    public async Task BeatAsync(IDatabase redis)
+    {
+        DateTimeOffset now = DateTimeOffset.UtcNow;
+        TimeSpan expiry = options.HeartbeatInterval * 3;
+        await redis.HashSetAsync(_self, [new("name", serverName), new("host", Environment.MachineName), new("started", _started.ToUnixTimeMilliseconds())]).ConfigureAwait(false);
+        await redis.KeyExpireAsync(_self, expiry).ConfigureAwait(false);
+        await redis.SortedSetAddAsync(_members, nodeId, now.ToUnixTimeMilliseconds()).ConfigureAwait(false);
+        await redis.SortedSetRemoveRangeByScoreAsync(_members, double.NegativeInfinity, (now - expiry).ToUnixTimeMilliseconds()).ConfigureAwait(false);
+
+        var known = new List<ClusterNode> { Self(now) };
+        foreach (SortedSetEntry member in await redis.SortedSetRangeByRankWithScoresAsync(_members).ConfigureAwait(false))
+        {
+            string id = member.Element.ToString();
+            if (id == nodeId)
+            {
+                continue;
+            }
+
+            HashEntry[] fields = await redis.HashGetAllAsync(options.ChannelPrefix + "node:" + id).ConfigureAwait(false);
+            Dictionary<string, string> values = fields.ToDictionary(f => f.Name.ToString(), f => f.Value.ToString());
+            DateTimeOffset started = long.TryParse(values.GetValueOrDefault("started"), NumberStyles.None, CultureInfo.InvariantCulture, out long ms) ? DateTimeOffset.FromUnixTimeMilliseconds(ms) : default;
+            known.Add(new ClusterNode(id, values.GetValueOrDefault("name") ?? "", values.GetValueOrDefault("host") ?? "", started, DateTimeOffset.FromUnixTimeMilliseconds((long)member.Score), Self: false));
+        }
+
+        _known = [.. known];
+    }
+
+    /// <summary>At a graceful stop: this node leaves the list at once instead of after three silent intervals.</summary>
+    public async Task LeaveAsync(IDatabase redis)
+    {
+        await redis.SortedSetRemoveAsync(_members, nodeId).ConfigureAwait(false);
+        await redis.KeyDeleteAsync(_self).ConfigureAwait(false);
+    }
+}
