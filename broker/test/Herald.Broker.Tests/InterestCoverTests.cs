@@ -5,23 +5,11 @@ namespace Herald.Broker.Tests;
 /// <summary>
 /// The Redis subscriptions a cluster node makes for its patterns (spec cluster.md §2): one key per pattern,
 /// exact or the literal prefix before the first wildcard, and a prefix-free cover of them, so no topic
-/// matches two of a node's Redis subscriptions.
+/// matches two of a node's Redis subscriptions. The spec's cases are in <see cref="ClusterVectorTests"/>;
+/// these follow one cover through changes.
 /// </summary>
 public sealed class InterestCoverTests
 {
-    [Theory]
-    [InlineData("a.b.c", "a.b.c", false)]
-    [InlineData("a.b.*", "a.b.", true)]
-    [InlineData("a.*.c", "a.", true)]
-    [InlineData("a.>", "a.", true)]
-    [InlineData("*.b", "", true)]
-    [InlineData(">", "", true)]
-    [InlineData("_INBOX.4f2a.x.>", "_INBOX.4f2a.x.", true)]
-    public void A_pattern_maps_to_its_exact_channel_or_its_literal_prefix(string pattern, string literal, bool isPrefix)
-    {
-        Assert.Equal(new CoverKey(literal, isPrefix), CoverKey.Of(pattern));
-    }
-
     [Fact]
     public void The_cover_leaves_out_every_key_a_shorter_prefix_covers()
     {
@@ -68,13 +56,5 @@ public sealed class InterestCoverTests
     public void A_key_matches_topics_as_Redis_would(string literal, string topic, bool isPrefix, bool matches)
     {
         Assert.Equal(matches, new CoverKey(literal, isPrefix).Matches(System.Text.Encoding.ASCII.GetBytes(topic)));
-    }
-
-    [Fact]
-    public void Glob_characters_in_a_prefix_are_escaped_and_an_exact_channel_is_left_as_it_is()
-    {
-        Assert.Equal(@"herald:a\?\[x\]\\.*", CoverKey.Of(@"a?[x]\.>").RedisName("herald:"));
-        Assert.Equal("herald:a?[x]", CoverKey.Of("a?[x]").RedisName("herald:"));
-        Assert.Equal("herald:*", CoverKey.Of(">").RedisName("herald:"));
     }
 }

@@ -1,0 +1,122 @@
+using System.Buffers;
+using System.Globalization;
+using System.Text;
+using System.Text.Json;
+using Herald.Broker.Cluster;
+using Herald.Protocol;
+
+namespace Herald.Broker.Tests;
+
+/// <summary>
+/// <c>protocol-spec/vectors/cluster.json</c> (cluster.md §7): the key and Redis name of each pattern, the cover
+/// of a set of patterns, and the envelope between nodes, read and written byte for byte.
+/// </summary>
+public sealed class ClusterVectorTests
+{
+    private static readonly Lazy<JsonElement> Root = new(() => VectorFiles.Load("cluster.json"));
+
+    private static string Prefix => Root.Value.GetProperty("channel_prefix").GetString()!;
+
+    public static TheoryData<string> Keys => Names("keys", "pattern");
+
+    public static TheoryData<string> Covers => Names("covers", "name");
+
+    public static TheoryData<string> ValidEnvelopes => Names("envelopes.valid", "name");
+
+    public static TheoryData<string> InvalidEnvelopes => Names("envelopes.invalid", "name");
+
+    [Theory]
+    [MemberData(nameof(Keys))]
+    public void A_pattern_has_its_key_and_Redis_name(string pattern)
+    {
+        JsonElement vector = Find("keys", "pattern", pattern);
+        CoverKey key = CoverKey.Of(pattern);
+        Assert.Equal(new CoverKey(vector.GetProperty("literal").GetString()!, vector.GetProperty("prefix").GetBoolean()), key);
+        Assert.Equal(vector.GetProperty("redis").GetString(), key.RedisName(Prefix));
+    }
+
+    [Theory]
+    [MemberData(nameof(Covers))]
+    public void A_set_of_patterns_has_its_cover(string name)
+    {
+        JsonElement vector = Find("covers", "name", name);
+        var cover = new InterestCover();
+        foreach (JsonElement pattern in vector.GetProperty("patterns").EnumerateArray())
+        {
+            cover.Add(pattern.GetString()!);
+        }
+
+        Assert.Equal(
+            vector.GetProperty("cover").EnumerateArray().Select(c => c.GetString()!).Order(),
+            cover.Compute().Select(k => k.RedisName(Prefix)).Order());
+    }
+
+    [Theory]
+    [MemberData(nameof(ValidEnvelopes))]
+    public void A_valid_envelope_reads_to_its_fields_and_is_written_from_them_byte_for_byte(string name)
+    {
+        JsonElement vector = Find("envelopes.valid", "name", name);
+        byte[] bytes = Convert.FromHexString(vector.GetProperty("hex").GetString()!);
+        ulong origin = ulong.Parse(vector.GetProperty("origin").GetString()!, NumberStyles.HexNumber, CultureInfo.InvariantCulture);
+        ulong sequence = vector.GetProperty("sequence").GetUInt64();
+        JsonElement fields = vector.GetProperty("fields");
+
+        Assert.True(ClusterEnvelope.TryRead(bytes, out ulong readOrigin, out ulong readSequence, out ReadOnlyMemory<byte> body));
+        Assert.Equal((origin, sequence), (readOrigin, readSequence));
+        PublishFrame publish = ClusterEnvelope.ReadPublish(body);
+        Assert.Equal(fields.GetProperty("topic").GetString(), publish.TopicString);
+        Assert.Equal(fields.GetProperty("reply_to").GetString(), publish.ReplyToString);
+        Assert.Equal(fields.GetProperty("flags").GetInt32(), (int)publish.Flags);
+        Assert.Equal(fields.GetProperty("payload").GetString(), Convert.ToHexStringLower(publish.Payload.ToArray()));
+        Assert.Equal(fields.TryGetProperty("headers", out JsonElement headers) ? headers.EnumerateObject().Sum(h => h.Value.GetArrayLength()) : 0, publish.HeaderValues);
+
+        // Written from the fields as a client's PUBLISH frame carries them, from that origin, then stamped.
+        var frame = new ArrayBufferWriter<byte>();
+        string? replyTo = fields.GetProperty("reply_to").GetString();
+        FrameWriter.WritePublish(
+            frame,
+            Encoding.ASCII.GetBytes(publish.TopicString),
+            replyTo is null ? default : Encoding.ASCII.GetBytes(replyTo),
+            publish.Flags,
+            Convert.FromHexString(fields.GetProperty("payload").GetString()!),
+            publish.Headers.ToArray());
+        var reader = new MessagePack.MessagePackReader(frame.WrittenMemory[ProtocolConstants.LengthPrefixSize..]);
+        FrameDecoder.ReadHeader(ref reader, out int count);
+        byte[] written = ClusterEnvelope.Write(FrameDecoder.ReadPublish(ref reader, count), origin);
+        ClusterEnvelope.Stamp(written, sequence);
+        Assert.Equal(Convert.ToHexStringLower(bytes), Convert.ToHexStringLower(written));
+    }
+
+    [Theory]
+    [MemberData(nameof(InvalidEnvelopes))]
+    public void An_invalid_envelope_is_refused_where_the_vector_says(string name)
+    {
+        JsonElement vector = Find("envelopes.invalid", "name", name);
+        byte[] bytes = Convert.FromHexString(vector.GetProperty("hex").GetString()!);
+        bool header = ClusterEnvelope.TryRead(bytes, out _, out _, out ReadOnlyMemory<byte> body);
+        if (vector.GetProperty("reason").GetString() == "header")
+        {
+            Assert.False(header);
+        }
+        else
+        {
+            Assert.True(header);
+            Assert.Throws<ProtocolException>(() => ClusterEnvelope.ReadPublish(body));
+        }
+    }
+
+    private static JsonElement.ArrayEnumerator Cases(string path)
+    {
+        JsonElement node = Root.Value;
+        foreach (string part in path.Split('.'))
+        {
+            node = node.GetProperty(part);
+        }
+
+        return node.EnumerateArray();
+    }
+
+    private static TheoryData<string> Names(string path, string property) => [.. Cases(path).Select(c => c.GetProperty(property).GetString()!)];
+
+    private static JsonElement Find(string path, string property, string value) => Cases(path).Single(c => c.GetProperty(property).GetString() == value);
+}
