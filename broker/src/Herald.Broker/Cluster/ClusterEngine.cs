@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Net;
 using System.Security.Cryptography;
 using System.Threading.Channels;
 using Herald.Broker.Compression;
@@ -79,6 +80,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private long _applied;
     private long _forwardBytes;
     private ulong _sequence; // the writer's
+    private IServer? _publishVia; // the writer's
     private volatile bool _running;
     private volatile CoverKey[] _covering = [];
 
@@ -144,6 +146,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             _log.ClusterRedisRestored(e.EndPoint?.ToString());
             _changes.Writer.TryWrite(InterestChange.Resync); // subscriptions that failed meanwhile are made again
         };
+        _redis.ConfigurationChanged += (_, _) => _publishVia = null; // a failover or resharding: find the slot's master again
         _subscriber = _redis.GetSubscriber();
         if (!_redis.IsConnected)
         {
@@ -376,6 +379,14 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         }
 
         _covering = [.. _inbound.Keys];
+        try
+        {
+            await Nodes.PublishCoverAsync(_redis!.GetDatabase(), _covering).ConfigureAwait(false); // before the change is confirmed to anyone
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            _log.ClusterSubscribeFailed(_options.ChannelPrefix + "covers", e.Message);
+        }
     }
 
     /// <summary>Unsubscribes one subscription and waits until its reader has routed everything its queue held.</summary>
@@ -612,8 +623,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     // Caller: the writer, one at a time, in queue order: the sequence numbers go to Redis in order.
     private void Send(Outbound item)
     {
-        var channel = new RedisChannel(item.Channel, RedisChannel.PatternMode.Literal);
-        if (!_redis!.IsConnected)
+        if (PublishServer() is not { } server)
         {
             Metrics?.DroppedDisconnected();
             item.Request?.NoResponders(item.ReplyTo!);
@@ -623,18 +633,12 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         ClusterEnvelope.Stamp(item.Envelope, ++_sequence);
         try
         {
-            if (item.Request is null)
-            {
-                _subscriber!.Publish(channel, item.Envelope, CommandFlags.FireAndForget);
-            }
-            else
-            {
-                // A request nobody here took: Redis says how many subscriptions received it (ours among them if a glob of ours covers it).
-                Task<long> receivers = _subscriber!.PublishAsync(channel, item.Envelope);
-                _ = AnswerAsync(receivers, item);
-            }
-
+            server.Execute("PUBLISH", [item.Channel, item.Envelope], CommandFlags.FireAndForget);
             Metrics?.SentOne();
+            if (item.Request is not null)
+            {
+                _ = AnswerAsync(item); // a request nobody here took: does another node's interest cover it?
+            }
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
@@ -643,41 +647,52 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         }
     }
 
-    private async Task AnswerAsync(Task<long> receivers, Outbound item)
+    /// <summary>
+    /// The one server this node PUBLISHes through, in order (spec cluster.md §1): on Redis Cluster the master of
+    /// the prefix's hash slot, which carries the publications to every shard in the order sent; on one Redis,
+    /// that Redis. Found again after a failure or a topology change; null while unreachable. Caller: the writer.
+    /// </summary>
+    private IServer? PublishServer()
     {
-        long count;
+        if (_publishVia is { IsConnected: true } server)
+        {
+            return server;
+        }
+
         try
         {
-            count = await receivers.ConfigureAwait(false);
+            EndPoint? endpoint = _redis!.GetDatabase().IdentifyEndpoint(_options.ChannelPrefix, CommandFlags.DemandMaster);
+            _publishVia = endpoint is null ? null : _redis.GetServer(endpoint);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
-            count = 0;
+            _publishVia = null;
         }
 
-        ReadOnlySpan<byte> topic = item.Channel.AsSpan(_channelPrefix.Length);
-        if (count > 0 && CoversOwn(topic))
+        return _publishVia is { IsConnected: true } found ? found : null;
+    }
+
+    /// <summary>
+    /// Tells the requester "no responders" unless another node's Redis subscriptions cover the topic (the covers
+    /// every node keeps in Redis before it confirms a subscription, spec cluster.md §4). PUBLISH's receiver count
+    /// cannot say it: on Redis Cluster it counts one shard's subscribers only.
+    /// </summary>
+    private async Task AnswerAsync(Outbound item)
+    {
+        bool covered;
+        try
         {
-            count--; // our own subscription, not another node's
+            covered = await Nodes.OthersCoverAsync(_redis!.GetDatabase(), item.Channel.AsMemory(_channelPrefix.Length)).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            covered = false; // unreachable: the publication did not reach anyone either
         }
 
-        if (count <= 0)
+        if (!covered)
         {
             item.Request!.NoResponders(item.ReplyTo!);
         }
-    }
-
-    private bool CoversOwn(ReadOnlySpan<byte> topic)
-    {
-        foreach (CoverKey key in _covering)
-        {
-            if (key.Matches(topic))
-            {
-                return true;
-            }
-        }
-
-        return false;
     }
 
     private readonly record struct InterestChange(string? Pattern, bool Added)

@@ -18,6 +18,7 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
 {
     private readonly RedisKey _members = options.ChannelPrefix + "nodes";
     private readonly RedisKey _self = options.ChannelPrefix + "node:" + nodeId;
+    private readonly RedisKey _covers = options.ChannelPrefix + "covers";
     private readonly DateTimeOffset _started = DateTimeOffset.UtcNow;
     private volatile ClusterNode[] _known = [];
 
@@ -52,6 +53,49 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
         }
 
         _known = [.. known];
+
+        // Covers of nodes no longer members (killed): they would make requests wait instead of failing fast.
+        foreach (RedisValue field in await redis.HashKeysAsync(_covers).ConfigureAwait(false))
+        {
+            if (!known.Any(n => n.Id == field.ToString()))
+            {
+                await redis.HashDeleteAsync(_covers, field).ConfigureAwait(false);
+            }
+        }
+    }
+
+    /// <summary>
+    /// Writes this node's Redis subscriptions into <c>{prefix}covers</c> (field: node id; value: one key a line,
+    /// <c>=</c> and the topic of an exact key, <c>*</c> and the literal of a prefix key), for the other nodes'
+    /// fail-fast requests (spec cluster.md §4). Caller: the interest worker, before it confirms a change.
+    /// </summary>
+    public async Task PublishCoverAsync(IDatabase redis, CoverKey[] cover)
+    {
+        // A member from now on, if its first heartbeat is still to come: a heartbeat drops the covers of non-members.
+        await redis.SortedSetAddAsync(_members, nodeId, DateTimeOffset.UtcNow.ToUnixTimeMilliseconds()).ConfigureAwait(false);
+        await redis.HashSetAsync(_covers, nodeId, string.Join('\n', cover.Select(k => (k.IsPrefix ? "*" : "=") + k.Literal))).ConfigureAwait(false);
+    }
+
+    /// <summary>Whether another node's Redis subscriptions cover <paramref name="topic"/> (ASCII), read from Redis now.</summary>
+    public async Task<bool> OthersCoverAsync(IDatabase redis, ReadOnlyMemory<byte> topic)
+    {
+        foreach (HashEntry entry in await redis.HashGetAllAsync(_covers).ConfigureAwait(false))
+        {
+            if (entry.Name == nodeId)
+            {
+                continue;
+            }
+
+            foreach (string line in entry.Value.ToString().Split('\n', StringSplitOptions.RemoveEmptyEntries))
+            {
+                if (new CoverKey(line[1..], IsPrefix: line[0] == '*').Matches(topic.Span))
+                {
+                    return true;
+                }
+            }
+        }
+
+        return false;
     }
 
     /// <summary>At a graceful stop: this node leaves the list at once instead of after three silent intervals.</summary>
@@ -59,5 +103,6 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
     {
         await redis.SortedSetRemoveAsync(_members, nodeId).ConfigureAwait(false);
         await redis.KeyDeleteAsync(_self).ConfigureAwait(false);
+        await redis.HashDeleteAsync(_covers, nodeId).ConfigureAwait(false);
     }
 }

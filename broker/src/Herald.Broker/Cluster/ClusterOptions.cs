@@ -15,11 +15,13 @@ public sealed class ClusterOptions
     public string? Redis { get; set; }
 
     /// <summary>
-    /// What every Redis channel of this cluster starts with (<c>herald:</c> then the topic): clusters that
-    /// share one Redis keep apart by it. Every node of a cluster must use the same.
+    /// What every Redis channel and key of this cluster starts with (<c>{herald}:</c> then the topic): clusters
+    /// that share one Redis keep apart by it. Every node of a cluster must use the same. It must hold a Redis
+    /// hash tag (<c>{...}</c>): on Redis Cluster every channel then hashes to one slot, so one shard carries a
+    /// node's publications in the order it sent them (spec cluster.md §1), which its duplicate skipping needs.
     /// </summary>
     [Required, StringLength(64, MinimumLength = 1)]
-    public string ChannelPrefix { get; set; } = "herald:";
+    public string ChannelPrefix { get; set; } = "{herald}:";
 
     /// <summary>
     /// Bytes of publications waiting to be sent to Redis (a copy of each, 18 bytes more than its PUBLISH);

@@ -252,6 +252,12 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
             failures.Add($"Herald:Cluster:ChannelPrefix '{cluster.ChannelPrefix}' must be printable ASCII without spaces or glob characters (* ? [ ] \\).");
         }
 
+        int open = cluster.ChannelPrefix.IndexOf('{', StringComparison.Ordinal);
+        if (open < 0 || cluster.ChannelPrefix.IndexOf('}', open + 1) is var close && (close < 0 || close == open + 1))
+        {
+            failures.Add($"Herald:Cluster:ChannelPrefix '{cluster.ChannelPrefix}' must hold a Redis hash tag, such as {{herald}}: (so on Redis Cluster all of a cluster's channels share one slot, in order).");
+        }
+
         if (!cluster.Enabled)
         {
             return;

@@ -13,17 +13,26 @@ public sealed class RedisServer : IAsyncDisposable
 {
     private Process? _process;
     private readonly List<string> _output = [];
+    private readonly string[] _extra;
+    private readonly string? _directory;
 
-    private RedisServer(int port) => Port = port;
+    private RedisServer(int port, string[] extra, string? directory)
+    {
+        Port = port;
+        _extra = extra;
+        _directory = directory;
+    }
 
     public int Port { get; }
 
     /// <summary>What <c>Herald:Cluster:Redis</c> takes.</summary>
     public string Configuration => $"127.0.0.1:{Port}";
 
-    public static async Task<RedisServer> StartAsync()
+    /// <param name="extra">More <c>redis-server</c> arguments (<c>--cluster-enabled yes</c>...).</param>
+    /// <param name="directory">Its working directory (where a cluster node keeps its nodes file); the current one when null.</param>
+    public static async Task<RedisServer> StartAsync(string[]? extra = null, string? directory = null)
     {
-        var server = new RedisServer(FreePort());
+        var server = new RedisServer(FreePort(), extra ?? [], directory);
         await server.LaunchAsync();
         return server;
     }
@@ -38,8 +47,10 @@ public sealed class RedisServer : IAsyncDisposable
             RedirectStandardOutput = true,
             RedirectStandardError = true,
             UseShellExecute = false,
+            WorkingDirectory = _directory ?? Environment.CurrentDirectory,
         };
-        foreach (string argument in new[] { "--port", Port.ToString(System.Globalization.CultureInfo.InvariantCulture), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no" })
+        string[] arguments = ["--port", Port.ToString(System.Globalization.CultureInfo.InvariantCulture), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no", .. _extra];
+        foreach (string argument in arguments)
         {
             start.ArgumentList.Add(argument);
         }

@@ -4,24 +4,33 @@ using Microsoft.Extensions.DependencyInjection;
 
 namespace Herald.Broker.Tests.Infrastructure;
 
-/// <summary>A real Redis and N real Herald nodes on loopback, each its own broker with its own ports, all on that Redis.</summary>
+/// <summary>
+/// N real Herald nodes on loopback, each its own broker with its own ports, all on one real Redis: a single
+/// <c>redis-server</c> (<see cref="Redis"/>), or a Redis Cluster of three masters (<see cref="RedisCluster"/>).
+/// </summary>
 public sealed class TestCluster : IAsyncDisposable
 {
-    private TestCluster(RedisServer redis, TestBroker[] nodes)
+    private readonly IAsyncDisposable _backplane;
+
+    private TestCluster(IAsyncDisposable backplane, TestBroker[] nodes)
     {
-        Redis = redis;
+        _backplane = backplane;
         Nodes = nodes;
     }
 
-    public RedisServer Redis { get; }
+    /// <summary>The single Redis (null on a Redis Cluster).</summary>
+    public RedisServer Redis => _backplane as RedisServer ?? throw new InvalidOperationException("This cluster runs on a Redis Cluster.");
+
+    public RedisClusterServers RedisCluster => _backplane as RedisClusterServers ?? throw new InvalidOperationException("This cluster runs on a single Redis.");
 
     public TestBroker[] Nodes { get; }
 
     public TestBroker this[int node] => Nodes[node];
 
-    public static async Task<TestCluster> StartAsync(int nodes = 3, Action<HeraldOptions>? configure = null)
+    public static async Task<TestCluster> StartAsync(int nodes = 3, Action<HeraldOptions>? configure = null, bool redisCluster = false)
     {
-        RedisServer redis = await RedisServer.StartAsync();
+        IAsyncDisposable backplane = redisCluster ? await RedisClusterServers.StartAsync() : await RedisServer.StartAsync();
+        string configuration = backplane is RedisServer single ? single.Configuration : ((RedisClusterServers)backplane).Configuration;
         var started = new List<TestBroker>();
         try
         {
@@ -29,7 +38,7 @@ public sealed class TestCluster : IAsyncDisposable
             {
                 started.Add(await TestBroker.StartAsync(o =>
                 {
-                    o.Cluster.Redis = redis.Configuration;
+                    o.Cluster.Redis = configuration;
                     configure?.Invoke(o);
                 }));
             }
@@ -41,11 +50,11 @@ public sealed class TestCluster : IAsyncDisposable
                 await node.DisposeAsync();
             }
 
-            await redis.DisposeAsync();
+            await backplane.DisposeAsync();
             throw;
         }
 
-        return new TestCluster(redis, [.. started]);
+        return new TestCluster(backplane, [.. started]);
     }
 
     public async ValueTask DisposeAsync()
@@ -55,7 +64,7 @@ public sealed class TestCluster : IAsyncDisposable
             await node.DisposeAsync();
         }
 
-        await Redis.DisposeAsync();
+        await _backplane.DisposeAsync();
     }
 }
 
