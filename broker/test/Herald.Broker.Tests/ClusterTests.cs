@@ -284,6 +284,51 @@ public sealed class ClusterTests
         await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Order().SequenceEqual(ids[..2].Order()), "node 2 has left node 0's list");
     }
 
+    [Fact]
+    public async Task A_node_killed_with_SIGKILL_changes_nothing_for_the_clients_of_the_others_and_leaves_the_cluster()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(200));
+        await using var doomed = BrokerProcess.StartTcpOnly(
+            "json",
+            $"--Herald:Cluster:Redis={cluster.Redis.Configuration}",
+            "--Herald:Cluster:HeartbeatInterval=00:00:00.200");
+        int doomedPort = (await doomed.WaitForEventAsync(1001)).GetProperty("First").GetInt32();
+        await using var doomedClient = await ProtocolClient.OpenAsync(doomedPort, "on-the-doomed-node");
+        await doomedClient.SubscribeAsync(1, "svc.doomed"); // a subscriber that never answers: requests wait for it while it lives
+        await doomedClient.PingPongAsync();
+        await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Length == 3, "node 0 lists the doomed node");
+
+        await using var subscriber = await ProtocolClient.OpenAsync(cluster[0].Port, "subscriber");
+        await subscriber.SubscribeAsync(1, "feed");
+        await subscriber.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
+        await using HeraldClient requester = new($"tcp://127.0.0.1:{cluster[0].Port}");
+        Task<HeraldMessage> waiting = requester.RequestAsync("svc.doomed", "anyone?", TimeSpan.FromSeconds(60));
+        const int Count = 2000;
+
+        // Mid-stream between the two other nodes, the third dies.
+        for (int i = 0; i < Count; i++)
+        {
+            await publisher.PublishAsync("feed", i.ToString(System.Globalization.CultureInfo.InvariantCulture));
+            if (i == Count / 2)
+            {
+                doomed.Kill();
+            }
+        }
+
+        for (int i = 0; i < Count; i++)
+        {
+            Assert.Equal(i.ToString(System.Globalization.CultureInfo.InvariantCulture), (await subscriber.ReadMessageAsync()).Text);
+        }
+
+        Assert.False(waiting.IsCompleted, "a request to the dead node's subscription was neither answered nor refused: it was delivered there");
+        await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Length == 2, "node 0 drops the killed node after three silent heartbeats");
+        await WaitUntilAsync(() => Task.FromResult(cluster[1].Engine().Nodes.Known.Count == 2), "node 1 drops it too");
+
+        // Its subscriptions went with it: a request to what only it served now fails fast again.
+        await Assert.ThrowsAsync<HeraldNoRespondersException>(() => requester.RequestAsync("svc.doomed", "anyone now?", TimeSpan.FromSeconds(60)));
+    }
+
     private const string AliceToken = "alice-token-0123456789";
     private const string BobToken = "bob-token-0123456789";
     private const string EveToken = "eve-token-0123456789";

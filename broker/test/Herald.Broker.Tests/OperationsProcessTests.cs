@@ -273,6 +273,13 @@ public sealed class BrokerProcess : IAsyncDisposable
         }
     }
 
+    /// <summary>SIGKILL: the process ends at once, nothing of it runs (a crash, an OOM kill).</summary>
+    public void Kill()
+    {
+        _process.Kill(entireProcessTree: true);
+        _process.WaitForExit();
+    }
+
     /// <summary>Sends SIGTERM, as <c>docker stop</c> and Kubernetes do.</summary>
     public void Terminate()
     {
