@@ -14,7 +14,9 @@ namespace Herald.Broker.Tests;
 /// <summary>
 /// The files in <c>deploy/</c> against the real broker: every metric the Grafana dashboard and the alert
 /// rules query must be in a real <c>/metrics</c> scrape after real traffic, so a renamed instrument breaks
-/// this test, not a production dashboard. Isolated, as <see cref="OperationsMetricsTests"/>.
+/// this test, not a production dashboard. The broker is a cluster node on a real <c>redis-server</c> (the
+/// cluster's series exist on cluster nodes only). Isolated, as <see cref="OperationsMetricsTests"/>.
+/// The manifests themselves are checked by <see cref="OperationsDeployManifestTests"/>.
 /// </summary>
 [Collection(nameof(Isolated))]
 public sealed partial class OperationsDeployTests
@@ -33,6 +35,8 @@ public sealed partial class OperationsDeployTests
         Assert.Contains("herald_fanout_duration_seconds_bucket", queried.Keys);
         Assert.Contains("herald_slow_consumers_total", queried.Keys);
         Assert.Contains("herald_compression_output_bytes_total", queried.Keys);
+        Assert.Contains("herald_cluster_redis_connected", queried.Keys);
+        Assert.Contains("herald_cluster_forward_dropped_total", queried.Keys);
         Assert.Contains("up", queried.Keys);
         Assert.DoesNotContain("instance", queried.Keys);
         Assert.DoesNotContain("le", queried.Keys);
@@ -43,8 +47,10 @@ public sealed partial class OperationsDeployTests
     [Fact]
     public async Task Every_metric_the_dashboard_and_alert_rules_query_is_in_a_real_scrape()
     {
+        await using RedisServer redis = await RedisServer.StartAsync();
         await using var broker = await TestBroker.StartAsync(o =>
         {
+            o.Cluster.Redis = redis.Configuration;
             o.Limits.MaxPendingMessages = 1; // a burst read in one batch overflows at once: no stalled socket needed
             o.Limits.SlowConsumerPolicy = SlowConsumerPolicy.DropOldest;
             o.LongPoll.MaxPendingMessagesPerSession = 2;
@@ -53,6 +59,7 @@ public sealed partial class OperationsDeployTests
             o.Compression.CpuDisableLimit = 1.0;
         });
         await DriveEveryKindOfTrafficAsync(broker);
+        await LoseRedisAndReconnectAsync(broker, redis);
         GC.Collect(); // the runtime's GC metrics appear after a collection
         PrometheusScrape scrape = await PrometheusScrape.GetAsync(broker.Monitoring);
 
@@ -158,6 +165,41 @@ public sealed partial class OperationsDeployTests
         }
     }
 
+    /// <summary>
+    /// The cluster's failure path: Redis killed (a publication meanwhile stays local and is counted as not
+    /// forwarded), started again, and the node's reconnect counted.
+    /// </summary>
+    private static async Task LoseRedisAndReconnectAsync(TestBroker broker, RedisServer redis)
+    {
+        Assert.True(broker.Engine().IsConnected, "the node should be on Redis before it is killed");
+        await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "cluster-pub");
+        await publisher.PublishAsync("deploy.cluster", "before");
+        await publisher.PingPongAsync();
+
+        redis.Kill();
+        await WaitUntilAsync(() => !broker.Engine().IsConnected, "the node sees Redis gone");
+        await publisher.PublishAsync("deploy.cluster", "during");
+        await publisher.PingPongAsync();
+        await WaitUntilAsync(() => broker.Engine().Metrics!.Dropped > 0, "the publication it could not forward is counted");
+
+        await redis.RestartAsync();
+        await WaitUntilAsync(() => broker.Engine().IsConnected, "the node is back on Redis");
+        await WaitUntilAsync(
+            async () => (await PrometheusScrape.GetAsync(broker.Monitoring)).Has("herald_cluster_reconnects_total"),
+            "the reconnect is counted");
+    }
+
+    private static async Task WaitUntilAsync(Func<bool> condition, string what) => await WaitUntilAsync(() => Task.FromResult(condition()), what);
+
+    /// <summary>Polls a condition until it holds, for at most 30 s.</summary>
+    private static async Task WaitUntilAsync(Func<Task<bool>> condition, string what)
+    {
+        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); !await condition(); await Task.Delay(20))
+        {
+            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}");
+        }
+    }
+
     /// <summary>Every metric name queried by the Grafana dashboards and the alert rules, with the file that queries it.</summary>
     private static Dictionary<string, string> QueriedMetrics()
     {
@@ -247,7 +289,7 @@ public sealed partial class OperationsDeployTests
         }
     }
 
-    private static string RepositoryRoot()
+    internal static string RepositoryRoot()
     {
         for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
         {
