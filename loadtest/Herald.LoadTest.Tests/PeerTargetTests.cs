@@ -1,4 +1,3 @@
-using System.Diagnostics;
 using System.Globalization;
 using Herald.LoadTest.Targets;
 
@@ -35,7 +34,7 @@ public class PeerTargetTests
             Assert.True(started.MaxPayload > 0);
         }
 
-        Assert.False(IsRunning(pid));
+        Assert.False(Repo.IsRunning(pid));
     }
 
     [Theory]
@@ -55,18 +54,5 @@ public class PeerTargetTests
         TargetUnavailableException e = await Assert.ThrowsAsync<TargetUnavailableException>(
             () => PeerServer.ReadVersionAsync("herald-no-such-server", "--version", "apt-get install -y herald-no-such-server", CancellationToken.None));
         Assert.Contains("apt-get install -y herald-no-such-server", e.Message, StringComparison.Ordinal);
-    }
-
-    private static bool IsRunning(int pid)
-    {
-        try
-        {
-            using var process = Process.GetProcessById(pid);
-            return !process.HasExited;
-        }
-        catch (ArgumentException)
-        {
-            return false;
-        }
     }
 }

@@ -87,6 +87,20 @@ internal static class Repo
     private static bool OnPath(string executable) =>
         (Environment.GetEnvironmentVariable("PATH") ?? "").Split(':', StringSplitOptions.RemoveEmptyEntries).Any(d => File.Exists(Path.Combine(d, executable)));
 
+    /// <summary>True while a process with this id runs (a server a test started, before or after it was disposed).</summary>
+    public static bool IsRunning(int pid)
+    {
+        try
+        {
+            using var process = System.Diagnostics.Process.GetProcessById(pid);
+            return !process.HasExited;
+        }
+        catch (ArgumentException)
+        {
+            return false;
+        }
+    }
+
     /// <summary>A fresh file path for a scenario's <c>--out</c>.</summary>
     public static string OutFile(string name) => Path.Combine(Path.GetTempPath(), $"herald-loadtest-{name}-{Guid.NewGuid():N}.json");
 

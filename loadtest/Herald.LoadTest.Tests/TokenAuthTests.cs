@@ -36,7 +36,7 @@ public sealed class TokenAuthTests : IAsyncLifetime
         TargetOptions options = TargetOptions.Read(CommandLine.Parse(PortArgs));
         _broker = BrokerChild.Start(Repo.BrokerDll,
         [
-            .. HeraldTarget.Arguments(options),
+            .. HeraldNode.Arguments(options),
             "--Herald:Security:Auth:Mode=Token",
             .. Restricted(0, Identity, Token),
             .. Restricted(1, "bench-responder", ResponderToken),

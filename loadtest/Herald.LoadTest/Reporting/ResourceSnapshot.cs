@@ -11,19 +11,23 @@ namespace Herald.LoadTest.Reporting;
 /// </summary>
 internal readonly record struct ResourceSnapshot(long Timestamp, TimeSpan ToolCpu, TimeSpan? BrokerCpu, int Gen0, int Gen1, int Gen2, long AllocatedBytes)
 {
-    public static ResourceSnapshot Take(Process? broker)
+    public static ResourceSnapshot Take(Process? broker) => Take(broker is null ? [] : [broker]);
+
+    /// <summary>A snapshot whose broker CPU is the sum over <paramref name="servers"/> (a cluster's nodes); null when there are none or one has exited.</summary>
+    public static ResourceSnapshot Take(IReadOnlyList<Process> servers)
     {
-        TimeSpan? brokerCpu = null;
-        if (broker is not null)
+        TimeSpan? brokerCpu = servers.Count > 0 ? TimeSpan.Zero : null;
+        foreach (Process server in servers)
         {
             try
             {
-                broker.Refresh();
-                brokerCpu = broker.TotalProcessorTime;
+                server.Refresh();
+                brokerCpu += server.TotalProcessorTime;
             }
             catch (InvalidOperationException)
             {
-                // the broker exited
+                brokerCpu = null; // a broker exited: no sum
+                break;
             }
         }
 

@@ -35,8 +35,22 @@ internal static class TargetReport
         json.WriteEndObject();
     }
 
-    /// <summary>The server's resident set size in bytes (VmRSS), or null when it is unknown or gone.</summary>
-    public static long? ServerRss(ITarget target) => Rss(target.ServerProcess);
+    /// <summary>The server's resident set size in bytes (VmRSS; a cluster: the sum over its nodes), or null when it is unknown or gone.</summary>
+    public static long? ServerRss(ITarget target)
+    {
+        long? sum = null;
+        foreach (Process process in target.ServerProcesses)
+        {
+            if (Rss(process) is not { } rss)
+            {
+                return null;
+            }
+
+            sum = (sum ?? 0) + rss;
+        }
+
+        return sum;
+    }
 
     public static long? Rss(Process? process)
     {

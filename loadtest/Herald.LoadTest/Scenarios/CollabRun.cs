@@ -93,7 +93,7 @@ internal sealed class CollabRun : ScenarioRun
         using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
         deadline.CancelAfter(TimeSpan.FromSeconds(options.MaxSeconds));
 
-        ResourceSnapshot before = ResourceSnapshot.Take(target.ServerProcess);
+        ResourceSnapshot before = ResourceSnapshot.Take(target.ServerProcesses);
         schedule.Origin = Stopwatch.GetTimestamp() + (Stopwatch.Frequency / 10); // a little ahead: the first room is not late by construction
         long measuredPublications = 0, late = 0, maxLag = 0;
         int round = 0;
@@ -186,7 +186,7 @@ internal sealed class CollabRun : ScenarioRun
                 $"  {Stopwatch.GetElapsedTime(started).TotalSeconds,6:F1}s  round {Math.Min(Volatile.Read(ref round) + 1, totalRounds),5}/{totalRounds}{(Volatile.Read(ref round) < options.WarmupRounds ? " (warm-up)" : "")}  measured publications {Interlocked.Read(ref measuredPublications),9:N0}  deliveries {received,10:N0}"));
         }
 
-        ResourceSnapshot after = ResourceSnapshot.Take(target.ServerProcess);
+        ResourceSnapshot after = ResourceSnapshot.Take(target.ServerProcesses);
         await deadline.CancelAsync();
         try
         {

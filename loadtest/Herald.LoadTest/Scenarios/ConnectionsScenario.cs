@@ -49,7 +49,7 @@ internal sealed class ConnectionsScenario : IScenario
     {
         ConnectionsOptions options = ConnectionsOptions.Read(commandLine);
         commandLine.RejectUnused();
-        HeraldTarget.TcpReceiveBufferSize.Value = options.ReceiveBuffer; // async-local: this run only
+        HeraldNode.TcpReceiveBufferSize.Value = options.ReceiveBuffer; // async-local: this run only
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"connections: {options.Target.Describe()}, steps {options.StepsDisplay}, settle {options.Settle} s, warm-up {options.Warmup} connections, {options.Repeat} repetition(s)"));
@@ -320,7 +320,7 @@ internal sealed class ConnectionsRun : IScenarioRun
         }
 
         var clients = new IPubSubClient?[steps[^1]];
-        ResourceSnapshot start = ResourceSnapshot.Take(target.ServerProcess);
+        ResourceSnapshot start = ResourceSnapshot.Take(target.ServerProcesses);
         try
         {
             if (options.Warmup > 0)
@@ -380,7 +380,7 @@ internal sealed class ConnectionsRun : IScenarioRun
 
         await Task.Delay(TimeSpan.FromSeconds(options.Settle), cancellationToken);
         run.RssAfterClose = TargetReport.ServerRss(target);
-        run.Resources = ResourceUsage.Between(start, ResourceSnapshot.Take(target.ServerProcess));
+        run.Resources = ResourceUsage.Between(start, ResourceSnapshot.Take(target.ServerProcesses));
         return run;
     }
 

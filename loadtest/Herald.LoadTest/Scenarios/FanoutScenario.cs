@@ -115,7 +115,7 @@ internal sealed class FanoutScenario : IScenario
             var publisher = new FanoutPublisher(clients[^1], subscribers, options.Window.Topic, expected, lead, log);
             using var stopPublishing = new CancellationTokenSource();
             Task publishing = publisher.PublishAsync(stopPublishing.Token);
-            Process? server = target.ServerProcess;
+            IReadOnlyList<Process> server = target.ServerProcesses;
             WindowResult<FanoutSnapshot> window = await MeasuredWindow.RunAsync(
                 options.Window.Warmup,
                 options.Window.Seconds,
@@ -195,7 +195,7 @@ internal sealed class FanoutScenario : IScenario
 
     internal readonly record struct FanoutSnapshot(ResourceSnapshot Resources, long Delivered, long Published)
     {
-        public static FanoutSnapshot Take(FanoutSubscriber[] subscribers, FanoutPublisher publisher, Process? server)
+        public static FanoutSnapshot Take(FanoutSubscriber[] subscribers, FanoutPublisher publisher, IReadOnlyList<Process> server)
         {
             long delivered = 0;
             foreach (FanoutSubscriber s in subscribers)

@@ -142,7 +142,7 @@ internal sealed class RpcScenario : IScenario
                 sending = Task.WhenAll(callers.Select(c => Task.Run(() => c.SendOnewayAsync(leadPerCaller, stopSending.Token))));
             }
 
-            Process? server = target.ServerProcess;
+            IReadOnlyList<Process> server = target.ServerProcesses;
             WindowResult<RpcSnapshot> window = await MeasuredWindow.RunAsync(
                 options.Window.Warmup,
                 options.Window.Seconds,
@@ -219,7 +219,7 @@ internal sealed class RpcScenario : IScenario
     internal readonly record struct RpcSnapshot(ResourceSnapshot Resources, long Calls)
     {
         /// <summary>Twoway: calls completed (reply checked); oneway: requests the responders deserialized.</summary>
-        public static RpcSnapshot Take(RpcCaller[] callers, OnewayLedger? oneway, Process? server)
+        public static RpcSnapshot Take(RpcCaller[] callers, OnewayLedger? oneway, IReadOnlyList<Process> server)
         {
             long calls = 0;
             if (oneway is not null)

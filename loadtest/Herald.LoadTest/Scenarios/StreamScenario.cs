@@ -279,7 +279,7 @@ internal sealed class StreamRun : ScenarioRun
         var run = new StreamRun { Expected = options.Messages };
         using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
         deadline.CancelAfter(TimeSpan.FromSeconds(options.MaxSeconds));
-        ResourceSnapshot before = ResourceSnapshot.Take(target.ServerProcess);
+        ResourceSnapshot before = ResourceSnapshot.Take(target.ServerProcesses);
         long sent = 0;
         long lead = ScenarioClients.LeadWithin(options.MaxLead, [subscriber]);
         Task publishing = Task.Run(async () =>
@@ -344,7 +344,7 @@ internal sealed class StreamRun : ScenarioRun
             lastCount = count;
         }
 
-        ResourceSnapshot after = ResourceSnapshot.Take(target.ServerProcess);
+        ResourceSnapshot after = ResourceSnapshot.Take(target.ServerProcesses);
         await deadline.CancelAsync();
         try
         {

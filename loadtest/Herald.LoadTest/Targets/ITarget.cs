@@ -18,10 +18,10 @@ internal delegate void DeliveryHandler(ReadOnlySpan<byte> payload, ReadOnlySpan<
 /// </summary>
 internal interface ITarget : IAsyncDisposable
 {
-    /// <summary><c>herald</c>, <c>nats</c>, <c>redis</c> or <c>signalr</c>.</summary>
+    /// <summary><c>herald</c>, <c>nats</c>, <c>redis</c>, <c>signalr</c> or <c>cluster</c>.</summary>
     string Name { get; }
 
-    /// <summary>How clients reach it: <c>tcp</c> or <c>longpoll</c> for Herald, <c>tcp</c> for NATS and Redis,
+    /// <summary>How clients reach it: <c>tcp</c> or <c>longpoll</c> for Herald (and a cluster of it), <c>tcp</c> for NATS and Redis,
     /// <c>websockets</c> or <c>longpolling</c> for SignalR.</summary>
     string Transport { get; }
 
@@ -36,6 +36,12 @@ internal interface ITarget : IAsyncDisposable
 
     /// <summary>The server process (started by the tool, or named with <c>--server-pid</c>) for its CPU time and RSS; null when unknown.</summary>
     Process? ServerProcess { get; }
+
+    /// <summary>
+    /// Every process whose CPU time and RSS the report sums as the server's: <see cref="ServerProcess"/>
+    /// alone, or a cluster's nodes.
+    /// </summary>
+    IReadOnlyList<Process> ServerProcesses => ServerProcess is { } process ? [process] : [];
 
     /// <summary>The largest payload a publication may carry on this target.</summary>
     int MaxPayload { get; }

@@ -69,20 +69,7 @@ internal sealed class RedisTarget : ITarget
         string version = "";
         if (options.StartServer)
         {
-            // "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=..."
-            string banner = await PeerServer.ReadVersionAsync(Executable, "--version", InstallHint, cancellationToken);
-            version = banner.Split(' ').FirstOrDefault(part => part.StartsWith("v=", StringComparison.Ordinal)) is { } v ? v[2..] : banner;
-            if (await BrokerChild.IsListeningAsync(endPoint, cancellationToken))
-            {
-                throw new TargetUnavailableException($"something already listens on {options.Host}:{port} (the redis-server service? 'service redis-server stop'): stop it, or use it with --server external.");
-            }
-
-            child = PeerServer.Start(Executable, Arguments(options), options.ServerCpus, InstallHint);
-            if (await child.WaitUntilListeningAsync(endPoint, setupTimeout, cancellationToken) is { } notListening)
-            {
-                await child.DisposeAsync();
-                throw new TargetUnavailableException($"redis-server: {notListening}");
-            }
+            (child, version) = await StartServerAsync(options, endPoint, cancellationToken);
         }
 
         try
@@ -106,6 +93,32 @@ internal sealed class RedisTarget : ITarget
 
         string description = $"redis-server {version}; client: StackExchange.Redis {ClientVersion()} (reply-to carried in an envelope the adapter adds)";
         return new RedisTarget(endPoint, child, HeraldTarget.FindProcess(child is null ? options.ServerPid : null), description, setupTimeout);
+    }
+
+    /// <summary>
+    /// Starts redis-server on <paramref name="endPoint"/> with <see cref="Arguments"/> (<c>--port</c> is
+    /// <paramref name="endPoint"/>'s), pinned to <c>--server-cpus</c>, and waits until it accepts connections:
+    /// this target's server, and the Redis between a <see cref="ClusterTarget"/>'s nodes. Returns it with its version.
+    /// </summary>
+    /// <exception cref="TargetUnavailableException">Not installed, the port taken, or it did not start listening.</exception>
+    public static async Task<(BrokerChild Child, string Version)> StartServerAsync(TargetOptions options, IPEndPoint endPoint, CancellationToken cancellationToken)
+    {
+        // "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=..."
+        string banner = await PeerServer.ReadVersionAsync(Executable, "--version", InstallHint, cancellationToken);
+        string version = banner.Split(' ').FirstOrDefault(part => part.StartsWith("v=", StringComparison.Ordinal)) is { } v ? v[2..] : banner;
+        if (await BrokerChild.IsListeningAsync(endPoint, cancellationToken))
+        {
+            throw new TargetUnavailableException($"something already listens on {options.Host}:{endPoint.Port} (the redis-server service? 'service redis-server stop'): stop it, or use it with --server external.");
+        }
+
+        BrokerChild child = PeerServer.Start(Executable, Arguments(options with { Port = endPoint.Port }), options.ServerCpus, InstallHint);
+        if (await child.WaitUntilListeningAsync(endPoint, TimeSpan.FromSeconds(options.SetupTimeoutSeconds), cancellationToken) is { } notListening)
+        {
+            await child.DisposeAsync();
+            throw new TargetUnavailableException($"redis-server: {notListening}");
+        }
+
+        return (child, version);
     }
 
     private static string ClientVersion() =>

@@ -17,6 +17,7 @@ internal static class TargetFactory
             "nats" => await NatsTarget.StartAsync(options, cancellationToken),
             "redis" => await RedisTarget.StartAsync(options, cancellationToken),
             "signalr" => await SignalRTarget.StartAsync(options, cancellationToken),
+            "cluster" => await ClusterTarget.StartAsync(options, cancellationToken),
             _ => throw new TargetUnavailableException($"Unknown target '{options.Target}'."),
         };
     }

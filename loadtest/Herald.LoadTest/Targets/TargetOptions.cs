@@ -26,16 +26,21 @@ internal sealed record TargetOptions(
     int? MonitoringPort = null,
     IReadOnlyList<string>? ServerArguments = null,
     string? Token = null,
-    bool Headers = false)
+    bool Headers = false,
+    int? Nodes = null)
 {
-    public static readonly string[] Targets = ["herald", "nats", "redis", "signalr"];
+    public static readonly string[] Targets = ["herald", "nats", "redis", "signalr", "cluster"];
 
     public const string DefaultBrokerDll = "broker/src/Herald.Broker/bin/Release/net10.0/Herald.Broker.dll";
 
     public const string Usage = """
-          --target T             herald | nats | redis | signalr                       (default herald)
-          --transport X          tcp | longpoll: Herald TCP or HTTP long-poll; SignalR WebSockets (tcp) or
-                                 long polling (longpoll); NATS and Redis: tcp only     (default tcp)
+          --target T             herald | nats | redis | signalr | cluster             (default herald)
+                                 cluster: N Herald nodes over one redis-server, all started by the tool;
+                                 client i on node i % N (loadtest/docs/cluster.md)
+          --transport X          tcp | longpoll: Herald (and cluster) TCP or HTTP long-poll; SignalR WebSockets
+                                 (tcp) or long polling (longpoll); NATS and Redis: tcp only (default tcp)
+          --nodes N              cluster: how many Herald nodes, 1 to 32; node k on the --ports range shifted
+                                 by k lengths, --http-port + k, --monitoring-port + k  (default 3)
           --server start|external  start the server for this run and stop it after (default), or use one
                                  that is already running at --host/--port
           --host HOST            server address                                        (default 127.0.0.1)
@@ -88,6 +93,7 @@ internal sealed record TargetOptions(
         int? httpPort = options.Has("http-port") ? options.Int("http-port", 0, 1, 65535) : null;
         int? monitoringPort = options.Has("monitoring-port") ? options.Int("monitoring-port", 0, 1, 65535) : null;
         int? pid = options.Has("server-pid") ? options.Int("server-pid", 0, 1) : null;
+        int? nodes = ReadNodes(options, target, server, first, last);
         return new TargetOptions(
             target,
             transport,
@@ -103,11 +109,41 @@ internal sealed record TargetOptions(
             options.String("broker-dll", DefaultBrokerDll),
             options.Seconds("setup-timeout", 60, 1),
             monitoringPort,
-            Token: options.OptionalString("token"));
+            Token: options.OptionalString("token"),
+            Nodes: nodes);
+    }
+
+    /// <summary><c>--nodes</c> for the cluster target (default <see cref="ClusterTarget.DefaultNodes"/>), null for every other.</summary>
+    /// <exception cref="UsageException"><c>--nodes</c> with another target, out of range, ports past 65535, or a cluster the tool would not start.</exception>
+    private static int? ReadNodes(CommandLine options, string target, string server, int firstPort, int lastPort)
+    {
+        if (target != "cluster")
+        {
+            if (options.Has("nodes"))
+            {
+                throw new UsageException($"--nodes goes with --target cluster, not {target}.");
+            }
+
+            return null;
+        }
+
+        if (server == "external")
+        {
+            throw new UsageException("cluster: the tool starts every node and the Redis between them; --server external is not supported.");
+        }
+
+        int nodes = options.Int("nodes", ClusterTarget.DefaultNodes, 1, ClusterTarget.MaxNodes);
+        int span = lastPort - firstPort + 1;
+        if (firstPort + (nodes * span) - 1 > 65535)
+        {
+            throw new UsageException($"--nodes {nodes}: {nodes} nodes of {span} TCP ports from {firstPort} pass port 65535; use fewer --ports.");
+        }
+
+        return nodes;
     }
 
     /// <summary>The port to use for <paramref name="target"/>: <c>--port</c>, else its usual one.</summary>
     public int PortOr(int usual) => Port ?? usual;
 
-    public string Describe() => string.Create(CultureInfo.InvariantCulture, $"{Target}/{Transport} ({(StartServer ? "started by the tool" : "external")}{(ServerCpus is null ? "" : $", server on CPUs {ServerCpus}")}{(ClientCpus is null ? "" : $", tool on CPUs {ClientCpus}")}{(Token is null ? "" : ", with a token")})");
+    public string Describe() => string.Create(CultureInfo.InvariantCulture, $"{Target}/{Transport} ({(StartServer ? "started by the tool" : "external")}{(ServerCpus is null ? "" : $", server on CPUs {ServerCpus}")}{(ClientCpus is null ? "" : $", tool on CPUs {ClientCpus}")}{(Token is null ? "" : ", with a token")}{(Nodes is { } n ? $", {n} nodes" : "")})");
 }
