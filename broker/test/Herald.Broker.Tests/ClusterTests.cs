@@ -329,6 +329,48 @@ public sealed class ClusterTests
         await Assert.ThrowsAsync<HeraldNoRespondersException>(() => requester.RequestAsync("svc.doomed", "anyone now?", TimeSpan.FromSeconds(60)));
     }
 
+    [Fact]
+    public async Task What_else_appears_on_the_clusters_channels_is_counted_and_skipped_and_strangers_origins_are_not_remembered_without_bound()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 1, o => o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(100));
+        await using var subscriber = await ProtocolClient.OpenAsync(cluster[0].Port, "subscriber");
+        await subscriber.SubscribeAsync(1, "feed");
+        await subscriber.PingPongAsync();
+        await using StackExchange.Redis.ConnectionMultiplexer redis = await StackExchange.Redis.ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
+        StackExchange.Redis.ISubscriber intruder = redis.GetSubscriber();
+        var channel = StackExchange.Redis.RedisChannel.Literal("{herald}:feed");
+
+        // Not envelopes: skipped and counted; the subscriber sees none of it.
+        await intruder.PublishAsync(channel, "plain text");
+        await intruder.PublishAsync(channel, new byte[] { 0x48, 0x01, 0, 0 });
+        await intruder.PublishAsync(channel, Envelope(origin: 7, sequence: 1, body: [0x93, 0x03, 0x01, 0xa1, (byte)'x'])); // a SUBSCRIBE body
+
+        // Well-formed envelopes from 200 origins that are no members (Redis is trusted: they are delivered).
+        for (ulong origin = 1; origin <= 200; origin++)
+        {
+            await intruder.PublishAsync(channel, Envelope(origin, 1, [0x95, 0x05, 0xa4, .. "feed"u8, 0xc0, 0x00, 0xc4, 0x01, (byte)origin]));
+        }
+
+        for (int i = 1; i <= 200; i++)
+        {
+            Assert.Equal([(byte)i], (await subscriber.ReadMessageAsync()).Payload!);
+        }
+
+        Assert.Equal(3, cluster[0].Engine().Metrics!.Invalid);
+        Assert.InRange(cluster[0].Engine().OriginsRemembered, 1, 65); // forgotten past 64: none is a member
+    }
+
+    private static byte[] Envelope(ulong origin, ulong sequence, byte[] body)
+    {
+        byte[] bytes = new byte[18 + body.Length];
+        bytes[0] = 0x48;
+        bytes[1] = 0x01;
+        System.Buffers.Binary.BinaryPrimitives.WriteUInt64BigEndian(bytes.AsSpan(2), origin);
+        System.Buffers.Binary.BinaryPrimitives.WriteUInt64BigEndian(bytes.AsSpan(10), sequence);
+        body.CopyTo(bytes, 18);
+        return bytes;
+    }
+
     private const string AliceToken = "alice-token-0123456789";
     private const string BobToken = "bob-token-0123456789";
     private const string EveToken = "eve-token-0123456789";

@@ -117,6 +117,9 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
     public long ForwardQueueBytes => Interlocked.Read(ref _forwardBytes);
 
+    /// <summary>Origins the subscriptions remember the last sequence of, together (bounded: <see cref="MaxOriginsKept"/> each, past that only members). Read when quiet (tests).</summary>
+    internal int OriginsRemembered => _inbound.Values.Sum(inbound => inbound.LastDelivered.Count);
+
     /// <summary>The Redis endpoints of the configuration (never its password or other options).</summary>
     public IReadOnlyList<string> RedisEndpoints => [.. ConfigurationOptions.Parse(_options.Redis!).EndPoints.Select(e => e.ToString() ?? "")];
 
@@ -487,6 +490,11 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             }
 
             inbound.LastDelivered[origin] = sequence;
+            if (inbound.LastDelivered.Count > MaxOriginsKept)
+            {
+                ForgetGoneOrigins(inbound.LastDelivered);
+            }
+
             int deliveries = Route(publish, toFlush);
             Metrics?.ReceivedOne();
             _brokerMetrics.Delivered(deliveries, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
@@ -494,6 +502,26 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         catch (ProtocolException)
         {
             Metrics?.InvalidOne(); // not a PUBLISH, or a Zstd payload that does not decompress within max_payload
+        }
+    }
+
+    /// <summary>Origins a subscription remembers before it forgets the ones no longer members (restarted nodes come back with new ids).</summary>
+    private const int MaxOriginsKept = 64;
+
+    /// <summary>
+    /// Keeps the table of last sequences bounded: the entries of nodes that left the member list go (they send
+    /// nothing more, so no copy of theirs can come); then, if still over, all but the current members'.
+    /// Caller: the subscription's reader.
+    /// </summary>
+    private void ForgetGoneOrigins(Dictionary<ulong, ulong> lastDelivered)
+    {
+        HashSet<ulong> members = Nodes.MemberIds;
+        foreach (ulong origin in lastDelivered.Keys)
+        {
+            if (!members.Contains(origin))
+            {
+                lastDelivered.Remove(origin);
+            }
         }
     }
 

@@ -22,6 +22,9 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
     private readonly DateTimeOffset _started = DateTimeOffset.UtcNow;
     private volatile ClusterNode[] _known = [];
 
+    /// <summary>The ids of the members at the last heartbeat (a new set each time: safe to read from any thread).</summary>
+    public HashSet<ulong> MemberIds { get; private set; } = [];
+
     /// <summary>The nodes seen at the last heartbeat (this one first), or only this one before any.</summary>
     public IReadOnlyList<ClusterNode> Known => _known.Length > 0 ? _known : [Self(DateTimeOffset.UtcNow)];
 
@@ -53,6 +56,7 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
         }
 
         _known = [.. known];
+        MemberIds = [.. known.Select(n => ulong.TryParse(n.Id, NumberStyles.HexNumber, CultureInfo.InvariantCulture, out ulong id) ? id : 0).Where(id => id != 0)];
 
         // Covers of nodes no longer members (killed): they would make requests wait instead of failing fast.
         foreach (RedisValue field in await redis.HashKeysAsync(_covers).ConfigureAwait(false))
