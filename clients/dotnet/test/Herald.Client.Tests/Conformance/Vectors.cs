@@ -33,8 +33,12 @@ public static class Vectors
         ["pong.json"] = FrameType.Pong,
     };
 
-    /// <summary>The other files of the folder, and why: <c>limits.json</c> and <c>topics.json</c> are read here too; <c>longpoll.json</c> by the long-poll tests.</summary>
-    public static readonly string[] OtherFiles = ["limits.json", "topics.json", "longpoll.json"];
+    /// <summary>
+    /// The other files of the folder, and why: <c>limits.json</c> and <c>topics.json</c> are read here too;
+    /// <c>longpoll.json</c> by the long-poll tests; <c>cluster.json</c> is between broker nodes (cluster.md), never
+    /// a client's: the broker's <c>ClusterVectorTests</c> run it.
+    /// </summary>
+    public static readonly string[] OtherFiles = ["limits.json", "topics.json", "longpoll.json", "cluster.json"];
 
     private static readonly Lazy<Dictionary<string, FrameVector>> All = new(Load);
 
