@@ -22,11 +22,9 @@ public sealed class ClusterTests
         await using var euOnly = await ProtocolClient.OpenAsync(cluster[1].Port, "eu-only");       // another node, '*'
         LongPollClient all = await LongPollClient.CreateAsync(cluster[2].Http);                     // a third node, '>', long-poll
         await local.SubscribeAsync(1, "orders.1.eu");
-        await local.SubscribeAsync(2, "marker");
+        await local.SubscribeAsync(2, "orders.end.eu");
         await euOnly.SubscribeAsync(1, "orders.*.eu");
-        await euOnly.SubscribeAsync(2, "marker");
         await all.SubscribeAsync(1, "orders.>"); // answered once the node's Redis subscription is made
-        await all.SubscribeAsync(2, "marker");
         await local.PingPongAsync(); // the PONG comes once Redis has the subscriptions: live on every node
         await euOnly.PingPongAsync();
         await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
@@ -34,21 +32,27 @@ public sealed class ClusterTests
         await publisher.PublishAsync("orders.1.eu", "one");
         await publisher.PublishAsync("orders.2.us", "two");
         await publisher.PublishAsync("orders.3.eu.late", "three");
-        await publisher.PublishAsync("marker", "end");
+        await publisher.PublishAsync("orders.end.eu", "end"); // the marker: on the path of what it bounds (cluster.md §4: order is per topic pattern's subscription)
 
-        Assert.Equal(["orders.1.eu:one", "marker:end"], await UntilMarkerAsync(local));      // from its own node, not again from Redis
-        Assert.Equal(["orders.1.eu:one", "marker:end"], await UntilMarkerAsync(euOnly));     // '*' is one token: not orders.3.eu.late
+        Assert.Equal(["orders.1.eu:one", "orders.end.eu:end"], await UntilMarkerAsync(local));      // from its own node, not again from Redis
+        Assert.Equal(["orders.1.eu:one", "orders.end.eu:end"], await UntilMarkerAsync(euOnly));     // '*' is one token: not orders.3.eu.late
         List<string> polled = [];
-        for (long ack = 0; !polled.Contains("marker:end");)
+        for (long ack = 0; !polled.Contains("orders.end.eu:end");)
         {
             PollResult poll = await all.PollAsync(ack);
             polled.AddRange(poll.Messages.Select(m => $"{m.Topic}:{m.Text}"));
             ack = poll.Count > 0 ? poll.LastSequence : ack;
         }
 
-        Assert.Equal(["orders.1.eu:one", "orders.2.us:two", "orders.3.eu.late:three", "marker:end"], polled);
+        Assert.Equal(["orders.1.eu:one", "orders.2.us:two", "orders.3.eu.late:three", "orders.end.eu:end"], polled);
         Assert.Equal(0, cluster[0].Engine().Metrics!.Received); // its own publications are never routed twice
         Assert.Equal(4, cluster[2].Engine().Metrics!.Received);
+        using JsonDocument varz = JsonDocument.Parse(await cluster[2].Monitoring.GetStringAsync("/varz"));
+        JsonElement shown = varz.RootElement.GetProperty("cluster");
+        Assert.Equal(4, shown.GetProperty("received").GetInt64());
+        Assert.Equal(0, shown.GetProperty("inbound_queued").GetInt64()); // all routed: no lag left
+        Assert.Equal(1, shown.GetProperty("redis_subscriptions").GetInt32());
+        Assert.Equal(["{herald}:orders.*"], cluster[2].Engine().Covering);
     }
 
     [Fact]
@@ -400,7 +404,7 @@ public sealed class ClusterTests
     private static async Task<List<string>> UntilMarkerAsync(ProtocolClient client)
     {
         var seen = new List<string>();
-        while (seen.Count == 0 || seen[^1] != "marker:end")
+        while (seen.Count == 0 || seen[^1] != "orders.end.eu:end")
         {
             Frame message = await client.ReadMessageAsync();
             seen.Add($"{message.Topic}:{message.Text}");

@@ -83,6 +83,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private IServer? _publishVia; // the writer's
     private volatile bool _running;
     private volatile CoverKey[] _covering = [];
+    private volatile Inbound[] _readers = [];
 
     public ClusterEngine(ClusterOptions options, string serverName, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, ILogger log)
     {
@@ -116,6 +117,28 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     public IReadOnlyList<string> Covering => [.. _covering.Select(key => key.RedisName(_options.ChannelPrefix))];
 
     public long ForwardQueueBytes => Interlocked.Read(ref _forwardBytes);
+
+    /// <summary>
+    /// Publications received from Redis and not yet routed here, over every subscription: this node's lag behind
+    /// the others (StackExchange.Redis queues what it reads; a node short of CPU shows it here first). Counted
+    /// when asked (monitoring), never on the message path.
+    /// </summary>
+    public long InboundQueued
+    {
+        get
+        {
+            long queued = 0;
+            foreach (Inbound inbound in _readers)
+            {
+                if (inbound.Queue.TryGetCount(out int count))
+                {
+                    queued += count;
+                }
+            }
+
+            return queued;
+        }
+    }
 
     /// <summary>Origins the subscriptions remember the last sequence of, together (bounded: <see cref="MaxOriginsKept"/> each, past that only members). Read when quiet (tests).</summary>
     internal int OriginsRemembered => _inbound.Values.Sum(inbound => inbound.LastDelivered.Count);
@@ -382,6 +405,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         }
 
         _covering = [.. _inbound.Keys];
+        _readers = [.. _inbound.Values];
         try
         {
             await Nodes.PublishCoverAsync(_redis!.GetDatabase(), _covering).ConfigureAwait(false); // before the change is confirmed to anyone

@@ -38,6 +38,7 @@ internal sealed class ClusterMetrics
         meter.CreateObservableGauge("herald.cluster.redis.connected", () => engine.IsConnected ? 1 : 0, "1", "1 while this node is connected to Redis.");
         meter.CreateObservableGauge("herald.cluster.subscriptions", () => engine.RedisSubscriptions, "{subscription}", "Redis channels and patterns this node subscribes to.");
         meter.CreateObservableGauge("herald.cluster.forward.queue", () => engine.ForwardQueueBytes, "By", "Bytes of publications waiting to be sent to Redis.");
+        meter.CreateObservableGauge("herald.cluster.inbound.queue", () => engine.InboundQueued, "{message}", "Publications received from Redis and not yet routed on this node: its lag behind the others.");
     }
 
     public long Sent => Interlocked.Read(ref _sent);

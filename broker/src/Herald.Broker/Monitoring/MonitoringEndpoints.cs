@@ -138,6 +138,7 @@ internal static class MonitoringEndpoints
             counts?.Duplicates ?? 0,
             counts?.Invalid ?? 0,
             cluster.ForwardQueueBytes,
+            cluster.InboundQueued,
             [.. cluster.Nodes.Known.Select(n => new VarzNode(n.Id, n.Name, n.Host, n.Started, n.LastSeen, n.Self))]);
     }
 

@@ -58,6 +58,7 @@ internal sealed record VarzCluster(
     long Duplicates,
     long Invalid,
     long ForwardQueueBytes,
+    long InboundQueued,
     IReadOnlyList<VarzNode> Nodes);
 
 /// <summary>A member of the cluster as this node last saw it (heartbeats in Redis, spec cluster.md §5); <see cref="Self"/>: this node.</summary>
