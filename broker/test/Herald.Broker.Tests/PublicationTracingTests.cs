@@ -100,6 +100,61 @@ public sealed class PublicationTracingTests
         Assert.Equal(sent, pollHeaders.GetFirstValue("traceparent"));
     }
 
+    [Fact]
+    public async Task Across_nodes_each_node_records_its_route_span_under_the_publishers_span()
+    {
+        string topic = $"traced.cluster.{Guid.NewGuid():N}";
+        await using var receiver = await OtlpReceiver.StartAsync();
+        // Both nodes run in this process and activity sources are process-wide: one node's tracer provider
+        // records both nodes' route spans, so only node 1 exports (each span once), as two processes would.
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, configureNode: (node, o) =>
+        {
+            if (node == 1)
+            {
+                o.Telemetry.Otlp.Enabled = true;
+                o.Telemetry.Otlp.Protocol = OtlpProtocol.HttpProtobuf;
+                o.Telemetry.Otlp.Endpoint = receiver.BaseAddress;
+            }
+        });
+        using TracerProvider application = Sdk.CreateTracerProviderBuilder()
+            .ConfigureResource(r => r.AddService("herald-test-app"))
+            .AddSource("Herald.Client", Caller.Name)
+            .AddOtlpExporter(o =>
+            {
+                o.Protocol = OtlpExportProtocol.HttpProtobuf;
+                o.Endpoint = receiver.TracesEndpoint;
+            })
+            .Build();
+        await using HeraldClient remote = new($"tcp://127.0.0.1:{cluster[1].Port}");
+        var got = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        await using HeraldSubscription subscription = await remote.SubscribeAsync(topic, _ => got.TrySetResult());
+        await remote.FlushAsync();
+        await using HeraldClient publisher = new($"tcp://127.0.0.1:{cluster[0].Port}");
+
+        string traceId;
+        using (Activity checkout = Caller.StartActivity("checkout")!)
+        {
+            traceId = checkout.TraceId.ToHexString();
+            await publisher.PublishAsync(topic, "across");
+        }
+
+        await got.Task.WaitAsync(TimeSpan.FromSeconds(30));
+        IReadOnlyList<ReceivedSpan> trace = await FlushUntilAsync(receiver, cluster[1], application, spans => spans.Count(s => s.TraceId == traceId && s.Scope == BrokerTracing.SourceName) >= 2 && spans.Any(s => s.TraceId == traceId && s.Name == "process " + topic));
+        trace = [.. trace.Where(s => s.TraceId == traceId)];
+
+        ReceivedSpan send = Assert.Single(trace, s => s.Kind == Span.Types.SpanKind.Producer);
+        ReceivedSpan[] routes = [.. trace.Where(s => s.Scope == BrokerTracing.SourceName)];
+        Assert.Equal(2, routes.Length);
+        Assert.All(routes, r => Assert.Equal((send.SpanId, "route " + topic), (r.ParentSpanId, r.Name)));
+        ReceivedSpan origin = Assert.Single(routes, r => (string?)r["herald.transport"] == "tcp");
+        ReceivedSpan there = Assert.Single(routes, r => (string?)r["herald.transport"] == "cluster");
+        Assert.Equal(0L, origin["herald.route.matched"]); // nobody on the publisher's node
+        Assert.Equal(1L, there["herald.route.matched"]);
+        Assert.Equal(1L, there["herald.route.queued"]);
+        Assert.Equal(cluster[0].Engine().NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), there["herald.cluster.origin"]);
+        Assert.Equal(send.SpanId, Assert.Single(trace, s => s.Name == "process " + topic).ParentSpanId);
+    }
+
     [Theory]
     [MemberData(nameof(Transports))]
     public async Task A_publication_without_a_sampled_traceparent_gets_no_broker_span(HeraldTransport publishOver)

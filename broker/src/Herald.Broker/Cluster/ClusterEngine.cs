@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics;
 using System.Net;
 using System.Security.Cryptography;
 using System.Threading.Channels;
@@ -519,7 +520,16 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
                 ForgetGoneOrigins(inbound.LastDelivered);
             }
 
-            int deliveries = Route(publish, toFlush);
+            // This node's own route span (issue 20.3 across nodes), only for a sampled traceparent while something
+            // listens: a sibling of the origin's, both children of the publisher's span.
+            Activity? span = publish.HasHeaders && BrokerTracing.Source.HasListeners() ? StartSpan(inbound, publish, origin) : null;
+            int deliveries = Route(publish, toFlush, span is null ? null : inbound.Tally);
+            if (span is not null)
+            {
+                inbound.Tally!.WriteTo(span);
+                span.Dispose();
+            }
+
             Metrics?.ReceivedOne();
             _brokerMetrics.Delivered(deliveries, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
         }
@@ -549,18 +559,36 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         }
     }
 
+    private static Activity? StartSpan(Inbound inbound, in PublishFrame publish, ulong origin)
+    {
+        Activity? span = BrokerTracing.StartRoute(publish, receivedAt: 0);
+        if (span is null)
+        {
+            return null;
+        }
+
+        if (span.IsAllDataRequested)
+        {
+            span.SetTag("herald.transport", "cluster");
+            span.SetTag("herald.cluster.origin", origin.ToString("x16", System.Globalization.CultureInfo.InvariantCulture));
+        }
+
+        inbound.Tally ??= new FanoutTally();
+        return span;
+    }
+
     /// <summary>Routes another node's publication here: the same router, forms and flushes as a local one, without a publisher.</summary>
-    private int Route(in PublishFrame publish, List<IMessageSink> toFlush)
+    private int Route(in PublishFrame publish, List<IMessageSink> toFlush, FanoutTally? tally)
     {
         if ((publish.Flags & PayloadFlags.Zstd) == 0)
         {
-            return _router.Publish(publish, origin: null, toFlush, _encoder);
+            return _router.Publish(publish, origin: null, toFlush, _encoder, tally: tally);
         }
 
         int length = Zstd.Decompress(publish.Payload, _maxPayloadBytes - (int)publish.Headers.Length, out byte[] plain);
         try
         {
-            return _router.Publish(publish, origin: null, toFlush, _encoder, plain.AsSpan(0, length));
+            return _router.Publish(publish, origin: null, toFlush, _encoder, plain.AsSpan(0, length), tally: tally);
         }
         finally
         {
@@ -769,6 +797,9 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
         /// <summary>Per origin, the last sequence number this subscription delivered. The reader's; read by the worker once the reader ended.</summary>
         public Dictionary<ulong, ulong> LastDelivered { get; } = [];
+
+        /// <summary>What routing a traced publication did, for its span (made at the first). The reader's.</summary>
+        public FanoutTally? Tally { get; set; }
 
         /// <summary>Copies to skip after a change of subscriptions; null once none is left. The reader's.</summary>
         public List<Handover>? Skip { get; set; }

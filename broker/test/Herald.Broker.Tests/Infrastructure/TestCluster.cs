@@ -27,7 +27,8 @@ public sealed class TestCluster : IAsyncDisposable
 
     public TestBroker this[int node] => Nodes[node];
 
-    public static async Task<TestCluster> StartAsync(int nodes = 3, Action<HeraldOptions>? configure = null, bool redisCluster = false)
+    /// <param name="configureNode">Called after <paramref name="configure"/> with each node's index (0 first).</param>
+    public static async Task<TestCluster> StartAsync(int nodes = 3, Action<HeraldOptions>? configure = null, bool redisCluster = false, Action<int, HeraldOptions>? configureNode = null)
     {
         IAsyncDisposable backplane = redisCluster ? await RedisClusterServers.StartAsync() : await RedisServer.StartAsync();
         string configuration = backplane is RedisServer single ? single.Configuration : ((RedisClusterServers)backplane).Configuration;
@@ -36,10 +37,12 @@ public sealed class TestCluster : IAsyncDisposable
         {
             for (int i = 0; i < nodes; i++)
             {
+                int node = i;
                 started.Add(await TestBroker.StartAsync(o =>
                 {
                     o.Cluster.Redis = configuration;
                     configure?.Invoke(o);
+                    configureNode?.Invoke(node, o);
                 }));
             }
         }
