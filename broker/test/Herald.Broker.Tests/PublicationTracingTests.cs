@@ -35,15 +35,7 @@ public sealed class PublicationTracingTests
         string topic = $"traced.{publishOver}.{Guid.NewGuid():N}";
         await using var receiver = await OtlpReceiver.StartAsync();
         await using var broker = await StartTracedBrokerAsync(receiver);
-        using TracerProvider application = Sdk.CreateTracerProviderBuilder()
-            .ConfigureResource(r => r.AddService("herald-test-app"))
-            .AddSource("Herald.Client", Caller.Name)
-            .AddOtlpExporter(o =>
-            {
-                o.Protocol = OtlpExportProtocol.HttpProtobuf;
-                o.Endpoint = receiver.TracesEndpoint;
-            })
-            .Build();
+        using TracerProvider application = ApplicationTracing(receiver);
         await using HeraldClient tcpSubscriber = Client(broker, HeraldTransport.Tcp, "tcp-subscriber");
         await using HeraldClient pollSubscriber = Client(broker, HeraldTransport.LongPoll, "poll-subscriber");
         await using HeraldClient publisher = Client(broker, publishOver, "publisher");
@@ -116,15 +108,7 @@ public sealed class PublicationTracingTests
                 o.Telemetry.Otlp.Endpoint = receiver.BaseAddress;
             }
         });
-        using TracerProvider application = Sdk.CreateTracerProviderBuilder()
-            .ConfigureResource(r => r.AddService("herald-test-app"))
-            .AddSource("Herald.Client", Caller.Name)
-            .AddOtlpExporter(o =>
-            {
-                o.Protocol = OtlpExportProtocol.HttpProtobuf;
-                o.Endpoint = receiver.TracesEndpoint;
-            })
-            .Build();
+        using TracerProvider application = ApplicationTracing(receiver);
         await using HeraldClient remote = new($"tcp://127.0.0.1:{cluster[1].Port}");
         var got = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
         await using HeraldSubscription subscription = await remote.SubscribeAsync(topic, _ => got.TrySetResult());
@@ -225,6 +209,17 @@ public sealed class PublicationTracingTests
         Assert.True(route["herald.route.compression_ratio"] is double ratio && ratio > 2, $"ratio {route["herald.route.compression_ratio"]}");
         Assert.Equal((long)Encoding.UTF8.GetByteCount(payload), route["messaging.message.body.size"]);
     }
+
+    /// <summary>What an application registers to trace its messages: the client's source and its own, exported to the receiver.</summary>
+    private static TracerProvider ApplicationTracing(OtlpReceiver receiver) => Sdk.CreateTracerProviderBuilder()
+        .ConfigureResource(r => r.AddService("herald-test-app"))
+        .AddSource("Herald.Client", Caller.Name)
+        .AddOtlpExporter(o =>
+        {
+            o.Protocol = OtlpExportProtocol.HttpProtobuf;
+            o.Endpoint = receiver.TracesEndpoint;
+        })
+        .Build();
 
     private static Task<TestBroker> StartTracedBrokerAsync(OtlpReceiver receiver, Action<HeraldOptions>? configure = null) => TestBroker.StartAsync(o =>
     {

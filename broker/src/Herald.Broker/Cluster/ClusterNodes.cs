@@ -55,10 +55,8 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
             known.Add(new ClusterNode(id, values.GetValueOrDefault("name") ?? "", values.GetValueOrDefault("host") ?? "", started, DateTimeOffset.FromUnixTimeMilliseconds((long)member.Score), Self: false));
         }
 
-        _known = [.. known];
-        MemberIds = [.. known.Select(n => ulong.TryParse(n.Id, NumberStyles.HexNumber, CultureInfo.InvariantCulture, out ulong id) ? id : 0).Where(id => id != 0)];
-
         // Covers of nodes no longer members (killed): they would make requests wait instead of failing fast.
+        // Dropped before the new list is shown, so a node seen gone has no cover left.
         foreach (RedisValue field in await redis.HashKeysAsync(_covers).ConfigureAwait(false))
         {
             if (!known.Any(n => n.Id == field.ToString()))
@@ -66,6 +64,9 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
                 await redis.HashDeleteAsync(_covers, field).ConfigureAwait(false);
             }
         }
+
+        _known = [.. known];
+        MemberIds = [.. known.Select(n => ulong.TryParse(n.Id, NumberStyles.HexNumber, CultureInfo.InvariantCulture, out ulong id) ? id : 0).Where(id => id != 0)];
     }
 
     /// <summary>

@@ -106,29 +106,12 @@ internal sealed class TopicRouter : IDisposable
             }
 
             _interest = listener;
-            var pending = new Stack<Node>();
-            pending.Push(_root);
-            while (pending.TryPop(out Node? node))
+            foreach (Node node in AllNodes())
             {
                 foreach (Subscription first in node.Subscriptions)
                 {
-                    listener.PatternAdded(first.Pattern);
+                    listener.PatternAdded(first.Pattern); // every subscription of a node has its pattern
                     break;
-                }
-
-                foreach (Node child in node.Children?.Values ?? (IEnumerable<Node>)[])
-                {
-                    pending.Push(child);
-                }
-
-                if (node.Star is { } star)
-                {
-                    pending.Push(star);
-                }
-
-                if (node.Tail is { } tail)
-                {
-                    pending.Push(tail);
                 }
             }
         }
@@ -853,6 +836,31 @@ internal sealed class TopicRouter : IDisposable
         }
     }
 
+    /// <summary>Every node of the trie, depth first. Caller holds the read or write lock while it enumerates.</summary>
+    private IEnumerable<Node> AllNodes()
+    {
+        var pending = new Stack<Node>();
+        pending.Push(_root);
+        while (pending.TryPop(out Node? node))
+        {
+            yield return node;
+            foreach (Node child in node.Children?.Values ?? (IEnumerable<Node>)[])
+            {
+                pending.Push(child);
+            }
+
+            if (node.Star is { } star)
+            {
+                pending.Push(star);
+            }
+
+            if (node.Tail is { } tail)
+            {
+                pending.Push(tail);
+            }
+        }
+    }
+
     /// <summary>
     /// Monitoring only (<c>/subsz</c>, the <c>herald.topics</c> gauge), never on the publish path: every
     /// pattern with at least one subscription and its number of subscriptions, at most <paramref name="max"/>
@@ -863,12 +871,10 @@ internal sealed class TopicRouter : IDisposable
     {
         var found = new List<(string, int)>(Math.Min(max, 1024));
         patterns = 0;
-        var pending = new Stack<Node>();
         _gate.EnterReadLock();
         try
         {
-            pending.Push(_root);
-            while (pending.TryPop(out Node? node))
+            foreach (Node node in AllNodes())
             {
                 if (node.Subscriptions.Count > 0)
                 {
@@ -881,24 +887,6 @@ internal sealed class TopicRouter : IDisposable
                             break;
                         }
                     }
-                }
-
-                if (node.Children is { } children)
-                {
-                    foreach (Node child in children.Values)
-                    {
-                        pending.Push(child);
-                    }
-                }
-
-                if (node.Star is { } star)
-                {
-                    pending.Push(star);
-                }
-
-                if (node.Tail is { } tail)
-                {
-                    pending.Push(tail);
                 }
             }
         }
