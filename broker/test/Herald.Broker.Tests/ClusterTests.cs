@@ -373,6 +373,47 @@ public sealed class ClusterTests
         return bytes;
     }
 
+    [Fact]
+    public async Task A_stalled_Redis_never_holds_a_publisher_and_what_waits_for_it_stays_within_MaxForwardQueueBytes()
+    {
+        const long Limit = 256 * 1024;
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Cluster.MaxForwardQueueBytes = Limit);
+        await using var remote = await ProtocolClient.OpenAsync(cluster[1].Port, "remote");
+        await remote.SubscribeAsync(1, "bulk");
+        await remote.PingPongAsync();
+        await using var local = await ProtocolClient.OpenAsync(cluster[0].Port, "local");
+        await local.SubscribeAsync(1, "bulk");
+        await local.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+        byte[] payload = new byte[4096];
+
+        cluster.Redis.Pause(); // connected, silent: nothing it is sent is taken
+        try
+        {
+            const int Count = 2000; // 8 MB: far past the limit, and past what the sockets hold
+            Task reading = Task.Run(async () =>
+            {
+                for (int i = 0; i < Count; i++)
+                {
+                    await local.ReadMessageAsync(); // the publisher's own node delivers all of it meanwhile
+                }
+            });
+            for (int i = 0; i < Count; i++)
+            {
+                await publisher.PublishAsync("bulk", payload);
+                Assert.True(cluster[0].Engine().ForwardQueueBytes <= Limit, $"{cluster[0].Engine().ForwardQueueBytes} bytes queued for Redis");
+            }
+
+            await publisher.PingPongAsync(); // all taken: the publisher was never held up
+            await reading;
+            Assert.True(cluster[0].Engine().Metrics!.Dropped > 0, "past the limit, publications stayed local and were counted");
+        }
+        finally
+        {
+            cluster.Redis.Resume();
+        }
+    }
+
     private const string AliceToken = "alice-token-0123456789";
     private const string BobToken = "bob-token-0123456789";
     private const string EveToken = "eve-token-0123456789";

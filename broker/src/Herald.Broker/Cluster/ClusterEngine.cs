@@ -739,9 +739,14 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             return server;
         }
 
+        if (!_redis!.IsConnected)
+        {
+            return null; // unreachable: no lookup (and no exception) per publication while it lasts
+        }
+
         try
         {
-            EndPoint? endpoint = _redis!.GetDatabase().IdentifyEndpoint(_options.ChannelPrefix, CommandFlags.DemandMaster);
+            EndPoint? endpoint = _redis.GetDatabase().IdentifyEndpoint(_options.ChannelPrefix, CommandFlags.DemandMaster);
             _publishVia = endpoint is null ? null : _redis.GetServer(endpoint);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)

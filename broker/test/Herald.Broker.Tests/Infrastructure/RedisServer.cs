@@ -114,6 +114,18 @@ public sealed class RedisServer : IAsyncDisposable
         }
     }
 
+    /// <summary>SIGSTOP: it stays connected and answers nothing (a stalled Redis), until <see cref="Resume"/>.</summary>
+    public void Pause() => Signal("-STOP");
+
+    /// <summary>SIGCONT after <see cref="Pause"/>.</summary>
+    public void Resume() => Signal("-CONT");
+
+    private void Signal(string signal)
+    {
+        using Process kill = Process.Start("kill", [signal, _process!.Id.ToString(System.Globalization.CultureInfo.InvariantCulture)])!;
+        kill.WaitForExit();
+    }
+
     /// <summary>SIGKILL, and waits for the exit: every connection to it is cut.</summary>
     public void Kill()
     {
