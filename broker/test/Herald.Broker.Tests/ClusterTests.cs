@@ -414,6 +414,30 @@ public sealed class ClusterTests
         }
     }
 
+    [Fact]
+    public async Task With_ReceiveAll_a_publishers_order_holds_across_topics_at_another_nodes_subscriber()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Cluster.ReceiveAll = true);
+        await using var subscriber = await ProtocolClient.OpenAsync(cluster[1].Port, "subscriber");
+        await subscriber.SubscribeAsync(1, "orders.*");
+        await subscriber.SubscribeAsync(2, "audit");
+        await subscriber.PingPongAsync();
+        Assert.Equal(["{herald}:*"], cluster[1].Engine().Covering); // one subscription for everything
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+        const int Count = 2000;
+
+        for (int i = 0; i < Count; i++)
+        {
+            await publisher.PublishAsync(i % 2 == 0 ? "orders.new" : "audit", i.ToString(System.Globalization.CultureInfo.InvariantCulture));
+        }
+
+        for (int i = 0; i < Count; i++)
+        {
+            Frame message = await subscriber.ReadMessageAsync();
+            Assert.Equal((i % 2 == 0 ? "orders.new" : "audit", i.ToString(System.Globalization.CultureInfo.InvariantCulture)), (message.Topic, message.Text));
+        }
+    }
+
     private const string AliceToken = "alice-token-0123456789";
     private const string BobToken = "bob-token-0123456789";
     private const string EveToken = "eve-token-0123456789";

@@ -325,7 +325,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
                 try
                 {
-                    await ApplyAsync(_cover.Compute()).ConfigureAwait(false);
+                    await ApplyAsync(_options.ReceiveAll ? _cover.All() : _cover.Compute()).ConfigureAwait(false);
                 }
                 catch (Exception e) when (e is not OperationCanceledException)
                 {

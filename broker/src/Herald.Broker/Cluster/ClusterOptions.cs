@@ -34,6 +34,14 @@ public sealed class ClusterOptions
     /// <summary>How long the first connection to Redis may take at start before the node starts without it (and keeps trying).</summary>
     public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(5);
 
+    /// <summary>
+    /// Receive every publication of the cluster on one Redis subscription (the glob <c>{prefix}*</c>) while the
+    /// node has any subscriber, instead of only what its clients' patterns ask for. A publisher's order then
+    /// holds across all topics at this node's subscribers (spec cluster.md §4), at the cost of every
+    /// publication of the cluster crossing from Redis to this node. Off: interest-based, order per topic.
+    /// </summary>
+    public bool ReceiveAll { get; set; }
+
     /// <summary>How often a node renews its entry in the cluster's member list (<c>/varz</c> <c>cluster.nodes</c>); silent for three intervals, it is dropped.</summary>
     public TimeSpan HeartbeatInterval { get; set; } = TimeSpan.FromSeconds(5);
 

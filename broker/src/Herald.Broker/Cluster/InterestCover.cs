@@ -71,6 +71,12 @@ internal sealed class InterestCover
         return cover;
     }
 
+    /// <summary>
+    /// One glob over every topic while any pattern is held (<see cref="ClusterOptions.ReceiveAll"/>), none
+    /// otherwise: one subscription, so one ordered queue for everything the node receives.
+    /// </summary>
+    public HashSet<CoverKey> All() => _keys.Count == 0 ? [] : [new CoverKey("", IsPrefix: true)];
+
     // A shorter prefix of the key's literal, ending at a token boundary ("" included), that is itself a prefix key.
     private bool IsCovered(CoverKey key)
     {
