@@ -40,52 +40,11 @@ internal static class Repo
         throw new InvalidOperationException($"No {count} consecutive free ports found.");
     }
 
-    private static readonly Lazy<string?> PeerInstall = new(InstallPeerServers);
-
-    private static readonly string[] PeerServers = ["nats-server", "redis-server"];
-
     /// <summary>
     /// Makes sure nats-server and redis-server (Debian packages) are on the PATH, installing what is missing
-    /// with apt-get once per test run (as root; CI's .ci/run does the same up front), so the peer tests run
-    /// against the real servers on a fresh machine too. Returns why not, or null when both are there.
+    /// once per test run (<see cref="Herald.Testing.DebianPackages"/>). Returns why not, or null when both are there.
     /// </summary>
-    public static string? EnsurePeerServers() => PeerInstall.Value;
-
-    private static string? InstallPeerServers()
-    {
-        string[] missing = [.. PeerServers.Where(p => !OnPath(p))];
-        if (missing.Length == 0)
-        {
-            return null;
-        }
-
-        try
-        {
-            var install = System.Diagnostics.Process.Start(new System.Diagnostics.ProcessStartInfo("bash")
-            {
-                ArgumentList =
-                {
-                    "-c",
-                    "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends " + string.Join(' ', missing)
-                        + "; (service redis-server stop || systemctl stop redis-server) >/dev/null 2>&1; true",
-                },
-                RedirectStandardOutput = true,
-                RedirectStandardError = true,
-            })!;
-            install.StandardOutput.ReadToEnd();
-            install.WaitForExit(TimeSpan.FromMinutes(5));
-        }
-        catch (System.ComponentModel.Win32Exception e)
-        {
-            return $"could not run apt-get to install {string.Join(", ", missing)}: {e.Message}";
-        }
-
-        string[] still = [.. missing.Where(p => !OnPath(p))];
-        return still.Length == 0 ? null : $"{string.Join(", ", still)} missing and apt-get could not install it (needs root and the Debian package)";
-    }
-
-    private static bool OnPath(string executable) =>
-        (Environment.GetEnvironmentVariable("PATH") ?? "").Split(':', StringSplitOptions.RemoveEmptyEntries).Any(d => File.Exists(Path.Combine(d, executable)));
+    public static string? EnsurePeerServers() => Herald.Testing.DebianPackages.Ensure("nats-server", "redis-server");
 
     /// <summary>True while a process with this id runs (a server a test started, before or after it was disposed).</summary>
     public static bool IsRunning(int pid)

@@ -5,7 +5,7 @@ using System.Net.Sockets;
 namespace Herald.Broker.Tests.Infrastructure;
 
 /// <summary>
-/// A real <c>redis-server</c> (Debian package <c>redis-server</c>; <c>.ci/run</c> installs it) started as a child on a
+/// A real <c>redis-server</c> (Debian package <c>redis-server</c>, installed when missing) started as a child on a
 /// free loopback port, without persistence. It can be killed and started again on the same port (a Redis
 /// restart under the cluster). Disposing kills it.
 /// </summary>
@@ -32,6 +32,11 @@ public sealed class RedisServer : IAsyncDisposable
     /// <param name="directory">Its working directory (where a cluster node keeps its nodes file); the current one when null.</param>
     public static async Task<RedisServer> StartAsync(string[]? extra = null, string? directory = null)
     {
+        if (Herald.Testing.DebianPackages.Ensure("redis-server") is { } why) // redis-cli (the Redis Cluster tests) comes with it
+        {
+            throw new InvalidOperationException($"The cluster tests run against a real Redis: {why}.");
+        }
+
         var server = new RedisServer(FreePort(), extra ?? [], directory);
         await server.LaunchAsync();
         return server;
