@@ -362,6 +362,44 @@ public sealed class ClusterTests
         Assert.InRange(cluster[0].Engine().OriginsRemembered, 1, 65); // forgotten past 64: none is a member
     }
 
+    [Fact]
+    public async Task With_a_cluster_secret_nodes_exchange_signed_publications_and_whoever_else_publishes_on_Redis_reaches_nobody()
+    {
+        const string Secret = "our-cluster-secret-0123456789";
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Cluster.Secret = Secret);
+        await using var subscriber = await ProtocolClient.OpenAsync(cluster[1].Port, "subscriber");
+        await subscriber.SubscribeAsync(1, "feed");
+        await subscriber.PingPongAsync();
+        await using StackExchange.Redis.ConnectionMultiplexer redis = await StackExchange.Redis.ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
+        StackExchange.Redis.ISubscriber intruder = redis.GetSubscriber();
+        var channel = StackExchange.Redis.RedisChannel.Literal("{herald}:feed");
+        byte[] body = [0x95, 0x05, 0xa4, .. "feed"u8, 0xc0, 0x00, 0xc4, 0x06, .. "forged"u8];
+
+        // Unsigned, and signed with another secret: neither is routed.
+        await intruder.PublishAsync(channel, Envelope(origin: 7, sequence: 1, body));
+        byte[] wrong = Signed(origin: 7, sequence: 2, body, "not-our-secret-0123456789");
+        await intruder.PublishAsync(channel, wrong);
+
+        // A node's own publication crosses as before: the marker that nothing forged came first.
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+        await publisher.PublishAsync("feed", "genuine");
+        Assert.Equal("genuine", (await subscriber.ReadMessageAsync()).Text);
+        Assert.Equal(2, cluster[1].Engine().Metrics!.Invalid);
+    }
+
+    private static byte[] Signed(ulong origin, ulong sequence, byte[] body, string secret)
+    {
+        byte[] bytes = new byte[34 + body.Length];
+        bytes[0] = 0x48;
+        bytes[1] = 0x02;
+        System.Buffers.Binary.BinaryPrimitives.WriteUInt64BigEndian(bytes.AsSpan(2), origin);
+        System.Buffers.Binary.BinaryPrimitives.WriteUInt64BigEndian(bytes.AsSpan(10), sequence);
+        body.CopyTo(bytes, 34);
+        byte[] mac = System.Security.Cryptography.HMACSHA256.HashData(System.Text.Encoding.UTF8.GetBytes(secret), bytes);
+        mac.AsSpan(0, 16).CopyTo(bytes.AsSpan(18));
+        return bytes;
+    }
+
     private static byte[] Envelope(ulong origin, ulong sequence, byte[] body)
     {
         byte[] bytes = new byte[18 + body.Length];

@@ -25,6 +25,12 @@ public sealed class ClusterVectorTests
 
     public static TheoryData<string> InvalidEnvelopes => Names("envelopes.invalid", "name");
 
+    public static TheoryData<string> SignedValid => Names("signed.valid", "name");
+
+    public static TheoryData<string> SignedInvalid => Names("signed.invalid", "name");
+
+    private static string Secret => Root.Value.GetProperty("signed").GetProperty("secret").GetString()!;
+
     [Theory]
     [MemberData(nameof(Keys))]
     public void A_pattern_has_its_key_and_Redis_name(string pattern)
@@ -61,7 +67,7 @@ public sealed class ClusterVectorTests
         ulong sequence = vector.GetProperty("sequence").GetUInt64();
         JsonElement fields = vector.GetProperty("fields");
 
-        Assert.True(ClusterEnvelope.TryRead(bytes, out ulong readOrigin, out ulong readSequence, out ReadOnlyMemory<byte> body));
+        Assert.True(ClusterEnvelope.TryRead(bytes, signer: null, out ulong readOrigin, out ulong readSequence, out ReadOnlyMemory<byte> body));
         Assert.Equal((origin, sequence), (readOrigin, readSequence));
         PublishFrame publish = ClusterEnvelope.ReadPublish(body);
         Assert.Equal(fields.GetProperty("topic").GetString(), publish.TopicString);
@@ -93,7 +99,7 @@ public sealed class ClusterVectorTests
     {
         JsonElement vector = Find("envelopes.invalid", "name", name);
         byte[] bytes = Convert.FromHexString(vector.GetProperty("hex").GetString()!);
-        bool header = ClusterEnvelope.TryRead(bytes, out _, out _, out ReadOnlyMemory<byte> body);
+        bool header = ClusterEnvelope.TryRead(bytes, signer: null, out _, out _, out ReadOnlyMemory<byte> body);
         if (vector.GetProperty("reason").GetString() == "header")
         {
             Assert.False(header);
@@ -103,6 +109,34 @@ public sealed class ClusterVectorTests
             Assert.True(header);
             Assert.Throws<ProtocolException>(() => ClusterEnvelope.ReadPublish(body));
         }
+    }
+
+    [Theory]
+    [MemberData(nameof(SignedValid))]
+    public void A_signed_envelope_verifies_with_the_secret_and_is_signed_byte_for_byte(string name)
+    {
+        JsonElement vector = Find("signed.valid", "name", name);
+        byte[] bytes = Convert.FromHexString(vector.GetProperty("hex").GetString()!);
+        using var signer = new EnvelopeSigner(Secret);
+        Assert.True(ClusterEnvelope.TryRead(bytes, signer, out ulong origin, out ulong sequence, out ReadOnlyMemory<byte> body));
+        Assert.Equal(vector.GetProperty("sequence").GetUInt64(), sequence);
+        PublishFrame publish = ClusterEnvelope.ReadPublish(body);
+        Assert.Equal(vector.GetProperty("fields").GetProperty("topic").GetString(), publish.TopicString);
+        Assert.False(ClusterEnvelope.TryRead(bytes, signer: null, out _, out _, out _)); // a node without the secret takes no version 2
+
+        byte[] written = ClusterEnvelope.Write(publish, origin, signed: true);
+        ClusterEnvelope.Stamp(written, sequence);
+        signer.Sign(written);
+        Assert.Equal(Convert.ToHexStringLower(bytes), Convert.ToHexStringLower(written));
+    }
+
+    [Theory]
+    [MemberData(nameof(SignedInvalid))]
+    public void A_node_with_the_secret_refuses_what_its_tag_does_not_vouch_for(string name)
+    {
+        byte[] bytes = Convert.FromHexString(Find("signed.invalid", "name", name).GetProperty("hex").GetString()!);
+        using var signer = new EnvelopeSigner(Secret);
+        Assert.False(ClusterEnvelope.TryRead(bytes, signer, out _, out _, out _));
     }
 
     private static JsonElement.ArrayEnumerator Cases(string path)

@@ -82,6 +82,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private long _forwardBytes;
     private ulong _sequence; // the writer's
     private IServer? _publishVia; // the writer's
+    private readonly EnvelopeSigner? _signer; // the writer's
     private volatile bool _running;
     private volatile CoverKey[] _covering = [];
     private volatile Inbound[] _readers = [];
@@ -96,6 +97,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         _log = log;
         _channelPrefix = System.Text.Encoding.ASCII.GetBytes(options.ChannelPrefix);
         NodeId = BitConverter.ToUInt64(RandomNumberGenerator.GetBytes(8)) | 1; // never 0
+        _signer = options.Secret is { } secret ? new EnvelopeSigner(secret) : null;
         Nodes = new ClusterNodes(options, NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), serverName);
     }
 
@@ -225,6 +227,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             _redis.Dispose();
         }
 
+        _signer?.Dispose();
         _stop.Dispose();
     }
 
@@ -373,7 +376,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         {
             if (queues[i] is { } queue)
             {
-                fresh.Add(new Inbound(added[i], queue));
+                fresh.Add(new Inbound(added[i], queue) { Signer = _options.Secret is { } secret ? new EnvelopeSigner(secret) : null });
             }
         }
 
@@ -436,6 +439,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         }
 
         inbound.Stop.Dispose();
+        inbound.Signer?.Dispose();
     }
 
     private async Task<ChannelMessageQueue?> SubscribeAsync(CoverKey key)
@@ -494,7 +498,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
     private void Deliver(Inbound inbound, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
     {
-        if (!ClusterEnvelope.TryRead(bytes, out ulong origin, out ulong sequence, out ReadOnlyMemory<byte> body))
+        if (!ClusterEnvelope.TryRead(bytes, inbound.Signer, out ulong origin, out ulong sequence, out ReadOnlyMemory<byte> body))
         {
             Metrics?.InvalidOne();
             return;
@@ -667,7 +671,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             return;
         }
 
-        byte[] envelope = ClusterEnvelope.Write(publish, NodeId);
+        byte[] envelope = ClusterEnvelope.Write(publish, NodeId, signed: _options.Secret is not null);
         long size = envelope.Length + _channelPrefix.Length + publish.Topic.Length;
         if (Interlocked.Add(ref _forwardBytes, size) > _options.MaxForwardQueueBytes)
         {
@@ -711,6 +715,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         }
 
         ClusterEnvelope.Stamp(item.Envelope, ++_sequence);
+        _signer?.Sign(item.Envelope);
         try
         {
             server.Execute("PUBLISH", [item.Channel, item.Envelope], CommandFlags.FireAndForget);
@@ -802,6 +807,9 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
         /// <summary>Per origin, the last sequence number this subscription delivered. The reader's; read by the worker once the reader ended.</summary>
         public Dictionary<ulong, ulong> LastDelivered { get; } = [];
+
+        /// <summary>Checks envelopes' tags when the cluster has a secret. The reader's.</summary>
+        public EnvelopeSigner? Signer { get; init; }
 
         /// <summary>What routing a traced publication did, for its span (made at the first). The reader's.</summary>
         public FanoutTally? Tally { get; set; }

@@ -31,6 +31,13 @@ public sealed class ClusterOptions
     [Range(1024, long.MaxValue)]
     public long MaxForwardQueueBytes { get; set; } = 64L * 1024 * 1024;
 
+    /// <summary>
+    /// A secret every node of the cluster shares (16 characters or more): each envelope then carries an
+    /// HMAC-SHA256 tag, and a node routes only envelopes whose tag it can check (spec cluster.md §3). Without it,
+    /// whoever can PUBLISH to this Redis can deliver to any subscriber past every permission. Null: unsigned.
+    /// </summary>
+    public string? Secret { get; set; }
+
     /// <summary>How long the first connection to Redis may take at start before the node starts without it (and keeps trying).</summary>
     public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(5);
 

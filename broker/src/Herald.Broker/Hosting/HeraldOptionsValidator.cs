@@ -258,6 +258,11 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
             failures.Add($"Herald:Cluster:ChannelPrefix '{cluster.ChannelPrefix}' must hold a Redis hash tag, such as {{herald}}: (so on Redis Cluster all of a cluster's channels share one slot, in order).");
         }
 
+        if (cluster.Secret is { Length: < 16 })
+        {
+            failures.Add("Herald:Cluster:Secret must be 16 characters or more (or unset: envelopes unsigned).");
+        }
+
         if (!cluster.Enabled)
         {
             return;
