@@ -94,9 +94,7 @@ public sealed class ClusterTests
     public async Task A_node_receives_only_what_its_clients_are_interested_in()
     {
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2);
-        await using var subscriber = await ProtocolClient.OpenAsync(cluster[1].Port, "subscriber");
-        await subscriber.SubscribeAsync(1, "wanted.>");
-        await subscriber.PingPongAsync();
+        await using ProtocolClient subscriber = await SubscribedAsync(cluster[1], "subscriber", "wanted.>");
         await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
 
         for (int i = 0; i < 20; i++)
@@ -136,9 +134,7 @@ public sealed class ClusterTests
     public async Task A_subscriber_gets_every_message_once_and_in_order_while_its_node_widens_and_narrows_its_Redis_subscriptions()
     {
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2);
-        await using var steady = await ProtocolClient.OpenAsync(cluster[1].Port, "steady");
-        await steady.SubscribeAsync(1, "stream.a");
-        await steady.PingPongAsync();
+        await using ProtocolClient steady = await SubscribedAsync(cluster[1], "steady", "stream.a");
         await using var churn = await ProtocolClient.OpenAsync(cluster[1].Port, "churn");
         await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
         const int Count = 10_000;
@@ -183,12 +179,8 @@ public sealed class ClusterTests
     public async Task A_node_that_loses_Redis_serves_its_own_clients_says_so_and_joins_again_when_Redis_is_back()
     {
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2);
-        await using var remote = await ProtocolClient.OpenAsync(cluster[1].Port, "remote");
-        await remote.SubscribeAsync(1, "news");
-        await remote.PingPongAsync();
-        await using var local = await ProtocolClient.OpenAsync(cluster[0].Port, "local");
-        await local.SubscribeAsync(1, "news");
-        await local.PingPongAsync();
+        await using ProtocolClient remote = await SubscribedAsync(cluster[1], "remote", "news");
+        await using ProtocolClient local = await SubscribedAsync(cluster[0], "local", "news");
         await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
         await publisher.PublishAsync("news", "before");
         Assert.Equal("before", (await remote.ReadMessageAsync()).Text);
@@ -302,9 +294,7 @@ public sealed class ClusterTests
         await doomedClient.PingPongAsync();
         await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Length == 3, "node 0 lists the doomed node");
 
-        await using var subscriber = await ProtocolClient.OpenAsync(cluster[0].Port, "subscriber");
-        await subscriber.SubscribeAsync(1, "feed");
-        await subscriber.PingPongAsync();
+        await using ProtocolClient subscriber = await SubscribedAsync(cluster[0], "subscriber", "feed");
         await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
         await using HeraldClient requester = new($"tcp://127.0.0.1:{cluster[0].Port}");
         const int Count = 2000;
@@ -335,9 +325,7 @@ public sealed class ClusterTests
     public async Task What_else_appears_on_the_clusters_channels_is_counted_and_skipped_and_strangers_origins_are_not_remembered_without_bound()
     {
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 1, o => o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(100));
-        await using var subscriber = await ProtocolClient.OpenAsync(cluster[0].Port, "subscriber");
-        await subscriber.SubscribeAsync(1, "feed");
-        await subscriber.PingPongAsync();
+        await using ProtocolClient subscriber = await SubscribedAsync(cluster[0], "subscriber", "feed");
         await using StackExchange.Redis.ConnectionMultiplexer redis = await StackExchange.Redis.ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
         StackExchange.Redis.ISubscriber intruder = redis.GetSubscriber();
         var channel = StackExchange.Redis.RedisChannel.Literal("{herald}:feed");
@@ -367,9 +355,7 @@ public sealed class ClusterTests
     {
         const string Secret = "our-cluster-secret-0123456789";
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Cluster.Secret = Secret);
-        await using var subscriber = await ProtocolClient.OpenAsync(cluster[1].Port, "subscriber");
-        await subscriber.SubscribeAsync(1, "feed");
-        await subscriber.PingPongAsync();
+        await using ProtocolClient subscriber = await SubscribedAsync(cluster[1], "subscriber", "feed");
         await using StackExchange.Redis.ConnectionMultiplexer redis = await StackExchange.Redis.ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
         StackExchange.Redis.ISubscriber intruder = redis.GetSubscriber();
         var channel = StackExchange.Redis.RedisChannel.Literal("{herald}:feed");
@@ -416,12 +402,8 @@ public sealed class ClusterTests
     {
         const long Limit = 256 * 1024;
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Cluster.MaxForwardQueueBytes = Limit);
-        await using var remote = await ProtocolClient.OpenAsync(cluster[1].Port, "remote");
-        await remote.SubscribeAsync(1, "bulk");
-        await remote.PingPongAsync();
-        await using var local = await ProtocolClient.OpenAsync(cluster[0].Port, "local");
-        await local.SubscribeAsync(1, "bulk");
-        await local.PingPongAsync();
+        await using ProtocolClient remote = await SubscribedAsync(cluster[1], "remote", "bulk");
+        await using ProtocolClient local = await SubscribedAsync(cluster[0], "local", "bulk");
         await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
         byte[] payload = new byte[4096];
 
@@ -456,10 +438,7 @@ public sealed class ClusterTests
     public async Task With_ReceiveAll_a_publishers_order_holds_across_topics_at_another_nodes_subscriber()
     {
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Cluster.ReceiveAll = true);
-        await using var subscriber = await ProtocolClient.OpenAsync(cluster[1].Port, "subscriber");
-        await subscriber.SubscribeAsync(1, "orders.*");
-        await subscriber.SubscribeAsync(2, "audit");
-        await subscriber.PingPongAsync();
+        await using ProtocolClient subscriber = await SubscribedAsync(cluster[1], "subscriber", "orders.*", "audit");
         Assert.Equal(["{herald}:*"], cluster[1].Engine().Covering); // one subscription for everything
         await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
         const int Count = 2000;
@@ -500,6 +479,19 @@ public sealed class ClusterTests
         {
             Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}");
         }
+    }
+
+    /// <summary>A client of <paramref name="node"/> subscribed to <paramref name="patterns"/> (sids 1, 2...), live on every node: its PONG came.</summary>
+    private static async Task<ProtocolClient> SubscribedAsync(TestBroker node, string name, params string[] patterns)
+    {
+        ProtocolClient client = await ProtocolClient.OpenAsync(node.Port, name);
+        for (int i = 0; i < patterns.Length; i++)
+        {
+            await client.SubscribeAsync((uint)(i + 1), patterns[i]);
+        }
+
+        await client.PingPongAsync();
+        return client;
     }
 
     private static async Task<List<string>> UntilMarkerAsync(ProtocolClient client)
