@@ -209,27 +209,27 @@ internal sealed class BrokerMetrics
     {
         int index = IndexOf(transport);
         Interlocked.Increment(ref _publishedBy[index]);
-        if (deliveries > 0)
+        if (deliveries > 0 && frameBytes > 0)
         {
-            Interlocked.Add(ref _totalDelivered, deliveries);
-            if (frameBytes > 0)
-            {
-                Interlocked.Add(ref _publishedBytesBy[index], frameBytes);
-                Interlocked.Add(ref _totalDeliveredBytes, (long)frameBytes * deliveries);
-            }
+            Interlocked.Add(ref _publishedBytesBy[index], frameBytes);
         }
+
+        Delivered(deliveries, frameBytes);
     }
 
     /// <summary>
-    /// Once per publication another node published (Cluster/): delivered here, not published here, so it counts
-    /// deliveries and delivered bytes only.
+    /// The deliveries of one publication and their bytes: part of <see cref="Published(string, int, int)"/>, and alone
+    /// for a publication another node published (Cluster/), delivered here but not published here.
     /// </summary>
     public void Delivered(int deliveries, int frameBytes)
     {
         if (deliveries > 0)
         {
             Interlocked.Add(ref _totalDelivered, deliveries);
-            Interlocked.Add(ref _totalDeliveredBytes, (long)frameBytes * deliveries);
+            if (frameBytes > 0)
+            {
+                Interlocked.Add(ref _totalDeliveredBytes, (long)frameBytes * deliveries);
+            }
         }
     }
 
