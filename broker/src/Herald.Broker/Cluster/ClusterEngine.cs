@@ -84,8 +84,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private IServer? _publishVia; // the writer's
     private readonly EnvelopeSigner? _signer; // the writer's
     private volatile bool _running;
-    private volatile CoverKey[] _covering = [];
-    private volatile Inbound[] _readers = [];
+    private volatile Inbound[] _readers = []; // what _inbound holds, for readers on other threads (monitoring)
 
     public ClusterEngine(ClusterOptions options, string serverName, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, ILogger log)
     {
@@ -114,10 +113,10 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     public bool IsConnected => _redis?.IsConnected == true;
 
     /// <summary>Redis channels and globs this node subscribes to now.</summary>
-    public int RedisSubscriptions => _covering.Length;
+    public int RedisSubscriptions => _readers.Length;
 
     /// <summary>What this node subscribes to in Redis now, as channel and glob names (monitoring).</summary>
-    public IReadOnlyList<string> Covering => [.. _covering.Select(key => key.RedisName(_options.ChannelPrefix))];
+    public IReadOnlyList<string> Covering => [.. _readers.Select(inbound => inbound.Key.RedisName(_options.ChannelPrefix))];
 
     public long ForwardQueueBytes => Interlocked.Read(ref _forwardBytes);
 
@@ -408,11 +407,10 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             inbound.Reader = Task.Run(() => ReadLoopAsync(inbound));
         }
 
-        _covering = [.. _inbound.Keys];
         _readers = [.. _inbound.Values];
         try
         {
-            await Nodes.PublishCoverAsync(_redis!.GetDatabase(), _covering).ConfigureAwait(false); // before the change is confirmed to anyone
+            await Nodes.PublishCoverAsync(_redis!.GetDatabase(), [.. _inbound.Keys]).ConfigureAwait(false); // before the change is confirmed to anyone
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
@@ -673,9 +671,8 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
         byte[] envelope = ClusterEnvelope.Write(publish, NodeId, signed: _options.Secret is not null);
         long size = envelope.Length + _channelPrefix.Length + publish.Topic.Length;
-        if (Interlocked.Add(ref _forwardBytes, size) > _options.MaxForwardQueueBytes)
+        if (!TryReserve(size))
         {
-            Interlocked.Add(ref _forwardBytes, -size);
             Metrics?.DroppedQueueFull();
             request?.NoResponders(publish.ReplyTo!.Value.ToArray()); // nothing will reach the other nodes
             return;
@@ -689,6 +686,28 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         {
             Interlocked.Add(ref _forwardBytes, -size); // stopping
         }
+    }
+
+    /// <summary>
+    /// Counts <paramref name="size"/> bytes into the forward queue unless that would pass the limit: the count
+    /// never goes over it, not even for a moment (an add-then-undo would show a reader more than is held).
+    /// </summary>
+    private bool TryReserve(long size)
+    {
+        long limit = _options.MaxForwardQueueBytes;
+        long held = Interlocked.Read(ref _forwardBytes);
+        while (held + size <= limit)
+        {
+            long seen = Interlocked.CompareExchange(ref _forwardBytes, held + size, held);
+            if (seen == held)
+            {
+                return true;
+            }
+
+            held = seen;
+        }
+
+        return false;
     }
 
     private async Task WriteLoopAsync()
