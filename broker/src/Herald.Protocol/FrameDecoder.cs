@@ -127,13 +127,37 @@ public static class FrameDecoder
             ReadOnlySequence<byte> pattern = reader.ReadStringSequence() ?? ThrowNil<ReadOnlySequence<byte>>("pattern");
             RequireUtf8(pattern, "pattern");
             var options = (SubscribeOptions)reader.ReadUInt32();
-            SkipRest(ref reader, elementCount - 4);
-            return new SubscribeFrame(sid, pattern, options);
+            StreamPosition? since = elementCount > 4 ? ReadSince(ref reader) : null;
+            SkipRest(ref reader, elementCount - 5);
+            return new SubscribeFrame(sid, pattern, options) { Since = since };
         }
         catch (Exception e) when (IsDecodeFailure(e))
         {
             return ThrowMalformed<SubscribeFrame>("SUBSCRIBE", e);
         }
+    }
+
+    /// <summary>SUBSCRIBE's <c>since</c> (spec §4.3): nil, or <c>[offset: uint, epoch: str]</c> with an epoch of at most 64 bytes.</summary>
+    private static StreamPosition? ReadSince(ref MessagePackReader reader)
+    {
+        if (reader.TryReadNil())
+        {
+            return null;
+        }
+
+        if (reader.NextMessagePackType != MessagePackType.Array || reader.ReadArrayHeader() != 2)
+        {
+            ThrowHelper.ThrowMalformed("SUBSCRIBE since is neither nil nor an array of [offset, epoch].");
+        }
+
+        ulong offset = reader.ReadUInt64();
+        string epoch = ReadString(ref reader, "since epoch") ?? ThrowNil<string>("since epoch");
+        if (Encoding.UTF8.GetByteCount(epoch) > StreamPosition.MaxEpochBytes)
+        {
+            ThrowHelper.ThrowMalformed($"SUBSCRIBE since epoch is longer than {StreamPosition.MaxEpochBytes} bytes.");
+        }
+
+        return new StreamPosition(offset, epoch);
     }
 
     public static UnsubscribeFrame ReadUnsubscribe(ref MessagePackReader reader, int elementCount)

@@ -62,13 +62,26 @@ public static class FrameWriter
         w.Flush();
     }
 
-    public static void WriteSubscribe(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> pattern, SubscribeOptions options = SubscribeOptions.None)
+    /// <param name="since">Resume the topic's stream after this position (spec §13), sent as a fifth element; null sends the four of a live subscription.</param>
+    public static void WriteSubscribe(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> pattern, SubscribeOptions options = SubscribeOptions.None, StreamPosition? since = null)
     {
         int body = 1 + 1 + UIntSize(sid) + StrSize(pattern.Length) + UIntSize((uint)options);
-        var w = Start(output, body, 4, FrameType.Subscribe);
+        if (since is { } position)
+        {
+            body += 1 + UIntSize(position.Offset) + StrSize(Encoding.UTF8.GetByteCount(position.Epoch));
+        }
+
+        var w = Start(output, body, since is null ? 4 : 5, FrameType.Subscribe);
         w.Write(sid);
         w.WriteString(pattern);
         w.Write((uint)options);
+        if (since is { } resume)
+        {
+            w.WriteArrayHeader(2);
+            w.Write(resume.Offset);
+            w.Write(resume.Epoch);
+        }
+
         w.Flush();
     }
 

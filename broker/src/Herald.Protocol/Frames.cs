@@ -12,6 +12,9 @@ public readonly record struct WelcomeFrame(uint Version, string ServerName, ulon
 /// <summary>SUBSCRIBE (spec §4.3). <see cref="Pattern"/> is a slice of the frame: copy it to keep it.</summary>
 public readonly record struct SubscribeFrame(uint Sid, ReadOnlySequence<byte> Pattern, SubscribeOptions Options)
 {
+    /// <summary>The fifth element (spec §4.3, §13): resume the topic's stream after this position; null: live only.</summary>
+    public StreamPosition? Since { get; init; }
+
     public string PatternString => Encoding.UTF8.GetString(Pattern);
 }
 

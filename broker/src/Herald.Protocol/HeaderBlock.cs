@@ -250,4 +250,42 @@ public static class HeaderBlock
         writer.Flush();
         return output.WrittenSpan.ToArray();
     }
+
+    /// <summary>
+    /// A block holding every entry of <paramref name="block"/> (empty: none), byte for byte, followed by one
+    /// single-valued entry per pair of <paramref name="extra"/>: how the broker stamps its own keys (a history
+    /// position, spec §13) onto a publication, once per publication. The caller knows the keys are not there yet
+    /// (published blocks never hold a <see cref="ReservedPrefix"/> key).
+    /// </summary>
+    public static byte[] Append(in ReadOnlySequence<byte> block, ReadOnlySpan<KeyValuePair<string, string>> extra)
+    {
+        int keys = 0;
+        ReadOnlySequence<byte> entries = ReadOnlySequence<byte>.Empty;
+        if (!block.IsEmpty)
+        {
+            var reader = new MessagePackReader(block);
+            keys = reader.ReadMapHeader();
+            entries = block.Slice(reader.Position);
+        }
+
+        var output = new ArrayBufferWriter<byte>((int)entries.Length + 16 + (extra.Length * 48));
+        var writer = new MessagePackWriter(output);
+        writer.WriteMapHeader(keys + extra.Length);
+        writer.Flush();
+        foreach (ReadOnlyMemory<byte> segment in entries)
+        {
+            output.Write(segment.Span);
+        }
+
+        writer = new MessagePackWriter(output);
+        foreach ((string key, string value) in extra)
+        {
+            writer.Write(key);
+            writer.WriteArrayHeader(1);
+            writer.Write(value);
+        }
+
+        writer.Flush();
+        return output.WrittenSpan.ToArray();
+    }
 }

@@ -482,6 +482,45 @@ public sealed class ClusterTests
     }
 
     /// <summary>A client of <paramref name="node"/> subscribed to <paramref name="patterns"/> (sids 1, 2...), live on every node: its PONG came.</summary>
+    [Fact]
+    public async Task A_nodes_history_holds_the_other_nodes_publications_and_another_nodes_epoch_is_not_recovered()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, configure: o => o.History.Topics.Add(new Herald.Broker.History.HistoryRule { Pattern = "feed.>" }));
+        StreamPosition held;
+        await using (var first = await ProtocolClient.OpenAsync(cluster[1].Port, "first", capabilities: Capabilities.Headers))
+        {
+            await first.SubscribeAsync(1, "feed.a");
+            await first.PingPongAsync();
+            await WaitUntilAsync(() => cluster[0].Engine().IsSettled, "node 0 settled");
+            await using var remotePublisher = await ProtocolClient.OpenAsync(cluster[0].Port, "remote");
+            await remotePublisher.PublishAsync("feed.a", "m1");
+            held = (await first.ReadMessageAsync()).Position!.Value; // node 1's own position of node 0's publication
+        }
+
+        await using (var keep = await SubscribedAsync(cluster[1], "keeper", "feed.a")) // node 1 keeps its interest in Redis
+        {
+            await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+            await publisher.PublishAsync("feed.a", "m2");
+            await publisher.PublishAsync("feed.a", "m3");
+            Assert.Equal("m2", (await keep.ReadMessageAsync()).Text);
+            Assert.Equal("m3", (await keep.ReadMessageAsync()).Text); // node 1 routed (and kept) both
+
+            await using var back = await ProtocolClient.OpenAsync(cluster[1].Port, "back", capabilities: Capabilities.Headers);
+            await back.SubscribeAsync(1, "feed.a", held);
+            Frame status = await back.ReadMessageAsync();
+            Frame m2 = await back.ReadMessageAsync();
+            Frame m3 = await back.ReadMessageAsync();
+            Assert.Equal(("200", "m2", "m3"), (status.Status, m2.Text, m3.Text));
+            Assert.Equal((2ul, 3ul), (m2.Position!.Value.Offset, m3.Position!.Value.Offset));
+
+            await using var elsewhere = await ProtocolClient.OpenAsync(cluster[0].Port, "elsewhere", capabilities: Capabilities.Headers);
+            await elsewhere.SubscribeAsync(1, "feed.a", held);
+            Frame other = await elsewhere.ReadMessageAsync();
+            Assert.Equal("410", other.Status); // node 0's history has its own epoch: resumable on the node that gave the position
+            Assert.StartsWith("History lost", other.Header(StreamPosition.DescriptionHeader)[0]);
+        }
+    }
+
     private static async Task<ProtocolClient> SubscribedAsync(TestBroker node, string name, params string[] patterns)
     {
         ProtocolClient client = await ProtocolClient.OpenAsync(node.Port, name);

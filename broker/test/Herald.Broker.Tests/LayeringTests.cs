@@ -19,6 +19,7 @@ public sealed class LayeringTests
         "Transports",
         "Sessions",
         "Cluster",
+        "History",
         "Security",
         "Routing",
         "Compression",

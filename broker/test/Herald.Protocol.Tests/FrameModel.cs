@@ -40,6 +40,7 @@ internal static class FrameModel
     {
         FrameType.Welcome => ["inbox_prefix"],
         FrameType.Error => ["sid"],
+        FrameType.Subscribe => ["since"],
         FrameType.Publish or FrameType.Message => ["headers"],
         _ => [],
     };
@@ -97,7 +98,7 @@ internal static class FrameModel
                 FrameWriter.WriteWelcome(output, w.ServerName, w.ConnectionId, w.Capabilities, w.Limits, w.Version, w.InboxPrefix);
                 break;
             case SubscribeFrame s:
-                FrameWriter.WriteSubscribe(output, s.Sid, s.Pattern.ToArray(), s.Options);
+                FrameWriter.WriteSubscribe(output, s.Sid, s.Pattern.ToArray(), s.Options, s.Since);
                 break;
             case UnsubscribeFrame u:
                 FrameWriter.WriteUnsubscribe(output, u.Sid);
@@ -156,7 +157,10 @@ internal static class FrameModel
             FrameType.Subscribe => new SubscribeFrame(
                 fields.GetProperty("sid").GetUInt32(),
                 Utf8(fields.GetProperty("pattern"))!.Value,
-                (SubscribeOptions)fields.GetProperty("options").GetUInt32()),
+                (SubscribeOptions)fields.GetProperty("options").GetUInt32())
+            {
+                Since = fields.TryGetProperty("since", out JsonElement since) ? new StreamPosition(since.GetProperty("offset").GetUInt64(), since.GetProperty("epoch").GetString()!) : null,
+            },
             FrameType.Unsubscribe => new UnsubscribeFrame(fields.GetProperty("sid").GetUInt32()),
             FrameType.Publish or FrameType.Message => new PublishFrame(
                 type == FrameType.Message ? fields.GetProperty("sid").GetUInt32() : 0,
@@ -198,7 +202,7 @@ internal static class FrameModel
                 "{" + string.Join(", ", w.Limits.OrderBy(l => l.Key, StringComparer.Ordinal).Select(l => $"{Text(l.Key)}: {Num(l.Value)}")) + "}",
                 .. w.InboxPrefix is { } prefix ? [Text(prefix)] : Array.Empty<string>(),
             ],
-            SubscribeFrame s => [Num(s.Sid), Text(s.Pattern), Num((uint)s.Options)],
+            SubscribeFrame s => [Num(s.Sid), Text(s.Pattern), Num((uint)s.Options), .. s.Since is { } since ? [$"{{offset: {Num(since.Offset)}, epoch: {Text(since.Epoch)}}}"] : Array.Empty<string>()],
             UnsubscribeFrame u => [Num(u.Sid)],
             PublishFrame p =>
             [

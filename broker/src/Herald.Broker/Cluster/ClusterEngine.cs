@@ -5,6 +5,7 @@ using System.Security.Cryptography;
 using System.Threading.Channels;
 using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
+using Herald.Broker.History;
 using Herald.Broker.Routing;
 using Herald.Broker.Telemetry;
 using Herald.Protocol;
@@ -60,6 +61,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private readonly BrokerMetrics _brokerMetrics;
     private readonly ILogger _log;
     private readonly int _maxPayloadBytes;
+    private readonly int _maxFrameBytes;
     private readonly byte[] _channelPrefix;
 
     private readonly Channel<InterestChange> _changes = Channel.CreateUnbounded<InterestChange>(new UnboundedChannelOptions { SingleReader = true });
@@ -86,8 +88,10 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private volatile bool _running;
     private volatile Inbound[] _readers = []; // what _inbound holds, for readers on other threads (monitoring)
 
-    public ClusterEngine(ClusterOptions options, string serverName, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, ILogger log)
+    public ClusterEngine(ClusterOptions options, string serverName, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, int maxFrameBytes, ILogger log, HistoryStore? history = null)
     {
+        History = history;
+        _maxFrameBytes = maxFrameBytes;
         _options = options;
         _router = router;
         _encoder = encoder;
@@ -107,6 +111,9 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     public ulong NodeId { get; }
 
     public ClusterMetrics? Metrics { get; set; }
+
+    /// <summary>This node's topic histories: the other nodes' publications go through them too (spec §13).</summary>
+    public HistoryStore? History { get; }
 
     public ClusterOptions Options => _options;
 
@@ -584,19 +591,25 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     {
         if ((publish.Flags & PayloadFlags.Zstd) == 0)
         {
-            return _router.Publish(publish, origin: null, toFlush, _encoder, tally: tally);
+            return RouteHere(publish, toFlush, default, tally);
         }
 
         int length = Zstd.Decompress(publish.Payload, _maxPayloadBytes - (int)publish.Headers.Length, out byte[] plain);
         try
         {
-            return _router.Publish(publish, origin: null, toFlush, _encoder, plain.AsSpan(0, length), tally: tally);
+            return RouteHere(publish, toFlush, plain.AsSpan(0, length), tally);
         }
         finally
         {
             ArrayPool<byte>.Shared.Return(plain);
         }
     }
+
+    /// <summary>Through this node's topic histories when it keeps any (so they hold the other nodes' publications too), else the router.</summary>
+    private int RouteHere(in PublishFrame publish, List<IMessageSink> toFlush, ReadOnlySpan<byte> plainPayload, FanoutTally? tally) =>
+        History is { } history
+            ? history.Publish(_router, publish, origin: null, toFlush, _encoder, plainPayload, receivedAt: 0, tally, _maxFrameBytes)
+            : _router.Publish(publish, origin: null, toFlush, _encoder, plainPayload, tally: tally);
 
     /// <summary>
     /// A copy an old subscription already delivered: from <paramref name="origin"/>, at or below the last

@@ -26,6 +26,9 @@ internal sealed class MessageBuffer
 
     public int Length { get; }
 
+    /// <summary>Bytes the buffer holds (the pooled array, at least <see cref="Length"/>): what a queue that keeps it counts.</summary>
+    public int Capacity => _array?.Length ?? 0;
+
     /// <summary><see cref="System.Diagnostics.Stopwatch"/> timestamp of the PUBLISH this frame carries (0: not measured), for the fan-out latency.</summary>
     public long ReceivedAt { get; set; }
 

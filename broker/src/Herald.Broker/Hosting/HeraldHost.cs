@@ -5,6 +5,7 @@ using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
 using Herald.Broker.Cluster;
+using Herald.Broker.History;
 using Herald.Broker.Compression;
 using Herald.Broker.Monitoring;
 using Herald.Broker.Policy;
@@ -94,13 +95,25 @@ public static class HeraldHost
                 return new ClusterSlot(null);
             }
 
-            var engine = new ClusterEngine(cluster, sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName, sp.GetRequiredService<TopicRouter>(), sp.GetRequiredService<MessageEncoder>(), sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxPayloadBytes, sp.GetRequiredService<ILogger<ClusterEngine>>());
+            var engine = new ClusterEngine(cluster, sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName, sp.GetRequiredService<TopicRouter>(), sp.GetRequiredService<MessageEncoder>(), sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxPayloadBytes, sp.GetRequiredService<LimitOptions>().MaxFrameBytes, sp.GetRequiredService<ILogger<ClusterEngine>>(), sp.GetRequiredService<HistorySlot>().Store);
             engine.Metrics = new ClusterMetrics(sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), engine);
             return new ClusterSlot(engine);
         });
 
         // Started before the sessions' registry and stopped after it: what the drained sessions publish is still sent on.
         services.AddHostedService(sp => new ClusterLifetime(sp.GetRequiredService<ClusterSlot>().Engine));
+        services.AddSingleton(sp =>
+        {
+            HistoryOptions history = sp.GetRequiredService<IOptions<HeraldOptions>>().Value.History;
+            if (!history.Enabled)
+            {
+                return new HistorySlot(null);
+            }
+
+            var store = new HistoryStore(history);
+            HistoryMetrics.Observe(sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), store);
+            return new HistorySlot(store);
+        });
         services.AddSingleton(sp => new BrokerCore(
             sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName,
             sp.GetRequiredService<LimitOptions>(),
@@ -110,7 +123,8 @@ public static class HeraldHost
             sp.GetRequiredService<Authenticator>(),
             sp.GetRequiredService<BrokerMetrics>(),
             sp.GetRequiredService<ClientFaultLog>(),
-            sp.GetRequiredService<ClusterSlot>().Engine));
+            sp.GetRequiredService<ClusterSlot>().Engine,
+            sp.GetRequiredService<HistorySlot>().Store));
         services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
         services.AddSingleton<PollSessionStore>();

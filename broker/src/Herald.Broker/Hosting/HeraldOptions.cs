@@ -46,6 +46,9 @@ public sealed class HeraldOptions
     /// <summary>Many nodes, one topic space, over Redis (off unless <c>Herald:Cluster:Redis</c> is set).</summary>
     public Cluster.ClusterOptions Cluster { get; set; } = new();
 
+    /// <summary>Topics that keep their recent messages, so clients resume after a disconnect (off unless <c>Herald:History:Topics</c> names a pattern).</summary>
+    public History.HistoryOptions History { get; set; } = new();
+
     /// <summary>
     /// A key under <c>Herald:</c> that no setting binds (a typo) stops the start instead of a warning. Off by
     /// default: the broker warns at start, naming the key and the closest known one.

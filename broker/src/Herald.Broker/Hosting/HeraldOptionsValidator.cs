@@ -1,3 +1,4 @@
+using Herald.Protocol;
 using Herald.Broker.Monitoring;
 using Herald.Broker.Sessions;
 using Herald.Broker.Transports.LongPoll;
@@ -24,6 +25,8 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Annotations(failures, "Herald:Logging", options.Logging);
         Annotations(failures, "Herald:Cluster", options.Cluster);
         ValidateCluster(failures, options.Cluster);
+        Annotations(failures, "Herald:History", options.History);
+        ValidateHistory(failures, options.History, options.Limits.MaxTopicLength);
         Check(failures, "Herald:Logging:ClientFaultInterval", options.Logging.ClientFaultInterval, TimeSpan.FromMilliseconds(100), TimeSpan.FromHours(1));
         ValidateSecurity(failures, options.Security);
         if (options.Compression.CpuBackoffStart > options.Compression.CpuDisableLimit)
@@ -240,6 +243,22 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
             {
                 failures.Add($"{section}:{string.Join(",", r.MemberNames)}: {r.ErrorMessage}");
             }
+        }
+    }
+
+    private static void ValidateHistory(List<string> failures, History.HistoryOptions history, int maxTopic)
+    {
+        for (int i = 0; i < history.Topics.Count; i++)
+        {
+            History.HistoryRule rule = history.Topics[i];
+            string key = $"Herald:History:Topics:{i}";
+            Annotations(failures, key, rule);
+            if (Topic.ValidatePattern(System.Text.Encoding.UTF8.GetBytes(rule.Pattern), maxTopic) is var error && error != ErrorCode.None)
+            {
+                failures.Add($"{key}:Pattern '{rule.Pattern}' is not a topic pattern: {error} (spec §5).");
+            }
+
+            Check(failures, $"{key}:MaxAge", rule.MaxAge, TimeSpan.FromSeconds(1), TimeSpan.FromDays(7));
         }
     }
 

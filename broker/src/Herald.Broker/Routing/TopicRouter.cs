@@ -204,12 +204,34 @@ internal sealed class TopicRouter : IDisposable
     /// <param name="plainPayload">For a publication sent compressed: its payload, decompressed.</param>
     /// <param name="receivedAt"><see cref="System.Diagnostics.Stopwatch"/> timestamp of the read that carried the PUBLISH, or 0 (fan-out latency not measured).</param>
     /// <param name="tally">For a traced publication only: what the routing did, for its span; null costs a test per subscriber.</param>
-    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder = null, ReadOnlySpan<byte> plainPayload = default, long receivedAt = 0, FanoutTally? tally = null)
+    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder = null, ReadOnlySpan<byte> plainPayload = default, long receivedAt = 0, FanoutTally? tally = null) =>
+        Publish(publish, origin, toFlush, encoder, plainPayload, receivedAt, tally, keep: false, out _);
+
+    /// <summary>
+    /// As the other <see cref="Publish(in PublishFrame, IMessageSink?, List{IMessageSink}, MessageEncoder?, ReadOnlySpan{byte}, long, FanoutTally?)"/>,
+    /// and hands the caller one reference to the publication's MESSAGE as sent, with its header block (built even
+    /// when nobody is subscribed): what a topic's history keeps (spec §13).
+    /// </summary>
+    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder, ReadOnlySpan<byte> plainPayload, long receivedAt, FanoutTally? tally, out MessageBuffer kept)
     {
+        int deliveries = Publish(publish, origin, toFlush, encoder, plainPayload, receivedAt, tally, keep: true, out MessageBuffer? asSent);
+        kept = asSent!;
+        return deliveries;
+    }
+
+    private int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder, ReadOnlySpan<byte> plainPayload, long receivedAt, FanoutTally? tally, bool keep, out MessageBuffer? kept)
+    {
+        kept = null;
         Subscription[] subscriptions = Match(publish.Topic);
         tally?.Start(subscriptions.Length);
         if (subscriptions.Length == 0)
         {
+            if (keep)
+            {
+                kept = CopyAsSent(publish, withHeaders: true);
+                Interlocked.Increment(ref _encodedFrames);
+            }
+
             return 0;
         }
 
@@ -254,6 +276,12 @@ internal sealed class TopicRouter : IDisposable
         {
             bool bare = forms[Other].Frame is null;
             tally.Compression(publish, plainPayload, sentCompressed ? null : forms[bare ? Other | Bare : Other].Frame, compressedWithHeaders: !bare);
+        }
+
+        if (keep)
+        {
+            kept = Form(ref forms[0], 0, publish, sentCompressed, encoder, plainPayload, subscriptions.Length, receivedAt)!;
+            kept.Retain(1); // the caller's
         }
 
         // Each form was retained once per subscription up front (one atomic add); drop the unused

@@ -1,5 +1,6 @@
 using Herald.Broker.Cluster;
 using Herald.Broker.Compression;
+using Herald.Broker.History;
 using Herald.Broker.Routing;
 using Herald.Broker.Security;
 using Herald.Broker.Telemetry;
@@ -10,9 +11,10 @@ namespace Herald.Broker.Sessions;
 /// <summary>What every session shares: the options, the one router, metrics and the log.</summary>
 internal sealed class BrokerCore
 {
-    public BrokerCore(string serverName, LimitOptions limits, SecurityOptions security, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger log, ClusterEngine? cluster = null)
+    public BrokerCore(string serverName, LimitOptions limits, SecurityOptions security, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger log, ClusterEngine? cluster = null, HistoryStore? history = null)
     {
         Cluster = cluster;
+        History = history;
         ServerName = serverName;
         Limits = limits;
         DisconnectOnPermissionDenied = security.DisconnectOnPermissionDenied;
@@ -54,6 +56,9 @@ internal sealed class BrokerCore
 
     /// <summary>The other nodes, when <c>Herald:Cluster:Redis</c> is set; null on a single node (nothing of it on the hot path but this test).</summary>
     public ClusterEngine? Cluster { get; }
+
+    /// <summary>Topic histories, when <c>Herald:History:Topics</c> names a pattern; null otherwise (one test per publication).</summary>
+    public HistoryStore? History { get; }
 
     /// <summary>Who a client is and what it may do (HELLO's auth, or an HTTP bearer token).</summary>
     public Authenticator Authenticator { get; }

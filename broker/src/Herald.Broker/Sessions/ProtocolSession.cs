@@ -4,6 +4,7 @@ using System.Net;
 using Herald.Broker.Cluster;
 using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
+using Herald.Broker.History;
 using Herald.Broker.Routing;
 using Herald.Broker.Security;
 using Herald.Broker.Telemetry;
@@ -194,12 +195,14 @@ internal abstract class ProtocolSession : INoResponders
     /// SUBSCRIBE (spec §4.3): charged to the subscription-change rate, then the sid and pattern rules, the
     /// subscription limits (the client's, its identity's), permissions, the broker's pattern limit.
     /// </summary>
-    public Refusal Subscribe(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho)
+    /// <param name="since">Resume the topic's history after this position (spec §13): the subscription is answered
+    /// with a status MESSAGE, then what it missed, then the live stream. Only for a client granted headers.</param>
+    public Refusal Subscribe(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition? since = null)
     {
         bool overRate = TakeSubscriptionToken();
         try
         {
-            return Answer(overRate, SubscribeCore(sid, pattern, noEcho));
+            return Answer(overRate, since is { } position ? SubscribeSince(sid, pattern, noEcho, position) : SubscribeCore(sid, pattern, noEcho));
         }
         catch (ProtocolException) when (overRate)
         {
@@ -246,14 +249,86 @@ internal abstract class ProtocolSession : INoResponders
         return default;
     }
 
-    private Refusal SubscribeCore(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho)
+    private Refusal SubscribeCore(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho) =>
+        AddSubscription(sid, CheckSubscribe(sid, pattern), noEcho);
+
+    private string CheckSubscribe(uint sid, in ReadOnlySequence<byte> pattern)
     {
         if (sid == 0)
         {
             Throw(ErrorCode.DuplicateSubscription, "Subscription id 0 is not allowed.");
         }
 
-        string checkedPattern = TopicRules.CheckPattern(pattern, Limits.MaxTopicLength);
+        return TopicRules.CheckPattern(pattern, Limits.MaxTopicLength);
+    }
+
+    /// <summary>
+    /// SUBSCRIBE with <c>since</c> (spec §13). On a topic that keeps a history, the history adds the subscription
+    /// and queues the status and what was missed under its gate (no gap, no duplicate); on anything else (a
+    /// pattern with wildcards, a topic without history) the subscription is made live and answered "not recovered".
+    /// Either way the status MESSAGE comes before any other MESSAGE of the subscription.
+    /// </summary>
+    private Refusal SubscribeSince(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition since)
+    {
+        if (!Backlog.AcceptsHeaders)
+        {
+            Throw(ErrorCode.MalformedFrame, "A SUBSCRIBE with since was sent without negotiating headers: its answer is a status MESSAGE with a header block (HELLO's capabilities, or long-poll's \"headers\": true).");
+        }
+
+        string checkedPattern = CheckSubscribe(sid, pattern);
+        TopicHistory? history = !HasWildcards(checkedPattern) ? Broker.History?.Find(checkedPattern) : null;
+        if (history is null)
+        {
+            Refusal refused = AddSubscription(sid, checkedPattern, noEcho);
+            if (refused.IsNone)
+            {
+                string why = HasWildcards(checkedPattern) ? "A pattern with wildcards has no single history to resume" : "This topic keeps no history";
+                NotResumable(sid, checkedPattern, why);
+            }
+
+            return refused;
+        }
+
+        Refusal answer = default;
+        ResumeOutcome? outcome = history.Resume(since, () => (answer = AddSubscription(sid, checkedPattern, noEcho)).IsNone, Backlog, sid, _toFlush, Limits.MaxPayloadBytes);
+        if (outcome is { } resumed)
+        {
+            Broker.History!.Resumed(resumed.Recovered);
+            Resumed(sid, resumed);
+        }
+
+        return answer;
+    }
+
+    private static bool HasWildcards(string pattern) => pattern.AsSpan().IndexOfAny('*', '>') >= 0;
+
+    /// <summary>The transport learns how a resume went (long-poll answers it in the subscribe response); TCP has nothing to add to the status MESSAGE.</summary>
+    protected virtual void Resumed(uint sid, ResumeOutcome outcome)
+    {
+    }
+
+    /// <summary>The status MESSAGE of a resume that cannot be (spec §13): 410 with why, and no position.</summary>
+    private void NotResumable(uint sid, string topic, string why)
+    {
+        byte[] headers = HeaderBlock.Encode(
+        [
+            new(StreamPosition.StatusHeader, [StreamPosition.NotRecovered]),
+            new(StreamPosition.DescriptionHeader, [why]),
+        ]);
+        byte[] name = System.Text.Encoding.UTF8.GetBytes(topic);
+        MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + FrameWriter.EnvelopeSize(name.Length, 0, PayloadFlags.None, 0) + headers.Length);
+        FrameWriter.WriteMessage(new MessageBufferWriter(frame), 0, name, default, PayloadFlags.None, default, headers);
+        if ((Backlog.Enqueue(frame, sid) & Enqueued.Wake) != 0)
+        {
+            _toFlush.Add(Backlog);
+        }
+
+        Broker.History?.Resumed(false);
+        Resumed(sid, new ResumeOutcome(false, why, default, 0));
+    }
+
+    private Refusal AddSubscription(uint sid, string checkedPattern, bool noEcho)
+    {
         lock (_subscriptionsGate)
         {
             _subscriptions ??= [];
@@ -678,7 +753,10 @@ internal abstract class ProtocolSession : INoResponders
         // The broker's span (issue 20.3), only for a publication whose headers carry a sampled traceparent and
         // while something listens: without headers this costs the HasHeaders test, with them HasListeners.
         Activity? span = publish.HasHeaders && BrokerTracing.Source.HasListeners() ? StartSpan(publish, receivedAt) : null;
-        int deliveries = Broker.Router.Publish(publish, Backlog, _toFlush, Broker.Encoder, plainPayload, receivedAt, span is null ? null : _fanout);
+        FanoutTally? tally = span is null ? null : _fanout;
+        int deliveries = Broker.History is { } histories
+            ? histories.Publish(Broker.Router, publish, Backlog, _toFlush, Broker.Encoder, plainPayload, receivedAt, tally, Limits.MaxFrameBytes)
+            : Broker.Router.Publish(publish, Backlog, _toFlush, Broker.Encoder, plainPayload, receivedAt, tally);
         if (span is not null)
         {
             _fanout!.WriteTo(span);

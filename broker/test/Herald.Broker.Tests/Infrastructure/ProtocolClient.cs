@@ -24,6 +24,14 @@ public sealed record Frame(FrameType Type, uint Sid = 0, string Topic = "", stri
 
     public string Text => Encoding.UTF8.GetString(Payload ?? []);
 
+    /// <summary>The history position the broker stamped in (spec §13), or null.</summary>
+    public StreamPosition? Position => Headers is not null && Header(StreamPosition.OffsetHeader) is [string offset] && Header(StreamPosition.EpochHeader) is [string epoch]
+        ? new StreamPosition(ulong.Parse(offset, System.Globalization.CultureInfo.InvariantCulture), epoch)
+        : null;
+
+    /// <summary>A broker status MESSAGE's code (<c>Herald-Status</c>), or null for a message that is not one.</summary>
+    public string? Status => Header(StreamPosition.StatusHeader) is [string status] ? status : null;
+
     public override string ToString() => Type switch
     {
         FrameType.Message => $"MESSAGE sid={Sid} topic={Topic} payload={Text}",
@@ -89,6 +97,10 @@ public sealed class ProtocolClient : IAsyncDisposable
 
     public Task SubscribeAsync(uint sid, string pattern, SubscribeOptions options = SubscribeOptions.None) =>
         SendAsync(w => FrameWriter.WriteSubscribe(w, sid, Encoding.UTF8.GetBytes(pattern), options));
+
+    /// <summary>SUBSCRIBE resuming the topic's history after <paramref name="since"/> (spec §13).</summary>
+    public Task SubscribeAsync(uint sid, string pattern, StreamPosition since, SubscribeOptions options = SubscribeOptions.None) =>
+        SendAsync(w => FrameWriter.WriteSubscribe(w, sid, Encoding.UTF8.GetBytes(pattern), options, since));
 
     public Task UnsubscribeAsync(uint sid) => SendAsync(w => FrameWriter.WriteUnsubscribe(w, sid));
 
