@@ -1,3 +1,4 @@
+using System.Net.Http.Json;
 using System.Text;
 using Herald.Broker.History;
 using Herald.Broker.Hosting;
@@ -380,6 +381,37 @@ public sealed class HistoryTests
         Assert.Equal(PayloadFlags.None, decompressed.Flags);
         Assert.Equal(original, decompressed.Payload);
         Assert.Equal(1ul, decompressed.Position!.Value.Offset);
+    }
+
+    [Fact]
+    public async Task A_long_poll_session_resumes_a_topic_a_tcp_client_published_with_the_same_status_and_positions()
+    {
+        await using var broker = await StartAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(broker.Port, capabilities: WithHeaders);
+        await publisher.SubscribeAsync(1, "orders.eu");
+        for (int i = 1; i <= 4; i++)
+        {
+            await publisher.PublishAsync("orders.eu", $"m{i}");
+        }
+
+        StreamPosition second = (await ReadMessagesAsync(publisher, 4))[1].Position!.Value;
+        LongPollClient session = await LongPollClient.CreateAsync(broker.Http, new { headers = true });
+
+        using HttpResponseMessage subscribed = await broker.Http.PostAsJsonAsync($"{session.Base}/subscriptions", new { sid = 5, pattern = "orders.eu", since = new { offset = second.Offset, epoch = second.Epoch } });
+        Assert.Equal(System.Net.HttpStatusCode.NoContent, subscribed.StatusCode);
+        await publisher.PublishAsync("orders.eu", "m5");
+        await publisher.ReadMessageAsync();
+        PollResult poll = await session.PollAsync(0);
+
+        Assert.Equal(["200", null, null, null], poll.Messages.Select(m => m.Status));
+        Assert.Equal(["", "m3", "m4", "m5"], poll.Messages.Select(m => m.Text));
+        Assert.Equal([4ul, 3ul, 4ul, 5ul], poll.Messages.Select(m => m.Position!.Value.Offset));
+        Assert.All(poll.Messages, m => Assert.Equal(5u, m.Sid));
+
+        LongPollClient plain = await LongPollClient.CreateAsync(broker.Http); // no headers: a resume has no answer it could read
+        using HttpResponseMessage refused = await broker.Http.PostAsJsonAsync($"{plain.Base}/subscriptions", new { sid = 1, pattern = "orders.eu", since = new { offset = 0, epoch = "" } });
+        Assert.Equal(System.Net.HttpStatusCode.BadRequest, refused.StatusCode);
+        Assert.Contains("without negotiating headers", await refused.Content.ReadAsStringAsync(), StringComparison.Ordinal);
     }
 
     private static async Task<List<Frame>> ReadMessagesAsync(ProtocolClient client, int count)

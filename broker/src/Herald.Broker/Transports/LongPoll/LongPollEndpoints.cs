@@ -95,7 +95,13 @@ internal static class LongPollEndpoints
         }
 
         string pattern = request.Pattern ?? throw HttpProblem.Malformed("pattern is required.");
-        Refusal refusal = owner.Subscribe((uint)sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(pattern)), request.NoEcho ?? false);
+        StreamPosition? since = request.Since switch
+        {
+            null => null,
+            { Offset: { } offset, Epoch: { } epoch } when Encoding.UTF8.GetByteCount(epoch) <= StreamPosition.MaxEpochBytes => new StreamPosition(offset, epoch),
+            _ => throw HttpProblem.Malformed($"since must be {{\"offset\": <unsigned integer>, \"epoch\": <string of at most {StreamPosition.MaxEpochBytes} bytes>}}."),
+        };
+        Refusal refusal = owner.Subscribe((uint)sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(pattern)), request.NoEcho ?? false, since);
         await HoldAsync(context, owner).ConfigureAwait(false);
         HttpExchange.Answer(context, refusal, StatusCodes.Status204NoContent, NoticeHeader);
     });

@@ -5,7 +5,10 @@ namespace Herald.Broker.Transports.LongPoll;
 /// <summary>Request bodies of the long-poll endpoints (longpoll §1).</summary>
 internal sealed record CreateSessionRequest(string? Client, bool? Zstd, bool? Headers, bool? NoResponders);
 
-internal sealed record SubscribeRequest(long? Sid, string? Pattern, bool? NoEcho);
+internal sealed record SubscribeRequest(long? Sid, string? Pattern, bool? NoEcho, SinceRequest? Since = null);
+
+/// <summary>A subscribe's <c>since</c> (longpoll §1.2, README §13): the position to resume after.</summary>
+internal sealed record SinceRequest(ulong? Offset, string? Epoch);
 
 internal sealed record CreateSessionResponse(
     string Session,
@@ -27,5 +30,6 @@ internal sealed record CreateSessionResponse(
 [JsonSourceGenerationOptions(PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase, UnmappedMemberHandling = JsonUnmappedMemberHandling.Skip)]
 [JsonSerializable(typeof(CreateSessionRequest))]
 [JsonSerializable(typeof(SubscribeRequest))]
+[JsonSerializable(typeof(SinceRequest))]
 [JsonSerializable(typeof(CreateSessionResponse))]
 internal sealed partial class LongPollJsonContext : JsonSerializerContext;
