@@ -354,6 +354,11 @@ public sealed class HistoryTests
 
         Assert.Equal(("410", "History lost"), (lost.Status, lost.Header(StreamPosition.DescriptionHeader)[0][..12]));
         Assert.Equal(("200", "orders.d", 3u), (kept.Status, replayed.Text, replayed.Sid));
+        // Evicted: a and b for c and d, then c for a, whose resume made it a history again (with a new epoch).
+        using var varz = System.Text.Json.JsonDocument.Parse(await broker.Monitoring.GetStringAsync("/varz"));
+        System.Text.Json.JsonElement history = varz.RootElement.GetProperty("history");
+        Assert.Equal((2, 2, 3, 1, 1), (history.GetProperty("topics").GetInt32(), history.GetProperty("max_topics").GetInt32(), history.GetProperty("evicted_topics").GetInt32(), history.GetProperty("resumes_recovered").GetInt32(), history.GetProperty("resumes_not_recovered").GetInt32()));
+        Assert.InRange(history.GetProperty("bytes").GetInt64(), 1, history.GetProperty("max_bytes").GetInt64());
     }
 
     [Fact]
@@ -412,6 +417,20 @@ public sealed class HistoryTests
         using HttpResponseMessage refused = await broker.Http.PostAsJsonAsync($"{plain.Base}/subscriptions", new { sid = 1, pattern = "orders.eu", since = new { offset = 0, epoch = "" } });
         Assert.Equal(System.Net.HttpStatusCode.BadRequest, refused.StatusCode);
         Assert.Contains("without negotiating headers", await refused.Content.ReadAsStringAsync(), StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task A_held_poll_is_answered_with_the_status_of_a_resume_made_meanwhile()
+    {
+        await using var broker = await StartAsync(also: o => o.LongPoll.PollTimeout = TimeSpan.FromSeconds(50));
+        LongPollClient session = await LongPollClient.CreateAsync(broker.Http, new { headers = true });
+        Task<PollResult> held = session.PollAsync(0);
+        await LongPollTests.WaitUntil(() => broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>().Find(session.Session)?.IsPolling == true);
+
+        using HttpResponseMessage subscribed = await broker.Http.PostAsJsonAsync($"{session.Base}/subscriptions", new { sid = 1, pattern = "orders.eu", since = new { offset = 0, epoch = "" } });
+
+        PollResult poll = await held.WaitAsync(TimeSpan.FromSeconds(30)); // not the 50 s of the poll timeout
+        Assert.Equal("200", Assert.Single(poll.Messages).Status);
     }
 
     private static async Task<List<Frame>> ReadMessagesAsync(ProtocolClient client, int count)

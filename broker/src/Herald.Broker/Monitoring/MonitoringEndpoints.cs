@@ -118,7 +118,8 @@ internal static class MonitoringEndpoints
             broker.Limits,
             services.GetRequiredService<LongPollOptions>(),
             services.GetRequiredService<CompressionOptions>(),
-            broker.Cluster is { } cluster ? ClusterOf(cluster) : null);
+            broker.Cluster is { } cluster ? ClusterOf(cluster) : null,
+            broker.History is { } history ? new VarzHistory(history.TopicCount, history.Options.MaxTopics, history.Bytes, history.Options.MaxBytes, history.EvictedTopics, history.Recovered, history.NotRecovered) : null);
         return Results.Json(varz, MonitoringJsonContext.Default.Varz);
     }
 

@@ -37,7 +37,11 @@ internal sealed record Varz(
     LimitOptions Limits,
     LongPollOptions LongPoll,
     Compression.CompressionOptions Compression,
-    VarzCluster? Cluster = null);
+    VarzCluster? Cluster = null,
+    VarzHistory? History = null);
+
+/// <summary><c>/varz</c> <c>history</c>: the topic histories (README "History and resume"), absent when none is configured.</summary>
+internal sealed record VarzHistory(int Topics, int MaxTopics, long Bytes, long MaxBytes, long EvictedTopics, long ResumesRecovered, long ResumesNotRecovered);
 
 /// <summary>
 /// The cluster (issue 14), on a cluster node only: this node's id, its Redis (endpoints only, never the

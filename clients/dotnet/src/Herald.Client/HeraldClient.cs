@@ -454,7 +454,8 @@ public sealed partial class HeraldClient : IAsyncDisposable
                 options?.Capacity ?? _options.SubscriptionCapacity,
                 options?.FullMode ?? _options.SubscriptionFullMode,
                 handler,
-                context),
+                context,
+                options?.Resume ?? true),
             cancellationToken).ConfigureAwait(false);
     }
 

@@ -191,4 +191,12 @@ public sealed class SubscriptionOptions
 
     /// <summary>Overrides <see cref="HeraldClientOptions.DeliverOnCapturedContext"/> for this subscription.</summary>
     public bool? DeliverOnCapturedContext { get; set; }
+
+    /// <summary>
+    /// On a topic that keeps a history (spec §13), resume after a reconnect from the last message received: what
+    /// was published meanwhile arrives first, with no gap and no duplicate, or <see cref="HeraldSubscription.Resumed"/>
+    /// says it cannot. Only for a pattern without wildcards, with headers on (<see cref="HeraldClientOptions.EnableHeaders"/>).
+    /// Default on.
+    /// </summary>
+    public bool Resume { get; set; } = true;
 }

@@ -45,6 +45,13 @@ public sealed class HeraldMessage
     /// <summary>It travelled Zstd-compressed (and was decompressed on arrival).</summary>
     public bool WasCompressed { get; }
 
+    /// <summary>Its position in its topic's history (spec §13: <c>Herald-Offset</c>, <c>Herald-Epoch</c>), or null when its topic keeps none.</summary>
+    public StreamPosition? Position =>
+        Headers.GetFirstValue(StreamPosition.OffsetHeader) is { } offset && Headers.GetFirstValue(StreamPosition.EpochHeader) is { Length: > 0 } epoch
+        && ulong.TryParse(offset, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out ulong value)
+            ? new StreamPosition(value, epoch)
+            : null;
+
     /// <summary>The subscription that received it.</summary>
     public HeraldSubscription? Subscription { get; }
 

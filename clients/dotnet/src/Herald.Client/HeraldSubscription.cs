@@ -28,11 +28,16 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
     private readonly CancellationTokenSource _stop = new();
     private long _dropped;
     private int _ended;
+    private readonly Lock _positionGate = new();
+    private StreamPosition? _position; // the last one received (message or status); guarded by _positionGate
+    private bool _resumes; // sends since on every SUBSCRIBE (spec §13): asked for, one topic, and its topic keeps a history as far as known
+    private bool _resuming; // the last SUBSCRIBE carried a real position: its status is told (Resumed)
 
     /// <summary>A subscription read by enumeration or dispatched to <paramref name="handler"/>.</summary>
-    internal HeraldSubscription(HeraldClient client, uint sid, string pattern, byte[] patternBytes, SubscribeOptions wireOptions, int capacity, BoundedChannelFullMode fullMode, Func<HeraldMessage, CancellationToken, ValueTask>? handler, SynchronizationContext? context)
+    internal HeraldSubscription(HeraldClient client, uint sid, string pattern, byte[] patternBytes, SubscribeOptions wireOptions, int capacity, BoundedChannelFullMode fullMode, Func<HeraldMessage, CancellationToken, ValueTask>? handler, SynchronizationContext? context, bool resume = true)
     {
         _client = client;
+        _resumes = resume && pattern.AsSpan().IndexOfAny('*', '>') < 0;
         Sid = sid;
         Pattern = pattern;
         PatternBytes = patternBytes;
@@ -62,6 +67,31 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
 
     /// <summary>Not unsubscribed, and its client not closed.</summary>
     public bool IsActive => Volatile.Read(ref _ended) == 0;
+
+    /// <summary>
+    /// The position (spec §13) of the last message received on this subscription, or of the broker's answer to
+    /// its last resume; null until the topic's history gave one (a topic without history never does). The client
+    /// resumes from it by itself after a reconnect (<see cref="SubscriptionOptions.Resume"/>); keep it yourself
+    /// to resume in a later process.
+    /// </summary>
+    public StreamPosition? Position
+    {
+        get
+        {
+            lock (_positionGate)
+            {
+                return _position;
+            }
+        }
+    }
+
+    /// <summary>
+    /// Raised when the broker answered a resume after a reconnect (spec §13): <see cref="HeraldResumeEventArgs.Recovered"/>
+    /// says whether every message missed meanwhile follows (then nothing was lost), or they cannot be replayed (the
+    /// history was lost or is too short: recover from your own source of truth; the live stream goes on). Raised on
+    /// the connection's reader: keep the handler short.
+    /// </summary>
+    public event EventHandler<HeraldResumeEventArgs>? Resumed;
 
     /// <summary>Messages dropped because the buffer was full (drop modes of <see cref="SubscriptionOptions.FullMode"/> only).</summary>
     public long DroppedMessages => Interlocked.Read(ref _dropped);
@@ -132,6 +162,85 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
     public ValueTask DisposeAsync() => UnsubscribeAsync();
 
     public override string ToString() => $"{Pattern} (sid {Sid})";
+
+    /// <summary>
+    /// SUBSCRIBE's <c>since</c> for the connection about to carry it (spec §4.3, CLIENTS.md step 12): the kept position
+    /// after a reconnect, "from now" the first time; null when this subscription does not resume (or headers were not
+    /// granted: the answer would be unreadable).
+    /// </summary>
+    internal StreamPosition? SinceFor(bool headersGranted)
+    {
+        lock (_positionGate)
+        {
+            if (!_resumes || !headersGranted)
+            {
+                return null;
+            }
+
+            _resuming = _position is not null;
+            return _position ?? new StreamPosition(0, "");
+        }
+    }
+
+    /// <summary>
+    /// Looks at a MESSAGE for this subscription before it is materialized, on the connection's reader: keeps its
+    /// position, and consumes the broker's resume answer (a <c>Herald-Status</c> MESSAGE: true, it never reaches the
+    /// application).
+    /// </summary>
+    internal bool Observe(in PublishFrame frame)
+    {
+        if (!frame.HasHeaders)
+        {
+            return false;
+        }
+
+        bool hasPosition = StreamPosition.TryRead(frame.Headers, out StreamPosition position);
+        if (!_resumes && !hasPosition)
+        {
+            return false;
+        }
+
+        Span<byte> status = stackalloc byte[3];
+        bool isStatus = HeaderBlock.TryCopyFirstValue(frame.Headers, "Herald-Status"u8, status, out int statusLength) && frame.Payload.IsEmpty;
+        bool told;
+        lock (_positionGate)
+        {
+            if (hasPosition)
+            {
+                _position = position;
+            }
+
+            if (!isStatus)
+            {
+                return false;
+            }
+
+            if (!hasPosition)
+            {
+                _resumes = false; // the topic keeps no history: plain subscribes from now on
+            }
+
+            told = _resuming;
+            _resuming = false;
+        }
+
+        if (told && Resumed is { } resumed)
+        {
+            bool recovered = status[..statusLength].SequenceEqual("200"u8);
+            Span<byte> description = stackalloc byte[256];
+            string why = HeaderBlock.TryCopyFirstValue(frame.Headers, "Herald-Description"u8, description, out int length) ? System.Text.Encoding.UTF8.GetString(description[..length]) : "";
+            try
+            {
+                resumed(this, new HeraldResumeEventArgs(recovered, why, hasPosition ? position : null));
+            }
+            catch (Exception e) when (e is not OutOfMemoryException)
+            {
+                _client.ReportError(new HeraldException($"The Resumed handler of the subscription to '{Pattern}' threw: {e.Message}", e));
+            }
+        }
+
+        return true;
+    }
 
     /// <summary>Starts the handler's dispatch loop, on the thread pool.</summary>
     internal void Start()
@@ -278,4 +387,17 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
             done.TrySetException(e);
         }
     }
+}
+
+/// <summary>The broker's answer to a subscription's resume after a reconnect (spec §13).</summary>
+public sealed class HeraldResumeEventArgs(bool recovered, string description, StreamPosition? position) : EventArgs
+{
+    /// <summary>True: every message published while the client was away follows (none lost). False: they cannot be replayed.</summary>
+    public bool Recovered { get; } = recovered;
+
+    /// <summary>The broker's reason, for people (<c>Recovered</c>, <c>History lost: ...</c>, <c>Too old: ...</c>).</summary>
+    public string Description { get; } = description;
+
+    /// <summary>The topic's position when the live stream resumed.</summary>
+    public StreamPosition? Position { get; } = position;
 }

@@ -102,6 +102,7 @@ internal static class LongPollEndpoints
             _ => throw HttpProblem.Malformed($"since must be {{\"offset\": <unsigned integer>, \"epoch\": <string of at most {StreamPosition.MaxEpochBytes} bytes>}}."),
         };
         Refusal refusal = owner.Subscribe((uint)sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(pattern)), request.NoEcho ?? false, since);
+        owner.FlushTouched(); // a resume queued its status and what was missed: a held poll takes them now
         await HoldAsync(context, owner).ConfigureAwait(false);
         HttpExchange.Answer(context, refusal, StatusCodes.Status204NoContent, NoticeHeader);
     });

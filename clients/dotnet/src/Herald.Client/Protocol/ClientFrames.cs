@@ -16,8 +16,9 @@ internal static class ClientFrames
     public static void Hello(IBufferWriter<byte> output, string clientName, Capabilities capabilities, string? auth = null, uint version = ProtocolConstants.Version) =>
         FrameWriter.WriteHello(output, clientName, capabilities, auth, version);
 
-    public static void Subscribe(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> pattern, SubscribeOptions options) =>
-        FrameWriter.WriteSubscribe(output, sid, pattern, options);
+    /// <param name="since">Resume the topic's history after this position (spec §4.3, §13); null: a live subscription.</param>
+    public static void Subscribe(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> pattern, SubscribeOptions options, StreamPosition? since = null) =>
+        FrameWriter.WriteSubscribe(output, sid, pattern, options, since);
 
     public static void Unsubscribe(IBufferWriter<byte> output, uint sid) => FrameWriter.WriteUnsubscribe(output, sid);
 

@@ -130,9 +130,9 @@ internal abstract class BrokerConnection : IAsyncDisposable
     protected HeraldMessage? Materialize(in PublishFrame frame)
     {
         HeraldSubscription? subscription = Client.FindSubscription(frame.Sid);
-        if (subscription is null)
+        if (subscription is null || subscription.Observe(frame))
         {
-            return null;
+            return null; // unknown sid, or the broker's answer to a resume (spec §13)
         }
 
         try

@@ -99,25 +99,26 @@ internal sealed class FrameQueue
         }
     }
 
-    public bool EnqueuePing() => EnqueueControl(static (w, _, _, _) => ClientFrames.Ping(w), 0, null, SubscribeOptions.None);
+    public bool EnqueuePing() => EnqueueControl(static (w, _, _, _, _) => ClientFrames.Ping(w), 0, null, SubscribeOptions.None, null);
 
-    public bool EnqueuePong() => EnqueueControl(static (w, _, _, _) => ClientFrames.Pong(w), 0, null, SubscribeOptions.None);
+    public bool EnqueuePong() => EnqueueControl(static (w, _, _, _, _) => ClientFrames.Pong(w), 0, null, SubscribeOptions.None, null);
 
     /// <summary>
     /// PING, SUBSCRIBE, PING in one go: the two PONGs bracket what the broker answers to this SUBSCRIBE
     /// alone (a non-fatal refusal carries no sid, spec §8), since nothing else can be queued between them.
     /// </summary>
-    public bool EnqueueFencedSubscribe(uint sid, byte[] pattern, SubscribeOptions options) =>
+    public bool EnqueueFencedSubscribe(uint sid, byte[] pattern, SubscribeOptions options, StreamPosition? since = null) =>
         EnqueueControl(
-            static (w, sid, pattern, options) =>
+            static (w, sid, pattern, options, since) =>
             {
                 ClientFrames.Ping(w);
-                ClientFrames.Subscribe(w, sid, pattern!, options);
+                ClientFrames.Subscribe(w, sid, pattern!, options, since);
                 ClientFrames.Ping(w);
             },
             sid,
             pattern,
-            options);
+            options,
+            since);
 
     /// <summary>HELLO again with a fresh credential (spec §4.1 refresh), then a PING to wait for the broker's answer behind it.</summary>
     public bool EnqueueRefresh(string clientName, Capabilities capabilities, string? credential)
@@ -136,7 +137,7 @@ internal sealed class FrameQueue
         }
     }
 
-    public bool EnqueueUnsubscribe(uint sid) => EnqueueControl(static (w, sid, _, _) => ClientFrames.Unsubscribe(w, sid), sid, null, SubscribeOptions.None);
+    public bool EnqueueUnsubscribe(uint sid) => EnqueueControl(static (w, sid, _, _, _) => ClientFrames.Unsubscribe(w, sid), sid, null, SubscribeOptions.None, null);
 
     /// <summary>Completes once every frame queued before this call has been written (long-poll: POSTed and accepted).</summary>
     public Task WhenWrittenAsync()
@@ -260,7 +261,7 @@ internal sealed class FrameQueue
         return unsent;
     }
 
-    private bool EnqueueControl(Action<IBufferWriter<byte>, uint, byte[]?, SubscribeOptions> write, uint sid, byte[]? pattern, SubscribeOptions options)
+    private bool EnqueueControl(Action<IBufferWriter<byte>, uint, byte[]?, SubscribeOptions, StreamPosition?> write, uint sid, byte[]? pattern, SubscribeOptions options, StreamPosition? since)
     {
         lock (_gate)
         {
@@ -269,7 +270,7 @@ internal sealed class FrameQueue
                 return false;
             }
 
-            write(_pending, sid, pattern, options);
+            write(_pending, sid, pattern, options, since);
             WakeWriter();
             return true;
         }

@@ -148,7 +148,7 @@ public class FrameVectorTests
                 ClientFrames.Hello(output, f.GetProperty("client_name").GetString()!, (Capabilities)f.GetProperty("capabilities").GetUInt32(), f.GetProperty("auth").GetString(), f.GetProperty("version").GetUInt32());
                 break;
             case FrameType.Subscribe:
-                ClientFrames.Subscribe(output, f.GetProperty("sid").GetUInt32(), Utf8(f.GetProperty("pattern")), (SubscribeOptions)f.GetProperty("options").GetUInt32());
+                ClientFrames.Subscribe(output, f.GetProperty("sid").GetUInt32(), Utf8(f.GetProperty("pattern")), (SubscribeOptions)f.GetProperty("options").GetUInt32(), f.TryGetProperty("since", out JsonElement since) ? new StreamPosition(since.GetProperty("offset").GetUInt64(), since.GetProperty("epoch").GetString()!) : null);
                 break;
             case FrameType.Unsubscribe:
                 ClientFrames.Unsubscribe(output, f.GetProperty("sid").GetUInt32());

@@ -102,7 +102,7 @@ internal sealed class LongPollConnection : BrokerConnection
 
     public override async Task SubscribeAsync(HeraldSubscription subscription, CancellationToken cancellationToken)
     {
-        var body = new SubscribeRequest { Sid = subscription.Sid, Pattern = subscription.Pattern, NoEcho = (subscription.WireOptions & SubscribeOptions.NoEcho) != 0 };
+        var body = new SubscribeRequest { Sid = subscription.Sid, Pattern = subscription.Pattern, NoEcho = (subscription.WireOptions & SubscribeOptions.NoEcho) != 0, Since = subscription.SinceFor(Headers) is { } since ? new SinceBody { Offset = since.Offset, Epoch = since.Epoch } : null };
         using HttpResponseMessage response = await SendAsync(
             () => new HttpRequestMessage(HttpMethod.Post, new Uri(_session!, "subscriptions")) { Content = JsonContent.Create(body, LongPollJsonContext.Default.SubscribeRequest) },
             "Subscribing",

@@ -57,6 +57,18 @@ internal sealed class SubscribeRequest
     public string? Pattern { get; init; }
 
     public bool NoEcho { get; init; }
+
+    /// <summary>Resume the topic's history after this position (longpoll §1.2, spec §13); omitted when null.</summary>
+    [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingNull)]
+    public SinceBody? Since { get; init; }
+}
+
+/// <summary>A subscribe body's <c>since</c>.</summary>
+internal sealed class SinceBody
+{
+    public ulong Offset { get; init; }
+
+    public string Epoch { get; init; } = "";
 }
 
 /// <summary>An RFC 7807 problem with the broker's <c>code</c> (longpoll §3).</summary>

@@ -1,0 +1,126 @@
+using System.Net;
+using System.Net.Sockets;
+
+namespace Herald.Client.Tests.Infrastructure;
+
+/// <summary>
+/// A TCP link between the client and a real broker on loopback that a test can cut, as a network would: every
+/// connection through it is reset at once, and new ones are refused until <see cref="Restore"/>. The broker
+/// itself stays up (its topic histories too), so the client's reconnect finds it again through the same port.
+/// </summary>
+public sealed class CuttableLink : IAsyncDisposable
+{
+    private readonly int _target;
+    private readonly List<Socket> _open = [];
+    private readonly Lock _gate = new();
+    private TcpListener? _listener;
+    private CancellationTokenSource _accepting = new();
+
+    public CuttableLink(int target)
+    {
+        _target = target;
+        Port = TestBroker.FreePort();
+        Restore();
+    }
+
+    public int Port { get; }
+
+    /// <summary>Resets every connection through the link and refuses new ones.</summary>
+    public void Cut()
+    {
+        lock (_gate)
+        {
+            _accepting.Cancel();
+            _listener?.Stop();
+            _listener = null;
+            foreach (Socket socket in _open)
+            {
+                try
+                {
+                    socket.LingerState = new LingerOption(true, 0); // RST, not FIN: the peer learns at once
+                    socket.Close();
+                }
+                catch (ObjectDisposedException)
+                {
+                }
+            }
+
+            _open.Clear();
+        }
+    }
+
+    /// <summary>Accepts connections again, on the same port.</summary>
+    public void Restore()
+    {
+        lock (_gate)
+        {
+            _accepting = new CancellationTokenSource();
+            _listener = new TcpListener(IPAddress.Loopback, Port);
+            _listener.Start();
+            _ = AcceptAsync(_listener, _accepting.Token);
+        }
+    }
+
+    public ValueTask DisposeAsync()
+    {
+        Cut();
+        return ValueTask.CompletedTask;
+    }
+
+    private async Task AcceptAsync(TcpListener listener, CancellationToken stop)
+    {
+        while (!stop.IsCancellationRequested)
+        {
+            Socket inbound;
+            try
+            {
+                inbound = await listener.AcceptSocketAsync(stop);
+            }
+            catch (Exception e) when (e is OperationCanceledException or SocketException or ObjectDisposedException)
+            {
+                return;
+            }
+
+            var outbound = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+            await outbound.ConnectAsync(IPAddress.Loopback, _target, stop);
+            lock (_gate)
+            {
+                _open.Add(inbound);
+                _open.Add(outbound);
+            }
+
+            _ = PumpAsync(inbound, outbound);
+            _ = PumpAsync(outbound, inbound);
+        }
+    }
+
+    private static async Task PumpAsync(Socket from, Socket to)
+    {
+        byte[] buffer = new byte[64 * 1024];
+        try
+        {
+            while (true)
+            {
+                int read = await from.ReceiveAsync(buffer, SocketFlags.None);
+                if (read == 0)
+                {
+                    to.Shutdown(SocketShutdown.Send);
+                    return;
+                }
+
+                await to.SendAsync(buffer.AsMemory(0, read), SocketFlags.None);
+            }
+        }
+        catch (Exception e) when (e is SocketException or ObjectDisposedException)
+        {
+            try
+            {
+                to.LingerState = new LingerOption(true, 0);
+                to.Close(); // one side cut: the other is reset too
+            }
+            catch (ObjectDisposedException)
+            {
+            }
+        }
+    }
+}
