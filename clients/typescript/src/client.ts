@@ -5,6 +5,7 @@
  */
 import { HeraldHeaders, headerPairs, outgoing, type HeadersInit } from "./headers.js";
 import { HeraldError, NoRespondersError, RequestTimeoutError } from "./protocol/errors.js";
+import type { ResumeEvent } from "./history.js";
 import type { MessageHeaders } from "./protocol/frames.js";
 import { checkPattern, checkPublishTopic, checkReplyTo, DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { LongPollTransport } from "./longpoll.js";
@@ -111,6 +112,12 @@ export interface ClientEvents {
    * slow iterator), `UnknownSubscription`, a refused subscription, a handler that threw, ...
    */
   error: (error: HeraldError) => void;
+  /**
+   * A subscription resumed after a reconnect (spec §13): the broker's answer to the position it sent,
+   * `recovered` or not (then what was published meanwhile is lost to it). Also given to the subscription's
+   * `onResume` option.
+   */
+  resume: (event: ResumeEvent) => void;
 }
 
 type Listener = (...args: never[]) => void;
@@ -231,6 +238,11 @@ export class HeraldClient implements SubscriptionOwner {
   /** @internal */
   reportError(error: HeraldError): void {
     this.emit("error", error);
+  }
+
+  /** @internal */
+  reportResume(event: ResumeEvent): void {
+    this.emit("resume", event);
   }
 
   // -------------------------------------------------------------------------------------------------------
@@ -391,7 +403,8 @@ export class HeraldClient implements SubscriptionOwner {
   /** Sends a subscription to the broker; never rejects (a refusal ends that subscription). */
   private async register(sub: Subscription, transport: Transport): Promise<void> {
     try {
-      await transport.subscribe(sub.sid, sub.pattern, sub.noEcho);
+      // With a history position (spec §13) when the subscription resumes: see Subscription.sinceForSubscribe.
+      await transport.subscribe(sub.sid, sub.pattern, sub.noEcho, sub.sinceForSubscribe(transport.info.headers));
       sub.markReady();
     } catch (e) {
       const error = asHeraldError(e);
@@ -421,7 +434,7 @@ export class HeraldClient implements SubscriptionOwner {
   private dispatch(sid: number, topic: string, replyTo: string | null, payload: Uint8Array, headers: MessageHeaders | undefined): void {
     const sub = this.subs.get(sid);
     if (!sub) return; // a MESSAGE already queued for a subscription that ended (spec §4.4)
-    sub.deliver(new Message(topic, replyTo, payload, sid, this, headers === undefined ? HeraldHeaders.empty : new HeraldHeaders(headers)));
+    sub.receive(new Message(topic, replyTo, payload, sid, this, headers === undefined ? HeraldHeaders.empty : new HeraldHeaders(headers)));
   }
 
   private async shutdown(error: HeraldError): Promise<void> {
@@ -509,7 +522,17 @@ export class HeraldClient implements SubscriptionOwner {
       throw new HeraldError("TooManySubscriptions", `The broker allows ${max} subscriptions per connection.`);
     }
     const sid = this.allocateSid();
-    const sub = new Subscription(this, sid, pattern, options.noEcho === true, handler, options.maxPending ?? this.options.maxPendingMessages, traced);
+    const sub = new Subscription(
+      this,
+      sid,
+      pattern,
+      options.noEcho === true,
+      handler,
+      options.maxPending ?? this.options.maxPendingMessages,
+      traced,
+      options.resume !== false,
+      options.onResume,
+    );
     this.subs.set(sid, sub);
     if (this.transport) void this.register(sub, this.transport);
     return sub;

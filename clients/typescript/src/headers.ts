@@ -9,7 +9,8 @@ import type { PendingPublish } from "./transport.js";
 
 /**
  * Headers to publish: each key (HTTP token characters, case kept) to one value or several, in the order
- * given. A received message's {@link HeraldHeaders} may be passed on as they are.
+ * given. A received message's {@link HeraldHeaders} may be passed on as they are (without the broker's
+ * `Herald-` keys, such as its history position).
  */
 export type HeadersInit = Readonly<Record<string, string | readonly string[]>> | HeraldHeaders;
 
@@ -129,6 +130,9 @@ export function headerPairs(init: HeadersInit): MessageHeaders {
   if (init instanceof HeraldHeaders) {
     const pairs: MessageHeaders = [];
     for (const [key, values] of init.pairs) {
+      // A received message's broker keys (its history position, spec §13, or a status) are not the
+      // publisher's: passed on, they are left out (the broker stamps the new message's own).
+      if (reserved(key)) continue;
       checkKey(key);
       pairs.push([key, [...values]]);
     }
@@ -156,11 +160,16 @@ export function headerPairs(init: HeadersInit): MessageHeaders {
   return pairs;
 }
 
+/** Whether a key is under the broker's reserved prefix (ASCII case-insensitive, spec §4.9). */
+function reserved(key: string): boolean {
+  return key.length >= RESERVED_HEADER_PREFIX.length && key.slice(0, RESERVED_HEADER_PREFIX.length).toLowerCase() === "herald-";
+}
+
 function checkKey(key: string): void {
   if (!TOKEN.test(key) || key.length > MAX_HEADER_KEY_BYTES) {
     throw invalid(`Header key '${key.slice(0, 64)}' is not 1 to ${MAX_HEADER_KEY_BYTES} HTTP token characters (letters, digits, !#$%&'*+-.^_\`|~)`);
   }
-  if (key.length >= RESERVED_HEADER_PREFIX.length && key.slice(0, RESERVED_HEADER_PREFIX.length).toLowerCase() === "herald-") {
+  if (reserved(key)) {
     throw invalid(`Header key '${key}' is under the reserved prefix '${RESERVED_HEADER_PREFIX}', which only the broker sets`);
   }
 }

@@ -16,6 +16,8 @@ export { HeraldHeaders } from "./headers.js";
 export type { HeadersInit } from "./headers.js";
 export { headersGetter } from "./tracing.js";
 export type { MessageHandler, SubscribeOptions } from "./subscription.js";
+export type { ResumeEvent } from "./history.js";
+export type { HistoryPosition } from "./protocol/frames.js";
 export type { TransportInfo } from "./transport.js";
 export { HeraldError, ProtocolError, NoRespondersError, RequestTimeoutError, ErrorCode, errorCodeName } from "./protocol/errors.js";
 export { validateTopic, validatePattern, topicMatches, isReservedTopic } from "./protocol/topics.js";

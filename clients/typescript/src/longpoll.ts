@@ -19,7 +19,7 @@
  */
 import { DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, admitHeaders, type HeaderGrant } from "./headers.js";
 import { HeraldError } from "./protocol/errors.js";
-import { PayloadFlags, encodePublish, type MessageHeaders } from "./protocol/frames.js";
+import { PayloadFlags, encodePublish, type HistoryPosition, type MessageHeaders } from "./protocol/frames.js";
 import { parsePollBody, type PollResult } from "./protocol/poll.js";
 import { DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { zstdDecompress } from "./protocol/zstd.js";
@@ -33,7 +33,7 @@ const REQUEST_TIMEOUT_MS = 30_000;
 const MAX_PUBLISHES_PER_REQUEST = 1000;
 
 type Op =
-  | { kind: "sub"; sid: number; pattern: string; noEcho: boolean; done: Deferred<void> }
+  | { kind: "sub"; sid: number; pattern: string; noEcho: boolean; since: HistoryPosition | null; done: Deferred<void> }
   | { kind: "unsub"; sid: number; done: Deferred<void> }
   | { kind: "pub"; p: PendingPublish; size: number; headers: MessageHeaders | undefined }
   | { kind: "flush"; done: Deferred<void> };
@@ -83,7 +83,16 @@ function isTransient(e: HeraldError): boolean {
   return e.status === undefined || e.status === 408 || e.status === 429 || e.status >= 500;
 }
 
-/** fetch with a timeout and an outer abort signal; network failures become `ConnectionLost` errors. */
+/**
+ * The subscribe request's body (longpoll §1.2): `{"sid", "pattern", "noEcho"}`, with `"since": {"offset",
+ * "epoch"}` to resume (README §13). The offset is written as JSON digits, exact even above 2^53.
+ */
+function subscribeBody(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null): string {
+  const body = JSON.stringify({ sid, pattern, noEcho });
+  if (since === null) return body;
+  return `${body.slice(0, -1)},"since":{"offset":${String(since.offset)},"epoch":${JSON.stringify(since.epoch)}}}`;
+}
+
 /** The `Authorization` header of a credential (longpoll §1.1), or none. */
 function bearer(auth: string | null): Record<string, string> {
   return auth !== null ? { Authorization: `Bearer ${auth}` } : {};
@@ -94,6 +103,7 @@ function owned(init: RequestInit, auth: string | null): RequestInit {
   return { ...init, headers: { ...(init.headers as Record<string, string> | undefined), ...bearer(auth) } };
 }
 
+/** fetch with a timeout and an outer abort signal; network failures become `ConnectionLost` errors. */
 async function timedFetch(
   fetchFn: FetchFn,
   url: string,
@@ -385,7 +395,7 @@ export class LongPollTransport implements Transport {
           if (op.kind === "sub") {
             await this.send("POST", "/subscriptions", "Subscribing", {
               headers: { "Content-Type": "application/json" },
-              body: JSON.stringify({ sid: op.sid, pattern: op.pattern, noEcho: op.noEcho }),
+              body: subscribeBody(op.sid, op.pattern, op.noEcho, op.since),
             });
           } else if (op.kind === "unsub") {
             try {
@@ -493,10 +503,11 @@ export class LongPollTransport implements Transport {
   // ---------------------------------------------------------------------------------------------------
   // Transport
 
-  subscribe(sid: number, pattern: string, noEcho: boolean): Promise<void> {
+  subscribe(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null = null): Promise<void> {
     if (this.stopped) return Promise.reject(new HeraldError("ConnectionLost", "The long-poll session has ended."));
     const done = deferred<void>();
-    this.enqueue({ kind: "sub", sid, pattern, noEcho, done });
+    // since only on a session granted headers: any other answers it 400 MalformedRequest (longpoll §1.2).
+    this.enqueue({ kind: "sub", sid, pattern, noEcho, since: this.info.headers ? since : null, done });
     return done.promise;
   }
 

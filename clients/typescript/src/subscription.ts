@@ -1,5 +1,7 @@
 import { HeraldHeaders, type HeadersInit } from "./headers.js";
+import { FROM_NOW, HistoryHeaders, hasWildcards, positionOf, type ResumeEvent } from "./history.js";
 import { HeraldError } from "./protocol/errors.js";
+import type { HistoryPosition } from "./protocol/frames.js";
 import { processTraced } from "./tracing.js";
 import { deferred, quiet, type Deferred } from "./util.js";
 
@@ -13,6 +15,7 @@ interface Publisher {
 /** A message received on a subscription. */
 export class Message {
   readonly #publisher: Publisher | undefined;
+  #position: HistoryPosition | null | undefined;
 
   constructor(
     /** The topic it was published to. */
@@ -28,6 +31,15 @@ export class Message {
     readonly headers: HeraldHeaders = HeraldHeaders.empty,
   ) {
     this.#publisher = publisher;
+  }
+
+  /**
+   * Where this message is in its topic's history (spec §13: the broker's `Herald-Offset` and `Herald-Epoch`
+   * headers), or `null` when its topic keeps no history (or the connection was not granted headers).
+   */
+  get position(): HistoryPosition | null {
+    if (this.#position === undefined) this.#position = positionOf(this.headers);
+    return this.#position;
   }
 
   /** The payload as UTF-8 text (invalid bytes become U+FFFD). */
@@ -58,12 +70,25 @@ export interface SubscribeOptions {
    * reported as a `MessagesDropped` error event). Default: the client's `maxPendingMessages`.
    */
   maxPending?: number;
+  /**
+   * Resume after a reconnect (spec §13). Default true: a subscription to one topic (no wildcards), on a
+   * connection granted headers, sends its position with every SUBSCRIBE, so that after a reconnect the
+   * broker replays what it missed from the topic's history, if the topic keeps one. `false`: it subscribes
+   * from "now" every time (its `position` is still kept).
+   */
+  resume?: boolean;
+  /**
+   * Called with the broker's answer to each resume after a reconnect: `recovered` (nothing was lost), or
+   * not (what was published meanwhile cannot be replayed). The client's `resume` event reports it too.
+   */
+  onResume?: (event: ResumeEvent) => void | Promise<void>;
 }
 
 /** @internal The client side a subscription talks to. */
 export interface SubscriptionOwner {
   unsubscribeSid(sid: number): Promise<void>;
   reportError(error: HeraldError): void;
+  reportResume(event: ResumeEvent): void;
 }
 
 /**
@@ -87,6 +112,11 @@ export class Subscription implements AsyncIterable<Message> {
   private readonly waiters: Deferred<IteratorResult<Message>>[] = [];
   private ended = false;
   private failure: unknown = null;
+  #position: HistoryPosition | null = null;
+  /** The topic keeps no history (a status said so): no more `since` for it. */
+  private noHistory = false;
+  /** A SUBSCRIBE with `since` went out on this connection, its status MESSAGE has not come yet. */
+  private awaitingStatus: { resumed: boolean } | null = null;
 
   /** @internal */
   constructor(
@@ -101,6 +131,9 @@ export class Subscription implements AsyncIterable<Message> {
     private readonly maxPending: number,
     /** Whether the handler runs in a CONSUMER span (not for the client's own request inbox). */
     private readonly traced = true,
+    /** Whether SUBSCRIBEs carry the position (spec §13), see {@link SubscribeOptions.resume}. */
+    private readonly resume = true,
+    private readonly onResume?: (event: ResumeEvent) => void | Promise<void>,
   ) {
     this.ready = quiet(this.readyD.promise);
     this.closed = this.closedD.promise;
@@ -109,6 +142,81 @@ export class Subscription implements AsyncIterable<Message> {
   /** Whether the subscription has ended. */
   get isClosed(): boolean {
     return this.ended;
+  }
+
+  /**
+   * The position of the last message received (as received, before the application had it), or the one the
+   * broker named when the subscription (re)started (spec §13); `null` when its topic keeps no history, or
+   * nothing has said where it is yet. A subscription resumes from here after a reconnect.
+   */
+  get position(): HistoryPosition | null {
+    return this.#position;
+  }
+
+  /**
+   * @internal The `since` of the SUBSCRIBE about to go out on a connection (spec §4.3, CLIENTS.md step 12):
+   * the kept position, or "from now" without one; `null` (send none) when resuming is off, the pattern has
+   * wildcards, the connection has no headers, or the topic keeps no history. With one, the broker's status
+   * MESSAGE is expected next on this sid.
+   */
+  sinceForSubscribe(headersGranted: boolean): HistoryPosition | null {
+    this.awaitingStatus = null;
+    if (!this.resume || this.noHistory || !headersGranted || hasWildcards(this.pattern)) return null;
+    const since = this.#position ?? FROM_NOW;
+    this.awaitingStatus = { resumed: since.epoch !== "" };
+    return since;
+  }
+
+  /**
+   * @internal A MESSAGE for this subscription: the status answering its `since` (spec §13) is taken here and
+   * never delivered; any other message moves the position on, then goes to the handler or iterator.
+   */
+  receive(message: Message): void {
+    if (this.ended) return;
+    if (this.awaitingStatus !== null) {
+      const status = message.headers.get(HistoryHeaders.Status);
+      if (status !== null) {
+        this.takeStatus(status, message);
+        return;
+      }
+      this.awaitingStatus = null; // the status comes first or not at all (a broker without history)
+    }
+    const position = message.position;
+    if (position !== null) this.#position = position;
+    this.deliver(message);
+  }
+
+  /** The broker's answer to a SUBSCRIBE with `since`: the position to go on from, and the application told of a resume. */
+  private takeStatus(status: string, message: Message): void {
+    const { resumed } = this.awaitingStatus!;
+    this.awaitingStatus = null;
+    const recovered = status === "200";
+    const position = message.position;
+    if (position === null) {
+      if (!recovered) this.noHistory = true; // the topic keeps no history: stop asking
+    } else if (!(recovered && resumed && this.#position?.epoch === position.epoch)) {
+      // From now (Live), or not recovered: go on from the topic's position. Recovered keeps the one sent:
+      // the missed messages follow and move it on, so a loss in the middle of the replay resumes from there.
+      this.#position = position;
+    }
+    if (!resumed) return; // the first answer ("Live") is no news
+    const event: ResumeEvent = Object.freeze({
+      subscription: this,
+      recovered,
+      description: message.headers.get(HistoryHeaders.Description) ?? "",
+      position,
+    });
+    if (this.onResume) {
+      try {
+        const result = this.onResume(event);
+        if (result && typeof (result as Promise<void>).then === "function") {
+          (result as Promise<void>).then(undefined, (e) => this.handlerFailed(e, "onResume"));
+        }
+      } catch (e) {
+        this.handlerFailed(e, "onResume");
+      }
+    }
+    this.owner.reportResume(event);
   }
 
   /** @internal */
@@ -154,9 +262,9 @@ export class Subscription implements AsyncIterable<Message> {
     }
   }
 
-  private handlerFailed(error: unknown): void {
+  private handlerFailed(error: unknown, what = "handler"): void {
     this.owner.reportError(
-      new HeraldError("HandlerFailed", `The handler of subscription ${this.sid} ('${this.pattern}') threw: ${(error as Error)?.message ?? error}`, {
+      new HeraldError("HandlerFailed", `The ${what} of subscription ${this.sid} ('${this.pattern}') threw: ${(error as Error)?.message ?? error}`, {
         cause: error,
       }),
     );

@@ -21,6 +21,7 @@ import {
   encodeSubscribe,
   encodeUnsubscribe,
   type Frame,
+  type HistoryPosition,
   type WelcomeFrame,
 } from "./protocol/frames.js";
 import { DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
@@ -297,9 +298,10 @@ export class TcpTransport implements Transport {
     await d.promise;
   }
 
-  subscribe(sid: number, pattern: string, noEcho: boolean): Promise<void> {
+  subscribe(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null = null): Promise<void> {
     if (this.dead) return Promise.reject(new HeraldError("ConnectionLost", "Not connected."));
-    this.write(encodeSubscribe(sid, pattern, noEcho ? SubscribeOptions.NoEcho : SubscribeOptions.None));
+    // since only with headers granted: from any other client it is a fatal MalformedFrame (spec §4.3).
+    this.write(encodeSubscribe(sid, pattern, noEcho ? SubscribeOptions.NoEcho : SubscribeOptions.None, this.info.headers ? since : null));
     return this.flush();
   }
 

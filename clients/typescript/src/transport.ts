@@ -4,7 +4,7 @@
  */
 import type { HeaderGrant, OutgoingHeaders } from "./headers.js";
 import type { HeraldError } from "./protocol/errors.js";
-import type { MessageHeaders } from "./protocol/frames.js";
+import type { HistoryPosition, MessageHeaders } from "./protocol/frames.js";
 
 /** A publication waiting to be sent, with the promise returned to the caller. */
 export interface PendingPublish {
@@ -59,8 +59,11 @@ export interface Transport {
   readonly maxSubscriptions: number;
   /** Whether this connection may publish headers, and their limits. */
   readonly headerGrant: HeaderGrant;
-  /** Sends a SUBSCRIBE; resolves when the broker has it (live for publications routed after). */
-  subscribe(sid: number, pattern: string, noEcho: boolean): Promise<void>;
+  /**
+   * Sends a SUBSCRIBE; resolves when the broker has it (live for publications routed after). `since`
+   * (only when headers were granted): resume the topic's history after that position (spec §4.3, §13).
+   */
+  subscribe(sid: number, pattern: string, noEcho: boolean, since?: HistoryPosition | null): Promise<void>;
   /** Ends a subscription on the broker. */
   unsubscribe(sid: number): Promise<void>;
   /**

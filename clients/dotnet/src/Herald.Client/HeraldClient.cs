@@ -352,9 +352,9 @@ public sealed partial class HeraldClient : IAsyncDisposable
     {
         byte[] encodedTopic = EncodeTopic(topic);
         byte[]? encodedReplyTo = EncodeReplyTo(replyTo);
-        if (headers?.ReservedKey() is { } reserved)
+        if (headers?.ReservedKey() is not null)
         {
-            throw new ArgumentException($"Header '{reserved}' is under the prefix '{HeaderBlock.ReservedPrefix}', which only the broker sets (spec §4.9); a publication to '{topic}' may not carry it. It was not sent.", nameof(headers));
+            headers = headers.WithoutReserved(); // a received message's headers passed on: the broker's own keys (its position, a status) stay behind
         }
 
         return ClientTracing.Source.HasListeners()

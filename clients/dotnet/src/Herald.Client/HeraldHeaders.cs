@@ -171,6 +171,9 @@ public sealed class HeraldHeaders : IReadOnlyDictionary<string, IReadOnlyList<st
         return null;
     }
 
+    /// <summary>These headers without the broker's keys (a received message's position or status): what a publication passing them on carries.</summary>
+    internal HeraldHeaders WithoutReserved() => new([.. _entries.Where(static e => !IsReserved(e.Key))]);
+
     private static bool IsReserved(string key) => key.StartsWith(HeaderBlock.ReservedPrefix, StringComparison.OrdinalIgnoreCase);
 
     private int IndexOf(string key)

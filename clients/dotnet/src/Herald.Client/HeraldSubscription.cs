@@ -183,36 +183,34 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
     }
 
     /// <summary>
-    /// Looks at a MESSAGE for this subscription before it is materialized, on the connection's reader: keeps its
-    /// position, and consumes the broker's resume answer (a <c>Herald-Status</c> MESSAGE: true, it never reaches the
-    /// application).
+    /// Looks at a MESSAGE for this subscription before it is materialized, on the connection's reader, and consumes
+    /// the broker's answer to a resume (a <c>Herald-Status</c> MESSAGE with an empty payload: true, it never reaches
+    /// the application). A message's own position is kept when it is handed over (<see cref="Track"/>).
     /// </summary>
     internal bool Observe(in PublishFrame frame)
     {
-        if (!frame.HasHeaders)
-        {
-            return false;
-        }
-
-        bool hasPosition = StreamPosition.TryRead(frame.Headers, out StreamPosition position);
-        if (!_resumes && !hasPosition)
+        if (!_resumes || !frame.HasHeaders || !frame.Payload.IsEmpty)
         {
             return false;
         }
 
         Span<byte> status = stackalloc byte[3];
-        bool isStatus = HeaderBlock.TryCopyFirstValue(frame.Headers, "Herald-Status"u8, status, out int statusLength) && frame.Payload.IsEmpty;
+        if (!HeaderBlock.TryCopyFirstValue(frame.Headers, "Herald-Status"u8, status, out int statusLength))
+        {
+            return false;
+        }
+
+        bool hasPosition = StreamPosition.TryRead(frame.Headers, out StreamPosition position);
+        bool recovered = status[..statusLength].SequenceEqual("200"u8);
         bool told;
         lock (_positionGate)
         {
-            if (hasPosition)
+            // A status's position only when nothing is replayed after it ("Live", or not recovered): after "Recovered"
+            // the replayed messages move it on, so a connection lost mid-replay resumes from the last one handed over,
+            // not from the topic's top (which would skip the rest).
+            if (hasPosition && (!recovered || !_resuming))
             {
                 _position = position;
-            }
-
-            if (!isStatus)
-            {
-                return false;
             }
 
             if (!hasPosition)
@@ -226,7 +224,6 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
 
         if (told && Resumed is { } resumed)
         {
-            bool recovered = status[..statusLength].SequenceEqual("200"u8);
             Span<byte> description = stackalloc byte[256];
             string why = HeaderBlock.TryCopyFirstValue(frame.Headers, "Herald-Description"u8, description, out int length) ? System.Text.Encoding.UTF8.GetString(description[..length]) : "";
             try
@@ -260,7 +257,34 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
             return true;
         }
 
-        return Volatile.Read(ref _ended) != 0 || _channel!.Writer.TryWrite(message) || _channel.Reader.Completion.IsCompleted;
+        if (Volatile.Read(ref _ended) != 0)
+        {
+            return true;
+        }
+
+        if (_channel!.Writer.TryWrite(message))
+        {
+            Track(message);
+            return true;
+        }
+
+        return _channel.Reader.Completion.IsCompleted;
+    }
+
+    /// <summary>
+    /// A message handed over (in the buffer, it reaches the application whatever happens to the connection): its
+    /// position is where a resume starts (spec §13). Not before: one lost with its connection while it waited for
+    /// room must be replayed.
+    /// </summary>
+    private void Track(HeraldMessage message)
+    {
+        if (_resumes && message.Position is { } position)
+        {
+            lock (_positionGate)
+            {
+                _position = position;
+            }
+        }
     }
 
     /// <summary>Waits for room in the buffer (mode Wait), holding up the connection's reader: back-pressure towards the broker.</summary>
@@ -270,6 +294,7 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
         {
             using var both = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, _stop.Token);
             await _channel!.Writer.WriteAsync(message, both.Token).ConfigureAwait(false);
+            Track(message);
         }
         catch (ChannelClosedException)
         {

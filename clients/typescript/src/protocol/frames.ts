@@ -43,6 +43,17 @@ export type MessageHeaders = Array<[key: string, values: string[]]>;
 export const MAX_HEADER_KEY_BYTES = 256;
 /** Prefix of the header keys only the broker sets (ASCII case-insensitive, spec §4.9). */
 export const RESERVED_HEADER_PREFIX = "Herald-";
+/** Longest history epoch, in UTF-8 bytes (spec §4.3, §13). */
+export const MAX_EPOCH_BYTES = 64;
+/**
+ * A position in a topic's history (spec §13): the offset of a message in its topic (counted from 1; 0 is
+ * "before the first") and the epoch naming the history that holds it. Meaningful only with its epoch. The
+ * offset is a `bigint` only above 2^53-1 (the encoder takes either).
+ */
+export interface HistoryPosition {
+  readonly offset: number | bigint;
+  readonly epoch: string;
+}
 /** SUBSCRIBE option bits (spec §4.3). */
 export const SubscribeOptions = { None: 0, NoEcho: 1 } as const;
 /** PUBLISH/MESSAGE flag bits (spec §4.5). */
@@ -72,6 +83,8 @@ export interface SubscribeFrame {
   sid: number;
   pattern: string;
   options: number;
+  /** The position to resume after (spec §4.3 `since`, §13); absent when the frame has none or a nil one. */
+  since?: HistoryPosition;
 }
 export interface UnsubscribeFrame {
   type: 4;
@@ -194,11 +207,19 @@ export function encodeWelcome(
   return encodeFrame(items);
 }
 
-/** SUBSCRIBE `[3, sid, pattern, options]` (spec §4.3). */
-export function encodeSubscribe(sid: number, pattern: string, options = 0): Uint8Array {
+/**
+ * SUBSCRIBE `[3, sid, pattern, options]`, or `[3, sid, pattern, options, [offset, epoch]]` with `since`
+ * (spec §4.3, §13: resume the topic's history after that position; `{ offset: 0, epoch: "" }` is "no
+ * position yet: from now"). Only to a broker that granted headers (from any other it is `MalformedFrame`).
+ */
+export function encodeSubscribe(sid: number, pattern: string, options = 0, since?: HistoryPosition | null): Uint8Array {
   checkUint32("sid", sid);
   checkUint32("options", options);
-  return encodeFrame([FrameType.Subscribe, sid, pattern, options]);
+  if (since === undefined || since === null) return encodeFrame([FrameType.Subscribe, sid, pattern, options]);
+  if (typeof since.epoch !== "string" || utf8.encode(since.epoch).length > MAX_EPOCH_BYTES) {
+    throw new RangeError(`since.epoch must be a string of at most ${MAX_EPOCH_BYTES} UTF-8 bytes.`);
+  }
+  return encodeFrame([FrameType.Subscribe, sid, pattern, options, [uint64("since.offset", since.offset), since.epoch]]);
 }
 
 /** UNSUBSCRIBE `[4, sid]` (spec §4.4). */
@@ -367,8 +388,13 @@ export function decodeFrame(body: Uint8Array): Frame {
       const sid = r.readUint32();
       const pattern = nonNil(r.readString(), "pattern");
       const options = r.readUint32();
-      skipRest(r, count - 4);
-      return { type, sid, pattern, options };
+      if (count === 4 || r.nextIsNil()) {
+        skipRest(r, count - 4); // a nil since is the same as none
+        return { type, sid, pattern, options };
+      }
+      const since = readSince(r);
+      skipRest(r, count - 5);
+      return { type, sid, pattern, options, since };
     }
     case FrameType.Unsubscribe: {
       require(count, 2, "UNSUBSCRIBE");
@@ -431,6 +457,16 @@ function readEnvelope(r: MsgReader): { topic: string; replyTo: string | null; fl
   }
   const payload = nonNil(r.readBin(), "payload");
   return { topic, replyTo, flags, payload };
+}
+
+/** SUBSCRIBE's `since` (spec §4.3): exactly an array of an unsigned integer and a `str` of at most 64 bytes. */
+function readSince(r: MsgReader): HistoryPosition {
+  if (r.readArrayHeader() !== 2) throw malformed("SUBSCRIBE since must be an array of exactly [offset, epoch].");
+  const offset = r.readUnsigned();
+  if (!r.nextIsString()) throw malformed("SUBSCRIBE since epoch must be a MessagePack str.");
+  const epoch = r.readString()!;
+  if (utf8.encode(epoch).length > MAX_EPOCH_BYTES) throw malformed(`SUBSCRIBE since epoch is longer than ${MAX_EPOCH_BYTES} bytes.`);
+  return { offset, epoch };
 }
 
 // RFC 9110 tchar: what an HTTP field name, and so a header key, is made of.

@@ -95,6 +95,11 @@ export class MsgReader {
     return (b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb);
   }
 
+  /** Whether the next value is a MessagePack nil. */
+  nextIsNil(): boolean {
+    return this.peek() === 0xc0;
+  }
+
   /** Whether the next value is a MessagePack integer (of any width or sign). */
   nextIsInteger(): boolean {
     const b = this.peek();
