@@ -1,3 +1,4 @@
+using System.Net.Http.Json;
 using System.Text.Json;
 using Herald.Broker.Security;
 using Herald.Broker.Tests.Infrastructure;
@@ -483,43 +484,188 @@ public sealed class ClusterTests
 
     /// <summary>A client of <paramref name="node"/> subscribed to <paramref name="patterns"/> (sids 1, 2...), live on every node: its PONG came.</summary>
     [Fact]
-    public async Task A_nodes_history_holds_the_other_nodes_publications_and_another_nodes_epoch_is_not_recovered()
+    public async Task A_client_resumes_on_another_node_from_the_clusters_history_in_redis()
     {
-        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, configure: o => o.History.Topics.Add(new Herald.Broker.History.HistoryRule { Pattern = "feed.>" }));
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, configure: History("feed.>"));
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
         StreamPosition held;
         await using (var first = await ProtocolClient.OpenAsync(cluster[1].Port, "first", capabilities: Capabilities.Headers))
         {
-            await first.SubscribeAsync(1, "feed.a");
-            await first.PingPongAsync();
-            await WaitUntilAsync(() => cluster[0].Engine().IsSettled, "node 0 settled");
-            await using var remotePublisher = await ProtocolClient.OpenAsync(cluster[0].Port, "remote");
-            await remotePublisher.PublishAsync("feed.a", "m1");
-            held = (await first.ReadMessageAsync()).Position!.Value; // node 1's own position of node 0's publication
+            await first.SubscribeAsync(1, "feed.a", new StreamPosition(0, ""));
+            Frame live = await first.ReadMessageAsync();
+            Assert.Equal(("200", "Live", 0ul), (live.Status, live.Header(StreamPosition.DescriptionHeader)[0], live.Position!.Value.Offset));
+            await publisher.PublishAsync("feed.a", "m1");
+            Frame m1 = await first.ReadMessageAsync();
+            Assert.Equal(("m1", new StreamPosition(1, live.Position.Value.Epoch)), (m1.Text, m1.Position!.Value));
+            held = m1.Position.Value;
         }
 
-        await using (var keep = await SubscribedAsync(cluster[1], "keeper", "feed.a")) // node 1 keeps its interest in Redis
+        for (int i = 2; i <= 4; i++)
         {
-            await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
-            await publisher.PublishAsync("feed.a", "m2");
-            await publisher.PublishAsync("feed.a", "m3");
-            Assert.Equal("m2", (await keep.ReadMessageAsync()).Text);
-            Assert.Equal("m3", (await keep.ReadMessageAsync()).Text); // node 1 routed (and kept) both
-
-            await using var back = await ProtocolClient.OpenAsync(cluster[1].Port, "back", capabilities: Capabilities.Headers);
-            await back.SubscribeAsync(1, "feed.a", held);
-            Frame status = await back.ReadMessageAsync();
-            Frame m2 = await back.ReadMessageAsync();
-            Frame m3 = await back.ReadMessageAsync();
-            Assert.Equal(("200", "m2", "m3"), (status.Status, m2.Text, m3.Text));
-            Assert.Equal((2ul, 3ul), (m2.Position!.Value.Offset, m3.Position!.Value.Offset));
-
-            await using var elsewhere = await ProtocolClient.OpenAsync(cluster[0].Port, "elsewhere", capabilities: Capabilities.Headers);
-            await elsewhere.SubscribeAsync(1, "feed.a", held);
-            Frame other = await elsewhere.ReadMessageAsync();
-            Assert.Equal("410", other.Status); // node 0's history has its own epoch: resumable on the node that gave the position
-            Assert.StartsWith("History lost", other.Header(StreamPosition.DescriptionHeader)[0]);
+            await publisher.PublishAsync("feed.a", $"m{i}");
         }
+
+        await publisher.PingPongAsync(); // handed to Redis, in order, before the resume reads it
+        await using var back = await ProtocolClient.OpenAsync(cluster[2].Port, "back", capabilities: Capabilities.Headers); // a node that never had this topic
+        await back.SubscribeAsync(7, "feed.a", held);
+        List<Frame> frames = [await back.ReadMessageAsync(), await back.ReadMessageAsync(), await back.ReadMessageAsync(), await back.ReadMessageAsync()];
+        await publisher.PublishAsync("feed.a", "m5");
+        frames.Add(await back.ReadMessageAsync());
+
+        Assert.Equal(("200", "Recovered"), (frames[0].Status, frames[0].Header(StreamPosition.DescriptionHeader)[0]));
+        Assert.Equal(new StreamPosition(4, held.Epoch), frames[0].Position);
+        Assert.Equal(["m2", "m3", "m4", "m5"], frames.Skip(1).Select(f => f.Text));
+        Assert.Equal([2ul, 3ul, 4ul, 5ul], frames.Skip(1).Select(f => f.Position!.Value.Offset));
+        Assert.All(frames, f => Assert.Equal(7u, f.Sid));
+        Assert.Empty(await back.PingPongAsync());
     }
+
+    [Fact]
+    public async Task A_resume_on_another_node_in_the_middle_of_a_busy_stream_has_no_gap_and_no_duplicate()
+    {
+        const int Total = 2000;
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, configure: History("feed.>", maxMessages: Total));
+        await using ProtocolClient watcher = await ProtocolClient.OpenAsync(cluster[1].Port, "watcher", capabilities: Capabilities.Headers);
+        await watcher.SubscribeAsync(1, "feed.busy");
+        await watcher.PingPongAsync();
+        await WaitUntilAsync(() => cluster[0].Engine().IsSettled && cluster[1].Engine().IsSettled, "interest settled");
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+        Task publishing = Task.Run(async () =>
+        {
+            for (int i = 1; i <= Total; i++)
+            {
+                await publisher.PublishAsync("feed.busy", $"m{i}");
+                if (i % 50 == 0)
+                {
+                    await publisher.PingPongAsync(); // paced: the stream spans the resume
+                }
+            }
+        });
+
+        StreamPosition position = default;
+        for (int i = 1; i <= 300; i++)
+        {
+            Frame seen = await watcher.ReadMessageAsync();
+            Assert.Equal((ulong)i, seen.Position!.Value.Offset);
+            position = seen.Position.Value;
+        }
+
+        await using var resumer = await ProtocolClient.OpenAsync(cluster[2].Port, "resumer", capabilities: Capabilities.Headers);
+        await resumer.SubscribeAsync(2, "feed.busy", position); // while the publisher goes on
+        Assert.Equal("200", (await resumer.ReadMessageAsync()).Status);
+        await publishing;
+
+        var offsets = new List<ulong>();
+        while (offsets.Count < Total - 300)
+        {
+            offsets.Add((await resumer.ReadMessageAsync()).Position!.Value.Offset);
+        }
+
+        Assert.Equal(Enumerable.Range(301, Total - 300).Select(i => (ulong)i), offsets);
+        Assert.Empty(await resumer.PingPongAsync()); // nothing twice
+    }
+
+    [Fact]
+    public async Task When_redis_loses_the_history_a_resume_is_told_so_and_no_echo_holds_for_history_topics()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, configure: History("feed.>"));
+        await using ProtocolClient author = await ProtocolClient.OpenAsync(cluster[0].Port, "author", capabilities: Capabilities.Headers);
+        await author.SubscribeAsync(1, "feed.doc", SubscribeOptions.NoEcho);
+        await using ProtocolClient reader = await ProtocolClient.OpenAsync(cluster[0].Port, "reader", capabilities: Capabilities.Headers);
+        await reader.SubscribeAsync(1, "feed.doc");
+        await reader.PingPongAsync();
+        await WaitUntilAsync(() => cluster[0].Engine().IsSettled, "interest settled");
+        await author.PublishAsync("feed.doc", "edit 1");
+        Frame edit = await reader.ReadMessageAsync();
+        Assert.Equal(("edit 1", 1ul), (edit.Text, edit.Position!.Value.Offset));
+        Assert.Empty(await author.PingPongAsync()); // the author's own, back from Redis, skipped for its no-echo subscription
+
+        cluster.Redis.Kill(); // no persistence: the history goes with it
+        await cluster.Redis.RestartAsync();
+        await WaitUntilAsync(() => cluster[0].Engine().IsConnected && cluster[1].Engine().IsConnected, "both nodes back on Redis");
+        await using var back = await ProtocolClient.OpenAsync(cluster[1].Port, "back", capabilities: Capabilities.Headers);
+        await back.SubscribeAsync(1, "feed.doc", edit.Position.Value);
+        Frame lost = await back.ReadMessageAsync();
+
+        Assert.Equal("410", lost.Status);
+        Assert.StartsWith("History lost", lost.Header(StreamPosition.DescriptionHeader)[0]);
+        Assert.NotEqual(edit.Position.Value.Epoch, lost.Position!.Value.Epoch);
+        Assert.Equal(0ul, lost.Position.Value.Offset);
+    }
+
+    [Fact]
+    public async Task A_history_topic_loses_nothing_to_a_redis_restart_publications_wait_and_gaps_are_read_back()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, configure: History("feed.>"), redisArguments: ["--appendonly", "yes", "--appendfsync", "always"]);
+        await using ProtocolClient subscriber = await ProtocolClient.OpenAsync(cluster[1].Port, "subscriber", capabilities: Capabilities.Headers);
+        await subscriber.SubscribeAsync(1, "feed.s");
+        await subscriber.PingPongAsync();
+        await WaitUntilAsync(() => cluster[0].Engine().IsSettled && cluster[1].Engine().IsSettled, "interest settled");
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+        await publisher.PublishAsync("feed.s", "m1");
+        Assert.Equal(1ul, (await subscriber.ReadMessageAsync()).Position!.Value.Offset);
+
+        cluster.Redis.Kill(); // the streams survive it (append-only file)
+        await WaitUntilAsync(() => !cluster[0].Engine().IsConnected && !cluster[1].Engine().IsConnected, "both nodes see Redis gone");
+        for (int i = 2; i <= 4; i++)
+        {
+            await publisher.PublishAsync("feed.s", $"m{i}"); // wait at node 0 for Redis
+        }
+
+        await publisher.PingPongAsync();
+        await cluster.Redis.RestartAsync();
+        await WaitUntilAsync(() => cluster[0].Engine().IsConnected && cluster[1].Engine().IsConnected, "both nodes back on Redis");
+
+        var received = new List<Frame>();
+        for (int i = 0; received.Count == 0; i++)
+        {
+            Assert.True(i < 120, "node 1 never received again after Redis came back");
+            await publisher.PublishAsync("feed.s", $"after {i}");
+            if (await subscriber.TryReadAsync(TimeSpan.FromMilliseconds(500)).ContinueWith(t => t.IsCompletedSuccessfully ? t.Result : null) is { } frame)
+            {
+                received.Add(frame);
+            }
+        }
+
+        await publisher.PublishAsync("feed.s", "end");
+        while (received[^1].Text != "end")
+        {
+            received.Add(await subscriber.ReadMessageAsync());
+        }
+
+        Assert.Equal(["m2", "m3", "m4"], received.Take(3).Select(f => f.Text)); // what waited at node 0, or was read back by node 1
+        Assert.Equal(Enumerable.Range(2, received.Count).Select(i => (ulong)i), received.Select(f => f.Position!.Value.Offset)); // no gap, none twice
+        Assert.Empty(await subscriber.PingPongAsync());
+    }
+
+    [Fact]
+    public async Task A_long_poll_session_on_another_node_resumes_what_a_tcp_client_left()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, configure: History("feed.>"));
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher", capabilities: Capabilities.Headers);
+        await publisher.SubscribeAsync(1, "feed.lp");
+        await publisher.PingPongAsync();
+        for (int i = 1; i <= 3; i++)
+        {
+            await publisher.PublishAsync("feed.lp", $"m{i}");
+        }
+
+        StreamPosition first = (await publisher.ReadMessageAsync()).Position!.Value; // its own, back through Redis
+        await publisher.ReadMessageAsync();
+        await publisher.ReadMessageAsync();
+        LongPollClient session = await LongPollClient.CreateAsync(cluster[1].Http, new { headers = true });
+
+        using HttpResponseMessage subscribed = await cluster[1].Http.PostAsJsonAsync($"{session.Base}/subscriptions", new { sid = 4, pattern = "feed.lp", since = new { offset = first.Offset, epoch = first.Epoch } });
+        Assert.Equal(System.Net.HttpStatusCode.NoContent, subscribed.StatusCode); // answered once the replay is queued
+        PollResult poll = await session.PollAsync(0);
+
+        Assert.Equal(["200", null, null], poll.Messages.Select(m => m.Status));
+        Assert.Equal(["", "m2", "m3"], poll.Messages.Select(m => m.Text));
+        Assert.Equal([3ul, 2ul, 3ul], poll.Messages.Select(m => m.Position!.Value.Offset));
+    }
+
+    private static Action<Herald.Broker.Hosting.HeraldOptions> History(string pattern, int maxMessages = 1000) =>
+        o => o.History.Topics.Add(new Herald.Broker.History.HistoryRule { Pattern = pattern, MaxMessages = maxMessages });
 
     private static async Task<ProtocolClient> SubscribedAsync(TestBroker node, string name, params string[] patterns)
     {

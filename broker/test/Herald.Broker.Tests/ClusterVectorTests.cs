@@ -29,6 +29,12 @@ public sealed class ClusterVectorTests
 
     public static TheoryData<string> SignedInvalid => Names("signed.invalid", "name");
 
+    public static TheoryData<string> HistoryKeys => Names("history_keys", "topic");
+
+    public static TheoryData<string> PositionedValid => Names("positioned.valid", "name");
+
+    public static TheoryData<string> PositionedInvalid => Names("positioned.invalid", "name");
+
     private static string Secret => Root.Value.GetProperty("signed").GetProperty("secret").GetString()!;
 
     [Theory]
@@ -109,6 +115,38 @@ public sealed class ClusterVectorTests
             Assert.True(header);
             Assert.Throws<ProtocolException>(() => ClusterEnvelope.ReadPublish(body));
         }
+    }
+
+    [Theory]
+    [MemberData(nameof(HistoryKeys))]
+    public void A_history_topic_has_its_hash_and_stream_keys(string topic)
+    {
+        JsonElement vector = Find("history_keys", "topic", topic);
+        string prefix = Root.Value.GetProperty("channel_prefix").GetString()!;
+        Assert.Equal(vector.GetProperty("hash").GetString(), (string?)ClusterHistory.HashKey(prefix, System.Text.Encoding.ASCII.GetBytes(topic)));
+        Assert.Equal(vector.GetProperty("stream").GetString(), (string?)ClusterHistory.StreamKey(prefix, System.Text.Encoding.ASCII.GetBytes(topic)));
+    }
+
+    [Theory]
+    [MemberData(nameof(PositionedValid))]
+    public void A_positioned_publication_reads_to_its_offset_epoch_and_envelope(string name)
+    {
+        JsonElement vector = Find("positioned.valid", "name", name);
+        byte[] bytes = Convert.FromHexString(vector.GetProperty("hex").GetString()!);
+
+        Assert.True(ClusterHistory.TryReadPositioned(bytes, out ulong offset, out string epoch, out ReadOnlyMemory<byte> envelope));
+
+        Assert.Equal((vector.GetProperty("offset").GetUInt64(), vector.GetProperty("epoch").GetString()), (offset, epoch));
+        Assert.Equal(vector.GetProperty("envelope").GetString(), Convert.ToHexStringLower(envelope.Span));
+        Assert.True(ClusterEnvelope.TryRead(envelope, signer: null, out _, out _, out _));
+    }
+
+    [Theory]
+    [MemberData(nameof(PositionedInvalid))]
+    public void What_is_not_a_positioned_publication_is_not_read_as_one(string name)
+    {
+        byte[] bytes = Convert.FromHexString(Find("positioned.invalid", "name", name).GetProperty("hex").GetString()!);
+        Assert.False(ClusterHistory.TryReadPositioned(bytes, out _, out _, out _));
     }
 
     [Theory]

@@ -87,6 +87,9 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private readonly EnvelopeSigner? _signer; // the writer's
     private volatile bool _running;
     private volatile Inbound[] _readers = []; // what _inbound holds, for readers on other threads (monitoring)
+    private readonly KeptOrigins _keptOrigins = new(); // who published this node's history publications in flight, for no-echo
+    private readonly Queue<Outbound> _parked = new(); // history publications waiting for Redis; the writer's
+    private long _restores; // connections to Redis restored so far
 
     public ClusterEngine(ClusterOptions options, string serverName, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, int maxFrameBytes, ILogger log, HistoryStore? history = null)
     {
@@ -116,6 +119,9 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     public HistoryStore? History { get; }
 
     public ClusterOptions Options => _options;
+
+    /// <summary>Topic histories are the cluster's, in Redis (spec cluster.md §9): a history topic's publications go through Redis first, everywhere.</summary>
+    public bool SharesHistory => History is { Shared: true };
 
     public bool IsConnected => _redis?.IsConnected == true;
 
@@ -180,6 +186,8 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             Metrics?.Reconnected();
             _log.ClusterRedisRestored(e.EndPoint?.ToString());
             _changes.Writer.TryWrite(InterestChange.Resync); // subscriptions that failed meanwhile are made again
+            _outbound.Writer.TryWrite(new Outbound([], [], 0, null, null)); // the writer sends what waited for Redis
+            Interlocked.Increment(ref _restores); // history topics: a gap from now on may be the outage's, repaired from the streams
         };
         _redis.ConfigurationChanged += (_, _) => _publishVia = null; // a failover or resharding: find the slot's master again
         _subscriber = _redis.GetSubscriber();
@@ -488,7 +496,13 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
                     message = await inbound.Queue.ReadAsync(stop.Token).ConfigureAwait(false);
                 }
 
-                Deliver(inbound, (ReadOnlyMemory<byte>)message.Message, toFlush);
+                ReadOnlyMemory<byte> bytes = message.Message;
+                if (Interlocked.Read(ref _restores) > 0 && SharesHistory)
+                {
+                    await RepairGapAsync(inbound, bytes, toFlush).ConfigureAwait(false);
+                }
+
+                Deliver(inbound, bytes, toFlush);
             }
         }
         catch (Exception e) when (e is ChannelClosedException or OperationCanceledException)
@@ -503,15 +517,22 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
     private void Deliver(Inbound inbound, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
     {
-        if (!ClusterEnvelope.TryRead(bytes, inbound.Signer, out ulong origin, out ulong sequence, out ReadOnlyMemory<byte> body))
+        bool positioned = ClusterHistory.TryReadPositioned(bytes, out ulong offset, out string epoch, out ReadOnlyMemory<byte> envelope);
+        if (!ClusterEnvelope.TryRead(positioned ? envelope : bytes, inbound.Signer, out ulong origin, out ulong sequence, out ReadOnlyMemory<byte> body))
         {
             Metrics?.InvalidOne();
             return;
         }
 
+        IMessageSink? publisher = null;
         if (origin == NodeId)
         {
-            return; // our own, back through a glob: delivered here already
+            if (!positioned)
+            {
+                return; // our own, back through a glob: delivered here already
+            }
+
+            publisher = _keptOrigins.Take(sequence); // our own history publication, back from Redis: delivered here now, no-echo kept
         }
 
         try
@@ -532,7 +553,9 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             // This node's own route span (issue 20.3 across nodes), only for a sampled traceparent while something
             // listens: a sibling of the origin's, both children of the publisher's span.
             Activity? span = publish.HasHeaders && BrokerTracing.Source.HasListeners() ? StartSpan(inbound, publish, origin) : null;
-            int deliveries = Route(publish, toFlush, span is null ? null : inbound.Tally);
+            int deliveries = positioned && History is { } histories
+                ? RoutePositioned(histories, publish, offset, epoch, publisher, toFlush, span is null ? null : inbound.Tally)
+                : Route(publish, toFlush, span is null ? null : inbound.Tally);
             if (span is not null)
             {
                 inbound.Tally!.WriteTo(span);
@@ -605,9 +628,83 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         }
     }
 
+    /// <summary>
+    /// After Redis came back (spec cluster.md §9): a history topic's publication whose offset jumps past the last one
+    /// routed here, across the outage, finds what this node missed in the topic's stream and routes it first, in
+    /// order, so its subscribers lose nothing Redis kept. A jump without an outage between (this node's interest in
+    /// the topic began anew) starts afresh instead: its subscribers asked for nothing older. Caller: the reader.
+    /// </summary>
+    private async Task RepairGapAsync(Inbound inbound, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
+    {
+        if (!ClusterHistory.TryReadPositioned(bytes, out ulong offset, out string epoch, out ReadOnlyMemory<byte> envelope)
+            || !ClusterEnvelope.TryRead(envelope, inbound.Signer, out _, out _, out ReadOnlyMemory<byte> body))
+        {
+            return;
+        }
+
+        TopicHistory? history;
+        try
+        {
+            PublishFrame publish = ClusterEnvelope.ReadPublish(body);
+            history = History!.FindExisting(publish.TopicString);
+        }
+        catch (ProtocolException)
+        {
+            return;
+        }
+
+        if (history?.GapBefore(offset, epoch, Interlocked.Read(ref _restores)) is not { } after)
+        {
+            return;
+        }
+
+        SharedRead read;
+        try
+        {
+            read = await ReadHistoryAsync(history, new Herald.Protocol.StreamPosition(after, epoch)).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            return; // Redis is gone again: the gap stays
+        }
+
+        if (read.Epoch != epoch)
+        {
+            return;
+        }
+
+        foreach ((ulong missed, _, byte[] kept) in read.Entries)
+        {
+            if (missed < offset && DecodeKept(kept) is { } publish)
+            {
+                Metrics?.RepairedOne();
+                RoutePositioned(History!, publish, missed, epoch, publisher: null, toFlush, tally: null);
+            }
+        }
+    }
+
+    /// <summary>A publication Redis positioned (spec cluster.md §9): through its topic's history here, stamped with Redis's offset and epoch.</summary>
+    private int RoutePositioned(HistoryStore histories, in PublishFrame publish, ulong offset, string epoch, IMessageSink? publisher, List<IMessageSink> toFlush, FanoutTally? tally)
+    {
+        if ((publish.Flags & PayloadFlags.Zstd) == 0)
+        {
+            return histories.PublishAt(_router, publish, offset, epoch, publisher, toFlush, _encoder, default, tally, _maxFrameBytes, Interlocked.Read(ref _restores));
+        }
+
+        int length = Zstd.Decompress(publish.Payload, _maxPayloadBytes - (int)publish.Headers.Length, out byte[] plain);
+        try
+        {
+            return histories.PublishAt(_router, publish, offset, epoch, publisher, toFlush, _encoder, plain.AsSpan(0, length), tally, _maxFrameBytes, Interlocked.Read(ref _restores));
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(plain);
+        }
+    }
+
     /// <summary>Through this node's topic histories when it keeps any (so they hold the other nodes' publications too), else the router.</summary>
     private int RouteHere(in PublishFrame publish, List<IMessageSink> toFlush, ReadOnlySpan<byte> plainPayload, FanoutTally? tally) =>
-        History is { } history
+        History is { Shared: false } history
             ? history.Publish(_router, publish, origin: null, toFlush, _encoder, plainPayload, receivedAt: 0, tally, _maxFrameBytes)
             : _router.Publish(publish, origin: null, toFlush, _encoder, plainPayload, tally: tally);
 
@@ -702,6 +799,78 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     }
 
     /// <summary>
+    /// A publication on a topic that keeps a history, in a cluster (spec cluster.md §9): not routed here first, but
+    /// sent to Redis, whose script gives it its offset, keeps it in the topic's stream and publishes it to every
+    /// node interested, this one included, so that every node delivers the topic in the same order with the same
+    /// positions. <paramref name="publisher"/> is remembered (by sequence number) for its no-echo subscriptions.
+    /// False when it could not be queued (the queue is full, or the node is stopping): nobody gets it; counted.
+    /// </summary>
+    public bool ForwardKept(in PublishFrame publish, TopicHistory history, IMessageSink publisher)
+    {
+        if (!_running)
+        {
+            return false;
+        }
+
+        byte[] envelope = ClusterEnvelope.Write(publish, NodeId, signed: _options.Secret is not null);
+        long size = envelope.Length + (2 * (_channelPrefix.Length + publish.Topic.Length + 2)) + _channelPrefix.Length + publish.Topic.Length;
+        if (!TryReserve(size))
+        {
+            Metrics?.DroppedQueueFull();
+            return false;
+        }
+
+        byte[] topic = publish.Topic.ToArray();
+        byte[] channel = new byte[_channelPrefix.Length + topic.Length];
+        _channelPrefix.CopyTo(channel, 0);
+        topic.CopyTo(channel, _channelPrefix.Length);
+        var kept = new KeptPublication(ClusterHistory.HashKey(_options.ChannelPrefix, topic), ClusterHistory.StreamKey(_options.ChannelPrefix, topic), history.Rule.MaxMessages, ClusterHistory.TimeToLiveMs(history.Rule), publisher);
+        if (!_outbound.Writer.TryWrite(new Outbound(channel, envelope, size, null, null, kept)))
+        {
+            Interlocked.Add(ref _forwardBytes, -size); // stopping
+            return false;
+        }
+
+        return true;
+    }
+
+    /// <summary>
+    /// What Redis holds of <paramref name="history"/>'s topic after <paramref name="since"/>, for a resume on this node
+    /// (spec cluster.md §9): read in one script through the server this node publishes through.
+    /// </summary>
+    public async Task<SharedRead> ReadHistoryAsync(TopicHistory history, Herald.Protocol.StreamPosition since)
+    {
+        IServer server = PublishServer() ?? throw new RedisException("Redis is unreachable.");
+        byte[] topic = System.Text.Encoding.ASCII.GetBytes(history.Topic);
+        RedisResult result = await server.ExecuteAsync(
+            "EVAL",
+            [ClusterHistory.ReadScript, 2, ClusterHistory.HashKey(_options.ChannelPrefix, topic), ClusterHistory.StreamKey(_options.ChannelPrefix, topic),
+             since.IsNone ? 0ul : since.Offset, history.Rule.MaxMessages, NewEpoch(), ClusterHistory.TimeToLiveMs(history.Rule)]).ConfigureAwait(false);
+        return ClusterHistory.Parse(result);
+    }
+
+    /// <summary>A stream entry's envelope as its PUBLISH, checked as one from Redis's channels is (its signature with a secret); null when it is not one.</summary>
+    public PublishFrame? DecodeKept(byte[] envelope)
+    {
+        EnvelopeSigner? signer = _options.Secret is { } secret ? new EnvelopeSigner(secret) : null;
+        try
+        {
+            return ClusterEnvelope.TryRead(envelope, signer, out _, out _, out ReadOnlyMemory<byte> body) ? ClusterEnvelope.ReadPublish(body) : null;
+        }
+        catch (ProtocolException)
+        {
+            return null;
+        }
+        finally
+        {
+            signer?.Dispose();
+        }
+    }
+
+    /// <summary>A fresh epoch for a topic Redis has none for: 16 lowercase hex digits, random.</summary>
+    private static string NewEpoch() => Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(8));
+
+    /// <summary>
     /// Counts <paramref name="size"/> bytes into the forward queue unless that would pass the limit: the count
     /// never goes over it, not even for a moment (an add-then-undo would show a reader more than is held).
     /// </summary>
@@ -730,9 +899,41 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         {
             while (outbound.TryRead(out Outbound item))
             {
+                SendParked();
+                if (item.Envelope.Length == 0)
+                {
+                    continue; // the nudge of a restored connection: the parked ones went above
+                }
+
+                if (item.Kept is not null && (_parked.Count > 0 || PublishServer() is null))
+                {
+                    _parked.Enqueue(item); // a history topic's publication waits for Redis, in order, still counted in the queue's bytes
+                    continue;
+                }
+
                 Interlocked.Add(ref _forwardBytes, -item.Size);
                 Send(item);
             }
+        }
+
+        while (_parked.TryDequeue(out Outbound left))
+        {
+            Interlocked.Add(ref _forwardBytes, -left.Size); // stopping: what never reached Redis is gone with the node
+            Metrics?.DroppedDisconnected();
+        }
+    }
+
+    /// <summary>
+    /// Sends the history publications that waited for Redis (spec cluster.md §9: recoverable, unlike the others, which
+    /// are delivered here only), oldest first, while it is reachable. Caller: the writer.
+    /// </summary>
+    private void SendParked()
+    {
+        while (_parked.Count > 0 && PublishServer() is not null)
+        {
+            Outbound item = _parked.Dequeue();
+            Interlocked.Add(ref _forwardBytes, -item.Size);
+            Send(item);
         }
     }
 
@@ -750,6 +951,14 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         _signer?.Sign(item.Envelope);
         try
         {
+            if (item.Kept is { } kept)
+            {
+                _keptOrigins.Put(_sequence, kept.Publisher);
+                server.Execute("EVAL", [ClusterHistory.PublishScript, 2, kept.Hash, kept.Stream, item.Channel, item.Envelope, NewEpoch(), kept.MaxMessages, kept.TimeToLiveMs], CommandFlags.FireAndForget);
+                Metrics?.SentOne();
+                return;
+            }
+
             server.Execute("PUBLISH", [item.Channel, item.Envelope], CommandFlags.FireAndForget);
             Metrics?.SentOne();
             if (item.Request is not null)
@@ -822,7 +1031,10 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         public static InterestChange Resync => new(null, false);
     }
 
-    private readonly record struct Outbound(byte[] Channel, byte[] Envelope, long Size, INoResponders? Request, byte[]? ReplyTo);
+    private readonly record struct Outbound(byte[] Channel, byte[] Envelope, long Size, INoResponders? Request, byte[]? ReplyTo, KeptPublication? Kept = null);
+
+    /// <summary>A history topic's publication (spec cluster.md §9): its keys in Redis, its rule's bounds, and who published it (no-echo).</summary>
+    private sealed record KeptPublication(RedisKey Hash, RedisKey Stream, int MaxMessages, long TimeToLiveMs, IMessageSink Publisher);
 
     private sealed record Handover(CoverKey Key, Dictionary<ulong, ulong> LastDelivered);
 
@@ -848,5 +1060,42 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
         /// <summary>Copies to skip after a change of subscriptions; null once none is left. The reader's.</summary>
         public List<Handover>? Skip { get; set; }
+    }
+}
+
+/// <summary>
+/// Who published this node's last history publications, by sequence number (spec cluster.md §9): they come back from
+/// Redis to be delivered here too, and a publisher's no-echo subscriptions must skip them. A fixed ring: an entry is
+/// overwritten 4,096 publications later, so a publication that comes back that late (or not at all: no subscriber
+/// here) costs nothing but a no-echo that no longer knows its publisher.
+/// </summary>
+internal sealed class KeptOrigins
+{
+    private const int Size = 4096;
+    private readonly (ulong Sequence, IMessageSink? Sink)[] _ring = new (ulong, IMessageSink?)[Size];
+    private readonly Lock _gate = new();
+
+    public void Put(ulong sequence, IMessageSink sink)
+    {
+        lock (_gate)
+        {
+            _ring[(int)(sequence % Size)] = (sequence, sink);
+        }
+    }
+
+    public IMessageSink? Take(ulong sequence)
+    {
+        lock (_gate)
+        {
+            ref (ulong Sequence, IMessageSink? Sink) slot = ref _ring[(int)(sequence % Size)];
+            if (slot.Sequence != sequence)
+            {
+                return null;
+            }
+
+            IMessageSink? sink = slot.Sink;
+            slot = default;
+            return sink;
+        }
     }
 }

@@ -17,6 +17,7 @@ internal sealed class ClusterMetrics
     private long _droppedDisconnected;
     private long _duplicates;
     private long _invalid;
+    private long _repaired;
 
     public ClusterMetrics(IMeterFactory meterFactory, ClusterEngine engine)
     {
@@ -34,6 +35,7 @@ internal sealed class ClusterMetrics
             "Publications delivered on this node only, not sent to the other nodes: the forward queue was full, or Redis was unreachable.");
         meter.CreateObservableCounter("herald.cluster.duplicates", () => Duplicates, "{message}", "Copies Redis sent twice while this node changed its subscriptions, skipped.");
         meter.CreateObservableCounter("herald.cluster.invalid", () => Invalid, "{message}", "Messages on this cluster's channels that were not a Herald envelope, skipped.");
+        meter.CreateObservableCounter("herald.cluster.history.repaired", () => Repaired, "{message}", "History topics' publications this node missed while Redis was unreachable, read back from their streams and routed in order.");
         _reconnects = meter.CreateCounter<long>("herald.cluster.reconnects", "{connection}", "Times the connection to Redis was restored after a failure.");
         meter.CreateObservableGauge("herald.cluster.redis.connected", () => engine.IsConnected ? 1 : 0, "1", "1 while this node is connected to Redis.");
         meter.CreateObservableGauge("herald.cluster.subscriptions", () => engine.RedisSubscriptions, "{subscription}", "Redis channels and patterns this node subscribes to.");
@@ -50,6 +52,10 @@ internal sealed class ClusterMetrics
     public long Duplicates => Interlocked.Read(ref _duplicates);
 
     public long Invalid => Interlocked.Read(ref _invalid);
+
+    public long Repaired => Interlocked.Read(ref _repaired);
+
+    public void RepairedOne() => Interlocked.Increment(ref _repaired);
 
     public void SentOne() => Interlocked.Increment(ref _sent);
 

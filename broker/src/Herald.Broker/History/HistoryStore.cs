@@ -44,6 +44,12 @@ internal sealed class HistoryStore : IDisposable
 
     public HistoryOptions Options => _options;
 
+    /// <summary>
+    /// Fed by the cluster (spec cluster.md §9): Redis gives every publication of a history topic its offset and epoch,
+    /// and this store keeps, per topic, what this node routed, as a bridge for resumes. Set before any traffic.
+    /// </summary>
+    public bool Shared { get; set; }
+
     /// <summary>Bytes every history holds together (what <see cref="HistoryOptions.MaxBytes"/> bounds).</summary>
     public long Bytes => Interlocked.Read(ref _bytes);
 
@@ -80,7 +86,7 @@ internal sealed class HistoryStore : IDisposable
     {
         Span<char> stack = stackalloc char[TopicChars.StackLength];
         using var topic = new TopicChars(publish.Topic, stack);
-        while (Find(topic.Span) is { } history)
+        while (!Shared && Find(topic.Span) is { } history)
         {
             if (history.TryPublish(router, publish, origin, toFlush, encoder, plainPayload, receivedAt, tally, maxFrame, out int deliveries))
             {
@@ -90,6 +96,29 @@ internal sealed class HistoryStore : IDisposable
 
         return router.Publish(publish, origin, toFlush, encoder, plainPayload, receivedAt, tally);
     }
+
+    /// <summary>
+    /// Cluster (spec cluster.md §9): routes a publication Redis positioned through its topic's history here, or
+    /// straight to the router (unstamped) when this node's rules keep none for it (the nodes' rules differ).
+    /// </summary>
+    public int PublishAt(TopicRouter router, in PublishFrame publish, ulong offset, string epoch, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder encoder, ReadOnlySpan<byte> plainPayload, FanoutTally? tally, int maxFrame, long generation)
+    {
+        Span<char> stack = stackalloc char[TopicChars.StackLength];
+        using var topic = new TopicChars(publish.Topic, stack);
+        while (Find(topic.Span) is { } history)
+        {
+            int deliveries = history.PublishAt(router, publish, offset, epoch, origin, toFlush, encoder, plainPayload, tally, maxFrame, generation);
+            if (deliveries >= 0)
+            {
+                return deliveries;
+            }
+        }
+
+        return router.Publish(publish, origin, toFlush, encoder, plainPayload, tally: tally); // a rule this node does not have: delivered, not kept
+    }
+
+    /// <summary>The history <paramref name="topic"/> holds now, without making one.</summary>
+    public TopicHistory? FindExisting(string topic) => _topics.TryGetValue(topic, out TopicHistory? history) ? history : null;
 
     /// <summary>Counts a resume's outcome (<c>/varz</c>, metrics).</summary>
     public void Resumed(bool recovered) => Interlocked.Increment(ref recovered ? ref _recovered : ref _notRecovered);
@@ -155,7 +184,7 @@ internal sealed class HistoryStore : IDisposable
                 Interlocked.Increment(ref _evictedTopics);
             }
 
-            var history = new TopicHistory(this, topic, rule, NewEpoch());
+            var history = new TopicHistory(this, topic, rule, Shared ? "" : NewEpoch());
             _topics[topic] = history;
             _clock.Enqueue(history);
             return history;

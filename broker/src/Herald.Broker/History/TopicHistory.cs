@@ -9,6 +9,9 @@ using MessagePack;
 
 namespace Herald.Broker.History;
 
+/// <summary>What Redis holds of a topic for a cluster resume (spec cluster.md §9): its epoch and last offset, Redis's clock (Unix ms), and the entries after the asked position (offset, when kept, the publishing node's envelope).</summary>
+internal sealed record SharedRead(string Epoch, ulong Top, long NowMs, IReadOnlyList<(ulong Offset, long Ms, byte[] Envelope)> Entries);
+
 /// <summary>What a resume found (spec §13): the status MESSAGE's code and description, and the position live delivery starts after.</summary>
 internal readonly record struct ResumeOutcome(bool Recovered, string Description, StreamPosition Top, int Replayed);
 
@@ -36,19 +39,37 @@ internal sealed class TopicHistory
     private ulong _last;
     private long _bytes;
     private bool _evicted;
+    private string _epoch;
+    private long _generation; // the node's Redis restores when this history last routed
+    private List<(Subscription Held, ulong After)>? _joining; // cluster resumes waiting for the live stream to pass their replay
 
+    /// <param name="epoch">This node's own epoch; empty for a history fed by the cluster, whose epoch Redis gives.</param>
     public TopicHistory(HistoryStore store, string topic, HistoryRule rule, string epoch)
     {
         _store = store;
         Topic = topic;
         _rule = rule;
-        Epoch = epoch;
+        _epoch = epoch;
     }
 
     public string Topic { get; }
 
-    /// <summary>Changes only with a new <see cref="TopicHistory"/>: an evicted topic comes back with another.</summary>
-    public string Epoch { get; }
+    public HistoryRule Rule => _rule;
+
+    /// <summary>
+    /// On one node, fixed: an evicted topic comes back with another <see cref="TopicHistory"/> and epoch. Fed by the
+    /// cluster, the epoch of the last publication routed here (Redis's), empty before the first.
+    /// </summary>
+    public string Epoch
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _epoch;
+            }
+        }
+    }
 
     /// <summary>Set by each publication, cleared by the store's eviction hand: a topic published since it last passed is spared (CLOCK).</summary>
     public bool Referenced { get; set; } = true;
@@ -60,7 +81,7 @@ internal sealed class TopicHistory
         {
             lock (_gate)
             {
-                return new StreamPosition(_last, Epoch);
+                return new StreamPosition(_last, _epoch);
             }
         }
     }
@@ -105,19 +126,8 @@ internal sealed class TopicHistory
             }
 
             ulong offset = _last + 1;
-            byte[] block = HeaderBlock.Append(publish.Headers,
-            [
-                new(StreamPosition.OffsetHeader, offset.ToString(CultureInfo.InvariantCulture)),
-                new(StreamPosition.EpochHeader, Epoch),
-            ]);
-            int body = ProtocolConstants.MessageHeaderSize - ProtocolConstants.LengthPrefixSize + (int)publish.Envelope.Length + block.Length;
-            if (body > maxFrame)
-            {
-                throw new ProtocolException(ErrorCode.FrameTooLarge, $"Topic '{Topic}' keeps a history: its MESSAGE, with the position the broker stamps in ({block.Length - publish.Headers.Length} bytes), would be {body} bytes, over max_frame ({maxFrame}).");
-            }
-
+            PublishFrame stamped = Stamp(publish, offset, _epoch, maxFrame);
             _last = offset;
-            PublishFrame stamped = publish with { Headers = new ReadOnlySequence<byte>(block), HeaderValues = publish.HeaderValues + 2 };
             deliveries = router.Publish(stamped, origin, toFlush, encoder, plainPayload, receivedAt, tally, out MessageBuffer kept);
             Keep(offset, kept);
             Referenced = true;
@@ -129,6 +139,135 @@ internal sealed class TopicHistory
         }
 
         return true;
+    }
+
+    /// <summary>
+    /// Cluster (spec cluster.md §9): routes a publication whose offset and epoch Redis gave, in the order Redis
+    /// published them, and keeps it as a bridge for resumes on this node. A copy at or below the last offset routed
+    /// is skipped; a gap (this node missed some: its interest began later, or Redis dropped them) or a new epoch
+    /// starts what is kept here afresh. A cluster resume waiting for the live stream joins it at the first offset
+    /// past its replay.
+    /// </summary>
+    /// <param name="generation">How many times the node's connection to Redis was restored so far (<see cref="GapBefore"/>).</param>
+    public int PublishAt(TopicRouter router, in PublishFrame publish, ulong offset, string epoch, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder encoder, ReadOnlySpan<byte> plainPayload, FanoutTally? tally, int maxFrame, long generation)
+    {
+        int deliveries;
+        lock (_gate)
+        {
+            if (_evicted)
+            {
+                return -1;
+            }
+
+            _generation = generation;
+
+            if (epoch != _epoch)
+            {
+                DropAll();
+                _epoch = epoch;
+                _last = offset - 1;
+            }
+            else if (offset <= _last)
+            {
+                return 0; // a copy of what was routed
+            }
+            else if (offset != _last + 1)
+            {
+                DropAll(); // a gap: what is kept no longer runs without one
+            }
+
+            Join(offset);
+            PublishFrame stamped = Stamp(publish, offset, epoch, maxFrame);
+            _last = offset;
+            deliveries = router.Publish(stamped, origin, toFlush, encoder, plainPayload, receivedAt: 0, tally, out MessageBuffer kept);
+            Keep(offset, kept);
+            Referenced = true;
+        }
+
+        if (_store.OverBudget)
+        {
+            _store.EvictForBudget();
+        }
+
+        return deliveries;
+    }
+
+    /// <summary>
+    /// Cluster: the offset after which this node missed publications, when <paramref name="offset"/> of
+    /// <paramref name="epoch"/> jumps past the last routed across a Redis outage (a restore since this history last
+    /// routed, <paramref name="generation"/>); null otherwise.
+    /// </summary>
+    public ulong? GapBefore(ulong offset, string epoch, long generation)
+    {
+        lock (_gate)
+        {
+            return _epoch == epoch && _last > 0 && offset > _last + 1 && _generation < generation ? _last : null;
+        }
+    }
+
+    /// <summary>
+    /// Cluster resume (spec cluster.md §9), once Redis answered: under the gate, decides the status from what Redis
+    /// holds (<paramref name="read"/>, read after this node's interest in the topic was settled), queues it, then
+    /// the missed publications Redis kept (<paramref name="decode"/> turns an entry into its PUBLISH) and those this
+    /// node routed since the read, and lets <paramref name="held"/> join the live stream right after them.
+    /// </summary>
+    public ResumeOutcome ResumeShared(StreamPosition since, SharedRead read, Subscription held, IMessageSink sink, List<IMessageSink> toFlush, int maxPayload, int maxFrame, Func<byte[], PublishFrame?> decode)
+    {
+        lock (_gate)
+        {
+            var redisTop = new StreamPosition(read.Top, read.Epoch);
+            ulong needed = since.Offset + 1;
+            bool continuous = read.Entries.Count > 0 && read.Entries[0].Offset == needed && read.Entries[^1].Offset == read.Top
+                && read.Entries[0].Ms >= read.NowMs - (long)_rule.MaxAge.TotalMilliseconds;
+            bool bridged = _epoch == read.Epoch && _last >= read.Top;
+            bool bridgeKept = !bridged || _last == read.Top || (_entries.TryPeek(out Entry first) && first.Offset <= read.Top + 1);
+            StreamPosition top = bridged ? new StreamPosition(_last, _epoch) : redisTop;
+            ResumeOutcome outcome = since switch
+            {
+                { IsNone: true } => new(true, "Live", top, 0),
+                _ when since.Epoch != read.Epoch => new(false, $"History lost: epoch {since.Epoch} is not the topic's ({read.Epoch}); Redis lost it or it expired", top, 0),
+                _ when since.Offset > read.Top => new(false, $"Position {since.Offset} is ahead of the topic's last offset {read.Top}", top, 0),
+                _ when since.Offset < read.Top && !continuous => new(false, $"Too old: the history no longer holds offset {needed} (last {read.Top})", top, 0),
+                _ when !bridgeKept => new(false, $"Too old: this node no longer holds offsets {read.Top + 1} to {_last}", top, 0),
+                _ => new(true, "Recovered", top, (int)(top.Offset - since.Offset)),
+            };
+
+            Status(sink, held.Sid, outcome, toFlush);
+            if (outcome.Recovered && !since.IsNone)
+            {
+                foreach ((ulong offset, _, byte[] envelope) in read.Entries)
+                {
+                    if (offset > since.Offset && decode(envelope) is { } publish)
+                    {
+                        MessageBuffer frame = MessageEncoder.Encode(Stamp(publish, offset, read.Epoch, maxFrame), publish.Flags, publish.Payload.IsSingleSegment ? publish.Payload.FirstSpan : publish.Payload.ToArray());
+                        Deliver(sink, held.Sid, frame, toFlush, maxPayload);
+                        frame.Release();
+                    }
+                }
+
+                if (bridged)
+                {
+                    foreach (Entry entry in _entries)
+                    {
+                        if (entry.Offset > read.Top)
+                        {
+                            Deliver(sink, held.Sid, entry.Frame, toFlush, maxPayload);
+                        }
+                    }
+                }
+            }
+
+            if (bridged)
+            {
+                held.Held = false; // the live stream here is past the replay: it joins now
+            }
+            else
+            {
+                (_joining ??= []).Add((held, read.Top)); // joins at the first publication routed past Redis's top
+            }
+
+            return outcome;
+        }
     }
 
     /// <summary>
@@ -147,12 +286,12 @@ internal sealed class TopicHistory
             }
 
             Trim(Stopwatch.GetTimestamp());
-            var top = new StreamPosition(_last, Epoch);
+            var top = new StreamPosition(_last, _epoch);
             ulong oldest = _entries.TryPeek(out Entry first) ? first.Offset : _last + 1;
             ResumeOutcome outcome = since switch
             {
                 { IsNone: true } => new(true, "Live", top, 0),
-                _ when since.Epoch != Epoch => new(false, $"History lost: epoch {since.Epoch} is not the topic's ({Epoch}); the broker restarted or evicted it", top, 0),
+                _ when since.Epoch != _epoch => new(false, $"History lost: epoch {since.Epoch} is not the topic's ({_epoch}); the broker restarted or evicted it", top, 0),
                 _ when since.Offset > _last => new(false, $"Position {since.Offset} is ahead of the topic's last offset {_last}", top, 0),
                 _ when since.Offset + 1 < oldest => new(false, $"Too old: the history keeps offsets {oldest} to {_last}, and {since.Offset + 1} was asked for", top, 0),
                 _ => new(true, "Recovered", top, (int)(_last - since.Offset)),
@@ -189,11 +328,61 @@ internal sealed class TopicHistory
         lock (_gate)
         {
             _evicted |= retire;
-            while (_entries.Count > 0)
+            DropAll();
+            if (retire)
             {
-                DropOldest();
+                Join(ulong.MaxValue); // nothing more is routed through this history: waiting resumes go live now
             }
         }
+    }
+
+    /// <summary>Lets every waiting cluster resume whose replay ends before <paramref name="offset"/> join the live stream.</summary>
+    private void Join(ulong offset)
+    {
+        if (_joining is null)
+        {
+            return;
+        }
+
+        _joining.RemoveAll(j =>
+        {
+            if (j.After >= offset)
+            {
+                return false;
+            }
+
+            j.Held.Held = false;
+            return true;
+        });
+        if (_joining.Count == 0)
+        {
+            _joining = null;
+        }
+    }
+
+    private void DropAll()
+    {
+        while (_entries.Count > 0)
+        {
+            DropOldest();
+        }
+    }
+
+    /// <summary>The publication with its position appended to its header block (built once); <c>FrameTooLarge</c> when its MESSAGE would pass <paramref name="maxFrame"/>.</summary>
+    private PublishFrame Stamp(in PublishFrame publish, ulong offset, string epoch, int maxFrame)
+    {
+        byte[] block = HeaderBlock.Append(publish.Headers,
+        [
+            new(StreamPosition.OffsetHeader, offset.ToString(CultureInfo.InvariantCulture)),
+            new(StreamPosition.EpochHeader, epoch),
+        ]);
+        int body = ProtocolConstants.MessageHeaderSize - ProtocolConstants.LengthPrefixSize + (int)publish.Envelope.Length + block.Length;
+        if (body > maxFrame)
+        {
+            throw new ProtocolException(ErrorCode.FrameTooLarge, $"Topic '{Topic}' keeps a history: its MESSAGE, with the position the broker stamps in ({block.Length - publish.Headers.Length} bytes), would be {body} bytes, over max_frame ({maxFrame}).");
+        }
+
+        return publish with { Headers = new ReadOnlySequence<byte>(block), HeaderValues = publish.HeaderValues + 2 };
     }
 
     private void Keep(ulong offset, MessageBuffer frame)

@@ -110,7 +110,7 @@ public static class HeraldHost
                 return new HistorySlot(null);
             }
 
-            var store = new HistoryStore(history);
+            var store = new HistoryStore(history) { Shared = sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Cluster.Enabled };
             HistoryMetrics.Observe(sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), store);
             return new HistorySlot(store);
         });

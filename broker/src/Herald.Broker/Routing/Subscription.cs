@@ -33,5 +33,17 @@ internal sealed class Subscription
         set => Volatile.Write(ref _replies, value);
     }
 
+    /// <summary>
+    /// Routed but not yet delivered to: a resume in a cluster (spec §13) holds the live stream back until what was
+    /// missed, read from Redis, is queued; its topic's history lets it go at the right offset. Only a subscription
+    /// to a history topic is ever held.
+    /// </summary>
+    public bool Held
+    {
+        get => Volatile.Read(ref _held);
+        set => Volatile.Write(ref _held, value);
+    }
+
     private ReplyPermits? _replies;
+    private bool _held;
 }

@@ -242,7 +242,7 @@ internal sealed class TopicRouter : IDisposable
         bool isRequest = publish.ReplyTo.HasValue;
         foreach (Subscription subscription in subscriptions)
         {
-            if (subscription.NoEcho && ReferenceEquals(subscription.Sink, origin))
+            if ((subscription.NoEcho && ReferenceEquals(subscription.Sink, origin)) || subscription.Held)
             {
                 continue;
             }

@@ -55,6 +55,7 @@ internal abstract class ProtocolSession : INoResponders
     private bool _noResponders; // granted: a request that reaches no subscription is answered at once (spec §7)
     private FanoutTally? _fanout; // what routing a traced publication did, for its span (made at the first one)
     private bool _interestChanged; // cluster: this session changed its subscriptions since it last waited for Redis
+    private Task? _resumes; // cluster: resumes reading Redis (their replay not yet queued)
 
     // Rate limits (publishes; subscription changes), owned by the one caller.
     private TokenBucket _publishes;
@@ -283,7 +284,21 @@ internal abstract class ProtocolSession : INoResponders
             if (refused.IsNone)
             {
                 string why = HasWildcards(checkedPattern) ? "A pattern with wildcards has no single history to resume" : "This topic keeps no history";
-                NotResumable(sid, checkedPattern, why);
+                NotResumable(sid, checkedPattern, why, _toFlush);
+            }
+
+            return refused;
+        }
+
+        if (Broker.Cluster is { SharesHistory: true } cluster)
+        {
+            // The cluster's history is in Redis: the subscription is routed held (so this node's interest in the topic
+            // settles), then Redis is read and the replay queued; it joins the live stream where the replay ends.
+            var held = new Subscription(Backlog, sid, checkedPattern, noEcho) { Held = true };
+            Refusal refused = AddSubscription(sid, checkedPattern, noEcho, held);
+            if (refused.IsNone)
+            {
+                TrackResume(ResumeSharedAsync(cluster, history, since, held));
             }
 
             return refused;
@@ -302,13 +317,50 @@ internal abstract class ProtocolSession : INoResponders
 
     private static bool HasWildcards(string pattern) => pattern.AsSpan().IndexOfAny('*', '>') >= 0;
 
+    /// <summary>A cluster resume (spec cluster.md §9): waits for this node's Redis subscription, reads Redis, then queues status and replay under the topic's gate.</summary>
+    private async Task ResumeSharedAsync(ClusterEngine cluster, TopicHistory history, StreamPosition since, Subscription held)
+    {
+        ResumeOutcome outcome;
+        var toFlush = new List<IMessageSink>(1);
+        try
+        {
+            await cluster.WhenSettledAsync().ConfigureAwait(false);
+            SharedRead read = await cluster.ReadHistoryAsync(history, since).ConfigureAwait(false);
+            outcome = history.ResumeShared(since, read, held, Backlog, toFlush, Limits.MaxPayloadBytes, Limits.MaxFrameBytes, cluster.DecodeKept);
+        }
+        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+        {
+            // Redis unreachable: no replay; the subscription goes live at once and says so.
+            held.Held = false;
+            NotResumable(held.Sid, history.Topic, $"History unavailable: Redis did not answer ({e.Message})", toFlush);
+            Backlog.ScheduleFlush();
+            return;
+        }
+
+        Broker.History!.Resumed(outcome.Recovered);
+        Resumed(held.Sid, outcome);
+        if (toFlush.Count > 0)
+        {
+            Backlog.ScheduleFlush();
+        }
+    }
+
+    /// <summary>Keeps the cluster resumes in flight: the transport answers the client's next question (PONG, the subscribe response) after them.</summary>
+    private void TrackResume(Task resume)
+    {
+        lock (_subscriptionsGate)
+        {
+            _resumes = _resumes is { IsCompleted: false } earlier ? Task.WhenAll(earlier, resume) : resume;
+        }
+    }
+
     /// <summary>The transport learns how a resume went (long-poll answers it in the subscribe response); TCP has nothing to add to the status MESSAGE.</summary>
     protected virtual void Resumed(uint sid, ResumeOutcome outcome)
     {
     }
 
     /// <summary>The status MESSAGE of a resume that cannot be (spec §13): 410 with why, and no position.</summary>
-    private void NotResumable(uint sid, string topic, string why)
+    private void NotResumable(uint sid, string topic, string why, List<IMessageSink> toFlush)
     {
         byte[] headers = HeaderBlock.Encode(
         [
@@ -320,14 +372,14 @@ internal abstract class ProtocolSession : INoResponders
         FrameWriter.WriteMessage(new MessageBufferWriter(frame), 0, name, default, PayloadFlags.None, default, headers);
         if ((Backlog.Enqueue(frame, sid) & Enqueued.Wake) != 0)
         {
-            _toFlush.Add(Backlog);
+            toFlush.Add(Backlog);
         }
 
         Broker.History?.Resumed(false);
         Resumed(sid, new ResumeOutcome(false, why, default, 0));
     }
 
-    private Refusal AddSubscription(uint sid, string checkedPattern, bool noEcho)
+    private Refusal AddSubscription(uint sid, string checkedPattern, bool noEcho, Subscription? held = null)
     {
         lock (_subscriptionsGate)
         {
@@ -357,7 +409,8 @@ internal abstract class ProtocolSession : INoResponders
                 return Refuse(ErrorCode.TooManyTopics, $"'{usage.Key}' holds its maximum of {Limits.MaxSubscriptionsPerIdentity} subscriptions across its connections.");
             }
 
-            var subscription = new Subscription(Backlog, sid, checkedPattern, noEcho) { Replies = _replyPermits };
+            Subscription subscription = held ?? new Subscription(Backlog, sid, checkedPattern, noEcho);
+            subscription.Replies = _replyPermits;
             try
             {
                 Broker.Router.Add(subscription);
@@ -400,13 +453,21 @@ internal abstract class ProtocolSession : INoResponders
     /// <see cref="InterestSettledAsync"/>, so a subscription the client was told of is live on every node.
     /// One test of a field on a single node. Caller: the session's input (one at a time).
     /// </summary>
-    public bool AwaitsInterest => _interestChanged && Broker.Cluster is { IsSettled: false };
+    public bool AwaitsInterest => (_interestChanged && Broker.Cluster is { IsSettled: false }) || _resumes is { IsCompleted: false };
 
-    /// <summary>Completes when every subscription change made so far is in Redis (at once on a single node).</summary>
-    public Task InterestSettledAsync()
+    /// <summary>Completes when every subscription change made so far is in Redis (at once on a single node), and every cluster resume has queued its replay.</summary>
+    public async Task InterestSettledAsync()
     {
         _interestChanged = false;
-        return Broker.Cluster?.WhenSettledAsync() ?? Task.CompletedTask;
+        if (Broker.Cluster is { } cluster)
+        {
+            await cluster.WhenSettledAsync().ConfigureAwait(false);
+        }
+
+        if (_resumes is { } resumes)
+        {
+            await resumes.ConfigureAwait(false);
+        }
     }
 
     /// <summary>
@@ -754,6 +815,15 @@ internal abstract class ProtocolSession : INoResponders
         // while something listens: without headers this costs the HasHeaders test, with them HasListeners.
         Activity? span = publish.HasHeaders && BrokerTracing.Source.HasListeners() ? StartSpan(publish, receivedAt) : null;
         FanoutTally? tally = span is null ? null : _fanout;
+        if (Broker.Cluster is { SharesHistory: true } sharing && SharedHistoryOf(publish) is { } kept)
+        {
+            // A history topic in a cluster: Redis gives it its offset, and it comes back to be delivered here too.
+            sharing.ForwardKept(publish, kept, Backlog);
+            span?.Dispose();
+            Broker.Metrics.Published(Transport, 0, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
+            return;
+        }
+
         int deliveries = Broker.History is { } histories
             ? histories.Publish(Broker.Router, publish, Backlog, _toFlush, Broker.Encoder, plainPayload, receivedAt, tally, Limits.MaxFrameBytes)
             : Broker.Router.Publish(publish, Backlog, _toFlush, Broker.Encoder, plainPayload, receivedAt, tally);
@@ -773,6 +843,13 @@ internal abstract class ProtocolSession : INoResponders
         {
             _toFlush.Add(Backlog);
         }
+    }
+
+    private TopicHistory? SharedHistoryOf(in PublishFrame publish)
+    {
+        Span<char> stack = stackalloc char[TopicChars.StackLength];
+        using var topic = new TopicChars(publish.Topic, stack);
+        return Broker.History!.Find(topic.Span);
     }
 
     /// <summary>A request of this session reached no subscriber on any node (cluster): answered as on one node, from the cluster's thread.</summary>

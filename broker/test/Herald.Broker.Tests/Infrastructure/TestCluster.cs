@@ -28,9 +28,11 @@ public sealed class TestCluster : IAsyncDisposable
     public TestBroker this[int node] => Nodes[node];
 
     /// <param name="configureNode">Called after <paramref name="configure"/> with each node's index (0 first).</param>
-    public static async Task<TestCluster> StartAsync(int nodes = 3, Action<HeraldOptions>? configure = null, bool redisCluster = false, Action<int, HeraldOptions>? configureNode = null)
+    /// <param name="redisArguments">More <c>redis-server</c> arguments for a single Redis (<c>--appendonly yes</c>...), run in a directory of its own.</param>
+    public static async Task<TestCluster> StartAsync(int nodes = 3, Action<HeraldOptions>? configure = null, bool redisCluster = false, Action<int, HeraldOptions>? configureNode = null, string[]? redisArguments = null)
     {
-        IAsyncDisposable backplane = redisCluster ? await RedisClusterServers.StartAsync() : await RedisServer.StartAsync();
+        string? directory = redisArguments is null ? null : Directory.CreateTempSubdirectory("herald-redis-").FullName;
+        IAsyncDisposable backplane = redisCluster ? await RedisClusterServers.StartAsync() : await RedisServer.StartAsync(redisArguments, directory);
         string configuration = backplane is RedisServer single ? single.Configuration : ((RedisClusterServers)backplane).Configuration;
         var started = new List<TestBroker>();
         try
