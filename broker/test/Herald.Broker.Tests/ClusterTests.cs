@@ -664,6 +664,24 @@ public sealed class ClusterTests
         Assert.Equal([3ul, 2ul, 3ul], poll.Messages.Select(m => m.Position!.Value.Offset));
     }
 
+    [Fact]
+    public async Task In_a_cluster_a_history_publication_that_could_not_carry_its_position_is_refused_before_redis()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 1, configure: o =>
+        {
+            History("feed.>")(o);
+            o.Limits.MaxFrameBytes = 1024;
+            o.Limits.MaxTopicLength = 64;
+        });
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+
+        await publisher.PublishAsync("feed." + new string('t', 59), new byte[865], "_INBOX." + new string('r', 57));
+
+        ErrorFrame error = await publisher.ExpectClosedWithAsync(ErrorCode.FrameTooLarge);
+        Assert.Contains("keeps a history", error.Message, StringComparison.Ordinal);
+        Assert.Equal(0, cluster[0].Engine().Metrics!.Sent); // nothing reached Redis
+    }
+
     private static Action<Herald.Broker.Hosting.HeraldOptions> History(string pattern, int maxMessages = 1000) =>
         o => o.History.Topics.Add(new Herald.Broker.History.HistoryRule { Pattern = pattern, MaxMessages = maxMessages });
 

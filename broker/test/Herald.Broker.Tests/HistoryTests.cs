@@ -433,6 +433,30 @@ public sealed class HistoryTests
         Assert.Equal("200", Assert.Single(poll.Messages).Status);
     }
 
+    [Fact]
+    public async Task A_publication_whose_stamped_message_would_pass_max_frame_is_refused_and_the_bystander_carries_on()
+    {
+        await using var broker = await StartAsync(also: o =>
+        {
+            o.Limits.MaxFrameBytes = 1024;
+            o.Limits.MaxTopicLength = 64;
+        });
+        string topic = "orders." + new string('t', 57); // 64 bytes, the longest
+        string replyTo = "_INBOX." + new string('r', 57);
+        await using var bystander = await ProtocolClient.OpenAsync(broker.Port, capabilities: WithHeaders);
+        await bystander.SubscribeAsync(1, "orders.>");
+        await bystander.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(broker.Port);
+        await publisher.PublishAsync(topic, new byte[865], replyTo); // max_payload: its MESSAGE is max_frame before the position
+
+        ErrorFrame error = await publisher.ExpectClosedWithAsync(ErrorCode.FrameTooLarge);
+        Assert.Contains("keeps a history", error.Message, StringComparison.Ordinal);
+        await using var other = await ProtocolClient.OpenAsync(broker.Port);
+        await other.PublishAsync(topic, "fits");
+        Frame fits = await bystander.ReadMessageAsync();
+        Assert.Equal(("fits", 1ul), (fits.Text, fits.Position!.Value.Offset)); // the refused one took no offset
+    }
+
     private static async Task<List<Frame>> ReadMessagesAsync(ProtocolClient client, int count)
     {
         var frames = new List<Frame>(count);

@@ -32,6 +32,12 @@ internal sealed class TopicHistory
     /// <summary>What one kept message costs besides its buffer (the entry, the queue slot), for the byte budget.</summary>
     public const int EntryOverhead = 48;
 
+    /// <summary>
+    /// The most a position adds to a header block: the map header growing (2), <c>Herald-Offset</c> with a 20-digit
+    /// value (14 + 1 + 21), <c>Herald-Epoch</c> with a 64-byte epoch (13 + 1 + 66).
+    /// </summary>
+    public const int MaxStampBytes = 2 + 36 + 80;
+
     private readonly Lock _gate = new();
     private readonly HistoryStore _store;
     private readonly HistoryRule _rule;
@@ -263,6 +269,7 @@ internal sealed class TopicHistory
             }
             else
             {
+                _joining?.RemoveAll(j => !j.Held.Held); // unsubscribed meanwhile
                 (_joining ??= []).Add((held, read.Top)); // joins at the first publication routed past Redis's top
             }
 

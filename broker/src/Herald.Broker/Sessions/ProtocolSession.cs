@@ -439,6 +439,7 @@ internal abstract class ProtocolSession : INoResponders
             }
 
             Broker.Router.Remove(subscription);
+            subscription.Held = false; // a cluster resume waiting for it lets it go
             _usage?.RemoveSubscriptions(1);
             Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
             _interestChanged = Broker.Cluster is not null;
@@ -676,6 +677,7 @@ internal abstract class ProtocolSession : INoResponders
                 foreach (Subscription subscription in _subscriptions.Values)
                 {
                     Broker.Router.Remove(subscription);
+                    subscription.Held = false; // a cluster resume waiting for it lets it go
                 }
 
                 _usage?.RemoveSubscriptions(_subscriptions.Count);
@@ -795,6 +797,7 @@ internal abstract class ProtocolSession : INoResponders
             foreach (Subscription subscription in revoked ?? [])
             {
                 Broker.Router.Remove(subscription);
+                subscription.Held = false; // a cluster resume waiting for it lets it go
                 _subscriptions.Remove(subscription.Sid);
                 _usage?.RemoveSubscriptions(1);
             }
@@ -817,6 +820,12 @@ internal abstract class ProtocolSession : INoResponders
         FanoutTally? tally = span is null ? null : _fanout;
         if (Broker.Cluster is { SharesHistory: true } sharing && SharedHistoryOf(publish) is { } kept)
         {
+            int stamped = ProtocolConstants.MessageHeaderSize - ProtocolConstants.LengthPrefixSize + (int)(publish.Envelope.Length + publish.Headers.Length) + TopicHistory.MaxStampBytes;
+            if (stamped > Limits.MaxFrameBytes)
+            {
+                Throw(ErrorCode.FrameTooLarge, $"Topic '{kept.Topic}' keeps a history: its MESSAGE, with the position the broker stamps in (up to {TopicHistory.MaxStampBytes} bytes), could be {stamped} bytes, over max_frame ({Limits.MaxFrameBytes}).");
+            }
+
             // A history topic in a cluster: Redis gives it its offset, and it comes back to be delivered here too.
             sharing.ForwardKept(publish, kept, Backlog);
             span?.Dispose();
