@@ -682,6 +682,63 @@ public sealed class ClusterTests
         Assert.Equal(0, cluster[0].Engine().Metrics!.Sent); // nothing reached Redis
     }
 
+    [Fact]
+    public async Task A_client_of_a_node_killed_with_SIGKILL_mid_stream_resumes_on_another_with_nothing_lost_or_twice()
+    {
+        const int Count = 2000;
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, configure: History("feed.>", maxMessages: Count));
+        await using var doomed = BrokerProcess.StartTcpOnly(
+            "json",
+            $"--Herald:Cluster:Redis={cluster.Redis.Configuration}",
+            "--Herald:History:Topics:0:Pattern=feed.>",
+            $"--Herald:History:Topics:0:MaxMessages={Count}");
+        int doomedPort = (await doomed.WaitForEventAsync(1001)).GetProperty("First").GetInt32();
+        await using var client = await ProtocolClient.OpenAsync(doomedPort, "on-the-doomed-node", capabilities: Capabilities.Headers);
+        await client.SubscribeAsync(1, "feed.k", new StreamPosition(0, ""));
+        Assert.Equal("200", (await client.ReadMessageAsync()).Status);
+        await client.PingPongAsync(); // its interest is in Redis
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+
+        var seen = new List<Frame>();
+        Task reading = Task.Run(async () =>
+        {
+            while (await client.TryReadAsync() is { } frame)
+            {
+                lock (seen)
+                {
+                    seen.Add(frame);
+                }
+            }
+        });
+        for (int i = 1; i <= Count; i++)
+        {
+            await publisher.PublishAsync("feed.k", $"m{i}");
+            if (i == Count / 2)
+            {
+                await WaitUntilAsync(() => { lock (seen) { return seen.Count >= 100; } }, "the doomed node's client is receiving");
+                doomed.Kill(); // mid-stream, without a word
+            }
+        }
+
+        await publisher.PingPongAsync();
+        await reading;
+        Assert.NotEmpty(seen);
+        StreamPosition last = seen[^1].Position!.Value;
+        Assert.Equal(Enumerable.Range(1, seen.Count).Select(i => (ulong)i), seen.Select(f => f.Position!.Value.Offset)); // up to the kill: in order, none missing
+
+        await using var back = await ProtocolClient.OpenAsync(cluster[1].Port, "back", capabilities: Capabilities.Headers); // as a load balancer would send it
+        await back.SubscribeAsync(1, "feed.k", last);
+        Assert.Equal("200", (await back.ReadMessageAsync()).Status);
+        var rest = new List<Frame>();
+        while (rest.Count < Count - (int)last.Offset)
+        {
+            rest.Add(await back.ReadMessageAsync());
+        }
+
+        Assert.Equal(Enumerable.Range((int)last.Offset + 1, Count - (int)last.Offset).Select(i => $"m{i}"), rest.Select(f => f.Text));
+        Assert.Empty(await back.PingPongAsync()); // nothing twice
+    }
+
     private static Action<Herald.Broker.Hosting.HeraldOptions> History(string pattern, int maxMessages = 1000) =>
         o => o.History.Topics.Add(new Herald.Broker.History.HistoryRule { Pattern = pattern, MaxMessages = maxMessages });
 
