@@ -84,6 +84,15 @@ public class ClusterTargetTests
         Assert.All(pids, pid => Assert.False(Repo.IsRunning(pid)));
     }
 
+    [Fact]
+    public void History_starts_the_brokers_with_a_history_rule_and_says_so()
+    {
+        TargetOptions options = TargetOptions.Read(CommandLine.Parse(["--target", "cluster", "--nodes", "2", "--history", "feed.>"]));
+
+        Assert.Equal(["--Herald:History:Topics:0:Pattern=feed.>", "--Herald:History:Topics:0:MaxMessages=1000"], options.ServerArguments);
+        Assert.Contains("history on feed.>", options.Describe(), StringComparison.Ordinal);
+    }
+
     [Theory]
     [InlineData("--target", "cluster", "--nodes", "0")]
     [InlineData("--target", "cluster", "--nodes", "33")]
@@ -92,6 +101,8 @@ public class ClusterTargetTests
     [InlineData("--target", "redis", "--nodes", "1")]
     [InlineData("--target", "cluster", "--server", "external")]
     [InlineData("--target", "cluster", "--nodes", "32", "--ports", "65000-65100")]
+    [InlineData("--target", "nats", "--history", ">")]
+    [InlineData("--target", "herald", "--server", "external", "--history", ">")]
     public async Task Nonsense_is_a_usage_error(params string[] args)
     {
         Assert.Equal(ExitCodes.Usage, await Repo.RunAsync("fanout", args));

@@ -56,6 +56,8 @@ internal sealed record TargetOptions(
           --setup-timeout S      give up starting, connecting and subscribing after S s (default 60)
           --token TOKEN          herald: the credential every client presents (TCP: HELLO's auth; long-poll:
                                  Authorization: Bearer on every request), for a broker with Auth:Mode=Token or Jwt
+          --history PATTERN      herald, cluster: the started broker(s) keep a history of the topics PATTERN
+                                 matches (Herald:History:Topics:0:Pattern, 1,000 messages; loadtest/docs/history.md)
         """;
 
     public static TargetOptions Read(CommandLine options)
@@ -94,6 +96,17 @@ internal sealed record TargetOptions(
         int? monitoringPort = options.Has("monitoring-port") ? options.Int("monitoring-port", 0, 1, 65535) : null;
         int? pid = options.Has("server-pid") ? options.Int("server-pid", 0, 1) : null;
         int? nodes = ReadNodes(options, target, server, first, last);
+        string[]? history = null;
+        if (options.OptionalString("history") is { } pattern)
+        {
+            if (target is not ("herald" or "cluster") || server != "start")
+            {
+                throw new UsageException("--history goes with a Herald the tool starts (--target herald or cluster, --server start).");
+            }
+
+            history = [HistoryArgument + pattern, "--Herald:History:Topics:0:MaxMessages=1000"];
+        }
+
         return new TargetOptions(
             target,
             transport,
@@ -109,6 +122,7 @@ internal sealed record TargetOptions(
             options.String("broker-dll", DefaultBrokerDll),
             options.Seconds("setup-timeout", 60, 1),
             monitoringPort,
+            ServerArguments: history,
             Token: options.OptionalString("token"),
             Nodes: nodes);
     }
@@ -145,5 +159,7 @@ internal sealed record TargetOptions(
     /// <summary>The port to use for <paramref name="target"/>: <c>--port</c>, else its usual one.</summary>
     public int PortOr(int usual) => Port ?? usual;
 
-    public string Describe() => string.Create(CultureInfo.InvariantCulture, $"{Target}/{Transport} ({(StartServer ? "started by the tool" : "external")}{(ServerCpus is null ? "" : $", server on CPUs {ServerCpus}")}{(ClientCpus is null ? "" : $", tool on CPUs {ClientCpus}")}{(Token is null ? "" : ", with a token")}{(Nodes is { } n ? $", {n} nodes" : "")})");
+    public string Describe() => string.Create(CultureInfo.InvariantCulture, $"{Target}/{Transport} ({(StartServer ? "started by the tool" : "external")}{(ServerCpus is null ? "" : $", server on CPUs {ServerCpus}")}{(ClientCpus is null ? "" : $", tool on CPUs {ClientCpus}")}{(Token is null ? "" : ", with a token")}{(Nodes is { } n ? $", {n} nodes" : "")}{(ServerArguments?.FirstOrDefault(a => a.StartsWith(HistoryArgument, StringComparison.Ordinal)) is { } h ? $", history on {h[HistoryArgument.Length..]}" : "")})");
+
+    private const string HistoryArgument = "--Herald:History:Topics:0:Pattern=";
 }
