@@ -51,6 +51,9 @@ public enum Capabilities : uint
 
     /// <summary>The peer wants a no-responders status for its requests (spec §7); granted only with <see cref="Headers"/>.</summary>
     NoResponders = 4,
+
+    /// <summary>The broker keeps topic histories a subscription may resume (spec §13); granted only with <see cref="Headers"/> and only by a broker that keeps some.</summary>
+    History = 8,
 }
 
 /// <summary>Option bits of SUBSCRIBE (spec §4.3).</summary>

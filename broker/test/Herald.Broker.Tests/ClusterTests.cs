@@ -739,6 +739,26 @@ public sealed class ClusterTests
         Assert.Empty(await back.PingPongAsync()); // nothing twice
     }
 
+    [Fact]
+    public async Task On_a_Redis_Cluster_a_history_topic_is_positioned_and_resumed_on_another_node()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, configure: History("feed.>"), redisCluster: true);
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher", capabilities: Capabilities.Headers);
+        await publisher.SubscribeAsync(1, "feed.rc");
+        await publisher.PingPongAsync();
+        for (int i = 1; i <= 3; i++)
+        {
+            await publisher.PublishAsync("feed.rc", $"m{i}");
+        }
+
+        StreamPosition first = (await publisher.ReadMessageAsync()).Position!.Value; // the script ran on the prefix's slot, with the channel's keys
+        await using var back = await ProtocolClient.OpenAsync(cluster[1].Port, "back", capabilities: Capabilities.Headers);
+        await back.SubscribeAsync(1, "feed.rc", first);
+
+        Assert.Equal("200", (await back.ReadMessageAsync()).Status);
+        Assert.Equal(["m2", "m3"], new[] { (await back.ReadMessageAsync()).Text, (await back.ReadMessageAsync()).Text });
+    }
+
     private static Action<Herald.Broker.Hosting.HeraldOptions> History(string pattern, int maxMessages = 1000) =>
         o => o.History.Topics.Add(new Herald.Broker.History.HistoryRule { Pattern = pattern, MaxMessages = maxMessages });
 

@@ -457,6 +457,26 @@ public sealed class HistoryTests
         Assert.Equal(("fits", 1ul), (fits.Text, fits.Position!.Value.Offset)); // the refused one took no offset
     }
 
+    [Fact]
+    public async Task The_history_capability_is_granted_with_headers_and_only_by_a_broker_that_keeps_histories()
+    {
+        await using var keeping = await StartAsync();
+        await using var plain = await TestBroker.StartAsync();
+        const Capabilities Asked = Capabilities.Headers | Capabilities.History;
+
+        await using var a = await ProtocolClient.ConnectAsync(keeping.Port);
+        await using var b = await ProtocolClient.ConnectAsync(keeping.Port);
+        await using var c = await ProtocolClient.ConnectAsync(plain.Port);
+        Assert.Equal(Asked, (await a.HelloAsync("a", Asked)).Capabilities);
+        Assert.Equal(Capabilities.None, (await b.HelloAsync("b", Capabilities.History)).Capabilities); // never without headers
+        Assert.Equal(Capabilities.Headers, (await c.HelloAsync("c", Asked)).Capabilities); // nothing to resume there
+
+        LongPollClient granted = await LongPollClient.CreateAsync(keeping.Http, new { headers = true, history = true });
+        LongPollClient refused = await LongPollClient.CreateAsync(plain.Http, new { headers = true, history = true });
+        Assert.True(granted.Created.GetProperty("history").GetBoolean());
+        Assert.False(refused.Created.GetProperty("history").GetBoolean());
+    }
+
     private static async Task<List<Frame>> ReadMessagesAsync(ProtocolClient client, int count)
     {
         var frames = new List<Frame>(count);

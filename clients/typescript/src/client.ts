@@ -404,7 +404,7 @@ export class HeraldClient implements SubscriptionOwner {
   private async register(sub: Subscription, transport: Transport): Promise<void> {
     try {
       // With a history position (spec §13) when the subscription resumes: see Subscription.sinceForSubscribe.
-      await transport.subscribe(sub.sid, sub.pattern, sub.noEcho, sub.sinceForSubscribe(transport.info.headers));
+      await transport.subscribe(sub.sid, sub.pattern, sub.noEcho, sub.sinceForSubscribe(transport.info.history === true));
       sub.markReady();
     } catch (e) {
       const error = asHeraldError(e);

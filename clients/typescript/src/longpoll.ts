@@ -51,6 +51,7 @@ interface SessionInfo {
   inboxPrefix?: string;
   headers?: boolean;
   noResponders?: boolean;
+  history?: boolean;
   maxHeaders?: number;
   maxHeaderBytes?: number;
 }
@@ -174,6 +175,7 @@ export class LongPollTransport implements Transport {
       compression: session.zstd === true,
       headers,
       noResponders: headers && session.noResponders === true,
+      history: headers && session.history === true,
       limits,
       ...(typeof session.inboxPrefix === "string" ? { inboxPrefix: session.inboxPrefix } : {}),
     };
@@ -200,6 +202,7 @@ export class LongPollTransport implements Transport {
             zstd: options.compression,
             headers: options.headers,
             noResponders: options.headers && options.noResponders,
+            history: options.headers,
           }),
         },
         options.connectTimeoutMs,
@@ -507,7 +510,7 @@ export class LongPollTransport implements Transport {
     if (this.stopped) return Promise.reject(new HeraldError("ConnectionLost", "The long-poll session has ended."));
     const done = deferred<void>();
     // since only on a session granted headers: any other answers it 400 MalformedRequest (longpoll §1.2).
-    this.enqueue({ kind: "sub", sid, pattern, noEcho, since: this.info.headers ? since : null, done });
+    this.enqueue({ kind: "sub", sid, pattern, noEcho, since: this.info.history === true ? since : null, done });
     return done.promise;
   }
 

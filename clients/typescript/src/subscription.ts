@@ -156,12 +156,12 @@ export class Subscription implements AsyncIterable<Message> {
   /**
    * @internal The `since` of the SUBSCRIBE about to go out on a connection (spec §4.3, CLIENTS.md step 12):
    * the kept position, or "from now" without one; `null` (send none) when resuming is off, the pattern has
-   * wildcards, the connection has no headers, or the topic keeps no history. With one, the broker's status
+   * wildcards, the broker keeps no history (capability bit 3), or the topic keeps none. With one, the broker's status
    * MESSAGE is expected next on this sid.
    */
-  sinceForSubscribe(headersGranted: boolean): HistoryPosition | null {
+  sinceForSubscribe(historyGranted: boolean): HistoryPosition | null {
     this.awaitingStatus = null;
-    if (!this.resume || this.noHistory || !headersGranted || hasWildcards(this.pattern)) return null;
+    if (!this.resume || this.noHistory || !historyGranted || hasWildcards(this.pattern)) return null;
     const since = this.#position ?? FROM_NOW;
     this.awaitingStatus = { resumed: since.epoch !== "" };
     return since;

@@ -37,7 +37,7 @@ const MAX_PINGS_OUTSTANDING = 2;
 /** HELLO's capability bits for what the client asks for (spec §4.1; no_responders only with headers). */
 function helloCapabilities(options: Pick<TransportOptions, "compression" | "headers" | "noResponders">): number {
   let bits = options.compression ? Capabilities.Zstd : Capabilities.None;
-  if (options.headers) bits |= Capabilities.Headers | (options.noResponders ? Capabilities.NoResponders : 0);
+  if (options.headers) bits |= Capabilities.Headers | Capabilities.History | (options.noResponders ? Capabilities.NoResponders : 0);
   return bits;
 }
 
@@ -159,6 +159,7 @@ export class TcpTransport implements Transport {
       compression: (frame.capabilities & Capabilities.Zstd) !== 0,
       headers,
       noResponders: headers && (frame.capabilities & Capabilities.NoResponders) !== 0,
+      history: headers && (frame.capabilities & Capabilities.History) !== 0,
       limits,
       ...(frame.inboxPrefix === null ? {} : { inboxPrefix: frame.inboxPrefix }),
     };
@@ -301,7 +302,7 @@ export class TcpTransport implements Transport {
   subscribe(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null = null): Promise<void> {
     if (this.dead) return Promise.reject(new HeraldError("ConnectionLost", "Not connected."));
     // since only with headers granted: from any other client it is a fatal MalformedFrame (spec §4.3).
-    this.write(encodeSubscribe(sid, pattern, noEcho ? SubscribeOptions.NoEcho : SubscribeOptions.None, this.info.headers ? since : null));
+    this.write(encodeSubscribe(sid, pattern, noEcho ? SubscribeOptions.NoEcho : SubscribeOptions.None, this.info.history === true ? since : null));
     return this.flush();
   }
 

@@ -45,6 +45,8 @@ export interface TransportInfo {
   headers: boolean;
   /** Whether the broker granted no_responders (spec §4.1 bit 2): a request nobody receives fails at once. */
   noResponders: boolean;
+  /** Whether the broker keeps topic histories (spec §4.1 bit 3, §13): only then do subscriptions send `since`. */
+  history?: boolean;
   /** WELCOME limits (TCP) or the long-poll session's answer. */
   limits: Record<string, number | bigint>;
   /** This client's part of the inbox space (spec §7: WELCOME `inbox_prefix`, long-poll `inboxPrefix`); absent from an older broker. */

@@ -113,6 +113,9 @@ internal abstract class ProtocolSession : INoResponders
     /// <summary>Whether the client was granted the no-responders status for its requests (spec §7).</summary>
     public bool GrantsNoResponders => _noResponders;
 
+    /// <summary>Whether the client was told this broker keeps topic histories (spec §4.1 bit 3, §13).</summary>
+    public bool GrantsHistory { get; private set; }
+
     /// <summary>Why the session ended (<see cref="ErrorCode.None"/>: it has not, or the client left).</summary>
     public ErrorCode CloseCode => Volatile.Read(ref _closeCode) is var code && code > 0 ? (ErrorCode)code : ErrorCode.None;
 
@@ -183,11 +186,16 @@ internal abstract class ProtocolSession : INoResponders
         if ((requested & Capabilities.Headers) != 0)
         {
             accepted |= Capabilities.Headers | (requested & Capabilities.NoResponders); // no_responders never without headers
+            if (Broker.History is not null)
+            {
+                accepted |= requested & Capabilities.History; // told only where resuming can work: headers, and some history kept
+            }
         }
 
         Backlog.AcceptsZstd = (accepted & Capabilities.Zstd) != 0;
         Backlog.AcceptsHeaders = (accepted & Capabilities.Headers) != 0;
         _noResponders = (accepted & Capabilities.NoResponders) != 0;
+        GrantsHistory = (accepted & Capabilities.History) != 0;
         Volatile.Write(ref _opened, true);
         return accepted;
     }

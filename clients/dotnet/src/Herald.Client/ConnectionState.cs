@@ -57,8 +57,9 @@ public sealed class HeraldErrorEventArgs : EventArgs
 /// <summary>What the broker told the client about the current connection.</summary>
 public sealed class HeraldServerInfo
 {
-    internal HeraldServerInfo(HeraldTransport transport, string? serverName, ulong? connectionId, int? port, bool compression, IReadOnlyDictionary<string, ulong> limits, string? inboxPrefix = null, bool headers = false, bool noResponders = false)
+    internal HeraldServerInfo(HeraldTransport transport, string? serverName, ulong? connectionId, int? port, bool compression, IReadOnlyDictionary<string, ulong> limits, string? inboxPrefix = null, bool headers = false, bool noResponders = false, bool history = false)
     {
+        History = history;
         Headers = headers;
         NoResponders = noResponders;
         InboxPrefix = inboxPrefix;
@@ -96,6 +97,12 @@ public sealed class HeraldServerInfo
     /// <see cref="HeraldNoRespondersException"/> instead of waiting for its timeout.
     /// </summary>
     public bool NoResponders { get; }
+
+    /// <summary>
+    /// The broker keeps topic histories (spec §4.1 bit 3, §13): subscriptions to one topic resume after a reconnect
+    /// (<see cref="SubscriptionOptions.Resume"/>). <c>false</c> from a broker without any, or before history.
+    /// </summary>
+    public bool History { get; }
 
     /// <summary>
     /// The part of the inbox space that is this client's identity's (spec §7: WELCOME's <c>inbox_prefix</c>,

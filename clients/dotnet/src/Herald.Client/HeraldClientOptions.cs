@@ -129,7 +129,7 @@ public sealed class HeraldClientOptions
     /// <summary>The HELLO capabilities (spec §4.1) these options ask for; long-poll asks for the same when it creates its session.</summary>
     internal Capabilities Capabilities =>
         (EnableCompression ? Capabilities.Zstd : Capabilities.None)
-        | (EnableHeaders ? Capabilities.Headers | (EnableNoResponders ? Capabilities.NoResponders : Capabilities.None) : Capabilities.None);
+        | (EnableHeaders ? Capabilities.Headers | Capabilities.History | (EnableNoResponders ? Capabilities.NoResponders : Capabilities.None) : Capabilities.None);
 
     internal HeraldClientOptions Clone() => (HeraldClientOptions)MemberwiseClone();
 

@@ -165,14 +165,14 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
 
     /// <summary>
     /// SUBSCRIBE's <c>since</c> for the connection about to carry it (spec §4.3, CLIENTS.md step 12): the kept position
-    /// after a reconnect, "from now" the first time; null when this subscription does not resume (or headers were not
-    /// granted: the answer would be unreadable).
+    /// after a reconnect, "from now" the first time; null when this subscription does not resume, or the broker keeps no
+    /// history (capability bit 3 not granted: nothing to resume, and no status to wait for).
     /// </summary>
-    internal StreamPosition? SinceFor(bool headersGranted)
+    internal StreamPosition? SinceFor(bool historyGranted)
     {
         lock (_positionGate)
         {
-            if (!_resumes || !headersGranted)
+            if (!_resumes || !historyGranted)
             {
                 return null;
             }

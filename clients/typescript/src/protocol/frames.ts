@@ -33,7 +33,7 @@ export const FrameType = {
 export type FrameTypeValue = (typeof FrameType)[keyof typeof FrameType];
 
 /** HELLO/WELCOME capability bits (spec §4.1). */
-export const Capabilities = { None: 0, Zstd: 1, Headers: 2, NoResponders: 4 } as const;
+export const Capabilities = { None: 0, Zstd: 1, Headers: 2, NoResponders: 4, History: 8 } as const;
 /**
  * A header block (spec §4.9): keys in encoded order, each with one or more values. Pairs, not an object:
  * an object would reorder keys that look like integers.

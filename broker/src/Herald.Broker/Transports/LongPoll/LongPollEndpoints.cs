@@ -60,7 +60,8 @@ internal static class LongPollEndpoints
             CreateSessionRequest? request = await HttpExchange.ReadJsonAsync(context, options.MaxBodyBytes, LongPollJsonContext.Default.CreateSessionRequest).ConfigureAwait(false);
             Capabilities requested = (request?.Zstd == true ? Capabilities.Zstd : Capabilities.None)
                 | (request?.Headers == true ? Capabilities.Headers : Capabilities.None)
-                | (request?.NoResponders == true ? Capabilities.NoResponders : Capabilities.None);
+                | (request?.NoResponders == true ? Capabilities.NoResponders : Capabilities.None)
+                | (request?.History == true ? Capabilities.History : Capabilities.None);
             session = store.Create(identity, request?.Client, requested, HttpExchange.RemoteOf(context));
         }
 
@@ -81,7 +82,8 @@ internal static class LongPollEndpoints
                 session.Backlog.AcceptsHeaders,
                 session.GrantsNoResponders,
                 store.Broker.Limits.MaxHeaders,
-                store.Broker.Limits.MaxHeaderBytes),
+                store.Broker.Limits.MaxHeaderBytes,
+                session.GrantsHistory),
             LongPollJsonContext.Default.CreateSessionResponse).ConfigureAwait(false);
     });
 

@@ -3,7 +3,7 @@ using System.Text.Json.Serialization;
 namespace Herald.Broker.Transports.LongPoll;
 
 /// <summary>Request bodies of the long-poll endpoints (longpoll §1).</summary>
-internal sealed record CreateSessionRequest(string? Client, bool? Zstd, bool? Headers, bool? NoResponders);
+internal sealed record CreateSessionRequest(string? Client, bool? Zstd, bool? Headers, bool? NoResponders, bool? History = null);
 
 internal sealed record SubscribeRequest(long? Sid, string? Pattern, bool? NoEcho, SinceRequest? Since = null);
 
@@ -24,7 +24,8 @@ internal sealed record CreateSessionResponse(
     bool Headers,
     bool NoResponders,
     int MaxHeaders,
-    int MaxHeaderBytes);
+    int MaxHeaderBytes,
+    bool History);
 
 /// <summary>Source-generated JSON for the long-poll bodies: no reflection on the request path.</summary>
 [JsonSourceGenerationOptions(PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase, UnmappedMemberHandling = JsonUnmappedMemberHandling.Skip)]

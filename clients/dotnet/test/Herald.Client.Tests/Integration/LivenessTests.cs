@@ -18,7 +18,7 @@ public class LivenessTests
 
         Assert.Equal(FrameType.Pong, await connection.ReadAsync());
         Assert.Equal(1u, hello.Version);
-        Assert.Equal(Capabilities.Zstd | Capabilities.Headers | Capabilities.NoResponders, hello.Capabilities); // asks for compression, headers and no-responders by default
+        Assert.Equal(Capabilities.Zstd | Capabilities.Headers | Capabilities.NoResponders | Capabilities.History, hello.Capabilities); // asks for compression, headers, no-responders and history by default
     }
 
     [Fact]

@@ -201,6 +201,26 @@ public class ResumeTests
         Assert.Equal(["X-Tag"], copy.Headers.Keys);
     }
 
+    [Theory]
+    [MemberData(nameof(Transports))]
+    public async Task A_broker_without_history_is_told_and_subscribes_plainly(HeraldTransport transport)
+    {
+        await using TestBroker broker = await TestBroker.StartAsync(o =>
+        {
+            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
+            o.LongPoll.InactivityTimeout = TimeSpan.FromSeconds(1);
+        });
+        await using var client = new HeraldClient(broker.Url(transport), Fast());
+        await using var publisher = new HeraldClient(broker.TcpUrl);
+        HeraldSubscription subscription = await client.SubscribeAsync("feed.plain");
+        await publisher.PublishAsync("feed.plain", "m1");
+
+        Assert.Equal("m1", (await subscription.ReadAsync(Wait.Token())).GetString());
+        Assert.False(client.ServerInfo!.History);
+        Assert.True(client.ServerInfo.Headers);
+        Assert.Null(subscription.Position);
+    }
+
     private static HeraldClientOptions Fast() =>
         new() { ReconnectDelay = TimeSpan.FromMilliseconds(20), MaxReconnectDelay = TimeSpan.FromMilliseconds(200) };
 }

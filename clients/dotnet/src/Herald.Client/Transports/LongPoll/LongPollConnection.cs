@@ -55,6 +55,7 @@ internal sealed class LongPollConnection : BrokerConnection
             Zstd = (asked & Capabilities.Zstd) != 0,
             Headers = (asked & Capabilities.Headers) != 0,
             NoResponders = (asked & Capabilities.NoResponders) != 0,
+            History = (asked & Capabilities.History) != 0,
         };
         using HttpResponseMessage response = await SendAsync(
             () =>
@@ -92,7 +93,7 @@ internal sealed class LongPollConnection : BrokerConnection
             ["maxHeaderBytes"] = (ulong)Math.Max(session.MaxHeaderBytes, 0),
         };
         bool headers = session.Headers && body.Headers;
-        Info = new HeraldServerInfo(HeraldTransport.LongPoll, serverName: null, connectionId: null, port: null, session.Zstd && body.Zstd, limits, session.InboxPrefix, headers, headers && session.NoResponders && body.NoResponders);
+        Info = new HeraldServerInfo(HeraldTransport.LongPoll, serverName: null, connectionId: null, port: null, session.Zstd && body.Zstd, limits, session.InboxPrefix, headers, headers && session.NoResponders && body.NoResponders, headers && session.History && body.History);
         MaxHeaders = session.MaxHeaders is > 0 and <= int.MaxValue ? (int)session.MaxHeaders : int.MaxValue;
         MaxHeaderBytes = session.MaxHeaderBytes is > 0 and <= int.MaxValue ? (int)session.MaxHeaderBytes : int.MaxValue;
 
@@ -102,7 +103,7 @@ internal sealed class LongPollConnection : BrokerConnection
 
     public override async Task SubscribeAsync(HeraldSubscription subscription, CancellationToken cancellationToken)
     {
-        var body = new SubscribeRequest { Sid = subscription.Sid, Pattern = subscription.Pattern, NoEcho = (subscription.WireOptions & SubscribeOptions.NoEcho) != 0, Since = subscription.SinceFor(Headers) is { } since ? new SinceBody { Offset = since.Offset, Epoch = since.Epoch } : null };
+        var body = new SubscribeRequest { Sid = subscription.Sid, Pattern = subscription.Pattern, NoEcho = (subscription.WireOptions & SubscribeOptions.NoEcho) != 0, Since = subscription.SinceFor(Info.History) is { } since ? new SinceBody { Offset = since.Offset, Epoch = since.Epoch } : null };
         using HttpResponseMessage response = await SendAsync(
             () => new HttpRequestMessage(HttpMethod.Post, new Uri(_session!, "subscriptions")) { Content = JsonContent.Create(body, LongPollJsonContext.Default.SubscribeRequest) },
             "Subscribing",

@@ -12,6 +12,8 @@ internal sealed class CreateSessionRequest
     public bool Headers { get; init; }
 
     public bool NoResponders { get; init; }
+
+    public bool History { get; init; }
 }
 
 /// <summary><c>201</c> answer to <c>POST /poll/sessions</c> (longpoll §1.1).</summary>
@@ -43,6 +45,8 @@ internal sealed class CreateSessionResponse
 
     /// <summary>The no-responders status granted (longpoll §1.1).</summary>
     public bool NoResponders { get; init; }
+
+    public bool History { get; init; }
 
     public long MaxHeaders { get; init; }
 

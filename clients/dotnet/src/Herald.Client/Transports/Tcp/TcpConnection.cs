@@ -103,7 +103,7 @@ internal sealed class TcpConnection : BrokerConnection
         Expect(subscription: null, queue => queue.EnqueuePing()).WaitAsync(cancellationToken);
 
     public override Task EnqueueSubscribe(HeraldSubscription subscription) =>
-        Expect(subscription, queue => queue.EnqueueFencedSubscribe(subscription.Sid, subscription.PatternBytes, subscription.WireOptions, subscription.SinceFor(Headers)), fenced: true);
+        Expect(subscription, queue => queue.EnqueueFencedSubscribe(subscription.Sid, subscription.PatternBytes, subscription.WireOptions, subscription.SinceFor(Info.History)), fenced: true);
 
     /// <summary>HELLO again with <paramref name="credential"/>; the broker answers WELCOME, then the PONG behind it completes this.</summary>
     public override Task RefreshAsync(string? credential, CancellationToken cancellationToken) =>
@@ -151,7 +151,8 @@ internal sealed class TcpConnection : BrokerConnection
             welcome.Limits,
             welcome.InboxPrefix,
             headers,
-            headers && (granted & Capabilities.NoResponders) != 0);
+            headers && (granted & Capabilities.NoResponders) != 0,
+            headers && (granted & Capabilities.History) != 0);
         MaxBody = Limit(welcome, "max_frame");
         MaxTopic = Limit(welcome, "max_topic");
         MaxPayload = Limit(welcome, "max_payload");
