@@ -759,6 +759,32 @@ public sealed class ClusterTests
         Assert.Equal(["m2", "m3"], new[] { (await back.ReadMessageAsync()).Text, (await back.ReadMessageAsync()).Text });
     }
 
+    [Fact]
+    public async Task Nodes_with_different_history_rules_are_shown_in_varz()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(
+            nodes: 2,
+            configure: o =>
+            {
+                o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(200);
+                History("feed.>")(o);
+            },
+            configureNode: (node, o) =>
+            {
+                if (node == 1)
+                {
+                    o.History.Topics[0].MaxMessages = 50; // a typo in one node's configuration
+                }
+            });
+
+        await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Length == 2, "node 0 sees node 1");
+        using JsonDocument varz = JsonDocument.Parse(await cluster[0].Monitoring.GetStringAsync("/varz"));
+        JsonElement view = varz.RootElement.GetProperty("cluster");
+
+        Assert.False(view.GetProperty("history_rules_match").GetBoolean());
+        Assert.Equal(["feed.> 1000 00:05:00", "feed.> 50 00:05:00"], view.GetProperty("nodes").EnumerateArray().Select(n => n.GetProperty("history").GetString()).Order());
+    }
+
     private static Action<Herald.Broker.Hosting.HeraldOptions> History(string pattern, int maxMessages = 1000) =>
         o => o.History.Topics.Add(new Herald.Broker.History.HistoryRule { Pattern = pattern, MaxMessages = maxMessages });
 

@@ -104,7 +104,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         _channelPrefix = System.Text.Encoding.ASCII.GetBytes(options.ChannelPrefix);
         NodeId = BitConverter.ToUInt64(RandomNumberGenerator.GetBytes(8)) | 1; // never 0
         _signer = options.Secret is { } secret ? new EnvelopeSigner(secret) : null;
-        Nodes = new ClusterNodes(options, NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), serverName);
+        Nodes = new ClusterNodes(options, NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), serverName, RulesOf(history));
     }
 
     /// <summary>The cluster's members as this node last saw them (<c>/varz</c>).</summary>
@@ -267,6 +267,10 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
                 try
                 {
                     await Nodes.BeatAsync(_redis.GetDatabase()).ConfigureAwait(false);
+                    foreach (ClusterNode other in Nodes.NewlyDiffering())
+                    {
+                        _log.ClusterHistoryRulesDiffer(other.Id, other.Name, other.History, Nodes.HistoryRules);
+                    }
                 }
                 catch (Exception e) when (e is RedisException or TimeoutException)
                 {
@@ -866,6 +870,10 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             signer?.Dispose();
         }
     }
+
+    /// <summary>The history rules as one line, the same on every node that has the same rules (spec cluster.md §9).</summary>
+    private static string RulesOf(HistoryStore? history) => history is null ? "" : string.Join(';', history.Options.Topics.Select(r =>
+        string.Create(System.Globalization.CultureInfo.InvariantCulture, $"{r.Pattern} {r.MaxMessages} {r.MaxAge:c}")));
 
     /// <summary>A fresh epoch for a topic Redis has none for: 16 lowercase hex digits, random.</summary>
     private static string NewEpoch() => Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(8));

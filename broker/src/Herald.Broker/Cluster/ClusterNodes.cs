@@ -4,7 +4,8 @@ using StackExchange.Redis;
 namespace Herald.Broker.Cluster;
 
 /// <summary>One node of the cluster as the others see it (spec cluster.md §5).</summary>
-internal sealed record ClusterNode(string Id, string Name, string Host, DateTimeOffset Started, DateTimeOffset LastSeen, bool Self);
+/// <param name="History">The node's history rules (<see cref="ClusterNodes.HistoryRules"/>): every node must have the same (spec cluster.md §9).</param>
+internal sealed record ClusterNode(string Id, string Name, string Host, DateTimeOffset Started, DateTimeOffset LastSeen, bool Self, string History = "");
 
 /// <summary>
 /// The cluster's members, kept in Redis by every node (spec cluster.md §5): a sorted set
@@ -14,8 +15,9 @@ internal sealed record ClusterNode(string Id, string Name, string Host, DateTime
 /// three intervals, and reads the rest: <c>/varz</c> shows that list, at most one interval old. Nothing
 /// here is on the message path.
 /// </summary>
-internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string serverName)
+internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string serverName, string historyRules = "")
 {
+    private readonly HashSet<string> _toldDiffering = [];
     private readonly RedisKey _members = options.ChannelPrefix + "nodes";
     private readonly RedisKey _self = options.ChannelPrefix + "node:" + nodeId;
     private readonly RedisKey _covers = options.ChannelPrefix + "covers";
@@ -28,14 +30,32 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
     /// <summary>The nodes seen at the last heartbeat (this one first), or only this one before any.</summary>
     public IReadOnlyList<ClusterNode> Known => _known.Length > 0 ? _known : [Self(DateTimeOffset.UtcNow)];
 
-    private ClusterNode Self(DateTimeOffset now) => new(nodeId, serverName, Environment.MachineName, _started, now, Self: true);
+    private ClusterNode Self(DateTimeOffset now) => new(nodeId, serverName, Environment.MachineName, _started, now, Self: true, historyRules);
+
+    /// <summary>This node's history rules as one line (<c>pattern max-messages max-age</c>, <c>;</c> between rules; empty: none).</summary>
+    public string HistoryRules => historyRules;
+
+    /// <summary>Whether every member seen at the last heartbeat has this node's history rules (spec cluster.md §9).</summary>
+    public bool HistoryRulesMatch => Known.All(n => n.History == historyRules);
+
+    /// <summary>Members whose history rules differ from this node's, each reported once (the caller logs them).</summary>
+    public IEnumerable<ClusterNode> NewlyDiffering()
+    {
+        foreach (ClusterNode node in Known)
+        {
+            if (node.History != historyRules && _toldDiffering.Add(node.Id))
+            {
+                yield return node;
+            }
+        }
+    }
 
     /// <summary>Renews this node's entry and reads the others'. Throws what Redis throws (the caller logs and retries next beat).</summary>
     public async Task BeatAsync(IDatabase redis)
     {
         DateTimeOffset now = DateTimeOffset.UtcNow;
         TimeSpan expiry = options.HeartbeatInterval * 3;
-        await redis.HashSetAsync(_self, [new("name", serverName), new("host", Environment.MachineName), new("started", _started.ToUnixTimeMilliseconds())]).ConfigureAwait(false);
+        await redis.HashSetAsync(_self, [new("name", serverName), new("host", Environment.MachineName), new("started", _started.ToUnixTimeMilliseconds()), new("history", historyRules)]).ConfigureAwait(false);
         await redis.KeyExpireAsync(_self, expiry).ConfigureAwait(false);
         await redis.SortedSetAddAsync(_members, nodeId, now.ToUnixTimeMilliseconds()).ConfigureAwait(false);
         await redis.SortedSetRemoveRangeByScoreAsync(_members, double.NegativeInfinity, (now - expiry).ToUnixTimeMilliseconds()).ConfigureAwait(false);
@@ -52,7 +72,7 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
             HashEntry[] fields = await redis.HashGetAllAsync(options.ChannelPrefix + "node:" + id).ConfigureAwait(false);
             Dictionary<string, string> values = fields.ToDictionary(f => f.Name.ToString(), f => f.Value.ToString());
             DateTimeOffset started = long.TryParse(values.GetValueOrDefault("started"), NumberStyles.None, CultureInfo.InvariantCulture, out long ms) ? DateTimeOffset.FromUnixTimeMilliseconds(ms) : default;
-            known.Add(new ClusterNode(id, values.GetValueOrDefault("name") ?? "", values.GetValueOrDefault("host") ?? "", started, DateTimeOffset.FromUnixTimeMilliseconds((long)member.Score), Self: false));
+            known.Add(new ClusterNode(id, values.GetValueOrDefault("name") ?? "", values.GetValueOrDefault("host") ?? "", started, DateTimeOffset.FromUnixTimeMilliseconds((long)member.Score), Self: false, values.GetValueOrDefault("history") ?? ""));
         }
 
         // Covers of nodes no longer members (killed): they would make requests wait instead of failing fast.

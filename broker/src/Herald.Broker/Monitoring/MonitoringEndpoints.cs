@@ -140,7 +140,8 @@ internal static class MonitoringEndpoints
             counts?.Invalid ?? 0,
             cluster.ForwardQueueBytes,
             cluster.InboundQueued,
-            [.. cluster.Nodes.Known.Select(n => new VarzNode(n.Id, n.Name, n.Host, n.Started, n.LastSeen, n.Self))]);
+            [.. cluster.Nodes.Known.Select(n => new VarzNode(n.Id, n.Name, n.Host, n.Started, n.LastSeen, n.Self, n.History))],
+            cluster.Nodes.HistoryRulesMatch);
     }
 
     /// <summary><c>/connz?offset=&amp;limit=&amp;transport=</c>: TCP connections by id, then long-poll sessions by id.</summary>

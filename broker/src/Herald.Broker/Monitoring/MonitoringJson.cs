@@ -63,10 +63,11 @@ internal sealed record VarzCluster(
     long Invalid,
     long ForwardQueueBytes,
     long InboundQueued,
-    IReadOnlyList<VarzNode> Nodes);
+    IReadOnlyList<VarzNode> Nodes,
+    bool HistoryRulesMatch = true);
 
 /// <summary>A member of the cluster as this node last saw it (heartbeats in Redis, spec cluster.md §5); <see cref="Self"/>: this node.</summary>
-internal sealed record VarzNode(string Id, string Name, string Host, DateTimeOffset Started, DateTimeOffset LastSeen, bool Self);
+internal sealed record VarzNode(string Id, string Name, string Host, DateTimeOffset Started, DateTimeOffset LastSeen, bool Self, string History = "");
 
 internal sealed record VarzPorts(int? TcpFirst, int? TcpLast, int? Http, int? Policy, string? PolicyUnavailable, int? Monitoring);
 

@@ -100,4 +100,7 @@ internal static partial class BrokerLog
 
     [LoggerMessage(7005, LogLevel.Error, "Cluster: applying subscription changes failed.")]
     public static partial void ClusterInterestFailed(this ILogger logger, Exception exception);
+
+    [LoggerMessage(7006, LogLevel.Warning, "Cluster: node {NodeId} ({Name}) has other history rules ('{Theirs}') than this one ('{Ours}'): topics one keeps and the other does not are delivered without positions on the other (/varz cluster.history_rules_match).")]
+    public static partial void ClusterHistoryRulesDiffer(this ILogger logger, string nodeId, string name, string theirs, string ours);
 }
