@@ -785,6 +785,51 @@ public sealed class ClusterTests
         Assert.Equal(["feed.> 1000 00:05:00", "feed.> 50 00:05:00"], view.GetProperty("nodes").EnumerateArray().Select(n => n.GetProperty("history").GetString()).Order());
     }
 
+    [Fact]
+    public async Task The_dotnet_client_moved_to_another_node_mid_stream_resumes_there_by_itself_with_nothing_lost_or_twice()
+    {
+        const int Count = 1000;
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, configure: History("feed.>", maxMessages: Count));
+        await using var link = new Herald.Testing.CuttableLink(cluster[1].Port); // the load balancer in front of node 1
+        await using var client = new HeraldClient(new HeraldClientOptions
+        {
+            Url = $"tcp://127.0.0.1:{link.Port}",
+            ReconnectDelay = TimeSpan.FromMilliseconds(20),
+            MaxReconnectDelay = TimeSpan.FromMilliseconds(200),
+        });
+        var resumes = new List<HeraldResumeEventArgs>();
+        HeraldSubscription feed = await client.SubscribeAsync("feed.lb");
+        feed.Resumed += (_, e) => resumes.Add(e);
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+
+        var texts = new List<string>();
+        for (int i = 1; i <= Count; i++)
+        {
+            await publisher.PublishAsync("feed.lb", $"m{i}");
+            if (i == 300)
+            {
+                while (texts.Count < 100)
+                {
+                    texts.Add((await feed.ReadAsync(new CancellationTokenSource(TimeSpan.FromSeconds(30)).Token)).GetString());
+                }
+
+                link.Retarget(cluster[2].Port); // node 1 is taken out: the next connection lands on node 2
+                link.Cut();
+                link.Restore();
+            }
+        }
+
+        while (texts.Count < Count)
+        {
+            texts.Add((await feed.ReadAsync(new CancellationTokenSource(TimeSpan.FromSeconds(30)).Token)).GetString());
+        }
+
+        Assert.Equal(Enumerable.Range(1, Count).Select(i => $"m{i}"), texts); // in order, none lost, none twice
+        HeraldResumeEventArgs resumed = Assert.Single(resumes);
+        Assert.True(resumed.Recovered, resumed.Description);
+        Assert.Equal((ulong)Count, feed.Position!.Value.Offset);
+    }
+
     private static Action<Herald.Broker.Hosting.HeraldOptions> History(string pattern, int maxMessages = 1000) =>
         o => o.History.Topics.Add(new Herald.Broker.History.HistoryRule { Pattern = pattern, MaxMessages = maxMessages });
 

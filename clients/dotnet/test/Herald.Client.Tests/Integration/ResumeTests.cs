@@ -1,5 +1,6 @@
 using Herald.Broker.History;
 using Herald.Client.Tests.Infrastructure;
+using Herald.Testing;
 using Herald.Protocol;
 
 namespace Herald.Client.Tests.Integration;

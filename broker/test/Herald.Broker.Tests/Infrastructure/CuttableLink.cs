@@ -1,16 +1,18 @@
 using System.Net;
 using System.Net.Sockets;
 
-namespace Herald.Client.Tests.Infrastructure;
+namespace Herald.Testing;
 
 /// <summary>
-/// A TCP link between the client and a real broker on loopback that a test can cut, as a network would: every
+/// A TCP link between a client and a real broker on loopback that a test can cut, as a network would: every
 /// connection through it is reset at once, and new ones are refused until <see cref="Restore"/>. The broker
-/// itself stays up (its topic histories too), so the client's reconnect finds it again through the same port.
+/// itself stays up (its topic histories too), so the client's reconnect finds it again through the same port;
+/// or, as a load balancer would, another node (<see cref="Retarget"/>). Shared by the broker's and the .NET
+/// client's tests (linked into both).
 /// </summary>
 public sealed class CuttableLink : IAsyncDisposable
 {
-    private readonly int _target;
+    private int _target;
     private readonly List<Socket> _open = [];
     private readonly Lock _gate = new();
     private TcpListener? _listener;
@@ -19,11 +21,14 @@ public sealed class CuttableLink : IAsyncDisposable
     public CuttableLink(int target)
     {
         _target = target;
-        Port = TestBroker.FreePort();
         Restore();
     }
 
-    public int Port { get; }
+    /// <summary>Where clients connect: chosen by the system at the first <see cref="Restore"/>, the same after every cut.</summary>
+    public int Port { get; private set; }
+
+    /// <summary>Sends the connections made from now on to another port (a load balancer moving clients to another node).</summary>
+    public void Retarget(int target) => Volatile.Write(ref _target, target);
 
     /// <summary>Resets every connection through the link and refuses new ones.</summary>
     public void Cut()
@@ -57,6 +62,7 @@ public sealed class CuttableLink : IAsyncDisposable
             _accepting = new CancellationTokenSource();
             _listener = new TcpListener(IPAddress.Loopback, Port);
             _listener.Start();
+            Port = ((IPEndPoint)_listener.LocalEndpoint).Port;
             _ = AcceptAsync(_listener, _accepting.Token);
         }
     }
@@ -82,7 +88,7 @@ public sealed class CuttableLink : IAsyncDisposable
             }
 
             var outbound = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
-            await outbound.ConnectAsync(IPAddress.Loopback, _target, stop);
+            await outbound.ConnectAsync(IPAddress.Loopback, Volatile.Read(ref _target), stop);
             lock (_gate)
             {
                 _open.Add(inbound);
