@@ -830,6 +830,48 @@ public sealed class ClusterTests
         Assert.Equal((ulong)Count, feed.Position!.Value.Offset);
     }
 
+    [Fact]
+    public async Task A_node_cut_off_from_redis_reads_back_the_history_publications_it_missed()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 1, configure: History("feed.>"));
+        await using var link = new Herald.Testing.CuttableLink(cluster.Redis.Port); // node 1's network to Redis
+        await using TestBroker cutOff = await TestBroker.StartAsync(o =>
+        {
+            o.Cluster.Redis = $"127.0.0.1:{link.Port}";
+            History("feed.>")(o);
+        });
+        await using ProtocolClient subscriber = await ProtocolClient.OpenAsync(cutOff.Port, "subscriber", capabilities: Capabilities.Headers);
+        await subscriber.SubscribeAsync(1, "feed.cut");
+        await subscriber.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+        await publisher.PublishAsync("feed.cut", "m1");
+        Assert.Equal(1ul, (await subscriber.ReadMessageAsync()).Position!.Value.Offset);
+
+        link.Cut();
+        await WaitUntilAsync(() => !cutOff.Engine().IsConnected, "node 1 sees Redis gone");
+        for (int i = 2; i <= 4; i++)
+        {
+            await publisher.PublishAsync("feed.cut", $"m{i}"); // into the stream, published to nobody on node 1
+        }
+
+        await publisher.PingPongAsync();
+        link.Restore();
+        await WaitUntilAsync(() => cutOff.Engine().IsConnected && cutOff.Engine().IsSettled, "node 1 back on Redis");
+        var received = new List<Frame>();
+        for (int i = 0; received.Count == 0; i++)
+        {
+            Assert.True(i < 120, "node 1 never received again after its network came back");
+            await publisher.PublishAsync("feed.cut", $"after {i}");
+            if (await subscriber.TryReadAsync(TimeSpan.FromMilliseconds(500)).ContinueWith(t => t.IsCompletedSuccessfully ? t.Result : null) is { } frame)
+            {
+                received.Add(frame);
+            }
+        }
+
+        Assert.Equal(["m2", "m3", "m4"], received.Take(1).Concat([await subscriber.ReadMessageAsync(), await subscriber.ReadMessageAsync()]).Select(f => f.Text));
+        Assert.True(cutOff.Engine().Metrics!.Repaired >= 3); // read back from the stream, not received live
+    }
+
     private static Action<Herald.Broker.Hosting.HeraldOptions> History(string pattern, int maxMessages = 1000) =>
         o => o.History.Topics.Add(new Herald.Broker.History.HistoryRule { Pattern = pattern, MaxMessages = maxMessages });
 

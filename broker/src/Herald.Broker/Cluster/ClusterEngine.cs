@@ -500,13 +500,10 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
                     message = await inbound.Queue.ReadAsync(stop.Token).ConfigureAwait(false);
                 }
 
-                ReadOnlyMemory<byte> bytes = message.Message;
-                if (Interlocked.Read(ref _restores) > 0 && SharesHistory)
+                if (Deliver(inbound, message.Message, toFlush) is { } gap)
                 {
-                    await RepairGapAsync(inbound, bytes, toFlush).ConfigureAwait(false);
+                    await RepairAsync(gap, toFlush).ConfigureAwait(false); // rare: only after a Redis outage
                 }
-
-                Deliver(inbound, bytes, toFlush);
             }
         }
         catch (Exception e) when (e is ChannelClosedException or OperationCanceledException)
@@ -519,13 +516,14 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         }
     }
 
-    private void Deliver(Inbound inbound, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
+    /// <returns>Null, or a history publication held back for the gap before it (<see cref="RepairAsync"/>).</returns>
+    private Gap? Deliver(Inbound inbound, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
     {
         bool positioned = ClusterHistory.TryReadPositioned(bytes, out ulong offset, out string epoch, out ReadOnlyMemory<byte> envelope);
         if (!ClusterEnvelope.TryRead(positioned ? envelope : bytes, inbound.Signer, out ulong origin, out ulong sequence, out ReadOnlyMemory<byte> body))
         {
             Metrics?.InvalidOne();
-            return;
+            return null;
         }
 
         IMessageSink? publisher = null;
@@ -533,7 +531,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         {
             if (!positioned)
             {
-                return; // our own, back through a glob: delivered here already
+                return null; // our own, back through a glob: delivered here already
             }
 
             publisher = _keptOrigins.Take(sequence); // our own history publication, back from Redis: delivered here now, no-echo kept
@@ -545,7 +543,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             if (inbound.Skip is { } skip && SkipCopy(inbound, skip, origin, sequence, publish.Topic))
             {
                 Metrics?.Duplicate();
-                return;
+                return null;
             }
 
             inbound.LastDelivered[origin] = sequence;
@@ -557,9 +555,16 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             // This node's own route span (issue 20.3 across nodes), only for a sampled traceparent while something
             // listens: a sibling of the origin's, both children of the publisher's span.
             Activity? span = publish.HasHeaders && BrokerTracing.Source.HasListeners() ? StartSpan(inbound, publish, origin) : null;
+            ulong gapAfter = 0;
             int deliveries = positioned && History is { } histories
-                ? RoutePositioned(histories, publish, offset, epoch, publisher, toFlush, span is null ? null : inbound.Tally)
+                ? RoutePositioned(histories, publish, offset, epoch, publisher, toFlush, span is null ? null : inbound.Tally, repaired: false, out gapAfter)
                 : Route(publish, toFlush, span is null ? null : inbound.Tally);
+            if (deliveries == -2)
+            {
+                span?.Dispose();
+                return new Gap(publish, offset, epoch, publisher, gapAfter);
+            }
+
             if (span is not null)
             {
                 inbound.Tally!.WriteTo(span);
@@ -573,6 +578,8 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         {
             Metrics?.InvalidOne(); // not a PUBLISH, or a Zstd payload that does not decompress within max_payload
         }
+
+        return null;
     }
 
     /// <summary>Origins a subscription remembers before it forgets the ones no longer members (restarted nodes come back with new ids).</summary>
@@ -633,72 +640,57 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     }
 
     /// <summary>
-    /// After Redis came back (spec cluster.md §9): a history topic's publication whose offset jumps past the last one
-    /// routed here, across the outage, finds what this node missed in the topic's stream and routes it first, in
-    /// order, so its subscribers lose nothing Redis kept. A jump without an outage between (this node's interest in
-    /// the topic began anew) starts afresh instead: its subscribers asked for nothing older. Caller: the reader.
+    /// After Redis came back (spec cluster.md §9): a history topic's publication whose offset jumped past the last one
+    /// routed here, across the outage (<see cref="TopicHistory.PublishAt"/> said -2), waits while what this node missed
+    /// is read from the topic's stream and routed, in order; then it is routed itself. Its subscribers lose nothing
+    /// Redis kept. (A jump without an outage between, when this node's interest in the topic began anew, starts
+    /// afresh instead: its subscribers asked for nothing older.) Caller: the reader.
     /// </summary>
-    private async Task RepairGapAsync(Inbound inbound, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
+    private async Task RepairAsync(Gap gap, List<IMessageSink> toFlush)
     {
-        if (!ClusterHistory.TryReadPositioned(bytes, out ulong offset, out string epoch, out ReadOnlyMemory<byte> envelope)
-            || !ClusterEnvelope.TryRead(envelope, inbound.Signer, out _, out _, out ReadOnlyMemory<byte> body))
-        {
-            return;
-        }
-
-        TopicHistory? history;
         try
         {
-            PublishFrame publish = ClusterEnvelope.ReadPublish(body);
-            history = History!.FindExisting(publish.TopicString);
-        }
-        catch (ProtocolException)
-        {
-            return;
-        }
-
-        if (history?.GapBefore(offset, epoch, Interlocked.Read(ref _restores)) is not { } after)
-        {
-            return;
-        }
-
-        SharedRead read;
-        try
-        {
-            read = await ReadHistoryAsync(history, new Herald.Protocol.StreamPosition(after, epoch)).ConfigureAwait(false);
+            if (History!.FindExisting(gap.Publish.TopicString) is { } history)
+            {
+                SharedRead read = await ReadHistoryAsync(history, new Herald.Protocol.StreamPosition(gap.After, gap.Epoch)).ConfigureAwait(false);
+                if (read.Epoch == gap.Epoch)
+                {
+                    foreach ((ulong missed, _, byte[] kept) in read.Entries)
+                    {
+                        if (missed < gap.Offset && DecodeKept(kept) is { } publish)
+                        {
+                            Metrics?.RepairedOne();
+                            RoutePositioned(History!, publish, missed, gap.Epoch, publisher: null, toFlush, tally: null, repaired: true, out _);
+                        }
+                    }
+                }
+            }
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
-            return; // Redis is gone again: the gap stays
+            // Redis is gone again: the gap stays, and the publication goes on without it.
         }
 
-        if (read.Epoch != epoch)
-        {
-            return;
-        }
-
-        foreach ((ulong missed, _, byte[] kept) in read.Entries)
-        {
-            if (missed < offset && DecodeKept(kept) is { } publish)
-            {
-                Metrics?.RepairedOne();
-                RoutePositioned(History!, publish, missed, epoch, publisher: null, toFlush, tally: null);
-            }
-        }
+        int deliveries = RoutePositioned(History!, gap.Publish, gap.Offset, gap.Epoch, gap.Publisher, toFlush, tally: null, repaired: true, out _);
+        Metrics?.ReceivedOne();
+        _brokerMetrics.Delivered(deliveries, ProtocolConstants.MessageHeaderSize + (int)(gap.Publish.Envelope.Length + gap.Publish.Headers.Length));
     }
 
+    /// <summary>A positioned publication held back until the gap before it is read back (<see cref="RepairAsync"/>).</summary>
+    private sealed record Gap(PublishFrame Publish, ulong Offset, string Epoch, IMessageSink? Publisher, ulong After);
+
     /// <summary>A publication Redis positioned (spec cluster.md §9): through its topic's history here, stamped with Redis's offset and epoch.</summary>
-    private int RoutePositioned(HistoryStore histories, in PublishFrame publish, ulong offset, string epoch, IMessageSink? publisher, List<IMessageSink> toFlush, FanoutTally? tally)
+    private int RoutePositioned(HistoryStore histories, in PublishFrame publish, ulong offset, string epoch, IMessageSink? publisher, List<IMessageSink> toFlush, FanoutTally? tally, bool repaired, out ulong gapAfter)
     {
         if ((publish.Flags & PayloadFlags.Zstd) == 0)
         {
-            return histories.PublishAt(_router, publish, offset, epoch, publisher, toFlush, _encoder, default, tally, _maxFrameBytes, Interlocked.Read(ref _restores));
+            return histories.PublishAt(_router, publish, offset, epoch, publisher, toFlush, _encoder, default, tally, _maxFrameBytes, Interlocked.Read(ref _restores), repaired, out gapAfter);
         }
 
         int length = Zstd.Decompress(publish.Payload, _maxPayloadBytes - (int)publish.Headers.Length, out byte[] plain);
         try
         {
-            return histories.PublishAt(_router, publish, offset, epoch, publisher, toFlush, _encoder, plain.AsSpan(0, length), tally, _maxFrameBytes, Interlocked.Read(ref _restores));
+            return histories.PublishAt(_router, publish, offset, epoch, publisher, toFlush, _encoder, plain.AsSpan(0, length), tally, _maxFrameBytes, Interlocked.Read(ref _restores), repaired, out gapAfter);
         }
         finally
         {

@@ -101,14 +101,16 @@ internal sealed class HistoryStore : IDisposable
     /// Cluster (spec cluster.md §9): routes a publication Redis positioned through its topic's history here, or
     /// straight to the router (unstamped) when this node's rules keep none for it (the nodes' rules differ).
     /// </summary>
-    public int PublishAt(TopicRouter router, in PublishFrame publish, ulong offset, string epoch, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder encoder, ReadOnlySpan<byte> plainPayload, FanoutTally? tally, int maxFrame, long generation)
+    /// <returns>The deliveries, or -2: a gap across a Redis outage to read back first (<see cref="TopicHistory.PublishAt"/>), nothing routed.</returns>
+    public int PublishAt(TopicRouter router, in PublishFrame publish, ulong offset, string epoch, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder encoder, ReadOnlySpan<byte> plainPayload, FanoutTally? tally, int maxFrame, long generation, bool repaired, out ulong gapAfter)
     {
+        gapAfter = 0;
         Span<char> stack = stackalloc char[TopicChars.StackLength];
         using var topic = new TopicChars(publish.Topic, stack);
         while (Find(topic.Span) is { } history)
         {
-            int deliveries = history.PublishAt(router, publish, offset, epoch, origin, toFlush, encoder, plainPayload, tally, maxFrame, generation);
-            if (deliveries >= 0)
+            int deliveries = history.PublishAt(router, publish, offset, epoch, origin, toFlush, encoder, plainPayload, tally, maxFrame, generation, repaired, out gapAfter);
+            if (deliveries != -1)
             {
                 return deliveries;
             }

@@ -154,15 +154,26 @@ internal sealed class TopicHistory
     /// starts what is kept here afresh. A cluster resume waiting for the live stream joins it at the first offset
     /// past its replay.
     /// </summary>
-    /// <param name="generation">How many times the node's connection to Redis was restored so far (<see cref="GapBefore"/>).</param>
-    public int PublishAt(TopicRouter router, in PublishFrame publish, ulong offset, string epoch, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder encoder, ReadOnlySpan<byte> plainPayload, FanoutTally? tally, int maxFrame, long generation)
+    /// <param name="generation">How many times the node's connection to Redis was restored so far.</param>
+    /// <param name="repaired">The caller already read back what the stream held of a gap (<paramref name="gapAfter"/>): route, gap or not.</param>
+    /// <param name="gapAfter">With -2: the offset after which this node missed publications across a Redis outage (a restore since this
+    /// history last routed); the caller reads them back from the stream, routes them, then this publication again.</param>
+    /// <returns>The deliveries; -1: this history was evicted (ask the store again); -2: a gap to read back first, nothing routed.</returns>
+    public int PublishAt(TopicRouter router, in PublishFrame publish, ulong offset, string epoch, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder encoder, ReadOnlySpan<byte> plainPayload, FanoutTally? tally, int maxFrame, long generation, bool repaired, out ulong gapAfter)
     {
         int deliveries;
+        gapAfter = 0;
         lock (_gate)
         {
             if (_evicted)
             {
                 return -1;
+            }
+
+            if (!repaired && _epoch == epoch && _last > 0 && offset > _last + 1 && _generation < generation)
+            {
+                gapAfter = _last;
+                return -2;
             }
 
             _generation = generation;
@@ -196,19 +207,6 @@ internal sealed class TopicHistory
         }
 
         return deliveries;
-    }
-
-    /// <summary>
-    /// Cluster: the offset after which this node missed publications, when <paramref name="offset"/> of
-    /// <paramref name="epoch"/> jumps past the last routed across a Redis outage (a restore since this history last
-    /// routed, <paramref name="generation"/>); null otherwise.
-    /// </summary>
-    public ulong? GapBefore(ulong offset, string epoch, long generation)
-    {
-        lock (_gate)
-        {
-            return _epoch == epoch && _last > 0 && offset > _last + 1 && _generation < generation ? _last : null;
-        }
     }
 
     /// <summary>
