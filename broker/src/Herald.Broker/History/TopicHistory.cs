@@ -43,7 +43,6 @@ internal sealed class TopicHistory
     private readonly HistoryRule _rule;
     private readonly Queue<Entry> _entries = new();
     private ulong _last;
-    private long _bytes;
     private bool _evicted;
     private string _epoch;
     private long _generation; // the node's Redis restores when this history last routed
@@ -79,41 +78,6 @@ internal sealed class TopicHistory
 
     /// <summary>Set by each publication, cleared by the store's eviction hand: a topic published since it last passed is spared (CLOCK).</summary>
     public bool Referenced { get; set; } = true;
-
-    /// <summary>The offset of the last publication, and this history's epoch.</summary>
-    public StreamPosition Top
-    {
-        get
-        {
-            lock (_gate)
-            {
-                return new StreamPosition(_last, _epoch);
-            }
-        }
-    }
-
-    /// <summary>Bytes this history holds (its part of the store's budget).</summary>
-    public long Bytes
-    {
-        get
-        {
-            lock (_gate)
-            {
-                return _bytes;
-            }
-        }
-    }
-
-    public int Count
-    {
-        get
-        {
-            lock (_gate)
-            {
-                return _entries.Count;
-            }
-        }
-    }
 
     /// <summary>
     /// Routes one publication with its position stamped in (<c>Herald-Offset</c>, <c>Herald-Epoch</c> appended to
@@ -394,7 +358,6 @@ internal sealed class TopicHistory
     {
         int cost = frame.Capacity + EntryOverhead;
         _entries.Enqueue(new Entry(offset, Stopwatch.GetTimestamp(), frame, cost));
-        _bytes += cost;
         _store.Added(cost);
         Trim(Stopwatch.GetTimestamp());
         while (_entries.Count > 1 && _store.OverBudget)
@@ -415,7 +378,6 @@ internal sealed class TopicHistory
     private void DropOldest()
     {
         Entry oldest = _entries.Dequeue();
-        _bytes -= oldest.Cost;
         _store.Removed(oldest.Cost);
         oldest.Frame.Release();
     }
