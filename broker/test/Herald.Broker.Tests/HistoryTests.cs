@@ -477,6 +477,33 @@ public sealed class HistoryTests
         Assert.False(refused.Created.GetProperty("history").GetBoolean());
     }
 
+    [Fact]
+    public async Task A_resume_asking_for_more_than_the_pending_limit_meets_the_slow_consumer_policy_and_the_bystander_carries_on()
+    {
+        await using var broker = await StartAsync(also: o => o.Limits.MaxPendingMessages = 20);
+        await using var bystander = await ProtocolClient.OpenAsync(broker.Port, capabilities: WithHeaders);
+        await bystander.SubscribeAsync(1, "orders.eu");
+        await using var publisher = await ProtocolClient.OpenAsync(broker.Port);
+        for (int i = 1; i <= 50; i++)
+        {
+            await publisher.PublishAsync("orders.eu", $"m{i}");
+            if (i % 10 == 0)
+            {
+                Assert.Equal(10, (await bystander.PingPongAsync()).Count); // the bystander keeps up, under its limit
+            }
+        }
+
+        string epoch = broker.Services.GetRequiredService<HistorySlot>().Store!.Find("orders.eu")!.Epoch;
+        await using var greedy = await ProtocolClient.OpenAsync(broker.Port, capabilities: WithHeaders);
+
+        await greedy.SubscribeAsync(1, "orders.eu", new StreamPosition(0, epoch)); // 50 kept messages at once, over its 20
+
+        await greedy.ExpectClosedWithAsync(ErrorCode.SlowConsumer);
+        await publisher.PublishAsync("orders.eu", "m51");
+        Frame live = await bystander.ReadMessageAsync();
+        Assert.Equal(("m51", 51ul), (live.Text, live.Position!.Value.Offset));
+    }
+
     private static async Task<List<Frame>> ReadMessagesAsync(ProtocolClient client, int count)
     {
         var frames = new List<Frame>(count);
