@@ -64,7 +64,7 @@ public sealed class TokenAuthTests : IAsyncLifetime
     private string[] ScenarioArgs(string transport) =>
     [
         .. PortArgs, "--server", "external", "--server-pid", _broker!.Id.ToString(CultureInfo.InvariantCulture),
-        "--transport", transport, "--token", Token, "--setup-timeout", "60", "--warmup", "0.3", "--seconds", "1", "--grace", "5",
+        "--transport", transport, "--token", Token, "--setup-timeout", "60", "--warmup", "0.3", "--seconds", "3", "--grace", "5", // a window long enough that a machine busy with the other test projects still delivers in it
     ];
 
     [Theory]
