@@ -55,8 +55,6 @@ public sealed partial class OperationsDeployTests
             o.Limits.SlowConsumerPolicy = SlowConsumerPolicy.DropOldest;
             o.LongPoll.MaxPendingMessagesPerSession = 2;
             o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(100);
-            o.Compression.CpuBackoffStart = 1.0; // a busy test machine must not turn compression off
-            o.Compression.CpuDisableLimit = 1.0;
         });
         await DriveEveryKindOfTrafficAsync(broker);
         await LoseRedisAndReconnectAsync(broker, redis);

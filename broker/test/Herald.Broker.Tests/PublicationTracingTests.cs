@@ -184,8 +184,6 @@ public sealed class PublicationTracingTests
         {
             o.LongPoll.MaxPendingMessagesPerSession = 1;
             o.LongPoll.SlowConsumerPolicy = policy;
-            o.Compression.CpuBackoffStart = 1.0; // never turned off by a busy test machine
-            o.Compression.CpuDisableLimit = 1.0;
         });
         LongPollClient full = await LongPollClient.CreateAsync(broker.Http); // never polls: room for one message
         await full.SubscribeAsync(1, "feed");

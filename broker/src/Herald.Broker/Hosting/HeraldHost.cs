@@ -46,7 +46,12 @@ public static class HeraldHost
 
     private static IPAddress ParseHost(string host) => HeraldOptionsValidator.TryParseHost(host, out IPAddress parsed) ? parsed : IPAddress.None; // validated before use
 
-    public static WebApplication Build(string[] args, Action<HeraldOptions>? configure = null)
+    /// <summary>
+    /// Builds the broker. <paramref name="configure"/> runs after configuration is bound;
+    /// <paramref name="overrides"/> runs after every service is registered, so a host embedding the broker
+    /// (the test suites) can replace one (as <c>ConfigureTestServices</c> does).
+    /// </summary>
+    public static WebApplication Build(string[] args, Action<HeraldOptions>? configure = null, Action<IServiceCollection>? overrides = null)
     {
         WebApplicationBuilder builder = WebApplication.CreateSlimBuilder(new WebApplicationOptions
         {
@@ -270,6 +275,7 @@ public static class HeraldHost
                 .WithExposedHeaders("Herald-First-Sequence", "Herald-Count", "Herald-Dropped", "Herald-Notice", "Retry-After", "Location");
         }));
 
+        overrides?.Invoke(services);
         WebApplication app = builder.Build();
         app.UseMiddleware<MonitoringAccess>(); // after routing (added first by the host), before CORS
         app.UseCors();

@@ -2,6 +2,7 @@ using System.Diagnostics.Metrics;
 using Herald.Broker.Hosting;
 using Herald.Broker.Telemetry;
 using Herald.Broker.Transports;
+using Herald.Testing;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
@@ -61,7 +62,7 @@ public sealed class TestBroker : IAsyncDisposable
             options.Monitoring.Host = "127.0.0.1";
             options.Monitoring.Port = 0;
             configure?.Invoke(options);
-        });
+        }, QuietCpu.Install);
         await app.StartAsync();
         return new TestBroker(app, app.Services.GetRequiredService<Listeners>());
     }

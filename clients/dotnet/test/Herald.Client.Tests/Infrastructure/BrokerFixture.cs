@@ -2,16 +2,12 @@ using Herald.Client;
 
 namespace Herald.Client.Tests.Infrastructure;
 
-/// <summary>One broker shared by the tests of a class (each test uses its own topics). Compression is never turned off by a busy test machine.</summary>
+/// <summary>One broker shared by the tests of a class (each test uses its own topics).</summary>
 public sealed class BrokerFixture : IAsyncLifetime
 {
     public TestBroker Broker { get; private set; } = null!;
 
-    public async Task InitializeAsync() => Broker = await TestBroker.StartAsync(o =>
-    {
-        o.Compression.CpuBackoffStart = 1.0;
-        o.Compression.CpuDisableLimit = 1.0;
-    });
+    public async Task InitializeAsync() => Broker = await TestBroker.StartAsync();
 
     public async Task DisposeAsync() => await Broker.DisposeAsync();
 

@@ -3,6 +3,7 @@ using System.Net.Sockets;
 using Herald.Broker.Hosting;
 using Herald.Broker.Transports;
 using Herald.Client;
+using Herald.Testing;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.Extensions.DependencyInjection;
 
@@ -49,7 +50,7 @@ public sealed class TestBroker : IAsyncDisposable
             options.Monitoring.Port = -1; // the client tests read no monitoring endpoint
             options.Limits.ShutdownDrainTimeout = TimeSpan.FromSeconds(1);
             configure?.Invoke(options);
-        });
+        }, QuietCpu.Install);
         await app.StartAsync();
         return new TestBroker(app);
     }
