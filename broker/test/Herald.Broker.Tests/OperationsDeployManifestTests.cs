@@ -81,7 +81,7 @@ public sealed partial class OperationsDeployManifestTests
         List<YamlMappingNode> objects = KubernetesObjects();
         YamlMappingNode herald = Object(objects, "Deployment", "herald");
         YamlMappingNode client = Object(objects, "Service", "herald");
-        Assert.Equal("ClientIP", Scalar(client, "spec", "sessionAffinity")); // long-poll: a session lives on one node
+        Assert.Equal("ClientIP", Scalar(client, "spec", "sessionAffinity")); // long-poll: a session's requests mostly reach its owner (saves a forward)
         Assert.DoesNotContain(Sequence(client, "spec", "ports").Cast<YamlMappingNode>(), p => Scalar(p, "port") == "8222");
         Assert.True(Selects(client, Mapping(herald, "spec", "template", "metadata", "labels")));
 

@@ -219,6 +219,16 @@ public sealed class BrokerProcess : IAsyncDisposable
         .. more,
     ]);
 
+    /// <summary>
+    /// As <see cref="StartTcpOnly"/> in JSON format, with the HTTP (long-poll) listener on an ephemeral loopback
+    /// port too; <see cref="HttpPortAsync"/> reads which. <paramref name="more"/> come last and win.
+    /// </summary>
+    public static BrokerProcess StartTcpAndHttp(params string[] more) =>
+        StartTcpOnly("json", ["--Herald:Http:Host=127.0.0.1", "--Herald:Http:Port=0", .. more]);
+
+    /// <summary>The HTTP port the broker bound, from its startup event 3003 (JSON format).</summary>
+    public async Task<int> HttpPortAsync() => (await WaitForEventAsync(3003)).GetProperty("Port").GetInt32();
+
     /// <summary>Runs the broker executable to its end (e.g. <c>--probe</c>) and returns its exit code.</summary>
     public static async Task<int> RunAsync(params string[] args)
     {

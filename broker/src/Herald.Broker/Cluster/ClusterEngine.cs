@@ -105,7 +105,15 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         NodeId = BitConverter.ToUInt64(RandomNumberGenerator.GetBytes(8)) | 1; // never 0
         _signer = options.Secret is { } secret ? new EnvelopeSigner(secret) : null;
         Nodes = new ClusterNodes(options, NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), serverName, RulesOf(history));
+        Sessions = new SharedSessions(this);
     }
+
+    /// <summary>Long-poll sessions any node can serve (spec cluster.md §10).</summary>
+    public SharedSessions Sessions { get; }
+
+    internal IDatabase Database => _redis!.GetDatabase();
+
+    internal ISubscriber Subscriber => _subscriber!;
 
     /// <summary>The cluster's members as this node last saw them (<c>/varz</c>).</summary>
     public ClusterNodes Nodes { get; }
@@ -186,6 +194,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             Metrics?.Reconnected();
             _log.ClusterRedisRestored(e.EndPoint?.ToString());
             _changes.Writer.TryWrite(InterestChange.Resync); // subscriptions that failed meanwhile are made again
+            _ = ListenForSessionsAsync();
             _outbound.Writer.TryWrite(new Outbound([], [], 0, null, null)); // the writer sends what waited for Redis
             Interlocked.Increment(ref _restores); // history topics: a gap from now on may be the outage's, repaired from the streams
         };
@@ -196,6 +205,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             _log.ClusterRedisLost(_options.Redis, "NotConnectedAtStart", null);
         }
 
+        await ListenForSessionsAsync().ConfigureAwait(false);
         _running = true;
         _router.Listen(this); // every pattern subscribed so far, then every change
         _worker = Task.Run(InterestLoopAsync, CancellationToken.None);
@@ -203,6 +213,27 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         _heartbeat = Task.Run(HeartbeatLoopAsync, CancellationToken.None);
         _log.ClusterStarted(NodeId, _options.ChannelPrefix, _redis.IsConnected);
     }
+
+    /// <summary>The shared sessions' channels (wakes, commands, replies): at start, and again after Redis comes back if that failed.</summary>
+    private async Task ListenForSessionsAsync()
+    {
+        if (!_redis!.IsConnected || Interlocked.CompareExchange(ref _sessionsListening, 1, 0) != 0)
+        {
+            return; // listening (StackExchange.Redis makes its subscriptions again after a reconnect), or being made
+        }
+
+        try
+        {
+            await Sessions.StartAsync(_subscriber!).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            Sessions.StopListening(_subscriber!); // those made, so that the next try makes each once
+            Volatile.Write(ref _sessionsListening, 0); // unreachable: tried again when the connection is restored
+        }
+    }
+
+    private int _sessionsListening;
 
     public async Task StopAsync(CancellationToken cancellationToken)
     {

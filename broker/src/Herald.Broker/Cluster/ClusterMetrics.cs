@@ -36,6 +36,9 @@ internal sealed class ClusterMetrics
         meter.CreateObservableCounter("herald.cluster.duplicates", () => Duplicates, "{message}", "Copies Redis sent twice while this node changed its subscriptions, skipped.");
         meter.CreateObservableCounter("herald.cluster.invalid", () => Invalid, "{message}", "Messages on this cluster's channels that were not a Herald envelope, skipped.");
         meter.CreateObservableCounter("herald.cluster.history.repaired", () => Repaired, "{message}", "History topics' publications this node missed while Redis was unreachable, read back from their streams and routed in order.");
+        meter.CreateObservableCounter("herald.cluster.sessions.taken_over", () => engine.Sessions.TakenOver, "{session}", "Long-poll sessions this node took over from a node whose lease expired or was given up (cluster.md §10).");
+        meter.CreateObservableCounter("herald.cluster.sessions.forwarded", () => engine.Sessions.CommandsSent, "{request}", "Long-poll requests this node received for a session another node owns, sent to that node.");
+        meter.CreateObservableGauge("herald.cluster.sessions.owned", () => engine.Sessions.Owned, "{session}", "Long-poll sessions whose subscriptions this node holds (whose lease it keeps).");
         _reconnects = meter.CreateCounter<long>("herald.cluster.reconnects", "{connection}", "Times the connection to Redis was restored after a failure.");
         meter.CreateObservableGauge("herald.cluster.redis.connected", () => engine.IsConnected ? 1 : 0, "1", "1 while this node is connected to Redis.");
         meter.CreateObservableGauge("herald.cluster.subscriptions", () => engine.RedisSubscriptions, "{subscription}", "Redis channels and patterns this node subscribes to.");

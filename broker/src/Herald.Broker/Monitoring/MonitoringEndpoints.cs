@@ -141,7 +141,9 @@ internal static class MonitoringEndpoints
             cluster.ForwardQueueBytes,
             cluster.InboundQueued,
             [.. cluster.Nodes.Known.Select(n => new VarzNode(n.Id, n.Name, n.Host, n.Started, n.LastSeen, n.Self, n.History))],
-            cluster.Nodes.HistoryRulesMatch);
+            cluster.Nodes.HistoryRulesMatch,
+            cluster.Sessions.TakenOver,
+            cluster.Sessions.CommandsSent);
     }
 
     /// <summary><c>/connz?offset=&amp;limit=&amp;transport=</c>: TCP connections by id, then long-poll sessions by id.</summary>

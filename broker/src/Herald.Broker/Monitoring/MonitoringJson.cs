@@ -64,7 +64,9 @@ internal sealed record VarzCluster(
     long ForwardQueueBytes,
     long InboundQueued,
     IReadOnlyList<VarzNode> Nodes,
-    bool HistoryRulesMatch = true);
+    bool HistoryRulesMatch = true,
+    long SessionsTakenOver = 0,
+    long SessionRequestsForwarded = 0);
 
 /// <summary>A member of the cluster as this node last saw it (heartbeats in Redis, spec cluster.md §5); <see cref="Self"/>: this node.</summary>
 internal sealed record VarzNode(string Id, string Name, string Host, DateTimeOffset Started, DateTimeOffset LastSeen, bool Self, string History = "");

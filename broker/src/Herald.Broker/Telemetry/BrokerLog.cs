@@ -53,6 +53,12 @@ internal static partial class BrokerLog
     [LoggerMessage(3002, LogLevel.Warning, "Long-poll session {SessionId} ended: more than {Limit} unacknowledged messages (slow consumer).")]
     public static partial void SessionSlowConsumer(this ILogger logger, long sessionId, int limit);
 
+    [LoggerMessage(3004, LogLevel.Information, "Long-poll session {SessionId} taken over (its owner's lease expired or was given up), with {Subscriptions} subscriptions.")]
+    public static partial void SessionTakenOver(this ILogger logger, long sessionId, int subscriptions);
+
+    [LoggerMessage(3005, LogLevel.Warning, "Long-poll session {SessionId} lost its lease to another node (not renewed within {Lease}: this node was cut from Redis or stalled): it is served there now, and what this node had not appended is resumed there on history topics only.")]
+    public static partial void SessionLeaseLost(this ILogger logger, long sessionId, TimeSpan lease);
+
     [LoggerMessage(3003, LogLevel.Information, "Herald listening for HTTP (long-poll, policy files) on {Host}:{Port}.")]
     public static partial void HttpListening(this ILogger logger, string host, int port);
 

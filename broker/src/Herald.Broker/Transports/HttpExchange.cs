@@ -121,24 +121,6 @@ internal static class HttpExchange
         }
     }
 
-    /// <summary>
-    /// Maps a session's answer: none is <paramref name="status"/>; a notice (RateLimited) is
-    /// <paramref name="status"/> with the <paramref name="noticeHeader"/>; a refusal is thrown as its problem.
-    /// </summary>
-    public static void Answer(HttpContext context, Refusal refusal, int status, string noticeHeader)
-    {
-        if (refusal.Code == ErrorCode.RateLimited)
-        {
-            context.Response.Headers[noticeHeader] = nameof(ErrorCode.RateLimited);
-        }
-        else if (!refusal.IsNone)
-        {
-            throw new HttpProblem(StatusOf(refusal.Code), refusal.Code.ToString(), refusal.Message!);
-        }
-
-        context.Response.StatusCode = status;
-    }
-
     /// <summary>Runs a handler and writes every refusal as an RFC 7807 problem with the spec's code (longpoll §3).</summary>
     public static async Task Handle(HttpContext context, Func<Task> handler)
     {
@@ -152,9 +134,29 @@ internal static class HttpExchange
         }
         catch (ProtocolException e)
         {
-            string code = e.Code is ErrorCode.MalformedFrame or ErrorCode.FrameTooLarge or ErrorCode.UnknownFrameType or ErrorCode.UnexpectedFrame ? "MalformedRequest" : e.Code.ToString();
-            await ProblemAsync(context, StatusOf(e.Code), code, e.Message, retryAfter: null).ConfigureAwait(false);
+            HttpProblem problem = ProblemOf(e);
+            await ProblemAsync(context, problem.Status, problem.Code, problem.Message, retryAfter: null).ConfigureAwait(false);
         }
+    }
+
+    /// <summary>A session's fatal refusal as the HTTP problem it is answered with (longpoll §3).</summary>
+    public static HttpProblem ProblemOf(ProtocolException e) =>
+        new(StatusOf(e.Code), e.Code is ErrorCode.MalformedFrame or ErrorCode.FrameTooLarge or ErrorCode.UnknownFrameType or ErrorCode.UnexpectedFrame ? "MalformedRequest" : e.Code.ToString(), e.Message);
+
+    /// <summary>A session's answer: none or a notice (RateLimited) is <paramref name="status"/>, with the notice; a refusal is thrown as its problem.</summary>
+    public static (int Status, string? Notice) Outcome(Refusal refusal, int status)
+    {
+        if (refusal.Code == ErrorCode.RateLimited)
+        {
+            return (status, nameof(ErrorCode.RateLimited));
+        }
+
+        if (!refusal.IsNone)
+        {
+            throw new HttpProblem(StatusOf(refusal.Code), refusal.Code.ToString(), refusal.Message!);
+        }
+
+        return (status, null);
     }
 
     /// <summary>The HTTP status of a spec §8 code (longpoll §3).</summary>

@@ -35,6 +35,12 @@ public sealed class LongPollClient
     /// <summary>The create answer's body (longpoll §1.1): what was granted.</summary>
     public JsonElement Created { get; private init; }
 
+    /// <summary>
+    /// The same session (token) acted on through <paramref name="other"/>: another node of a cluster, or the same
+    /// node with another credential (an <see cref="HttpClient"/> sends its own bearer). Sends nothing.
+    /// </summary>
+    public LongPollClient Via(HttpClient other) => new(other, Session) { Created = Created };
+
     /// <param name="request">The create body (longpoll §1.1), e.g. <c>new { headers = true }</c>; null sends none.</param>
     public static async Task<LongPollClient> CreateAsync(HttpClient http, object? request = null)
     {

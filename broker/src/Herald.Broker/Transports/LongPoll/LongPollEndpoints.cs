@@ -2,6 +2,7 @@ using System.Buffers;
 using System.Diagnostics;
 using System.Globalization;
 using System.Text;
+using Herald.Broker.Cluster;
 using Herald.Broker.Delivery;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
@@ -30,20 +31,11 @@ internal static class LongPollEndpoints
     {
         RouteGroupBuilder poll = app.MapGroup("/poll");
         poll.MapPost("/sessions", Create);
-        poll.MapDelete("/sessions/{session}", (HttpContext c, string session) => InSession(c, session, (owner, _) =>
-        {
-            owner.Leave();
-            c.Response.StatusCode = StatusCodes.Status204NoContent;
-            return Task.CompletedTask;
-        }));
-        poll.MapPost("/sessions/{session}/subscriptions", Subscribe);
-        poll.MapDelete("/sessions/{session}/subscriptions/{sid}", (HttpContext c, string session, string sid) => InSession(c, session, async (owner, _) =>
-        {
-            Refusal refusal = uint.TryParse(sid, out uint id) ? owner.Unsubscribe(id) : new Refusal(ErrorCode.UnknownSubscription, $"No live subscription with id {sid}.");
-            await HoldAsync(c, owner).ConfigureAwait(false);
-            HttpExchange.Answer(c, refusal, StatusCodes.Status204NoContent, NoticeHeader);
-        }));
-        poll.MapPost("/sessions/{session}/publish", (HttpContext c, string session) => InSession(c, session, (owner, store) => PublishAsync(c, store, owner)));
+        poll.MapDelete("/sessions/{session}", (HttpContext c, string session) => InSession(c, session, (_, _) => Task.FromResult(new SessionCommand { Op = Ops.End })));
+        poll.MapPost("/sessions/{session}/subscriptions", (HttpContext c, string session) => InSession(c, session, ReadSubscribeAsync));
+        poll.MapDelete("/sessions/{session}/subscriptions/{sid}", (HttpContext c, string session, string sid) => InSession(c, session, (_, _) =>
+            uint.TryParse(sid, out uint id) ? Task.FromResult(new SessionCommand { Op = Ops.Unsubscribe, Sid = id }) : throw new HttpProblem(StatusCodes.Status404NotFound, nameof(ErrorCode.UnknownSubscription), $"No live subscription with id {sid}.")));
+        poll.MapPost("/sessions/{session}/publish", (HttpContext c, string session) => InSession(c, session, ReadPublishAsync));
         poll.MapGet("/sessions/{session}/messages", Poll);
         poll.MapPost("/publish", PublishOneShot);
     }
@@ -62,7 +54,7 @@ internal static class LongPollEndpoints
                 | (request?.Headers == true ? Capabilities.Headers : Capabilities.None)
                 | (request?.NoResponders == true ? Capabilities.NoResponders : Capabilities.None)
                 | (request?.History == true ? Capabilities.History : Capabilities.None);
-            session = store.Create(identity, request?.Client, requested, HttpExchange.RemoteOf(context));
+            session = await store.CreateAsync(identity, request?.Client, requested, HttpExchange.RemoteOf(context)).ConfigureAwait(false);
         }
 
         context.Response.StatusCode = StatusCodes.Status201Created;
@@ -87,7 +79,8 @@ internal static class LongPollEndpoints
             LongPollJsonContext.Default.CreateSessionResponse).ConfigureAwait(false);
     });
 
-    private static Task Subscribe(HttpContext context, string session) => InSession(context, session, async (owner, store) =>
+    /// <summary>A subscribe request's body (longpoll §1.2), checked here, carried out by the session's owner.</summary>
+    private static async Task<SessionCommand> ReadSubscribeAsync(HttpContext context, PollSessionStore store)
     {
         SubscribeRequest request = await HttpExchange.ReadJsonAsync(context, store.Options.MaxBodyBytes, LongPollJsonContext.Default.SubscribeRequest).ConfigureAwait(false)
             ?? throw HttpProblem.Malformed("The body must be a JSON object.");
@@ -103,26 +96,114 @@ internal static class LongPollEndpoints
             { Offset: { } offset, Epoch: { } epoch } when Encoding.UTF8.GetByteCount(epoch) <= StreamPosition.MaxEpochBytes => new StreamPosition(offset, epoch),
             _ => throw HttpProblem.Malformed($"since must be {{\"offset\": <unsigned integer>, \"epoch\": <string of at most {StreamPosition.MaxEpochBytes} bytes>}}."),
         };
-        Refusal refusal = owner.Subscribe((uint)sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(pattern)), request.NoEcho ?? false, since);
-        owner.FlushTouched(); // a resume queued its status and what was missed: a held poll takes them now
-        await HoldAsync(context, owner).ConfigureAwait(false);
-        HttpExchange.Answer(context, refusal, StatusCodes.Status204NoContent, NoticeHeader);
-    });
+        return new SessionCommand { Op = Ops.Subscribe, Sid = (uint)sid, Pattern = pattern, NoEcho = request.NoEcho ?? false, SinceOffset = since?.Offset, SinceEpoch = since?.Epoch };
+    }
+
+    /// <summary>A publish request's body (longpoll §1.3) as PUBLISH frames: a raw payload (topic from the query) is framed here.</summary>
+    private static async Task<SessionCommand> ReadPublishAsync(HttpContext context, PollSessionStore store) =>
+        new() { Op = Ops.Publish, Frames = (await ReadFramesAsync(context, store).ConfigureAwait(false)).ToArray() };
+
+    /// <summary>
+    /// Carries out a request on the session, as its one caller (<see cref="PollSession.Requests"/>): here, or on
+    /// this node for a request another node received (spec cluster.md §10). A fatal error that ends a client by
+    /// policy (PermissionDenied with <c>DisconnectOnPermissionDenied</c>) ends the session; others only fail the
+    /// request (longpoll §3). In a cluster a subscription is recorded in the session's state before it is answered.
+    /// </summary>
+    public static async Task<SessionReply> RunAsync(PollSession owner, PollSessionStore store, SessionCommand command, CancellationToken cancellation)
+    {
+        await owner.Requests.WaitAsync(cancellation).ConfigureAwait(false);
+        try
+        {
+            owner.Touch();
+            Refusal refusal;
+            int status;
+            switch (command.Op)
+            {
+                case Ops.End:
+                    owner.Leave();
+                    await owner.SharedEnd.ConfigureAwait(false); // every node answers 410 once this is answered
+                    return new SessionReply { Status = StatusCodes.Status204NoContent };
+                case Ops.Subscribe:
+                    StreamPosition? since = command.SinceOffset is { } offset ? new StreamPosition(offset, command.SinceEpoch ?? "") : null;
+                    refusal = owner.Subscribe(command.Sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(command.Pattern ?? "")), command.NoEcho, since);
+                    owner.FlushTouched(); // a resume queued its status and what was missed: a held poll takes them now
+                    status = StatusCodes.Status204NoContent;
+                    if (owner.Shared is { } shared && refusal.Code is ErrorCode.None or ErrorCode.RateLimited)
+                    {
+                        await Recorded(owner, shared.SubscriptionAsync(owner.Token, command.Sid, command.Pattern, command.NoEcho, since is { } at ? $"{at.Offset} {at.Epoch}" : null)).ConfigureAwait(false);
+                    }
+
+                    break;
+                case Ops.Unsubscribe:
+                    refusal = owner.Unsubscribe(command.Sid);
+                    status = StatusCodes.Status204NoContent;
+                    if (owner.Shared is { } sharing && refusal.Code is ErrorCode.None or ErrorCode.RateLimited)
+                    {
+                        await Recorded(owner, sharing.SubscriptionAsync(owner.Token, command.Sid, null, false)).ConfigureAwait(false);
+                    }
+
+                    break;
+                case Ops.Publish:
+                    refusal = Publish(store, owner, new ReadOnlySequence<byte>(command.Frames ?? []));
+                    status = StatusCodes.Status202Accepted;
+                    break;
+                default:
+                    throw HttpProblem.Malformed($"Unknown operation '{command.Op}'.");
+            }
+
+            await HoldAsync(owner, cancellation).ConfigureAwait(false); // a refusal waits out the rate's debt too
+            (int Status, string? Notice) outcome = HttpExchange.Outcome(refusal, status);
+            return new SessionReply { Status = outcome.Status, Notice = outcome.Notice };
+        }
+        catch (ProtocolException e) when (e.Code == ErrorCode.PermissionDenied)
+        {
+            owner.Close(e.Code, e.Message);
+            throw;
+        }
+        finally
+        {
+            owner.Requests.Release();
+        }
+    }
+
+    /// <summary>
+    /// A subscription change in the shared session's state. Refused when another node took the session over
+    /// meanwhile (this node's lease expired): the session is let go here, and the client, told to try again,
+    /// reaches the node that has it.
+    /// </summary>
+    private static async Task Recorded(PollSession owner, Task<bool> write)
+    {
+        bool held;
+        try
+        {
+            held = await write.ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+        {
+            throw PollSessionStore.ClusterUnavailable(e);
+        }
+
+        if (!held)
+        {
+            owner.Moved();
+            throw HttpProblem.Unavailable("OwnerUnavailable", "The session moved to another node meanwhile; try again.", 1);
+        }
+    }
 
     /// <summary>
     /// Over one of the session's rates, the answer waits its <see cref="ProtocolSession.Throttle"/> (as TCP stops
     /// reading); in a cluster, a subscription change is answered once Redis has it (as TCP's PONG).
     /// </summary>
-    private static async Task HoldAsync(HttpContext context, PollSession owner)
+    private static async Task HoldAsync(PollSession owner, CancellationToken cancellation)
     {
         while (owner.Throttle is { Ticks: > 0 } pause) // again if a timer fired early: never before the debt is paid
         {
-            await Task.Delay(pause, context.RequestAborted).ConfigureAwait(false);
+            await Task.Delay(pause, cancellation).ConfigureAwait(false);
         }
 
         if (owner.AwaitsInterest)
         {
-            await owner.InterestSettledAsync().WaitAsync(context.RequestAborted).ConfigureAwait(false);
+            await owner.InterestSettledAsync().WaitAsync(cancellation).ConfigureAwait(false);
         }
     }
 
@@ -137,7 +218,10 @@ internal static class LongPollEndpoints
         {
             owner.Open(identity, clientName: null, Capabilities.Headers); // this request's credential, the bucket its owner's; headers may be published (longpoll §1.3)
             owner.Touch();
-            await PublishAsync(context, store, owner).ConfigureAwait(false);
+            ReadOnlySequence<byte> frames = await ReadFramesAsync(context, store).ConfigureAwait(false);
+            (int status, string? notice) = HttpExchange.Outcome(Publish(store, owner, frames), StatusCodes.Status202Accepted);
+            await HoldAsync(owner, context.RequestAborted).ConfigureAwait(false);
+            Write(context, new SessionReply { Status = status, Notice = notice });
         }
         finally
         {
@@ -145,12 +229,8 @@ internal static class LongPollEndpoints
         }
     });
 
-    /// <summary>
-    /// A raw payload (topic from the query) or a body of PUBLISH frames (longpoll §1.3), published by the
-    /// session: all checked before any is routed. Over the session's publish rate, the answer waits the
-    /// session's <see cref="ProtocolSession.Throttle"/> (as TCP stops reading) and carries the notice.
-    /// </summary>
-    private static async Task PublishAsync(HttpContext context, PollSessionStore store, PollSession owner)
+    /// <summary>A raw payload (topic from the query) or a body of PUBLISH frames (longpoll §1.3), as PUBLISH frames.</summary>
+    private static async Task<ReadOnlySequence<byte>> ReadFramesAsync(HttpContext context, PollSessionStore store)
     {
         LongPollOptions options = store.Options;
         ReadOnlySequence<byte> frames;
@@ -169,24 +249,29 @@ internal static class LongPollEndpoints
             frames = new ReadOnlySequence<byte>(encoded.WrittenMemory);
         }
 
+        return frames;
+    }
+
+    /// <summary>
+    /// Publishes the frames as the session: all checked before any is routed. Over the session's publish rate,
+    /// the answer waits the session's <see cref="ProtocolSession.Throttle"/> (as TCP stops reading) and carries the notice.
+    /// </summary>
+    private static Refusal Publish(PollSessionStore store, PollSession owner, ReadOnlySequence<byte> frames)
+    {
         if (!owner.Input.TryEnter())
         {
             throw HttpProblem.Unavailable("ShuttingDown", "The broker is shutting down.", 5); // nothing of it was routed
         }
 
-        Refusal refusal;
         try
         {
-            refusal = owner.PublishAll(frames, store.Broker.Metrics.FanoutEnabled ? Stopwatch.GetTimestamp() : 0, options.MaxDecompressedBytesPerBody);
+            return owner.PublishAll(frames, store.Broker.Metrics.FanoutEnabled ? Stopwatch.GetTimestamp() : 0, store.Options.MaxDecompressedBytesPerBody);
         }
         finally
         {
             owner.FlushTouched();
             owner.Input.Exit();
         }
-
-        await HoldAsync(context, owner).ConfigureAwait(false);
-        HttpExchange.Answer(context, refusal, StatusCodes.Status202Accepted, NoticeHeader);
     }
 
     /// <summary>
@@ -228,7 +313,7 @@ internal static class LongPollEndpoints
     private static Task Poll(HttpContext context, string session) => HttpExchange.Handle(context, async () =>
     {
         PollSessionStore store = StoreOf(context);
-        PollSession owner = await store.OwnedAsync(context, session).ConfigureAwait(false);
+        PollSessionStore.Located at = store.Shared is null ? new(await store.OwnedAsync(context, session).ConfigureAwait(false), null, null) : await store.LocateAsync(context, session).ConfigureAwait(false);
         bool json = context.Request.Headers.Accept.ToString().Contains("application/json", StringComparison.OrdinalIgnoreCase);
         long ack = 0;
         if (context.Request.Query["ack"].ToString() is { Length: > 0 } ackText && !long.TryParse(ackText, out ack))
@@ -240,7 +325,7 @@ internal static class LongPollEndpoints
         WindowTake take = default;
         try
         {
-            take = await owner.PollAsync(ack, context.RequestAborted).ConfigureAwait(false);
+            take = store.Shared is null ? await at.Local!.PollAsync(ack, context.RequestAborted).ConfigureAwait(false) : await store.PollSharedAsync(at, session, ack, context.RequestAborted).ConfigureAwait(false);
             if (context.RequestAborted.IsCancellationRequested)
             {
                 return; // the client went away
@@ -284,29 +369,46 @@ internal static class LongPollEndpoints
     }
 
     /// <summary>
-    /// Runs a request on a session as its one caller (<see cref="PollSession.Requests"/>), after checking the
-    /// owner's credential. A fatal error that ends a client by policy (PermissionDenied with
-    /// <c>DisconnectOnPermissionDenied</c>) ends the session; others only fail the request (longpoll §3).
+    /// A request on a session: its owner's credential checked first, then its body read, then carried out
+    /// (<see cref="RunAsync"/>) here, or, in a cluster, by the node that owns the session (spec cluster.md §10).
     /// </summary>
-    private static Task InSession(HttpContext context, string token, Func<PollSession, PollSessionStore, Task> handler) => HttpExchange.Handle(context, async () =>
+    private static Task InSession(HttpContext context, string token, Func<HttpContext, PollSessionStore, Task<SessionCommand>> read) => HttpExchange.Handle(context, async () =>
     {
         PollSessionStore store = StoreOf(context);
-        PollSession owner = await store.OwnedAsync(context, token).ConfigureAwait(false);
-        await owner.Requests.WaitAsync(context.RequestAborted).ConfigureAwait(false);
-        try
-        {
-            await handler(owner, store).ConfigureAwait(false);
-        }
-        catch (ProtocolException e) when (e.Code == ErrorCode.PermissionDenied)
-        {
-            owner.Close(e.Code, e.Message);
-            throw;
-        }
-        finally
-        {
-            owner.Requests.Release();
-        }
+        PollSessionStore.Located at = await store.LocateAsync(context, token).ConfigureAwait(false);
+        SessionCommand command = await read(context, store).ConfigureAwait(false);
+        command.Token = token;
+        Write(context, at.Local is { } local ? await RunAsync(local, store, command, context.RequestAborted).ConfigureAwait(false) : await store.ForwardAsync(at, command, context).ConfigureAwait(false));
     });
+
+    /// <summary>An answer onto HTTP: a problem is thrown (and written by <see cref="HttpExchange.Handle"/>); else the status and any notice.</summary>
+    private static void Write(HttpContext context, SessionReply reply)
+    {
+        if (reply.Status >= StatusCodes.Status400BadRequest)
+        {
+            throw new HttpProblem(reply.Status, reply.Code ?? "Unavailable", reply.Message ?? "")
+            {
+                Reason = reply.Reason,
+                RetryAfter = reply.RetryAfter is { } after ? TimeSpan.FromSeconds(after) : null,
+            };
+        }
+
+        if (reply.Notice is { } notice)
+        {
+            context.Response.Headers[NoticeHeader] = notice;
+        }
+
+        context.Response.StatusCode = reply.Status;
+    }
+
+    /// <summary>The operations a session request carries out (<see cref="SessionCommand.Op"/>).</summary>
+    internal static class Ops
+    {
+        public const string Subscribe = "subscribe";
+        public const string Unsubscribe = "unsubscribe";
+        public const string Publish = "publish";
+        public const string End = "end";
+    }
 
     private static PollSessionStore StoreOf(HttpContext context) => context.RequestServices.GetRequiredService<PollSessionStore>();
 }

@@ -1,4 +1,5 @@
 using System.Net;
+using Herald.Broker.Cluster;
 using Herald.Broker.Delivery;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
@@ -25,19 +26,40 @@ internal sealed class PollSession : ProtocolSession
 
     private readonly PollSessionStore _store;
     private readonly LongPollOptions _options;
-    private readonly WindowPoller _poller;
+    private readonly WindowPoller? _poller;
+    private readonly SharedBacklogPump? _pump;
     private long _lastActivity = Environment.TickCount64;
     private int _ended;
+    private volatile bool _polledElsewhere;
 
     /// <param name="input">A gate shared with others (one-shot publishers, whom the registry does not list); null: its own.</param>
-    public PollSession(BrokerCore broker, PollSessionStore store, LongPollOptions options, string token, long id, EndPoint? remoteEndPoint, PendingBudget? budget, InputGate? input = null)
+    /// <param name="shared">In a cluster: the session's state is in Redis (spec cluster.md §10); this node owns its subscriptions and appends what they deliver, from <paramref name="baseSequence"/> on.</param>
+    public PollSession(BrokerCore broker, PollSessionStore store, LongPollOptions options, string token, long id, EndPoint? remoteEndPoint, PendingBudget? budget, InputGate? input = null, SharedSessions? shared = null, long baseSequence = 0)
         : base(broker, id, TransportName, remoteEndPoint, new BacklogLimits(options.MaxPendingMessagesPerSession, broker.Limits.MaxPendingBytes, options.SlowConsumerPolicy, budget), input)
     {
         _store = store;
         _options = options;
         Token = token;
-        _poller = new WindowPoller(Backlog);
+        Shared = shared;
+        if (shared is null)
+        {
+            _poller = new WindowPoller(Backlog);
+        }
+        else
+        {
+            _pump = new SharedBacklogPump(this, shared, baseSequence);
+        }
     }
+
+    /// <summary>In a cluster, where the session's state lives (its backlog is read from Redis by every node's polls); null on a single node.</summary>
+    public SharedSessions? Shared { get; }
+
+    public LongPollOptions Options => _options;
+
+    public BrokerMetrics Metrics => Broker.Metrics;
+
+    /// <summary>How long the session's state outlives its last request in Redis: past its inactivity timeout, a held poll, and a lease.</summary>
+    public TimeSpan StateTimeToLive => _options.InactivityTimeout + _options.PollTimeout + (Shared?.Lease ?? TimeSpan.Zero);
 
     /// <summary>The session's name: 256 random bits, base64url; with authentication on, requests also carry the owner's credential.</summary>
     public string Token { get; }
@@ -46,7 +68,7 @@ internal sealed class PollSession : ProtocolSession
     public SemaphoreSlim Requests { get; } = new(1, 1);
 
     /// <summary>Whether a poll is held right now (an idle session is one with none).</summary>
-    public bool IsPolling => _poller.IsPolling;
+    public bool IsPolling => _poller?.IsPolling ?? _polledElsewhere;
 
     public long LastActivity => Volatile.Read(ref _lastActivity);
 
@@ -61,6 +83,7 @@ internal sealed class PollSession : ProtocolSession
     /// </summary>
     public async Task<WindowTake> PollAsync(long ack, CancellationToken cancellation)
     {
+        WindowPoller poller = _poller ?? throw new InvalidOperationException("A shared session is polled through Redis.");
         bool draining = IsDraining;
         if (IsClosing && !draining)
         {
@@ -72,7 +95,7 @@ internal sealed class PollSession : ProtocolSession
         WindowTake take;
         try
         {
-            (wake, take) = await _poller.PollAsync(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, draining ? TimeSpan.Zero : _options.PollTimeout, cancellation).ConfigureAwait(false);
+            (wake, take) = await poller.PollAsync(ack, _options.MaxMessagesPerPoll, _options.MaxBytesPerPoll, draining ? TimeSpan.Zero : _options.PollTimeout, cancellation).ConfigureAwait(false);
         }
         catch (ArgumentOutOfRangeException e)
         {
@@ -123,6 +146,12 @@ internal sealed class PollSession : ProtocolSession
     {
         if (now - LastActivity > (long)_options.InactivityTimeout.TotalMilliseconds && !IsPolling)
         {
+            if (Shared is not null)
+            {
+                _ = ConfirmIdleAsync(); // its client may be served by other nodes: Redis knows
+                return;
+            }
+
             Broker.Log.SessionExpired(Id, _options.InactivityTimeout);
             Close(ErrorCode.StaleConnection, $"No request for {_options.InactivityTimeout.TotalSeconds:0.###} s.");
         }
@@ -142,10 +171,16 @@ internal sealed class PollSession : ProtocolSession
             Broker.Log.SessionSlowConsumer(Id, _options.MaxPendingMessagesPerSession);
         }
 
+        if (Shared is not null && code == ErrorCode.ShuttingDown)
+        {
+            _ = HandOverAsync(); // the session lives on: another node takes it over
+            return;
+        }
+
         if (code == ErrorCode.ShuttingDown && Backlog.Pending.Messages > 0)
         {
             EndSubscriptions();
-            _poller.Answer(PollWake.Messages); // a held poll takes what is left (or ends the session if nothing is)
+            _poller!.Answer(PollWake.Messages); // a held poll takes what is left (or ends the session if nothing is)
             _ = EndAfterAsync(Limits.ShutdownDrainTimeout);
             return;
         }
@@ -173,7 +208,13 @@ internal sealed class PollSession : ProtocolSession
 
         _store.Forget(this);
         Backlog.Abandon();
-        _poller.Answer(code == ErrorCode.ShuttingDown ? PollWake.ShuttingDown : PollWake.Ended);
+        _poller?.Answer(code == ErrorCode.ShuttingDown ? PollWake.ShuttingDown : PollWake.Ended);
+        if (Shared is { } shared)
+        {
+            _pump!.Stop();
+            SharedEnd = EndSharedAsync(shared, code);
+        }
+
         if (code == ErrorCode.SlowConsumer)
         {
             ThreadPool.UnsafeQueueUserWorkItem(static session => session.EndSubscriptions(), this, preferLocal: false);
@@ -184,4 +225,126 @@ internal sealed class PollSession : ProtocolSession
         }
     }
 
+    /// <summary>Completes once every node knows the session ended (a shared session's end is written to Redis).</summary>
+    public Task SharedEnd { get; private set; } = Task.CompletedTask;
+
+    /// <summary>The session's end, told to every node through Redis (its token answers 410 with the reason).</summary>
+    private async Task EndSharedAsync(SharedSessions shared, ErrorCode code)
+    {
+        try
+        {
+            await shared.EndAsync(Token, code == ErrorCode.None ? "ClientClose" : code.ToString(), _options.EndedSessionMemory, asOwner: true).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+        {
+            // Unreachable: the state expires with its time to live; until then another node may take it over.
+        }
+    }
+
+    /// <summary>
+    /// A graceful stop of this node (spec cluster.md §10): nothing new is routed here; what the backlog holds is
+    /// appended (within <c>ShutdownDrainTimeout</c>), then the lease is given up, so the client's next request,
+    /// on any node, takes the session over with nothing lost.
+    /// </summary>
+    private async Task HandOverAsync()
+    {
+        EndSubscriptions();
+        long deadline = Environment.TickCount64 + (long)Limits.ShutdownDrainTimeout.TotalMilliseconds;
+        while (Backlog.Pending.Messages > 0 && Environment.TickCount64 < deadline)
+        {
+            await Task.Delay(20).ConfigureAwait(false);
+        }
+
+        _pump!.Stop();
+        try
+        {
+            await Shared!.ReleaseAsync(Token).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+        {
+            // Unreachable: the lease expires by itself.
+        }
+
+        Moved();
+    }
+
+    /// <summary>
+    /// Another node has the session now (this node's lease expired, <paramref name="lost"/>, or was given up), or it
+    /// ended there: forgotten here, without a word to Redis.
+    /// </summary>
+    public void Moved(bool lost = false)
+    {
+        if (Interlocked.Exchange(ref _ended, 1) != 0)
+        {
+            return;
+        }
+
+        if (lost)
+        {
+            Broker.Log.SessionLeaseLost(Id, Shared!.Lease);
+        }
+
+        _pump?.Stop();
+        _store.Forget(this, remember: false);
+        Backlog.Abandon();
+        EndSubscriptions();
+    }
+
+    /// <summary>A shared session idle here: ended only if no node saw a request or holds a poll either.</summary>
+    private async Task ConfirmIdleAsync()
+    {
+        if (Interlocked.Exchange(ref _confirming, 1) != 0)
+        {
+            return;
+        }
+
+        try
+        {
+            await RenewAsync().ConfigureAwait(false);
+            if (Environment.TickCount64 - LastActivity > (long)_options.InactivityTimeout.TotalMilliseconds && !IsPolling && !IsClosing)
+            {
+                Broker.Log.SessionExpired(Id, _options.InactivityTimeout);
+                Close(ErrorCode.StaleConnection, $"No request for {_options.InactivityTimeout.TotalSeconds:0.###} s.");
+            }
+        }
+        finally
+        {
+            Volatile.Write(ref _confirming, 0);
+        }
+    }
+
+    private int _confirming;
+
+    /// <summary>The owner keeps its lease (every heartbeat) and learns what the other nodes saw: the last request, a poll held.</summary>
+    public async Task RenewAsync()
+    {
+        LeaseState state;
+        try
+        {
+            state = await Shared!.RenewAsync(Token, StateTimeToLive).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+        {
+            return; // unreachable: kept as it is; if the lease expires meanwhile, the next append finds out
+        }
+
+        if (!state.Kept)
+        {
+            Moved(lost: true);
+            return;
+        }
+
+        if (state.Ended is { } reason)
+        {
+            Close(Enum.TryParse(reason, out ErrorCode code) ? code : ErrorCode.None, "Ended on another node.");
+            return;
+        }
+
+        _polledElsewhere = state.PollHeld;
+        long seen = Environment.TickCount64 - (long)state.Idle.TotalMilliseconds;
+        if (seen > LastActivity)
+        {
+            Volatile.Write(ref _lastActivity, seen);
+        }
+    }
 }

@@ -1,0 +1,507 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Net;
+using System.Net.Http.Json;
+using System.Text.Json;
+using Herald.Broker.Security;
+using Herald.Broker.Tests.Infrastructure;
+
+namespace Herald.Broker.Tests;
+
+/// <summary>
+/// Long-poll sessions served by any node (cluster.md §8/§10): real Herald nodes on one real <c>redis-server</c>,
+/// one session driven over real HTTP through different nodes, as a load balancer without affinity would send
+/// its requests. Every answer must be the one a single node gives (longpoll.md). The node that owns a
+/// session's subscriptions may die (SIGKILL, a real broker process): its backlog is in Redis and another node
+/// takes the session over. Waits poll a condition with a deadline; nothing asserts a time.
+/// </summary>
+public sealed class ClusterLongPollTests
+{
+    [Fact]
+    public async Task A_session_created_on_one_node_is_subscribed_polled_acknowledged_and_ended_through_the_others()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o => o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500));
+        LongPollClient on0 = await LongPollClient.CreateAsync(cluster[0].Http);
+        LongPollClient on1 = on0.Via(cluster[1].Http);
+        LongPollClient on2 = on0.Via(cluster[2].Http);
+        await on1.SubscribeAsync(1, "orders.>");           // answered once live on every node
+        await on1.SubscribeAsync(2, "orders.marker");      // the barrier's subscription, matched by sid 1 as well
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[2].Port, "publisher");
+
+        // One message at a time, each read through a given node: a publication on node 2, read through node 1...
+        await publisher.PublishAsync("orders.1", "m1");
+        Received first = await ReceiveAsync([on1], 1);
+        await publisher.PublishAsync("orders.2", "m2");
+        Received second = await ReceiveAsync([on2], 1, first.Ack);
+        using (HttpResponseMessage published = await on2.PublishAsync("orders.3", "m3")) // the session's own, through node 2
+        {
+            Assert.Equal(HttpStatusCode.Accepted, published.StatusCode);
+        }
+
+        Received third = await ReceiveAsync([on1], 1, second.Ack);
+        await publisher.PublishAsync("orders.4", "m4");
+        Received fourth = await ReceiveAsync([on2], 1, third.Ack);
+        Received[] all = [first, second, third, fourth];
+
+        Assert.Equal(["m1", "m2", "m3", "m4"], all.SelectMany(r => r.Messages).Select(m => m.Text)); // each once, in order
+        Assert.Equal([1L, 2L, 3L, 4L], all.SelectMany(r => r.Sequences));
+        Assert.All(all.SelectMany(r => r.Messages), m => Assert.Equal(1u, m.Sid));
+        Assert.All(all, r => Assert.Empty(r.Statuses));
+
+        // Acknowledged through node 2 (nothing new: an empty answer after the poll timeout); node 0 then gives
+        // only what came after, even to an older ack (harmless, longpoll §2).
+        PollResult acked = await on2.PollAsync(fourth.Ack);
+        Assert.Equal((HttpStatusCode.OK, 0), (acked.Status, acked.Count));
+        await publisher.PublishAsync("orders.5", "m5");
+        Received fifth = await ReceiveAsync([on0], 1, ack: 0);
+        Assert.Equal([("m5", 5L)], fifth.Messages.Select(m => m.Text).Zip(fifth.Sequences));
+
+        // Unsubscribed through node 2: what only sid 1 matched no longer arrives. The marker, from the same
+        // publisher, would have come after it on the same Redis subscription (the glob 'orders.*') had sid 1 stayed.
+        using (HttpResponseMessage unsubscribed = await cluster[2].Http.DeleteAsync($"{on0.Base}/subscriptions/1"))
+        {
+            Assert.Equal(HttpStatusCode.NoContent, unsubscribed.StatusCode);
+        }
+
+        await publisher.PublishAsync("orders.6", "m6, after the unsubscribe");
+        await publisher.PublishAsync("orders.marker", "end");
+        Received rest = await ReceiveAsync([on1, on0], 1, fifth.Ack);
+        Assert.Equal([(2u, "end")], rest.Messages.Select(m => (m.Sid, m.Text)));
+
+        // Closed through node 2: ended on every node, for the client's own reason.
+        using (HttpResponseMessage closed = await cluster[2].Http.DeleteAsync(on0.Base))
+        {
+            Assert.Equal(HttpStatusCode.NoContent, closed.StatusCode);
+        }
+
+        await AssertEndedAsync(on0, "ClientClose");
+        await AssertEndedAsync(on1, "ClientClose");
+    }
+
+    [Fact]
+    public async Task A_poll_held_on_one_node_is_woken_by_a_publication_on_another_and_replaced_by_a_newer_poll_on_a_third()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o => o.LongPoll.PollTimeout = TimeSpan.FromSeconds(30));
+        LongPollClient on0 = await LongPollClient.CreateAsync(cluster[0].Http);
+        await on0.SubscribeAsync(1, "wake.up");
+        LongPollClient on1 = on0.Via(cluster[1].Http);
+        LongPollClient on2 = on0.Via(cluster[2].Http);
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[2].Port, "publisher");
+
+        // Held on node 1 (nothing is queued), then woken by a publication made on node 2.
+        Task<PollResult> held = on1.PollAsync(0);
+        await UntilHeldAsync(cluster, held, "the poll through node 1 is held");
+        await publisher.PublishAsync("wake.up", "now");
+        PollResult woken = await held;
+        Assert.Equal(HttpStatusCode.OK, woken.Status);
+        Assert.Equal(("now", 1L), (Assert.Single(woken.Messages).Text, woken.FirstSequence));
+
+        // A poll held on node 1, then a newer one on node 2: the older is answered 409, the newer carries on.
+        await WaitUntilAsync(async () => await VarzSumAsync(cluster, "held_polls") == 0, "no poll is held any more");
+        Task<PollResult> older = on1.PollAsync(1);
+        await UntilHeldAsync(cluster, older, "the older poll through node 1 is held");
+        Task<PollResult> newer = on2.PollAsync(1);
+        PollResult replaced = await older;
+        Assert.Equal((HttpStatusCode.Conflict, "PollReplaced"), (replaced.Status, replaced.Code));
+        Assert.False(newer.IsCompleted, "the newer poll was answered before anything was published");
+
+        await publisher.PublishAsync("wake.up", "for the newer");
+        PollResult answered = await newer;
+        Assert.Equal(HttpStatusCode.OK, answered.Status);
+        Assert.Equal(("for the newer", 2L), (Assert.Single(answered.Messages).Text, answered.FirstSequence));
+    }
+
+    [Fact]
+    public async Task Through_another_node_a_session_answers_only_its_owners_credential()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
+        {
+            o.Security.Auth.Mode = AuthMode.Token;
+            o.Security.Auth.FailureDelay = TimeSpan.Zero;
+            o.Security.Auth.Tokens.Add(Token("alice", AliceToken));
+            o.Security.Auth.Tokens.Add(Token("bob", BobToken)); // the same grants: only the identity differs
+        });
+        using HttpClient alice0 = TestTokens.HttpClientFor(cluster[0], AliceToken);
+        using HttpClient alice1 = TestTokens.HttpClientFor(cluster[1], AliceToken);
+        using HttpClient bob1 = TestTokens.HttpClientFor(cluster[1], BobToken);
+        using var anonymous1 = new HttpClient { BaseAddress = cluster[1].Http.BaseAddress };
+        LongPollClient session = await LongPollClient.CreateAsync(alice0);
+        LongPollClient aliceOn1 = session.Via(alice1);
+        await aliceOn1.SubscribeAsync(1, "chat.room"); // the owner's credential on another node: it works
+
+        // Bob (a valid credential of another identity) and nobody, through node 1: every request is 401.
+        using (HttpResponseMessage r = await bob1.PostAsJsonAsync($"{session.Base}/subscriptions", new { sid = 2, pattern = "chat.>" }))
+        {
+            await AssertProblemAsync(r, HttpStatusCode.Unauthorized, "AuthenticationFailed");
+        }
+
+        using (HttpResponseMessage r = await bob1.PostAsync($"{session.Base}/publish?topic=chat.room", new StringContent("forged")))
+        {
+            await AssertProblemAsync(r, HttpStatusCode.Unauthorized, "AuthenticationFailed");
+        }
+
+        using (HttpResponseMessage r = await bob1.DeleteAsync($"{session.Base}/subscriptions/1"))
+        {
+            await AssertProblemAsync(r, HttpStatusCode.Unauthorized, "AuthenticationFailed");
+        }
+
+        using (HttpResponseMessage r = await bob1.GetAsync($"{session.Base}/messages?ack=0"))
+        {
+            await AssertProblemAsync(r, HttpStatusCode.Unauthorized, "AuthenticationFailed");
+        }
+
+        using (HttpResponseMessage r = await bob1.DeleteAsync(session.Base))
+        {
+            await AssertProblemAsync(r, HttpStatusCode.Unauthorized, "AuthenticationFailed");
+        }
+
+        using (HttpResponseMessage r = await anonymous1.GetAsync($"{session.Base}/messages?ack=0"))
+        {
+            await AssertProblemAsync(r, HttpStatusCode.Unauthorized, "AuthenticationFailed");
+        }
+
+        // None of it was carried out: the session lives, sid 1 is still there, and the owner's own publication
+        // (the same session, so the same path a forged one would have taken, before it) is the only message.
+        using (HttpResponseMessage published = await aliceOn1.PublishAsync("chat.room", "hello"))
+        {
+            Assert.Equal(HttpStatusCode.Accepted, published.StatusCode);
+        }
+
+        Received received = await ReceiveAsync([aliceOn1], 1);
+        Assert.Equal([(1u, "hello")], received.Messages.Select(m => (m.Sid, m.Text)));
+    }
+
+    [Fact]
+    public async Task When_the_node_owning_a_session_is_killed_another_takes_it_over_and_the_client_sees_every_message_once_in_order()
+    {
+        const int Count = 300;
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
+        {
+            o.Cluster.HeartbeatInterval = TimeSpan.FromSeconds(1); // a lease of 3 s: the test host's own pauses (its nodes share one process) never outlast it
+            o.LongPoll.PollTimeout = TimeSpan.FromSeconds(1);
+            o.History.Topics.Add(new Herald.Broker.History.HistoryRule { Pattern = "feed.>", MaxMessages = 1000 });
+        });
+        await using var doomed = BrokerProcess.StartTcpAndHttp(
+            $"--Herald:Cluster:Redis={cluster.Redis.Configuration}",
+            "--Herald:Cluster:HeartbeatInterval=00:00:01",
+            "--Herald:LongPoll:PollTimeout=00:00:01",
+            "--Herald:History:Topics:0:Pattern=feed.>",
+            "--Herald:History:Topics:0:MaxMessages=1000"); // the same rule as the others
+        using var doomedHttp = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{await doomed.HttpPortAsync()}"), Timeout = TimeSpan.FromSeconds(60) };
+        await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Length == 3, "node 0 lists the doomed node");
+
+        // The session is made, and its subscription held, by the node that will die; the bystander's by node 0.
+        LongPollClient session = await LongPollClient.CreateAsync(doomedHttp, new { headers = true });
+        await session.SubscribeAsync(1, "feed.lp");
+        LongPollClient bystander = await LongPollClient.CreateAsync(cluster[0].Http);
+        await bystander.SubscribeAsync(1, "feed.lp");
+        await WaitUntilAsync(() => cluster[0].Engine().IsSettled && cluster[1].Engine().IsSettled, "interest settled");
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
+
+        var receiving = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        Task publishing = Task.Run(async () =>
+        {
+            for (int i = 0; i < Count; i++)
+            {
+                await publisher.PublishAsync("feed.lp", i.ToString(CultureInfo.InvariantCulture));
+                if (i % 10 == 9)
+                {
+                    await publisher.PingPongAsync(); // paced: the stream spans the kill and the takeover
+                }
+
+                if (i == Count / 3)
+                {
+                    await receiving.Task.WaitAsync(TimeSpan.FromSeconds(30)); // the client is being served meanwhile
+                    doomed.Kill(); // mid-stream, without a word
+                }
+            }
+
+            await publisher.PingPongAsync();
+        });
+
+        // Polled through the two nodes that live, never the doomed one, acknowledging as it goes.
+        Received got = await ReceiveAsync(
+            [session.Via(cluster[0].Http), session.Via(cluster[1].Http)],
+            Count,
+            progress: n =>
+            {
+                if (n >= Count / 6)
+                {
+                    receiving.TrySetResult();
+                }
+            },
+            alongside: publishing);
+        await publishing;
+
+        Assert.Equal(Enumerable.Range(0, Count).Select(i => i.ToString(CultureInfo.InvariantCulture)), got.Messages.Select(m => m.Text)); // none lost, none twice, in order
+        Assert.Equal(Enumerable.Range(1, Count).Select(i => (ulong)i), got.Messages.Select(m => m.Position?.Offset ?? 0));
+        Assert.All(got.Messages, m => Assert.Equal(1u, m.Sid));
+        Assert.All(got.Statuses, s => Assert.Equal(("200", ""), (s.Status, s.Text))); // a takeover's resume, never a 410
+        Assert.Equal(got.Sequences.Order().Distinct(), got.Sequences); // strictly increasing
+
+        Received watched = await ReceiveAsync([bystander, bystander.Via(cluster[1].Http)], Count);
+        Assert.Equal(Enumerable.Range(0, Count).Select(i => i.ToString(CultureInfo.InvariantCulture)), watched.Messages.Select(m => m.Text));
+        Assert.Empty(watched.Statuses);
+    }
+
+    [Fact]
+    public async Task A_slow_session_ends_on_every_node_and_a_bystander_polled_through_another_node_gets_everything()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o =>
+        {
+            o.LongPoll.MaxPendingMessagesPerSession = 5;
+            o.LongPoll.SlowConsumerPolicy = Herald.Broker.Delivery.SlowConsumerPolicy.Disconnect;
+            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
+        });
+        LongPollClient victim = await LongPollClient.CreateAsync(cluster[0].Http);
+        await victim.SubscribeAsync(1, "flood");
+        LongPollClient bystander = await LongPollClient.CreateAsync(cluster[2].Http);
+        await bystander.SubscribeAsync(1, "flood");
+        LongPollClient bystanderOn1 = bystander.Via(cluster[1].Http);
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[2].Port, "publisher");
+
+        // Four batches of three: the victim, which acknowledges nothing, is over its 5 in the second; the bystander
+        // acknowledges each batch before the next, so it never holds more than three.
+        var seen = new List<string>();
+        long ack = 0;
+        for (int batch = 0; batch < 4; batch++)
+        {
+            for (int i = 0; i < 3; i++)
+            {
+                await publisher.PublishAsync("flood", $"m{(batch * 3) + i}");
+            }
+
+            Received received = await ReceiveAsync([bystanderOn1], 3, ack);
+            seen.AddRange(received.Messages.Select(m => m.Text));
+            ack = received.Ack;
+            PollResult acknowledged = await bystanderOn1.PollAsync(ack); // nothing more until the next batch: empty after the poll timeout
+            Assert.Equal((HttpStatusCode.OK, 0), (acknowledged.Status, acknowledged.Count));
+        }
+
+        Assert.Equal(Enumerable.Range(0, 12).Select(i => $"m{i}"), seen);
+
+        // Its polls send ack 0: they acknowledge nothing, so its backlog only grows until the policy ends it.
+        LongPollClient victimOn1 = victim.Via(cluster[1].Http);
+        await WaitUntilAsync(async () => (await victimOn1.PollAsync(0)).Status == HttpStatusCode.Gone, "the slow session has ended");
+        await AssertEndedAsync(victimOn1, "SlowConsumer");
+        await AssertEndedAsync(victim.Via(cluster[2].Http), "SlowConsumer");
+        await AssertEndedAsync(victim, "SlowConsumer");
+    }
+
+    [Fact]
+    public async Task A_session_kept_busy_through_another_node_stays_and_one_left_alone_ends_on_every_node()
+    {
+        TimeSpan inactivity = TimeSpan.FromSeconds(2);
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o =>
+        {
+            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
+            o.LongPoll.InactivityTimeout = inactivity;
+        });
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[2].Port, "publisher");
+        LongPollClient on0 = await LongPollClient.CreateAsync(cluster[0].Http);
+        await on0.SubscribeAsync(1, "idle.t");
+        LongPollClient on1 = on0.Via(cluster[1].Http);
+
+        // Busy only through node 1, for three inactivity timeouts: node 0, which made it, hears nothing of it directly.
+        int polls = 0;
+        for (var busy = Stopwatch.StartNew(); busy.Elapsed < 3 * inactivity; polls++)
+        {
+            PollResult poll = await on1.PollAsync(0);
+            Assert.True(poll.Status == HttpStatusCode.OK, $"busy poll {polls} through node 1: {(int)poll.Status} {poll.Problem}");
+        }
+
+        await publisher.PublishAsync("idle.t", "still here");
+        Received alive = await ReceiveAsync([on0], 1);
+        Assert.Equal(["still here"], alive.Messages.Select(m => m.Text));
+        Assert.True(await VarzSumAsync(cluster, "subscriptions") > 0);
+
+        // Left alone: it ends with its subscription (watched on the monitoring listeners, which are no requests on the session).
+        await WaitUntilAsync(async () => await VarzSumAsync(cluster, "subscriptions") == 0, "the idle session's subscription is gone from every node");
+        await AssertEndedAsync(on0, "StaleConnection");
+        await AssertEndedAsync(on1, "StaleConnection");
+        await AssertEndedAsync(on0.Via(cluster[2].Http), "StaleConnection");
+    }
+
+    [Fact]
+    public async Task A_node_stopped_gracefully_hands_its_sessions_over_and_the_next_request_on_another_node_serves_them_with_nothing_lost()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o => o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500));
+        LongPollClient on0 = await LongPollClient.CreateAsync(cluster[0].Http);
+        await on0.SubscribeAsync(1, "plain.t"); // no history: the subscription is node 0's until it hands the session over
+        LongPollClient on1 = on0.Via(cluster[1].Http);
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[2].Port, "publisher");
+        await publisher.PublishAsync("plain.t", "m1");
+        await publisher.PublishAsync("plain.t", "m2");
+        Assert.Equal(["m1", "m2"], (await ReceiveAsync([on1], 2)).Messages.Select(m => m.Text)); // read, never acknowledged
+
+        await cluster[0].StopAsync(); // as SIGTERM: its sessions' backlogs are in Redis, their leases given up
+
+        // The next request, on node 1, takes the session over at once: what was not acknowledged comes again, in order.
+        PollResult again = await on1.PollAsync(0);
+        Assert.Equal((HttpStatusCode.OK, 1L), (again.Status, again.FirstSequence));
+        Assert.Equal(["m1", "m2"], again.Messages.Select(m => m.Text));
+        using (JsonDocument varz = JsonDocument.Parse(await cluster[1].Monitoring.GetStringAsync("/varz")))
+        {
+            Assert.Equal(1, varz.RootElement.GetProperty("cluster").GetProperty("sessions_taken_over").GetInt64());
+        }
+
+        // Its subscription lives on node 1 now: a publication after the takeover arrives, with the next sequence, through any node.
+        await publisher.PublishAsync("plain.t", "m3");
+        Received after = await ReceiveAsync([on0.Via(cluster[2].Http), on1], 1, again.LastSequence);
+        Assert.Equal([("m3", 3L)], after.Messages.Select(m => m.Text).Zip(after.Sequences));
+    }
+
+    [Fact]
+    public async Task On_a_Redis_Cluster_a_session_is_served_through_every_node()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500), redisCluster: true);
+        LongPollClient on0 = await LongPollClient.CreateAsync(cluster[0].Http);
+        LongPollClient on1 = on0.Via(cluster[1].Http);
+        await on1.SubscribeAsync(1, "metrics.>"); // sent on to node 0, the owner, through the cluster's command channel
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
+        string[] topics = ["metrics.cpu", "metrics.disk", "metrics.net.eth0"]; // hashing to different masters
+        foreach (string topic in topics)
+        {
+            await publisher.PublishAsync(topic, topic);
+        }
+
+        Received got = await ReceiveAsync([on1, on0], topics.Length);
+        Assert.Equal(topics, got.Messages.Select(m => m.Text));
+        using (HttpResponseMessage closed = await cluster[1].Http.DeleteAsync(on0.Base))
+        {
+            Assert.Equal(HttpStatusCode.NoContent, closed.StatusCode);
+        }
+
+        await AssertEndedAsync(on0, "ClientClose");
+    }
+
+    /// <summary>What <see cref="ReceiveAsync"/> collected: the messages, the status MESSAGEs apart, each message's sequence, and the last ack.</summary>
+    private sealed record Received(List<Frame> Messages, List<Frame> Statuses, List<long> Sequences, long Ack);
+
+    /// <summary>
+    /// Polls one session through each of <paramref name="via"/> in turn from <paramref name="ack"/>, acknowledging
+    /// what came, until <paramref name="count"/> messages (status MESSAGEs set apart) have come, within a deadline.
+    /// Every poll must be answered 200 with nothing dropped, and start above the last acknowledged sequence: no
+    /// sequence is seen twice. <paramref name="alongside"/>, if it fails, fails the wait at once.
+    /// </summary>
+    private static async Task<Received> ReceiveAsync(LongPollClient[] via, int count, long ack = 0, Action<int>? progress = null, Task? alongside = null)
+    {
+        var messages = new List<Frame>();
+        var statuses = new List<Frame>();
+        var sequences = new List<long>();
+        DateTime deadline = DateTime.UtcNow.AddSeconds(60);
+        for (int round = 0; messages.Count < count; round++)
+        {
+            Assert.True(DateTime.UtcNow < deadline, $"Timed out with {messages.Count} of {count} messages, acknowledged up to {ack}");
+            if (alongside is { IsFaulted: true })
+            {
+                await alongside; // its exception, not a timeout
+            }
+
+            int node = round % via.Length;
+            PollResult poll = await via[node].PollAsync(ack);
+            Assert.True(poll.Status == HttpStatusCode.OK, $"poll {round} (via {node}, ack {ack}): {(int)poll.Status} {poll.Problem}");
+            Assert.Equal(0, poll.Dropped);
+            if (poll.Count == 0)
+            {
+                continue;
+            }
+
+            Assert.True(poll.FirstSequence > ack, $"poll {round} (via {node}) began at sequence {poll.FirstSequence}, acknowledged up to {ack}");
+            for (int i = 0; i < poll.Messages.Count; i++)
+            {
+                Frame message = poll.Messages[i];
+                if (message.Status is null)
+                {
+                    messages.Add(message);
+                    sequences.Add(poll.FirstSequence + i);
+                }
+                else
+                {
+                    statuses.Add(message);
+                }
+            }
+
+            ack = poll.LastSequence;
+            progress?.Invoke(messages.Count);
+        }
+
+        return new Received(messages, statuses, sequences, ack);
+    }
+
+    /// <summary>A poll on <paramref name="via"/> is 410 SessionExpired with <paramref name="reason"/>.</summary>
+    private static async Task AssertEndedAsync(LongPollClient via, string reason)
+    {
+        PollResult poll = await via.PollAsync(0);
+        Assert.Equal((HttpStatusCode.Gone, "SessionExpired"), (poll.Status, poll.Code));
+        Assert.Equal(reason, poll.Problem!.Value.GetProperty("reason").GetString());
+    }
+
+    /// <summary>
+    /// Waits until <paramref name="poll"/> is held by some node (<c>held_polls</c> of <c>/varz</c>, summed over the
+    /// test's own nodes), failing at once with its answer if it was answered instead.
+    /// </summary>
+    private static async Task UntilHeldAsync(TestCluster cluster, Task<PollResult> poll, string what)
+    {
+        await WaitUntilAsync(async () => poll.IsCompleted || await VarzSumAsync(cluster, "held_polls") > 0, what);
+        if (poll.IsCompleted)
+        {
+            PollResult early = await poll;
+            Assert.Fail($"Answered before it was held: {(int)early.Status} {early.Problem}, {early.Count} messages");
+        }
+    }
+
+    /// <summary>A number field of <c>/varz</c> summed over the cluster's nodes.</summary>
+    private static async Task<long> VarzSumAsync(TestCluster cluster, string field)
+    {
+        long sum = 0;
+        foreach (TestBroker node in cluster.Nodes)
+        {
+            using JsonDocument varz = JsonDocument.Parse(await node.Monitoring.GetStringAsync("/varz"));
+            sum += varz.RootElement.GetProperty(field).GetInt64();
+        }
+
+        return sum;
+    }
+
+    private static async Task<string[]> NodesAsync(TestBroker node)
+    {
+        using JsonDocument varz = JsonDocument.Parse(await node.Monitoring.GetStringAsync("/varz"));
+        return [.. varz.RootElement.GetProperty("cluster").GetProperty("nodes").EnumerateArray().Select(n => n.GetProperty("id").GetString()!)];
+    }
+
+    private static async Task AssertProblemAsync(HttpResponseMessage response, HttpStatusCode status, string code)
+    {
+        Assert.Equal(status, response.StatusCode);
+        Assert.Equal("application/problem+json", response.Content.Headers.ContentType?.MediaType);
+        JsonElement problem = await response.Content.ReadFromJsonAsync<JsonElement>();
+        Assert.Equal(code, problem.GetProperty("code").GetString());
+    }
+
+    private const string AliceToken = "alice-token-0123456789";
+    private const string BobToken = "bob-token-0123456789";
+
+    private static TokenOptions Token(string name, string token)
+    {
+        var options = new TokenOptions { Name = name, Sha256 = TestTokens.Sha256(token) };
+        options.Permissions.Publish.Add("chat.>");
+        options.Permissions.Subscribe.Add("chat.>");
+        return options;
+    }
+
+    private static async Task WaitUntilAsync(Func<bool> condition, string what)
+    {
+        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); !condition(); await Task.Delay(20))
+        {
+            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}");
+        }
+    }
+
+    private static async Task WaitUntilAsync(Func<Task<bool>> condition, string what)
+    {
+        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); !await condition(); await Task.Delay(20))
+        {
+            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}");
+        }
+    }
+}
