@@ -4,6 +4,7 @@ using System.Net;
 using System.Net.Http.Json;
 using System.Text.Json;
 using Herald.Broker.Security;
+using Herald.Client;
 using Herald.Broker.Tests.Infrastructure;
 
 namespace Herald.Broker.Tests;
@@ -349,6 +350,67 @@ public sealed class ClusterLongPollTests
         await publisher.PublishAsync("plain.t", "m3");
         Received after = await ReceiveAsync([on0.Via(cluster[2].Http), on1], 1, again.LastSequence);
         Assert.Equal([("m3", 3L)], after.Messages.Select(m => m.Text).Zip(after.Sequences));
+    }
+
+    [Fact]
+    public async Task The_dotnet_client_over_long_poll_keeps_its_session_when_its_node_stops_and_the_balancer_sends_it_to_another()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o => o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500));
+        await using var link = new Herald.Testing.CuttableLink(cluster[0].HttpPort); // the load balancer, in front of node 0
+        await using var client = new HeraldClient(new HeraldClientOptions
+        {
+            Url = $"http://127.0.0.1:{link.Port}",
+            ReconnectDelay = TimeSpan.FromMilliseconds(20),
+            MaxReconnectDelay = TimeSpan.FromMilliseconds(200),
+        });
+        var states = new List<(ConnectionState State, string? Why)>();
+        client.StateChanged += (_, e) =>
+        {
+            lock (states)
+            {
+                states.Add((e.Current, e.Error?.Message));
+            }
+        };
+        HeraldSubscription feed = await client.SubscribeAsync("plain.lb"); // no history: only the session keeps what it was sent
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
+        for (int i = 1; i <= 50; i++)
+        {
+            await publisher.PublishAsync("plain.lb", $"m{i}");
+        }
+
+        var texts = new List<string>();
+        while (texts.Count < 25)
+        {
+            texts.Add((await feed.ReadAsync(new CancellationTokenSource(TimeSpan.FromSeconds(30)).Token)).GetString());
+        }
+
+        // Node 0 stops (as SIGTERM) with messages of the session not yet polled; the balancer sends on to node 2.
+        link.Retarget(cluster[2].HttpPort);
+        await cluster[0].StopAsync();
+        link.Cut();
+        link.Restore();
+        await WaitUntilAsync(
+            async () =>
+            {
+                using JsonDocument varz = JsonDocument.Parse(await cluster[2].Monitoring.GetStringAsync("/varz"));
+                return varz.RootElement.GetProperty("cluster").GetProperty("sessions_taken_over").GetInt64() == 1;
+            },
+            "node 2 has taken the session over at the client's next poll");
+        for (int i = 51; i <= 100; i++)
+        {
+            await publisher.PublishAsync("plain.lb", $"m{i}");
+        }
+
+        while (texts.Count < 100)
+        {
+            texts.Add((await feed.ReadAsync(new CancellationTokenSource(TimeSpan.FromSeconds(30)).Token)).GetString());
+        }
+
+        Assert.Equal(Enumerable.Range(1, 100).Select(i => $"m{i}"), texts); // the same session: in order, none lost, none twice
+        lock (states)
+        {
+            Assert.DoesNotContain(states, s => s.State == ConnectionState.Reconnecting); // never a new session
+        }
     }
 
     [Fact]

@@ -246,6 +246,11 @@ internal sealed class PollSessionStore : BackgroundService
     public async Task<PollSession?> TakeOverAsync(SharedSession record, Identity identity, EndPoint? remote)
     {
         SharedSessions shared = Shared!;
+        if (_registry.IsStopping)
+        {
+            return null; // a node on its way out takes nothing over: its polls read Redis, the next node takes it
+        }
+
         SharedSession? taken;
         try
         {
@@ -268,8 +273,10 @@ internal sealed class PollSessionStore : BackgroundService
         Refusal refused = _registry.Add(session);
         if (!refused.IsNone)
         {
-            session.Close(refused.Code, refused.Message!);
-            throw HttpProblem.Unavailable(refused.Code.ToString(), refused.Message!, 5);
+            // This node cannot hold it (its connection limits, or it began stopping): let go, for another node to take.
+            session.Moved();
+            await shared.ReleaseAsync(taken.Token).ConfigureAwait(false);
+            throw HttpProblem.Unavailable(refused.Code == ErrorCode.ShuttingDown ? "OwnerUnavailable" : refused.Code.ToString(), refused.Message!, 1);
         }
 
         await session.Requests.WaitAsync().ConfigureAwait(false);

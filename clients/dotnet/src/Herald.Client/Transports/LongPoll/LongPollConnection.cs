@@ -16,9 +16,13 @@ namespace Herald.Client.Transports.LongPoll;
 /// response lost on the way is sent again and nothing is lost or duplicated (longpoll §2).
 /// </summary>
 /// <remarks>
-/// A failed poll is retried once with the same <c>ack</c> (the session keeps the messages); a second
-/// failure in a row, or a session the broker no longer knows (404, 410) or is shutting down (503), is a
-/// lost connection: the client creates a new session and subscribes again.
+/// A poll that fails on the way (no answer) is tried again with the same <c>ack</c> (the session keeps the
+/// messages): at once, then after <see cref="HeraldClientOptions.ReconnectDelay"/>, doubling up to
+/// <see cref="HeraldClientOptions.MaxReconnectDelay"/>, for as long as the session can still be there (its
+/// inactivity timeout since the last answer): in a cluster, a balancer may send the next poll to another node,
+/// which serves the same session (cluster.md §10). A session the broker no longer knows (404, 410), a broker
+/// shutting down (503), or a session silent past its inactivity timeout is a lost connection: the client creates a
+/// new session and subscribes again.
 /// </remarks>
 internal sealed class LongPollConnection : BrokerConnection
 {
@@ -33,6 +37,7 @@ internal sealed class LongPollConnection : BrokerConnection
     private readonly Uri _base;
     private Uri? _session;
     private TimeSpan _pollTimeout;
+    private TimeSpan _inactivityTimeout;
     private string? _credential;
 
     public LongPollConnection(HeraldClient client, HeraldClientOptions options, BrokerAddress address, HttpClient http)
@@ -78,6 +83,7 @@ internal sealed class LongPollConnection : BrokerConnection
 
         _session = new Uri(_base, $"poll/sessions/{Uri.EscapeDataString(session.Session)}/");
         _pollTimeout = TimeSpan.FromMilliseconds(Math.Max(session.PollTimeoutMs, 0));
+        _inactivityTimeout = TimeSpan.FromMilliseconds(Math.Max(session.InactivityTimeoutMs, 0));
         MaxBody = session.MaxBodyBytes is > ProtocolConstants.LengthPrefixSize and <= int.MaxValue ? (int)session.MaxBodyBytes - ProtocolConstants.LengthPrefixSize : int.MaxValue;
         MaxTopic = session.MaxTopicLength is > 0 and <= int.MaxValue ? (int)session.MaxTopicLength : int.MaxValue;
         var limits = new Dictionary<string, ulong>(StringComparer.Ordinal)
@@ -192,6 +198,7 @@ internal sealed class LongPollConnection : BrokerConnection
         CancellationToken lifetime = Lifetime;
         long ack = 0;
         int failures = 0;
+        long answered = Environment.TickCount64; // the last time the broker answered a poll
         var messages = new List<HeraldMessage>();
         try
         {
@@ -210,15 +217,22 @@ internal sealed class LongPollConnection : BrokerConnection
                     }
                     catch (Exception e) when ((e is HttpRequestException or OperationCanceledException) && !lifetime.IsCancellationRequested)
                     {
-                        if (++failures >= 2)
+                        if (Environment.TickCount64 - answered > (long)_inactivityTimeout.TotalMilliseconds)
                         {
-                            Fail(new HeraldConnectionException($"Polling the broker failed twice in a row: {e.Message}", e));
+                            Fail(new HeraldConnectionException($"Polling the broker failed for longer than the session's inactivity timeout ({_inactivityTimeout.TotalSeconds:0.###} s): {e.Message}", e));
                             return;
                         }
 
-                        continue; // the session still holds every message above ack: just ask again
+                        if (++failures > 1)
+                        {
+                            await Task.Delay(RetryDelay(failures - 1), lifetime).ConfigureAwait(false);
+                        }
+
+                        continue; // the session still holds every message above ack (on whichever node answers next): ask again
                     }
                 }
+
+                answered = Environment.TickCount64;
 
                 using (response)
                 {
@@ -255,9 +269,9 @@ internal sealed class LongPollConnection : BrokerConnection
                     }
 
                     HeraldException refused = await RefusedAsync(response, "a poll", lifetime).ConfigureAwait(false);
-                    if (refused.ProblemCode is "TooManyPolls")
+                    if (IsTransient(refused.ProblemCode))
                     {
-                        await Task.Delay(RetryAfter(response), lifetime).ConfigureAwait(false); // over capacity for now: the session waits
+                        await Task.Delay(RetryAfter(response), lifetime).ConfigureAwait(false); // over capacity, or a cluster moving the session: the session waits
                         continue;
                     }
 
@@ -330,7 +344,7 @@ internal sealed class LongPollConnection : BrokerConnection
         int status = (int)response.StatusCode;
         string code = problem?.Code ?? problem?.Title ?? response.StatusCode.ToString();
         string message = $"The broker refused {what}: {status} {code}{(problem?.Detail is { Length: > 0 } detail ? ": " + detail : "")}";
-        if (code != "TooManyPolls" && response.StatusCode is HttpStatusCode.NotFound or HttpStatusCode.Gone or HttpStatusCode.ServiceUnavailable)
+        if (!IsTransient(code) && response.StatusCode is HttpStatusCode.NotFound or HttpStatusCode.Gone or HttpStatusCode.ServiceUnavailable)
         {
             return new HeraldConnectionException(message) { ProblemCode = code, HttpStatus = status };
         }
@@ -338,6 +352,19 @@ internal sealed class LongPollConnection : BrokerConnection
         ErrorCode errorCode = Enum.TryParse(code, ignoreCase: false, out ErrorCode parsed) && Enum.IsDefined(parsed) && !int.TryParse(code, out _) ? parsed : ErrorCode.None;
         return new HeraldException(errorCode, message) { ProblemCode = code, HttpStatus = status };
     }
+
+    /// <summary>The pause before the <paramref name="attempt"/>-th retry of a poll: the reconnect delay, doubling, capped, jittered (half to all).</summary>
+    private TimeSpan RetryDelay(int attempt)
+    {
+        double ms = Math.Min(Options.MaxReconnectDelay.TotalMilliseconds, Options.ReconnectDelay.TotalMilliseconds * Math.Pow(2, Math.Min(attempt - 1, 20)));
+        return TimeSpan.FromMilliseconds(ms * (0.5 + (Random.Shared.NextDouble() / 2)));
+    }
+
+    /// <summary>
+    /// A 503 after which the session is still there (longpoll §3): too many polls held, or, in a cluster, Redis or the
+    /// node owning the session not answering for now (cluster.md §10). Tried again after <c>Retry-After</c>.
+    /// </summary>
+    private static bool IsTransient(string? code) => code is "TooManyPolls" or "ClusterUnavailable" or "OwnerUnavailable";
 
     private static TimeSpan RetryAfter(HttpResponseMessage response) =>
         response.Headers.RetryAfter?.Delta is { } delta && delta > TimeSpan.Zero ? TimeSpan.FromTicks(Math.Min(delta.Ticks, TimeSpan.FromSeconds(30).Ticks)) : TimeSpan.FromSeconds(1);
