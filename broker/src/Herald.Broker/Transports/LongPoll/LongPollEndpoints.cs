@@ -46,16 +46,18 @@ internal static class LongPollEndpoints
         PollSessionStore store = StoreOf(context);
         Identity identity = await HttpExchange.AuthenticateAsync(context, store.Broker, PollSession.TransportName).ConfigureAwait(false);
         LongPollOptions options = store.Options;
-        PollSession session;
+        CreateSessionRequest? request;
         using (store.Admit(context, creating: true))
         {
-            CreateSessionRequest? request = await HttpExchange.ReadJsonAsync(context, options.MaxBodyBytes, LongPollJsonContext.Default.CreateSessionRequest).ConfigureAwait(false);
-            Capabilities requested = (request?.Zstd == true ? Capabilities.Zstd : Capabilities.None)
-                | (request?.Headers == true ? Capabilities.Headers : Capabilities.None)
-                | (request?.NoResponders == true ? Capabilities.NoResponders : Capabilities.None)
-                | (request?.History == true ? Capabilities.History : Capabilities.None);
-            session = await store.CreateAsync(identity, request?.Client, requested, HttpExchange.RemoteOf(context)).ConfigureAwait(false);
+            request = await HttpExchange.ReadJsonAsync(context, options.MaxBodyBytes, LongPollJsonContext.Default.CreateSessionRequest).ConfigureAwait(false);
         }
+
+        // The admission bounds bodies being read; a cluster's Redis round trip (making the session's state) comes after it.
+        Capabilities requested = (request?.Zstd == true ? Capabilities.Zstd : Capabilities.None)
+            | (request?.Headers == true ? Capabilities.Headers : Capabilities.None)
+            | (request?.NoResponders == true ? Capabilities.NoResponders : Capabilities.None)
+            | (request?.History == true ? Capabilities.History : Capabilities.None);
+        PollSession session = await store.CreateAsync(identity, request?.Client, requested, HttpExchange.RemoteOf(context)).ConfigureAwait(false);
 
         context.Response.StatusCode = StatusCodes.Status201Created;
         context.Response.Headers.Location = $"/poll/sessions/{session.Token}";

@@ -101,27 +101,36 @@ internal sealed class PollSessionStore : BackgroundService
         }
 
         string token = Base64Url.EncodeToString(RandomNumberGenerator.GetBytes(32)); // 256 random bits: unguessable
-        if (Shared is { } shared)
-        {
-            try
-            {
-                await shared.CreateAsync(token, identity.Name, clientName, (int)requested, _options.InactivityTimeout + _options.PollTimeout + shared.Lease).ConfigureAwait(false);
-            }
-            catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
-            {
-                throw ClusterUnavailable(e);
-            }
-        }
-
         var session = new PollSession(_broker, this, _options, token, _registry.NextId(), remote, Budget, shared: Shared);
         session.Open(identity, clientName, requested);
-        _sessions[token] = session;
+        _sessions[token] = session; // counted at once: the limits above hold while Redis is asked
         Budget.Join();
         Refusal refused = _registry.Add(session); // MaxConnections, MaxConnectionsPerAddress: counted with TCP's
         if (!refused.IsNone)
         {
-            session.Close(refused.Code, refused.Message!);
+            if (Shared is null)
+            {
+                session.Close(refused.Code, refused.Message!);
+            }
+            else
+            {
+                session.Moved(); // nothing of it in Redis yet
+            }
+
             throw HttpProblem.Unavailable(refused.Code.ToString(), refused.Message!, 5);
+        }
+
+        if (Shared is { } shared)
+        {
+            try
+            {
+                await shared.CreateAsync(token, identity.Name, clientName, (int)requested, session.StateTimeToLive).ConfigureAwait(false);
+            }
+            catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+            {
+                session.Moved(); // its client never learns its token
+                throw ClusterUnavailable(e);
+            }
         }
 
         return session;
