@@ -414,6 +414,26 @@ public sealed class ClusterLongPollTests
     }
 
     [Fact]
+    public async Task With_sessions_not_shared_a_session_lives_on_its_node_only_and_costs_redis_nothing()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
+        {
+            o.Cluster.ShareLongPollSessions = false;
+            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
+        });
+        LongPollClient on0 = await LongPollClient.CreateAsync(cluster[0].Http);
+        await on0.SubscribeAsync(1, "local.t");
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher"); // the topic space is still shared
+        await publisher.PublishAsync("local.t", "m1");
+        Assert.Equal(["m1"], (await ReceiveAsync([on0], 1)).Messages.Select(m => m.Text));
+
+        PollResult elsewhere = await on0.Via(cluster[1].Http).PollAsync(0);
+        Assert.Equal((HttpStatusCode.NotFound, "SessionNotFound"), (elsewhere.Status, elsewhere.Code));
+        await using StackExchange.Redis.ConnectionMultiplexer redis = await StackExchange.Redis.ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
+        Assert.False(await redis.GetDatabase().KeyExistsAsync("{herald}:lp:" + on0.Session)); // nothing of it in Redis
+    }
+
+    [Fact]
     public async Task On_a_Redis_Cluster_a_session_is_served_through_every_node()
     {
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500), redisCluster: true);

@@ -52,5 +52,12 @@ public sealed class ClusterOptions
     /// <summary>How often a node renews its entry in the cluster's member list (<c>/varz</c> <c>cluster.nodes</c>); silent for three intervals, it is dropped.</summary>
     public TimeSpan HeartbeatInterval { get; set; } = TimeSpan.FromSeconds(5);
 
+    /// <summary>
+    /// Long-poll sessions are the cluster's (spec cluster.md §10): served by any node, their backlogs in Redis, so a
+    /// node's death loses none of their messages, at the cost of a Redis write per message per session. Off: a
+    /// session lives on the node that made it, in memory, as on one node (a load balancer must keep its requests there).
+    /// </summary>
+    public bool ShareLongPollSessions { get; set; } = true;
+
     public bool Enabled => !string.IsNullOrWhiteSpace(Redis);
 }

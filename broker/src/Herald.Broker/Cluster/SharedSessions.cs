@@ -25,45 +25,60 @@ namespace Herald.Broker.Cluster;
 internal sealed class SharedSessions
 {
     /// <summary>
-    /// KEYS: hash, stream, lease. ARGV: node, ttl ms, max pending, disconnect (1/0), token, lease ms, then per message seq,
-    /// sid, frame, position. An append renews the lease too (an owner busy delivering keeps its sessions), taking it
-    /// again if it expired while no other node took it (after a Redis outage, say).
+    /// The appends of several sessions in one call (a node's pumps, batched: spec cluster.md §10). KEYS: per session its
+    /// hash, stream and lease. ARGV: node, lease ms, then per session its token, ttl ms, max pending, disconnect (1/0),
+    /// message count, and per message seq, sid, frame, position. Returns per session the messages dropped
+    /// (DropOldest), -1 (lease another node's, or the session ended) or -2 (ended as a slow consumer). An append
+    /// renews the lease too (an owner busy delivering keeps its sessions), taking it again if it expired while no
+    /// other node took it (after a Redis outage, say).
     /// </summary>
     private const string AppendScript = """
-        local owner = redis.call('GET', KEYS[3])
-        if (owner and owner ~= ARGV[1]) or redis.call('HEXISTS', KEYS[1], 'ended') == 1 or not redis.call('HGET', KEYS[1], 'seq') then return -1 end
-        redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[6])
-        local top = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
-        local i = 7
-        while i <= #ARGV do
-          local seq = tonumber(ARGV[i])
-          if seq > top then
-            redis.call('XADD', KEYS[2], ARGV[i] .. '-0', 's', ARGV[i + 1], 'm', ARGV[i + 2])
-            if ARGV[i + 3] ~= '' then redis.call('HSET', KEYS[1], 'pos:' .. ARGV[i + 1], ARGV[i + 3]) end
-            top = seq
-          end
-          i = i + 4
-        end
-        redis.call('HSET', KEYS[1], 'seq', top)
-        local result = 0
-        local over = redis.call('XLEN', KEYS[2]) - tonumber(ARGV[3])
-        if over > 0 then
-          if ARGV[4] == '1' then
-            redis.call('HSET', KEYS[1], 'ended', 'SlowConsumer')
-            result = -2
+        local results = {}
+        local a = 3
+        for s = 1, #KEYS / 3 do
+          local hash, stream, lease = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
+          local token, ttl, maxp, disconnect, n = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], tonumber(ARGV[a + 4])
+          local i = a + 5
+          a = i + 4 * n
+          local owner = redis.call('GET', lease)
+          local top = redis.call('HGET', hash, 'seq')
+          if (owner and owner ~= ARGV[1]) or not top or redis.call('HEXISTS', hash, 'ended') == 1 then
+            results[s] = -1
           else
-            redis.call('XTRIM', KEYS[2], 'MAXLEN', ARGV[3])
-            result = over
+            redis.call('SET', lease, ARGV[1], 'PX', ARGV[2])
+            top = tonumber(top)
+            while i < a do
+              local seq = tonumber(ARGV[i])
+              if seq > top then
+                redis.call('XADD', stream, ARGV[i] .. '-0', 's', ARGV[i + 1], 'm', ARGV[i + 2])
+                if ARGV[i + 3] ~= '' then redis.call('HSET', hash, 'pos:' .. ARGV[i + 1], ARGV[i + 3]) end
+                top = seq
+              end
+              i = i + 4
+            end
+            redis.call('HSET', hash, 'seq', top)
+            local result = 0
+            local over = redis.call('XLEN', stream) - tonumber(maxp)
+            if over > 0 then
+              if disconnect == '1' then
+                redis.call('HSET', hash, 'ended', 'SlowConsumer')
+                result = -2
+              else
+                redis.call('XTRIM', stream, 'MAXLEN', maxp)
+                result = over
+              end
+            end
+            redis.call('PEXPIRE', hash, ttl)
+            redis.call('PEXPIRE', stream, ttl)
+            local waiter = redis.call('HGET', hash, 'waiter')
+            if waiter then
+              redis.call('HDEL', hash, 'waiter')
+              redis.call('PUBLISH', waiter, token)
+            end
+            results[s] = result
           end
         end
-        redis.call('PEXPIRE', KEYS[1], ARGV[2])
-        redis.call('PEXPIRE', KEYS[2], ARGV[2])
-        local waiter = redis.call('HGET', KEYS[1], 'waiter')
-        if waiter then
-          redis.call('HDEL', KEYS[1], 'waiter')
-          redis.call('PUBLISH', waiter, ARGV[5])
-        end
-        return result
+        return results
         """;
 
     /// <summary>
@@ -247,26 +262,114 @@ internal sealed class SharedSessions
         return hash.Length == 0 ? null : SharedSession.From(token, hash, (string?)await owner.ConfigureAwait(false));
     }
 
-    /// <summary>Appends what the owner's router delivered; returns messages dropped (DropOldest), -1 lease lost or session ended, -2 ended as a slow consumer.</summary>
-    public async Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, bool disconnect, TimeSpan ttl)
+    /// <summary>
+    /// Appends what the owner's router delivered to a session; returns messages dropped (DropOldest), -1 lease lost or
+    /// session ended, -2 ended as a slow consumer. The appends of all this node's sessions waiting at the moment go to
+    /// Redis together, in one script (at most <see cref="MaxAppendsInFlight"/> calls in flight): one call per batch
+    /// of sessions, not per session. A session's pump has one append in flight at a time, so its order holds.
+    /// </summary>
+    public Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, bool disconnect, TimeSpan ttl)
     {
-        var args = new RedisValue[6 + (4 * entries.Count)];
-        args[0] = _node;
-        args[1] = (long)ttl.TotalMilliseconds;
-        args[2] = maxPending;
-        args[3] = disconnect ? 1 : 0;
-        args[4] = token;
-        args[5] = (long)Lease.TotalMilliseconds;
-        int i = 6;
-        foreach (SharedEntry entry in entries)
-        {
-            args[i++] = entry.Sequence;
-            args[i++] = entry.Sid;
-            args[i++] = entry.Frame;
-            args[i++] = entry.Position ?? "";
-        }
+        var append = new PendingAppend(token, entries, maxPending, disconnect, (long)ttl.TotalMilliseconds);
+        _appends.Enqueue(append);
+        SendAppends();
+        return append.Done.Task;
+    }
 
-        return (long)await Db.ScriptEvaluateAsync(AppendScript, [Hash(token), Stream(token), LeaseKey(token)], args).ConfigureAwait(false);
+    /// <summary>Calls to Redis with appends in flight at once, at most: while they are out, the next appends gather into one.</summary>
+    private const int MaxAppendsInFlight = 4;
+
+    /// <summary>Sessions in one append call, at most; and about this many bytes of frames.</summary>
+    private const int MaxSessionsPerAppend = 256;
+
+    private const long MaxBytesPerAppend = 4 * 1024 * 1024;
+
+    private readonly ConcurrentQueue<PendingAppend> _appends = new();
+    private int _appendsInFlight;
+
+    /// <summary>Sends what waits, while there is room in flight. Called after every enqueue and every completion, so nothing waits with room free.</summary>
+    private void SendAppends()
+    {
+        while (!_appends.IsEmpty)
+        {
+            int inFlight = Volatile.Read(ref _appendsInFlight);
+            if (inFlight >= MaxAppendsInFlight)
+            {
+                return; // a completion sends it
+            }
+
+            if (Interlocked.CompareExchange(ref _appendsInFlight, inFlight + 1, inFlight) != inFlight)
+            {
+                continue;
+            }
+
+            var batch = new List<PendingAppend>();
+            long bytes = 0;
+            while (batch.Count < MaxSessionsPerAppend && bytes < MaxBytesPerAppend && _appends.TryDequeue(out PendingAppend? next))
+            {
+                batch.Add(next);
+                bytes += next.Entries.Sum(e => (long)e.Frame.Length);
+            }
+
+            if (batch.Count == 0)
+            {
+                Interlocked.Decrement(ref _appendsInFlight);
+                continue;
+            }
+
+            _ = SendAsync(batch);
+        }
+    }
+
+    private async Task SendAsync(List<PendingAppend> batch)
+    {
+        try
+        {
+            var keys = new RedisKey[3 * batch.Count];
+            var args = new List<RedisValue>(2 + batch.Sum(a => 5 + (4 * a.Entries.Count))) { _node, (long)Lease.TotalMilliseconds };
+            for (int s = 0; s < batch.Count; s++)
+            {
+                PendingAppend append = batch[s];
+                keys[3 * s] = Hash(append.Token);
+                keys[(3 * s) + 1] = Stream(append.Token);
+                keys[(3 * s) + 2] = LeaseKey(append.Token);
+                args.Add(append.Token);
+                args.Add(append.TtlMs);
+                args.Add(append.MaxPending);
+                args.Add(append.Disconnect ? 1 : 0);
+                args.Add(append.Entries.Count);
+                foreach (SharedEntry entry in append.Entries)
+                {
+                    args.Add(entry.Sequence);
+                    args.Add(entry.Sid);
+                    args.Add(entry.Frame);
+                    args.Add(entry.Position ?? "");
+                }
+            }
+
+            var results = (RedisResult[])(await Db.ScriptEvaluateAsync(AppendScript, keys, [.. args]).ConfigureAwait(false))!;
+            for (int s = 0; s < batch.Count; s++)
+            {
+                batch[s].Done.TrySetResult((long)results[s]);
+            }
+        }
+        catch (Exception e)
+        {
+            foreach (PendingAppend append in batch)
+            {
+                append.Done.TrySetException(e);
+            }
+        }
+        finally
+        {
+            Interlocked.Decrement(ref _appendsInFlight);
+            SendAppends();
+        }
+    }
+
+    private sealed record PendingAppend(string Token, IReadOnlyList<SharedEntry> Entries, int MaxPending, bool Disconnect, long TtlMs)
+    {
+        public TaskCompletionSource<long> Done { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
     }
 
     /// <summary>One read of a poll (any node): acknowledges, then what is above the ack; <paramref name="hold"/>: register this node to be woken if nothing is.</summary>
