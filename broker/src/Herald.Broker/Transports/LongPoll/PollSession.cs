@@ -59,7 +59,10 @@ internal sealed class PollSession : ProtocolSession
     public BrokerMetrics Metrics => Broker.Metrics;
 
     /// <summary>How long the session's state outlives its last request in Redis: past its inactivity timeout, a held poll, and a lease.</summary>
-    public TimeSpan StateTimeToLive => _options.InactivityTimeout + _options.PollTimeout + (Shared?.Lease ?? TimeSpan.Zero);
+    public TimeSpan StateTimeToLive => StateTimeToLiveOf(_options, Shared);
+
+    /// <summary><see cref="StateTimeToLive"/>, for a session this node does not hold.</summary>
+    public static TimeSpan StateTimeToLiveOf(LongPollOptions options, SharedSessions? shared) => options.InactivityTimeout + options.PollTimeout + (shared?.Lease ?? TimeSpan.Zero);
 
     /// <summary>The session's name: 256 random bits, base64url; with authentication on, requests also carry the owner's credential.</summary>
     public string Token { get; }

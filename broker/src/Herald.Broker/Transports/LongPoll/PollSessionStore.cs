@@ -165,7 +165,7 @@ internal sealed class PollSessionStore : BackgroundService
     {
         if (Find(token) is not { } session)
         {
-            throw _ended.TryGet(token, out ErrorCode reason) ? Ended(reason) : new HttpProblem(StatusCodes.Status404NotFound, "SessionNotFound", "No such session.");
+            throw _ended.TryGet(token, out ErrorCode reason) ? Ended(reason) : SessionNotFound();
         }
 
         if (_broker.Authenticator.Mode != AuthMode.None
@@ -212,19 +212,10 @@ internal sealed class PollSessionStore : BackgroundService
             return new Located(local, null, local.Identity);
         }
 
-        SharedSession? record;
-        try
-        {
-            record = await shared.FindAsync(token).ConfigureAwait(false);
-        }
-        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
-        {
-            throw ClusterUnavailable(e);
-        }
-
+        SharedSession? record = await OrUnavailable(shared.FindAsync(token)).ConfigureAwait(false);
         if (record is null)
         {
-            throw _ended.TryGet(token, out ErrorCode reason) ? Ended(reason) : new HttpProblem(StatusCodes.Status404NotFound, "SessionNotFound", "No such session.");
+            throw _ended.TryGet(token, out ErrorCode reason) ? Ended(reason) : SessionNotFound();
         }
 
         if (record.Ended is { } ended)
@@ -260,16 +251,7 @@ internal sealed class PollSessionStore : BackgroundService
             return null; // a node on its way out takes nothing over: its polls read Redis, the next node takes it
         }
 
-        SharedSession? taken;
-        try
-        {
-            taken = await shared.TakeOverAsync(record.Token).ConfigureAwait(false);
-        }
-        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
-        {
-            throw ClusterUnavailable(e);
-        }
-
+        SharedSession? taken = await OrUnavailable(shared.TakeOverAsync(record.Token)).ConfigureAwait(false);
         if (taken is null)
         {
             return Find(record.Token);
@@ -396,18 +378,10 @@ internal sealed class PollSessionStore : BackgroundService
                 return await LongPollEndpoints.RunAsync(local, this, command, context.RequestAborted).ConfigureAwait(false);
             }
 
-            try
-            {
-                record = await shared.FindAsync(command.Token).ConfigureAwait(false);
-            }
-            catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
-            {
-                throw ClusterUnavailable(e);
-            }
-
+            record = await OrUnavailable(shared.FindAsync(command.Token)).ConfigureAwait(false);
             if (record is null || record.Ended is not null)
             {
-                throw record?.Ended is { } ended ? Ended(ended) : new HttpProblem(StatusCodes.Status404NotFound, "SessionNotFound", "No such session.");
+                throw record?.Ended is { } ended ? Ended(ended) : SessionNotFound();
             }
 
             if (record.Owner is null && await TakeOverAsync(record, at.Identity!, HttpExchange.RemoteOf(context)).ConfigureAwait(false) is { } taken)
@@ -432,21 +406,13 @@ internal sealed class PollSessionStore : BackgroundService
         string? generation = null;
         while (true)
         {
-            SharedPoll read;
             using SharedSessions.Wake wake = shared.Arm(token);
-            try
-            {
-                read = await shared.PollAsync(token, ack, _options.MaxMessagesPerPoll, _options.InactivityTimeout + _options.PollTimeout + shared.Lease, hold: true, generation).ConfigureAwait(false);
-            }
-            catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
-            {
-                throw ClusterUnavailable(e);
-            }
+            SharedPoll read = await OrUnavailable(shared.PollAsync(token, ack, _options.MaxMessagesPerPoll, PollSession.StateTimeToLiveOf(_options, shared), hold: true, generation)).ConfigureAwait(false);
 
             switch (read.Status)
             {
                 case SharedPollStatus.Unknown:
-                    throw new HttpProblem(StatusCodes.Status404NotFound, "SessionNotFound", "No such session.");
+                    throw SessionNotFound();
                 case SharedPollStatus.Ended:
                     _broker.Metrics.Poll("ended");
                     throw Ended(read.Reason ?? "");
@@ -474,7 +440,7 @@ internal sealed class PollSessionStore : BackgroundService
             bool woken = await wake.WaitAsync(TimeSpan.FromMilliseconds(Math.Min(remaining, (long)shared.RenewEvery.TotalMilliseconds)), cancellation).ConfigureAwait(false);
             if (!woken && !cancellation.IsCancellationRequested && Find(token) is null)
             {
-                SharedSession? record = await shared.FindAsync(token).ConfigureAwait(false);
+                SharedSession? record = await OrUnavailable(shared.FindAsync(token)).ConfigureAwait(false);
                 if (record is { Owner: null, Ended: null })
                 {
                     await TakeOverAsync(record, at.Identity!, null).ConfigureAwait(false); // the owner is gone: messages flow again from here
@@ -526,6 +492,21 @@ internal sealed class PollSessionStore : BackgroundService
             // stopping
         }
     }
+
+    /// <summary>A call to Redis about a shared session; Redis not answering is 503 <c>ClusterUnavailable</c>.</summary>
+    private static async Task<T> OrUnavailable<T>(Task<T> call)
+    {
+        try
+        {
+            return await call.ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+        {
+            throw ClusterUnavailable(e);
+        }
+    }
+
+    private static HttpProblem SessionNotFound() => new(StatusCodes.Status404NotFound, "SessionNotFound", "No such session.");
 
     /// <summary>503 when Redis does not answer a request about a shared session.</summary>
     public static HttpProblem ClusterUnavailable(Exception e) => HttpProblem.Unavailable("ClusterUnavailable", $"The cluster's Redis did not answer: {e.Message}", 1);
