@@ -23,6 +23,9 @@ internal sealed class CompareCommand : IScenario
     /// <summary>Options <c>compare</c> sets for each run from <c>--targets</c>; the user may not pass them through.</summary>
     private static readonly string[] SetPerTarget = ["target", "transport"];
 
+    /// <summary>The label suffix of a <c>--baseline</c> row.</summary>
+    public const string BaselineSuffix = " (baseline)";
+
     public string Name => "compare";
 
     public string Summary => "runs a scenario against each target in turn: headlines side by side, ratios against Herald.";
@@ -35,6 +38,9 @@ internal sealed class CompareCommand : IScenario
                                  (default {string.Join(",", DefaultTargets)})
           --out FILE             a combined JSON: the table and each target's result file embedded
           --markdown FILE        the table as markdown (for the README)
+          --baseline DLL         an A/B in one run: each Herald target runs first with this broker
+                                 (--broker-dll DLL, labelled `herald/tcp (baseline)`), then with the
+                                 one given (or the default build); the ratios are then new vs baseline
         Every other option goes to the scenario, the same for every target (see `<scenario> --help`);
         compare adds --target, --transport and --out itself. Ratio = Herald / peer for higher-is-better
         figures and peer / Herald for lower-is-better ones: > 1 means Herald did better.
@@ -74,6 +80,17 @@ internal sealed class CompareCommand : IScenario
 
         string? outFile = options.OptionalString("out");
         string? markdownFile = options.OptionalString("markdown");
+        if (options.OptionalString("baseline") is { } baseline)
+        {
+            if (!File.Exists(baseline))
+            {
+                throw new UsageException($"--baseline: no broker at '{baseline}'.");
+            }
+
+            // Each Herald target's baseline row runs just before it, so the two share the machine's state.
+            targets = [.. targets.SelectMany(t => t.Target is "herald" or "cluster" ? new[] { t with { BrokerDll = Path.GetFullPath(baseline), Label = t.Label + BaselineSuffix }, t } : [t])];
+        }
+
         if (Array.Find(SetPerTarget, options.Has) is { } clash)
         {
             throw new UsageException($"compare sets --{clash} itself for each target (use --targets).");
@@ -87,7 +104,7 @@ internal sealed class CompareCommand : IScenario
             Console.WriteLine();
             Console.WriteLine($"=== compare: {scenario} on {target.Label} ===");
             string resultFile = Path.Combine(Path.GetTempPath(), $"herald-compare-{Guid.NewGuid():N}.json");
-            string[] args = [scenario, .. passed, "--target", target.Target, "--transport", target.Transport, "--out", resultFile];
+            string[] args = [scenario, .. target.BrokerDll is null ? passed : WithoutOption(passed, "--broker-dll"), "--target", target.Target, "--transport", target.Transport, "--out", resultFile, .. target.BrokerDll is { } dll ? new[] { "--broker-dll", dll } : []];
             var errors = new LineCapture(Console.Error);
             TextWriter stderr = Console.Error;
             Console.SetError(errors);
@@ -140,11 +157,20 @@ internal sealed class CompareCommand : IScenario
             : rows.Any(r => r.Status == CompareStatus.Failed) ? ExitCodes.RunFailed
             : ExitCodes.Ok;
     }
+
+    private static List<string> WithoutOption(List<string> tokens, string option)
+    {
+        int at = tokens.IndexOf(option);
+        return at < 0 ? tokens : [.. tokens.Take(at), .. tokens.Skip(at + 2)];
+    }
 }
 
 /// <summary>One entry of <c>--targets</c>: <c>herald/tcp</c>, <c>signalr/websockets</c>, or a bare <c>nats</c> (tcp).</summary>
 internal sealed record TargetSpec(string Target, string Transport, string Label)
 {
+    /// <summary>The broker this row runs instead of the default (<c>--baseline</c>).</summary>
+    public string? BrokerDll { get; init; }
+
     /// <exception cref="UsageException">Not a known target or transport.</exception>
     public static TargetSpec Parse(string text)
     {
@@ -241,7 +267,8 @@ internal sealed class CompareTable
             }
         }
 
-        IEnumerable<CompareRow> ran = rows.Where(r => r.Target.Target == "herald" && r.Headlines.Count > 0);
+        // A --baseline row is compared with the reference, never the reference itself.
+        CompareRow[] ran = [.. rows.Where(r => r.Target.Target == "herald" && r.Target.BrokerDll is null && r.Headlines.Count > 0)];
         _herald = ran.FirstOrDefault(r => r.Target.Transport == "tcp") ?? ran.FirstOrDefault();
     }
 
