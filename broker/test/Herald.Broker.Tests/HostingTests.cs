@@ -14,6 +14,7 @@ public sealed class HostingTests
     [InlineData("--Herald:Limits:MaxPendingBytes=2000", "--Herald:Limits:MaxFrameBytes=4096", "must hold at least one frame")]
     [InlineData("--Herald:Http:Port=9100", "--Herald:Monitoring:Port=9100", "the monitoring listener needs its own")]
     [InlineData("--Herald:Monitoring:Token=too-short", "--Herald:Monitoring:Host=0.0.0.0", "Token")]
+    [InlineData("--Herald:Limits:SocketBlockBytes=1000", "--Herald:Limits:MaxTopicLength=10", "SocketBlockBytes must be between 4096")]
     [InlineData("--Herald:Monitoring:Host=monitor.example", "--Herald:Limits:MaxTopicLength=10", "Herald:Monitoring:Host 'monitor.example' is not an IP address")]
     public void Invalid_configuration_fails_at_start_with_a_clear_message(string arg1, string arg2, string expected)
     {

@@ -163,6 +163,8 @@ public static class HeraldHost
         builder.AddHeraldOperations(preview); // logs, metrics, traces, health, monitoring
 
         services.Configure<HostOptions>(host => host.ShutdownTimeout = preview.Monitoring.DrainDelay + preview.Limits.ShutdownDrainTimeout + TimeSpan.FromSeconds(5));
+        // Kestrel takes its socket memory from the one IMemoryPoolFactory registered: blocks of SocketBlockBytes (Transports/SocketBlockPool.cs).
+        services.AddSingleton<IMemoryPoolFactory<byte>>(new SocketBlockPoolFactory(preview.Limits.SocketBlockBytes, preview.Limits.SocketBlocksRetainedBytes));
         builder.WebHost.UseSockets(sockets =>
         {
             sockets.UnsafePreferInlineScheduling = preview.Tcp.InlineScheduling;

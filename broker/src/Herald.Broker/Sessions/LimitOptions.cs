@@ -77,6 +77,19 @@ public sealed class LimitOptions
     public int PartialFrameAllowance { get; set; } = 64 * 1024;
 
     /// <summary>
+    /// The unit the sockets (TCP and HTTP) are read and written in: Kestrel's pool blocks. One receive takes at most
+    /// one block, so larger blocks mean fewer system calls and larger batches per read (64 KiB writes from a
+    /// publisher are 16 receives with 4 KiB blocks). An idle connection holds none; a connection with a frame
+    /// half received holds one until it is complete.
+    /// </summary>
+    [Range(4096, 1024 * 1024)]
+    public int SocketBlockBytes { get; set; } = 32 * 1024;
+
+    /// <summary>Bytes of free socket blocks kept for reuse; blocks returned beyond it go back to the GC.</summary>
+    [Range(0, long.MaxValue)]
+    public long SocketBlocksRetainedBytes { get; set; } = 32L * 1024 * 1024;
+
+    /// <summary>
     /// Bytes all TCP connections together may hold of frames larger than <see cref="PartialFrameAllowance"/>
     /// that are not complete yet; a frame that finds no room is answered <c>FrameBudgetFull</c> and its
     /// connection closed (spec §6.2).
