@@ -92,25 +92,4 @@ public class TopicRouterBenchmarks : IDisposable
         {
         }
     }
-
-    /// <summary>The meter factory a host would give the broker's metrics.</summary>
-    private sealed class ServiceMeterFactory : IMeterFactory
-    {
-        private readonly List<Meter> _meters = [];
-
-        public Meter Create(MeterOptions options)
-        {
-            var meter = new Meter(options.Name, options.Version, options.Tags, scope: this);
-            _meters.Add(meter);
-            return meter;
-        }
-
-        public void Dispose()
-        {
-            foreach (Meter meter in _meters)
-            {
-                meter.Dispose();
-            }
-        }
-    }
 }
