@@ -305,6 +305,12 @@ internal sealed class FrameSession : ProtocolSession
 
     private void HandleFrame(in ReadOnlySequence<byte> body)
     {
+        if (IsOpen && FrameDecoder.TryReadCommonPublish(body, out PublishFrame common))
+        {
+            Tell(Publish(common, _readAt)); // the common PUBLISH (most of a publisher's frames); anything else below
+            return;
+        }
+
         var reader = new MessagePackReader(body);
         FrameType type = FrameDecoder.ReadHeader(ref reader, out int count);
         // Spec §8.1: the frame's place in the conversation is judged before its fields are read.
