@@ -69,6 +69,31 @@ public sealed class OperationsMetricsTests
     }
 
     [Fact]
+    public async Task The_fanout_latency_samples_each_publishers_first_publication_and_one_in_sixteen_after()
+    {
+        await using var broker = await TestBroker.StartAsync();
+        await using var subscriber = await ProtocolClient.OpenAsync(broker.Port, "sub");
+        await subscriber.SubscribeAsync(1, "samples.>");
+        await subscriber.PingPongAsync();
+        await using var busy = await ProtocolClient.OpenAsync(broker.Port, "busy");
+        await using var quiet = await ProtocolClient.OpenAsync(broker.Port, "quiet");
+
+        for (int i = 0; i < 33; i++)
+        {
+            await busy.PublishAsync("samples.busy", $"{i}");
+        }
+
+        await quiet.PublishAsync("samples.quiet", "once");
+        for (int i = 0; i < 34; i++)
+        {
+            await subscriber.ReadMessageAsync(); // each was written, so its fan-out ended (and was recorded if sampled)
+        }
+
+        PrometheusScrape scrape = await PrometheusScrape.GetAsync(broker.Monitoring);
+        Assert.Equal(4, scrape.Sum("herald_fanout_duration_seconds_count")); // busy: its 1st, 17th and 33rd; quiet: its only one
+    }
+
+    [Fact]
     public async Task Prometheus_can_be_turned_off()
     {
         await using var broker = await TestBroker.StartAsync(o => o.Telemetry.Prometheus = false);
