@@ -1,4 +1,5 @@
 using Herald.Client.Tests.Infrastructure;
+using Herald.Testing;
 using Herald.Protocol;
 
 namespace Herald.Client.Tests.Integration;
@@ -98,6 +99,26 @@ public class ReconnectTests
         Assert.InRange(kept, 1, 1024 / 100);
         Assert.Contains("PublishBufferSize", full.Message, StringComparison.Ordinal);
         Assert.Equal(ConnectionState.Reconnecting, client.State);
+    }
+
+    [Fact]
+    public async Task A_long_poll_client_whose_broker_stops_answering_reconnects_in_seconds_not_after_the_session_timeout()
+    {
+        // The session's inactivity timeout (60 s by default) outlasts the watcher's hang guard (20 s): only a client
+        // that gives up unanswered polls within seconds gets to Reconnecting here.
+        await using TestBroker broker = await TestBroker.StartAsync();
+        await using var link = new CuttableLink(broker.HttpPort);
+        await using var client = new HeraldClient($"http://127.0.0.1:{link.Port}", Fast());
+        var watcher = new StateWatcher(client);
+        await client.ConnectAsync(Wait.Token());
+
+        link.Cut(); // the held poll is reset and every new poll refused: no answer at all, not even a 503
+        ConnectionStateChangedEventArgs lost = await watcher.WaitForAsync(ConnectionState.Reconnecting);
+        link.Restore();
+        await watcher.WaitForAsync(ConnectionState.Connected, 2);
+
+        Assert.Contains("failed for", lost.Error?.Message, StringComparison.Ordinal);
+        await client.PublishAsync("after.cut", "delivered"); // a new session works
     }
 
     [Fact]

@@ -18,15 +18,23 @@ namespace Herald.Client.Transports.LongPoll;
 /// <remarks>
 /// A poll that fails on the way (no answer) is tried again with the same <c>ack</c> (the session keeps the
 /// messages): at once, then after <see cref="HeraldClientOptions.ReconnectDelay"/>, doubling up to
-/// <see cref="HeraldClientOptions.MaxReconnectDelay"/>, for as long as the session can still be there (its
-/// inactivity timeout since the last answer): in a cluster, a balancer may send the next poll to another node,
-/// which serves the same session (cluster.md §10). A session the broker no longer knows (404, 410), a broker
-/// shutting down (503), or a session silent past its inactivity timeout is a lost connection: the client creates a
-/// new session and subscribes again.
+/// <see cref="HeraldClientOptions.MaxReconnectDelay"/>, for <see cref="MaxUnanswered"/> (and never past the
+/// session's inactivity timeout since the last answer): in a cluster, a balancer may send the next poll to another
+/// node, which serves the same session (cluster.md §10). A session the broker no longer knows (404, 410), a broker
+/// shutting down (503), or polls unanswered for longer is a lost connection: the client creates a new session and
+/// subscribes again.
 /// </remarks>
 internal sealed class LongPollConnection : BrokerConnection
 {
     public const string FramesMediaType = "application/vnd.herald.frames";
+
+    /// <summary>
+    /// How long polls may go unanswered in a row (refused, reset, timed out) before the connection is lost: long
+    /// enough for a balancer to send the next poll to another node of a cluster, short enough that a broker that
+    /// is gone is noticed (state <see cref="ConnectionState.Reconnecting"/>, publications buffered) in seconds,
+    /// not after the session's inactivity timeout (60 s by default).
+    /// </summary>
+    private static readonly TimeSpan MaxUnanswered = TimeSpan.FromSeconds(5);
 
     /// <summary>How much longer than the broker's poll timeout a held poll may take before it counts as failed.</summary>
     private static readonly TimeSpan PollGrace = TimeSpan.FromSeconds(10);
@@ -199,6 +207,7 @@ internal sealed class LongPollConnection : BrokerConnection
         long ack = 0;
         int failures = 0;
         long answered = Environment.TickCount64; // the last time the broker answered a poll
+        long failingSince = 0; // when the polls in a row that got no answer began
         var messages = new List<HeraldMessage>();
         try
         {
@@ -217,9 +226,11 @@ internal sealed class LongPollConnection : BrokerConnection
                     }
                     catch (Exception e) when ((e is HttpRequestException or OperationCanceledException) && !lifetime.IsCancellationRequested)
                     {
-                        if (Environment.TickCount64 - answered > (long)_inactivityTimeout.TotalMilliseconds)
+                        long now = Environment.TickCount64;
+                        failingSince = failures == 0 ? now : Math.Max(failingSince, answered); // an answer in between starts a new streak
+                        if (now - answered > (long)_inactivityTimeout.TotalMilliseconds || now - failingSince > (long)MaxUnanswered.TotalMilliseconds)
                         {
-                            Fail(new HeraldConnectionException($"Polling the broker failed for longer than the session's inactivity timeout ({_inactivityTimeout.TotalSeconds:0.###} s): {e.Message}", e));
+                            Fail(new HeraldConnectionException($"Polling the broker failed for {TimeSpan.FromMilliseconds(now - failingSince).TotalSeconds:0.###} s (the client keeps its session through {MaxUnanswered.TotalSeconds:0} s of failed polls, within the session's inactivity timeout of {_inactivityTimeout.TotalSeconds:0.###} s): {e.Message}", e));
                             return;
                         }
 
