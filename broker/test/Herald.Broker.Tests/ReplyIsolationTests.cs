@@ -188,6 +188,26 @@ public sealed class ReplyIsolationTests
     }
 
     [Fact]
+    public async Task A_refresh_that_takes_away_publishing_to_a_topic_refuses_the_next_publication_to_that_very_topic()
+    {
+        // The broker remembers the last topic a connection published to as checked: a refresh must not keep it granted.
+        await using TestBroker broker = await JwtBrokerAsync();
+        await using ProtocolClient watcher = await OpenAsync(broker, Jwt("watcher", sub: [">"]));
+        await using ProtocolClient client = await OpenAsync(broker, Jwt("user-1", pub: ["orders.>"]));
+        await watcher.SubscribeAsync(1, "orders.>");
+        await watcher.PingPongAsync();
+        await client.PublishAsync("orders.eu", "first");
+        await client.PublishAsync("orders.eu", "second"); // the same topic again: granted as remembered
+        Assert.Empty(await client.PingPongAsync());
+
+        await client.SendAsync(w => FrameWriter.WriteHello(w, "user-1", Capabilities.None, Jwt("user-1", pub: ["returns.>"])));
+        Assert.Equal(FrameType.Welcome, (await client.ReadAsync()).Type);
+        await ExpectDeniedAsync(client, w => FrameWriter.WritePublish(w, "orders.eu"u8, default, PayloadFlags.None, "after the refresh"u8), "orders.eu");
+
+        Assert.Equal(["first", "second"], (await watcher.PingPongAsync()).Select(f => f.Text));
+    }
+
+    [Fact]
     public async Task A_jwt_without_sub_or_exp_is_refused_and_a_refresh_must_keep_the_subject()
     {
         await using TestBroker broker = await JwtBrokerAsync();

@@ -38,6 +38,9 @@ internal sealed class FrameSession : ProtocolSession
     private long _frameBudget;
     private long _frameDeadline;
 
+    /// <inheritdoc/>
+    protected override bool ChecksOnOneThread => true; // RunAsync is the session's one caller
+
     public FrameSession(BrokerCore broker, ConnectionContext connection, long id, string transport)
         : base(broker, id, transport, connection.RemoteEndPoint, new BacklogLimits(broker.Limits.MaxPendingMessages, broker.Limits.MaxPendingBytes, broker.Limits.SlowConsumerPolicy))
     {

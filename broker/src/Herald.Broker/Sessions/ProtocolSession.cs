@@ -55,6 +55,14 @@ internal abstract class ProtocolSession : INoResponders
     private bool _noResponders; // granted: a request that reaches no subscription is answered at once (spec §7)
     private FanoutTally? _fanout; // what routing a traced publication did, for its span (made at the first one)
     private uint _routed; // publications routed, for the fan-out latency's sampling (the session's one caller)
+
+    // The last topic a PUBLISH of this session named that passed the topic rules, and the permissions that granted
+    // publishing to it (null: not granted by permissions, or not asked): a publisher sending to one topic pays
+    // the rules and the permission match once, not on every publication. Only where one thread checks
+    // (ChecksOnOneThread: a TCP read loop); made at the first publication.
+    private byte[]? _checkedTopic;
+    private int _checkedTopicLength;
+    private Permissions? _checkedTopicGrantedBy;
     private bool _interestChanged; // cluster: this session changed its subscriptions since it last waited for Redis
     private Task? _resumes; // cluster: resumes reading Redis (their replay not yet queued)
 
@@ -722,7 +730,12 @@ internal abstract class ProtocolSession : INoResponders
             Throw(ErrorCode.MalformedFrame, "A header block was sent without negotiating headers (HELLO's capabilities, or long-poll's \"headers\": true).");
         }
 
-        TopicRules.CheckName(publish.Topic, Limits.MaxTopicLength);
+        bool checkedBefore = ChecksOnOneThread && IsCheckedTopic(publish.Topic);
+        if (!checkedBefore)
+        {
+            TopicRules.CheckName(publish.Topic, Limits.MaxTopicLength);
+        }
+
         Permissions permissions = Identity.Permissions;
         if (publish.ReplyTo is { } replyTo)
         {
@@ -751,23 +764,69 @@ internal abstract class ProtocolSession : INoResponders
             return Denied($"Naming '{publish.ReplyToString}' as reply_to is not permitted for '{Identity.Name}': a reply topic must be one it may subscribe to, and not reserved.");
         }
 
-        if (!permissions.IsAllowAll && !MayPublish(permissions, publish.Topic))
+        if (!permissions.IsAllowAll && !(checkedBefore && ReferenceEquals(_checkedTopicGrantedBy, permissions)))
         {
-            return Denied($"Publishing to '{publish.TopicString}' is not permitted for '{Identity.Name}'.");
+            PublishGrant grant = MayPublish(permissions, publish.Topic);
+            if (grant == PublishGrant.None)
+            {
+                return Denied($"Publishing to '{publish.TopicString}' is not permitted for '{Identity.Name}'.");
+            }
+
+            if (ChecksOnOneThread)
+            {
+                RememberCheckedTopic(publish.Topic, grant == PublishGrant.Permissions ? permissions : null); // a reply permit is spent: never remembered
+            }
+        }
+        else if (ChecksOnOneThread && !checkedBefore)
+        {
+            RememberCheckedTopic(publish.Topic, permissions.IsAllowAll ? permissions : null);
         }
 
         return default;
+    }
+
+    /// <summary>Whether the one thread that calls <see cref="Check"/> is always the same (a TCP read loop), so that it may remember the last topic it checked.</summary>
+    protected virtual bool ChecksOnOneThread => false;
+
+    private bool IsCheckedTopic(in ReadOnlySequence<byte> topic) =>
+        _checkedTopic is { } known && topic.IsSingleSegment && topic.FirstSpan.SequenceEqual(known.AsSpan(0, _checkedTopicLength));
+
+    private void RememberCheckedTopic(in ReadOnlySequence<byte> topic, Permissions? grantedBy)
+    {
+        if (!topic.IsSingleSegment || topic.Length > CheckedTopicBytes)
+        {
+            _checkedTopicLength = 0;
+            _checkedTopicGrantedBy = null;
+            return;
+        }
+
+        _checkedTopic ??= new byte[CheckedTopicBytes];
+        topic.FirstSpan.CopyTo(_checkedTopic);
+        _checkedTopicLength = (int)topic.Length;
+        _checkedTopicGrantedBy = grantedBy;
+    }
+
+    /// <summary>The longest topic remembered as checked (<see cref="IsCheckedTopic"/>).</summary>
+    private const int CheckedTopicBytes = 128;
+
+    private enum PublishGrant
+    {
+        None,
+        Permissions,
+        ReplyPermit,
     }
 
     /// <summary>The most a compressed payload may decompress to: its plain MESSAGE, header block included, must fit in max_frame (spec §4.5, §11).</summary>
     private int PlainPayloadLimit(in PublishFrame publish) => Limits.MaxPayloadBytes - (int)publish.Headers.Length;
 
     /// <summary>A restricted identity's PUBLISH: granted, or a reply it was asked for (spent here). Allocates nothing.</summary>
-    private bool MayPublish(Permissions permissions, in ReadOnlySequence<byte> topic)
+    private PublishGrant MayPublish(Permissions permissions, in ReadOnlySequence<byte> topic)
     {
         Span<char> stack = stackalloc char[TopicChars.StackLength];
         using var name = new TopicChars(topic, stack);
-        return permissions.CanPublish(name.Span) || _replyPermits?.TryUse(name.Span) == true;
+        return permissions.CanPublish(name.Span) ? PublishGrant.Permissions
+            : _replyPermits?.TryUse(name.Span) == true ? PublishGrant.ReplyPermit
+            : PublishGrant.None;
     }
 
     private static bool MayNameAsReplyTo(Permissions permissions, in ReadOnlySequence<byte> replyTo)
