@@ -76,6 +76,28 @@ public sealed class BadInputTests : IAsyncLifetime
         Assert.Equal("still fine", (await bystander.ReadMessageAsync()).Text);
     }
 
+    [Theory]
+    [InlineData(10)]  // the last good topic is remembered as checked
+    [InlineData(200)] // the last good topic is too long to remember, the one before it was not
+    public async Task A_bad_topic_after_good_ones_is_refused_however_the_good_ones_were_checked(int goodLength)
+    {
+        await using var broker = await TestBroker.StartAsync(); // topics up to 256 bytes (this class's broker allows 32)
+        await using var bystander = await ProtocolClient.OpenAsync(broker.Port, "bystander");
+        await bystander.SubscribeAsync(1, "good.>");
+        await bystander.PingPongAsync();
+        await using var offender = await ProtocolClient.OpenAsync(broker.Port, "offender");
+        string good = "good." + new string('x', goodLength - 5);
+        await offender.PublishAsync("good.short", "one");
+        await offender.PublishAsync(good, "two");
+        await offender.PublishAsync(good, "three");
+        Assert.Empty(await offender.PingPongAsync());
+
+        await offender.SendAsync(w => FrameWriter.WritePublish(w, default, default, PayloadFlags.None, "empty topic"u8)); // "": not a topic
+        await offender.ExpectClosedWithAsync(ErrorCode.InvalidTopic);
+
+        Assert.Equal(["one", "two", "three"], (await bystander.PingPongAsync()).Select(f => f.Text));
+    }
+
     [Fact]
     public async Task A_frame_cut_off_by_the_client_closing_is_counted_and_harms_nobody()
     {

@@ -61,7 +61,7 @@ internal abstract class ProtocolSession : INoResponders
     // the rules and the permission match once, not on every publication. Only where one thread checks
     // (ChecksOnOneThread: a TCP read loop); made at the first publication.
     private byte[]? _checkedTopic;
-    private int _checkedTopicLength;
+    private int _checkedTopicLength = -1; // -1: none remembered (0 would match an empty topic, which is never valid)
     private Permissions? _checkedTopicGrantedBy;
     private bool _interestChanged; // cluster: this session changed its subscriptions since it last waited for Redis
     private Task? _resumes; // cluster: resumes reading Redis (their replay not yet queued)
@@ -779,7 +779,7 @@ internal abstract class ProtocolSession : INoResponders
         }
         else if (ChecksOnOneThread && !checkedBefore)
         {
-            RememberCheckedTopic(publish.Topic, permissions.IsAllowAll ? permissions : null);
+            RememberCheckedTopic(publish.Topic, permissions); // allow-all: nothing to match
         }
 
         return default;
@@ -789,13 +789,13 @@ internal abstract class ProtocolSession : INoResponders
     protected virtual bool ChecksOnOneThread => false;
 
     private bool IsCheckedTopic(in ReadOnlySequence<byte> topic) =>
-        _checkedTopic is { } known && topic.IsSingleSegment && topic.FirstSpan.SequenceEqual(known.AsSpan(0, _checkedTopicLength));
+        _checkedTopicLength >= 0 && topic.IsSingleSegment && topic.FirstSpan.SequenceEqual(_checkedTopic.AsSpan(0, _checkedTopicLength));
 
     private void RememberCheckedTopic(in ReadOnlySequence<byte> topic, Permissions? grantedBy)
     {
         if (!topic.IsSingleSegment || topic.Length > CheckedTopicBytes)
         {
-            _checkedTopicLength = 0;
+            _checkedTopicLength = -1; // forget the one before: it is no longer the last
             _checkedTopicGrantedBy = null;
             return;
         }
