@@ -56,6 +56,24 @@ public sealed class SocketBlockPoolTests
         Assert.Equal(16 * 1024, pool.MaxBufferSize);
     }
 
+    [Fact]
+    public void Every_pool_Kestrel_asks_for_is_the_one_pool_so_the_retained_bound_is_the_brokers()
+    {
+        var factory = new SocketBlockPoolFactory(4096, 2 * 4096);
+        var first = (SocketBlockPool)factory.Create();
+        var second = (SocketBlockPool)factory.Create(); // another listener, another I/O queue
+        IMemoryOwner<byte>[] blocks = [first.Rent(), first.Rent(), second.Rent(), second.Rent()];
+
+        foreach (IMemoryOwner<byte> block in blocks)
+        {
+            block.Dispose();
+        }
+
+        Assert.Equal(2 * 4096, first.RetainedBytes + (ReferenceEquals(first, second) ? 0 : second.RetainedBytes));
+        first.Dispose(); // a listener stopping lets the free blocks go; the others rent on
+        Assert.Equal(4096, second.Rent().Memory.Length);
+    }
+
     [Theory]
     [InlineData(4096)]
     [InlineData(32 * 1024)]

@@ -85,7 +85,7 @@ public sealed class LimitOptions
     [Range(4096, 1024 * 1024)]
     public int SocketBlockBytes { get; set; } = 32 * 1024;
 
-    /// <summary>Bytes of free socket blocks kept for reuse; blocks returned beyond it go back to the GC.</summary>
+    /// <summary>Bytes of free socket blocks the broker keeps for reuse, all listeners together; blocks returned beyond it go back to the GC.</summary>
     [Range(0, long.MaxValue)]
     public long SocketBlocksRetainedBytes { get; set; } = 32L * 1024 * 1024;
 

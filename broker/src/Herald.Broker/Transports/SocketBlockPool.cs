@@ -23,6 +23,11 @@ namespace Herald.Broker.Transports;
 /// are pinned (the pinned object heap: no pinning per operation) and returned blocks are kept for reuse up to
 /// <see cref="MaxRetainedBytes"/>; beyond that they go back to the GC.
 /// </para>
+/// <para>
+/// One pool serves the whole broker (<see cref="SocketBlockPoolFactory"/>): Kestrel asks for a pool per listener
+/// and I/O queue, about 70 with the TCP range, HTTP and monitoring, and a bound per pool would be 70 bounds.
+/// Thread-safe; disposing it (each listener does when it stops) only lets the free blocks go.
+/// </para>
 /// </remarks>
 internal sealed class SocketBlockPool : MemoryPool<byte>
 {
@@ -42,7 +47,7 @@ internal sealed class SocketBlockPool : MemoryPool<byte>
     /// <summary>The most free blocks kept for reuse, in bytes (blocks in use are the connections').</summary>
     public long MaxRetainedBytes { get; }
 
-    /// <summary>Bytes of free blocks kept for reuse now (monitoring).</summary>
+    /// <summary>Bytes of free blocks kept for reuse now.</summary>
     public long RetainedBytes => (long)Volatile.Read(ref _retained) * BlockSize;
 
     public override int MaxBufferSize => BlockSize;
@@ -104,8 +109,15 @@ internal sealed class SocketBlockPool : MemoryPool<byte>
     }
 }
 
-/// <summary>Gives Kestrel <see cref="SocketBlockPool"/>s (Kestrel takes its pools from the one <see cref="IMemoryPoolFactory{T}"/> registered).</summary>
-internal sealed class SocketBlockPoolFactory(int blockSize, long maxRetainedBytes) : IMemoryPoolFactory<byte>
+/// <summary>
+/// Gives Kestrel the broker's one <see cref="SocketBlockPool"/> whenever it asks for a pool (it takes its pools from
+/// the one <see cref="IMemoryPoolFactory{T}"/> registered), so that the retained bound is the broker's.
+/// </summary>
+internal sealed class SocketBlockPoolFactory(int blockSize, long maxRetainedBytes) : IMemoryPoolFactory<byte>, IDisposable
 {
-    public MemoryPool<byte> Create(MemoryPoolOptions? options = null) => new SocketBlockPool(blockSize, maxRetainedBytes);
+    private readonly SocketBlockPool _pool = new(blockSize, maxRetainedBytes);
+
+    public MemoryPool<byte> Create(MemoryPoolOptions? options = null) => _pool;
+
+    public void Dispose() => _pool.Dispose();
 }
