@@ -101,13 +101,7 @@ public class PublishDecodeBenchmarks
         long bytes = 0;
         while (FrameReader.TryReadFrame(ref buffer, PublishFrames.MaxFrame, out ReadOnlySequence<byte> body))
         {
-            if (!FrameDecoder.TryReadCommonPublish(body, out PublishFrame publish))
-            {
-                var reader = new MessagePackReader(body);
-                FrameType type = FrameDecoder.ReadHeader(ref reader, out int elements);
-                publish = type == FrameType.Publish ? FrameDecoder.ReadPublish(ref reader, elements) : throw new InvalidOperationException($"Expected PUBLISH, got {type}.");
-            }
-
+            PublishFrame publish = PublishFrames.DecodeAsBroker(body);
             bytes += publish.Topic.Length + publish.Payload.Length + publish.HeaderValues;
         }
 

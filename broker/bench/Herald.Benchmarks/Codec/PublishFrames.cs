@@ -12,6 +12,22 @@ internal static class PublishFrames
     /// <summary>Pipe's default segment size: how a PipeReader hands the broker a busy socket's bytes.</summary>
     public const int PipeSegmentSize = 4096;
 
+    /// <summary>
+    /// A PUBLISH body decoded as the broker's read loop decodes it: <see cref="FrameDecoder.TryReadCommonPublish"/>
+    /// first, the general reader for what it declines (headers, frames straddling two segments).
+    /// </summary>
+    public static PublishFrame DecodeAsBroker(in ReadOnlySequence<byte> body)
+    {
+        if (FrameDecoder.TryReadCommonPublish(body, out PublishFrame common))
+        {
+            return common;
+        }
+
+        var reader = new MessagePack.MessagePackReader(body);
+        FrameType type = FrameDecoder.ReadHeader(ref reader, out int elements);
+        return type == FrameType.Publish ? FrameDecoder.ReadPublish(ref reader, elements) : throw new InvalidOperationException($"Expected PUBLISH, got {type}.");
+    }
+
     public static readonly byte[] Topic = Encoding.ASCII.GetBytes("prices.eu.ACME");
 
     public static readonly byte[] ReplyTo = Encoding.ASCII.GetBytes("_INBOX.9f2c1ab07e4d.1234");

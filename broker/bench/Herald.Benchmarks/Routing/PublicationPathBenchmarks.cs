@@ -167,7 +167,7 @@ public class PublicationPathBenchmarks : IDisposable
         long bytes = 0;
         while (FrameReader.TryReadFrame(ref buffer, PublishFrames.MaxFrame, out ReadOnlySequence<byte> body))
         {
-            PublishFrame publish = Decode(body);
+            PublishFrame publish = PublishFrames.DecodeAsBroker(body);
             bytes += publish.Topic.Length + publish.Payload.Length;
         }
 
@@ -182,7 +182,7 @@ public class PublicationPathBenchmarks : IDisposable
         long matched = 0;
         while (FrameReader.TryReadFrame(ref buffer, PublishFrames.MaxFrame, out ReadOnlySequence<byte> body))
         {
-            PublishFrame publish = Decode(body);
+            PublishFrame publish = PublishFrames.DecodeAsBroker(body);
             matched += _router.Match(publish.Topic).Length;
         }
 
@@ -202,7 +202,7 @@ public class PublicationPathBenchmarks : IDisposable
         int sinceDrain = 0;
         while (FrameReader.TryReadFrame(ref buffer, PublishFrames.MaxFrame, out ReadOnlySequence<byte> body))
         {
-            PublishFrame publish = Decode(body);
+            PublishFrame publish = PublishFrames.DecodeAsBroker(body);
             deliveries += _router.Publish(publish, origin: null, _toFlush, encoder: null);
             _toFlush.Clear();
             if (++sinceDrain == DrainEvery)
@@ -231,7 +231,7 @@ public class PublicationPathBenchmarks : IDisposable
         int sinceDrain = 0;
         while (FrameReader.TryReadFrame(ref buffer, PublishFrames.MaxFrame, out ReadOnlySequence<byte> body))
         {
-            PublishFrame publish = Decode(body);
+            PublishFrame publish = PublishFrames.DecodeAsBroker(body);
             _router.Publish(publish, origin: null, _toFlush, encoder: null);
             _toFlush.Clear();
             if (++sinceDrain == DrainEvery)
@@ -243,18 +243,6 @@ public class PublicationPathBenchmarks : IDisposable
 
         written += Write();
         return written;
-    }
-
-    private static PublishFrame Decode(in ReadOnlySequence<byte> body)
-    {
-        if (FrameDecoder.TryReadCommonPublish(body, out PublishFrame common))
-        {
-            return common; // as the broker's read loop: the common PUBLISH first, the general reader for the rest
-        }
-
-        var reader = new MessagePackReader(body);
-        FrameType type = FrameDecoder.ReadHeader(ref reader, out int elements);
-        return type == FrameType.Publish ? FrameDecoder.ReadPublish(ref reader, elements) : throw new InvalidOperationException($"Expected PUBLISH, got {type}.");
     }
 
     // Empties every backlog without writing: take, release.

@@ -54,7 +54,7 @@ internal abstract class ProtocolSession : INoResponders
     private ReplyPermits? _replyPermits; // a restricted identity's reply permissions (spec §10); null while it may publish everywhere
     private bool _noResponders; // granted: a request that reaches no subscription is answered at once (spec §7)
     private FanoutTally? _fanout; // what routing a traced publication did, for its span (made at the first one)
-    private uint _routed; // publications routed, for the fan-out latency's sampling (the session's one caller)
+    private uint _routed; // publications routed, for the fan-out latency's sampling (long-poll requests may race on it: a sample, not a count)
 
     // The last topic a PUBLISH of this session named that passed the topic rules, and the permissions that granted
     // publishing to it (null: not granted by permissions, or not asked): a publisher sending to one topic pays
