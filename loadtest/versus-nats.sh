@@ -5,9 +5,11 @@
 # against permissions, request/reply through another identity's reply permissions, as in auth-cost.sh).
 # nats-server runs without authorization in both. Writes loadtest/results/versus-nats/<row>-<auth>.json and
 # prints the table (medians over --repeat, with the spread) as markdown for the README.
-# About 15 minutes on a 2-core machine with the defaults.
+# About 20 minutes on a 2-core machine with the defaults. fanout-tls runs fan-out 1 -> 100 plain and over TLS
+# (--transport tls: each started server given the tool's self-signed certificate) for both brokers in one
+# run, with a 10 s warm-up: the TLS path's code takes longer than the plain one's to reach the JIT's last tier.
 #
-# Usage: loadtest/versus-nats.sh [row ...]   rows: stream oneway rpc32 rpc1 collab idle-tcp idle-longpoll
+# Usage: loadtest/versus-nats.sh [row ...]   rows: stream oneway rpc32 rpc1 collab idle-tcp idle-longpoll fanout-tls
 #        (default: all). Environment: REPEAT (3), AUTH (both | off | on), OUT (loadtest/results/versus-nats),
 #        BASELINE (a Herald.Broker.dll: each Herald row also runs this broker just before, an A/B in one run).
 # Needs the Release builds (this script builds them) and nats-server on the PATH (Debian: nats-server).
@@ -49,6 +51,7 @@ ROWS=(
   "collab|herald/tcp,nats/tcp|collab --preset 100x5-d1 --rounds 20"
   "idle-tcp|herald/tcp,nats/tcp|connections --steps 10000"
   "idle-longpoll|herald/longpoll|connections --steps 5000"
+  "fanout-tls|herald/tcp,herald/tls,nats/tcp,nats/tls|fanout --subscribers 100 --seconds 10 --warmup 10"
 )
 wanted=("$@")
 chosen() { [ ${#wanted[@]} -eq 0 ] && return 0; for w in "${wanted[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
@@ -63,7 +66,7 @@ for row in "${ROWS[@]}"; do
     echo "    exit $?"
   fi
   if [ "$AUTH" != off ]; then
-    herald=${targets%%,*}
+    herald=$(tr ',' '\n' <<< "$targets" | grep '^herald' | paste -sd,)
     responder=(); [[ $scenario == rpc* && $scenario != *oneway* ]] && responder=(--responder-token $RESPONDER_TOKEN)
     echo "=== $name, isolation on: compare $scenario --targets $herald ($(date -u +%H:%M:%S), $(uptime | sed 's/.*load/load/'))"
     env "${auth_env[@]}" $LT compare $scenario --targets "$herald" --token $CLIENT_TOKEN "${responder[@]}" --repeat "$REPEAT" "${PORTS[@]}" "${baseline[@]}" --out "$OUT/$name-on.json" > "$OUT/$name-on.log" 2>&1
@@ -107,5 +110,16 @@ for name, label, headline in rows:
     target = "herald/longpoll" if name == "idle-longpoll" else "herald/tcp"
     h, n, a = figure(off, target, headline), figure(off, "nats/tcp", headline), figure(on, target, headline)
     print(f"| {label} | {cell(h)} | {cell(n)} | {ratio(h, n)} | {cell(a)} | {ratio(a, n)} |")
+# fan-out over TLS: the figures, then each broker's TLS / plain (the goal: Herald's at least NATS's)
+off, on = load("fanout-tls", "off"), load("fanout-tls", "on")
+d = "deliveries/s"
+hp, ht, np_, nt = (figure(off, l, d) for l in ("herald/tcp", "herald/tls", "nats/tcp", "nats/tls"))
+ap, at = figure(on, "herald/tcp", d), figure(on, "herald/tls", d)
+print(f"| fan-out 1 -> 100 over TLS, deliveries/s | {cell(ht)} | {cell(nt)} | {ratio(ht, nt)} | {cell(at)} | {ratio(at, nt)} |")
+def tls_ratio(tls, plain): return None if tls is None or plain is None else tls["value"] / plain["value"]
+rh, rn, ra = tls_ratio(ht, hp), tls_ratio(nt, np_), tls_ratio(at, ap)
+f = lambda r: "-" if r is None else f"{r:.2f}"
+g = lambda a, b: "-" if a is None or b is None else f"{a / b:.2f}x"
+print(f"| fan-out with TLS vs plain (TLS / plain) | {f(rh)} | {f(rn)} | {g(rh, rn)} | {f(ra)} | {g(ra, rn)} |")
 print("\nratio > 1: Herald did better (higher figures over NATS's, lower ones NATS's over Herald's); ± half the min-max spread over the repetitions.")
 PY

@@ -12,7 +12,7 @@ namespace Herald.LoadTest.Tests;
 /// </summary>
 public class TargetContractTests
 {
-    public static TheoryData<string, string> Targets => new() { { "herald", "tcp" }, { "herald", "longpoll" }, { "nats", "tcp" }, { "redis", "tcp" }, { "signalr", "tcp" }, { "signalr", "longpoll" } };
+    public static TheoryData<string, string> Targets => new() { { "herald", "tcp" }, { "herald", "tls" }, { "herald", "longpoll" }, { "nats", "tcp" }, { "nats", "tls" }, { "redis", "tcp" }, { "signalr", "tcp" }, { "signalr", "longpoll" } };
 
     internal static async Task<ITarget> StartAsync(string target, string transport, bool headers = false)
     {

@@ -228,9 +228,10 @@ internal sealed class BrokerChild : IAsyncDisposable
     /// <summary>
     /// Waits until the broker completes a HELLO/WELCOME handshake on <paramref name="endPoint"/>.
     /// Returns null when it does, else why not (it exited, or <paramref name="timeout"/> passed). The probe
-    /// presents <paramref name="auth"/> in HELLO: a broker with authentication on refuses a probe without it.
+    /// presents <paramref name="auth"/> in HELLO: a broker with authentication on refuses a probe without it;
+    /// with <paramref name="tlsFrom"/> speaking TLS it handshakes TLS first.
     /// </summary>
-    public async Task<string?> WaitUntilReadyAsync(IPEndPoint endPoint, TimeSpan timeout, CancellationToken cancellationToken, string? auth = null)
+    public async Task<string?> WaitUntilReadyAsync(IPEndPoint endPoint, TimeSpan timeout, CancellationToken cancellationToken, string? auth = null, BrokerEndpoints? tlsFrom = null)
     {
         long start = Stopwatch.GetTimestamp();
         string last = "no attempt yet";
@@ -245,11 +246,11 @@ internal sealed class BrokerChild : IAsyncDisposable
             attempt.CancelAfter(TimeSpan.FromSeconds(2));
             try
             {
-                HeraldConnection probe = await HeraldConnection.ConnectAsync(endPoint, "loadtest-readiness-probe", attempt.Token, auth: auth);
+                HeraldConnection probe = await HeraldConnection.ConnectAsync(endPoint, "loadtest-readiness-probe", attempt.Token, tlsFrom: tlsFrom, auth: auth);
                 await probe.DisposeAsync();
                 return null;
             }
-            catch (Exception e) when (e is SocketException or IOException or BrokerErrorException or Herald.Protocol.ProtocolException
+            catch (Exception e) when (e is SocketException or IOException or BrokerErrorException or Herald.Protocol.ProtocolException or System.Security.Authentication.AuthenticationException
                                           || (e is OperationCanceledException && !cancellationToken.IsCancellationRequested))
             {
                 last = e.Message;

@@ -111,12 +111,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
             await socket.ConnectAsync(endPoint, cancellationToken);
             if (tlsFrom is { Tls: true })
             {
-                string? trusted = tlsFrom.TlsThumbprint;
-                var ssl = new System.Net.Security.SslStream(new NetworkStream(socket, ownsSocket: false), leaveInnerStreamOpen: false,
-                    (_, certificate, _, errors) => errors == System.Net.Security.SslPolicyErrors.None
-                        || (trusted is not null && certificate is not null && string.Equals(certificate.GetCertHashString(), trusted, StringComparison.OrdinalIgnoreCase)));
-                await ssl.AuthenticateAsClientAsync(new System.Net.Security.SslClientAuthenticationOptions { TargetHost = tlsFrom.Host }, cancellationToken);
-                connection._tls = ssl;
+                connection._tls = await TlsClient.AuthenticateAsync(socket, tlsFrom.Host, tlsFrom.TlsThumbprint, cancellationToken);
             }
 
             await connection.HandshakeAsync(capabilities, auth, cancellationToken);

@@ -188,6 +188,7 @@ internal sealed record TargetSpec(string Target, string Transport, string Label)
             ("signalr", "websockets" or "tcp") => "tcp",
             ("signalr", "longpolling" or "longpoll") => "longpoll",
             ("signalr", _) => null,
+            ("herald" or "nats", "tls") => named,
             (_, "tcp" or "longpoll") => named,
             _ => null,
         };

@@ -80,9 +80,15 @@ internal sealed class HeraldNode : IAsyncDisposable
             $"--Herald:Monitoring:Host={options.Host}",
             $"--Herald:Monitoring:Port={(options.MonitoringPort ?? DefaultMonitoringPort).ToString(c)}",
             "--Herald:Policy:Port=-1",
+            .. TlsArguments(options),
             .. options.ServerArguments ?? [],
         ];
     }
+
+    /// <summary>With <c>--transport tls</c>: every TCP port speaks TLS, with the tool's <see cref="LoopbackCertificate"/>.</summary>
+    private static string[] TlsArguments(TargetOptions options) => options.Transport != "tls"
+        ? []
+        : ["--Herald:Security:Tls:TcpPorts=all", $"--Herald:Security:Tls:CertificatePath={LoopbackCertificate.Instance.CertificatePath}", $"--Herald:Security:Tls:KeyPath={LoopbackCertificate.Instance.KeyPath}"];
 
     /// <summary>The options with <c>--port N</c> alone read as the one TCP port N (instead of the default range).</summary>
     public static TargetOptions WithPortAlone(TargetOptions options) =>
@@ -95,6 +101,12 @@ internal sealed class HeraldNode : IAsyncDisposable
     public static async Task<HeraldNode> StartAsync(TargetOptions options, CancellationToken cancellationToken)
     {
         BrokerEndpoints endpoints = await BrokerEndpoints.ResolveAsync(options.Host, options.FirstPort, options.LastPort, cancellationToken);
+        if (options.Transport == "tls")
+        {
+            endpoints.Tls = true;
+            endpoints.TlsThumbprint = options.StartServer ? LoopbackCertificate.Instance.Thumbprint : null; // external: the system's CAs
+        }
+
         if (!options.StartServer)
         {
             return new HeraldNode(options, endpoints, null, "Herald (external)");
@@ -113,7 +125,7 @@ internal sealed class HeraldNode : IAsyncDisposable
 
         string version = FileVersionInfo.GetVersionInfo(dll).ProductVersion is { Length: > 0 } product ? $"Herald {product.Split('+')[0]}" : "Herald";
         BrokerChild child = BrokerChild.Start(dll, Arguments(options), options.ServerCpus);
-        if (await child.WaitUntilReadyAsync(endpoints.At(options.FirstPort), TimeSpan.FromSeconds(options.SetupTimeoutSeconds), cancellationToken, options.Token) is { } notReady)
+        if (await child.WaitUntilReadyAsync(endpoints.At(options.FirstPort), TimeSpan.FromSeconds(options.SetupTimeoutSeconds), cancellationToken, options.Token, endpoints) is { } notReady)
         {
             await child.DisposeAsync();
             throw new TargetUnavailableException(notReady);
@@ -142,7 +154,8 @@ internal sealed class HeraldNode : IAsyncDisposable
             TcpReceiveBufferSize.Value ?? HeraldConnection.DefaultReceiveBufferSize,
             Sources.For(slot / Endpoints.PortCount),
             credential,
-            Options.Headers ? Capabilities.Headers : Capabilities.None);
+            Options.Headers ? Capabilities.Headers : Capabilities.None,
+            Endpoints);
     }
 
     public async ValueTask DisposeAsync()

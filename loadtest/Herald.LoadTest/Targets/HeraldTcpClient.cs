@@ -37,9 +37,9 @@ internal sealed class HeraldTcpClient : SocketPubSubClient
     /// <summary>WELCOME's <c>inbox_prefix</c> (spec §4.2), <c>_INBOX</c> from a broker that names none.</summary>
     public override string InboxPrefix => _connection.Welcome.InboxPrefix ?? IPubSubClient.AnonymousInboxPrefix;
 
-    public static async Task<HeraldTcpClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, int receiveBufferSize = HeraldConnection.DefaultReceiveBufferSize, IPAddress? localAddress = null, string? auth = null, Capabilities capabilities = Capabilities.None)
+    public static async Task<HeraldTcpClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, int receiveBufferSize = HeraldConnection.DefaultReceiveBufferSize, IPAddress? localAddress = null, string? auth = null, Capabilities capabilities = Capabilities.None, BrokerEndpoints? tlsFrom = null)
     {
-        HeraldConnection connection = await HeraldConnection.ConnectAsync(endPoint, name, cancellationToken, receiveBufferSize, localAddress, capabilities: capabilities, auth: auth);
+        HeraldConnection connection = await HeraldConnection.ConnectAsync(endPoint, name, cancellationToken, receiveBufferSize, localAddress, tlsFrom, capabilities, auth: auth);
         return new HeraldTcpClient(connection);
     }
 

@@ -3,6 +3,7 @@ using System.Buffers.Text;
 using System.Collections.Concurrent;
 using System.Net;
 using System.Text;
+using Herald.LoadTest.Client;
 using Herald.LoadTest.Peers.Nats;
 
 namespace Herald.LoadTest.Targets;
@@ -40,10 +41,10 @@ internal sealed class NatsPubSubClient : SocketPubSubClient
 
     protected override string ClosedByServer => "the server closed the connection";
 
-    /// <summary>Connects, reads the server's INFO and sends CONNECT (verbose off, echo on, <c>headers</c> as asked).</summary>
-    public static async Task<NatsPubSubClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, bool headers = false)
+    /// <summary>Connects, reads the server's INFO, handshakes TLS when it asks (with <paramref name="tls"/>) and sends CONNECT (verbose off, echo on, <c>headers</c> as asked).</summary>
+    public static async Task<NatsPubSubClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, bool headers = false, TlsTrust? tls = null)
     {
-        NatsConnection connection = await NatsConnection.ConnectAsync(endPoint, name, cancellationToken, headers);
+        NatsConnection connection = await NatsConnection.ConnectAsync(endPoint, name, cancellationToken, headers, tls);
         return new NatsPubSubClient(connection);
     }
 

@@ -23,11 +23,13 @@ internal sealed class NatsTarget : ITarget
     private readonly BrokerChild? _child;
     private readonly Process? _external;
     private readonly bool _headers;
+    private readonly TlsTrust? _tls;
 
-    private NatsTarget(IPEndPoint endPoint, BrokerChild? child, Process? external, string description, int maxPayload, bool headers)
+    private NatsTarget(IPEndPoint endPoint, BrokerChild? child, Process? external, string description, int maxPayload, bool headers, TlsTrust? tls)
     {
         _endPoint = endPoint;
         _headers = headers;
+        _tls = tls;
         _child = child;
         _external = external;
         ServerDescription = description;
@@ -36,7 +38,7 @@ internal sealed class NatsTarget : ITarget
 
     public string Name => "nats";
 
-    public string Transport => "tcp";
+    public string Transport => _tls is null ? "tcp" : "tls";
 
     public string ServerDescription { get; }
 
@@ -46,14 +48,22 @@ internal sealed class NatsTarget : ITarget
 
     public int MaxPayload { get; }
 
-    /// <summary>The arguments the tool starts nats-server with: the listening address and port, nothing else.</summary>
+    /// <summary>
+    /// The arguments the tool starts nats-server with: the listening address and port, and with
+    /// <c>--transport tls</c> the tool's <see cref="LoopbackCertificate"/> (<c>--tls</c>: every client must
+    /// speak TLS); nothing else.
+    /// </summary>
     public static List<string> Arguments(TargetOptions options) =>
-        ["-a", options.Host, "-p", options.PortOr(4222).ToString(CultureInfo.InvariantCulture)];
+    [
+        "-a", options.Host, "-p", options.PortOr(4222).ToString(CultureInfo.InvariantCulture),
+        .. options.Transport == "tls" ? new[] { "--tls", "--tlscert", LoopbackCertificate.Instance.CertificatePath, "--tlskey", LoopbackCertificate.Instance.KeyPath } : [],
+    ];
 
     public static async Task<ITarget> StartAsync(TargetOptions options, CancellationToken cancellationToken)
     {
         int port = options.PortOr(4222);
         IPEndPoint endPoint = (await BrokerEndpoints.ResolveAsync(options.Host, port, port, cancellationToken)).At(port);
+        TlsTrust? tls = options.Transport == "tls" ? new TlsTrust(options.Host, options.StartServer ? LoopbackCertificate.Instance.Thumbprint : null) : null;
         BrokerChild? child = null;
         string version = "nats-server (external)";
         if (options.StartServer)
@@ -78,16 +88,16 @@ internal sealed class NatsTarget : ITarget
             // One probe connection: it is NATS, and its INFO gives the version (external) and max_payload.
             using var probeTimeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
             probeTimeout.CancelAfter(TimeSpan.FromSeconds(options.SetupTimeoutSeconds));
-            using NatsConnection probe = await NatsConnection.ConnectAsync(endPoint, "loadtest-probe", probeTimeout.Token);
+            using NatsConnection probe = await NatsConnection.ConnectAsync(endPoint, "loadtest-probe", probeTimeout.Token, tls: tls);
             if (child is null)
             {
                 version = $"{probe.ServerName} (external)";
             }
 
             int maxPayload = probe.MaxPayload is > 0 and <= int.MaxValue ? (int)probe.MaxPayload : 1024 * 1024;
-            return new NatsTarget(endPoint, child, HeraldTarget.FindProcess(child is null ? options.ServerPid : null), $"{version}; {ClientNote}", maxPayload, options.Headers);
+            return new NatsTarget(endPoint, child, HeraldTarget.FindProcess(child is null ? options.ServerPid : null), $"{version}; {ClientNote}", maxPayload, options.Headers, tls);
         }
-        catch (Exception e) when (e is IOException or System.Net.Sockets.SocketException or OperationCanceledException && !cancellationToken.IsCancellationRequested)
+        catch (Exception e) when (e is IOException or System.Net.Sockets.SocketException or System.Security.Authentication.AuthenticationException or OperationCanceledException && !cancellationToken.IsCancellationRequested)
         {
             if (child is not null)
             {
@@ -99,7 +109,7 @@ internal sealed class NatsTarget : ITarget
     }
 
     public async Task<IPubSubClient> ConnectAsync(int index, CancellationToken cancellationToken) =>
-        await NatsPubSubClient.ConnectAsync(_endPoint, $"loadtest-{index.ToString(CultureInfo.InvariantCulture)}", cancellationToken, _headers);
+        await NatsPubSubClient.ConnectAsync(_endPoint, $"loadtest-{index.ToString(CultureInfo.InvariantCulture)}", cancellationToken, _headers, _tls);
 
     /// <summary>
     /// The <c>NATS/1.0</c> block HPUB and HMSG carry: the version line, one <c>Key: Value</c> line per value,

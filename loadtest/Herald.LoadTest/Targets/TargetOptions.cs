@@ -37,8 +37,10 @@ internal sealed record TargetOptions(
           --target T             herald | nats | redis | signalr | cluster             (default herald)
                                  cluster: N Herald nodes over one redis-server, all started by the tool;
                                  client i on node i % N (loadtest/docs/cluster.md)
-          --transport X          tcp | longpoll: Herald (and cluster) TCP or HTTP long-poll; SignalR WebSockets
-                                 (tcp) or long polling (longpoll); NATS and Redis: tcp only (default tcp)
+          --transport X          tcp | tls | longpoll: Herald (and cluster) TCP or HTTP long-poll; SignalR WebSockets
+                                 (tcp) or long polling (longpoll); NATS and Redis: tcp. tls: Herald or NATS over
+                                 TLS, the started server given a self-signed certificate the clients trust by
+                                 thumbprint (Herald:Security:Tls:TcpPorts=all; nats-server --tls) (default tcp)
           --nodes N              cluster: how many Herald nodes, 1 to 32; node k on the --ports range shifted
                                  by k lengths, --http-port + k, --monitoring-port + k  (default 3)
           --server start|external  start the server for this run and stop it after (default), or use one
@@ -69,9 +71,14 @@ internal sealed record TargetOptions(
         }
 
         string transport = options.String("transport", "tcp");
-        if (transport is not ("tcp" or "longpoll"))
+        if (transport is not ("tcp" or "tls" or "longpoll"))
         {
-            throw new UsageException($"--transport must be tcp or longpoll, got '{transport}'.");
+            throw new UsageException($"--transport must be tcp, tls or longpoll, got '{transport}'.");
+        }
+
+        if (transport == "tls" && target is not ("herald" or "nats"))
+        {
+            throw new UsageException($"--transport tls goes with herald or nats, not {target}.");
         }
 
         if (transport == "longpoll" && target is "nats" or "redis")

@@ -27,6 +27,7 @@ internal sealed class NatsConnection : IDisposable
     private static readonly byte[] PongLine = "PONG\r\n"u8.ToArray();
 
     private readonly Socket _socket;
+    private Stream? _tls; // set when the server requires TLS; reads and writes then go through it
     private readonly SemaphoreSlim _sendGate = new(1, 1);
     private readonly ReceiveBuffer _received = new(DefaultReceiveBufferSize);
     private long _bytesSent;
@@ -56,8 +57,12 @@ internal sealed class NatsConnection : IDisposable
 
     public void Consume(int count) => _received.Consume(count);
 
-    /// <summary>Connects, reads INFO and sends CONNECT; with <paramref name="headers"/> it may send HPUB and receives HMSG.</summary>
-    public static async Task<NatsConnection> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, bool headers = false)
+    /// <summary>
+    /// Connects, reads INFO and sends CONNECT; with <paramref name="headers"/> it may send HPUB and receives HMSG.
+    /// A server whose INFO says <c>tls_required</c> gets the TLS handshake before CONNECT (the NATS order), which
+    /// takes <paramref name="tls"/>; without it such a server is refused.
+    /// </summary>
+    public static async Task<NatsConnection> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, bool headers = false, TlsTrust? tls = null)
     {
         var socket = new Socket(endPoint.AddressFamily, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
         var connection = new NatsConnection(socket, name);
@@ -70,7 +75,16 @@ internal sealed class NatsConnection : IDisposable
                 throw new IOException($"{name}: expected INFO, got '{info}'.");
             }
 
-            connection.ReadInfo(info[5..]);
+            if (connection.ReadInfo(info[5..]))
+            {
+                if (tls is null)
+                {
+                    throw new IOException($"{name}: the server requires TLS; use --transport tls.");
+                }
+
+                connection._tls = await TlsClient.AuthenticateAsync(socket, tls.Host, tls.Thumbprint, cancellationToken);
+            }
+
             await connection.SendAsync(headers ? ConnectWithHeadersLine : ConnectLine, cancellationToken);
             return connection;
         }
@@ -79,33 +93,6 @@ internal sealed class NatsConnection : IDisposable
             connection.Close();
             throw;
         }
-    }
-
-    /// <summary>Opens <paramref name="count"/> connections, 32 at a time, and runs <paramref name="prepare"/> on each; all or nothing.</summary>
-    public static async Task<NatsConnection[]> ConnectManyAsync(Func<int, IPEndPoint> endPoint, int count, Func<int, string> name, Func<NatsConnection, CancellationToken, Task> prepare, CancellationToken cancellationToken)
-    {
-        var connections = new NatsConnection?[count];
-        try
-        {
-            var parallel = new ParallelOptions { MaxDegreeOfParallelism = 32, CancellationToken = cancellationToken };
-            await Parallel.ForEachAsync(Enumerable.Range(0, count), parallel, async (i, token) =>
-            {
-                NatsConnection connection = await ConnectAsync(endPoint(i), name(i), token);
-                connections[i] = connection;
-                await prepare(connection, token);
-            });
-        }
-        catch
-        {
-            foreach (NatsConnection? connection in connections)
-            {
-                connection?.Close();
-            }
-
-            throw;
-        }
-
-        return connections!;
     }
 
     /// <summary>SUB then a PING barrier: once the PONG is back the server has applied the SUB.</summary>
@@ -138,7 +125,9 @@ internal sealed class NatsConnection : IDisposable
     public async ValueTask<bool> ReceiveAsync(CancellationToken cancellationToken = default)
     {
         Memory<byte> free = _received.PrepareReceive(MaxMessage);
-        return _received.Commit(await _socket.ReceiveAsync(free, SocketFlags.None, cancellationToken));
+        return _received.Commit(_tls is null
+            ? await _socket.ReceiveAsync(free, SocketFlags.None, cancellationToken)
+            : await _tls.ReadAsync(free, cancellationToken));
     }
 
     [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder))]
@@ -147,6 +136,13 @@ internal sealed class NatsConnection : IDisposable
         await _sendGate.WaitAsync(cancellationToken);
         try
         {
+            if (_tls is not null)
+            {
+                await _tls.WriteAsync(data, cancellationToken);
+                Volatile.Write(ref _bytesSent, _bytesSent + data.Length);
+                return;
+            }
+
             while (!data.IsEmpty)
             {
                 int sent = await _socket.SendAsync(data, SocketFlags.None, cancellationToken);
@@ -180,6 +176,7 @@ internal sealed class NatsConnection : IDisposable
             // already reset by the peer
         }
 
+        _tls?.Dispose();
         _socket.Dispose();
     }
 
@@ -208,7 +205,8 @@ internal sealed class NatsConnection : IDisposable
         }
     }
 
-    private void ReadInfo(string json)
+    /// <summary>Reads the server's INFO; true when it requires TLS.</summary>
+    private bool ReadInfo(string json)
     {
         try
         {
@@ -219,6 +217,7 @@ internal sealed class NatsConnection : IDisposable
             ServerName = $"nats-server {version} {id}".Trim();
             ProtocolVersion = root.TryGetProperty("proto", out JsonElement p) && p.TryGetInt32(out int proto) ? proto : 0;
             MaxPayload = root.TryGetProperty("max_payload", out JsonElement m) && m.TryGetInt64(out long max) ? max : 0;
+            return root.TryGetProperty("tls_required", out JsonElement t) && t.ValueKind == JsonValueKind.True;
         }
         catch (JsonException e)
         {
