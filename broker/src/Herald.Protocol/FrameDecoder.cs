@@ -129,8 +129,15 @@ public static class FrameDecoder
             RequireUtf8(pattern, "pattern");
             var options = (SubscribeOptions)reader.ReadUInt32();
             StreamPosition? since = elementCount > 4 ? ReadSince(ref reader) : null;
-            SkipRest(ref reader, elementCount - 5);
-            return new SubscribeFrame(sid, pattern, options) { Since = since };
+            ReadOnlySequence<byte> queue = default;
+            if (elementCount > 5 && !reader.TryReadNil())
+            {
+                queue = reader.ReadStringSequence() ?? default;
+                RequireUtf8(queue, "queue");
+            }
+
+            SkipRest(ref reader, elementCount - 6);
+            return new SubscribeFrame(sid, pattern, options) { Since = since, Queue = queue };
         }
         catch (Exception e) when (IsDecodeFailure(e))
         {

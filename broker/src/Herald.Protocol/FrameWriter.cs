@@ -63,15 +63,24 @@ public static class FrameWriter
     }
 
     /// <param name="since">Resume the topic's stream after this position (spec §13), sent as a fifth element; null sends the four of a live subscription.</param>
-    public static void WriteSubscribe(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> pattern, SubscribeOptions options = SubscribeOptions.None, StreamPosition? since = null)
+    /// <param name="queue">The queue group to join (spec §14), sent as a sixth element (the fifth then nil when there is no <paramref name="since"/>); empty: none.</param>
+    public static void WriteSubscribe(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> pattern, SubscribeOptions options = SubscribeOptions.None, StreamPosition? since = null, ReadOnlySpan<byte> queue = default)
     {
         int body = 1 + 1 + UIntSize(sid) + StrSize(pattern.Length) + UIntSize((uint)options);
+        int elements = 4;
         if (since is { } position)
         {
             body += 1 + UIntSize(position.Offset) + StrSize(Encoding.UTF8.GetByteCount(position.Epoch));
+            elements = 5;
         }
 
-        var w = Start(output, body, since is null ? 4 : 5, FrameType.Subscribe);
+        if (!queue.IsEmpty)
+        {
+            body += (since is null ? 1 : 0) + StrSize(queue.Length);
+            elements = 6;
+        }
+
+        var w = Start(output, body, elements, FrameType.Subscribe);
         w.Write(sid);
         w.WriteString(pattern);
         w.Write((uint)options);
@@ -80,6 +89,15 @@ public static class FrameWriter
             w.WriteArrayHeader(2);
             w.Write(resume.Offset);
             w.Write(resume.Epoch);
+        }
+        else if (!queue.IsEmpty)
+        {
+            w.WriteNil();
+        }
+
+        if (!queue.IsEmpty)
+        {
+            w.WriteString(queue);
         }
 
         w.Flush();

@@ -15,7 +15,13 @@ public readonly record struct SubscribeFrame(uint Sid, ReadOnlySequence<byte> Pa
     /// <summary>The fifth element (spec §4.3, §13): resume the topic's stream after this position; null: live only.</summary>
     public StreamPosition? Since { get; init; }
 
+    /// <summary>The sixth element (spec §4.3, §14): the queue group the subscription joins; empty: none. A slice of the frame.</summary>
+    public ReadOnlySequence<byte> Queue { get; init; }
+
     public string PatternString => Encoding.UTF8.GetString(Pattern);
+
+    /// <summary>The queue group's name, or null for a plain subscription.</summary>
+    public string? QueueString => Queue.IsEmpty ? null : Encoding.UTF8.GetString(Queue);
 }
 
 /// <summary>UNSUBSCRIBE (spec §4.4).</summary>

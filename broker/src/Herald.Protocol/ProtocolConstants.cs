@@ -54,6 +54,9 @@ public enum Capabilities : uint
 
     /// <summary>The broker keeps topic histories a subscription may resume (spec §13); granted only with <see cref="Headers"/> and only by a broker that keeps some.</summary>
     History = 8,
+
+    /// <summary>SUBSCRIBE may name a queue group (spec §4.3, §14); granted by a broker that routes them.</summary>
+    QueueGroups = 16,
 }
 
 /// <summary>Option bits of SUBSCRIBE (spec §4.3).</summary>

@@ -62,7 +62,7 @@ public sealed class FrameVectorReplayTests(VectorBroker fixture) : IClassFixture
         await using var client = await ProtocolClient.ConnectAsync(fixture.Broker.Port);
         if (!hello)
         {
-            await client.HelloAsync("vectors", Capabilities.Zstd | Capabilities.Headers);
+            await client.HelloAsync("vectors", Capabilities.Zstd | Capabilities.Headers | Capabilities.QueueGroups);
             await client.SubscribeAsync(uint.MaxValue - 1, ">"); // what a valid PUBLISH routes comes back here
         }
 

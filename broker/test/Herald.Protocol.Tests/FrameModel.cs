@@ -40,7 +40,7 @@ internal static class FrameModel
     {
         FrameType.Welcome => ["inbox_prefix"],
         FrameType.Error => ["sid"],
-        FrameType.Subscribe => ["since"],
+        FrameType.Subscribe => ["since", "queue"],
         FrameType.Publish or FrameType.Message => ["headers"],
         _ => [],
     };
@@ -98,7 +98,7 @@ internal static class FrameModel
                 FrameWriter.WriteWelcome(output, w.ServerName, w.ConnectionId, w.Capabilities, w.Limits, w.Version, w.InboxPrefix);
                 break;
             case SubscribeFrame s:
-                FrameWriter.WriteSubscribe(output, s.Sid, s.Pattern.ToArray(), s.Options, s.Since);
+                FrameWriter.WriteSubscribe(output, s.Sid, s.Pattern.ToArray(), s.Options, s.Since, s.Queue.ToArray());
                 break;
             case UnsubscribeFrame u:
                 FrameWriter.WriteUnsubscribe(output, u.Sid);
@@ -160,6 +160,7 @@ internal static class FrameModel
                 (SubscribeOptions)fields.GetProperty("options").GetUInt32())
             {
                 Since = fields.TryGetProperty("since", out JsonElement since) ? new StreamPosition(since.GetProperty("offset").GetUInt64(), since.GetProperty("epoch").GetString()!) : null,
+                Queue = fields.TryGetProperty("queue", out JsonElement queue) ? Utf8(queue)!.Value : default,
             },
             FrameType.Unsubscribe => new UnsubscribeFrame(fields.GetProperty("sid").GetUInt32()),
             FrameType.Publish or FrameType.Message => new PublishFrame(
@@ -202,7 +203,12 @@ internal static class FrameModel
                 "{" + string.Join(", ", w.Limits.OrderBy(l => l.Key, StringComparer.Ordinal).Select(l => $"{Text(l.Key)}: {Num(l.Value)}")) + "}",
                 .. w.InboxPrefix is { } prefix ? [Text(prefix)] : Array.Empty<string>(),
             ],
-            SubscribeFrame s => [Num(s.Sid), Text(s.Pattern), Num((uint)s.Options), .. s.Since is { } since ? [$"{{offset: {Num(since.Offset)}, epoch: {Text(since.Epoch)}}}"] : Array.Empty<string>()],
+            SubscribeFrame s =>
+            [
+                Num(s.Sid), Text(s.Pattern), Num((uint)s.Options),
+                .. s.Since is { } since ? [$"{{offset: {Num(since.Offset)}, epoch: {Text(since.Epoch)}}}"] : s.Queue.IsEmpty ? Array.Empty<string>() : ["nil"],
+                .. s.Queue.IsEmpty ? Array.Empty<string>() : [Text(s.Queue)],
+            ],
             UnsubscribeFrame u => [Num(u.Sid)],
             PublishFrame p =>
             [

@@ -7,7 +7,7 @@ import { HeraldHeaders, headerPairs, outgoing, type HeadersInit } from "./header
 import { HeraldError, NoRespondersError, RequestTimeoutError } from "./protocol/errors.js";
 import type { ResumeEvent } from "./history.js";
 import type { MessageHeaders } from "./protocol/frames.js";
-import { checkPattern, checkPublishTopic, checkReplyTo, DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
+import { checkPattern, checkPublishTopic, checkQueueName, checkReplyTo, DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { LongPollTransport } from "./longpoll.js";
 import { Message, Subscription, type MessageHandler, type SubscribeOptions, type SubscriptionOwner } from "./subscription.js";
 import { TcpTransport } from "./tcp.js";
@@ -404,13 +404,15 @@ export class HeraldClient implements SubscriptionOwner {
   private async register(sub: Subscription, transport: Transport): Promise<void> {
     try {
       // With a history position (spec §13) when the subscription resumes: see Subscription.sinceForSubscribe.
-      await transport.subscribe(sub.sid, sub.pattern, sub.noEcho, sub.sinceForSubscribe(transport.info.history === true));
+      // A queue group member sends its queue on every connection (the transport refuses it where not granted).
+      await transport.subscribe(sub.sid, sub.pattern, sub.noEcho, sub.sinceForSubscribe(transport.info.history === true), sub.queue);
       sub.markReady();
     } catch (e) {
       const error = asHeraldError(e);
-      // Only a long-poll 4xx answer is a refusal; anything else means the connection failed, and the
-      // subscription is restored on the next one.
-      const refused = error.status !== undefined && error.status >= 400 && error.status < 500;
+      // Only a long-poll 4xx answer, or a queue group the broker did not grant, is a refusal; anything else
+      // means the connection failed, and the subscription is restored on the next one.
+      const refused =
+        (error.status !== undefined && error.status >= 400 && error.status < 500) || error.code === "QueueGroupsNotNegotiated";
       if (!refused || sub.isClosed) return;
       // The broker refused it: end it, and say so.
       this.subs.delete(sub.sid);
@@ -503,7 +505,8 @@ export class HeraldClient implements SubscriptionOwner {
   /**
    * Subscribes to a topic pattern (`prices.>`, `chat.*.room`). Without a handler the subscription is an
    * async iterable (`for await (const msg of sub)`); with one, the handler gets every message.
-   * `sub.ready` resolves when the broker has the subscription.
+   * `sub.ready` resolves when the broker has the subscription. With `options.queue` it joins that queue
+   * group (spec §14): each message goes to one member of the group (see {@link SubscribeOptions.queue}).
    */
   subscribe(pattern: string, options?: SubscribeOptions): Subscription;
   subscribe(pattern: string, handler: MessageHandler, options?: SubscribeOptions): Subscription;
@@ -517,6 +520,16 @@ export class HeraldClient implements SubscriptionOwner {
   private track(pattern: string, handler: MessageHandler | undefined, options: SubscribeOptions, traced: boolean): Subscription {
     if (this._state === "closed") throw new HeraldError("Closed", "The client is closed.");
     checkPattern(pattern, this.transport?.maxTopic ?? this.lastMaxTopic);
+    const queue = options.queue ?? null;
+    if (queue !== null) {
+      checkQueueName(queue);
+      if (options.resume === true || options.onResume !== undefined) {
+        throw new HeraldError(
+          "InvalidOptions",
+          `Subscription to '${pattern}' in queue group '${queue}': a queue group member does not resume from a history position (spec §4.3, §14); leave out resume and onResume.`,
+        );
+      }
+    }
     const max = this.transport?.maxSubscriptions ?? Infinity;
     if (this.subs.size >= max) {
       throw new HeraldError("TooManySubscriptions", `The broker allows ${max} subscriptions per connection.`);
@@ -532,6 +545,7 @@ export class HeraldClient implements SubscriptionOwner {
       traced,
       options.resume !== false,
       options.onResume,
+      queue,
     );
     this.subs.set(sid, sub);
     if (this.transport) void this.register(sub, this.transport);

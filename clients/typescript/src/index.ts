@@ -20,4 +20,4 @@ export type { ResumeEvent } from "./history.js";
 export type { HistoryPosition } from "./protocol/frames.js";
 export type { TransportInfo } from "./transport.js";
 export { HeraldError, ProtocolError, NoRespondersError, RequestTimeoutError, ErrorCode, errorCodeName } from "./protocol/errors.js";
-export { validateTopic, validatePattern, topicMatches, isReservedTopic } from "./protocol/topics.js";
+export { validateTopic, validatePattern, topicMatches, isReservedTopic, isValidQueueName } from "./protocol/topics.js";

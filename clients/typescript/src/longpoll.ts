@@ -23,7 +23,7 @@ import { PayloadFlags, encodePublish, type HistoryPosition, type MessageHeaders 
 import { parsePollBody, type PollResult } from "./protocol/poll.js";
 import { DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { zstdDecompress } from "./protocol/zstd.js";
-import type { PendingPublish, Transport, TransportEvents, TransportInfo, TransportOptions } from "./transport.js";
+import { queueGroupsNotNegotiated, type PendingPublish, type Transport, type TransportEvents, type TransportInfo, type TransportOptions } from "./transport.js";
 import { backoff, deferred, sleep, type Deferred } from "./util.js";
 
 export const FRAMES_MEDIA_TYPE = "application/vnd.herald.frames";
@@ -33,7 +33,7 @@ const REQUEST_TIMEOUT_MS = 30_000;
 const MAX_PUBLISHES_PER_REQUEST = 1000;
 
 type Op =
-  | { kind: "sub"; sid: number; pattern: string; noEcho: boolean; since: HistoryPosition | null; done: Deferred<void> }
+  | { kind: "sub"; sid: number; pattern: string; noEcho: boolean; since: HistoryPosition | null; queue: string | null; done: Deferred<void> }
   | { kind: "unsub"; sid: number; done: Deferred<void> }
   | { kind: "pub"; p: PendingPublish; size: number; headers: MessageHeaders | undefined }
   | { kind: "flush"; done: Deferred<void> };
@@ -52,6 +52,7 @@ interface SessionInfo {
   headers?: boolean;
   noResponders?: boolean;
   history?: boolean;
+  queueGroups?: boolean;
   maxHeaders?: number;
   maxHeaderBytes?: number;
 }
@@ -86,9 +87,11 @@ function isTransient(e: HeraldError): boolean {
 
 /**
  * The subscribe request's body (longpoll §1.2): `{"sid", "pattern", "noEcho"}`, with `"since": {"offset",
- * "epoch"}` to resume (README §13). The offset is written as JSON digits, exact even above 2^53.
+ * "epoch"}` to resume (README §13), or `"queue": "<name>"` to join a queue group (README §14; never both).
+ * The offset is written as JSON digits, exact even above 2^53.
  */
-function subscribeBody(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null): string {
+function subscribeBody(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null, queue: string | null): string {
+  if (queue !== null) return JSON.stringify({ sid, pattern, noEcho, queue });
   const body = JSON.stringify({ sid, pattern, noEcho });
   if (since === null) return body;
   return `${body.slice(0, -1)},"since":{"offset":${String(since.offset)},"epoch":${JSON.stringify(since.epoch)}}}`;
@@ -176,6 +179,7 @@ export class LongPollTransport implements Transport {
       headers,
       noResponders: headers && session.noResponders === true,
       history: headers && session.history === true,
+      queueGroups: session.queueGroups === true,
       limits,
       ...(typeof session.inboxPrefix === "string" ? { inboxPrefix: session.inboxPrefix } : {}),
     };
@@ -398,7 +402,7 @@ export class LongPollTransport implements Transport {
           if (op.kind === "sub") {
             await this.send("POST", "/subscriptions", "Subscribing", {
               headers: { "Content-Type": "application/json" },
-              body: subscribeBody(op.sid, op.pattern, op.noEcho, op.since),
+              body: subscribeBody(op.sid, op.pattern, op.noEcho, op.since, op.queue),
             });
           } else if (op.kind === "unsub") {
             try {
@@ -506,11 +510,16 @@ export class LongPollTransport implements Transport {
   // ---------------------------------------------------------------------------------------------------
   // Transport
 
-  subscribe(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null = null): Promise<void> {
+  subscribe(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null = null, queue: string | null = null): Promise<void> {
     if (this.stopped) return Promise.reject(new HeraldError("ConnectionLost", "The long-poll session has ended."));
+    // A queue only on a session that said queueGroups: an older broker would take it as a plain subscription.
+    if (queue && this.info.queueGroups !== true) return Promise.reject(queueGroupsNotNegotiated(pattern, queue));
+    if (queue && since !== null) {
+      return Promise.reject(new RangeError("A subscribe cannot name both a queue group and a since: a queue group has no position to resume (README §14)."));
+    }
     const done = deferred<void>();
     // since only on a session granted headers: any other answers it 400 MalformedRequest (longpoll §1.2).
-    this.enqueue({ kind: "sub", sid, pattern, noEcho, since: this.info.history === true ? since : null, done });
+    this.enqueue({ kind: "sub", sid, pattern, noEcho, since: this.info.history === true ? since : null, queue: queue || null, done });
     return done.promise;
   }
 

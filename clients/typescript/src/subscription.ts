@@ -82,6 +82,16 @@ export interface SubscribeOptions {
    * not (what was published meanwhile cannot be replayed). The client's `resume` event reports it too.
    */
   onResume?: (event: ResumeEvent) => void | Promise<void>;
+  /**
+   * Join this queue group (spec §14): each message published to the pattern goes to one member of the group
+   * (the subscriptions with the same pattern and queue name, on any client), chosen at random, instead of to
+   * all of them; plain subscriptions still get every message. A name is 1 to 64 characters of printable
+   * ASCII other than `.`, `*` and `>` (anything else throws `InvalidTopic` here). A member does not resume
+   * (a group has no position): `resume: true` or `onResume` beside it throws `InvalidOptions`. Against a
+   * broker that does not grant queue groups the subscription is refused (`QueueGroupsNotNegotiated`: its
+   * `ready` rejects, an `error` event says so) rather than made a plain one.
+   */
+  queue?: string;
 }
 
 /** @internal The client side a subscription talks to. */
@@ -107,7 +117,7 @@ export class Subscription implements AsyncIterable<Message> {
 
   private readonly readyD: Deferred<void> = deferred<void>();
   private readonly closedD: Deferred<void> = deferred<void>();
-  private queue: Message[] = [];
+  private pending: Message[] = [];
   private head = 0;
   private readonly waiters: Deferred<IteratorResult<Message>>[] = [];
   private ended = false;
@@ -134,6 +144,8 @@ export class Subscription implements AsyncIterable<Message> {
     /** Whether SUBSCRIBEs carry the position (spec §13), see {@link SubscribeOptions.resume}. */
     private readonly resume = true,
     private readonly onResume?: (event: ResumeEvent) => void | Promise<void>,
+    /** The queue group it is a member of (spec §14), or `null` for a plain subscription. */
+    readonly queue: string | null = null,
   ) {
     this.ready = quiet(this.readyD.promise);
     this.closed = this.closedD.promise;
@@ -156,12 +168,12 @@ export class Subscription implements AsyncIterable<Message> {
   /**
    * @internal The `since` of the SUBSCRIBE about to go out on a connection (spec §4.3, CLIENTS.md step 12):
    * the kept position, or "from now" without one; `null` (send none) when resuming is off, the pattern has
-   * wildcards, the broker keeps no history (capability bit 3), or the topic keeps none. With one, the broker's status
-   * MESSAGE is expected next on this sid.
+   * wildcards, the broker keeps no history (capability bit 3), the topic keeps none, or it is a queue group
+   * member (spec §14: a group has no position). With one, the broker's status MESSAGE is expected next on this sid.
    */
   sinceForSubscribe(historyGranted: boolean): HistoryPosition | null {
     this.awaitingStatus = null;
-    if (!this.resume || this.noHistory || !historyGranted || hasWildcards(this.pattern)) return null;
+    if (!this.resume || this.queue !== null || this.noHistory || !historyGranted || hasWildcards(this.pattern)) return null;
     const since = this.#position ?? FROM_NOW;
     this.awaitingStatus = { resumed: since.epoch !== "" };
     return since;
@@ -244,7 +256,7 @@ export class Subscription implements AsyncIterable<Message> {
       waiter.resolve({ value: message, done: false });
       return;
     }
-    if (this.queue.length - this.head >= this.maxPending) {
+    if (this.pending.length - this.head >= this.maxPending) {
       this.head++;
       this.dropped++;
       if (this.dropped === 1 || this.dropped % 1000 === 0) {
@@ -255,9 +267,9 @@ export class Subscription implements AsyncIterable<Message> {
         );
       }
     }
-    this.queue.push(message);
-    if (this.head > 1024 && this.head * 2 > this.queue.length) {
-      this.queue = this.queue.slice(this.head);
+    this.pending.push(message);
+    if (this.head > 1024 && this.head * 2 > this.pending.length) {
+      this.pending = this.pending.slice(this.head);
       this.head = 0;
     }
   }
@@ -277,7 +289,7 @@ export class Subscription implements AsyncIterable<Message> {
   end(error?: unknown): void {
     if (this.ended) return;
     this.ended = true;
-    this.queue = [];
+    this.pending = [];
     this.head = 0;
     if (error !== undefined) {
       this.failure = error;
@@ -307,11 +319,11 @@ export class Subscription implements AsyncIterable<Message> {
     if (this.handler) {
       return Promise.reject(new TypeError("This subscription delivers to its handler; it cannot be iterated."));
     }
-    if (this.head < this.queue.length) {
-      const value = this.queue[this.head]!;
-      this.queue[this.head++] = undefined as unknown as Message;
-      if (this.head === this.queue.length) {
-        this.queue = [];
+    if (this.head < this.pending.length) {
+      const value = this.pending[this.head]!;
+      this.pending[this.head++] = undefined as unknown as Message;
+      if (this.head === this.pending.length) {
+        this.pending = [];
         this.head = 0;
       }
       return Promise.resolve({ value, done: false });

@@ -26,7 +26,7 @@ import {
 } from "./protocol/frames.js";
 import { DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { zstdDecompress } from "./protocol/zstd.js";
-import type { PendingPublish, Transport, TransportEvents, TransportInfo, TransportOptions } from "./transport.js";
+import { queueGroupsNotNegotiated, type PendingPublish, type Transport, type TransportEvents, type TransportInfo, type TransportOptions } from "./transport.js";
 import { deferred, type Deferred } from "./util.js";
 
 /** The first port of the broker's TCP range (spec §1). */
@@ -34,9 +34,9 @@ export const DEFAULT_TCP_PORT = 4502;
 const DEFAULT_PING_INTERVAL_MS = 30_000;
 const MAX_PINGS_OUTSTANDING = 2;
 
-/** HELLO's capability bits for what the client asks for (spec §4.1; no_responders only with headers). */
+/** HELLO's capability bits for what the client asks for (spec §4.1; no_responders only with headers; queue_groups always). */
 function helloCapabilities(options: Pick<TransportOptions, "compression" | "headers" | "noResponders">): number {
-  let bits = options.compression ? Capabilities.Zstd : Capabilities.None;
+  let bits = (options.compression ? Capabilities.Zstd : Capabilities.None) | Capabilities.QueueGroups;
   if (options.headers) bits |= Capabilities.Headers | Capabilities.History | (options.noResponders ? Capabilities.NoResponders : 0);
   return bits;
 }
@@ -160,6 +160,7 @@ export class TcpTransport implements Transport {
       headers,
       noResponders: headers && (frame.capabilities & Capabilities.NoResponders) !== 0,
       history: headers && (frame.capabilities & Capabilities.History) !== 0,
+      queueGroups: (frame.capabilities & Capabilities.QueueGroups) !== 0,
       limits,
       ...(frame.inboxPrefix === null ? {} : { inboxPrefix: frame.inboxPrefix }),
     };
@@ -299,10 +300,13 @@ export class TcpTransport implements Transport {
     await d.promise;
   }
 
-  subscribe(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null = null): Promise<void> {
+  subscribe(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null = null, queue: string | null = null): Promise<void> {
     if (this.dead) return Promise.reject(new HeraldError("ConnectionLost", "Not connected."));
+    // A queue only when granted (an older broker would take it as a plain subscription), never with since:
+    // from a client that sends it anyway, either is a fatal MalformedFrame (spec §4.3).
+    if (queue && this.info.queueGroups !== true) return Promise.reject(queueGroupsNotNegotiated(pattern, queue));
     // since only with headers granted: from any other client it is a fatal MalformedFrame (spec §4.3).
-    this.write(encodeSubscribe(sid, pattern, noEcho ? SubscribeOptions.NoEcho : SubscribeOptions.None, this.info.history === true ? since : null));
+    this.write(encodeSubscribe(sid, pattern, noEcho ? SubscribeOptions.NoEcho : SubscribeOptions.None, this.info.history === true ? since : null, queue));
     return this.flush();
   }
 

@@ -3,7 +3,7 @@
  * or one long-poll session; the client opens a new one to reconnect.
  */
 import type { HeaderGrant, OutgoingHeaders } from "./headers.js";
-import type { HeraldError } from "./protocol/errors.js";
+import { HeraldError } from "./protocol/errors.js";
 import type { HistoryPosition, MessageHeaders } from "./protocol/frames.js";
 
 /** A publication waiting to be sent, with the promise returned to the caller. */
@@ -47,6 +47,8 @@ export interface TransportInfo {
   noResponders: boolean;
   /** Whether the broker keeps topic histories (spec §4.1 bit 3, §13): only then do subscriptions send `since`. */
   history?: boolean;
+  /** Whether the broker granted queue groups (spec §4.1 bit 4, §14; long-poll `queueGroups`): only then may a subscription name one. */
+  queueGroups?: boolean;
   /** WELCOME limits (TCP) or the long-poll session's answer. */
   limits: Record<string, number | bigint>;
   /** This client's part of the inbox space (spec §7: WELCOME `inbox_prefix`, long-poll `inboxPrefix`); absent from an older broker. */
@@ -64,8 +66,10 @@ export interface Transport {
   /**
    * Sends a SUBSCRIBE; resolves when the broker has it (live for publications routed after). `since`
    * (only when headers were granted): resume the topic's history after that position (spec §4.3, §13).
+   * `queue` (only when queue groups were granted, never with a `since`): join that queue group (spec §14);
+   * rejects with `QueueGroupsNotNegotiated` before sending anything when the broker did not grant them.
    */
-  subscribe(sid: number, pattern: string, noEcho: boolean, since?: HistoryPosition | null): Promise<void>;
+  subscribe(sid: number, pattern: string, noEcho: boolean, since?: HistoryPosition | null, queue?: string | null): Promise<void>;
   /** Ends a subscription on the broker. */
   unsubscribe(sid: number): Promise<void>;
   /**
@@ -99,4 +103,15 @@ export interface TransportOptions {
   auth: string | null;
   /** TLS (tls://): PEM certificate(s) to trust besides the system's (e.g. a self-signed one). */
   ca: string | Uint8Array | undefined;
+}
+
+/**
+ * The refusal of a queue group subscription on a connection whose broker did not grant queue groups (spec
+ * §4.1 bit 4, §14): sent anyway, an older broker would take it as a plain subscription.
+ */
+export function queueGroupsNotNegotiated(pattern: string, queue: string): HeraldError {
+  return new HeraldError(
+    "QueueGroupsNotNegotiated",
+    `Subscription to '${pattern}' in queue group '${queue}' refused: the broker did not grant queue groups (spec §4.1, §14), it would deliver every message to every member.`,
+  );
 }

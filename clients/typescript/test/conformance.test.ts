@@ -132,8 +132,9 @@ function encode(frame: string, f: any): Uint8Array {
     case "WELCOME":
       return encodeWelcome(f.server_name, f.connection_id, Number(f.capabilities), f.limits, Number(f.version), f.inbox_prefix ?? null);
     case "SUBSCRIBE":
-      // since (spec §4.3): an offset up to 2^64-1, a number or (above 2^53, as readJson gives it) a bigint.
-      return encodeSubscribe(Number(f.sid), f.pattern, Number(f.options), f.since);
+      // since (spec §4.3): an offset up to 2^64-1, a number or (above 2^53, as readJson gives it) a bigint;
+      // queue (spec §4.3, §14): the sixth element, since then nil.
+      return encodeSubscribe(Number(f.sid), f.pattern, Number(f.options), f.since, f.queue);
     case "UNSUBSCRIBE":
       return encodeUnsubscribe(Number(f.sid));
     case "PUBLISH":

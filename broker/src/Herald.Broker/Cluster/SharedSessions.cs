@@ -521,11 +521,11 @@ internal sealed class SharedSessions
     /// resume asked for (a takeover resumes after it until a message of the subscription is appended). False if
     /// this node no longer holds the session's lease: another node took it over, and the change must be made there.
     /// </summary>
-    public async Task<bool> SubscriptionAsync(string token, uint sid, string? pattern, bool noEcho, string? since = null) =>
+    public async Task<bool> SubscriptionAsync(string token, uint sid, string? pattern, bool noEcho, string? since = null, string? queue = null) =>
         (long)await Db.ScriptEvaluateAsync(
             SubscriptionScript,
             [Hash(token), LeaseKey(token)],
-            [_node, sid, pattern is null ? "" : (noEcho ? "1 " : "0 ") + pattern, since ?? ""]).ConfigureAwait(false) == 1;
+            [_node, sid, pattern is null ? "" : (noEcho ? "1 " : "0 ") + pattern + (queue is null ? "" : " " + queue), since ?? ""]).ConfigureAwait(false) == 1;
 
     /// <summary>Ends the session (as its owner: <paramref name="asOwner"/>; or for a node that found its owner gone); its token is answered as ended for <paramref name="memory"/>.</summary>
     public Task EndAsync(string token, string reason, TimeSpan memory, bool asOwner) =>
@@ -646,7 +646,9 @@ internal sealed record SharedSession(string Token, string Identity, string? Clie
                     if (name.StartsWith("sub:", StringComparison.Ordinal) && uint.TryParse(name.AsSpan(4), CultureInfo.InvariantCulture, out uint sid))
                     {
                         string value = entry.Value!;
-                        subscriptions[sid] = new SharedSubscription(sid, value[2..], value[0] == '1', null);
+                        // "<no-echo 0|1> <pattern>[ <queue>]": neither a pattern nor a queue name holds a space (spec §5, §4.3)
+                        string[] parts = value[2..].Split(' ', 2);
+                        subscriptions[sid] = new SharedSubscription(sid, parts[0], value[0] == '1', null) { Queue = parts.Length > 1 ? parts[1] : null };
                     }
                     else if (name.StartsWith("pos:", StringComparison.Ordinal) && uint.TryParse(name.AsSpan(4), CultureInfo.InvariantCulture, out uint at))
                     {
@@ -670,7 +672,11 @@ internal sealed record SharedSession(string Token, string Identity, string? Clie
 }
 
 /// <summary>A subscription of a shared session; <see cref="Position"/>: "&lt;offset&gt; &lt;epoch&gt;" last delivered on a history topic.</summary>
-internal sealed record SharedSubscription(uint Sid, string Pattern, bool NoEcho, string? Position);
+internal sealed record SharedSubscription(uint Sid, string Pattern, bool NoEcho, string? Position)
+{
+    /// <summary>The queue group the subscription is in (spec §14), or null.</summary>
+    public string? Queue { get; init; }
+}
 
 /// <summary>One message the owner appends: its session sequence, sid, the MESSAGE frame, and its stream position ("offset epoch") if it has one.</summary>
 internal readonly record struct SharedEntry(long Sequence, uint Sid, byte[] Frame, string? Position);
@@ -724,6 +730,9 @@ internal sealed class SessionCommand
     public ulong? SinceOffset { get; set; }
 
     public string? SinceEpoch { get; set; }
+
+    /// <summary>Subscribe: the queue group to join (spec §14), or null.</summary>
+    public string? Queue { get; set; }
 
     /// <summary>publish: the PUBLISH frames.</summary>
     public byte[]? Frames { get; set; }

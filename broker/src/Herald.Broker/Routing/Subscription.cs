@@ -5,13 +5,28 @@ namespace Herald.Broker.Routing;
 /// <summary>One SUBSCRIBE of one connection or session (spec §4.3). Immutable once routed, but for <see cref="Replies"/>.</summary>
 internal sealed class Subscription
 {
-    public Subscription(IMessageSink sink, uint sid, string pattern, bool noEcho)
+    public Subscription(IMessageSink sink, uint sid, string pattern, bool noEcho, string? queue = null, string? owner = null)
     {
         Sink = sink;
         Sid = sid;
         Pattern = pattern;
         NoEcho = noEcho;
+        Queue = queue;
+        Group = queue is null ? null : GroupKey(owner ?? "", pattern, queue);
     }
+
+    /// <summary>The queue group's name (spec §14), or null for a plain subscription.</summary>
+    public string? Queue { get; }
+
+    /// <summary>
+    /// Which queue group this member is in: its identity, pattern and name. A group belongs to one identity:
+    /// another identity naming the same group is in a group of its own and cannot draw this one's publications
+    /// away. Null for a plain subscription.
+    /// </summary>
+    public string? Group { get; }
+
+    /// <summary>The key of the group <paramref name="queue"/> on <paramref name="pattern"/> of <paramref name="owner"/>.</summary>
+    public static string GroupKey(string owner, string pattern, string queue) => $"{owner}\n{pattern}\n{queue}";
 
     /// <summary>Where matching messages are queued; also identifies the owner for no-echo.</summary>
     public IMessageSink Sink { get; }

@@ -240,9 +240,27 @@ internal sealed class TopicRouter : IDisposable
         Forms forms = default;
         int deliveries = 0;
         bool isRequest = publish.ReplyTo.HasValue;
-        foreach (Subscription subscription in subscriptions)
+        for (int i = 0; i < subscriptions.Length; i++)
         {
-            if ((subscription.NoEcho && ReferenceEquals(subscription.Sink, origin)) || subscription.Held)
+            Subscription subscription = subscriptions[i];
+            if (subscription.Group is { } group)
+            {
+                int end = i + 1;
+                while (end < subscriptions.Length && string.Equals(subscriptions[end].Group, group, StringComparison.Ordinal))
+                {
+                    end++;
+                }
+
+                Subscription? chosen = ChooseMember(subscriptions.AsSpan(i, end - i), origin);
+                i = end - 1;
+                if (chosen is null)
+                {
+                    continue;
+                }
+
+                subscription = chosen;
+            }
+            else if ((subscription.NoEcho && ReferenceEquals(subscription.Sink, origin)) || subscription.Held)
             {
                 continue;
             }
@@ -292,6 +310,50 @@ internal sealed class TopicRouter : IDisposable
         }
 
         return deliveries;
+    }
+
+    /// <summary>
+    /// One member of a queue group (spec §14) for a publication: at random among those that may take it (not
+    /// held by a resume, not a no-echo member of the publishing connection); null when none may.
+    /// </summary>
+    private static Subscription? ChooseMember(ReadOnlySpan<Subscription> members, IMessageSink? origin)
+    {
+        int eligible = 0;
+        foreach (Subscription member in members)
+        {
+            eligible += IsEligible(member, origin) ? 1 : 0;
+        }
+
+        if (eligible == 0)
+        {
+            return null;
+        }
+
+        int pick = eligible == 1 ? 0 : Random.Shared.Next(eligible);
+        foreach (Subscription member in members)
+        {
+            if (IsEligible(member, origin) && pick-- == 0)
+            {
+                return member;
+            }
+        }
+
+        return null;
+
+        static bool IsEligible(Subscription member, IMessageSink? origin) =>
+            !member.Held && !(member.NoEcho && ReferenceEquals(member.Sink, origin));
+    }
+
+    /// <summary>
+    /// Orders a match so that each queue group's members are next to each other, after every plain subscription.
+    /// Done once per cached topic.
+    /// </summary>
+    private static void GroupMembersTogether(Subscription[] matched)
+    {
+        if (Array.Exists(matched, s => s.Group is not null))
+        {
+            Array.Sort(matched, static (a, b) => string.CompareOrdinal(a.Group, b.Group)); // null (plain) first
+        }
     }
 
     // A publication's forms (index: Other | Bare): as sent or the other compression, with its header block or without.
@@ -416,6 +478,7 @@ internal sealed class TopicRouter : IDisposable
             var found = new List<Subscription>();
             Collect(_root, topic, 0, found);
             Subscription[] result = found.Count == 0 ? [] : found.ToArray();
+            GroupMembersTogether(result);
 
             // Still under the read lock: no writer can invalidate between computing and caching.
             lock (_fill)

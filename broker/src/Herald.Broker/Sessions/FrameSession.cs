@@ -334,7 +334,7 @@ internal sealed class FrameSession : ProtocolSession
                 break;
             case FrameType.Subscribe:
                 SubscribeFrame subscribe = FrameDecoder.ReadSubscribe(ref reader, count);
-                Tell(Subscribe(subscribe.Sid, subscribe.Pattern, (subscribe.Options & SubscribeOptions.NoEcho) != 0, subscribe.Since));
+                Tell(Subscribe(subscribe.Sid, subscribe.Pattern, (subscribe.Options & SubscribeOptions.NoEcho) != 0, subscribe.Since, subscribe.QueueString));
                 break;
             case FrameType.Unsubscribe:
                 Tell(Unsubscribe(FrameDecoder.ReadUnsubscribe(ref reader, count).Sid));

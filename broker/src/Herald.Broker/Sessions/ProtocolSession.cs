@@ -125,6 +125,9 @@ internal abstract class ProtocolSession : INoResponders
     /// <summary>Whether the client was told this broker keeps topic histories (spec §4.1 bit 3, §13).</summary>
     public bool GrantsHistory { get; private set; }
 
+    /// <summary>The client may name a queue group in SUBSCRIBE (spec §4.3, §14): it asked for queue_groups.</summary>
+    public bool GrantsQueueGroups { get; private set; }
+
     /// <summary>Why the session ended (<see cref="ErrorCode.None"/>: it has not, or the client left).</summary>
     public ErrorCode CloseCode => Volatile.Read(ref _closeCode) is var code && code > 0 ? (ErrorCode)code : ErrorCode.None;
 
@@ -204,7 +207,9 @@ internal abstract class ProtocolSession : INoResponders
         Backlog.AcceptsZstd = (accepted & Capabilities.Zstd) != 0;
         Backlog.AcceptsHeaders = (accepted & Capabilities.Headers) != 0;
         _noResponders = (accepted & Capabilities.NoResponders) != 0;
+        accepted |= requested & Capabilities.QueueGroups; // every broker of this version routes them
         GrantsHistory = (accepted & Capabilities.History) != 0;
+        GrantsQueueGroups = (accepted & Capabilities.QueueGroups) != 0;
         Volatile.Write(ref _opened, true);
         return accepted;
     }
@@ -215,12 +220,15 @@ internal abstract class ProtocolSession : INoResponders
     /// </summary>
     /// <param name="since">Resume the topic's history after this position (spec §13): the subscription is answered
     /// with a status MESSAGE, then what it missed, then the live stream. Only for a client granted headers.</param>
-    public Refusal Subscribe(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition? since = null)
+    /// <param name="queue">The queue group to join (spec §14), or null: only for a client granted queue_groups, never with <paramref name="since"/>.</param>
+    public Refusal Subscribe(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition? since = null, string? queue = null)
     {
         bool overRate = TakeSubscriptionToken();
         try
         {
-            return Answer(overRate, since is { } position ? SubscribeSince(sid, pattern, noEcho, position) : SubscribeCore(sid, pattern, noEcho));
+            return Answer(overRate, queue is not null ? SubscribeQueue(sid, pattern, noEcho, since, queue)
+                : since is { } position ? SubscribeSince(sid, pattern, noEcho, position)
+                : SubscribeCore(sid, pattern, noEcho));
         }
         catch (ProtocolException) when (overRate)
         {
@@ -269,6 +277,59 @@ internal abstract class ProtocolSession : INoResponders
 
     private Refusal SubscribeCore(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho) =>
         AddSubscription(sid, CheckSubscribe(sid, pattern), noEcho);
+
+    /// <summary>The most bytes of a queue group's name (spec §4.3).</summary>
+    public const int MaxQueueNameBytes = 64;
+
+    /// <summary>SUBSCRIBE with a queue group (spec §4.3, §14): the shape rules, the pattern's, then the name's.</summary>
+    private Refusal SubscribeQueue(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition? since, string queue)
+    {
+        if (!GrantsQueueGroups)
+        {
+            Throw(ErrorCode.MalformedFrame, "A SUBSCRIBE named a queue group without negotiating queue_groups (HELLO's capabilities).");
+        }
+
+        if (since is not null)
+        {
+            Throw(ErrorCode.MalformedFrame, "A SUBSCRIBE named both a queue group and a since: a queue group has no position to resume.");
+        }
+
+        string checkedPattern = CheckSubscribe(sid, pattern);
+        if (!IsQueueName(queue))
+        {
+            Throw(ErrorCode.InvalidTopic, $"Queue group name '{Printable(queue)}' must be 1 to {MaxQueueNameBytes} bytes of topic token characters (printable ASCII except '.', '*' and '>').");
+        }
+
+        return AddSubscription(sid, checkedPattern, noEcho, queue: queue);
+    }
+
+    private static bool IsQueueName(string queue)
+    {
+        if (queue.Length is 0 or > MaxQueueNameBytes)
+        {
+            return false;
+        }
+
+        foreach (char c in queue)
+        {
+            if (c is < '!' or > '~' or '.' or '*' or '>')
+            {
+                return false;
+            }
+        }
+
+        return true;
+    }
+
+    /// <summary>A client's name for an error message: at most 64 characters, control characters shown as '?'.</summary>
+    private static string Printable(string text) =>
+        string.Create(Math.Min(text.Length, 64), text, static (span, t) =>
+        {
+            for (int i = 0; i < span.Length; i++)
+            {
+                span[i] = t[i] is < ' ' or '\x7f' ? '?' : t[i];
+            }
+        });
 
     private string CheckSubscribe(uint sid, in ReadOnlySequence<byte> pattern)
     {
@@ -396,7 +457,7 @@ internal abstract class ProtocolSession : INoResponders
         Resumed(sid, new ResumeOutcome(false, why, default, 0));
     }
 
-    private Refusal AddSubscription(uint sid, string checkedPattern, bool noEcho, Subscription? held = null)
+    private Refusal AddSubscription(uint sid, string checkedPattern, bool noEcho, Subscription? held = null, string? queue = null)
     {
         lock (_subscriptionsGate)
         {
@@ -426,7 +487,7 @@ internal abstract class ProtocolSession : INoResponders
                 return Refuse(ErrorCode.TooManyTopics, $"'{usage.Key}' holds its maximum of {Limits.MaxSubscriptionsPerIdentity} subscriptions across its connections.");
             }
 
-            Subscription subscription = held ?? new Subscription(Backlog, sid, checkedPattern, noEcho);
+            Subscription subscription = held ?? new Subscription(Backlog, sid, checkedPattern, noEcho, queue, Identity.Name);
             subscription.Replies = _replyPermits;
             try
             {

@@ -57,8 +57,9 @@ public sealed class HeraldErrorEventArgs : EventArgs
 /// <summary>What the broker told the client about the current connection.</summary>
 public sealed class HeraldServerInfo
 {
-    internal HeraldServerInfo(HeraldTransport transport, string? serverName, ulong? connectionId, int? port, bool compression, IReadOnlyDictionary<string, ulong> limits, string? inboxPrefix = null, bool headers = false, bool noResponders = false, bool history = false)
+    internal HeraldServerInfo(HeraldTransport transport, string? serverName, ulong? connectionId, int? port, bool compression, IReadOnlyDictionary<string, ulong> limits, string? inboxPrefix = null, bool headers = false, bool noResponders = false, bool history = false, bool queueGroups = false)
     {
+        QueueGroups = queueGroups;
         History = history;
         Headers = headers;
         NoResponders = noResponders;
@@ -103,6 +104,13 @@ public sealed class HeraldServerInfo
     /// (<see cref="SubscriptionOptions.Resume"/>). <c>false</c> from a broker without any, or before history.
     /// </summary>
     public bool History { get; }
+
+    /// <summary>
+    /// The broker routes queue groups (spec §4.1 bit 4, §14; long-poll's <c>queueGroups</c>): a subscription may join one
+    /// (<see cref="SubscriptionOptions.Queue"/>). <c>false</c> from a broker before them: subscribing with a queue then
+    /// fails, rather than becoming a plain subscription.
+    /// </summary>
+    public bool QueueGroups { get; }
 
     /// <summary>
     /// The part of the inbox space that is this client's identity's (spec §7: WELCOME's <c>inbox_prefix</c>,

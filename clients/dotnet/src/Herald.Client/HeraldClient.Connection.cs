@@ -290,12 +290,19 @@ public sealed partial class HeraldClient
             while (!installed)
             {
                 List<HeraldSubscription> missing = [];
+                List<(HeraldSubscription Subscription, HeraldException Refusal)>? unsupported = null;
                 lock (_gate)
                 {
                     ObjectDisposedException.ThrowIf(_disposed, this);
                     foreach (HeraldSubscription subscription in _subscriptions.Values)
                     {
-                        if (!ReferenceEquals(subscription.SentOn, connection))
+                        if (!ReferenceEquals(subscription.SentOn, connection) && connection.QueueRefusal(subscription) is { } refusal)
+                        {
+                            // A queue group member, and this broker does not route groups: ended, never made a plain subscription.
+                            Remove(subscription);
+                            (unsupported ??= []).Add((subscription, refusal));
+                        }
+                        else if (!ReferenceEquals(subscription.SentOn, connection))
                         {
                             subscription.SentOn = connection; // Confirmed stays: it means "accepted by a broker once"
                             missing.Add(subscription);
@@ -315,6 +322,8 @@ public sealed partial class HeraldClient
                         _offline.MoveTo(connection, _options.MaxIncomingFrameBytes, ReportError);
                     }
                 }
+
+                unsupported?.ForEach(u => Refuse(u.Subscription, u.Refusal));
 
                 if (!installed)
                 {

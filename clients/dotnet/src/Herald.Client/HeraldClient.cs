@@ -442,6 +442,9 @@ public sealed partial class HeraldClient : IAsyncDisposable
     private async Task<HeraldSubscription> SubscribeCoreAsync(string pattern, SubscriptionOptions? options, Func<HeraldMessage, CancellationToken, ValueTask>? handler, CancellationToken cancellationToken)
     {
         byte[] encoded = EncodePattern(pattern);
+        string? queue = options?.Queue;
+        byte[]? queueBytes = queue is null ? null : ClientTopics.EncodeQueue(queue, nameof(options));
+        bool resume = options?.Resumes() ?? true;
         SynchronizationContext? context = (options?.DeliverOnCapturedContext ?? _options.DeliverOnCapturedContext) && handler is not null ? SynchronizationContext.Current : null;
         await StartAsync(cancellationToken).ConfigureAwait(false);
         return await AddSubscriptionAsync(
@@ -455,7 +458,9 @@ public sealed partial class HeraldClient : IAsyncDisposable
                 options?.FullMode ?? _options.SubscriptionFullMode,
                 handler,
                 context,
-                options?.Resume ?? true),
+                resume,
+                queue,
+                queueBytes),
             cancellationToken).ConfigureAwait(false);
     }
 
@@ -473,6 +478,12 @@ public sealed partial class HeraldClient : IAsyncDisposable
         {
             ThrowIfClosed();
             subscription = create(NextSidLocked());
+            if (_current?.QueueRefusal(subscription) is { } refused)
+            {
+                subscription.End(refused);
+                throw refused; // a broker without queue groups would make it a plain subscription: never sent
+            }
+
             _subscriptions[subscription.Sid] = subscription;
             connection = _current;
             if (connection is not null)

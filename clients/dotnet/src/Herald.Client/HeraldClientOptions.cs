@@ -128,7 +128,8 @@ public sealed class HeraldClientOptions
 
     /// <summary>The HELLO capabilities (spec §4.1) these options ask for; long-poll asks for the same when it creates its session.</summary>
     internal Capabilities Capabilities =>
-        (EnableCompression ? Capabilities.Zstd : Capabilities.None)
+        Capabilities.QueueGroups // always asked: a queue is sent only where it was granted
+        | (EnableCompression ? Capabilities.Zstd : Capabilities.None)
         | (EnableHeaders ? Capabilities.Headers | Capabilities.History | (EnableNoResponders ? Capabilities.NoResponders : Capabilities.None) : Capabilities.None);
 
     internal HeraldClientOptions Clone() => (HeraldClientOptions)MemberwiseClone();
@@ -176,6 +177,9 @@ public sealed class HeraldClientOptions
 /// <summary>Settings of one subscription; what is left <c>null</c> comes from <see cref="HeraldClientOptions"/>.</summary>
 public sealed class SubscriptionOptions
 {
+    /// <summary><see cref="Resume"/> as set; <c>null</c> when left at its default.</summary>
+    private bool? _resume;
+
     /// <summary>Do not receive what this same client publishes (spec §4.3 "no echo").</summary>
     public bool NoEcho { get; set; }
 
@@ -196,7 +200,42 @@ public sealed class SubscriptionOptions
     /// On a topic that keeps a history (spec §13), resume after a reconnect from the last message received: what
     /// was published meanwhile arrives first, with no gap and no duplicate, or <see cref="HeraldSubscription.Resumed"/>
     /// says it cannot. Only for a pattern without wildcards, with headers on (<see cref="HeraldClientOptions.EnableHeaders"/>).
-    /// Default on.
+    /// Default on, except for a queue group member (<see cref="Queue"/>), which never resumes: setting <c>Resume = true</c>
+    /// together with a <see cref="Queue"/> is refused.
     /// </summary>
-    public bool Resume { get; set; } = true;
+    public bool Resume
+    {
+        get => _resume ?? true;
+        set => _resume = value;
+    }
+
+    /// <summary>
+    /// Join this queue group (spec §14): of the subscriptions to the same pattern with the same queue name, on any
+    /// clients and transports, each message reaches only one, chosen by the broker (plain subscriptions still get it
+    /// too). That is how workers or responders share a stream. <c>null</c> (the default): a plain subscription.
+    /// A name is 1 to 64 printable ASCII characters without spaces, <c>.</c>, <c>*</c> or <c>&gt;</c>; another is an
+    /// <see cref="ArgumentException"/> before anything is sent. Needs a broker that routes queue groups
+    /// (<see cref="HeraldServerInfo.QueueGroups"/>): with any other the subscription fails with a <see cref="HeraldException"/>
+    /// instead of becoming a plain one. A member does not resume a topic's history (a group shares the live stream).
+    /// </summary>
+    public string? Queue { get; set; }
+
+    /// <summary>The subscription resumes (spec §13); checked against <see cref="Queue"/>.</summary>
+    /// <exception cref="ArgumentException"><see cref="Resume"/> set to <c>true</c> together with a <see cref="Queue"/>.</exception>
+    internal bool Resumes()
+    {
+        if (Queue is null)
+        {
+            return Resume;
+        }
+
+        if (_resume == true)
+        {
+            throw new ArgumentException(
+                $"A subscription in the queue group '{Queue}' cannot resume a topic's history (spec §4.3: a group shares the live stream, it has no position). Leave SubscriptionOptions.Resume unset, or set it to false. Nothing was subscribed.",
+                "options");
+        }
+
+        return false;
+    }
 }

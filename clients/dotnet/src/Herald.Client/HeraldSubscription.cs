@@ -34,10 +34,12 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
     private bool _resuming; // the last SUBSCRIBE carried a real position: its status is told (Resumed)
 
     /// <summary>A subscription read by enumeration or dispatched to <paramref name="handler"/>.</summary>
-    internal HeraldSubscription(HeraldClient client, uint sid, string pattern, byte[] patternBytes, SubscribeOptions wireOptions, int capacity, BoundedChannelFullMode fullMode, Func<HeraldMessage, CancellationToken, ValueTask>? handler, SynchronizationContext? context, bool resume = true)
+    internal HeraldSubscription(HeraldClient client, uint sid, string pattern, byte[] patternBytes, SubscribeOptions wireOptions, int capacity, BoundedChannelFullMode fullMode, Func<HeraldMessage, CancellationToken, ValueTask>? handler, SynchronizationContext? context, bool resume = true, string? queue = null, byte[]? queueBytes = null)
     {
         _client = client;
-        _resumes = resume && pattern.AsSpan().IndexOfAny('*', '>') < 0;
+        _resumes = resume && queue is null && pattern.AsSpan().IndexOfAny('*', '>') < 0; // a queue group member never resumes (spec §4.3)
+        Queue = queue;
+        QueueBytes = queueBytes;
         Sid = sid;
         Pattern = pattern;
         PatternBytes = patternBytes;
@@ -61,6 +63,9 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
 
     /// <summary>The pattern subscribed to.</summary>
     public string Pattern { get; }
+
+    /// <summary>The queue group this subscription is a member of (spec §14, <see cref="SubscriptionOptions.Queue"/>), or <c>null</c> for a plain subscription.</summary>
+    public string? Queue { get; }
 
     /// <summary>The subscription id on the wire (spec §4.3): in the broker's <c>/subsz</c> and logs.</summary>
     public uint Sid { get; }
@@ -99,6 +104,9 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
     internal byte[] PatternBytes { get; }
 
     internal SubscribeOptions WireOptions { get; }
+
+    /// <summary><see cref="Queue"/> as sent (checked ASCII), or <c>null</c>.</summary>
+    internal byte[]? QueueBytes { get; }
 
     /// <summary>The connection this subscription was last sent on. Caller holds the client's gate.</summary>
     internal object? SentOn { get; set; }
@@ -161,7 +169,7 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
     /// <summary>Unsubscribes; see <see cref="UnsubscribeAsync"/>.</summary>
     public ValueTask DisposeAsync() => UnsubscribeAsync();
 
-    public override string ToString() => $"{Pattern} (sid {Sid})";
+    public override string ToString() => Queue is null ? $"{Pattern} (sid {Sid})" : $"{Pattern} (sid {Sid}, queue {Queue})";
 
     /// <summary>
     /// SUBSCRIBE's <c>since</c> for the connection about to carry it (spec §4.3, CLIENTS.md step 12): the kept position

@@ -56,6 +56,8 @@ export type ClientErrorCode =
   | "NoResponders" // a request reached no subscriber (NoRespondersError, spec §7)
   | "InvalidHeaders" // publish headers this client refuses before sending (spec §4.9), as the broker would
   | "HeadersNotNegotiated" // publish headers on a connection whose broker did not grant them (spec §4.1)
+  | "QueueGroupsNotNegotiated" // a queue group subscription on a connection whose broker did not grant them (spec §4.1, §14)
+  | "InvalidOptions" // options that cannot go together (a queue group with a history resume, spec §4.3)
   | "BufferFull" // too much waiting to be sent while disconnected
   | "HandlerFailed" // a subscription's handler threw (reported as an `error` event)
   | "HttpError" // an HTTP answer this client does not understand

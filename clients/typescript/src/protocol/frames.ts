@@ -33,7 +33,7 @@ export const FrameType = {
 export type FrameTypeValue = (typeof FrameType)[keyof typeof FrameType];
 
 /** HELLO/WELCOME capability bits (spec §4.1). */
-export const Capabilities = { None: 0, Zstd: 1, Headers: 2, NoResponders: 4, History: 8 } as const;
+export const Capabilities = { None: 0, Zstd: 1, Headers: 2, NoResponders: 4, History: 8, QueueGroups: 16 } as const;
 /**
  * A header block (spec §4.9): keys in encoded order, each with one or more values. Pairs, not an object:
  * an object would reorder keys that look like integers.
@@ -85,6 +85,8 @@ export interface SubscribeFrame {
   options: number;
   /** The position to resume after (spec §4.3 `since`, §13); absent when the frame has none or a nil one. */
   since?: HistoryPosition;
+  /** The queue group the subscription joins (spec §4.3 `queue`, §14); absent when the frame has none, a nil or an empty one. */
+  queue?: string;
 }
 export interface UnsubscribeFrame {
   type: 4;
@@ -211,11 +213,29 @@ export function encodeWelcome(
  * SUBSCRIBE `[3, sid, pattern, options]`, or `[3, sid, pattern, options, [offset, epoch]]` with `since`
  * (spec §4.3, §13: resume the topic's history after that position; `{ offset: 0, epoch: "" }` is "no
  * position yet: from now"). Only to a broker that granted headers (from any other it is `MalformedFrame`).
+ * With a `queue` (spec §4.3, §14: join that queue group) the sixth element, `since` then nil:
+ * `[3, sid, pattern, options, nil, queue]`; only to a broker that granted queue_groups, never together with
+ * a `since` (the broker refuses both as `MalformedFrame`). An empty or absent `queue` is a plain subscription.
+ * The queue name is not checked here (see `checkQueueName`).
  */
-export function encodeSubscribe(sid: number, pattern: string, options = 0, since?: HistoryPosition | null): Uint8Array {
+export function encodeSubscribe(
+  sid: number,
+  pattern: string,
+  options = 0,
+  since?: HistoryPosition | null,
+  queue?: string | null,
+): Uint8Array {
   checkUint32("sid", sid);
   checkUint32("options", options);
-  if (since === undefined || since === null) return encodeFrame([FrameType.Subscribe, sid, pattern, options]);
+  const grouped = queue !== undefined && queue !== null && queue !== "";
+  if (grouped && typeof queue !== "string") throw new TypeError("queue must be a string.");
+  if (since === undefined || since === null) {
+    if (grouped) return encodeFrame([FrameType.Subscribe, sid, pattern, options, null, queue]);
+    return encodeFrame([FrameType.Subscribe, sid, pattern, options]);
+  }
+  if (grouped) {
+    throw new RangeError("A SUBSCRIBE cannot name both a queue group and a since: a queue group has no position to resume (spec §4.3, §14).");
+  }
   if (typeof since.epoch !== "string" || utf8.encode(since.epoch).length > MAX_EPOCH_BYTES) {
     throw new RangeError(`since.epoch must be a string of at most ${MAX_EPOCH_BYTES} UTF-8 bytes.`);
   }
@@ -388,13 +408,19 @@ export function decodeFrame(body: Uint8Array): Frame {
       const sid = r.readUint32();
       const pattern = nonNil(r.readString(), "pattern");
       const options = r.readUint32();
-      if (count === 4 || r.nextIsNil()) {
-        skipRest(r, count - 4); // a nil since is the same as none
-        return { type, sid, pattern, options };
+      const frame: SubscribeFrame = { type, sid, pattern, options };
+      if (count > 4) {
+        if (r.nextIsNil()) r.skip(0); // a nil since is the same as none
+        else frame.since = readSince(r);
       }
-      const since = readSince(r);
-      skipRest(r, count - 5);
-      return { type, sid, pattern, options, since };
+      if (count > 5) {
+        // queue (spec §4.3): nil or a str; nil and "" are no group. Its name's rules are the broker's to judge.
+        if (!r.nextIsNil() && !r.nextIsString()) throw malformed("SUBSCRIBE queue must be nil or a MessagePack str.");
+        const queue = r.readString();
+        if (queue !== null && queue !== "") frame.queue = queue;
+      }
+      skipRest(r, count - 6);
+      return frame;
     }
     case FrameType.Unsubscribe: {
       require(count, 2, "UNSUBSCRIBE");

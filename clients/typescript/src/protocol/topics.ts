@@ -95,3 +95,29 @@ export function checkPattern(pattern: string, maxLength: number): void {
   const error = validatePattern(pattern, maxLength);
   if (error) throw new HeraldError(error, describe(error, pattern, maxLength));
 }
+
+/** Longest queue group name, in bytes (spec §4.3). */
+export const MAX_QUEUE_NAME_BYTES = 64;
+
+/** Whether `queue` is a valid queue group name (spec §4.3, §14): 1 to 64 printable ASCII characters other than '.', '*' and '>'. */
+export function isValidQueueName(queue: string): boolean {
+  if (typeof queue !== "string" || queue.length === 0 || queue.length > MAX_QUEUE_NAME_BYTES) return false;
+  for (let i = 0; i < queue.length; i++) {
+    const c = queue.charCodeAt(i); // anything outside ASCII is refused, so characters are bytes here
+    if (c < 0x21 || c > 0x7e || c === 0x2e || c === 0x2a || c === 0x3e) return false;
+  }
+  return true;
+}
+
+/**
+ * Throws a {@link HeraldError} (`InvalidTopic`, as the broker would answer, spec §4.3) unless `queue` is a
+ * valid queue group name.
+ */
+export function checkQueueName(queue: string): void {
+  if (isValidQueueName(queue)) return;
+  const shown = typeof queue === "string" ? `'${queue.slice(0, 80)}'` : `of type ${typeof queue}`;
+  throw new HeraldError(
+    "InvalidTopic",
+    `Queue group name ${shown} is not valid (spec §4.3: 1 to ${MAX_QUEUE_NAME_BYTES} bytes of printable ASCII other than '.', '*' and '>').`,
+  );
+}

@@ -56,7 +56,8 @@ internal static class LongPollEndpoints
         Capabilities requested = (request?.Zstd == true ? Capabilities.Zstd : Capabilities.None)
             | (request?.Headers == true ? Capabilities.Headers : Capabilities.None)
             | (request?.NoResponders == true ? Capabilities.NoResponders : Capabilities.None)
-            | (request?.History == true ? Capabilities.History : Capabilities.None);
+            | (request?.History == true ? Capabilities.History : Capabilities.None)
+            | Capabilities.QueueGroups; // a session's subscribe may always name one (longpoll §1.2); the answer says so
         PollSession session = await store.CreateAsync(identity, request?.Client, requested, HttpExchange.RemoteOf(context)).ConfigureAwait(false);
 
         context.Response.StatusCode = StatusCodes.Status201Created;
@@ -77,7 +78,8 @@ internal static class LongPollEndpoints
                 session.GrantsNoResponders,
                 store.Broker.Limits.MaxHeaders,
                 store.Broker.Limits.MaxHeaderBytes,
-                session.GrantsHistory),
+                session.GrantsHistory,
+                session.GrantsQueueGroups),
             LongPollJsonContext.Default.CreateSessionResponse).ConfigureAwait(false);
     });
 
@@ -98,7 +100,7 @@ internal static class LongPollEndpoints
             { Offset: { } offset, Epoch: { } epoch } when Encoding.UTF8.GetByteCount(epoch) <= StreamPosition.MaxEpochBytes => new StreamPosition(offset, epoch),
             _ => throw HttpProblem.Malformed($"since must be {{\"offset\": <unsigned integer>, \"epoch\": <string of at most {StreamPosition.MaxEpochBytes} bytes>}}."),
         };
-        return new SessionCommand { Op = Ops.Subscribe, Sid = (uint)sid, Pattern = pattern, NoEcho = request.NoEcho ?? false, SinceOffset = since?.Offset, SinceEpoch = since?.Epoch };
+        return new SessionCommand { Op = Ops.Subscribe, Sid = (uint)sid, Pattern = pattern, NoEcho = request.NoEcho ?? false, SinceOffset = since?.Offset, SinceEpoch = since?.Epoch, Queue = request.Queue is { Length: > 0 } queue ? queue : null };
     }
 
     /// <summary>A publish request's body (longpoll §1.3) as PUBLISH frames: a raw payload (topic from the query) is framed here.</summary>
@@ -127,12 +129,12 @@ internal static class LongPollEndpoints
                     return new SessionReply { Status = StatusCodes.Status204NoContent };
                 case Ops.Subscribe:
                     StreamPosition? since = command.SinceOffset is { } offset ? new StreamPosition(offset, command.SinceEpoch ?? "") : null;
-                    refusal = owner.Subscribe(command.Sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(command.Pattern ?? "")), command.NoEcho, since);
+                    refusal = owner.Subscribe(command.Sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(command.Pattern ?? "")), command.NoEcho, since, command.Queue);
                     owner.FlushTouched(); // a resume queued its status and what was missed: a held poll takes them now
                     status = StatusCodes.Status204NoContent;
                     if (owner.Shared is { } shared && refusal.Code is ErrorCode.None or ErrorCode.RateLimited)
                     {
-                        await Recorded(owner, shared.SubscriptionAsync(owner.Token, command.Sid, command.Pattern, command.NoEcho, since is { } at ? $"{at.Offset} {at.Epoch}" : null)).ConfigureAwait(false);
+                        await Recorded(owner, shared.SubscriptionAsync(owner.Token, command.Sid, command.Pattern, command.NoEcho, since is { } at ? $"{at.Offset} {at.Epoch}" : null, command.Queue)).ConfigureAwait(false);
                     }
 
                     break;

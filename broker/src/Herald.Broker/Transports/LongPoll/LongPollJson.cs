@@ -5,7 +5,7 @@ namespace Herald.Broker.Transports.LongPoll;
 /// <summary>Request bodies of the long-poll endpoints (longpoll §1).</summary>
 internal sealed record CreateSessionRequest(string? Client, bool? Zstd, bool? Headers, bool? NoResponders, bool? History = null);
 
-internal sealed record SubscribeRequest(long? Sid, string? Pattern, bool? NoEcho, SinceRequest? Since = null);
+internal sealed record SubscribeRequest(long? Sid, string? Pattern, bool? NoEcho, SinceRequest? Since = null, string? Queue = null);
 
 /// <summary>A subscribe's <c>since</c> (longpoll §1.2, README §13): the position to resume after.</summary>
 internal sealed record SinceRequest(ulong? Offset, string? Epoch);
@@ -25,7 +25,8 @@ internal sealed record CreateSessionResponse(
     bool NoResponders,
     int MaxHeaders,
     int MaxHeaderBytes,
-    bool History);
+    bool History,
+    bool QueueGroups);
 
 /// <summary>Source-generated JSON for the long-poll bodies: no reflection on the request path.</summary>
 [JsonSourceGenerationOptions(PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase, UnmappedMemberHandling = JsonUnmappedMemberHandling.Skip)]

@@ -282,7 +282,7 @@ internal sealed class PollSessionStore : BackgroundService
                 Refusal answer;
                 try
                 {
-                    answer = session.Subscribe(subscription.Sid, new System.Buffers.ReadOnlySequence<byte>(System.Text.Encoding.UTF8.GetBytes(subscription.Pattern)), subscription.NoEcho, since);
+                    answer = session.Subscribe(subscription.Sid, new System.Buffers.ReadOnlySequence<byte>(System.Text.Encoding.UTF8.GetBytes(subscription.Pattern)), subscription.NoEcho, since, subscription.Queue);
                 }
                 catch (ProtocolException e)
                 {

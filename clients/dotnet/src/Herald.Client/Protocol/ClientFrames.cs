@@ -17,8 +17,17 @@ internal static class ClientFrames
         FrameWriter.WriteHello(output, clientName, capabilities, auth, version);
 
     /// <param name="since">Resume the topic's history after this position (spec §4.3, §13); null: a live subscription.</param>
-    public static void Subscribe(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> pattern, SubscribeOptions options, StreamPosition? since = null) =>
-        FrameWriter.WriteSubscribe(output, sid, pattern, options, since);
+    /// <param name="queue">The queue group to join (spec §4.3, §14), its name already checked; empty: none (a plain subscription).</param>
+    /// <exception cref="ArgumentException">Both <paramref name="since"/> and <paramref name="queue"/>: the broker would close the connection over it (spec §4.3).</exception>
+    public static void Subscribe(IBufferWriter<byte> output, uint sid, ReadOnlySpan<byte> pattern, SubscribeOptions options, StreamPosition? since = null, ReadOnlySpan<byte> queue = default)
+    {
+        if (since is not null && !queue.IsEmpty)
+        {
+            throw new ArgumentException("A SUBSCRIBE may not carry both a queue group and a history position (spec §4.3): a queue group has no position to resume.", nameof(queue));
+        }
+
+        FrameWriter.WriteSubscribe(output, sid, pattern, options, since, queue);
+    }
 
     public static void Unsubscribe(IBufferWriter<byte> output, uint sid) => FrameWriter.WriteUnsubscribe(output, sid);
 

@@ -36,6 +36,19 @@ internal abstract class BrokerConnection : IAsyncDisposable
     /// <summary>The broker granted headers (spec §4.1): publications may carry them, messages may arrive with them.</summary>
     public bool Headers => Info.Headers;
 
+    /// <summary>
+    /// Why <paramref name="subscription"/> cannot be sent on this connection, or <c>null</c>: a queue group member on a
+    /// connection whose broker did not grant queue groups (spec §4.1 bit 4; long-poll's <c>queueGroups</c>). Such a
+    /// broker would take it as a plain subscription (every member would get every message), so it is never sent.
+    /// </summary>
+    public HeraldException? QueueRefusal(HeraldSubscription subscription) =>
+        subscription.Queue is null || Info.QueueGroups
+            ? null
+            : new HeraldException(
+                ErrorCode.MalformedFrame,
+                $"The subscription to '{subscription.Pattern}' joins the queue group '{subscription.Queue}', and this {(Info.Transport == HeraldTransport.Tcp ? "connection" : "long-poll session")} did not negotiate queue groups "
+                + "(a broker before them; see HeraldServerInfo.QueueGroups). It was not sent: the broker would have made it a plain subscription, delivering every message to every member.");
+
     /// <summary>WELCOME's <c>max_headers</c>: most header values one PUBLISH may carry (spec §4.9).</summary>
     public int MaxHeaders { get; protected set; } = int.MaxValue;
 

@@ -107,18 +107,25 @@ internal sealed class FrameQueue
     /// PING, SUBSCRIBE, PING in one go: the two PONGs bracket what the broker answers to this SUBSCRIBE
     /// alone (a non-fatal refusal carries no sid, spec §8), since nothing else can be queued between them.
     /// </summary>
-    public bool EnqueueFencedSubscribe(uint sid, byte[] pattern, SubscribeOptions options, StreamPosition? since = null) =>
-        EnqueueControl(
-            static (w, sid, pattern, options, since) =>
+    public bool EnqueueFencedSubscribe(uint sid, byte[] pattern, SubscribeOptions options, StreamPosition? since = null, byte[]? queue = null)
+    {
+        lock (_gate)
+        {
+            if (_closed)
             {
-                ClientFrames.Ping(w);
-                ClientFrames.Subscribe(w, sid, pattern!, options, since);
-                ClientFrames.Ping(w);
-            },
-            sid,
-            pattern,
-            options,
-            since);
+                return false;
+            }
+
+            // Encoded into a scratch buffer first: a SUBSCRIBE the codec refuses leaves nothing half-queued.
+            var subscribe = new ArrayBufferWriter<byte>(64);
+            ClientFrames.Subscribe(subscribe, sid, pattern, options, since, queue);
+            ClientFrames.Ping(_pending);
+            _pending.Write(subscribe.WrittenSpan);
+            ClientFrames.Ping(_pending);
+            WakeWriter();
+            return true;
+        }
+    }
 
     /// <summary>HELLO again with a fresh credential (spec §4.1 refresh), then a PING to wait for the broker's answer behind it.</summary>
     public bool EnqueueRefresh(string clientName, Capabilities capabilities, string? credential)

@@ -148,7 +148,7 @@ public class FrameVectorTests
                 ClientFrames.Hello(output, f.GetProperty("client_name").GetString()!, (Capabilities)f.GetProperty("capabilities").GetUInt32(), f.GetProperty("auth").GetString(), f.GetProperty("version").GetUInt32());
                 break;
             case FrameType.Subscribe:
-                ClientFrames.Subscribe(output, f.GetProperty("sid").GetUInt32(), Utf8(f.GetProperty("pattern")), (SubscribeOptions)f.GetProperty("options").GetUInt32(), f.TryGetProperty("since", out JsonElement since) ? new StreamPosition(since.GetProperty("offset").GetUInt64(), since.GetProperty("epoch").GetString()!) : null);
+                WriteSubscribe(output, f);
                 break;
             case FrameType.Unsubscribe:
                 ClientFrames.Unsubscribe(output, f.GetProperty("sid").GetUInt32());
@@ -173,6 +173,55 @@ public class FrameVectorTests
         }
 
         Assert.Equal(Convert.ToHexStringLower(v.Bytes), Convert.ToHexStringLower(output.WrittenSpan));
+    }
+
+    /// <summary>
+    /// Every valid SUBSCRIBE vector, canonical or not (a nil or empty queue, trailing elements), means what the client
+    /// writes for its fields: both decode, with the shared decoder the broker uses, to the same subscription.
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Vectors.SubscribeValid), MemberType = typeof(Vectors))]
+    public void Subscribe_vector_means_what_the_client_writes_for_its_fields(CaseName id)
+    {
+        FrameVector v = Vectors.Get(id);
+        var output = new ArrayBufferWriter<byte>();
+
+        WriteSubscribe(output, v.Fields);
+
+        Assert.Equal(Subscription(v.Bytes), Subscription(output.WrittenSpan.ToArray()));
+    }
+
+    /// <summary>Every queue name a valid vector sends passes the client's own check of names (spec §4.3), which sends it unchanged.</summary>
+    [Theory]
+    [MemberData(nameof(Vectors.SubscribeValid), MemberType = typeof(Vectors))]
+    public void Queue_names_of_the_vectors_pass_the_clients_name_check(CaseName id)
+    {
+        FrameVector v = Vectors.Get(id);
+        if (!v.Fields.TryGetProperty("queue", out JsonElement queue))
+        {
+            return;
+        }
+
+        Assert.Equal(Utf8(queue), ClientTopics.EncodeQueue(queue.GetString()!, "queue"));
+    }
+
+    /// <summary>The client's SUBSCRIBE for a vector's fields: <c>since</c> and <c>queue</c> when the vector has them (spec §4.3).</summary>
+    private static void WriteSubscribe(ArrayBufferWriter<byte> output, JsonElement f) =>
+        ClientFrames.Subscribe(
+            output,
+            f.GetProperty("sid").GetUInt32(),
+            Utf8(f.GetProperty("pattern")),
+            (SubscribeOptions)f.GetProperty("options").GetUInt32(),
+            f.TryGetProperty("since", out JsonElement since) ? new StreamPosition(since.GetProperty("offset").GetUInt64(), since.GetProperty("epoch").GetString()!) : null,
+            f.TryGetProperty("queue", out JsonElement queue) ? Utf8(queue) : default);
+
+    /// <summary>A SUBSCRIBE frame (prefix included) as the broker's decoder reads it, as one comparable line.</summary>
+    private static string Subscription(byte[] frame)
+    {
+        var reader = new MessagePack.MessagePackReader(frame.AsMemory(ProtocolConstants.LengthPrefixSize));
+        Assert.Equal(FrameType.Subscribe, FrameDecoder.ReadHeader(ref reader, out int count));
+        SubscribeFrame s = FrameDecoder.ReadSubscribe(ref reader, count);
+        return $"sid={s.Sid} pattern={s.PatternString} options={(uint)s.Options} since={(s.Since is { } p ? $"{p.Offset}/{p.Epoch}" : "nil")} queue={s.QueueString ?? "nil"}";
     }
 
     private static string Expected(FrameVector v) => v.Kind switch

@@ -60,6 +60,8 @@ public static class Vectors
 
     public static TheoryData<CaseName> ServerMessages => Ids(v => v.File == "message.json" && v.Kind == "valid");
 
+    public static TheoryData<CaseName> SubscribeValid => Ids(v => v.File == "subscribe.json" && v.Kind == "valid");
+
     public static TheoryData<CaseName> ClientCanonical => Ids(v => ClientFiles.ContainsKey(v.File) && v.Kind == "valid" && v.Canonical);
 
     public static IEnumerable<FrameVector> Cases => All.Value.Values;

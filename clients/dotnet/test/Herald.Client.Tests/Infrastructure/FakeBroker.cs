@@ -13,9 +13,14 @@ namespace Herald.Client.Tests.Infrastructure;
 /// </summary>
 public sealed class FakeBroker : IDisposable
 {
-    private readonly TcpListener _listener = new(IPAddress.Loopback, 0);
+    private readonly TcpListener _listener;
 
-    public FakeBroker() => _listener.Start();
+    /// <summary>A fake broker on <paramref name="port"/> (0: an ephemeral one; a reconnect test puts it where a real broker was).</summary>
+    public FakeBroker(int port = 0)
+    {
+        _listener = new(IPAddress.Loopback, port);
+        _listener.Start();
+    }
 
     public int Port => ((IPEndPoint)_listener.LocalEndpoint).Port;
 

@@ -18,7 +18,7 @@ public class LivenessTests
 
         Assert.Equal(FrameType.Pong, await connection.ReadAsync());
         Assert.Equal(1u, hello.Version);
-        Assert.Equal(Capabilities.Zstd | Capabilities.Headers | Capabilities.NoResponders | Capabilities.History, hello.Capabilities); // asks for compression, headers, no-responders and history by default
+        Assert.Equal(Capabilities.Zstd | Capabilities.Headers | Capabilities.NoResponders | Capabilities.History | Capabilities.QueueGroups, hello.Capabilities); // asks for compression, headers, no-responders, history and queue groups by default
     }
 
     [Fact]

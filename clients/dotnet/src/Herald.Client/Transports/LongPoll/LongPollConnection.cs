@@ -107,7 +107,7 @@ internal sealed class LongPollConnection : BrokerConnection
             ["maxHeaderBytes"] = (ulong)Math.Max(session.MaxHeaderBytes, 0),
         };
         bool headers = session.Headers && body.Headers;
-        Info = new HeraldServerInfo(HeraldTransport.LongPoll, serverName: null, connectionId: null, port: null, session.Zstd && body.Zstd, limits, session.InboxPrefix, headers, headers && session.NoResponders && body.NoResponders, headers && session.History && body.History);
+        Info = new HeraldServerInfo(HeraldTransport.LongPoll, serverName: null, connectionId: null, port: null, session.Zstd && body.Zstd, limits, session.InboxPrefix, headers, headers && session.NoResponders && body.NoResponders, headers && session.History && body.History, session.QueueGroups);
         MaxHeaders = session.MaxHeaders is > 0 and <= int.MaxValue ? (int)session.MaxHeaders : int.MaxValue;
         MaxHeaderBytes = session.MaxHeaderBytes is > 0 and <= int.MaxValue ? (int)session.MaxHeaderBytes : int.MaxValue;
 
@@ -117,7 +117,25 @@ internal sealed class LongPollConnection : BrokerConnection
 
     public override async Task SubscribeAsync(HeraldSubscription subscription, CancellationToken cancellationToken)
     {
-        var body = new SubscribeRequest { Sid = subscription.Sid, Pattern = subscription.Pattern, NoEcho = (subscription.WireOptions & SubscribeOptions.NoEcho) != 0, Since = subscription.SinceFor(Info.History) is { } since ? new SinceBody { Offset = since.Offset, Epoch = since.Epoch } : null };
+        if (QueueRefusal(subscription) is { } refused)
+        {
+            throw refused; // never sent as a plain subscription
+        }
+
+        // A queue group member never resumes (SinceFor gives it no position): the two never travel together (spec §4.3).
+        var body = new SubscribeRequest
+        {
+            Sid = subscription.Sid,
+            Pattern = subscription.Pattern,
+            NoEcho = (subscription.WireOptions & SubscribeOptions.NoEcho) != 0,
+            Since = subscription.SinceFor(Info.History) is { } since ? new SinceBody { Offset = since.Offset, Epoch = since.Epoch } : null,
+            Queue = subscription.Queue,
+        };
+        if (body.Since is not null && body.Queue is not null)
+        {
+            throw new HeraldException(ErrorCode.MalformedFrame, $"The subscription to '{subscription.Pattern}' would carry both a queue group and a history position (spec §4.3); it was not sent.");
+        }
+
         using HttpResponseMessage response = await SendAsync(
             () => new HttpRequestMessage(HttpMethod.Post, new Uri(_session!, "subscriptions")) { Content = JsonContent.Create(body, LongPollJsonContext.Default.SubscribeRequest) },
             "Subscribing",

@@ -48,6 +48,9 @@ internal sealed class CreateSessionResponse
 
     public bool History { get; init; }
 
+    /// <summary>A subscribe may name a queue group (longpoll §1.2, spec §14); absent (false) from a broker before them.</summary>
+    public bool QueueGroups { get; init; }
+
     public long MaxHeaders { get; init; }
 
     public long MaxHeaderBytes { get; init; }
@@ -65,6 +68,10 @@ internal sealed class SubscribeRequest
     /// <summary>Resume the topic's history after this position (longpoll §1.2, spec §13); omitted when null.</summary>
     [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingNull)]
     public SinceBody? Since { get; init; }
+
+    /// <summary>The queue group the subscription joins (spec §14); omitted when null (a plain subscription).</summary>
+    [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingNull)]
+    public string? Queue { get; init; }
 }
 
 /// <summary>A subscribe body's <c>since</c>.</summary>

@@ -102,8 +102,16 @@ internal sealed class TcpConnection : BrokerConnection
     public override Task FlushAsync(CancellationToken cancellationToken) =>
         Expect(subscription: null, queue => queue.EnqueuePing()).WaitAsync(cancellationToken);
 
-    public override Task EnqueueSubscribe(HeraldSubscription subscription) =>
-        Expect(subscription, queue => queue.EnqueueFencedSubscribe(subscription.Sid, subscription.PatternBytes, subscription.WireOptions, subscription.SinceFor(Info.History)), fenced: true);
+    public override Task EnqueueSubscribe(HeraldSubscription subscription)
+    {
+        if (QueueRefusal(subscription) is { } refused)
+        {
+            return Task.FromException(refused); // never sent as a plain subscription
+        }
+
+        // SinceFor gives a queue group member no position: it never resumes, so the two never travel together (spec §4.3).
+        return Expect(subscription, queue => queue.EnqueueFencedSubscribe(subscription.Sid, subscription.PatternBytes, subscription.WireOptions, subscription.SinceFor(Info.History), subscription.QueueBytes), fenced: true);
+    }
 
     /// <summary>HELLO again with <paramref name="credential"/>; the broker answers WELCOME, then the PONG behind it completes this.</summary>
     public override Task RefreshAsync(string? credential, CancellationToken cancellationToken) =>
@@ -152,7 +160,8 @@ internal sealed class TcpConnection : BrokerConnection
             welcome.InboxPrefix,
             headers,
             headers && (granted & Capabilities.NoResponders) != 0,
-            headers && (granted & Capabilities.History) != 0);
+            headers && (granted & Capabilities.History) != 0,
+            (granted & Capabilities.QueueGroups) != 0);
         MaxBody = Limit(welcome, "max_frame");
         MaxTopic = Limit(welcome, "max_topic");
         MaxPayload = Limit(welcome, "max_payload");
