@@ -100,6 +100,42 @@ public class RpcFanoutTests
         Assert.True(json.GetProperty("ok").GetBoolean());
     }
 
+    [Theory]
+    [InlineData("herald", "twoway")]
+    [InlineData("herald", "oneway")]
+    [InlineData("nats", "twoway")]
+    [InlineData("nats", "oneway")]
+    public async Task Rpc_with_responders_in_a_queue_group_answers_every_call_once(string target, string mode)
+    {
+        if (target == "nats")
+        {
+            Repo.EnsurePeerServers();
+        }
+
+        string[] args = TargetArgs();
+        string output = Repo.OutFile($"rpc-queue-{target}-{mode}");
+        int exit = await Repo.RunAsync("rpc", [.. args, "--target", target, "--port", args[1].Split('-')[0], "--mode", mode, "--callers", "3", "--responders", "3", "--queue", "workers", "--max-lead", "500", "--out", output]);
+
+        // Had every responder been given every request, the callers would have got each reply three times
+        // (twoway: replies to calls no longer in flight, counted unexpected) or each request (oneway: seen twice).
+        JsonElement json = Repo.ReadJson(output);
+        Assert.Equal(ExitCodes.Ok, exit);
+        Assert.Equal("workers", json.GetProperty("parameters").GetProperty("queue").GetString());
+        JsonElement run = Assert.Single(json.GetProperty("repetitions").EnumerateArray());
+        Assert.True(run.GetProperty("calls").GetInt64() > 0);
+        Assert.Equal(0, run.GetProperty("unexpected").GetInt64());
+        Assert.Equal(0, run.GetProperty("reordered").GetInt64());
+        Assert.True(json.GetProperty("ok").GetBoolean());
+    }
+
+    [Theory]
+    [InlineData("redis")]
+    [InlineData("signalr")]
+    public async Task Rpc_refuses_a_queue_group_on_a_target_without_them(string target)
+    {
+        Assert.Equal(ExitCodes.Usage, await Repo.RunAsync("rpc", [.. TargetArgs(), "--target", target, "--queue", "workers"]));
+    }
+
     [Fact]
     public async Task Rpc_rejects_an_unknown_payload()
     {

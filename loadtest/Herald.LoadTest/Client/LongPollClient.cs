@@ -102,8 +102,8 @@ internal sealed class LongPollClient : IDisposable
         return new LongPollSessionInfo(token, TimeSpan.FromMilliseconds(pollTimeoutMs), maxPending, maxBody, inboxPrefix);
     }
 
-    /// <summary>Subscribes a session (longpoll §1.2); the subscription is live when this returns.</summary>
-    public async Task SubscribeAsync(string session, uint sid, string pattern, CancellationToken cancellationToken)
+    /// <summary>Subscribes a session (longpoll §1.2), in the queue group <paramref name="queue"/> when not null; the subscription is live when this returns.</summary>
+    public async Task SubscribeAsync(string session, uint sid, string pattern, CancellationToken cancellationToken, string? queue = null)
     {
         var body = new ArrayBufferWriter<byte>(64 + pattern.Length);
         using (var json = new Utf8JsonWriter(body))
@@ -111,6 +111,11 @@ internal sealed class LongPollClient : IDisposable
             json.WriteStartObject();
             json.WriteNumber("sid", sid);
             json.WriteString("pattern", pattern);
+            if (queue is not null)
+            {
+                json.WriteString("queue", queue);
+            }
+
             json.WriteEndObject();
         }
 

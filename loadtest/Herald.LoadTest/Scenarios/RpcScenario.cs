@@ -46,6 +46,8 @@ internal sealed class RpcScenario : IScenario
           --payload KIND         small: GetData(int) -> string; composite: CompositeType -> CompositeType;
                                  list42: GetDataStream(0, 42) -> 42 CompositeTypes (default small)
           --callers N            caller connections                              (default 1)
+          --queue NAME           responders share the one topic <topic> in the queue group NAME (herald, cluster
+                                 and nats: each request reaches one responder), instead of a topic each
           --responders N         responder connections, each on its own topic <topic>.<r>; caller i calls
                                  responder i mod N                               (default 1)
           --seconds S            measured window                                 (default 10)
@@ -71,8 +73,13 @@ internal sealed class RpcScenario : IScenario
             throw new UsageException("--responder-token is for --target herald.");
         }
 
+        if (options.Queue is not null && targetOptions.Target is not ("herald" or "cluster" or "nats"))
+        {
+            throw new UsageException($"--queue needs queue groups: herald, cluster or nats, not {targetOptions.Target}.");
+        }
+
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"rpc {options.Mode}: {options.Callers} callers -> '{options.Window.Topic}.*' -> {options.Responders} responder(s), {options.Call.Name} ({options.Call.Description}), warm-up {options.Window.Warmup} s, measured {options.Window.Seconds} s, {options.Window.Repeat} repetition(s); {targetOptions.Describe()}"));
+            $"rpc {options.Mode}: {options.Callers} callers -> '{(options.Queue is null ? options.Window.Topic + ".*" : $"{options.Window.Topic}' (queue group {options.Queue})")}' -> {options.Responders} responder(s), {options.Call.Name} ({options.Call.Description}), warm-up {options.Window.Warmup} s, measured {options.Window.Seconds} s, {options.Window.Repeat} repetition(s); {targetOptions.Describe()}"));
         return await ScenarioSkeleton.RunRepetitionsAsync<RpcRun>(
             targetOptions,
             options.Window.Repeat,
@@ -87,7 +94,7 @@ internal sealed class RpcScenario : IScenario
     {
         string run = Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(4)); // inboxes unique across concurrent runs
         var phase = new RpcPhase();
-        var oneway = options.Mode == "oneway" ? new OnewayLedger(options.Callers) : null;
+        var oneway = options.Mode == "oneway" ? new OnewayLedger(options.Callers, options.Queue is null ? 1 : options.Responders) : null;
         IPubSubClient[] clients = [];
         try
         {
@@ -103,7 +110,7 @@ internal sealed class RpcScenario : IScenario
                     : await ScenarioClients.ConnectAsync(target, 0, options.Responders + options.Callers, token);
                 for (int r = 0; r < responders.Length; r++)
                 {
-                    responders[r] = new RpcResponder(clients[r], $"responder {r}", options.Call, oneway, log);
+                    responders[r] = new RpcResponder(clients[r], $"responder {r}", options.Call, oneway, log, r);
                 }
 
                 for (int i = 0; i < callers.Length; i++)
@@ -112,7 +119,9 @@ internal sealed class RpcScenario : IScenario
                     callers[i] = new RpcCaller(i, clients[options.Responders + i], RequestTopic(options, i % options.Responders), inbox, options.Call, phase, oneway, log);
                 }
 
-                await ScenarioClients.SubscribeAllAsync(responders.Length, (r, t) => clients[r].SubscribeAsync(RequestTopic(options, r), responders[r].OnRequest, t), token);
+                await ScenarioClients.SubscribeAllAsync(responders.Length, (r, t) => options.Queue is { } queue
+                    ? clients[r].SubscribeAsync(RequestTopic(options, r), queue, responders[r].OnRequest, t)
+                    : clients[r].SubscribeAsync(RequestTopic(options, r), responders[r].OnRequest, t), token);
                 if (oneway is null)
                 {
                     await ScenarioClients.SubscribeAllAsync(callers.Length, (i, t) => callers[i].Client.SubscribeAsync(callers[i].Inbox, callers[i].OnReply, t), token);
@@ -172,7 +181,9 @@ internal sealed class RpcScenario : IScenario
         }
     }
 
-    private static string RequestTopic(RpcOptions options, int responder) => string.Create(CultureInfo.InvariantCulture, $"{options.Window.Topic}.{responder}");
+    /// <summary>Responder r's topic: <c>&lt;topic&gt;.&lt;r&gt;</c>; with <c>--queue</c>, the one topic every responder shares in the group.</summary>
+    private static string RequestTopic(RpcOptions options, int responder) =>
+        options.Queue is null ? string.Create(CultureInfo.InvariantCulture, $"{options.Window.Topic}.{responder}") : options.Window.Topic;
 
     private static int Report(ITarget target, RpcOptions options, List<RpcRun> runs, RunLog log)
     {
@@ -191,11 +202,15 @@ internal sealed class RpcScenario : IScenario
             json.WriteString("call", options.Call.Description);
             json.WriteNumber("callers", options.Callers);
             json.WriteNumber("responders", options.Responders);
+            if (options.Queue is { } queue)
+            {
+                json.WriteString("queue", queue);
+            }
             options.Window.Write(json);
         }, log);
     }
 
-    internal sealed record RpcOptions(string Mode, RpcCall Call, int Callers, int Responders, WindowOptions Window, string? Out, string? ResponderToken = null)
+    internal sealed record RpcOptions(string Mode, RpcCall Call, int Callers, int Responders, WindowOptions Window, string? Out, string? ResponderToken = null, string? Queue = null)
     {
         public static RpcOptions Read(CommandLine options)
         {
@@ -212,7 +227,8 @@ internal sealed class RpcScenario : IScenario
                 options.Int("responders", 1, 1, 10_000),
                 WindowOptions.Read(options, "bench.rpc"),
                 options.OptionalString("out"),
-                options.OptionalString("responder-token"));
+                options.OptionalString("responder-token"),
+                options.OptionalString("queue"));
         }
     }
 
@@ -258,10 +274,17 @@ internal sealed class RpcScenario : IScenario
     /// Oneway bookkeeping per caller: requests received by the responders and the next call number expected.
     /// Threading: entry i is written only by the responder that serves caller i (i mod R), read by anyone.
     /// </summary>
-    internal sealed class OnewayLedger(int callers)
+    /// <remarks>
+    /// With <c>--queue</c> a caller's requests are spread over the group's responders, each of which sees its
+    /// share in order but with gaps: each (caller, responder) pair then only has to rise, and a loss shows as a
+    /// request never received (unanswered at the end). A request given to two members is caught by twoway mode
+    /// (the second reply is unexpected), not here.
+    /// </remarks>
+    internal sealed class OnewayLedger(int callers, int sharedBy = 1)
     {
         private readonly long[] _received = new long[callers];
         private readonly long[] _next = Enumerable.Repeat(1L, callers).ToArray();
+        private readonly long[] _last = new long[callers * sharedBy]; // queue group: the last call each responder saw of each caller
 
         private long _missing;   // several responders may add: interlocked
         private long _reordered;
@@ -286,12 +309,25 @@ internal sealed class RpcScenario : IScenario
             }
         }
 
-        /// <summary>Records call <paramref name="call"/> of <paramref name="caller"/>; false when the caller is unknown.</summary>
-        public bool Record(int caller, long call)
+        /// <summary>Records call <paramref name="call"/> of <paramref name="caller"/> as responder <paramref name="responder"/> got it; false when the caller is unknown.</summary>
+        public bool Record(int caller, long call, int responder = 0)
         {
             if ((uint)caller >= (uint)_received.Length)
             {
                 return false;
+            }
+
+            if (sharedBy > 1)
+            {
+                ref long last = ref _last[(caller * sharedBy) + responder]; // only this responder's receive loop writes it
+                if (call <= last)
+                {
+                    Interlocked.Increment(ref _reordered);
+                }
+
+                last = Math.Max(last, call);
+                Interlocked.Increment(ref _received[caller]);
+                return true;
             }
 
             if (call != _next[caller])
@@ -318,7 +354,7 @@ internal sealed class RpcScenario : IScenario
     /// Threading: <see cref="OnRequest"/> runs on the client's receive loop and writes every field; the
     /// counters are read after the run.
     /// </summary>
-    internal sealed class RpcResponder(IPubSubClient client, string name, RpcCall call, OnewayLedger? oneway, RunLog log)
+    internal sealed class RpcResponder(IPubSubClient client, string name, RpcCall call, OnewayLedger? oneway, RunLog log, int index = 0)
     {
         private readonly ArrayBufferWriter<byte> _reply = new(4096);
         private readonly HashSet<string> _replyTopics = new(StringComparer.Ordinal); // reply_to strings seen, so a reply costs no string allocation
@@ -346,7 +382,7 @@ internal sealed class RpcScenario : IScenario
                 if (oneway is not null)
                 {
                     (int caller, long number) = call.Answer(request, null);
-                    if (!oneway.Record(caller, number))
+                    if (!oneway.Record(caller, number, index))
                     {
                         Wrong($"request from unknown caller {caller}");
                     }

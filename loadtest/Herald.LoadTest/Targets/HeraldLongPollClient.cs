@@ -108,7 +108,10 @@ internal sealed class HeraldLongPollClient : IPubSubClient
         }
     }
 
-    public async Task SubscribeAsync(string topic, DeliveryHandler handler, CancellationToken cancellationToken)
+    public Task SubscribeAsync(string topic, DeliveryHandler handler, CancellationToken cancellationToken) =>
+        SubscribeAsync(topic, queue: null, handler, cancellationToken);
+
+    public async Task SubscribeAsync(string topic, string? queue, DeliveryHandler handler, CancellationToken cancellationToken)
     {
         uint sid;
         lock (_subscribeGate)
@@ -118,7 +121,7 @@ internal sealed class HeraldLongPollClient : IPubSubClient
             Volatile.Write(ref _handlers, handlers);
         }
 
-        await _http.SubscribeAsync(_session.Token, sid, topic, cancellationToken); // 204: live
+        await _http.SubscribeAsync(_session.Token, sid, topic, cancellationToken, queue); // 204: live
     }
 
     public void Publish(string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo = default) =>

@@ -154,7 +154,7 @@ internal sealed class HeraldNode : IAsyncDisposable
             TcpReceiveBufferSize.Value ?? HeraldConnection.DefaultReceiveBufferSize,
             Sources.For(slot / Endpoints.PortCount),
             credential,
-            Options.Headers ? Capabilities.Headers : Capabilities.None,
+            (Options.Headers ? Capabilities.Headers : Capabilities.None) | Capabilities.QueueGroups, // asked, so a queue subscription may be made
             Endpoints);
     }
 

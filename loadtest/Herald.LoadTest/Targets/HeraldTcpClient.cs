@@ -43,9 +43,9 @@ internal sealed class HeraldTcpClient : SocketPubSubClient
         return new HeraldTcpClient(connection);
     }
 
-    protected override void WriteSubscribeAndPing(IBufferWriter<byte> buffer, string topic, uint sid)
+    protected override void WriteSubscribeAndPing(IBufferWriter<byte> buffer, string topic, string? queue, uint sid)
     {
-        FrameWriter.WriteSubscribe(buffer, sid, Topic.EncodePattern(topic));
+        FrameWriter.WriteSubscribe(buffer, sid, Topic.EncodePattern(topic), queue: queue is null ? default : System.Text.Encoding.UTF8.GetBytes(queue));
         buffer.Write(Ping);
     }
 

@@ -86,6 +86,14 @@ internal interface IPubSubClient : IAsyncDisposable
     Task SubscribeAsync(string topic, DeliveryHandler handler, CancellationToken cancellationToken);
 
     /// <summary>
+    /// As <see cref="SubscribeAsync(string, DeliveryHandler, CancellationToken)"/>, as a member of the queue group
+    /// <paramref name="queue"/>: each publication reaches one member of the group (Herald spec §14, NATS queue
+    /// subscriptions). Targets without queue groups throw <see cref="NotSupportedException"/>.
+    /// </summary>
+    Task SubscribeAsync(string topic, string queue, DeliveryHandler handler, CancellationToken cancellationToken) =>
+        throw new NotSupportedException("this target has no queue groups");
+
+    /// <summary>
     /// Copies one publication into the send buffer and returns without waiting: it is sent at once when the
     /// connection is idle, else with the batch after the send in flight. Called from a
     /// <see cref="DeliveryHandler"/> (e.g. to reply), it is sent after the handlers of the whole received

@@ -52,11 +52,17 @@ internal sealed class NatsPubSubClient : SocketPubSubClient
     /// <c>SUB &lt;subject&gt; &lt;sid&gt;\r\nPING\r\n</c>: the server handles a connection's commands in order,
     /// so its PONG means the SUB is in place.
     /// </summary>
-    protected override void WriteSubscribeAndPing(IBufferWriter<byte> buffer, string topic, uint sid)
+    protected override void WriteSubscribeAndPing(IBufferWriter<byte> buffer, string topic, string? queue, uint sid)
     {
         Write(buffer, "SUB "u8);
         Write(buffer, _subjects.Get(topic));
         Write(buffer, " "u8);
+        if (queue is not null)
+        {
+            Write(buffer, Encoding.ASCII.GetBytes(queue)); // SUB <subject> <queue group> <sid>
+            Write(buffer, " "u8);
+        }
+
         WriteNumber(buffer, (int)sid);
         Write(buffer, "\r\n"u8);
         Write(buffer, PingLine);

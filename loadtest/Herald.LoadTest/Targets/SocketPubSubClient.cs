@@ -41,7 +41,10 @@ internal abstract class SocketPubSubClient : IPubSubClient
 
     public virtual string InboxPrefix => IPubSubClient.AnonymousInboxPrefix;
 
-    public async Task SubscribeAsync(string topic, DeliveryHandler handler, CancellationToken cancellationToken)
+    public Task SubscribeAsync(string topic, DeliveryHandler handler, CancellationToken cancellationToken) =>
+        SubscribeAsync(topic, queue: null, handler, cancellationToken);
+
+    public async Task SubscribeAsync(string topic, string? queue, DeliveryHandler handler, CancellationToken cancellationToken)
     {
         uint sid;
         lock (_subscribeGate)
@@ -54,7 +57,7 @@ internal abstract class SocketPubSubClient : IPubSubClient
         var pong = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
         using (BatchedWriter.AppendScope scope = Writer.BeginAppend())
         {
-            WriteSubscribeAndPing(scope.Buffer, topic, sid);
+            WriteSubscribeAndPing(scope.Buffer, topic, queue, sid);
             _pongWaiters.Enqueue(pong); // inside the writer's lock: the waiters queue in the order the PINGs are written
         }
 
@@ -95,7 +98,8 @@ internal abstract class SocketPubSubClient : IPubSubClient
     protected void StartReceiving() => _receiving = Task.Run(ReceiveLoopAsync);
 
     /// <summary>Encodes a subscription to <paramref name="topic"/> as <paramref name="sid"/>, followed by a PING.</summary>
-    protected abstract void WriteSubscribeAndPing(IBufferWriter<byte> buffer, string topic, uint sid);
+    /// <summary>SUBSCRIBE (in <paramref name="queue"/> when not null) and a PING whose PONG says it is in place.</summary>
+    protected abstract void WriteSubscribeAndPing(IBufferWriter<byte> buffer, string topic, string? queue, uint sid);
 
     /// <summary>Encodes one publication; <paramref name="headers"/> is its header block in the wire's encoding, or empty.</summary>
     protected abstract void WritePublish(IBufferWriter<byte> buffer, string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers);
