@@ -129,6 +129,8 @@ internal sealed class FrameSession : ProtocolSession
                         await Task.Delay(pause).ConfigureAwait(false);
                     }
 
+                    ThrottleServed();
+
                     await Backlog.WhenRepliesBelow(maxReplies).ConfigureAwait(false);
                     if (AwaitsInterest)
                     {

@@ -148,6 +148,16 @@ internal abstract class ProtocolSession : INoResponders
         }
     }
 
+    /// <summary>
+    /// The transport has waited out <see cref="Throttle"/>: a timer that fired late credits the client nothing
+    /// beyond the debt, so its episode goes on (told once) until it keeps under the rate by itself.
+    /// </summary>
+    public void ThrottleServed()
+    {
+        _publishes.Paid(Limits.PublishRatePerSecond);
+        _subscriptionChanges.Paid(Limits.SubscriptionRatePerSecond);
+    }
+
     protected BrokerCore Broker { get; }
 
     protected LimitOptions Limits { get; }

@@ -51,6 +51,23 @@ internal struct TokenBucket
         return true;
     }
 
+    /// <summary>
+    /// The transport waited out the debt (<see cref="Debt"/>): the time its timer ran past the debt is not
+    /// credited, so a pause that overshot (a late timer on a busy machine) does not end the episode and the
+    /// client is not told again; only time the client itself keeps under the rate refills the bucket.
+    /// </summary>
+    public void Paid(int rate)
+    {
+        if (_tokens >= 0)
+        {
+            return;
+        }
+
+        long now = Stopwatch.GetTimestamp();
+        _tokens = Math.Min(0, _tokens + (Stopwatch.GetElapsedTime(_refilledAt, now).TotalSeconds * rate));
+        _refilledAt = now;
+    }
+
     /// <summary>The warning of this episode was not sent (another answer took its place): the next operation in debt warns.</summary>
     public void Unwarn() => _warned = false;
 

@@ -205,6 +205,8 @@ internal static class LongPollEndpoints
             await Task.Delay(pause, cancellation).ConfigureAwait(false);
         }
 
+        owner.ThrottleServed();
+
         if (owner.AwaitsInterest)
         {
             await owner.InterestSettledAsync().WaitAsync(cancellation).ConfigureAwait(false);
