@@ -33,16 +33,11 @@ import {
 } from "@herald/client/protocol";
 import { Broker, freePort } from "./helpers/broker.js";
 import { nextMessage, once, stateIs, take, uniqueTopic, until, within } from "./helpers/wait.js";
+import { OpenClients, fast } from "./helpers/clients.js";
 
 let broker: Broker;
-const clients: HeraldClient[] = [];
-const fast: ConnectOptions = { reconnectDelayMs: 100, maxReconnectDelayMs: 1000, connectTimeoutMs: 5000 };
-
-async function open(url: string, options: ConnectOptions = {}): Promise<HeraldClient> {
-  const client = await connect(url, { ...fast, ...options });
-  clients.push(client);
-  return client;
-}
+const clients = new OpenClients();
+const open = (url: string, options: ConnectOptions = {}): Promise<HeraldClient> => clients.open(url, options);
 
 const tcp = (options: ConnectOptions = {}) => open(broker.tcpUrl, { name: "it-tcp", ...options });
 const poll = (options: ConnectOptions = {}) => open(broker.httpUrl, { name: "it-poll", ...options });
@@ -52,7 +47,7 @@ before(async () => {
 });
 
 after(async () => {
-  await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
+  await clients.closeAll();
   await broker?.stop();
 });
 
@@ -712,7 +707,7 @@ describe("reconnect", () => {
       const port = late.tcpPort;
       await late.stop();
       const client = createClient(`tcp://127.0.0.1:${port}`, { ...fast });
-      clients.push(client);
+      clients.add(client);
       // Both wait for the connection; on it the subscription is sent before the buffered publish.
       const sub = client.subscribe("lazy.topic");
       const published = client.publish("lazy.topic", "queued before the first connection");

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { createServer, type Socket } from "node:net";
 import { after, before, describe, test } from "node:test";
-import { HeraldError, connect, type ConnectOptions, type HeraldClient, type Message, type Subscription } from "@herald/client";
+import { HeraldError, type ConnectOptions, type HeraldClient, type Message, type Subscription } from "@herald/client";
 import {
   Capabilities,
   FrameReader,
@@ -21,16 +21,11 @@ import {
 } from "@herald/client/protocol";
 import { Broker } from "./helpers/broker.js";
 import { nextMessage, once, uniqueTopic, until, within } from "./helpers/wait.js";
+import { OpenClients } from "./helpers/clients.js";
 
 let broker: Broker;
-const clients: HeraldClient[] = [];
-const fast: ConnectOptions = { reconnectDelayMs: 100, maxReconnectDelayMs: 1000, connectTimeoutMs: 5000 };
-
-async function open(url: string, options: ConnectOptions = {}): Promise<HeraldClient> {
-  const client = await connect(url, { ...fast, ...options });
-  clients.push(client);
-  return client;
-}
+const clients = new OpenClients();
+const open = (url: string, options: ConnectOptions = {}): Promise<HeraldClient> => clients.open(url, options);
 
 const tcp = (name = "queue-tcp", options: ConnectOptions = {}) => open(broker.tcpUrl, { name, ...options });
 const poll = (name = "queue-poll", options: ConnectOptions = {}) => open(broker.httpUrl, { name, ...options });
@@ -40,7 +35,7 @@ before(async () => {
 });
 
 after(async () => {
-  await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
+  await clients.closeAll();
   await broker?.stop();
 });
 

@@ -11,9 +11,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { ErrorCode, HeraldError, connect, createClient, type ConnectOptions, type HeraldClient } from "@herald/client";
+import { ErrorCode, HeraldError, createClient, type ConnectOptions, type HeraldClient } from "@herald/client";
 import { Broker } from "./helpers/broker.js";
 import { nextMessage, stateIs, uniqueTopic, within } from "./helpers/wait.js";
+import { OpenClients, fast } from "./helpers/clients.js";
 
 const TOKEN = "s3cret-token-for-alice";
 const OTHER = "s3cret-token-for-bob";
@@ -41,14 +42,8 @@ const authArgs = [
   ]),
 ];
 
-const clients: HeraldClient[] = [];
-const fast: ConnectOptions = { reconnectDelayMs: 100, maxReconnectDelayMs: 1000, connectTimeoutMs: 5000 };
-
-async function open(url: string, options: ConnectOptions = {}): Promise<HeraldClient> {
-  const client = await connect(url, { ...fast, ...options });
-  clients.push(client);
-  return client;
-}
+const clients = new OpenClients();
+const open = (url: string, options: ConnectOptions = {}): Promise<HeraldClient> => clients.open(url, options);
 
 /** Expects `promise` to reject with a HeraldError of `code`. */
 async function rejectsWith(promise: Promise<unknown>, code: string): Promise<HeraldError> {
@@ -92,7 +87,7 @@ function deniedOnce(errors: HeraldError[], topic: string): void {
 }
 
 after(async () => {
-  await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
+  await clients.closeAll();
 });
 
 describe("token authentication", () => {
