@@ -11,6 +11,7 @@ using Herald.Broker.Monitoring;
 using Herald.Broker.Policy;
 using Herald.Broker.Transports;
 using Herald.Broker.Transports.LongPoll;
+using Herald.Broker.Transports.WebSockets;
 using Herald.Broker.Transports.Tcp;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Builder;
@@ -30,7 +31,7 @@ namespace Herald.Broker.Hosting;
 public static class HeraldHost
 {
     /// <summary>The CORS policy of the client endpoints (long-poll, policy files).</summary>
-    private const string ClientCors = "clients";
+    internal const string ClientCors = "clients";
 
     /// <summary>
     /// Creates the broker application. <paramref name="configure"/> lets tests and embedders override
@@ -281,9 +282,11 @@ public static class HeraldHost
         WebApplication app = builder.Build();
         app.UseMiddleware<MonitoringAccess>(); // after routing (added first by the host), before CORS
         app.UseCors();
+        app.UseWebSockets(); // /ws (Transports/WebSockets); never permessage-deflate: payloads are Zstd where it pays
         RouteGroupBuilder clients = app.MapGroup("");
         clients.RequireCors(ClientCors);
         clients.MapLongPoll();
+        clients.MapWebSocket();
         clients.MapPolicyFiles();
         app.MapHeraldOperations(preview);
         app.Lifetime.ApplicationStarted.Register(() =>

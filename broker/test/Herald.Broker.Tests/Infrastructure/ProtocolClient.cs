@@ -49,16 +49,38 @@ public sealed class ProtocolClient : IAsyncDisposable
 {
     public static readonly TimeSpan DefaultTimeout = TimeSpan.FromSeconds(15);
 
-    private readonly Socket _socket;
-    private readonly NetworkStream _stream;
+    private readonly Socket? _socket;
+    private readonly Stream _stream;
     private readonly PipeReader _reader;
     private readonly ArrayBufferWriter<byte> _out = new();
 
     private ProtocolClient(Socket socket)
+        : this(new NetworkStream(socket, ownsSocket: true)) => _socket = socket;
+
+    private ProtocolClient(Stream stream)
     {
-        _socket = socket;
-        _stream = new NetworkStream(socket, ownsSocket: true);
+        _stream = stream;
         _reader = PipeReader.Create(_stream, new StreamPipeReaderOptions(bufferSize: 64 * 1024));
+    }
+
+    /// <summary>The WebSocket under a client made by <see cref="ConnectWebSocketAsync"/> (its close status), else null.</summary>
+    public System.Net.WebSockets.ClientWebSocket? WebSocket { get; private init; }
+
+    /// <summary>
+    /// A client over WebSocket at <c>/ws</c> on the HTTP port (subprotocol herald.v1): the frames are the same,
+    /// sent as binary messages (each write one message) and read as one byte stream.
+    /// </summary>
+    public static async Task<ProtocolClient> ConnectWebSocketAsync(int httpPort, string? origin = null)
+    {
+        var socket = new System.Net.WebSockets.ClientWebSocket();
+        socket.Options.AddSubProtocol("herald.v1");
+        if (origin is not null)
+        {
+            socket.Options.SetRequestHeader("Origin", origin);
+        }
+
+        await socket.ConnectAsync(new Uri($"ws://127.0.0.1:{httpPort}/ws"), CancellationToken.None);
+        return new ProtocolClient(System.Net.WebSockets.WebSocketStream.Create(socket, System.Net.WebSockets.WebSocketMessageType.Binary, ownsWebSocket: true)) { WebSocket = socket };
     }
 
     /// <param name="localAddress">The source address to connect from (any 127.x.y.z on Linux loopback): another client address for the broker.</param>
@@ -151,13 +173,14 @@ public sealed class ProtocolClient : IAsyncDisposable
     public async Task SendRawAsync(byte[] bytes, CancellationToken cancellationToken = default) => await _stream.WriteAsync(bytes, cancellationToken);
 
     /// <summary>Closes the sending side only (the broker sees end of stream).</summary>
-    public void ShutdownSend() => _socket.Shutdown(SocketShutdown.Send);
+    public void ShutdownSend() => (_socket ?? throw new InvalidOperationException("not a TCP client")).Shutdown(SocketShutdown.Send);
 
     /// <summary>Closes with a TCP reset (RST, linger 0) instead of a FIN: the peer sees the connection torn.</summary>
     public void Reset()
     {
-        _socket.LingerState = new LingerOption(enable: true, seconds: 0);
-        _socket.Close();
+        Socket socket = _socket ?? throw new InvalidOperationException("not a TCP client");
+        socket.LingerState = new LingerOption(enable: true, seconds: 0);
+        socket.Close();
     }
 
     /// <summary>Reads the next frame; fails if the connection closes or nothing comes in time.</summary>

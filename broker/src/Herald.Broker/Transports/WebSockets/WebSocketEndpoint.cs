@@ -1,0 +1,66 @@
+using System.Net.WebSockets;
+using Herald.Broker.Hosting;
+using Herald.Broker.Sessions;
+using Microsoft.AspNetCore.Cors.Infrastructure;
+
+namespace Herald.Broker.Transports.WebSockets;
+
+/// <summary>
+/// WebSocket at <c>/ws</c> on the HTTP port (spec §1, subprotocol <c>herald.v1</c>): the upgrade is checked
+/// here (a WebSocket request, the subprotocol, the Origin against <c>Herald:Policy:AllowedDomains</c>), then
+/// the connection is the same <see cref="FrameSession"/> TCP runs, over <see cref="WebSocketConnection"/>'s pipes.
+/// </summary>
+internal static class WebSocketEndpoint
+{
+    public const string Path = "/ws";
+
+    public const string SubProtocol = "herald.v1";
+
+    public const string TransportName = "websocket";
+
+    public static void MapWebSocket(this IEndpointRouteBuilder app) => app.Map(Path, AcceptAsync);
+
+    private static async Task AcceptAsync(HttpContext context)
+    {
+        if (!context.WebSockets.IsWebSocketRequest)
+        {
+            await RefuseAsync(context, StatusCodes.Status426UpgradeRequired, $"{Path} speaks WebSocket only (subprotocol {SubProtocol}).").ConfigureAwait(false);
+            return;
+        }
+
+        if (!context.WebSockets.WebSocketRequestedProtocols.Contains(SubProtocol, StringComparer.Ordinal))
+        {
+            await RefuseAsync(context, StatusCodes.Status400BadRequest, $"Ask for the WebSocket subprotocol {SubProtocol} (Sec-WebSocket-Protocol).").ConfigureAwait(false);
+            return;
+        }
+
+        if (context.Request.Headers.Origin is { Count: > 0 } origin && !await IsAllowedAsync(context, origin.ToString()).ConfigureAwait(false))
+        {
+            await RefuseAsync(context, StatusCodes.Status403Forbidden, $"Origin '{origin}' is not in Herald:Policy:AllowedDomains.").ConfigureAwait(false);
+            return;
+        }
+
+        BrokerCore broker = context.RequestServices.GetRequiredService<BrokerCore>();
+        SessionRegistry sessions = context.RequestServices.GetRequiredService<SessionRegistry>();
+        using WebSocket socket = await context.WebSockets.AcceptWebSocketAsync(new WebSocketAcceptContext { SubProtocol = SubProtocol }).ConfigureAwait(false);
+        var connection = new WebSocketConnection(socket, context, broker.Limits);
+        await using (connection.ConfigureAwait(false))
+        {
+            await connection.RunAsync(c => sessions.RunAsync(c, TransportName)).ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>The client endpoints' CORS rule (the long-poll one), so a browser page is let in by the same list.</summary>
+    private static async Task<bool> IsAllowedAsync(HttpContext context, string origin)
+    {
+        ICorsPolicyProvider provider = context.RequestServices.GetRequiredService<ICorsPolicyProvider>();
+        CorsPolicy? policy = await provider.GetPolicyAsync(context, HeraldHost.ClientCors).ConfigureAwait(false);
+        return policy is not null && (policy.AllowAnyOrigin || policy.IsOriginAllowed(origin));
+    }
+
+    private static Task RefuseAsync(HttpContext context, int status, string message)
+    {
+        context.Response.StatusCode = status;
+        return context.Response.WriteAsync(message);
+    }
+}
