@@ -598,6 +598,9 @@ export class HeraldClient implements SubscriptionOwner {
     const token = String(++this.requestCounter);
     const timeoutMs = options.timeoutMs ?? this.options.requestTimeoutMs;
     const reply = deferred<Message>();
+    // The answer may come before the publish is acknowledged (long-poll: a held poll brings the no-responders
+    // status while the publish POST is still in flight): marked handled now, it still rejects for the caller.
+    reply.promise.catch(() => undefined);
     const timer = setTimeout(() => {
       this.requests.delete(token);
       reply.reject(new RequestTimeoutError(topic, timeoutMs));
