@@ -79,10 +79,21 @@ public sealed class WebSocketTests
     {
         await using var broker = await TestBroker.StartAsync(o => o.Limits.MaxFrameBytes = 4096);
         using var socket = await OpenAsync(broker.HttpPort);
-        byte[] chunk = new byte[1024];
-        for (int i = 0; i < 5; i++) // 5 KiB in one message, never ended: refused before it is all read
+        var hello = new ArrayBufferWriter<byte>();
+        FrameWriter.WriteHello(hello, "big", Capabilities.None, null);
+        await socket.SendAsync(hello.WrittenMemory, WebSocketMessageType.Binary, endOfMessage: true, CancellationToken.None);
+
+        // Valid frames (PINGs), so only the message's size is wrong: 1 KiB of them at a time, 5 KiB in one
+        // message that never ends. Refused before it is all read.
+        var pings = new ArrayBufferWriter<byte>();
+        for (int i = 0; i < 1024 / 6; i++)
         {
-            await socket.SendAsync(chunk, WebSocketMessageType.Binary, endOfMessage: false, CancellationToken.None);
+            FrameWriter.WritePing(pings);
+        }
+
+        for (int i = 0; i < 5; i++)
+        {
+            await socket.SendAsync(pings.WrittenMemory, WebSocketMessageType.Binary, endOfMessage: false, CancellationToken.None);
         }
 
         Assert.Equal(WebSocketCloseStatus.MessageTooBig, await ClosedWithAsync(socket));
