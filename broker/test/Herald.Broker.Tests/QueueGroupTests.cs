@@ -93,7 +93,7 @@ public sealed class QueueGroupTests
     }
 
     [Fact]
-    public async Task A_group_spans_transports_and_each_publication_is_delivered_once_in_all()
+    public async Task A_group_spans_tcp_websocket_and_long_poll_and_each_publication_is_delivered_once_in_all()
     {
         await using var broker = await TestBroker.StartAsync();
         LongPollClient polling = await LongPollClient.CreateAsync(broker.Http);
@@ -104,6 +104,10 @@ public sealed class QueueGroupTests
         }
 
         await using ProtocolClient tcp = await Member(broker, 1, "mixed", "q");
+        await using ProtocolClient web = await ProtocolClient.ConnectWebSocketAsync(broker.HttpPort);
+        await web.HelloAsync("web", Queues);
+        await web.SendAsync(w => FrameWriter.WriteSubscribe(w, 1, "mixed"u8, queue: "q"u8));
+        Assert.Empty(await web.PingPongAsync());
         await using var publisher = await ProtocolClient.OpenAsync(broker.Port);
         const int count = 200;
         for (int i = 0; i < count; i++)
@@ -113,17 +117,19 @@ public sealed class QueueGroupTests
 
         await publisher.PingPongAsync();
         List<string> atTcp = await ReadAllAsync(tcp);
+        List<string> atWeb = await ReadAllAsync(web);
         var atPolling = new List<string>();
         long ack = 0;
-        while (atTcp.Count + atPolling.Count < count)
+        while (atTcp.Count + atWeb.Count + atPolling.Count < count)
         {
             PollResult poll = await polling.PollAsync(ack);
             atPolling.AddRange(poll.Messages.Select(m => m.Text!));
             ack = poll.Count > 0 ? poll.LastSequence : ack;
         }
 
-        Assert.Equal(Enumerable.Range(0, count).Select(i => $"m{i}").Order(), atTcp.Concat(atPolling).Order());
+        Assert.Equal(Enumerable.Range(0, count).Select(i => $"m{i}").Order(), atTcp.Concat(atWeb).Concat(atPolling).Order());
         Assert.NotEmpty(atTcp);
+        Assert.NotEmpty(atWeb);
         Assert.NotEmpty(atPolling);
     }
 

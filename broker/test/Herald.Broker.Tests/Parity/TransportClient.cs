@@ -31,7 +31,10 @@ public abstract class TransportClient : IAsyncDisposable
     public static readonly TimeSpan HangBound = TimeSpan.FromSeconds(30);
     public const string LongPoll = "longpoll";
 
-    public static TheoryData<string> Transports => [Tcp, LongPoll];
+    /// <summary>WebSocket at /ws: the TCP frames over binary messages, so the TCP adapter over a WebSocket stream.</summary>
+    public const string WebSocket = "websocket";
+
+    public static TheoryData<string> Transports => [Tcp, LongPoll, WebSocket];
 
     /// <summary>The inbox prefix the broker told this client (TCP: WELCOME; long-poll: the create response), spec §7.</summary>
     public string? InboxPrefix { get; protected init; }
@@ -53,6 +56,7 @@ public abstract class TransportClient : IAsyncDisposable
     public static async Task<TransportClient> OpenAsync(string transport, TestBroker broker, string? token = null, bool zstd = false, int? receiveBufferSize = null) => transport switch
     {
         Tcp => await TcpTransportClient.OpenAsync(broker, token, zstd, receiveBufferSize),
+        WebSocket => await TcpTransportClient.OpenAsync(broker, token, zstd, receiveBufferSize, overWebSocket: true),
         LongPoll => await LongPollTransportClient.OpenAsync(broker, token, zstd),
         _ => throw new ArgumentOutOfRangeException(nameof(transport)),
     };
@@ -95,9 +99,9 @@ internal sealed class TcpTransportClient : TransportClient
 
     public override bool FatalErrorEndsSession => true;
 
-    public static async Task<TransportClient> OpenAsync(TestBroker broker, string? token, bool zstd, int? receiveBufferSize)
+    public static async Task<TransportClient> OpenAsync(TestBroker broker, string? token, bool zstd, int? receiveBufferSize, bool overWebSocket = false)
     {
-        ProtocolClient client = await ProtocolClient.ConnectAsync(broker.Port, receiveBufferSize);
+        ProtocolClient client = overWebSocket ? await ProtocolClient.ConnectWebSocketAsync(broker.HttpPort) : await ProtocolClient.ConnectAsync(broker.Port, receiveBufferSize);
         await client.SendAsync(w => FrameWriter.WriteHello(w, "parity", zstd ? Capabilities.Zstd : Capabilities.None, token));
         Frame welcome = await client.ReadAsync();
         Assert.True(welcome.Type == FrameType.Welcome, $"Expected WELCOME, got {welcome}");
