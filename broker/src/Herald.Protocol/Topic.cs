@@ -109,6 +109,32 @@ public static class Topic
         _ => $"Topic '{Printable(topic)}' is not valid (spec §5: dot-separated non-empty tokens of printable ASCII; '*' and '>' only as whole tokens of a pattern, '>' last).",
     };
 
+    /// <summary>The most bytes of a queue group's name (spec §4.3).</summary>
+    public const int MaxQueueNameBytes = 64;
+
+    /// <summary>A queue group's name (spec §4.3, §14): 1 to <see cref="MaxQueueNameBytes"/> topic token characters (printable ASCII except '.', '*' and '>').</summary>
+    public static bool IsQueueName(ReadOnlySpan<char> name)
+    {
+        if (name.Length is 0 or > MaxQueueNameBytes)
+        {
+            return false;
+        }
+
+        foreach (char c in name)
+        {
+            if (c is < '!' or > '~' or '.' or '*' or '>')
+            {
+                return false;
+            }
+        }
+
+        return true;
+    }
+
+    /// <summary>Why <paramref name="name"/> is not a queue group's name (<see cref="IsQueueName"/>), for an error message; control and non-ASCII characters shown as '?'.</summary>
+    public static string DescribeQueueName(string name) =>
+        $"Queue group name '{Printable(Encoding.UTF8.GetBytes(name))}' must be 1 to {MaxQueueNameBytes} bytes of topic token characters (printable ASCII except '.', '*' and '>').";
+
     private static string Printable(ReadOnlySpan<byte> topic)
     {
         const int Shown = 64;

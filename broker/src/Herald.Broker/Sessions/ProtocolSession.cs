@@ -288,9 +288,6 @@ internal abstract class ProtocolSession : INoResponders
     private Refusal SubscribeCore(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho) =>
         AddSubscription(sid, CheckSubscribe(sid, pattern), noEcho);
 
-    /// <summary>The most bytes of a queue group's name (spec §4.3).</summary>
-    public const int MaxQueueNameBytes = 64;
-
     /// <summary>SUBSCRIBE with a queue group (spec §4.3, §14): the shape rules, the pattern's, then the name's.</summary>
     private Refusal SubscribeQueue(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition? since, string queue)
     {
@@ -305,41 +302,13 @@ internal abstract class ProtocolSession : INoResponders
         }
 
         string checkedPattern = CheckSubscribe(sid, pattern);
-        if (!IsQueueName(queue))
+        if (!Topic.IsQueueName(queue))
         {
-            Throw(ErrorCode.InvalidTopic, $"Queue group name '{Printable(queue)}' must be 1 to {MaxQueueNameBytes} bytes of topic token characters (printable ASCII except '.', '*' and '>').");
+            Throw(ErrorCode.InvalidTopic, Topic.DescribeQueueName(queue));
         }
 
         return AddSubscription(sid, checkedPattern, noEcho, queue: queue);
     }
-
-    private static bool IsQueueName(string queue)
-    {
-        if (queue.Length is 0 or > MaxQueueNameBytes)
-        {
-            return false;
-        }
-
-        foreach (char c in queue)
-        {
-            if (c is < '!' or > '~' or '.' or '*' or '>')
-            {
-                return false;
-            }
-        }
-
-        return true;
-    }
-
-    /// <summary>A client's name for an error message: at most 64 characters, control characters shown as '?'.</summary>
-    private static string Printable(string text) =>
-        string.Create(Math.Min(text.Length, 64), text, static (span, t) =>
-        {
-            for (int i = 0; i < span.Length; i++)
-            {
-                span[i] = t[i] is < ' ' or '\x7f' ? '?' : t[i];
-            }
-        });
 
     private string CheckSubscribe(uint sid, in ReadOnlySequence<byte> pattern)
     {

@@ -46,13 +46,9 @@ internal static class ClientTopics
         return error == ErrorCode.None ? bytes : throw Refused(error, bytes, maxTopic, "Nothing was subscribed.");
     }
 
-    /// <summary>The most bytes of a queue group's name (spec §4.3).</summary>
-    public const int MaxQueueBytes = 64;
-
     /// <summary>
-    /// A queue group's name (spec §4.3, §14): 1 to <see cref="MaxQueueBytes"/> bytes of topic token characters (printable
-    /// ASCII except <c>.</c>, <c>*</c> and <c>&gt;</c>). Checked before anything is sent: the broker would close the
-    /// connection over a bad one (<c>InvalidTopic</c>).
+    /// A queue group's name (spec §4.3, §14; the rule is <see cref="Topic.IsQueueName"/>, the broker's). Checked
+    /// before anything is sent: the broker would close the connection over a bad one (<c>InvalidTopic</c>).
     /// </summary>
     /// <exception cref="ArgumentException">The name breaks the rules.</exception>
     public static byte[] EncodeQueue(string queue, string paramName)
@@ -60,38 +56,11 @@ internal static class ClientTopics
         ArgumentNullException.ThrowIfNull(queue, paramName);
         if (queue.Length == 0)
         {
-            throw new ArgumentException("A queue group's name is 1 to 64 characters; leave SubscriptionOptions.Queue null for a plain subscription. Nothing was subscribed.", paramName);
+            throw new ArgumentException($"A queue group's name is 1 to {Topic.MaxQueueNameBytes} characters; leave SubscriptionOptions.Queue null for a plain subscription. Nothing was subscribed.", paramName);
         }
 
-        if (queue.Length > MaxQueueBytes)
-        {
-            throw new ArgumentException($"The queue group name '{queue[..MaxQueueBytes]}...' is {queue.Length} characters long; the most is {MaxQueueBytes} (spec §4.3). Nothing was subscribed.", paramName);
-        }
-
-        for (int i = 0; i < queue.Length; i++)
-        {
-            char c = queue[i];
-            if (c is < '!' or > '~' or '.' or '*' or '>')
-            {
-                string shown = c is < '!' or > '~' ? $"U+{(int)c:X4}" : $"'{c}'";
-                throw new ArgumentException(
-                    $"The queue group name '{Printable(queue)}' has {shown} at index {i}: a name is printable ASCII without spaces, '.', '*' or '>' (spec §4.3). Nothing was subscribed.",
-                    paramName);
-            }
-        }
-
-        return Encoding.ASCII.GetBytes(queue);
+        return Topic.IsQueueName(queue) ? Encoding.ASCII.GetBytes(queue) : throw new ArgumentException($"{Topic.DescribeQueueName(queue)} Nothing was subscribed.", paramName);
     }
-
-    /// <summary>A name for an error message: control and non-ASCII characters shown as '?'.</summary>
-    private static string Printable(string text) =>
-        string.Create(text.Length, text, static (span, t) =>
-        {
-            for (int i = 0; i < span.Length; i++)
-            {
-                span[i] = t[i] is < ' ' or > '~' ? '?' : t[i];
-            }
-        });
 
     private static HeraldException Refused(ErrorCode error, byte[] topic, int maxTopic, string outcome) =>
         new(error, $"{Topic.Describe(error, topic, maxTopic)} {outcome}");

@@ -38,7 +38,7 @@ public class QueueGroupTests(BrokerFixture fixture) : IClassFixture<BrokerFixtur
         ["non-ASCII letters"] = "ünïcode",
         ["an emoji"] = "emoji🌍",
         ["a lone surrogate"] = "half\ud800",
-        ["65 characters"] = new string('q', ClientTopics.MaxQueueBytes + 1),
+        ["65 characters"] = new string('q', Topic.MaxQueueNameBytes + 1),
     };
 
     public static TheoryData<CaseName> InvalidNames => [.. Invalid.Keys.Select(k => new CaseName(k))];
@@ -145,7 +145,7 @@ public class QueueGroupTests(BrokerFixture fixture) : IClassFixture<BrokerFixtur
     public async Task The_same_name_on_two_patterns_is_two_groups_and_a_64_character_name_is_accepted()
     {
         string topic = Topics.Unique("queue.two");
-        string name = new('q', ClientTopics.MaxQueueBytes);
+        string name = new('q', Topic.MaxQueueNameBytes);
         await using HeraldClient client = fixture.Client(HeraldTransport.Tcp);
         await using HeraldSubscription exact = await client.SubscribeAsync(topic, new SubscriptionOptions { Queue = name });
         await using HeraldSubscription wildcard = await client.SubscribeAsync(topic[..topic.LastIndexOf('.')] + ".>", new SubscriptionOptions { Queue = name });
