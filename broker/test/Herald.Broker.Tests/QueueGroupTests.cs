@@ -296,6 +296,51 @@ public sealed class QueueGroupTests
         Assert.Equal("after", Assert.Single(poll.Messages).Text);
     }
 
+    [Fact]
+    public async Task A_stalled_member_is_a_slow_consumer_of_its_own_share_and_the_group_and_a_plain_subscriber_carry_on()
+    {
+        await using var broker = await TestBroker.StartAsync(o =>
+        {
+            o.Limits.MaxFrameBytes = 64 * 1024;
+            o.Limits.MaxPendingBytes = 256 * 1024;
+            o.Limits.SlowConsumerPolicy = Herald.Broker.Delivery.SlowConsumerPolicy.Disconnect;
+        });
+        await using var stalled = await ProtocolClient.OpenAsync(broker.Port, "stalled", receiveBufferSize: 4096, capabilities: Queues);
+        await stalled.SendAsync(w => FrameWriter.WriteSubscribe(w, 1, "feed"u8, queue: "g"u8));
+        Assert.Empty(await stalled.PingPongAsync());
+        await using ProtocolClient working = await Member(broker, 1, "feed", "g");
+        await using var plain = await ProtocolClient.OpenAsync(broker.Port, "plain");
+        await plain.SubscribeAsync(1, "feed");
+        await plain.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "publisher");
+        Task<int> atWorking = Task.Run(async () => // the working member reads all along, up to the end marker
+        {
+            int n = 0;
+            while ((await working.ReadMessageAsync()).Text != "end")
+            {
+                n++;
+            }
+
+            return n;
+        });
+
+        const int count = 400; // 400 x 16 KiB: the stalled member's share alone is far past its pending limit
+        byte[] payload = new byte[16 * 1024];
+        for (int i = 0; i < count; i++)
+        {
+            await publisher.PublishAsync("feed", payload);
+            await plain.ReadMessageAsync(); // paced by the plain subscriber, who gets every one
+        }
+
+        List<Frame> atStalled = await stalled.ReadUntilClosedAsync(); // it reads again: what was buffered, the ERROR, the end
+        Assert.Equal(ErrorCode.SlowConsumer, atStalled[^1].Error!.Value.Code);
+        await publisher.PublishAsync("feed", "end"); // the group has one member left: it gets the marker
+        int gotWorking = await atWorking;
+        int gotStalled = atStalled.Count(f => f.Type == FrameType.Message);
+        Assert.True(gotWorking + gotStalled <= count, $"{gotWorking} + {gotStalled} of {count}: a publication went to two members");
+        Assert.True(gotWorking >= (count / 2) - 50, $"the working member got {gotWorking} of {count}"); // about its half, and all once the stalled one was gone
+    }
+
     /// <summary>A connection granted queue_groups with one subscription in <paramref name="queue"/>, in place once this returns.</summary>
     private static async Task<ProtocolClient> Member(TestBroker broker, uint sid, string pattern, string queue)
     {
