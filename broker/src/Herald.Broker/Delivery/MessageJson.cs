@@ -26,15 +26,31 @@ namespace Herald.Broker.Delivery;
 internal static class MessageJson
 {
     /// <summary>Writes <paramref name="frame"/> (a MESSAGE frame, length prefix first) as one JSON object.</summary>
-    private static void Write(Utf8JsonWriter json, MessageBuffer frame, long sequence, uint sid)
+    private static void Write(Utf8JsonWriter json, MessageBuffer frame, long sequence, uint sid) =>
+        WriteObject(json, Parse(frame), sequence, sid);
+
+    /// <summary>The MESSAGE in <paramref name="frame"/> (length prefix first), as slices of the frame's bytes.</summary>
+    public static PublishFrame Parse(MessageBuffer frame)
     {
         var reader = new MessagePackReader(frame.Memory[ProtocolConstants.LengthPrefixSize..]);
         FrameDecoder.ReadHeader(ref reader, out int count);
-        PublishFrame message = FrameDecoder.ReadMessage(ref reader, count);
+        return FrameDecoder.ReadMessage(ref reader, count);
+    }
+
+    /// <summary>
+    /// One message as a JSON object: <c>seq</c> (only when <paramref name="sequence"/> is not negative: a window's
+    /// number), <c>sid</c>, <c>topic</c>, <c>replyTo</c>, <c>payload</c> (base64), <c>text</c> or <c>zstd</c>, <c>headers</c>.
+    /// </summary>
+    public static void WriteObject(Utf8JsonWriter json, in PublishFrame message, long sequence, uint sid)
+    {
         // One contiguous frame: every slice of it is a single segment.
         ReadOnlySpan<byte> payload = message.Payload.FirstSpan;
         json.WriteStartObject();
-        json.WriteNumber("seq"u8, sequence);
+        if (sequence >= 0)
+        {
+            json.WriteNumber("seq"u8, sequence);
+        }
+
         json.WriteNumber("sid"u8, sid);
         json.WriteString("topic"u8, message.Topic.FirstSpan);
         if (message.ReplyTo is { } replyTo)

@@ -6,9 +6,40 @@ using Herald.Protocol;
 namespace Herald.Broker.Delivery;
 
 /// <summary>
-/// Writes a <see cref="SubscriberBacklog"/> into a byte stream (a TCP connection's <see cref="PipeWriter"/>;
-/// a WebSocket's next): each turn takes everything queued, copies it out (stamping each MESSAGE's sid into
-/// its copy), reports drops, and flushes once. Many frames per flush, never a flush per message.
+/// How a stream transport writes what its backlog holds: Herald frames (<see cref="FrameFormat"/>: TCP and
+/// WebSocket), or another medium's events (Server-Sent Events). A struct for frames, so the drain's loop is
+/// specialised and the TCP path pays no interface call per message.
+/// </summary>
+internal interface IDrainFormat
+{
+    /// <summary>One queued frame: a MESSAGE for <paramref name="sid"/>, or the session's own control frame (<see cref="FrameCopy.ControlSid"/>), already in this medium.</summary>
+    void Write(PipeWriter output, MessageBuffer frame, uint sid);
+
+    /// <summary>The subscriber missed <paramref name="dropped"/> messages (<see cref="SlowConsumerPolicy.DropOldest"/>).</summary>
+    void WriteDropped(PipeWriter output, long dropped, BacklogLimits limits);
+}
+
+/// <summary>Herald frames as they are queued, each MESSAGE's sid stamped into its copy (spec §4.6); drops as a non-fatal ERROR.</summary>
+internal readonly struct FrameFormat : IDrainFormat
+{
+    public void Write(PipeWriter output, MessageBuffer frame, uint sid) => FrameCopy.Write(output, frame.Span, sid);
+
+    public void WriteDropped(PipeWriter output, long dropped, BacklogLimits limits) =>
+        FrameWriter.WriteError(output, ErrorCode.MessagesDropped, fatal: false, $"Slow consumer: {dropped} messages were dropped because more than {limits.MaxMessages} messages or {limits.MaxBytes} bytes were waiting.", (ulong)dropped);
+}
+
+/// <summary>What every <see cref="PipeDrain{TFormat}"/> shares.</summary>
+internal static class PipeDrain
+{
+    /// <summary>The most one turn copies into the output before it flushes (one frame if that is bigger).</summary>
+    public const int WriteChunkBytes = 64 * 1024;
+}
+
+/// <summary>
+/// Writes a <see cref="SubscriberBacklog"/> into a byte stream (a TCP connection's or a WebSocket's
+/// <see cref="PipeWriter"/>, an event stream's response body): each turn takes everything queued, writes it
+/// out in the transport's <typeparamref name="TFormat"/>, reports drops, and flushes once. Many frames per
+/// flush, never a flush per message.
 /// </summary>
 /// <remarks>
 /// <para>
@@ -17,32 +48,35 @@ namespace Herald.Broker.Delivery;
 /// </para>
 /// <para>
 /// A stalled subscriber costs its own queue and nothing more. Each turn takes at most
-/// <see cref="WriteChunkBytes"/> and awaits the flush before the next, so what waits beyond the backlog's
+/// <see cref="PipeDrain.WriteChunkBytes"/> and awaits the flush before the next, so what waits beyond the backlog's
 /// limits is one chunk plus the transport's output buffer (Kestrel pauses a connection's writer past its
 /// <c>MaxWriteBufferSize</c>, 64 KiB) and the kernel's socket buffer; the rest stays in the backlog, counted.
 /// While the flush waits for a peer that does not read, the drain is not idle: the backlog does not wake it
 /// again, so publishers do nothing for this subscriber beyond the enqueue, and no thread is held.
 /// </para>
 /// </remarks>
-internal sealed class PipeDrain : IBacklogReader, IThreadPoolWorkItem
+internal sealed class PipeDrain<TFormat> : IBacklogReader, IThreadPoolWorkItem
+    where TFormat : IDrainFormat
 {
     private const uint ControlSid = FrameCopy.ControlSid;
     private const int LargeArray = 8192;
 
-    /// <summary>The most one turn copies into the output before it flushes (one frame if that is bigger).</summary>
-    public const int WriteChunkBytes = 64 * 1024;
+    private const int WriteChunkBytes = PipeDrain.WriteChunkBytes;
 
     private readonly SubscriberBacklog _backlog;
     private readonly PipeWriter _output;
     private readonly BrokerMetrics _metrics;
     private readonly string _transport;
+    private readonly TFormat _format;
 
     // Owned by the running drain.
     private QueuedFrame[] _batch = [];
 
-    public PipeDrain(SubscriberBacklog backlog, PipeWriter output, string transport, BrokerMetrics metrics)
+    /// <summary>Becomes <paramref name="backlog"/>'s reader; frames queued before are written at its first wake-up.</summary>
+    public PipeDrain(SubscriberBacklog backlog, PipeWriter output, string transport, BrokerMetrics metrics, TFormat format)
     {
         _backlog = backlog;
+        _format = format;
         _output = output;
         _transport = transport;
         _metrics = metrics;
@@ -78,8 +112,7 @@ internal sealed class PipeDrain : IBacklogReader, IThreadPoolWorkItem
 
                 if (take.Dropped > 0)
                 {
-                    BacklogLimits limits = _backlog.Limits;
-                    FrameWriter.WriteError(_output, ErrorCode.MessagesDropped, fatal: false, $"Slow consumer: {take.Dropped} messages were dropped because more than {limits.MaxMessages} messages or {limits.MaxBytes} bytes were waiting.", (ulong)take.Dropped);
+                    _format.WriteDropped(_output, take.Dropped, _backlog.Limits);
                 }
 
                 QueuedFrame[] batch = _batch;
@@ -90,7 +123,7 @@ internal sealed class PipeDrain : IBacklogReader, IThreadPoolWorkItem
                 {
                     ref QueuedFrame entry = ref batch[i];
                     MessageBuffer frame = entry.Frame;
-                    FrameCopy.Write(_output, frame.Span, entry.Sid);
+                    _format.Write(_output, frame, entry.Sid);
                     written += frame.Length;
                     if (entry.Sid != ControlSid)
                     {

@@ -20,7 +20,7 @@ public enum SlowConsumerPolicy
 internal readonly record struct BacklogLimits(int MaxMessages, int MaxBytes, SlowConsumerPolicy Policy, PendingBudget? Shared = null);
 
 /// <summary>
-/// The reading side of a <see cref="SubscriberBacklog"/>: a TCP connection's <see cref="PipeDrain"/>, a
+/// The reading side of a <see cref="SubscriberBacklog"/>: a stream's <see cref="PipeDrain{TFormat}"/> (TCP, WebSocket, Server-Sent Events), a
 /// long-poll session's poll window. Told once each time frames start waiting after it went idle.
 /// </summary>
 internal interface IBacklogReader

@@ -11,6 +11,7 @@ using Herald.Broker.Monitoring;
 using Herald.Broker.Policy;
 using Herald.Broker.Transports;
 using Herald.Broker.Transports.LongPoll;
+using Herald.Broker.Transports.Sse;
 using Herald.Broker.Transports.WebSockets;
 using Herald.Broker.Transports.Tcp;
 using Microsoft.AspNetCore.Connections;
@@ -287,6 +288,7 @@ public static class HeraldHost
         clients.RequireCors(ClientCors);
         clients.MapLongPoll();
         clients.MapWebSocket();
+        clients.MapSse();
         clients.MapPolicyFiles();
         app.MapHeraldOperations(preview);
         app.Lifetime.ApplicationStarted.Register(() =>

@@ -26,6 +26,9 @@ public sealed class HeraldOptions
 
     public LongPollOptions LongPoll { get; set; } = new();
 
+    /// <summary>Server-Sent Events at <c>/sse</c> (protocol-spec/sse.md).</summary>
+    public Transports.Sse.SseOptions Sse { get; set; } = new();
+
     public PolicyOptions Policy { get; set; } = new();
 
     public LimitOptions Limits { get; set; } = new();

@@ -20,6 +20,8 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Annotations(failures, "Herald:Limits", options.Limits);
         Annotations(failures, "Herald:Http", options.Http);
         Annotations(failures, "Herald:LongPoll", options.LongPoll);
+        Annotations(failures, "Herald:Sse", options.Sse);
+        Check(failures, "Herald:Sse:HeartbeatInterval", options.Sse.HeartbeatInterval, TimeSpan.FromMilliseconds(100), TimeSpan.FromHours(1));
         Annotations(failures, "Herald:Policy", options.Policy);
         Annotations(failures, "Herald:Compression", options.Compression);
         Annotations(failures, "Herald:Logging", options.Logging);

@@ -46,7 +46,7 @@ internal sealed class FrameSession : ProtocolSession
     {
         _connection = connection;
         _openedAt = _lastReadAt = Environment.TickCount64;
-        _ = new PipeDrain(Backlog, connection.Transport.Output, transport, broker.Metrics);
+        _ = new PipeDrain<FrameFormat>(Backlog, connection.Transport.Output, transport, broker.Metrics, default);
     }
 
     /// <summary>

@@ -4,9 +4,11 @@ using System.IO.Pipelines;
 using System.Net;
 using System.Text.Json;
 using System.Text.Json.Serialization.Metadata;
+using Herald.Broker.Hosting;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Protocol;
+using Microsoft.AspNetCore.Cors.Infrastructure;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Http.Features;
 
@@ -41,10 +43,12 @@ internal static class HttpExchange
     /// The bearer credential's identity (longpoll §1.1), from the headers alone: nothing is read or held
     /// before it. A failure is counted, waits the configured delay, then is 401.
     /// </summary>
-    public static async Task<Identity> AuthenticateAsync(HttpContext context, BrokerCore broker, string transport)
+    /// <param name="fallback">The credential from elsewhere (a query parameter, for clients that cannot set headers), used only without an Authorization header.</param>
+    public static async Task<Identity> AuthenticateAsync(HttpContext context, BrokerCore broker, string transport, string? fallback = null)
     {
         string? header = context.Request.Headers.Authorization;
-        string? credential = header is not null && header.StartsWith("Bearer ", StringComparison.OrdinalIgnoreCase) ? header["Bearer ".Length..].Trim() : null;
+        string? credential = header is not null && header.StartsWith("Bearer ", StringComparison.OrdinalIgnoreCase) ? header["Bearer ".Length..].Trim()
+            : string.IsNullOrEmpty(fallback) ? null : fallback;
         try
         {
             return ProtocolSession.Authenticate(broker, credential, RemoteOf(context), transport);
@@ -55,6 +59,14 @@ internal static class HttpExchange
             await Task.Delay(broker.Authenticator.FailureDelay, context.RequestAborted).ConfigureAwait(false);
             throw new HttpProblem(StatusCodes.Status401Unauthorized, nameof(ErrorCode.AuthenticationFailed), e.Message);
         }
+    }
+
+    /// <summary>Whether a browser page from <paramref name="origin"/> may use the client endpoints: the client endpoints' CORS rule (<c>Herald:Policy:AllowedDomains</c>).</summary>
+    public static async Task<bool> IsOriginAllowedAsync(HttpContext context, string origin)
+    {
+        ICorsPolicyProvider provider = context.RequestServices.GetRequiredService<ICorsPolicyProvider>();
+        CorsPolicy? policy = await provider.GetPolicyAsync(context, HeraldHost.ClientCors).ConfigureAwait(false);
+        return policy is not null && (policy.AllowAnyOrigin || policy.IsOriginAllowed(origin));
     }
 
     public static IPEndPoint? RemoteOf(HttpContext context) =>

@@ -1,7 +1,5 @@
 using System.Net.WebSockets;
-using Herald.Broker.Hosting;
 using Herald.Broker.Sessions;
-using Microsoft.AspNetCore.Cors.Infrastructure;
 
 namespace Herald.Broker.Transports.WebSockets;
 
@@ -34,7 +32,7 @@ internal static class WebSocketEndpoint
             return;
         }
 
-        if (context.Request.Headers.Origin is { Count: > 0 } origin && !await IsAllowedAsync(context, origin.ToString()).ConfigureAwait(false))
+        if (context.Request.Headers.Origin is { Count: > 0 } origin && !await HttpExchange.IsOriginAllowedAsync(context, origin.ToString()).ConfigureAwait(false))
         {
             await RefuseAsync(context, StatusCodes.Status403Forbidden, $"Origin '{origin}' is not in Herald:Policy:AllowedDomains.").ConfigureAwait(false);
             return;
@@ -48,14 +46,6 @@ internal static class WebSocketEndpoint
         {
             await connection.RunAsync(c => sessions.RunAsync(c, TransportName)).ConfigureAwait(false);
         }
-    }
-
-    /// <summary>The client endpoints' CORS rule (the long-poll one), so a browser page is let in by the same list.</summary>
-    private static async Task<bool> IsAllowedAsync(HttpContext context, string origin)
-    {
-        ICorsPolicyProvider provider = context.RequestServices.GetRequiredService<ICorsPolicyProvider>();
-        CorsPolicy? policy = await provider.GetPolicyAsync(context, HeraldHost.ClientCors).ConfigureAwait(false);
-        return policy is not null && (policy.AllowAnyOrigin || policy.IsOriginAllowed(origin));
     }
 
     private static Task RefuseAsync(HttpContext context, int status, string message)
