@@ -9,8 +9,9 @@ import type { ResumeEvent } from "./history.js";
 import type { MessageHeaders } from "./protocol/frames.js";
 import { checkPattern, checkPublishTopic, checkQueueName, checkReplyTo, DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { LongPollTransport } from "./longpoll.js";
+import { FrameSession } from "./session.js";
 import { Message, Subscription, type MessageHandler, type SubscribeOptions, type SubscriptionOwner } from "./subscription.js";
-import { TcpTransport } from "./tcp.js";
+import { openTcp } from "./tcp.js";
 import { endSend, injectTrace, startSend } from "./tracing.js";
 import type { PendingPublish, Transport, TransportEvents, TransportInfo, TransportOptions } from "./transport.js";
 import { backoff, deferred, quiet, randomToken, sleep, toBytes, type Deferred } from "./util.js";
@@ -61,7 +62,10 @@ export interface ConnectOptions {
   pingIntervalMs?: number;
   /** Default timeout of `request()`. Default 10 000 ms. */
   requestTimeoutMs?: number;
-  /** Bytes of publications kept while disconnected (or queued on long-poll); more is `BufferFull`. Default 8 MiB. */
+  /**
+   * Bytes of publications kept while disconnected, and waiting to go out on a connection (TCP: what the
+   * socket has not sent yet; long-poll: queued requests); more is `BufferFull`. Default 8 MiB.
+   */
   maxBufferBytes?: number;
   /** Messages a subscription's iterator keeps for a slow consumer before dropping the oldest. Default 65 536. */
   maxPendingMessages?: number;
@@ -322,7 +326,7 @@ export class HeraldClient implements SubscriptionOwner {
         const options = this.transportOptions(await this.resolveCredential());
         transport =
           this.kind === "tcp"
-            ? await TcpTransport.open(this.url, options, events)
+            ? await openTcp(this.url, options, events)
             : await LongPollTransport.open(this.url, options, events);
       } catch (e) {
         if (this.isClosed()) return;
@@ -655,7 +659,7 @@ export class HeraldClient implements SubscriptionOwner {
       throw new HeraldError("NoCredential", "refreshCredential() needs the `credential` option.");
     }
     const transport = this.transport;
-    if (!(transport instanceof TcpTransport)) return;
+    if (!(transport instanceof FrameSession)) return;
     const auth = (await this.resolveCredential())!;
     if (this.transport !== transport) return;
     await transport.refresh(this.options, auth);

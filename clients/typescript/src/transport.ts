@@ -34,7 +34,8 @@ export interface TransportEvents {
 }
 
 export interface TransportInfo {
-  transport: "tcp" | "longpoll";
+  /** The transport this connection uses (the WebSocket one runs the same frame session as TCP). */
+  transport: "tcp" | "websocket" | "longpoll";
   /** WELCOME server name (TCP). */
   serverName?: string;
   /** WELCOME connection id (TCP). */
