@@ -4,11 +4,12 @@
 import { connect } from "@herald/client";
 
 const TCP_URL = process.env.HERALD_TCP_URL ?? "tcp://127.0.0.1:4502"; // Node only
-const HTTP_URL = process.env.HERALD_HTTP_URL ?? "http://127.0.0.1:8080"; // long-poll: browsers and Node
+const HTTP_URL = process.env.HERALD_HTTP_URL ?? "http://127.0.0.1:8080"; // WebSocket, else long-poll: browsers and Node
 
-// Two clients, one per transport: the same topics, the same API.
+// Two clients, one over TCP, one over the HTTP port: the same topics, the same API.
 const tcp = await connect(TCP_URL, { name: "quickstart-tcp" });
-const web = await connect(HTTP_URL, { name: "quickstart-poll" });
+const web = await connect(HTTP_URL, { name: "quickstart-web" });
+console.log(`web client over ${web.info.transport}`); // "websocket" (or "longpoll", and info.fallback says why)
 tcp.on("state", (state, error) => console.log(`tcp client is ${state}`, error?.message ?? ""));
 
 // A subscription is an async iterable...

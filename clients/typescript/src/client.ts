@@ -1,7 +1,8 @@
 /**
- * The Herald client: one API over TCP (Node, `tcp://host:4502`) and HTTP long-poll (browsers and Node,
- * `http://host:8080`), with automatic reconnect (exponential backoff with jitter), re-subscription and a
- * bounded buffer for what is published while disconnected.
+ * The Herald client: one API over TCP (Node, `tcp://host:4502`), WebSocket (browsers and Node,
+ * `ws://host:8080/ws`) and HTTP long-poll (browsers and Node), with automatic reconnect (exponential backoff
+ * with jitter), re-subscription and a bounded buffer for what is published while disconnected. An
+ * `http(s)://host:8080` address tries the WebSocket first and falls back to long-poll (`transport`).
  */
 import { HeraldHeaders, headerPairs, outgoing, type HeadersInit } from "./headers.js";
 import { HeraldError, NoRespondersError, RequestTimeoutError } from "./protocol/errors.js";
@@ -13,6 +14,7 @@ import { FrameSession } from "./session.js";
 import { Message, Subscription, type MessageHandler, type SubscribeOptions, type SubscriptionOwner } from "./subscription.js";
 import { openTcp } from "./tcp.js";
 import { endSend, injectTrace, startSend } from "./tracing.js";
+import { WebSocketNotOpened, openWebSocket } from "./websocket.js";
 import type { PendingPublish, Transport, TransportEvents, TransportInfo, TransportOptions } from "./transport.js";
 import { backoff, deferred, quiet, randomToken, sleep, toBytes, type Deferred } from "./util.js";
 
@@ -27,9 +29,24 @@ export type ConnectionState = "connecting" | "connected" | "reconnecting" | "clo
 
 export type Payload = Uint8Array | ArrayBuffer | string;
 
+/**
+ * How an `http(s)://` address is reached: `"auto"` tries the WebSocket at its `/ws` and falls back to
+ * long-poll when it cannot be opened; `"websocket"` and `"longpoll"` use that one only.
+ */
+export type TransportChoice = "auto" | "websocket" | "longpoll";
+
 export interface ConnectOptions {
   /** Client name shown in the broker's logs and `/connz` (HELLO client_name; at most 128 bytes). */
   name?: string;
+  /**
+   * For an `http(s)://` address: `"auto"` (default) opens a WebSocket to the same host and port (`/ws`) and
+   * falls back to long-poll when it cannot be opened (the upgrade refused, stripped by a proxy, or not
+   * answered within `connectTimeoutMs`; no WebSocket in this runtime); `info.transport` says which was
+   * chosen, `info.fallback` why. A client that fell back stays on long-poll for its reconnects. `"websocket"`
+   * or `"longpoll"` uses that transport only. `tcp://`, `tls://`, `ws://` and `wss://` addresses name their
+   * transport themselves (`"auto"` or that one).
+   */
+  transport?: TransportChoice;
   /** Ask for Zstd-compressed messages (spec §11); they are decompressed here. Default true. */
   compression?: boolean;
   /**
@@ -58,13 +75,13 @@ export interface ConnectOptions {
    * Default false: `connect()` rejects with the first attempt's error.
    */
   waitOnFirstConnect?: boolean;
-  /** TCP: PING the broker after this long without hearing from it. Default: the broker's ping_interval_ms. */
+  /** TCP and WebSocket: PING the broker after this long without hearing from it. Default: the broker's ping_interval_ms. */
   pingIntervalMs?: number;
   /** Default timeout of `request()`. Default 10 000 ms. */
   requestTimeoutMs?: number;
   /**
-   * Bytes of publications kept while disconnected, and waiting to go out on a connection (TCP: what the
-   * socket has not sent yet; long-poll: queued requests); more is `BufferFull`. Default 8 MiB.
+   * Bytes of publications kept while disconnected, and waiting to go out on a connection (TCP and WebSocket:
+   * what the socket has not sent yet; long-poll: queued requests); more is `BufferFull`. Default 8 MiB.
    */
   maxBufferBytes?: number;
   /** Messages a subscription's iterator keeps for a slow consumer before dropping the oldest. Default 65 536. */
@@ -73,14 +90,15 @@ export interface ConnectOptions {
   fetch?: typeof fetch;
   /**
    * The credential (a static token or a JWT) when the broker has authentication on: sent as HELLO `auth`
-   * over TCP/TLS and as `Authorization: Bearer` when a long-poll session is created. A function is called
+   * over TCP/TLS and WebSocket, and as `Authorization: Bearer` when a long-poll session is created. A function is called
    * for every new connection or session and by {@link HeraldClient.refreshCredential}, so it can hand out
    * fresh tokens. A refused credential (`AuthenticationFailed`) closes the client: it does not reconnect.
    */
   credential?: string | (() => string | Promise<string>);
   /**
-   * `tls://`: PEM certificate(s) to trust besides the system's, e.g. a self-signed broker certificate
-   * (a `Buffer` works too). Not used by `https://` long-poll: Node's `fetch` takes no CA, start Node with
+   * `tls://` (and `wss://` when the `ws` package makes the WebSocket, Node before 22): PEM certificate(s) to
+   * trust besides the system's, e.g. a self-signed broker certificate (a `Buffer` works too). Not used by
+   * `https://` long-poll nor by a runtime's own WebSocket: they take no CA, start Node with
    * `NODE_EXTRA_CA_CERTS=ca.pem` instead (browsers use their own trust store).
    */
   ca?: string | Uint8Array;
@@ -128,6 +146,7 @@ type Listener = (...args: never[]) => void;
 
 const DEFAULTS = {
   name: "herald-ts",
+  transport: "auto" as TransportChoice,
   compression: true,
   headers: true,
   noResponders: true,
@@ -147,6 +166,33 @@ function asHeraldError(e: unknown, code = "ConnectionLost"): HeraldError {
   return new HeraldError(code, (e as Error)?.message ?? String(e), { cause: e });
 }
 
+/** The transport an address asks for: its scheme decides, and for `http(s)://` the `transport` option. */
+function routeOf(url: URL, choice: TransportChoice): "tcp" | TransportChoice {
+  let named: "tcp" | "websocket";
+  switch (url.protocol) {
+    case "http:":
+    case "https:":
+      return choice;
+    case "tcp:":
+    case "tls:":
+      named = "tcp";
+      break;
+    case "ws:":
+    case "wss:":
+      named = "websocket";
+      break;
+    default:
+      throw new HeraldError(
+        "ConnectFailed",
+        `Unsupported address '${url.href}': use tcp://host:4502 or tls://host:4502 (Node), ws(s)://host:8080/ws (WebSocket), or http(s)://host:8080 (WebSocket, else long-poll).`,
+      );
+  }
+  if (choice !== "auto" && choice !== named) {
+    throw new HeraldError("InvalidOptions", `transport: "${choice}" does not go with '${url.href}', a ${named} address; use http(s)://host:port to choose.`);
+  }
+  return named;
+}
+
 export class HeraldClient implements SubscriptionOwner {
   /** The broker address this client connects to. */
   readonly url: URL;
@@ -154,7 +200,10 @@ export class HeraldClient implements SubscriptionOwner {
   readonly closed: Promise<void>;
 
   private readonly options: typeof DEFAULTS & ConnectOptions;
-  private readonly kind: "tcp" | "longpoll";
+  /** How the address is reached: its scheme, and for `http(s)://` the `transport` option. */
+  private readonly route: "tcp" | TransportChoice;
+  /** `auto` only: why the WebSocket could not be opened, once long-poll worked instead (kept for the reconnects). */
+  private webSocketRefused: string | null = null;
   private _state: ConnectionState = "connecting";
   private transport: Transport | null = null;
   private lastInfo: TransportInfo | null = null;
@@ -178,16 +227,8 @@ export class HeraldClient implements SubscriptionOwner {
 
   constructor(url: string | URL, options: ConnectOptions = {}) {
     this.url = typeof url === "string" ? new URL(url) : url;
-    const protocol = this.url.protocol;
-    if (protocol === "tcp:" || protocol === "tls:") this.kind = "tcp";
-    else if (protocol === "http:" || protocol === "https:") this.kind = "longpoll";
-    else {
-      throw new HeraldError(
-        "ConnectFailed",
-        `Unsupported address '${this.url.href}': use tcp://host:4502 or tls://host:4502 (Node), or http(s)://host:8080 (long-poll).`,
-      );
-    }
     this.options = { ...DEFAULTS, ...Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) };
+    this.route = routeOf(this.url, this.options.transport);
     if (new TextEncoder().encode(this.options.name).length > 128) {
       throw new HeraldError("ConnectFailed", "The client name is longer than 128 UTF-8 bytes (spec §4.1).");
     }
@@ -323,11 +364,7 @@ export class HeraldClient implements SubscriptionOwner {
 
       let transport: Transport;
       try {
-        const options = this.transportOptions(await this.resolveCredential());
-        transport =
-          this.kind === "tcp"
-            ? await openTcp(this.url, options, events)
-            : await LongPollTransport.open(this.url, options, events);
+        transport = await this.openTransport(this.transportOptions(await this.resolveCredential()), events);
       } catch (e) {
         if (this.isClosed()) return;
         const error = asHeraldError(e, "ConnectFailed");
@@ -395,6 +432,45 @@ export class HeraldClient implements SubscriptionOwner {
           Math.max(lostError.retryAfterMs ?? 0, backoff(attempt, this.options.reconnectDelayMs, this.options.maxReconnectDelayMs)),
           this.stop.signal,
         );
+      }
+    }
+  }
+
+  /**
+   * Opens the next connection. `auto`: the WebSocket first; when it cannot be opened, long-poll, and once
+   * long-poll has worked the client keeps to it (the network between here and the broker does not carry
+   * WebSockets: trying again on every reconnect would make each wait for the failed upgrade). A WebSocket
+   * that was lost is tried again first. A failure after the upgrade (an ERROR to HELLO) is no reason to
+   * fall back and is reported as it is.
+   */
+  private async openTransport(options: TransportOptions, events: TransportEvents): Promise<Transport> {
+    switch (this.route) {
+      case "tcp":
+        return openTcp(this.url, options, events);
+      case "websocket":
+        return openWebSocket(this.url, options, events);
+      case "longpoll":
+        return LongPollTransport.open(this.url, options, events);
+      case "auto": {
+        let refused = this.webSocketRefused;
+        if (refused === null) {
+          try {
+            return await openWebSocket(this.url, options, events);
+          } catch (e) {
+            if (!(e instanceof WebSocketNotOpened) || this.isClosed()) throw e;
+            refused = e.message;
+          }
+        }
+        let transport: LongPollTransport;
+        try {
+          transport = await LongPollTransport.open(this.url, options, events);
+        } catch (e) {
+          const error = asHeraldError(e, "ConnectFailed");
+          throw new HeraldError(error.code, `${error.message} (after: ${refused})`, { cause: e, status: error.status, retryAfterMs: error.retryAfterMs });
+        }
+        this.webSocketRefused = refused;
+        transport.info.fallback = refused;
+        return transport;
       }
     }
   }
@@ -647,7 +723,7 @@ export class HeraldClient implements SubscriptionOwner {
 
   /**
    * Sends a fresh credential (the `credential` option, called again if it is a function) before the
-   * current one expires. TCP/TLS: HELLO again (spec §4.1); resolves when the broker's new WELCOME has
+   * current one expires. TCP/TLS and WebSocket: HELLO again (spec §4.1); resolves when the broker's new WELCOME has
    * come. A refused one closes the client with `AuthenticationFailed` (and rejects with it). Long-poll: a
    * session is bound to the credential it was created with, so this does nothing (a new session, after
    * the old one expired, is created with a fresh credential). While disconnected it does nothing either:
@@ -681,7 +757,8 @@ export class HeraldClient implements SubscriptionOwner {
 
 /**
  * Connects to a broker and resolves once connected (subscriptions can be made before that too).
- * `tcp://host:4502` or `tls://host:4502` (Node), or `http(s)://host:8080` (long-poll; browsers and Node).
+ * `tcp://host:4502` or `tls://host:4502` (Node), `ws(s)://host:8080/ws` (WebSocket; browsers and Node), or
+ * `http(s)://host:8080` (WebSocket, falling back to long-poll: the `transport` option).
  * Rejects if the first attempt fails, unless `waitOnFirstConnect` is set.
  */
 export async function connect(url: string | URL, options: ConnectOptions = {}): Promise<HeraldClient> {

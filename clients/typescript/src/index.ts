@@ -1,16 +1,16 @@
 /**
- * Herald client for TypeScript and JavaScript: TCP (Node) and HTTP long-poll (browsers and Node).
+ * Herald client for TypeScript and JavaScript: TCP (Node), WebSocket and HTTP long-poll (browsers and Node).
  *
  * ```ts
  * import { connect } from "@herald/client";
- * const client = await connect("tcp://127.0.0.1:4502");      // or tls://, http://, https://
+ * const client = await connect("tcp://127.0.0.1:4502");      // or tls://, ws://, wss://, http://, https://
  * const sub = client.subscribe("chat.>");
  * await client.publish("chat.room1", "hello");
  * for await (const msg of sub) console.log(msg.topic, msg.text());
  * ```
  */
 export { connect, createClient, HeraldClient } from "./client.js";
-export type { ConnectionState, ConnectOptions, PublishOptions, RequestOptions, ClientEvents, Payload } from "./client.js";
+export type { ConnectionState, ConnectOptions, PublishOptions, RequestOptions, ClientEvents, Payload, TransportChoice } from "./client.js";
 export { Message, Subscription } from "./subscription.js";
 export { HeraldHeaders } from "./headers.js";
 export type { HeadersInit } from "./headers.js";

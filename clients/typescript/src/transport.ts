@@ -1,6 +1,6 @@
 /**
- * What the client needs from a transport (TCP or HTTP long-poll). One transport object is one connection
- * or one long-poll session; the client opens a new one to reconnect.
+ * What the client needs from a transport (TCP, WebSocket or HTTP long-poll). One transport object is one
+ * connection or one long-poll session; the client opens a new one to reconnect.
  */
 import type { HeaderGrant, OutgoingHeaders } from "./headers.js";
 import { HeraldError } from "./protocol/errors.js";
@@ -34,11 +34,16 @@ export interface TransportEvents {
 }
 
 export interface TransportInfo {
-  /** The transport this connection uses (the WebSocket one runs the same frame session as TCP). */
+  /** The transport this connection uses: with `transport: "auto"`, `websocket` or (after a fallback) `longpoll`. */
   transport: "tcp" | "websocket" | "longpoll";
-  /** WELCOME server name (TCP). */
+  /**
+   * Present when `transport: "auto"` chose long-poll because the WebSocket could not be opened: why (the
+   * refused upgrade, the timeout, no WebSocket in this runtime).
+   */
+  fallback?: string;
+  /** WELCOME server name (TCP, WebSocket). */
   serverName?: string;
-  /** WELCOME connection id (TCP). */
+  /** WELCOME connection id (TCP, WebSocket). */
   connectionId?: number | bigint;
   /** Whether Zstd compression was negotiated. */
   compression: boolean;
@@ -50,7 +55,7 @@ export interface TransportInfo {
   history?: boolean;
   /** Whether the broker granted queue groups (spec §4.1 bit 4, §14; long-poll `queueGroups`): only then may a subscription name one. */
   queueGroups?: boolean;
-  /** WELCOME limits (TCP) or the long-poll session's answer. */
+  /** WELCOME limits (TCP, WebSocket) or the long-poll session's answer. */
   limits: Record<string, number | bigint>;
   /** This client's part of the inbox space (spec §7: WELCOME `inbox_prefix`, long-poll `inboxPrefix`); absent from an older broker. */
   inboxPrefix?: string;
@@ -102,7 +107,7 @@ export interface TransportOptions {
   maxRetryDelayMs: number;
   /** The credential for this connection (HELLO `auth`, long-poll `Authorization: Bearer`), or null. */
   auth: string | null;
-  /** TLS (tls://): PEM certificate(s) to trust besides the system's (e.g. a self-signed one). */
+  /** TLS (tls://, and wss:// through the `ws` package): PEM certificate(s) to trust besides the system's (e.g. a self-signed one). */
   ca: string | Uint8Array | undefined;
 }
 

@@ -1,7 +1,7 @@
 /**
  * Headers (spec §4.9) and fail-fast requests (spec §7) through the client's public API, against a real
- * broker (a child process on free ports) over TCP and HTTP long-poll: headers round-trip between every
- * pair of transports (raw and frame long-poll publishes, binary and JSON polls), bad headers are thrown
+ * broker (a child process on free ports) over TCP, WebSocket and HTTP long-poll: headers round-trip between
+ * every pair of transports (raw and frame long-poll publishes, binary and JSON polls), bad headers are thrown
  * here while the connection carries on, and a request nobody serves fails at once.
  */
 import assert from "node:assert/strict";
@@ -17,6 +17,7 @@ import {
   type Message,
 } from "@herald/client";
 import { Broker } from "./helpers/broker.js";
+import { KINDS, reach, type Kind } from "./helpers/clients.js";
 import { nextMessage, take, uniqueTopic, within } from "./helpers/wait.js";
 
 // Small limits, so the client's own checks against what the broker announced can be reached.
@@ -27,11 +28,9 @@ let broker: Broker;
 const clients: HeraldClient[] = [];
 const fast: ConnectOptions = { reconnectDelayMs: 100, maxReconnectDelayMs: 1000, connectTimeoutMs: 5000 };
 
-type Kind = "tcp" | "longpoll";
-const KINDS: Kind[] = ["tcp", "longpoll"];
-
 async function open(kind: Kind, options: ConnectOptions = {}): Promise<HeraldClient> {
-  const client = await connect(kind === "tcp" ? broker.tcpUrl : broker.httpUrl, { ...fast, name: `hdr-${kind}`, ...options });
+  const { url, options: route } = reach(broker, kind);
+  const client = await connect(url, { ...fast, ...route, name: `hdr-${kind}`, ...options });
   clients.push(client);
   return client;
 }
@@ -175,8 +174,10 @@ for (const kind of KINDS) {
       assert.equal(client.info?.headers, true);
       assert.equal(client.info?.noResponders, true);
       const limits = client.info!.limits;
-      assert.equal(Number(kind === "tcp" ? limits.max_headers : limits.maxHeaders), MAX_HEADERS);
-      assert.equal(Number(kind === "tcp" ? limits.max_header_bytes : limits.maxHeaderBytes), MAX_HEADER_BYTES);
+      assert.equal(client.info?.transport, kind);
+      // WELCOME's limits (TCP, WebSocket), or the long-poll session's answer.
+      assert.equal(Number(kind === "longpoll" ? limits.maxHeaders : limits.max_headers), MAX_HEADERS);
+      assert.equal(Number(kind === "longpoll" ? limits.maxHeaderBytes : limits.max_header_bytes), MAX_HEADER_BYTES);
     });
 
     test("headers: false asks for none: messages arrive without them, publishing with headers is refused here", async () => {

@@ -1,11 +1,12 @@
 /**
  * History and resume (spec §13, CLIENTS.md step 12) through the client's public API, against real brokers
- * (child processes on free ports) whose `hist.>` topics keep a history, over TCP and HTTP long-poll.
+ * (child processes on free ports) whose `hist.>` topics keep a history, over TCP, WebSocket and HTTP long-poll.
  *
- * A connection is lost on purpose: over TCP the client talks to the broker through a proxy here that can
- * drop its sockets (and refuse new ones for a while); over long-poll its session is deleted behind its back
- * (and creating the next one is held for a while). The proxy reads the SUBSCRIBE frames the client sends and
- * the long-poll fetch reads its subscribe bodies, so the tests see the `since` that went on the wire.
+ * A connection is lost on purpose: over TCP and WebSocket the client talks to the broker through a proxy here
+ * that can drop its connections (and refuse new ones for a while); over long-poll its session is deleted
+ * behind its back (and creating the next one is held for a while). The proxies read the SUBSCRIBE frames the
+ * client sends and the long-poll fetch reads its subscribe bodies, so the tests see the `since` that went on
+ * the wire.
  */
 import assert from "node:assert/strict";
 import { createConnection, createServer, type Server, type Socket } from "node:net";
@@ -20,11 +21,10 @@ import {
   type ResumeEvent,
 } from "@herald/client";
 import { FrameReader, FrameType, decodeFrame, encodeSubscribe, type Frame } from "@herald/client/protocol";
+import { WebSocket, WebSocketServer, type RawData } from "ws";
 import { Broker } from "./helpers/broker.js";
+import { KINDS, reach, type Kind } from "./helpers/clients.js";
 import { nextMessage, once, take, uniqueTopic, until, within } from "./helpers/wait.js";
-
-type Kind = "tcp" | "longpoll";
-const KINDS: Kind[] = ["tcp", "longpoll"];
 
 /** Topics under `hist.` keep a history (plenty for these tests); every other topic keeps none. */
 const HISTORY_ARGS = ["--Herald:LongPoll:PollTimeout=00:00:03", "--Herald:History:Topics:0:Pattern=hist.>", "--Herald:History:Topics:0:MaxMessages=1000"];
@@ -47,7 +47,8 @@ after(async () => {
 });
 
 async function open(target: Broker, kind: Kind, options: ConnectOptions = {}): Promise<HeraldClient> {
-  const client = await connect(kind === "tcp" ? target.tcpUrl : target.httpUrl, { ...fast, name: `hist-${kind}`, ...options });
+  const { url, options: route } = reach(target, kind);
+  const client = await connect(url, { ...fast, ...route, name: `hist-${kind}`, ...options });
   clients.push(client);
   return client;
 }
@@ -61,8 +62,8 @@ interface SeenSubscribe {
 /** A client whose connection the test can lose (and keep lost until `heal`). */
 interface Link {
   client: HeraldClient;
-  /** TCP: the proxy between client and broker. */
-  proxy?: TcpProxy;
+  /** TCP and WebSocket: the proxy between client and broker. */
+  proxy?: FrameProxy;
   /** Every SUBSCRIBE the client sent, in order. */
   subscribes: SeenSubscribe[];
   /** Loses the connection or session; resolves once the client has noticed. Reconnecting waits for `heal`. */
@@ -74,8 +75,9 @@ function subscribesOf(link: Link, pattern: string): SeenSubscribe[] {
   return link.subscribes.filter((s) => s.pattern === pattern);
 }
 
-interface TcpProxy {
-  port: number;
+interface FrameProxy {
+  /** The address the client connects to. */
+  url: string;
   /** Drops every connection and refuses new ones until `heal`. */
   cut(): void;
   heal(): void;
@@ -83,11 +85,24 @@ interface TcpProxy {
   cutAfter(test: (frame: Frame) => boolean): void;
 }
 
+/** Records `frame` in `subscribes` if it is a SUBSCRIBE. */
+function seen(frame: Frame, subscribes: SeenSubscribe[]): void {
+  if (frame.type !== FrameType.Subscribe) return;
+  subscribes.push(frame.since === undefined ? { pattern: frame.pattern } : { pattern: frame.pattern, since: { ...frame.since } });
+}
+
+/** A `ws` message's bytes (a Buffer, fragments, or an ArrayBuffer). */
+function bytesOf(data: RawData): Uint8Array {
+  if (Array.isArray(data)) return new Uint8Array(Buffer.concat(data));
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+}
+
 /**
  * A TCP proxy to `port`, frame by frame: records the client's SUBSCRIBE frames, and can drop every
  * connection (at once, or right after a given frame from the broker).
  */
-async function tcpProxy(port: number, subscribes: SeenSubscribe[]): Promise<TcpProxy> {
+async function tcpProxy(port: number, subscribes: SeenSubscribe[]): Promise<FrameProxy> {
   const sockets = new Set<Socket>();
   let refusing = false;
   let cutAfter: ((frame: Frame) => boolean) | null = null;
@@ -113,12 +128,7 @@ async function tcpProxy(port: number, subscribes: SeenSubscribe[]): Promise<TcpP
     const reader = new FrameReader();
     client.on("data", (chunk: Buffer) => {
       reader.push(new Uint8Array(chunk)); // a copy
-      for (let body = reader.next(); body !== null; body = reader.next()) {
-        const frame = decodeFrame(body);
-        if (frame.type === FrameType.Subscribe) {
-          subscribes.push(frame.since === undefined ? { pattern: frame.pattern } : { pattern: frame.pattern, since: { ...frame.since } });
-        }
-      }
+      for (let body = reader.next(); body !== null; body = reader.next()) seen(decodeFrame(body), subscribes);
       upstream.write(chunk);
     });
     const fromBroker = new FrameReader();
@@ -146,7 +156,87 @@ async function tcpProxy(port: number, subscribes: SeenSubscribe[]): Promise<TcpP
     return new Promise((resolve) => server.close(resolve));
   });
   return {
-    port: (server.address() as { port: number }).port,
+    url: `tcp://127.0.0.1:${(server.address() as { port: number }).port}`,
+    cut,
+    heal() {
+      refusing = false;
+    },
+    cutAfter(test) {
+      cutAfter = test;
+    },
+  };
+}
+
+/**
+ * A WebSocket proxy to `target`'s `/ws`, message by message: records the client's SUBSCRIBE frames, and can
+ * drop every connection (at once, or right after a given frame from the broker), refusing new upgrades
+ * (`503`) until healed. Each frame from the broker goes on in a message of its own (a message carries whole
+ * frames, spec §1).
+ */
+async function wsProxy(target: Broker, subscribes: SeenSubscribe[]): Promise<FrameProxy> {
+  const sockets = new Set<WebSocket>();
+  let refusing = false;
+  let cutAfter: ((frame: Frame) => boolean) | null = null;
+  const cut = (): void => {
+    refusing = true;
+    for (const socket of sockets) socket.terminate();
+  };
+  const server = new WebSocketServer({
+    host: "127.0.0.1",
+    port: 0,
+    handleProtocols: (protocols) => (protocols.has("herald.v1") ? "herald.v1" : false),
+    verifyClient: (_info, done) => done(!refusing, 503),
+  });
+  server.on("connection", (client) => {
+    const upstream = new WebSocket(target.wsUrl, "herald.v1");
+    const early: Uint8Array[] = []; // the client's first messages (HELLO), until the broker's side is open
+    for (const socket of [client, upstream]) {
+      sockets.add(socket);
+      socket.on("error", () => undefined);
+      socket.on("close", () => {
+        sockets.delete(socket);
+        client.terminate();
+        upstream.terminate();
+      });
+    }
+    const reader = new FrameReader();
+    client.on("message", (data) => {
+      const bytes = bytesOf(data);
+      reader.push(bytes);
+      for (let body = reader.next(); body !== null; body = reader.next()) seen(decodeFrame(body), subscribes);
+      if (upstream.readyState === WebSocket.OPEN) upstream.send(bytes);
+      else early.push(bytes);
+    });
+    upstream.on("open", () => {
+      for (const bytes of early.splice(0)) upstream.send(bytes);
+    });
+    const fromBroker = new FrameReader();
+    upstream.on("message", (data) => {
+      fromBroker.push(bytesOf(data));
+      for (let body = fromBroker.next(); body !== null; body = fromBroker.next()) {
+        const whole = new Uint8Array(4 + body.length);
+        new DataView(whole.buffer).setUint32(0, body.length);
+        whole.set(body, 4);
+        if (cutAfter?.(decodeFrame(body))) {
+          cutAfter = null;
+          refusing = true;
+          client.send(whole);
+          client.close(1001); // this frame reaches the client, then the close; nothing after it
+          upstream.terminate();
+          for (const socket of sockets) if (socket !== client && socket !== upstream) socket.terminate();
+          return;
+        }
+        client.send(whole);
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.once("listening", () => resolve()));
+  closers.push(() => {
+    for (const socket of sockets) socket.terminate();
+    return new Promise((resolve) => server.close(() => resolve(undefined)));
+  });
+  return {
+    url: `ws://127.0.0.1:${(server.address() as { port: number }).port}/ws`,
     cut,
     heal() {
       refusing = false;
@@ -159,9 +249,9 @@ async function tcpProxy(port: number, subscribes: SeenSubscribe[]): Promise<TcpP
 
 async function link(target: Broker, kind: Kind, options: ConnectOptions = {}): Promise<Link> {
   const subscribes: SeenSubscribe[] = [];
-  if (kind === "tcp") {
-    const proxy = await tcpProxy(target.tcpPort, subscribes);
-    const client = await connect(`tcp://127.0.0.1:${proxy.port}`, { ...fast, name: "hist-link-tcp", ...options });
+  if (kind !== "longpoll") {
+    const proxy = kind === "tcp" ? await tcpProxy(target.tcpPort, subscribes) : await wsProxy(target, subscribes);
+    const client = await connect(proxy.url, { ...fast, name: `hist-link-${kind}`, ...options });
     clients.push(client);
     return {
       client,
@@ -191,7 +281,7 @@ async function link(target: Broker, kind: Kind, options: ConnectOptions = {}): P
     }
     return fetch(input, init);
   };
-  const client = await connect(target.httpUrl, { ...fast, name: "hist-link-poll", fetch: spyFetch, ...options });
+  const client = await connect(target.httpUrl, { ...fast, name: "hist-link-poll", transport: "longpoll", fetch: spyFetch, ...options });
   clients.push(client);
   return {
     client,
@@ -429,45 +519,47 @@ describe("resume after a reconnect", () => {
     });
   }
 
-  test("TCP: a connection lost in the middle of a replay resumes from the last message received, not from the status's position", async () => {
-    const l = await link(broker, "tcp");
-    const publisher = await open(broker, "tcp");
-    const topic = uniqueTopic("hist.midreplay");
-    const got: Message[] = [];
-    const resumes: ResumeEvent[] = [];
-    const sub = l.client.subscribe(
-      topic,
-      (m) => {
-        got.push(m);
-      },
-      { onResume: (e) => void resumes.push(e) },
-    );
-    await sub.ready;
-    await publishAll(publisher, topic, range(1, 3));
-    await until(() => got.length >= 3, 10_000, "three messages");
-    await l.cut();
-    await publishAll(publisher, topic, range(4, 10));
-    // The next connection gets the status of its resume (200, the topic at offset 10), and is lost before
-    // any replayed message.
-    l.proxy!.cutAfter((f) => f.type === FrameType.Message && f.sid === sub.sid && f.headers?.some(([key]) => key === "Herald-Status") === true);
-    l.heal();
-    await until(() => resumes.length >= 1, 15_000, "the first resume's status");
-    assert.deepEqual(resumes[0]!.position?.offset, 10);
-    assert.equal(sub.position?.offset, 3, "still the last message received: the replay has not come");
-    assert.equal(got.length, 3);
-    await until(() => l.client.state !== "connected", 10_000, "the loss after the status");
-    l.heal();
-    await until(() => got.length >= 10, 15_000, "the replay after the second resume");
-    assert.deepEqual(got.map((m) => m.text()), range(1, 10));
-    assert.deepEqual(offsets(got), Array.from({ length: 10 }, (_, i) => i + 1));
-    const epoch = got[0]!.position!.epoch;
-    assert.deepEqual(
-      subscribesOf(l, topic).map((s) => s.since),
-      [{ offset: 0, epoch: "" }, { offset: 3, epoch }, { offset: 3, epoch }],
-      "both resumes from offset 3",
-    );
-    assert.deepEqual(resumes.map((e) => e.recovered), [true, true]);
-  });
+  for (const kind of ["tcp", "websocket"] as const) {
+    test(`${kind}: a connection lost in the middle of a replay resumes from the last message received, not from the status's position`, async () => {
+      const l = await link(broker, kind);
+      const publisher = await open(broker, "tcp");
+      const topic = uniqueTopic("hist.midreplay");
+      const got: Message[] = [];
+      const resumes: ResumeEvent[] = [];
+      const sub = l.client.subscribe(
+        topic,
+        (m) => {
+          got.push(m);
+        },
+        { onResume: (e) => void resumes.push(e) },
+      );
+      await sub.ready;
+      await publishAll(publisher, topic, range(1, 3));
+      await until(() => got.length >= 3, 10_000, "three messages");
+      await l.cut();
+      await publishAll(publisher, topic, range(4, 10));
+      // The next connection gets the status of its resume (200, the topic at offset 10), and is lost before
+      // any replayed message.
+      l.proxy!.cutAfter((f) => f.type === FrameType.Message && f.sid === sub.sid && f.headers?.some(([key]) => key === "Herald-Status") === true);
+      l.heal();
+      await until(() => resumes.length >= 1, 15_000, "the first resume's status");
+      assert.deepEqual(resumes[0]!.position?.offset, 10);
+      assert.equal(sub.position?.offset, 3, "still the last message received: the replay has not come");
+      assert.equal(got.length, 3);
+      await until(() => l.client.state !== "connected", 10_000, "the loss after the status");
+      l.heal();
+      await until(() => got.length >= 10, 15_000, "the replay after the second resume");
+      assert.deepEqual(got.map((m) => m.text()), range(1, 10));
+      assert.deepEqual(offsets(got), Array.from({ length: 10 }, (_, i) => i + 1));
+      const epoch = got[0]!.position!.epoch;
+      assert.deepEqual(
+        subscribesOf(l, topic).map((s) => s.since),
+        [{ offset: 0, epoch: "" }, { offset: 3, epoch }, { offset: 3, epoch }],
+        "both resumes from offset 3",
+      );
+      assert.deepEqual(resumes.map((e) => e.recovered), [true, true]);
+    });
+  }
 
   test("TCP: resume: false sends no position, on the first SUBSCRIBE or after a reconnect; positions are still read", async () => {
     const l = await link(broker, "tcp");

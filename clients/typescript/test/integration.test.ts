@@ -1,6 +1,6 @@
 /**
  * Integration: the client against a real broker (started here as a child process on free ports), over
- * TCP and HTTP long-poll, including reconnects across a broker restart and a lost poll response.
+ * TCP, WebSocket and HTTP long-poll, including reconnects across a broker restart and a lost poll response.
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -40,7 +40,7 @@ const clients = new OpenClients();
 const open = (url: string, options: ConnectOptions = {}): Promise<HeraldClient> => clients.open(url, options);
 
 const tcp = (options: ConnectOptions = {}) => open(broker.tcpUrl, { name: "it-tcp", ...options });
-const poll = (options: ConnectOptions = {}) => open(broker.httpUrl, { name: "it-poll", ...options });
+const poll = (options: ConnectOptions = {}) => open(broker.httpUrl, { name: "it-poll", transport: "longpoll", ...options });
 
 before(async () => {
   broker = await Broker.start(["--Herald:LongPoll:PollTimeout=00:00:03"]);
@@ -97,171 +97,176 @@ async function heldPolls(broker: Broker): Promise<number> {
   return varz.held_polls;
 }
 
-describe("TCP", () => {
-  test("connects: WELCOME limits, state, info", async () => {
-    const client = await tcp();
-    assert.equal(client.state, "connected");
-    assert.equal(client.info?.transport, "tcp");
-    assert.equal(client.info?.serverName, "herald");
-    assert.equal(client.info?.limits.max_frame, 1024 * 1024);
-    assert.equal(client.info?.limits.max_payload, 1024 * 1024 - 2 * 256 - 31);
-    assert.equal(client.info?.compression, true);
-  });
+// TCP and WebSocket carry the same frames through the same session (spec §1): every behaviour over both.
+for (const kind of ["tcp", "websocket"] as const) {
+  describe(kind === "tcp" ? "TCP" : "WebSocket", () => {
+    const over = (options: ConnectOptions = {}) => open(kind === "tcp" ? broker.tcpUrl : broker.wsUrl, { name: `it-${kind}`, ...options });
 
-  test("pub/sub: strings, binary, empty payloads, reply_to", async () => {
-    const sub_ = await tcp();
-    const pub = await tcp();
-    const topic = uniqueTopic("it.tcp");
-    const sub = sub_.subscribe(`${topic}.>`);
-    await sub.ready;
-    const binary = Uint8Array.from({ length: 256 }, (_, i) => i);
-    await pub.publish(`${topic}.a`, "héllo €");
-    await pub.publish(`${topic}.b`, binary, { replyTo: "_INBOX.x.1" });
-    await pub.publish(`${topic}.c`, new Uint8Array(0));
-    const [a, b, c] = await take(sub, 3);
-    assert.equal(a!.topic, `${topic}.a`);
-    assert.equal(a!.text(), "héllo €");
-    assert.equal(a!.replyTo, null);
-    assert.deepEqual(b!.payload, binary);
-    assert.equal(b!.replyTo, "_INBOX.x.1");
-    assert.equal(c!.payload.length, 0);
-  });
-
-  test("wildcards: * is one token, > the rest", async () => {
-    const client = await tcp();
-    const topic = uniqueTopic("it.wild");
-    const star = client.subscribe(`${topic}.*.x`);
-    const tail = client.subscribe(`${topic}.>`);
-    await Promise.all([star.ready, tail.ready]);
-    await client.publish(`${topic}.a.x`, "1");
-    await client.publish(`${topic}.a.b.x`, "2");
-    assert.equal((await nextMessage(star)).text(), "1");
-    assert.deepEqual((await take(tail, 2)).map((m) => m.text()), ["1", "2"]);
-    // "2" (two tokens where * takes one) never reached `star`: a marker it does match, published after, comes next.
-    await nothingBefore(star, () => client.publish(`${topic}.m.x`, "marker"));
-  });
-
-  test("callback subscription and unsubscribe", async () => {
-    const client = await tcp();
-    const topic = uniqueTopic("it.cb");
-    const got: string[] = [];
-    const sub = client.subscribe(topic, (msg) => {
-      got.push(msg.text());
+    test("connects: WELCOME limits, state, info", async () => {
+      const client = await over();
+      assert.equal(client.state, "connected");
+      assert.equal(client.info?.transport, kind);
+      assert.equal(client.info?.serverName, "herald");
+      assert.equal(client.info?.limits.max_frame, 1024 * 1024);
+      assert.equal(client.info?.limits.max_payload, 1024 * 1024 - 2 * 256 - 31);
+      assert.equal(client.info?.compression, true);
     });
-    const markers = client.subscribe(`${topic}.marker`); // the barrier after the unsubscribe
-    await Promise.all([sub.ready, markers.ready]);
-    await client.publish(topic, "one");
-    await client.publish(topic, "two");
-    await client.flush();
-    await until(() => got.length >= 2, 5000, "two callbacks");
-    await sub.unsubscribe();
-    assert.equal(sub.isClosed, true);
-    await client.publish(topic, "three");
-    // Published after "three" on the same connection, delivered on the same one: "three" would be first.
-    await nothingBefore(markers, () => client.publish(`${topic}.marker`, "marker"));
-    assert.deepEqual(got, ["one", "two"]);
-  });
 
-  test("async iterator: for await, and leaving the loop unsubscribes", async () => {
-    const client = await tcp();
-    const topic = uniqueTopic("it.iter");
-    const sub = client.subscribe(topic);
-    await sub.ready;
-    for (let i = 0; i < 5; i++) await client.publish(topic, `m${i}`);
-    const got: string[] = [];
-    for await (const msg of sub) {
-      got.push(msg.text());
-      if (got.length === 3) break;
-    }
-    assert.deepEqual(got, ["m0", "m1", "m2"]);
-    assert.equal(sub.isClosed, true);
-    assert.equal(await sub.next(), undefined);
-  });
-
-  test("noEcho skips this client's own publications", async () => {
-    const a = await tcp();
-    const b = await tcp();
-    const topic = uniqueTopic("it.echo");
-    const sub = a.subscribe(topic, { noEcho: true });
-    await sub.ready;
-    await a.publish(topic, "mine");
-    await a.flush(); // PING/PONG: the broker has routed "mine" (to no one) before b publishes
-    // b's publication is the marker: an echo of "mine" would have been queued to `a` before it.
-    await nothingBefore(sub, () => b.publish(topic, "theirs"), "theirs");
-  });
-
-  test("request/reply, and a request nobody answers times out (no_responders not asked for)", async () => {
-    const responder = await tcp();
-    const requester = await tcp({ noResponders: false });
-    const topic = uniqueTopic("it.rpc");
-    const service = responder.subscribe(topic, (msg) => msg.respond(`echo:${msg.text()}`));
-    await service.ready;
-    const replies = await Promise.all([1, 2, 3].map((i) => requester.request(topic, `q${i}`, { timeoutMs: 5000 })));
-    assert.deepEqual(replies.map((r) => r.text()), ["echo:q1", "echo:q2", "echo:q3"]);
-    assert.match(replies[0]!.topic, /^_INBOX\.[0-9A-Za-z]+\.\d+$/);
-    // The behaviour, not its timing: an unanswered request rejects with Timeout (the bound only catches a hang).
-    const unanswered = requester.request(uniqueTopic("it.nobody"), "hello?", { timeoutMs: 300 });
-    await assert.rejects(within(unanswered, 10_000, "the unanswered request to settle (a hang bound)"), (e: Error) => {
-      assert.ok(e instanceof RequestTimeoutError, `not a RequestTimeoutError: ${e}`);
-      assert.ok(e instanceof HeraldError, `not a HeraldError: ${e}`);
-      assert.equal(e.code, "Timeout", e.message);
-      return true;
+    test("pub/sub: strings, binary, empty payloads, reply_to", async () => {
+      const sub_ = await over();
+      const pub = await over();
+      const topic = uniqueTopic("it.tcp");
+      const sub = sub_.subscribe(`${topic}.>`);
+      await sub.ready;
+      const binary = Uint8Array.from({ length: 256 }, (_, i) => i);
+      await pub.publish(`${topic}.a`, "héllo €");
+      await pub.publish(`${topic}.b`, binary, { replyTo: "_INBOX.x.1" });
+      await pub.publish(`${topic}.c`, new Uint8Array(0));
+      const [a, b, c] = await take(sub, 3);
+      assert.equal(a!.topic, `${topic}.a`);
+      assert.equal(a!.text(), "héllo €");
+      assert.equal(a!.replyTo, null);
+      assert.deepEqual(b!.payload, binary);
+      assert.equal(b!.replyTo, "_INBOX.x.1");
+      assert.equal(c!.payload.length, 0);
     });
-  });
 
-  test("bad topics and patterns are refused locally (the broker would close the connection)", async () => {
-    const client = await tcp();
-    await assert.rejects(client.publish("a..b", "x"), { code: "InvalidTopic" });
-    await assert.rejects(client.publish("$SYS.x", "x"), { code: "ReservedTopic" });
-    await assert.rejects(client.publish("a.*", "x"), { code: "InvalidTopic" });
-    await assert.rejects(client.publish("x".repeat(300), "x"), { code: "TopicTooLong" });
-    assert.throws(() => client.subscribe("a.>.b"), { code: "InvalidTopic" });
-    await assert.rejects(client.publish("ok.topic", new Uint8Array(2 * 1024 * 1024)), { code: "FrameTooLarge" });
-    // Within max_frame, but over max_payload: its MESSAGE would not fit in max_frame (spec §4.2).
-    const maxPayload = Number(client.info?.limits.max_payload);
-    await assert.rejects(client.publish("ok.topic", new Uint8Array(maxPayload + 1)), { code: "FrameTooLarge" });
-    // Still connected and working.
-    const topic = uniqueTopic("it.after");
-    const sub = client.subscribe(topic);
-    await sub.ready;
-    await client.publish(topic, "fine");
-    assert.equal((await nextMessage(sub)).text(), "fine");
-    assert.equal(client.state, "connected");
-  });
+    test("wildcards: * is one token, > the rest", async () => {
+      const client = await over();
+      const topic = uniqueTopic("it.wild");
+      const star = client.subscribe(`${topic}.*.x`);
+      const tail = client.subscribe(`${topic}.>`);
+      await Promise.all([star.ready, tail.ready]);
+      await client.publish(`${topic}.a.x`, "1");
+      await client.publish(`${topic}.a.b.x`, "2");
+      assert.equal((await nextMessage(star)).text(), "1");
+      assert.deepEqual((await take(tail, 2)).map((m) => m.text()), ["1", "2"]);
+      // "2" (two tokens where * takes one) never reached `star`: a marker it does match, published after, comes next.
+      await nothingBefore(star, () => client.publish(`${topic}.m.x`, "marker"));
+    });
 
-  test("Zstd: the broker compresses large payloads for a client that asked; they arrive decompressed", async () => {
-    const topic = uniqueTopic("it.zstd");
-    const text = "Herald compresses repetitive payloads. ".repeat(2000); // ~78 KB
-    // The raw protocol shows the MESSAGE really travels compressed (flags bit 0)...
-    const raw = await rawTcp(broker.tcpPort, 1);
-    assert.equal(raw.welcome.capabilities & 1, 1, "zstd granted in WELCOME");
-    raw.socket.write(encodeSubscribe(1, topic));
-    raw.socket.write(encodePing());
-    await raw.nextOf(FrameType.Pong);
-    // ...and the client's subscription gets the same payload decompressed.
-    const client = await tcp({ compression: true });
-    const sub = client.subscribe(topic);
-    await sub.ready;
-    const pub = await tcp({ compression: false });
-    let compressed: Frame | null = null;
-    for (let attempt = 0; attempt < 5 && !compressed; attempt++) {
-      await pub.publish(topic, text);
-      const frame = await raw.nextOf(FrameType.Message);
-      const msg = await nextMessage(sub);
-      assert.equal(msg.text(), text);
-      if (frame.type === FrameType.Message && frame.flags === 1) {
-        compressed = frame;
-        assert.ok(frame.payload.length < text.length / 10, `compressed to ${frame.payload.length} bytes`);
-        assert.equal(new TextDecoder().decode(zstdDecompress(frame.payload, 1 << 20)), text);
-        // Bounded: a payload that would decompress past the limit is refused (no decompression bombs).
-        assert.throws(() => zstdDecompress(frame.payload, 1000), { code: "DecompressionFailed" });
-        assert.throws(() => zstdDecompress(frame.payload.subarray(0, 20), 1 << 20), { code: "DecompressionFailed" });
+    test("callback subscription and unsubscribe", async () => {
+      const client = await over();
+      const topic = uniqueTopic("it.cb");
+      const got: string[] = [];
+      const sub = client.subscribe(topic, (msg) => {
+        got.push(msg.text());
+      });
+      const markers = client.subscribe(`${topic}.marker`); // the barrier after the unsubscribe
+      await Promise.all([sub.ready, markers.ready]);
+      await client.publish(topic, "one");
+      await client.publish(topic, "two");
+      await client.flush();
+      await until(() => got.length >= 2, 5000, "two callbacks");
+      await sub.unsubscribe();
+      assert.equal(sub.isClosed, true);
+      await client.publish(topic, "three");
+      // Published after "three" on the same connection, delivered on the same one: "three" would be first.
+      await nothingBefore(markers, () => client.publish(`${topic}.marker`, "marker"));
+      assert.deepEqual(got, ["one", "two"]);
+    });
+
+    test("async iterator: for await, and leaving the loop unsubscribes", async () => {
+      const client = await over();
+      const topic = uniqueTopic("it.iter");
+      const sub = client.subscribe(topic);
+      await sub.ready;
+      for (let i = 0; i < 5; i++) await client.publish(topic, `m${i}`);
+      const got: string[] = [];
+      for await (const msg of sub) {
+        got.push(msg.text());
+        if (got.length === 3) break;
       }
-    }
-    raw.socket.destroy();
-    assert.ok(compressed, "one of five large compressible payloads was sent compressed");
+      assert.deepEqual(got, ["m0", "m1", "m2"]);
+      assert.equal(sub.isClosed, true);
+      assert.equal(await sub.next(), undefined);
+    });
+
+    test("noEcho skips this client's own publications", async () => {
+      const a = await over();
+      const b = await over();
+      const topic = uniqueTopic("it.echo");
+      const sub = a.subscribe(topic, { noEcho: true });
+      await sub.ready;
+      await a.publish(topic, "mine");
+      await a.flush(); // PING/PONG: the broker has routed "mine" (to no one) before b publishes
+      // b's publication is the marker: an echo of "mine" would have been queued to `a` before it.
+      await nothingBefore(sub, () => b.publish(topic, "theirs"), "theirs");
+    });
+
+    test("request/reply, and a request nobody answers times out (no_responders not asked for)", async () => {
+      const responder = await over();
+      const requester = await over({ noResponders: false });
+      const topic = uniqueTopic("it.rpc");
+      const service = responder.subscribe(topic, (msg) => msg.respond(`echo:${msg.text()}`));
+      await service.ready;
+      const replies = await Promise.all([1, 2, 3].map((i) => requester.request(topic, `q${i}`, { timeoutMs: 5000 })));
+      assert.deepEqual(replies.map((r) => r.text()), ["echo:q1", "echo:q2", "echo:q3"]);
+      assert.match(replies[0]!.topic, /^_INBOX\.[0-9A-Za-z]+\.\d+$/);
+      // The behaviour, not its timing: an unanswered request rejects with Timeout (the bound only catches a hang).
+      const unanswered = requester.request(uniqueTopic("it.nobody"), "hello?", { timeoutMs: 300 });
+      await assert.rejects(within(unanswered, 10_000, "the unanswered request to settle (a hang bound)"), (e: Error) => {
+        assert.ok(e instanceof RequestTimeoutError, `not a RequestTimeoutError: ${e}`);
+        assert.ok(e instanceof HeraldError, `not a HeraldError: ${e}`);
+        assert.equal(e.code, "Timeout", e.message);
+        return true;
+      });
+    });
+
+    test("bad topics and patterns are refused locally (the broker would close the connection)", async () => {
+      const client = await over();
+      await assert.rejects(client.publish("a..b", "x"), { code: "InvalidTopic" });
+      await assert.rejects(client.publish("$SYS.x", "x"), { code: "ReservedTopic" });
+      await assert.rejects(client.publish("a.*", "x"), { code: "InvalidTopic" });
+      await assert.rejects(client.publish("x".repeat(300), "x"), { code: "TopicTooLong" });
+      assert.throws(() => client.subscribe("a.>.b"), { code: "InvalidTopic" });
+      await assert.rejects(client.publish("ok.topic", new Uint8Array(2 * 1024 * 1024)), { code: "FrameTooLarge" });
+      // Within max_frame, but over max_payload: its MESSAGE would not fit in max_frame (spec §4.2).
+      const maxPayload = Number(client.info?.limits.max_payload);
+      await assert.rejects(client.publish("ok.topic", new Uint8Array(maxPayload + 1)), { code: "FrameTooLarge" });
+      // Still connected and working.
+      const topic = uniqueTopic("it.after");
+      const sub = client.subscribe(topic);
+      await sub.ready;
+      await client.publish(topic, "fine");
+      assert.equal((await nextMessage(sub)).text(), "fine");
+      assert.equal(client.state, "connected");
+    });
+
+    test("Zstd: the broker compresses large payloads for a client that asked; they arrive decompressed", async () => {
+      const topic = uniqueTopic("it.zstd");
+      const text = "Herald compresses repetitive payloads. ".repeat(2000); // ~78 KB
+      // The raw protocol shows the MESSAGE really travels compressed (flags bit 0)...
+      const raw = await rawTcp(broker.tcpPort, 1);
+      assert.equal(raw.welcome.capabilities & 1, 1, "zstd granted in WELCOME");
+      raw.socket.write(encodeSubscribe(1, topic));
+      raw.socket.write(encodePing());
+      await raw.nextOf(FrameType.Pong);
+      // ...and the client's subscription gets the same payload decompressed.
+      const client = await over({ compression: true });
+      const sub = client.subscribe(topic);
+      await sub.ready;
+      const pub = await over({ compression: false });
+      let compressed: Frame | null = null;
+      for (let attempt = 0; attempt < 5 && !compressed; attempt++) {
+        await pub.publish(topic, text);
+        const frame = await raw.nextOf(FrameType.Message);
+        const msg = await nextMessage(sub);
+        assert.equal(msg.text(), text);
+        if (frame.type === FrameType.Message && frame.flags === 1) {
+          compressed = frame;
+          assert.ok(frame.payload.length < text.length / 10, `compressed to ${frame.payload.length} bytes`);
+          assert.equal(new TextDecoder().decode(zstdDecompress(frame.payload, 1 << 20)), text);
+          // Bounded: a payload that would decompress past the limit is refused (no decompression bombs).
+          assert.throws(() => zstdDecompress(frame.payload, 1000), { code: "DecompressionFailed" });
+          assert.throws(() => zstdDecompress(frame.payload.subarray(0, 20), 1 << 20), { code: "DecompressionFailed" });
+        }
+      }
+      raw.socket.destroy();
+      assert.ok(compressed, "one of five large compressible payloads was sent compressed");
+    });
   });
-});
+}
 
 describe("TCP against a scripted server", () => {
   test("answers PING with PONG, reports non-fatal ERRORs, drops unknown sids, and reconnects after a fatal ERROR", async () => {
@@ -537,7 +542,7 @@ describe("long-poll", () => {
         }
         return spy(input, init);
       };
-      const web = await connect(busy.httpUrl, { ...fast, name: "it-503", fetch: gatedFetch });
+      const web = await connect(busy.httpUrl, { ...fast, name: "it-503", transport: "longpoll", fetch: gatedFetch });
       own.push(web);
       const node = await connect(busy.tcpUrl, { ...fast, name: "it-503-pub" });
       own.push(node);
@@ -645,6 +650,7 @@ describe("README", () => {
       env: { ...process.env, HERALD_TCP_URL: broker.tcpUrl, HERALD_HTTP_URL: broker.httpUrl },
     });
     assert.equal(run.status, 0, `${run.stdout}\n${run.stderr}`);
+    assert.match(run.stdout, /^web client over websocket$/m);
     assert.match(run.stdout, /prices\.eu\.ACME: 101\.5/);
     assert.match(run.stdout, /prices\.us\.ACME: \{"bid":99\.1,"ask":99\.3\}/);
     assert.match(run.stdout, /reply: echo: hello/);
@@ -652,41 +658,59 @@ describe("README", () => {
 });
 
 describe("reconnect", () => {
-  test("both transports reconnect after the broker restarts on the same ports, re-subscribe, and send what was buffered", async () => {
+  test("every transport reconnects after the broker restarts on the same ports, re-subscribes, and sends what was buffered", async () => {
     const node = await tcp();
     const web = await poll();
+    // http:// in auto mode: the WebSocket, and after the restart the WebSocket again (not long-poll).
+    const auto = await open(broker.httpUrl, { name: "it-auto" });
+    assert.equal(auto.info?.transport, "websocket");
+    const autoFirst = auto.info?.connectionId;
     const topic = uniqueTopic("it.restart");
     const nodeSub = node.subscribe(`${topic}.>`);
     const webSub = web.subscribe(`${topic}.>`);
-    await Promise.all([nodeSub.ready, webSub.ready]);
+    const autoSub = auto.subscribe(`${topic}.>`);
+    const autoOwn = auto.subscribe(`${topic}-ws`); // only its own buffered publication goes there
+    await Promise.all([nodeSub.ready, webSub.ready, autoSub.ready, autoOwn.ready]);
     const states: string[] = [];
     node.on("state", (s) => states.push(s));
     const nodeBack = once(node, "reconnect", 60_000);
     const webBack = once(web, "reconnect", 60_000);
+    const autoBack = once(auto, "reconnect", 60_000);
     const nodeLost = once(node, "disconnect", 30_000);
+    const autoLost = once(auto, "disconnect", 30_000);
 
     const restarting = broker.restart();
     await nodeLost;
     assert.equal(node.state, "reconnecting");
     // Published while disconnected: buffered, sent after the reconnect (behind the re-subscription).
     const buffered = node.publish(`${topic}.buffered`, "sent while the broker was down");
+    await autoLost;
+    const autoBuffered = auto.publish(`${topic}-ws`, "buffered for the WebSocket");
     await restarting;
-    await Promise.all([nodeBack, webBack]);
-    await buffered;
+    await Promise.all([nodeBack, webBack, autoBack]);
+    await Promise.all([buffered, autoBuffered]);
     assert.equal(node.state, "connected");
     assert.equal(web.state, "connected");
+    assert.equal(auto.state, "connected");
     assert.deepEqual(states.slice(0, 2), ["reconnecting", "connected"]);
+    assert.equal(auto.info?.transport, "websocket", "a lost WebSocket is tried again first");
+    assert.equal(auto.info?.fallback, undefined);
+    assert.notEqual(auto.info?.connectionId, autoFirst, "a new connection");
 
     assert.equal((await nextMessage(nodeSub, 10_000)).text(), "sent while the broker was down");
-    // Subscriptions were restored on the new broker: a fresh client's publication reaches both.
+    assert.equal((await nextMessage(autoOwn, 10_000)).text(), "buffered for the WebSocket");
+    // Subscriptions were restored on the new broker: a fresh client's publication reaches all three.
     const other = await tcp();
     await node.flush();
     await web.flush();
+    await auto.flush();
     await other.publish(`${topic}.after`, "after the restart");
     assert.equal((await nextMessage(nodeSub, 10_000)).text(), "after the restart");
-    // The long-poll client may also have the buffered one (if its new session was up in time).
-    const webGot = await nextMessage(webSub, 10_000);
-    if (webGot.text() !== "after the restart") assert.equal((await nextMessage(webSub, 10_000)).text(), "after the restart");
+    // The other two may also have node's buffered one (if they were subscribed again in time).
+    for (const sub of [autoSub, webSub]) {
+      const got = await nextMessage(sub, 10_000);
+      if (got.text() !== "after the restart") assert.equal((await nextMessage(sub, 10_000)).text(), "after the restart");
+    }
   });
 
   test("with reconnect off, a lost connection closes the client", async () => {
@@ -701,6 +725,7 @@ describe("reconnect", () => {
     const closedPort = await freePort();
     await assert.rejects(connect(`tcp://127.0.0.1:${closedPort}`, { connectTimeoutMs: 2000 }), (e: HeraldError) => e.code === "ConnectFailed");
     await assert.rejects(connect(`http://127.0.0.1:${closedPort}`, { connectTimeoutMs: 2000 }), (e: HeraldError) => e.code === "ConnectFailed");
+    await assert.rejects(connect(`ws://127.0.0.1:${closedPort}/ws`, { connectTimeoutMs: 2000 }), (e: HeraldError) => e.code === "ConnectFailed");
     // Lazy: createClient keeps trying; a broker that appears later is found.
     const late = await Broker.start();
     try {

@@ -54,7 +54,7 @@ after(async () => {
 });
 
 test(".NET publisher over TCP → TypeScript subscriber over long-poll (binary polls) and a JSON poll: the same headers", { timeout: 120_000 }, async () => {
-  const sub = await connect(broker.httpUrl, { name: "interop-ts-sub" });
+  const sub = await connect(broker.httpUrl, { name: "interop-ts-sub", transport: "longpoll" });
   clients.push(sub);
   assert.equal(sub.info?.transport, "longpoll");
   assert.equal(sub.info?.headers, true);
@@ -106,7 +106,7 @@ test("TypeScript publisher over long-poll → .NET subscriber over TCP: the same
   const [ready] = await dotnet.untilLines(1, 60_000);
   assert.deepEqual(ready, { ready: true, pattern: `${topic}.>`, url: broker.tcpUrl });
 
-  const pub = await connect(broker.httpUrl, { name: "interop-ts-pub" });
+  const pub = await connect(broker.httpUrl, { name: "interop-ts-pub", transport: "longpoll" });
   clients.push(pub);
   assert.equal(pub.info?.transport, "longpoll");
   // One alone goes as a raw publish (headers as ?header=); several at once as PUBLISH frames in one request.

@@ -1,7 +1,7 @@
 /**
  * Queue groups (spec §4.1 bit 4, §4.3 `queue`, §14): each publication goes to one member of a group, not to
  * all, while plain subscriptions still get every one. Against a real broker (a child process on free ports)
- * over TCP and HTTP long-poll, across a broker restart; against a scripted TCP server (and a long-poll
+ * over TCP, WebSocket and HTTP long-poll, across a broker restart; against a scripted TCP server (and a long-poll
  * session whose answer is rewritten) for what the client sends, refuses and checks before sending.
  */
 import assert from "node:assert/strict";
@@ -28,7 +28,8 @@ const clients = new OpenClients();
 const open = (url: string, options: ConnectOptions = {}): Promise<HeraldClient> => clients.open(url, options);
 
 const tcp = (name = "queue-tcp", options: ConnectOptions = {}) => open(broker.tcpUrl, { name, ...options });
-const poll = (name = "queue-poll", options: ConnectOptions = {}) => open(broker.httpUrl, { name, ...options });
+const poll = (name = "queue-poll", options: ConnectOptions = {}) => open(broker.httpUrl, { name, transport: "longpoll", ...options });
+const ws = (name = "queue-ws", options: ConnectOptions = {}) => open(broker.wsUrl, { name, ...options });
 
 before(async () => {
   broker = await Broker.start(["--Herald:LongPoll:PollTimeout=00:00:03"]);
@@ -130,25 +131,27 @@ describe("queue groups against the broker", () => {
     assert.deepEqual(exact.texts, [], "a member that unsubscribed gets nothing more");
   });
 
-  test("long-poll and TCP members of one group: each publication once in total", async () => {
+  test("long-poll, WebSocket and TCP members of one group: each publication once in total", async () => {
     const topic = uniqueTopic("queue.mixed");
     const fence = `${topic}.fence`;
-    const [web, node, publisher] = await Promise.all([poll("member-poll"), tcp("member-tcp"), tcp("publisher")]);
+    const [web, socket, node, publisher] = await Promise.all([poll("member-poll"), ws("member-ws"), tcp("member-tcp"), tcp("publisher")]);
     assert.equal(web.info?.transport, "longpoll");
     assert.equal(web.info?.queueGroups, true, "the session said queueGroups: true");
-    const members = [member(web, topic, "mixed", fence), member(node, topic, "mixed", fence)];
+    assert.equal(socket.info?.transport, "websocket");
+    assert.equal(socket.info?.queueGroups, true, "WELCOME granted queue_groups over the WebSocket");
+    const members = [member(web, topic, "mixed", fence), member(socket, topic, "mixed", fence), member(node, topic, "mixed", fence)];
     await distribute(publisher, topic, fence, members, null, 300);
   });
 
-  test("after a broker restart both transports subscribe again in their group: still each publication once", async () => {
+  test("after a broker restart every transport subscribes again in its group: still each publication once", async () => {
     const topic = uniqueTopic("queue.restart");
     const fence = `${topic}.fence`;
-    const [web, node, watcher] = await Promise.all([poll("member-poll"), tcp("member-tcp"), tcp("plain")]);
-    const members = [member(web, topic, "survivors", fence), member(node, topic, "survivors", fence)];
+    const [web, socket, node, watcher] = await Promise.all([poll("member-poll"), ws("member-ws"), tcp("member-tcp"), tcp("plain")]);
+    const members = [member(web, topic, "survivors", fence), member(socket, topic, "survivors", fence), member(node, topic, "survivors", fence)];
     const plain: string[] = [];
     const plainSub = watcher.subscribe(topic, (m) => void plain.push(m.text()));
     await Promise.all([plainSub.ready, ...members.map((m) => m.sub.ready)]);
-    const back = [web, node, watcher].map((c) => once(c, "reconnect", 60_000));
+    const back = [web, socket, node, watcher].map((c) => once(c, "reconnect", 60_000));
     await broker.restart();
     await Promise.all(back);
     const publisher = await tcp("publisher");

@@ -1,7 +1,8 @@
 /**
  * Security: the client against a real broker with token authentication (README "Security", spec §4.1,
- * longpoll §1.1), permissions (spec §10: refused operations over TCP and long-poll), and with TLS on its TCP
- * port and HTTPS (a self-signed certificate made here with openssl).
+ * longpoll §1.1), permissions (spec §10: refused operations over TCP, WebSocket and long-poll, and an
+ * identity that tries another's inbox), and with TLS on its TCP port and HTTPS (`wss://` too; a self-signed
+ * certificate made here with openssl).
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -14,7 +15,7 @@ import { fileURLToPath } from "node:url";
 import { ErrorCode, HeraldError, createClient, type ConnectOptions, type HeraldClient } from "@herald/client";
 import { Broker } from "./helpers/broker.js";
 import { nextMessage, stateIs, uniqueTopic, within } from "./helpers/wait.js";
-import { OpenClients, fast } from "./helpers/clients.js";
+import { KINDS, OpenClients, fast, reach } from "./helpers/clients.js";
 
 const TOKEN = "s3cret-token-for-alice";
 const OTHER = "s3cret-token-for-bob";
@@ -99,69 +100,74 @@ describe("token authentication", () => {
     await broker?.stop();
   });
 
-  test("TCP: a good token connects; pub/sub works", async () => {
-    const a = await open(broker.tcpUrl, { credential: TOKEN });
-    const b = await open(broker.tcpUrl, { credential: () => OTHER });
-    assert.equal(a.state, "connected");
-    await roundTrip(a, b);
-    await roundTrip(b, a);
-  });
+  // Over TCP and WebSocket the credential travels in HELLO, and a refresh is a second HELLO (spec §4.1).
+  for (const [label, kind] of [["TCP", "tcp"], ["WebSocket", "websocket"]] as const) {
+    const url = (): string => reach(broker, kind).url;
 
-  test("TCP: a wrong or missing token fails with AuthenticationFailed (code 19) and the client closes", async () => {
-    for (const credential of ["wrong-token", undefined]) {
-      const client = createClient(broker.tcpUrl, { ...fast, credential, waitOnFirstConnect: false });
-      const error = await rejectsWith(client.opened, "AuthenticationFailed");
-      assert.equal(ErrorCode[error.code as keyof typeof ErrorCode], 19);
-      assert.equal(error.fatal, true);
-      assert.equal(client.state, "closed");
-    }
-  });
-
-  test("TCP: a refused credential stops reconnecting even with waitOnFirstConnect", async () => {
-    let calls = 0;
-    const client = createClient(broker.tcpUrl, {
-      ...fast,
-      credential: () => {
-        calls++;
-        return "wrong-token";
-      },
+    test(`${label}: a good token connects; pub/sub works`, async () => {
+      const a = await open(url(), { credential: TOKEN });
+      const b = await open(url(), { credential: () => OTHER });
+      assert.equal(a.state, "connected");
+      await roundTrip(a, b);
+      await roundTrip(b, a);
     });
-    let closedWith: Error | undefined;
-    client.on("state", (state, error) => {
-      if (state === "closed") closedWith = error;
-    });
-    await within(client.closed, 10_000, "the client to close");
-    assert.equal((closedWith as HeraldError).code, "AuthenticationFailed");
-    assert.equal(calls, 1);
-  });
 
-  test("TCP: refreshCredential sends HELLO again and the connection stays", async () => {
-    let calls = 0;
-    const client = await open(broker.tcpUrl, {
-      credential: async () => {
-        calls++;
-        return TOKEN;
-      },
+    test(`${label}: a wrong or missing token fails with AuthenticationFailed (code 19) and the client closes`, async () => {
+      for (const credential of ["wrong-token", undefined]) {
+        const client = createClient(url(), { ...fast, credential, waitOnFirstConnect: false });
+        const error = await rejectsWith(client.opened, "AuthenticationFailed");
+        assert.equal(ErrorCode[error.code as keyof typeof ErrorCode], 19);
+        assert.equal(error.fatal, true);
+        assert.equal(client.state, "closed");
+      }
     });
-    const id = client.info?.connectionId;
-    const other = await open(broker.tcpUrl, { credential: OTHER });
-    assert.equal(calls, 1);
-    await client.refreshCredential();
-    await client.refreshCredential();
-    assert.equal(calls, 3);
-    assert.equal(client.state, "connected");
-    assert.equal(client.info?.connectionId, id);
-    await roundTrip(other, client);
-    await roundTrip(client, other);
-  });
 
-  test("TCP: refreshCredential with a refused credential closes the client", async () => {
-    let token = TOKEN;
-    const client = await open(broker.tcpUrl, { credential: () => token });
-    token = "expired-or-wrong";
-    await rejectsWith(client.refreshCredential(), "AuthenticationFailed");
-    await stateIs(client, "closed", 5000);
-  });
+    test(`${label}: a refused credential stops reconnecting even with waitOnFirstConnect`, async () => {
+      let calls = 0;
+      const client = createClient(url(), {
+        ...fast,
+        credential: () => {
+          calls++;
+          return "wrong-token";
+        },
+      });
+      let closedWith: Error | undefined;
+      client.on("state", (state, error) => {
+        if (state === "closed") closedWith = error;
+      });
+      await within(client.closed, 10_000, "the client to close");
+      assert.equal((closedWith as HeraldError).code, "AuthenticationFailed");
+      assert.equal(calls, 1);
+    });
+
+    test(`${label}: refreshCredential sends HELLO again and the connection stays`, async () => {
+      let calls = 0;
+      const client = await open(url(), {
+        credential: async () => {
+          calls++;
+          return TOKEN;
+        },
+      });
+      const id = client.info?.connectionId;
+      const other = await open(url(), { credential: OTHER });
+      assert.equal(calls, 1);
+      await client.refreshCredential();
+      await client.refreshCredential();
+      assert.equal(calls, 3);
+      assert.equal(client.state, "connected");
+      assert.equal(client.info?.connectionId, id);
+      await roundTrip(other, client);
+      await roundTrip(client, other);
+    });
+
+    test(`${label}: refreshCredential with a refused credential closes the client`, async () => {
+      let token = TOKEN;
+      const client = await open(url(), { credential: () => token });
+      token = "expired-or-wrong";
+      await rejectsWith(client.refreshCredential(), "AuthenticationFailed");
+      await stateIs(client, "closed", 5000);
+    });
+  }
 
   test("refreshCredential without a credential option is an error", async () => {
     const plain = createClient(broker.tcpUrl, { ...fast, waitOnFirstConnect: false });
@@ -175,7 +181,7 @@ describe("token authentication", () => {
       seen.push(new Headers(init?.headers).get("Authorization"));
       return fetch(input, init);
     };
-    const p = await open(broker.httpUrl, { credential: TOKEN, fetch: recording });
+    const p = await open(broker.httpUrl, { credential: TOKEN, transport: "longpoll", fetch: recording });
     const t = await open(broker.tcpUrl, { credential: OTHER });
     assert.equal(p.info?.transport, "longpoll");
     assert.equal(seen[0], `Bearer ${TOKEN}`);
@@ -184,9 +190,10 @@ describe("token authentication", () => {
     await p.refreshCredential(); // nothing to do on long-poll
   });
 
-  for (const transport of ["tcp", "longpoll"] as const) {
-    test(`${transport}: a restricted responder answers a request under the requester's own inbox prefix`, async () => {
-      const carol = await open(transport === "tcp" ? broker.tcpUrl : broker.httpUrl, { credential: LIMITED });
+  for (const kind of KINDS) {
+    test(`${kind}: a restricted responder answers a request under the requester's own inbox prefix`, async () => {
+      const { url, options } = reach(broker, kind);
+      const carol = await open(url, { ...options, credential: LIMITED });
       const alice = await open(broker.tcpUrl, { credential: TOKEN });
       const service = uniqueTopic("sec.open.svc");
       const responder = carol.subscribe(service, (m) => m.respond("carol answers"));
@@ -200,29 +207,31 @@ describe("token authentication", () => {
     });
   }
 
-  test("TCP: a refresh to fewer rights ends the subscription it no longer allows, and says which", async () => {
-    let token = DAVE_FULL;
-    const dave = await open(broker.tcpUrl, { credential: () => token });
-    const errors = errorsOf(dave);
-    const kept = dave.subscribe(uniqueTopic("sec.kept"));
-    const gone = dave.subscribe(uniqueTopic("sec.gone"));
-    await Promise.all([kept.ready, gone.ready]);
+  for (const [label, kind] of [["TCP", "tcp"], ["WebSocket", "websocket"]] as const) {
+    test(`${label}: a refresh to fewer rights ends the subscription it no longer allows, and says which`, async () => {
+      let token = DAVE_FULL;
+      const dave = await open(reach(broker, kind).url, { credential: () => token });
+      const errors = errorsOf(dave);
+      const kept = dave.subscribe(uniqueTopic("sec.kept"));
+      const gone = dave.subscribe(uniqueTopic("sec.gone"));
+      await Promise.all([kept.ready, gone.ready]);
 
-    token = DAVE_LESS;
-    await dave.refreshCredential();
+      token = DAVE_LESS;
+      await dave.refreshCredential();
 
-    assert.equal(gone.isClosed, true, "the revoked subscription has ended");
-    const ended = await rejectsWith(nextMessage(gone), "PermissionDenied");
-    assert.equal(ended.sid, gone.sid);
-    assert.deepEqual(errors.map((e) => [e.code, e.sid]), [["PermissionDenied", gone.sid]]);
-    await dave.publish(kept.pattern, "still delivered");
-    assert.equal((await nextMessage(kept)).text(), "still delivered");
-    assert.equal(kept.isClosed, false);
-  });
+      assert.equal(gone.isClosed, true, "the revoked subscription has ended");
+      const ended = await rejectsWith(nextMessage(gone), "PermissionDenied");
+      assert.equal(ended.sid, gone.sid);
+      assert.deepEqual(errors.map((e) => [e.code, e.sid]), [["PermissionDenied", gone.sid]]);
+      await dave.publish(kept.pattern, "still delivered");
+      assert.equal((await nextMessage(kept)).text(), "still delivered");
+      assert.equal(kept.isClosed, false);
+    });
+  }
 
   test("long-poll: a wrong or missing token is 401 AuthenticationFailed and the client closes", async () => {
     for (const credential of ["wrong-token", undefined]) {
-      const client = createClient(broker.httpUrl, { ...fast, credential, waitOnFirstConnect: false });
+      const client = createClient(broker.httpUrl, { ...fast, transport: "longpoll", credential, waitOnFirstConnect: false });
       const error = await rejectsWith(client.opened, "AuthenticationFailed");
       assert.equal(error.status, 401);
       assert.equal(client.state, "closed");
@@ -239,13 +248,13 @@ describe("permissions: a refused operation is told PermissionDenied, has no effe
     await broker?.stop();
   });
 
-  for (const transport of ["TCP", "long-poll"] as const) {
-    const url = (): string => (transport === "TCP" ? broker.tcpUrl : broker.httpUrl);
+  for (const [transport, kind] of [["TCP", "tcp"], ["WebSocket", "websocket"], ["long-poll", "longpoll"]] as const) {
+    const url = (): string => reach(broker, kind).url;
 
     /** carol (limited) and bob (a bystander watching the forbidden topic) on this transport, alice publishing over TCP. */
     const cast = async () => {
-      const limited = await open(url(), { credential: LIMITED, name: "carol" });
-      const bystander = await open(url(), { credential: OTHER, name: "bob" });
+      const limited = await open(url(), { ...reach(broker, kind).options, credential: LIMITED, name: "carol" });
+      const bystander = await open(url(), { ...reach(broker, kind).options, credential: OTHER, name: "bob" });
       const publisher = await open(broker.tcpUrl, { credential: TOKEN, name: "alice" });
       const granted = uniqueTopic("sec.open");
       const forbidden = uniqueTopic("sec.closed");
@@ -262,7 +271,7 @@ describe("permissions: a refused operation is told PermissionDenied, has no effe
       const refused = limited.subscribe(forbidden, (m) => {
         got.push(m.text());
       });
-      if (transport === "TCP") {
+      if (kind !== "longpoll") {
         // The broker answers the SUBSCRIBE with a non-fatal ERROR (no sid) before the PONG behind it.
         await refused.ready;
       } else {
@@ -288,7 +297,7 @@ describe("permissions: a refused operation is told PermissionDenied, has no effe
     test(`${transport}: a refused publish is told PermissionDenied and reaches no one; the client and a bystander carry on`, async () => {
       const { limited, bystander, publisher, granted, forbidden, watching, allowed, errors } = await cast();
 
-      if (transport === "TCP") {
+      if (kind !== "longpoll") {
         // Written (so it resolves); the broker answers with a non-fatal ERROR before the PONG of the flush.
         await limited.publish(forbidden, "forbidden");
         await limited.flush();
@@ -311,6 +320,49 @@ describe("permissions: a refused operation is told PermissionDenied, has no effe
       assert.equal(limited.state, "connected");
     });
   }
+
+  test("WebSocket: an identity cannot read another's inbox nor write into it; the owner is unharmed", async () => {
+    const alice = await open(broker.wsUrl, { credential: TOKEN, name: "alice" });
+    const carol = await open(broker.wsUrl, { credential: LIMITED, name: "carol" });
+    const bob = await open(broker.tcpUrl, { credential: OTHER, name: "bob" });
+    const errors = errorsOf(carol);
+    const inbox = alice.info!.inboxPrefix!;
+    assert.match(inbox, /^_INBOX\.[0-9a-f]{24}$/);
+    assert.notEqual(carol.info?.inboxPrefix, inbox);
+
+    // Reading: carol's subscription to alice's inbox is refused (before the PONG behind it)...
+    const stolen: string[] = [];
+    const eavesdrop = carol.subscribe(`${inbox}.>`, (m) => void stolen.push(m.text()));
+    await eavesdrop.ready;
+    deniedOnce(errors, inbox);
+    // ...and alice's reply, published by bob, reaches alice alone: bob's marker on carol's own topic, sent
+    // after the reply on the same connection, is the next thing carol gets.
+    const service = uniqueTopic("sec.open.svc");
+    const serving = bob.subscribe(service, (m) => m.respond("for alice"));
+    const own = uniqueTopic("sec.open.own");
+    const carolOwn = carol.subscribe(own);
+    await Promise.all([serving.ready, carolOwn.ready]);
+    assert.equal((await alice.request(service, "mine", { timeoutMs: 10_000 })).text(), "for alice");
+    await bob.publish(own, "marker");
+    assert.equal((await nextMessage(carolOwn)).text(), "marker");
+    assert.deepEqual(stolen, []);
+
+    // Writing: a forged message into alice's inbox is refused; carol's marker after it reaches alice first.
+    const forgedTopic = `${inbox}.forged`;
+    const aliceInbox = alice.subscribe(forgedTopic);
+    const aliceOwn = alice.subscribe(own);
+    await Promise.all([aliceInbox.ready, aliceOwn.ready]);
+    errors.length = 0;
+    await carol.publish(forgedTopic, "forged");
+    await carol.publish(own, "after the forgery");
+    assert.equal((await nextMessage(aliceOwn)).text(), "after the forgery");
+    await carol.flush();
+    deniedOnce(errors, forgedTopic);
+    await alice.publish(forgedTopic, "alice's own");
+    assert.equal((await nextMessage(aliceInbox)).text(), "alice's own", "nothing forged came before alice's own message");
+    assert.equal(alice.state, "connected");
+    assert.equal(carol.state, "connected");
+  });
 });
 
 describe("TLS", () => {
@@ -367,6 +419,33 @@ describe("TLS", () => {
     await rejectsWith(client.opened, "AuthenticationFailed");
   });
 
+  // `ca` reaches a wss:// WebSocket through the `ws` package, which Node before 22 uses; a runtime's own
+  // WebSocket takes no CA (NODE_EXTRA_CA_CERTS then, as for https:// long-poll).
+  const ownWebSocket = typeof (globalThis as { WebSocket?: unknown }).WebSocket === "function";
+  const viaWs = { skip: ownWebSocket ? "this runtime's own WebSocket takes no ca (Node 22+)" : false };
+
+  test("wss:// with the self-signed certificate as ca and a token: pub/sub with tls:// works, and a refresh", viaWs, async () => {
+    const web = await open(`wss://localhost:${broker.httpPort}/ws`, { credential: TOKEN, ca });
+    const node = await open(tlsUrl(), { credential: OTHER, ca });
+    assert.equal(web.info?.transport, "websocket");
+    await roundTrip(web, node);
+    await web.refreshCredential();
+    await roundTrip(node, web);
+  });
+
+  test("https:// in auto mode opens the WebSocket over TLS (wss://)", viaWs, async () => {
+    const web = await open(`https://127.0.0.1:${broker.httpPort}`, { credential: TOKEN, ca });
+    assert.equal(web.info?.transport, "websocket");
+    assert.equal(web.info?.fallback, undefined);
+    await roundTrip(web, web);
+  });
+
+  test("wss:// without trusting the certificate does not connect", async () => {
+    const client = createClient(`wss://127.0.0.1:${broker.httpPort}/ws`, { ...fast, credential: TOKEN, waitOnFirstConnect: false });
+    const error = await rejectsWith(client.opened, "ConnectFailed");
+    assert.match(error.message, /self[- ]signed|certificate/i);
+  });
+
   test("tcp:// (plain) to a TLS port does not connect", async () => {
     const client = createClient(`tcp://127.0.0.1:${broker.tcpPort}`, { ...fast, credential: TOKEN, connectTimeoutMs: 2000, waitOnFirstConnect: false });
     await assert.rejects(client.opened, HeraldError);
@@ -376,7 +455,7 @@ describe("TLS", () => {
     const index = fileURLToPath(new URL("../dist/index.js", import.meta.url));
     const script = `
       const { connect } = await import(${JSON.stringify(new URL(`file://${index}`).href)});
-      const poll = await connect(${JSON.stringify(`https://127.0.0.1:${broker.httpPort}`)}, { credential: ${JSON.stringify(TOKEN)} });
+      const poll = await connect(${JSON.stringify(`https://127.0.0.1:${broker.httpPort}`)}, { credential: ${JSON.stringify(TOKEN)}, transport: "longpoll" });
       const tls = await connect(${JSON.stringify(tlsUrl())}, { credential: ${JSON.stringify(OTHER)}, ca: process.env.HERALD_CA });
       const sub = poll.subscribe("sec.https");
       await sub.ready;

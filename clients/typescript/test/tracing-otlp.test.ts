@@ -72,7 +72,7 @@ test(".NET publisher → broker → .NET and TypeScript subscribers: one trace i
   const topic = uniqueTopic("trace.otlp");
 
   // The TypeScript subscriber, over long-poll, with a handler: the SDK runs it in its CONSUMER span.
-  const tsSubscriber = await connect(broker.httpUrl, { name: "ts-subscriber" });
+  const tsSubscriber = await connect(broker.httpUrl, { name: "ts-subscriber", transport: "longpoll" });
   clients.push(tsSubscriber);
   let handled!: (m: Message) => void;
   const tsGot = new Promise<Message>((resolve) => (handled = resolve));

@@ -1,6 +1,6 @@
 /**
- * One trace per message (issue 20.3) through the OpenTelemetry API, against a real broker over TCP and
- * long-poll, recorded by the SDK's in-memory exporter: the publisher's PRODUCER span, its context carried
+ * One trace per message (issue 20.3) through the OpenTelemetry API, against a real broker over TCP,
+ * WebSocket and long-poll, recorded by the SDK's in-memory exporter: the publisher's PRODUCER span, its context carried
  * in the message's `traceparent`, the subscriber's CONSUMER span under it (parent and link). Without a
  * tracer provider nothing is added, and an unsampled context injects nothing.
  *
@@ -22,6 +22,7 @@ import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace-base";
 import { connect, headersGetter, type ConnectOptions, type HeraldClient, type Message } from "@herald/client";
 import { Broker } from "./helpers/broker.js";
+import { KINDS, reach, type Kind } from "./helpers/clients.js";
 import { uniqueTopic, until, within } from "./helpers/wait.js";
 
 let broker: Broker;
@@ -29,11 +30,9 @@ const clients: HeraldClient[] = [];
 const fast: ConnectOptions = { reconnectDelayMs: 100, maxReconnectDelayMs: 1000, connectTimeoutMs: 5000 };
 const exporter = new InMemorySpanExporter();
 
-type Kind = "tcp" | "longpoll";
-const KINDS: Kind[] = ["tcp", "longpoll"];
-
 async function open(kind: Kind): Promise<HeraldClient> {
-  const client = await connect(kind === "tcp" ? broker.tcpUrl : broker.httpUrl, { ...fast, name: `trace-${kind}` });
+  const { url, options } = reach(broker, kind);
+  const client = await connect(url, { ...fast, ...options, name: `trace-${kind}` });
   clients.push(client);
   return client;
 }

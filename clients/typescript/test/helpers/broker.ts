@@ -76,8 +76,14 @@ export class Broker {
     return `tcp://127.0.0.1:${this.tcpPort}`;
   }
 
+  /** The HTTP port: `http://` alone tries the WebSocket first, then long-poll (the client's `transport` option). */
   get httpUrl(): string {
     return `http://127.0.0.1:${this.httpPort}`;
+  }
+
+  /** The WebSocket endpoint on the HTTP port (spec §1). */
+  get wsUrl(): string {
+    return `ws://127.0.0.1:${this.httpPort}/ws`;
   }
 
   /** The monitoring listener (/varz, /metrics, probes): never on the client HTTP port. */
