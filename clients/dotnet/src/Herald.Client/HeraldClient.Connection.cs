@@ -279,9 +279,11 @@ public sealed partial class HeraldClient
         using var timeout = CancellationTokenSource.CreateLinkedTokenSource(_closing.Token);
         timeout.CancelAfter(_options.ConnectTimeout);
         CancellationToken token = timeout.Token;
-        BrokerConnection connection = _address.Transport == HeraldTransport.Tcp
-            ? new TcpConnection(this, _options, _address)
-            : new LongPollConnection(this, _options, _address, _http!);
+        BrokerConnection connection = _address.Transport switch
+        {
+            HeraldTransport.Tcp => new FrameConnection(this, _options, t => TcpLink.OpenAsync(_address, _options, t)),
+            _ => new LongPollConnection(this, _options, _address, _http!),
+        };
         bool installed = false;
         var confirmations = new List<(HeraldSubscription Subscription, Task Confirmed)>();
         try

@@ -1,18 +1,16 @@
 using System.Buffers;
 using System.IO.Pipelines;
-using System.Net.Security;
-using System.Net.Sockets;
-using System.Security.Authentication;
 using Herald.Client.Protocol;
 using Herald.Protocol;
 
-namespace Herald.Client.Transports.Tcp;
+namespace Herald.Client.Transports;
 
 /// <summary>
-/// The binary protocol over one TCP connection (spec §1-§6): HELLO/WELCOME, then three loops. The reader
-/// parses frames in place with the canonical read loop (parse until the reader says "need more", then
-/// advance); the writer (<see cref="FrameQueue"/>) writes whole batches; the pinger PINGs an idle broker
-/// and gives up on one that stops answering (spec §6.2).
+/// The binary protocol (spec §1-§6) over one <see cref="StreamLink"/>: a TCP connection, TLS or not.
+/// HELLO/WELCOME, then three loops. The reader parses frames in place with the canonical read loop
+/// (parse until the reader says "need more", then advance); the writer (<see cref="FrameQueue"/>) writes whole
+/// batches; the pinger PINGs an idle broker and gives up on one that stops answering (spec §6.2). The link only
+/// moves the bytes: every transport that carries frames runs this one class.
 /// </summary>
 /// <remarks>
 /// PING/PONG pairs are matched in order: every PING this client sends puts an entry in <c>_pongs</c>
@@ -24,70 +22,36 @@ namespace Herald.Client.Transports.Tcp;
 /// Threading: <c>_pongs</c> is guarded by <c>_pongGate</c> (taken before the queue's own lock); the rest
 /// belongs to the loops.
 /// </remarks>
-internal sealed class TcpConnection : BrokerConnection
+internal sealed class FrameConnection : BrokerConnection
 {
     private const int ReadBufferSize = 64 * 1024;
 
-    private readonly BrokerAddress _address;
+    private readonly Func<CancellationToken, Task<StreamLink>> _open;
     private readonly Lock _pongGate = new();
     private readonly Queue<PongWaiter?> _pongs = new();
-    private Socket? _socket;
-    private Stream? _stream;
+    private StreamLink? _link;
     private PipeReader? _input;
     private Task? _reading;
     private long _lastReadAt;
     private int _pingsOutstanding;
-    private int _port;
 
-    public TcpConnection(HeraldClient client, HeraldClientOptions options, BrokerAddress address)
-        : base(client, options) => _address = address;
+    /// <param name="open">Opens the link to the broker (the transport's part: connect, TLS); bounded by its token.</param>
+    public FrameConnection(HeraldClient client, HeraldClientOptions options, Func<CancellationToken, Task<StreamLink>> open)
+        : base(client, options) => _open = open;
 
     public override bool SubscribesInline => true;
 
     public override async Task OpenAsync(string? credential, CancellationToken cancellationToken)
     {
-        int port = _address.PickPort();
-        var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
-        _socket = socket;
-        try
-        {
-            await socket.ConnectAsync(_address.Host, port, cancellationToken).ConfigureAwait(false);
-        }
-        catch (SocketException e)
-        {
-            throw new HeraldConnectionException($"Could not connect to {_address.Host}:{port}: {e.Message}", e);
-        }
-
-        _stream = new NetworkStream(socket, ownsSocket: true);
-        if (_address.Tls)
-        {
-            var tls = new SslStream(_stream, leaveInnerStreamOpen: false);
-            _stream = tls;
-            try
-            {
-                await tls.AuthenticateAsClientAsync(
-                    new SslClientAuthenticationOptions
-                    {
-                        TargetHost = _address.Host,
-                        RemoteCertificateValidationCallback = Options.ServerCertificateValidation,
-                        EnabledSslProtocols = SslProtocols.Tls12 | SslProtocols.Tls13,
-                    },
-                    cancellationToken).ConfigureAwait(false);
-            }
-            catch (Exception e) when (e is AuthenticationException or IOException)
-            {
-                throw new HeraldConnectionException($"The TLS handshake with {_address.Host}:{port} failed: {e.Message}", e);
-            }
-        }
-
-        _input = PipeReader.Create(_stream, new StreamPipeReaderOptions(bufferSize: ReadBufferSize, minimumReadSize: 4096, leaveOpen: true));
+        StreamLink link = await _open(cancellationToken).ConfigureAwait(false);
+        _link = link;
+        _input = PipeReader.Create(link.Stream, new StreamPipeReaderOptions(bufferSize: ReadBufferSize, minimumReadSize: 4096, leaveOpen: true));
 
         var hello = new ArrayBufferWriter<byte>(64);
         ClientFrames.Hello(hello, Options.ClientName, Capabilities, credential);
-        await _stream.WriteAsync(hello.WrittenMemory, cancellationToken).ConfigureAwait(false);
+        await link.WriteAsync(hello.WrittenMemory, cancellationToken).ConfigureAwait(false);
         WelcomeFrame welcome = await ReadWelcomeAsync(cancellationToken).ConfigureAwait(false);
 
-        _port = port;
         Welcomed(welcome);
         Volatile.Write(ref _lastReadAt, Environment.TickCount64);
 
@@ -150,11 +114,12 @@ internal sealed class TcpConnection : BrokerConnection
         // Granted is what both asked for (spec §4.2): a broker that sets a bit nobody asked for is not believed.
         Capabilities granted = welcome.Capabilities & Capabilities;
         bool headers = (granted & Capabilities.Headers) != 0;
+        StreamLink link = _link!;
         Info = new HeraldServerInfo(
-            HeraldTransport.Tcp,
+            link.Transport,
             welcome.ServerName,
             welcome.ConnectionId,
-            _port,
+            link.Port,
             (granted & Capabilities.Zstd) != 0,
             welcome.Limits,
             welcome.InboxPrefix,
@@ -170,7 +135,7 @@ internal sealed class TcpConnection : BrokerConnection
     }
 
     protected override ValueTask WriteAsync(ReadOnlyMemory<byte> frames, CancellationToken cancellationToken) =>
-        _stream!.WriteAsync(frames, cancellationToken);
+        _link!.WriteAsync(frames, cancellationToken);
 
     protected override void OnLost(Exception reason)
     {
@@ -187,16 +152,12 @@ internal sealed class TcpConnection : BrokerConnection
         }
     }
 
-    /// <summary>The loops are already cancelled; closing the socket ends a read in progress, and the reader is completed only once its loop is done (a pipe reader is not thread-safe).</summary>
+    /// <summary>The loops are already cancelled; closing the link ends a read in progress, and the reader is completed only once its loop is done (a pipe reader is not thread-safe).</summary>
     protected override async ValueTask CloseAsync()
     {
-        if (_stream is not null)
+        if (_link is not null)
         {
-            await _stream.DisposeAsync().ConfigureAwait(false);
-        }
-        else
-        {
-            _socket?.Dispose();
+            await _link.DisposeAsync().ConfigureAwait(false);
         }
 
         if (_reading is not null)
