@@ -5,14 +5,18 @@ namespace Herald.Client;
 
 /// <summary>
 /// A parsed broker address. <c>tcp://host[:port[-port]]</c> or <c>tls://...</c> (default port 4502; a
-/// range spreads connections over the broker's listeners, spec §1), or an <c>http://</c>/<c>https://</c> base address
-/// for the long-poll transport (a path is kept as a prefix, for a broker behind a reverse proxy).
+/// range spreads connections over the broker's listeners, spec §1), an <c>http://</c>/<c>https://</c> base address
+/// for the long-poll transport (a path is kept as a prefix, for a broker behind a reverse proxy), or a
+/// <c>ws://</c>/<c>wss://</c> WebSocket endpoint (the path <c>/ws</c> when none is given: the broker's own).
 /// </summary>
 internal sealed class BrokerAddress
 {
     public const int DefaultTcpPort = 4502;
 
-    private BrokerAddress(HeraldTransport transport, string host, int firstPort, int lastPort, Uri? httpBase, bool tls)
+    /// <summary>Where the broker serves WebSocket on its HTTP port (spec §1).</summary>
+    public const string DefaultWebSocketPath = "/ws";
+
+    private BrokerAddress(HeraldTransport transport, string host, int firstPort, int lastPort, Uri? httpBase, bool tls, Uri? webSocket = null)
     {
         Transport = transport;
         Tls = tls;
@@ -20,11 +24,12 @@ internal sealed class BrokerAddress
         FirstPort = firstPort;
         LastPort = lastPort;
         HttpBase = httpBase;
+        WebSocket = webSocket;
     }
 
     public HeraldTransport Transport { get; }
 
-    /// <summary><c>tls://</c> or <c>https://</c>.</summary>
+    /// <summary><c>tls://</c>, <c>https://</c> or <c>wss://</c>.</summary>
     public bool Tls { get; }
 
     public string Host { get; }
@@ -36,12 +41,18 @@ internal sealed class BrokerAddress
     /// <summary>Long-poll: the base address, ending in '/'.</summary>
     public Uri? HttpBase { get; }
 
+    /// <summary>WebSocket: the endpoint to upgrade at.</summary>
+    public Uri? WebSocket { get; }
+
     /// <summary>A port of the range for the next connection, at random so clients spread over the listeners.</summary>
     public int PickPort() => FirstPort == LastPort ? FirstPort : RandomNumberGenerator.GetInt32(FirstPort, LastPort + 1);
 
-    public override string ToString() => Transport == HeraldTransport.LongPoll
-        ? HttpBase!.ToString()
-        : string.Create(CultureInfo.InvariantCulture, $"{(Tls ? "tls" : "tcp")}://{(Host.Contains(':', StringComparison.Ordinal) ? $"[{Host}]" : Host)}:{FirstPort}{(LastPort != FirstPort ? $"-{LastPort}" : "")}");
+    public override string ToString() => Transport switch
+    {
+        HeraldTransport.LongPoll => HttpBase!.ToString(),
+        HeraldTransport.WebSocket => WebSocket!.ToString(),
+        _ => string.Create(CultureInfo.InvariantCulture, $"{(Tls ? "tls" : "tcp")}://{(Host.Contains(':', StringComparison.Ordinal) ? $"[{Host}]" : Host)}:{FirstPort}{(LastPort != FirstPort ? $"-{LastPort}" : "")}"),
+    };
 
     /// <exception cref="ArgumentException">Not an address of one of the forms above.</exception>
     public static BrokerAddress Parse(string url)
@@ -69,7 +80,18 @@ internal sealed class BrokerAddress
             return new BrokerAddress(HeraldTransport.LongPoll, uri.Host, uri.Port, uri.Port, new Uri(text.EndsWith('/') ? text : text + "/"), uri.Scheme == Uri.UriSchemeHttps);
         }
 
-        throw Bad(url, "it must start with tcp://, tls://, http:// or https://");
+        if (uri is not null && (uri.Scheme == Uri.UriSchemeWs || uri.Scheme == Uri.UriSchemeWss))
+        {
+            if (!string.IsNullOrEmpty(uri.Query) || !string.IsNullOrEmpty(uri.Fragment))
+            {
+                throw Bad(url, "a WebSocket address takes no query or fragment");
+            }
+
+            var endpoint = new UriBuilder(uri) { Path = uri.AbsolutePath == "/" ? DefaultWebSocketPath : uri.AbsolutePath };
+            return new BrokerAddress(HeraldTransport.WebSocket, uri.Host, uri.Port, uri.Port, httpBase: null, uri.Scheme == Uri.UriSchemeWss, endpoint.Uri);
+        }
+
+        throw Bad(url, "it must start with tcp://, tls://, ws://, wss://, http:// or https://");
     }
 
     private static BrokerAddress ParseTcp(string url, string rest, bool tls)

@@ -22,11 +22,14 @@ public enum ConnectionState
 /// <summary>The transport a client speaks, chosen by its address.</summary>
 public enum HeraldTransport
 {
-    /// <summary><c>tcp://</c>: the binary protocol (protocol-spec/README.md).</summary>
+    /// <summary><c>tcp://</c>, <c>tls://</c>: the binary protocol (protocol-spec/README.md).</summary>
     Tcp,
 
     /// <summary><c>http://</c>, <c>https://</c>: HTTP long-poll (protocol-spec/longpoll.md).</summary>
     LongPoll,
+
+    /// <summary><c>ws://</c>, <c>wss://</c>: the same binary protocol as TCP, in binary WebSocket messages on the broker's HTTP port (spec §1, subprotocol <c>herald.v1</c>).</summary>
+    WebSocket,
 }
 
 public sealed class ConnectionStateChangedEventArgs : EventArgs
@@ -74,13 +77,13 @@ public sealed class HeraldServerInfo
 
     public HeraldTransport Transport { get; }
 
-    /// <summary>TCP: the broker's name from WELCOME. Long-poll: <c>null</c>.</summary>
+    /// <summary>TCP and WebSocket: the broker's name from WELCOME. Long-poll: <c>null</c>.</summary>
     public string? ServerName { get; }
 
-    /// <summary>TCP: the connection id from WELCOME (the broker's logs and <c>/connz</c> show it).</summary>
+    /// <summary>TCP and WebSocket: the connection id from WELCOME (the broker's logs and <c>/connz</c> show it).</summary>
     public ulong? ConnectionId { get; }
 
-    /// <summary>TCP: the port connected to (one of the address's range).</summary>
+    /// <summary>TCP: the port connected to (one of the address's range). WebSocket: the HTTP port. Long-poll: <c>null</c>.</summary>
     public int? Port { get; }
 
     /// <summary>Zstd was negotiated: the broker may send compressed messages, and large publications may be compressed.</summary>
@@ -119,6 +122,6 @@ public sealed class HeraldServerInfo
     /// </summary>
     public string? InboxPrefix { get; }
 
-    /// <summary>TCP: WELCOME's limits (spec §4.2). Long-poll: the session's (longpoll §1.1), by their JSON names.</summary>
+    /// <summary>TCP and WebSocket: WELCOME's limits (spec §4.2). Long-poll: the session's (longpoll §1.1), by their JSON names.</summary>
     public IReadOnlyDictionary<string, ulong> Limits { get; }
 }

@@ -2,6 +2,7 @@ using System.Security.Cryptography;
 using Herald.Client.Transports;
 using Herald.Client.Transports.LongPoll;
 using Herald.Client.Transports.Tcp;
+using Herald.Client.Transports.WebSockets;
 using Herald.Protocol;
 
 namespace Herald.Client;
@@ -282,6 +283,7 @@ public sealed partial class HeraldClient
         BrokerConnection connection = _address.Transport switch
         {
             HeraldTransport.Tcp => new FrameConnection(this, _options, t => TcpLink.OpenAsync(_address, _options, t)),
+            HeraldTransport.WebSocket => new FrameConnection(this, _options, t => WebSocketLink.OpenAsync(_address, _options, t)),
             _ => new LongPollConnection(this, _options, _address, _http!),
         };
         bool installed = false;

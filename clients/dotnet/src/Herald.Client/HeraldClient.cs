@@ -15,8 +15,8 @@ using Herald.Protocol;
 namespace Herald.Client;
 
 /// <summary>
-/// A client of a Herald broker, over raw TCP (<c>tcp://host:4502</c>) or HTTP long-poll
-/// (<c>http://host:8080</c>), with one API for both. Publish, subscribe (enumerate a subscription or give
+/// A client of a Herald broker, over raw TCP (<c>tcp://host:4502</c>), WebSocket (<c>ws://host:8080/ws</c>) or
+/// HTTP long-poll (<c>http://host:8080</c>), with one API for all three. Publish, subscribe (enumerate a subscription or give
 /// it a handler), request/reply, raw bytes, UTF-8 text or MessagePack-typed payloads.
 /// </summary>
 /// <remarks>
@@ -112,7 +112,7 @@ public sealed partial class HeraldClient : IAsyncDisposable
     public Task ConnectAsync(CancellationToken cancellationToken = default) => ConnectedAsync(cancellationToken);
 
     /// <summary>
-    /// Waits until the broker has processed everything this client sent before the call (TCP: a PING/PONG
+    /// Waits until the broker has processed everything this client sent before the call (TCP and WebSocket: a PING/PONG
     /// round trip, spec §4.7; long-poll: every publish request answered). Waits for a reconnect first if
     /// there is one under way.
     /// </summary>
@@ -466,7 +466,7 @@ public sealed partial class HeraldClient : IAsyncDisposable
 
     /// <summary>
     /// Adds a subscription to the table and sends it on the current connection, if there is one, then waits
-    /// for the broker to have it (TCP: PING/PONG behind the SUBSCRIBE; long-poll: the 204). A refusal removes
+    /// for the broker to have it (TCP and WebSocket: PING/PONG behind the SUBSCRIBE; long-poll: the 204). A refusal removes
     /// it again and throws; a lost connection leaves it to the reconnect.
     /// </summary>
     private async Task<HeraldSubscription> AddSubscriptionAsync(Func<uint, HeraldSubscription> create, CancellationToken cancellationToken)

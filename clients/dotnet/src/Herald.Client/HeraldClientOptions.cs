@@ -16,8 +16,10 @@ public sealed class HeraldClientOptions
     /// <summary>
     /// The broker: <c>tcp://host:4502</c> (binary protocol), <c>tcp://host:4502-4534</c> (a port of the
     /// range picked at random for each connection, which spreads clients over the broker's listeners),
-    /// <c>tls://host:4502</c> (the same over TLS, for the broker's <c>Herald:Security:Tls:TcpPorts</c>), or
-    /// <c>http://host:8080</c> / <c>https://...</c> (HTTP long-poll, for networks that only let HTTP through).
+    /// <c>tls://host:4502</c> (the same over TLS, for the broker's <c>Herald:Security:Tls:TcpPorts</c>),
+    /// <c>ws://host:8080/ws</c> / <c>wss://...</c> (the same protocol over a WebSocket on the broker's HTTP port; the
+    /// path defaults to <c>/ws</c>), or <c>http://host:8080</c> / <c>https://...</c> (HTTP long-poll, for networks that
+    /// only let plain HTTP requests through).
     /// </summary>
     public string? Url { get; set; }
 
@@ -36,7 +38,7 @@ public sealed class HeraldClientOptions
     public Func<CancellationToken, ValueTask<string?>>? CredentialProvider { get; set; }
 
     /// <summary>
-    /// <c>tls://</c> and <c>https://</c>: checks the broker's certificate (say, to trust a self-signed one).
+    /// <c>tls://</c>, <c>wss://</c> and <c>https://</c>: checks the broker's certificate (say, to trust a self-signed one).
     /// <c>null</c>: the system's validation, for the host name of the address.
     /// </summary>
     public RemoteCertificateValidationCallback? ServerCertificateValidation { get; set; }
@@ -77,7 +79,7 @@ public sealed class HeraldClientOptions
     /// </summary>
     public int PublishBufferSize { get; set; } = 8 * 1024 * 1024;
 
-    /// <summary>Time one connection attempt may take: TCP connect plus HELLO/WELCOME, or the long-poll session; plus restoring the subscriptions.</summary>
+    /// <summary>Time one connection attempt may take: TCP connect (or WebSocket upgrade) plus HELLO/WELCOME, or the long-poll session; plus restoring the subscriptions.</summary>
     public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(10);
 
     /// <summary>Delay before the first reconnect attempt; it doubles with every failed attempt, up to <see cref="MaxReconnectDelay"/>. Each delay is jittered (between half and all of it).</summary>
@@ -89,10 +91,10 @@ public sealed class HeraldClientOptions
     /// <summary>Reconnect attempts after a connection is lost before the client gives up and closes; -1 (the default): never give up.</summary>
     public int MaxReconnectAttempts { get; set; } = -1;
 
-    /// <summary>TCP: idle time after which the client PINGs the broker (spec §6.2). <see cref="Timeout.InfiniteTimeSpan"/>: never.</summary>
+    /// <summary>TCP and WebSocket: idle time after which the client PINGs the broker (spec §6.2). <see cref="Timeout.InfiniteTimeSpan"/>: never.</summary>
     public TimeSpan PingInterval { get; set; } = TimeSpan.FromSeconds(30);
 
-    /// <summary>TCP: unanswered PINGs after which the broker is presumed dead and the client reconnects.</summary>
+    /// <summary>TCP and WebSocket: unanswered PINGs after which the broker is presumed dead and the client reconnects.</summary>
     public int MaxPingsOutstanding { get; set; } = 2;
 
     /// <summary>Default time <see cref="HeraldClient.RequestAsync(string, ReadOnlyMemory{byte}, TimeSpan?, CancellationToken)"/> waits for a reply.</summary>

@@ -43,7 +43,7 @@ public class HeraldException : Exception
     /// <summary>Long-poll: the problem's <c>code</c> (longpoll §3), e.g. <c>SessionExpired</c>.</summary>
     public string? ProblemCode { get; init; }
 
-    /// <summary>Long-poll: the HTTP status of the refusal.</summary>
+    /// <summary>Long-poll: the HTTP status of the refusal. WebSocket: the status a refused upgrade was answered with.</summary>
     public int? HttpStatus { get; init; }
 }
 

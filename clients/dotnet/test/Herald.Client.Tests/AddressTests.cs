@@ -50,8 +50,26 @@ public class AddressTests
     }
 
     [Theory]
+    [InlineData("ws://localhost:8080", "ws://localhost:8080/ws", false, 8080)]
+    [InlineData("ws://localhost:8080/", "ws://localhost:8080/ws", false, 8080)]
+    [InlineData("WS://127.0.0.1:8080/ws", "ws://127.0.0.1:8080/ws", false, 8080)]
+    [InlineData("wss://herald.example", "wss://herald.example/ws", true, 443)]
+    [InlineData("wss://proxy.example:8443/herald/ws", "wss://proxy.example:8443/herald/ws", true, 8443)]
+    public void A_ws_address_is_the_WebSocket_endpoint_at_ws_unless_it_names_a_path(string url, string expected, bool tls, int port)
+    {
+        var address = BrokerAddress.Parse(url);
+
+        Assert.Equal(HeraldTransport.WebSocket, address.Transport);
+        Assert.Equal(expected, address.WebSocket!.ToString());
+        Assert.Equal(expected, address.ToString());
+        Assert.Equal((tls, port, port), (address.Tls, address.FirstPort, address.PickPort()));
+    }
+
+    [Theory]
     [InlineData("localhost:4502")]
-    [InlineData("ws://localhost:4502")]
+    [InlineData("nats://localhost:4222")]
+    [InlineData("ws://localhost:8080/ws?token=x")]
+    [InlineData("wss://localhost/ws#top")]
     [InlineData("tcp://")]
     [InlineData("tcp://:4502")]
     [InlineData("tcp://host:0")]

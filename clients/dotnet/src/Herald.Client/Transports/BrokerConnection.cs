@@ -3,11 +3,11 @@ using Herald.Protocol;
 namespace Herald.Client.Transports;
 
 /// <summary>
-/// One link to the broker: a TCP connection or a long-poll session. The client makes a new one for
-/// every (re)connect and throws it away when it is lost; all protocol state that must outlive it
-/// (subscriptions, buffered publications, pending requests) lives in the client. A transport only moves
-/// frames: every MESSAGE it reads is handed to the same delivery path, every publication comes from the
-/// same <see cref="FrameQueue"/>.
+/// One link to the broker: a connection carrying frames (TCP, TLS, WebSocket) or a long-poll session. The
+/// client makes a new one for every (re)connect and throws it away when it is lost; all protocol state that
+/// must outlive it (subscriptions, buffered publications, pending requests) lives in the client. A transport
+/// only moves frames: every MESSAGE it reads is handed to the same delivery path, every publication comes
+/// from the same <see cref="FrameQueue"/>.
 /// </summary>
 internal abstract class BrokerConnection : IAsyncDisposable
 {
@@ -46,7 +46,7 @@ internal abstract class BrokerConnection : IAsyncDisposable
             ? null
             : new HeraldException(
                 ErrorCode.MalformedFrame,
-                $"The subscription to '{subscription.Pattern}' joins the queue group '{subscription.Queue}', and this {(Info.Transport == HeraldTransport.Tcp ? "connection" : "long-poll session")} did not negotiate queue groups "
+                $"The subscription to '{subscription.Pattern}' joins the queue group '{subscription.Queue}', and this {(Info.Transport == HeraldTransport.LongPoll ? "long-poll session" : "connection")} did not negotiate queue groups "
                 + "(a broker before them; see HeraldServerInfo.QueueGroups). It was not sent: the broker would have made it a plain subscription, delivering every message to every member.");
 
     /// <summary>WELCOME's <c>max_headers</c>: most header values one PUBLISH may carry (spec §4.9).</summary>
@@ -122,12 +122,22 @@ internal abstract class BrokerConnection : IAsyncDisposable
             return;
         }
 
+        if (!Lost.IsCompleted)
+        {
+            // The client leaves a live connection: said on the medium while the loops still run (a WebSocket's close).
+            using var leaving = new CancellationTokenSource(Options.CloseTimeout);
+            await LeaveAsync(leaving.Token).ConfigureAwait(false);
+        }
+
         Fail(new HeraldConnectionException("The connection was closed by the client."));
         await CloseAsync().ConfigureAwait(false);
     }
 
     /// <summary>Writes one batch of frames (the writer loop's only call).</summary>
     protected abstract ValueTask WriteAsync(ReadOnlyMemory<byte> frames, CancellationToken cancellationToken);
+
+    /// <summary>Says goodbye on the medium, if it has a way (bounded by <paramref name="cancellationToken"/>); the connection is closed right after. Never throws.</summary>
+    protected virtual ValueTask LeaveAsync(CancellationToken cancellationToken) => default;
 
     /// <summary>Releases the transport's resources after the connection is lost or closed.</summary>
     protected abstract ValueTask CloseAsync();

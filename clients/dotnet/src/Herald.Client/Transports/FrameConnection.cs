@@ -6,8 +6,8 @@ using Herald.Protocol;
 namespace Herald.Client.Transports;
 
 /// <summary>
-/// The binary protocol (spec §1-§6) over one <see cref="StreamLink"/>: a TCP connection, TLS or not.
-/// HELLO/WELCOME, then three loops. The reader parses frames in place with the canonical read loop
+/// The binary protocol (spec §1-§6) over one <see cref="StreamLink"/>: a TCP connection, TLS or not, or a
+/// WebSocket. HELLO/WELCOME, then three loops. The reader parses frames in place with the canonical read loop
 /// (parse until the reader says "need more", then advance); the writer (<see cref="FrameQueue"/>) writes whole
 /// batches; the pinger PINGs an idle broker and gives up on one that stops answering (spec §6.2). The link only
 /// moves the bytes: every transport that carries frames runs this one class.
@@ -35,7 +35,7 @@ internal sealed class FrameConnection : BrokerConnection
     private long _lastReadAt;
     private int _pingsOutstanding;
 
-    /// <param name="open">Opens the link to the broker (the transport's part: connect, TLS); bounded by its token.</param>
+    /// <param name="open">Opens the link to the broker (the transport's part: connect, TLS, upgrade); bounded by its token.</param>
     public FrameConnection(HeraldClient client, HeraldClientOptions options, Func<CancellationToken, Task<StreamLink>> open)
         : base(client, options) => _open = open;
 
@@ -132,10 +132,14 @@ internal sealed class FrameConnection : BrokerConnection
         MaxPayload = Limit(welcome, "max_payload");
         MaxHeaders = Limit(welcome, "max_headers");
         MaxHeaderBytes = Limit(welcome, "max_header_bytes");
+        link.Welcomed(MaxBody);
     }
 
     protected override ValueTask WriteAsync(ReadOnlyMemory<byte> frames, CancellationToken cancellationToken) =>
         _link!.WriteAsync(frames, cancellationToken);
+
+    protected override ValueTask LeaveAsync(CancellationToken cancellationToken) =>
+        _link?.LeaveAsync(cancellationToken) ?? default;
 
     protected override void OnLost(Exception reason)
     {
@@ -202,7 +206,7 @@ internal sealed class FrameConnection : BrokerConnection
 
             if (result.IsCompleted)
             {
-                throw new HeraldConnectionException("The broker closed the connection before WELCOME.");
+                throw new HeraldConnectionException(Closed("The broker closed the connection before WELCOME."));
             }
         }
     }
@@ -239,9 +243,9 @@ internal sealed class FrameConnection : BrokerConnection
 
                 if (result.IsCompleted)
                 {
-                    Fail(new HeraldConnectionException(buffer.IsEmpty
+                    Fail(new HeraldConnectionException(Closed(buffer.IsEmpty
                         ? "The broker closed the connection."
-                        : $"The broker closed the connection in the middle of a frame ({buffer.Length} bytes of it arrived)."));
+                        : $"The broker closed the connection in the middle of a frame ({buffer.Length} bytes of it arrived).")));
                     return;
                 }
             }
@@ -364,6 +368,9 @@ internal sealed class FrameConnection : BrokerConnection
             Count = error.Count,
             Sid = error.Sid,
         };
+
+    /// <summary><paramref name="what"/>, and what the medium said about the close (a WebSocket's status), if anything.</summary>
+    private string Closed(string what) => _link?.CloseReason is { } reason ? $"{what} {reason}" : what;
 
     private static int Limit(in WelcomeFrame welcome, string key) =>
         welcome.Limits.TryGetValue(key, out ulong value) && value is > 0 and <= int.MaxValue ? (int)value : int.MaxValue;

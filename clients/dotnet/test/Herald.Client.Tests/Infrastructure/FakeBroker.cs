@@ -2,6 +2,7 @@ using System.Buffers;
 using System.IO.Pipelines;
 using System.Net;
 using System.Net.Sockets;
+using System.Net.WebSockets;
 using Herald.Protocol;
 using MessagePack;
 
@@ -41,17 +42,29 @@ public sealed class FakeBroker : IDisposable
     public void Dispose() => _listener.Stop();
 }
 
-/// <summary>One client connection to a <see cref="FakeBroker"/>.</summary>
+/// <summary>One client connection to a <see cref="FakeBroker"/> (a socket) or a <see cref="FakeWebSocketBroker"/> (a WebSocket's stream).</summary>
 public sealed class FakeConnection : IAsyncDisposable
 {
-    private readonly NetworkStream _stream;
+    private readonly Stream _stream;
     private readonly PipeReader _reader;
+    private readonly TaskCompletionSource _disposed = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
     public FakeConnection(Socket socket)
+        : this(new NetworkStream(socket, ownsSocket: true))
     {
-        _stream = new NetworkStream(socket, ownsSocket: true);
+    }
+
+    public FakeConnection(Stream stream)
+    {
+        _stream = stream;
         _reader = PipeReader.Create(_stream);
     }
+
+    /// <summary>The WebSocket under the stream, for a <see cref="FakeWebSocketBroker"/>'s connection.</summary>
+    public WebSocket? WebSocket { get; init; }
+
+    /// <summary>Completes when the test is done with the connection.</summary>
+    public Task Disposed => _disposed.Task;
 
     /// <summary>The client's HELLO, once <see cref="HandshakeAsync"/> read it.</summary>
     public HelloFrame Hello { get; private set; }
@@ -103,6 +116,21 @@ public sealed class FakeConnection : IAsyncDisposable
         }
     }
 
+    /// <summary>Reads (and skips) frames until the client ends its side of the stream.</summary>
+    public async Task ExpectEndAsync()
+    {
+        using var timeout = new CancellationTokenSource(Wait.Limit);
+        while (true)
+        {
+            ReadResult result = await _reader.ReadAsync(timeout.Token);
+            _reader.AdvanceTo(result.Buffer.End);
+            if (result.IsCompleted)
+            {
+                return;
+            }
+        }
+    }
+
     public async Task SendAsync(Action<IBufferWriter<byte>> write)
     {
         var output = new ArrayBufferWriter<byte>();
@@ -114,5 +142,6 @@ public sealed class FakeConnection : IAsyncDisposable
     {
         await _reader.CompleteAsync();
         await _stream.DisposeAsync();
+        _disposed.TrySetResult();
     }
 }

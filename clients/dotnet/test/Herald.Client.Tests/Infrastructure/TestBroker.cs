@@ -11,7 +11,8 @@ namespace Herald.Client.Tests.Infrastructure;
 
 /// <summary>
 /// The real broker, started in-process through <see cref="HeraldHost.Build"/> on loopback: TCP and HTTP
-/// on ephemeral ports, or on the ports given (a reconnect test restarts a broker on the same ones).
+/// (long-poll, and WebSocket at <c>/ws</c>) on ephemeral ports, or on the ports given (a reconnect test restarts a
+/// broker on the same ones).
 /// </summary>
 public sealed class TestBroker : IAsyncDisposable
 {
@@ -34,7 +35,14 @@ public sealed class TestBroker : IAsyncDisposable
 
     public string HttpUrl => $"http://127.0.0.1:{HttpPort}";
 
-    public string Url(HeraldTransport transport) => transport == HeraldTransport.Tcp ? TcpUrl : HttpUrl;
+    public string WebSocketUrl => $"ws://127.0.0.1:{HttpPort}/ws";
+
+    public string Url(HeraldTransport transport) => transport switch
+    {
+        HeraldTransport.Tcp => TcpUrl,
+        HeraldTransport.WebSocket => WebSocketUrl,
+        _ => HttpUrl,
+    };
 
     public static async Task<TestBroker> StartAsync(Action<HeraldOptions>? configure = null, int tcpPort = 0, int httpPort = 0)
     {

@@ -40,6 +40,7 @@ public class CompressionTests(BrokerFixture fixture) : IClassFixture<BrokerFixtu
     [Theory]
     [InlineData(HeraldTransport.Tcp)]
     [InlineData(HeraldTransport.LongPoll)]
+    [InlineData(HeraldTransport.WebSocket)]
     public async Task The_broker_compresses_a_large_plain_publication_for_a_subscriber_that_negotiated_Zstd(HeraldTransport subscriberTransport)
     {
         string topic = Topics.Unique("metrics");

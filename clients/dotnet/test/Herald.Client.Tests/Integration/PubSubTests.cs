@@ -21,7 +21,7 @@ public sealed class Order
     public List<string> Tags { get; set; } = [];
 }
 
-/// <summary>Publish and subscribe against the real broker, over TCP, over long-poll, and between the two.</summary>
+/// <summary>Publish and subscribe against the real broker, over TCP, WebSocket and long-poll, and between them.</summary>
 public class PubSubTests(BrokerFixture fixture) : IClassFixture<BrokerFixture>
 {
     public static TheoryData<HeraldTransport, HeraldTransport> TransportPairs => new()
@@ -30,9 +30,12 @@ public class PubSubTests(BrokerFixture fixture) : IClassFixture<BrokerFixture>
         { HeraldTransport.LongPoll, HeraldTransport.LongPoll },
         { HeraldTransport.Tcp, HeraldTransport.LongPoll },
         { HeraldTransport.LongPoll, HeraldTransport.Tcp },
+        { HeraldTransport.WebSocket, HeraldTransport.WebSocket },
+        { HeraldTransport.Tcp, HeraldTransport.WebSocket },
+        { HeraldTransport.WebSocket, HeraldTransport.LongPoll },
     };
 
-    public static TheoryData<HeraldTransport> Transports => new() { HeraldTransport.Tcp, HeraldTransport.LongPoll };
+    public static TheoryData<HeraldTransport> Transports => new() { HeraldTransport.Tcp, HeraldTransport.LongPoll, HeraldTransport.WebSocket };
 
     [Theory]
     [MemberData(nameof(TransportPairs))]

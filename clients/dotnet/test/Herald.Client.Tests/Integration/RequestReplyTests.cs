@@ -58,6 +58,7 @@ public class RequestReplyTests(BrokerFixture fixture) : IClassFixture<BrokerFixt
     [Theory]
     [InlineData(HeraldTransport.Tcp)]
     [InlineData(HeraldTransport.LongPoll)]
+    [InlineData(HeraldTransport.WebSocket)]
     public async Task A_request_nobody_answers_without_the_no_responders_status_times_out_with_HeraldTimeoutException(HeraldTransport transport)
     {
         string topic = Topics.Unique("nobody.home");
@@ -78,6 +79,7 @@ public class RequestReplyTests(BrokerFixture fixture) : IClassFixture<BrokerFixt
     [Theory]
     [InlineData(HeraldTransport.Tcp)]
     [InlineData(HeraldTransport.LongPoll)]
+    [InlineData(HeraldTransport.WebSocket)]
     public async Task A_request_to_a_topic_nobody_serves_fails_at_once_with_HeraldNoRespondersException(HeraldTransport transport)
     {
         string topic = Topics.Unique("svc.unserved");

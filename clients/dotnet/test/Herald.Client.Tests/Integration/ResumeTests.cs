@@ -29,14 +29,19 @@ public class ResumeTests
     {
         await using TestBroker broker = await StartAsync();
         await using var link = new CuttableLink(transport == HeraldTransport.Tcp ? broker.TcpPort : broker.HttpPort);
-        string scheme = transport == HeraldTransport.Tcp ? "tcp" : "http";
-        await using var client = new HeraldClient($"{scheme}://127.0.0.1:{link.Port}", Fast());
+        string url = transport switch
+        {
+            HeraldTransport.Tcp => $"tcp://127.0.0.1:{link.Port}",
+            HeraldTransport.WebSocket => $"ws://127.0.0.1:{link.Port}/ws",
+            _ => $"http://127.0.0.1:{link.Port}",
+        };
+        await using var client = new HeraldClient(url, Fast());
         await using var publisher = new HeraldClient(broker.TcpUrl);
         var watcher = new StateWatcher(client);
         var resumes = new List<HeraldResumeEventArgs>();
         HeraldSubscription subscription = await client.SubscribeAsync("feed.a");
         subscription.Resumed += (_, e) => resumes.Add(e);
-        if (transport == HeraldTransport.Tcp)
+        if (transport != HeraldTransport.LongPoll)
         {
             Assert.Equal(0ul, subscription.Position!.Value.Offset); // the broker's answer to "from now", ahead of the PONG that confirmed the subscription
         }

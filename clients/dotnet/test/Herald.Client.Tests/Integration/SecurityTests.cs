@@ -110,6 +110,8 @@ public class SecurityTests(AuthBroker fixture) : IClassFixture<AuthBroker>
     [InlineData(HeraldTransport.Tcp, null)]
     [InlineData(HeraldTransport.LongPoll, "wrong-token")]
     [InlineData(HeraldTransport.LongPoll, null)]
+    [InlineData(HeraldTransport.WebSocket, "wrong-token")]
+    [InlineData(HeraldTransport.WebSocket, null)]
     public async Task A_missing_or_wrong_credential_fails_ConnectAsync_with_AuthenticationFailed(HeraldTransport transport, string? credential)
     {
         await using var client = new HeraldClient(fixture.Broker.Url(transport), new HeraldClientOptions { Credential = credential });
@@ -169,6 +171,29 @@ public class SecurityTests(AuthBroker fixture) : IClassFixture<AuthBroker>
     }
 
     [Fact]
+    public async Task Over_WebSocket_an_identity_cannot_subscribe_to_another_identitys_inbox_and_the_owner_still_gets_its_replies()
+    {
+        string service = "svc." + Guid.NewGuid().ToString("N");
+        await using var bob = new HeraldClient(fixture.Broker.WebSocketUrl, new HeraldClientOptions { Credential = AuthBroker.Bob });
+        await using var alice = new HeraldClient(fixture.Broker.WebSocketUrl, new HeraldClientOptions { Credential = AuthBroker.Alice });
+        await using HeraldSubscription responder = await bob.SubscribeAsync(service, async m => await m.RespondAsync("for bob only"));
+        await bob.ConnectAsync(Wait.Token());
+        await alice.ConnectAsync(Wait.Token());
+        string bobsInbox = bob.ServerInfo!.InboxPrefix!;
+        Assert.NotEqual(alice.ServerInfo!.InboxPrefix, bobsInbox);
+
+        // alice, authenticated over the same WebSocket endpoint, tries to listen where bob's replies arrive.
+        var exact = await Assert.ThrowsAsync<HeraldException>(() => alice.SubscribeAsync(bobsInbox + ".>"));
+        var everyInbox = await Assert.ThrowsAsync<HeraldException>(() => alice.SubscribeAsync("_INBOX.>"));
+        var oneReply = await Assert.ThrowsAsync<HeraldException>(() => alice.SubscribeAsync(bobsInbox + ".abc.1"));
+
+        Assert.All([exact, everyInbox, oneReply], e => Assert.Equal((ErrorCode.PermissionDenied, false), (e.ErrorCode, e.IsFatal)));
+        Assert.Equal("for bob only", (await bob.RequestAsync(service, "?", TimeSpan.FromSeconds(10))).GetString()); // the reply reached its owner
+        await alice.FlushAsync(Wait.Token());
+        Assert.Equal((ConnectionState.Connected, HeraldTransport.WebSocket), (alice.State, alice.ServerInfo.Transport));
+    }
+
+    [Fact]
     public async Task A_refresh_to_fewer_rights_ends_the_subscription_it_no_longer_allows_and_says_why()
     {
         int asked = 0;
@@ -196,7 +221,7 @@ public class SecurityTests(AuthBroker fixture) : IClassFixture<AuthBroker>
     }
 }
 
-/// <summary>TLS on the TCP port (<c>tls://</c>) and on HTTP (<c>https://</c>), with a self-signed certificate the client is told to trust.</summary>
+/// <summary>TLS on the TCP port (<c>tls://</c>) and on HTTP (<c>https://</c>, <c>wss://</c>), with a self-signed certificate the client is told to trust.</summary>
 public sealed class TlsTests : IAsyncLifetime
 {
     private readonly string _pfx = Path.Combine(Path.GetTempPath(), $"herald-client-test-{Guid.NewGuid():N}.pfx");
@@ -243,14 +268,39 @@ public sealed class TlsTests : IAsyncLifetime
         Assert.Equal($"tls://localhost:{_broker.TcpPort}", tcp.Url);
     }
 
+    [Fact]
+    public async Task A_wss_client_with_the_same_trust_option_reaches_the_brokers_https_port()
+    {
+        var options = new HeraldClientOptions { ServerCertificateValidation = (_, certificate, _, _) => certificate?.GetCertHashString() == _thumbprint };
+        await using var wss = new HeraldClient($"wss://localhost:{_broker.HttpPort}", options);
+        await using var tcp = new HeraldClient($"tls://localhost:{_broker.TcpPort}", options);
+        await using HeraldSubscription subscription = await wss.SubscribeAsync("secure.>");
+
+        await tcp.PublishAsync("secure.ws", "over wss");
+
+        Assert.Equal("over wss", (await subscription.ReadAsync(Wait.Token())).GetString());
+        Assert.Equal($"wss://localhost:{_broker.HttpPort}/ws", wss.Url);
+        Assert.Equal((HeraldTransport.WebSocket, _broker.HttpPort), (wss.ServerInfo!.Transport, wss.ServerInfo.Port));
+    }
+
     [Theory]
     [InlineData("tls")]
     [InlineData("https")]
+    [InlineData("wss")]
     public async Task An_untrusted_certificate_fails_the_connection(string scheme)
     {
         int port = scheme == "tls" ? _broker.TcpPort : _broker.HttpPort;
         await using var client = new HeraldClient($"{scheme}://localhost:{port}");
 
-        await Assert.ThrowsAsync<HeraldConnectionException>(() => client.ConnectAsync(Wait.Token()));
+        var e = await Assert.ThrowsAsync<HeraldConnectionException>(() => client.ConnectAsync(Wait.Token()));
+
+        // The certificate is why, not something else on the way (a refused port, a refused upgrade).
+        Exception? cause = e;
+        while (cause is not null and not System.Security.Authentication.AuthenticationException)
+        {
+            cause = cause.InnerException;
+        }
+
+        Assert.NotNull(cause);
     }
 }
