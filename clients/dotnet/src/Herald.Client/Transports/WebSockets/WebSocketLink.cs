@@ -11,8 +11,8 @@ namespace Herald.Client.Transports.WebSockets;
 /// one stream of frames; each write goes out as one binary message of whole frames.
 /// </summary>
 /// <remarks>
-/// The broker takes a message of at most <c>max_frame</c> + 4 bytes (one whole frame) and closes with 1009 past
-/// it. A batch of the connection's queue may be larger (a burst of publications), so it is cut at frame
+/// The broker takes a message of at most <c>max_frame</c> + 4 bytes (its largest frame with its prefix) and closes
+/// with 1009 past it. A batch of the connection's queue may be larger (a burst of publications), so it is cut at frame
 /// boundaries into messages that each fit; a single frame never needs cutting, since the connection refuses to
 /// queue a frame over <c>max_frame</c>. The WebSocket's own keep-alive is off: Herald's PING is the liveness
 /// (spec §6.2) and a WebSocket ping would only hide a broker that stopped reading. No <c>permessage-deflate</c>:
@@ -114,7 +114,7 @@ internal sealed class WebSocketLink : StreamLink
     /// <paramref name="limit"/> bytes (<paramref name="frames"/> holds only whole frames, spec §2). A frame that alone
     /// is over the limit (never queued) is cut at the limit: the broker refuses it by its length prefix either way.
     /// </summary>
-    internal static int WholeFramesWithin(ReadOnlySpan<byte> frames, int limit)
+    private static int WholeFramesWithin(ReadOnlySpan<byte> frames, int limit)
     {
         int end = 0;
         while (frames.Length - end >= ProtocolConstants.LengthPrefixSize)
