@@ -199,6 +199,66 @@ public sealed class WebSocketTests
         }
     }
 
+    [Fact]
+    public async Task Shutdown_delivers_what_a_websocket_subscriber_had_queued_then_the_error_and_a_normal_close()
+    {
+        const int Messages = 2000;
+        await using var broker = await TestBroker.StartAsync(o => o.Limits.ShutdownDrainTimeout = TimeSpan.FromSeconds(20));
+        await using ProtocolClient web = await ProtocolClient.ConnectWebSocketAsync(broker.HttpPort);
+        await web.HelloAsync("web");
+        await web.SubscribeAsync(1, "work");
+        await web.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "pub");
+        byte[] payload = new byte[1024];
+        await publisher.SendAsync(w =>
+        {
+            for (int i = 0; i < Messages; i++)
+            {
+                BitConverter.TryWriteBytes(payload, i);
+                FrameWriter.WritePublish(w, "work"u8, default, PayloadFlags.None, payload);
+            }
+        });
+        await publisher.PingPongAsync(); // all routed and queued before the stop begins
+
+        Task stopping = broker.StopAsync();
+        List<Frame> frames = await web.ReadUntilClosedAsync();
+        await stopping;
+
+        Assert.Equal(Messages + 1, frames.Count);
+        for (int i = 0; i < Messages; i++)
+        {
+            Assert.Equal(i, BitConverter.ToInt32(frames[i].Payload));
+        }
+
+        Assert.Equal(ErrorCode.ShuttingDown, frames[^1].Error!.Value.Code);
+        Assert.Equal(WebSocketState.CloseReceived, await Eventually(() => web.WebSocket!.State, WebSocketState.CloseReceived));
+        Assert.Equal(WebSocketCloseStatus.NormalClosure, web.WebSocket!.CloseStatus);
+    }
+
+    [Fact]
+    public async Task A_frame_dripped_over_websocket_meets_the_frame_timeout_while_a_bystander_carries_on()
+    {
+        await using var broker = await TestBroker.StartAsync(o => (o.Limits.FrameGracePeriod, o.Limits.MinFrameDataRate) = (TimeSpan.FromMilliseconds(500), 1000));
+        await using ProtocolClient dripper = await ProtocolClient.ConnectWebSocketAsync(broker.HttpPort);
+        await dripper.HelloAsync("dripper");
+        await using var bystander = await ProtocolClient.OpenAsync(broker.Port, "bystander");
+        await bystander.SubscribeAsync(1, "news");
+        await bystander.PingPongAsync();
+
+        // A PUBLISH frame of some 100 bytes (due within 0.5 s + 0.1 s at 1000 bytes/s), of which a few bytes come,
+        // each in a WebSocket message of its own, then nothing.
+        var frame = new System.Buffers.ArrayBufferWriter<byte>();
+        FrameWriter.WritePublish(frame, "news"u8, default, PayloadFlags.None, new byte[100]);
+        for (int i = 0; i < 8; i++)
+        {
+            await dripper.WebSocket!.SendAsync(frame.WrittenMemory.Slice(i, 1), WebSocketMessageType.Binary, endOfMessage: true, CancellationToken.None);
+        }
+
+        await dripper.ExpectClosedWithAsync(ErrorCode.FrameTimeout);
+        await bystander.PublishAsync("news", "still here");
+        Assert.Equal("still here", (await bystander.ReadMessageAsync()).Text);
+    }
+
     private static async Task<T> Eventually<T>(Func<T> read, T expected)
     {
         for (int i = 0; i < 100 && !EqualityComparer<T>.Default.Equals(read(), expected); i++)
