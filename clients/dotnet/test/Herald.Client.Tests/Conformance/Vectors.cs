@@ -36,9 +36,10 @@ public static class Vectors
     /// <summary>
     /// The other files of the folder, and why: <c>limits.json</c> and <c>topics.json</c> are read here too;
     /// <c>longpoll.json</c> by the long-poll tests; <c>cluster.json</c> is between broker nodes (cluster.md), never
-    /// a client's: the broker's <c>ClusterVectorTests</c> run it.
+    /// a client's: the broker's <c>ClusterVectorTests</c> run it; <c>sse.json</c> is the broker's Server-Sent Events
+    /// (sse.md), read by <c>EventSource</c>, not by an SDK: the broker's <c>SseVectorTests</c> run it.
     /// </summary>
-    public static readonly string[] OtherFiles = ["limits.json", "topics.json", "longpoll.json", "cluster.json"];
+    public static readonly string[] OtherFiles = ["limits.json", "topics.json", "longpoll.json", "cluster.json", "sse.json"];
 
     private static readonly Lazy<Dictionary<string, FrameVector>> All = new(Load);
 
