@@ -72,7 +72,10 @@ public static class HeraldHost
 
         services.AddSingleton<IValidateOptions<HeraldOptions>, HeraldOptionsValidator>();
         services.AddMetrics();
-        services.AddSingleton<BrokerMetrics>();
+        services.AddSingleton(sp => new BrokerMetrics(sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>())
+        {
+            Topics = sp.GetRequiredService<MonitoringOptions>().Enabled ? new TopicTraffic() : null, // the status page's top topics
+        });
 
         // Each room gets its own options (and nothing of the rooms above it): see broker/ARCHITECTURE.md.
         services.AddSingleton(sp => sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Limits);

@@ -937,7 +937,7 @@ internal abstract class ProtocolSession : INoResponders
             // A history topic in a cluster: Redis gives it its offset, and it comes back to be delivered here too.
             sharing.ForwardKept(publish, kept, Backlog);
             span?.Dispose();
-            Broker.Metrics.Published(Transport, 0, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
+            Broker.Metrics.Published(Transport, publish.Topic, 0, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
             return;
         }
 
@@ -953,7 +953,7 @@ internal abstract class ProtocolSession : INoResponders
             span.Dispose(); // ended once queued to every subscriber, not when written
         }
 
-        Broker.Metrics.Published(Transport, deliveries, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
+        Broker.Metrics.Published(Transport, publish.Topic, deliveries, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
         bool unanswered = deliveries == 0 && _noResponders && publish.ReplyTo.HasValue;
         if (Broker.Cluster is { } cluster)
         {

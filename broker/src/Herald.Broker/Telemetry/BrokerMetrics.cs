@@ -202,6 +202,22 @@ internal sealed class BrokerMetrics
     }
 
     /// <summary>
+    /// Publications per topic for the status page (<c>/statusz</c>), a bounded table; null when the
+    /// monitoring endpoints are off (<c>Herald:Monitoring:Enabled=false</c>): then nothing is counted by topic.
+    /// </summary>
+    public TopicTraffic? Topics { get; init; }
+
+    /// <summary>
+    /// Once per publication a client made here: <see cref="Published(string, int, int)"/>, and counted by
+    /// <paramref name="topic"/> in <see cref="Topics"/> (no lock or allocation, see <see cref="TopicTraffic"/>).
+    /// </summary>
+    public void Published(string transport, in System.Buffers.ReadOnlySequence<byte> topic, int deliveries, int frameBytes)
+    {
+        Published(transport, deliveries, frameBytes);
+        Topics?.Published(topic, deliveries, frameBytes);
+    }
+
+    /// <summary>
     /// Once per publication, with the size of the MESSAGE frame routed (header and envelope; 0 if nobody
     /// was subscribed, so no frame was built): also counts published and delivered bytes.
     /// </summary>
