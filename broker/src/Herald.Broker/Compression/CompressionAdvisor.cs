@@ -111,6 +111,50 @@ internal sealed class CompressionAdvisor
     /// <summary>The current average ratio of an action's size bucket, or null before its first compression.</summary>
     public double? Ratio(string action, int size) => _actions.TryGetValue((action, Bucket(size)), out ActionStats? s) && s.Samples > 0 ? s.Ratio : null;
 
+    /// <summary>
+    /// The actions (topics) with a compression ratio now, their size buckets merged (weighted by samples):
+    /// the <paramref name="max"/> compressed most often. For the status page; walks the table (bounded by
+    /// <see cref="CompressionOptions.MaxTrackedActions"/>), never on the message path.
+    /// </summary>
+    public List<ActionRatio> Ratios(int max)
+    {
+        var merged = new Dictionary<string, (double Weighted, long Samples, bool Compressing)>(StringComparer.Ordinal);
+        foreach (KeyValuePair<(string Action, int Bucket), ActionStats> entry in _actions)
+        {
+            ActionStats stats = entry.Value;
+            double ratio;
+            int samples;
+            lock (stats)
+            {
+                ratio = stats.Ratio;
+                samples = stats.Samples;
+            }
+
+            if (samples == 0)
+            {
+                continue;
+            }
+
+            bool compressing = samples < _options.WarmupSamples || ratio <= _options.CompressionRatioDisableLimit;
+            (double weighted, long total, bool any) = merged.GetValueOrDefault(entry.Key.Action);
+            merged[entry.Key.Action] = (weighted + (ratio * samples), total + samples, any || compressing);
+        }
+
+        var ratios = new List<ActionRatio>(merged.Count);
+        foreach (KeyValuePair<string, (double Weighted, long Samples, bool Compressing)> action in merged)
+        {
+            ratios.Add(new ActionRatio(action.Key, action.Value.Weighted / action.Value.Samples, action.Value.Samples, action.Value.Compressing));
+        }
+
+        ratios.Sort(static (a, b) => a.Samples != b.Samples ? b.Samples.CompareTo(a.Samples) : string.CompareOrdinal(a.Action, b.Action));
+        if (ratios.Count > max)
+        {
+            ratios.RemoveRange(max, ratios.Count - max);
+        }
+
+        return ratios;
+    }
+
     private ActionStats Stats(string action, int size)
     {
         if (_actions.Count >= _options.MaxTrackedActions && !_actions.ContainsKey((action, Bucket(size))))
@@ -132,3 +176,10 @@ internal sealed class CompressionAdvisor
         public long LastProbe;
     }
 }
+
+/// <summary>
+/// An action's (topic's) recent compressed/original ratio (an exponential average, so recent messages count
+/// most), from <paramref name="Samples"/> compressions; <paramref name="Compressing"/>: some size bucket of
+/// it is compressed now (the others are only probed now and then).
+/// </summary>
+internal readonly record struct ActionRatio(string Action, double Ratio, long Samples, bool Compressing);

@@ -26,6 +26,9 @@ internal sealed class CompressionMetrics
         meter.CreateObservableGauge("herald.compression.ratio", () => Interlocked.Read(ref _totalIn) == 0 ? 1.0 : (double)Interlocked.Read(ref _totalOut) / Interlocked.Read(ref _totalIn), "1", "Compressed/original bytes over all compressions so far.");
     }
 
+    /// <summary>Payload bytes compressed so far, before and after (the status page's overall ratio).</summary>
+    public (long Before, long After) Bytes => (Interlocked.Read(ref _totalIn), Interlocked.Read(ref _totalOut));
+
     /// <summary>Compressions done so far (tests: one per publication, whatever the subscriber count).</summary>
     public long Compressions { get; private set; }
 
