@@ -24,6 +24,9 @@ internal static class OperationsSetup
         services.AddSingleton<BrokerGauges>();
         services.AddSingleton<BrokerHealth>();
         services.AddSingleton<ProcessUsage>();
+        services.AddSingleton<MonitoringLogin>();
+        services.AddSingleton<StatusSampler>();
+        services.AddSingleton<StatusPage>();
         services.AddHostedService(sp => new ShutdownSequence(options.Monitoring.DrainDelay, sp.GetRequiredService<BrokerHealth>(), sp.GetRequiredService<SessionRegistry>()));
     }
 
@@ -35,6 +38,7 @@ internal static class OperationsSetup
         app.MapHealth();
         if (options.Monitoring.Enabled)
         {
+            app.Services.GetRequiredService<StatusSampler>(); // its first rates are since start
             app.MapMonitoring();
         }
 
@@ -47,11 +51,12 @@ internal static class OperationsSetup
         ILogger log = app.Services.GetRequiredService<BrokerCore>().Log;
         Listeners listeners = app.Services.GetRequiredService<Listeners>();
         MonitoringOptions monitoring = options.Monitoring;
-        string guarded = (options.Telemetry.Prometheus ? ", /metrics" : "") + (monitoring.Enabled ? ", /varz, /connz, /subsz" : "");
+        string guarded = (options.Telemetry.Prometheus ? ", /metrics" : "") + (monitoring.Enabled ? ", /varz, /connz, /subsz, /statusz" : "");
         bool token = !string.IsNullOrEmpty(monitoring.Token);
         if (listeners.MonitoringPort is { } port)
         {
-            log.OperationsEndpoints(monitoring.Host, port, guarded, token && guarded.Length > 0 ? " (all but the probes need the bearer token)" : "");
+            string page = monitoring.Enabled ? ", the status page /" : "";
+            log.OperationsEndpoints(monitoring.Host, port, guarded + page, token && guarded.Length > 0 ? " (all but the probes need the bearer token; the status page asks for it)" : "");
         }
         else
         {

@@ -1,9 +1,9 @@
-using System.Security.Cryptography;
-using System.Text;
 using Herald.Broker.Transports;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Cors;
 using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Http.Features;
+using Microsoft.Extensions.DependencyInjection;
 
 namespace Herald.Broker.Monitoring;
 
@@ -13,12 +13,21 @@ internal sealed class OperationsEndpoint
     /// <summary><c>/healthz</c>, <c>/readyz</c>: status and ports only; never behind the token (kubelets and HEALTHCHECKs send none).</summary>
     public static readonly OperationsEndpoint Probe = new();
 
-    /// <summary><c>/metrics</c>, <c>/varz</c>, <c>/connz</c>, <c>/subsz</c>: what clients do; behind the token when one is set.</summary>
+    /// <summary><c>/metrics</c>, <c>/varz</c>, <c>/connz</c>, <c>/subsz</c>, <c>/statusz</c>: what clients do; behind the token when one is set.</summary>
     public static readonly OperationsEndpoint Guarded = new();
+
+    /// <summary><c>/</c>, the status page: the monitoring listener only, behind the token (bearer or login cookie); refused with its login form.</summary>
+    public static readonly OperationsEndpoint Page = new();
+
+    /// <summary>The status page's static files and its login and logout: the monitoring listener only, no token (they carry no data).</summary>
+    public static readonly OperationsEndpoint PageSupport = new();
 
     private OperationsEndpoint()
     {
     }
+
+    /// <summary>Served on the monitoring listener only, under their one spelling.</summary>
+    public bool IsPage => this == Page || this == PageSupport;
 }
 
 /// <summary>Marks endpoints as operations endpoints, outside the client CORS policy.</summary>
@@ -29,6 +38,9 @@ internal static class OperationsEndpointConventions
 
     public static TBuilder AsMonitoring<TBuilder>(this TBuilder builder)
         where TBuilder : IEndpointConventionBuilder => builder.WithMetadata(OperationsEndpoint.Guarded).WithMetadata(new DisableCorsAttribute());
+
+    public static TBuilder AsStatusPage<TBuilder>(this TBuilder builder, bool support = false)
+        where TBuilder : IEndpointConventionBuilder => builder.WithMetadata(support ? OperationsEndpoint.PageSupport : OperationsEndpoint.Page).WithMetadata(new DisableCorsAttribute());
 }
 
 /// <summary>
@@ -38,8 +50,12 @@ internal static class OperationsEndpointConventions
 /// <list type="bullet">
 /// <item>the monitoring listener serves the operations endpoints and nothing else (no long-poll, no policy files);</item>
 /// <item>the client HTTP port serves the probes only with <see cref="MonitoringOptions.ProbesOnHttpPort"/>, and
-/// <c>/metrics</c>, <c>/varz</c>, <c>/connz</c>, <c>/subsz</c> only when a <see cref="MonitoringOptions.Token"/> is set;</item>
-/// <item>with a token, those four need <c>Authorization: Bearer &lt;token&gt;</c> on either listener (401 otherwise).</item>
+/// <c>/metrics</c>, <c>/varz</c>, <c>/connz</c>, <c>/subsz</c>, <c>/statusz</c> only when a <see cref="MonitoringOptions.Token"/> is set;
+/// never the status page (<c>/</c>, its files, its login);</item>
+/// <item>with a token, those and the status page need it (401 otherwise): <c>Authorization: Bearer &lt;token&gt;</c> on
+/// either listener, or on the monitoring listener the status page's login cookie (<see cref="MonitoringLogin"/>);</item>
+/// <item>the status page's routes answer only their one spelling: a request whose raw target differs from its
+/// decoded path (<c>/%2e%2e/</c>, <c>/assets/..%2f</c>, <c>/assets/status%2ejs</c>) is 404, whatever Kestrel made of it.</item>
 /// </list>
 /// Not on the message path: one metadata lookup per HTTP request.
 /// </summary>
@@ -48,14 +64,14 @@ internal sealed class MonitoringAccess
     private readonly RequestDelegate _next;
     private readonly MonitoringOptions _options;
     private readonly Listeners _listeners;
-    private readonly byte[]? _tokenHash;
+    private readonly MonitoringLogin _login;
 
-    public MonitoringAccess(RequestDelegate next, MonitoringOptions options, Listeners listeners)
+    public MonitoringAccess(RequestDelegate next, MonitoringOptions options, Listeners listeners, MonitoringLogin login)
     {
         _next = next;
         _options = options;
         _listeners = listeners;
-        _tokenHash = string.IsNullOrEmpty(options.Token) ? null : SHA256.HashData(Encoding.UTF8.GetBytes(options.Token));
+        _login = login;
     }
 
     public Task InvokeAsync(HttpContext context)
@@ -63,35 +79,37 @@ internal sealed class MonitoringAccess
         OperationsEndpoint? kind = context.GetEndpoint()?.Metadata.GetMetadata<OperationsEndpoint>();
         bool onMonitoringListener = _listeners.MonitoringPort is { } port && context.Connection.LocalPort == port;
         bool served = onMonitoringListener
-            ? kind is not null
-            : kind is null || (kind == OperationsEndpoint.Probe ? _options.ProbesOnHttpPort : _tokenHash is not null);
+            ? kind is not null && (!kind.IsPage || IsCanonical(context))
+            : kind is null || (kind == OperationsEndpoint.Probe ? _options.ProbesOnHttpPort : kind == OperationsEndpoint.Guarded && _login.Required);
         if (!served)
         {
             context.Response.StatusCode = StatusCodes.Status404NotFound;
             return Task.CompletedTask;
         }
 
-        if (kind == OperationsEndpoint.Guarded && _tokenHash is not null && !Authorized(context.Request))
+        if ((kind == OperationsEndpoint.Guarded || kind == OperationsEndpoint.Page) && _login.Required
+            && !_login.HasBearer(context.Request) && !(onMonitoringListener && _login.HasSession(context)))
         {
             context.Response.StatusCode = StatusCodes.Status401Unauthorized;
             context.Response.Headers.WWWAuthenticate = "Bearer realm=\"herald-monitoring\"";
-            return Task.CompletedTask;
+            return kind == OperationsEndpoint.Page ? context.RequestServices.GetRequiredService<StatusPage>().WriteLoginAsync(context, failed: false) : Task.CompletedTask;
         }
 
         return _next(context);
     }
 
-    /// <summary>The bearer token, compared by its SHA-256 in fixed time.</summary>
-    private bool Authorized(HttpRequest request)
+    /// <summary>Whether the request's raw target (without its query) is its decoded path, character for character.</summary>
+    private static bool IsCanonical(HttpContext context)
     {
-        string? header = request.Headers.Authorization;
-        const string Scheme = "Bearer ";
-        if (header is null || !header.StartsWith(Scheme, StringComparison.OrdinalIgnoreCase))
+        string? raw = context.Features.Get<IHttpRequestFeature>()?.RawTarget;
+        if (raw is null)
         {
             return false;
         }
 
-        byte[] presented = SHA256.HashData(Encoding.UTF8.GetBytes(header.AsSpan(Scheme.Length).Trim().ToString()));
-        return CryptographicOperations.FixedTimeEquals(presented, _tokenHash);
+        int query = raw.IndexOf('?', StringComparison.Ordinal);
+        ReadOnlySpan<char> target = query < 0 ? raw : raw.AsSpan(0, query);
+        string path = context.Request.PathBase.Add(context.Request.Path).Value ?? "";
+        return target.SequenceEqual(path);
     }
 }

@@ -18,8 +18,8 @@ using Microsoft.Extensions.DependencyInjection;
 namespace Herald.Broker.Monitoring;
 
 /// <summary>
-/// Health (<c>/healthz</c>, <c>/readyz</c>) and the JSON monitoring endpoints in the spirit of NATS's
-/// (<c>/varz</c>, <c>/connz</c>, <c>/subsz</c>), on the monitoring listener (<see cref="MonitoringAccess"/>
+/// Health (<c>/healthz</c>, <c>/readyz</c>), the JSON monitoring endpoints in the spirit of NATS's
+/// (<c>/varz</c>, <c>/connz</c>, <c>/subsz</c>) and the status page with its data (<c>/</c>, <c>/statusz</c>), on the monitoring listener (<see cref="MonitoringAccess"/>
 /// says who else may reach them). Each request reads the broker's state
 /// once (a snapshot of the session tables, a walk of the router under its read lock): nothing here runs
 /// on the message path.
@@ -45,6 +45,16 @@ internal static class MonitoringEndpoints
         app.MapGet("/varz", Varz).AsMonitoring();
         app.MapGet("/connz", Connz).AsMonitoring();
         app.MapGet("/subsz", Subsz).AsMonitoring();
+        app.MapGet("/statusz", Statusz).AsMonitoring();
+        StatusPage.MapStatusPage(app);
+    }
+
+    /// <summary><c>/statusz</c>: the status page's data, compact (see <see cref="StatusSampler"/>).</summary>
+    private static IResult Statusz(HttpContext context)
+    {
+        context.Response.Headers.CacheControl = "no-store";
+        context.Response.Headers.XContentTypeOptions = "nosniff";
+        return Results.Json(context.RequestServices.GetRequiredService<StatusSampler>().Current(), StatusJsonContext.Default.Statusz);
     }
 
     private static IResult Health(HttpContext context, bool alive)

@@ -110,6 +110,68 @@ internal sealed record Subsz(DateTimeOffset Now, int NumSubscriptions, int NumPa
 
 internal sealed record PatternInfo(string Pattern, int Subscribers);
 
+/// <summary>
+/// <c>/statusz</c>: what the status page shows, in one compact answer. Totals count since start; rates are
+/// per second over <see cref="IntervalSeconds"/>, the time since the previous sample (samples are at least
+/// half a second apart, whoever asks: a second viewer within that time gets the same answer).
+/// </summary>
+internal sealed record Statusz(
+    string ServerName,
+    string Version,
+    string Status,
+    DateTimeOffset Now,
+    double UptimeSeconds,
+    double IntervalSeconds,
+    bool TokenRequired,
+    IReadOnlyDictionary<string, int> Connections,
+    int Subscriptions,
+    int Topics,
+    StatusCounts Totals,
+    StatusRates Rates,
+    StatusTopTopics TopTopics,
+    IReadOnlyList<StatusSlowConsumer> SlowConsumers,
+    StatusLongPoll LongPoll,
+    StatusCompression Compression,
+    StatusProcess Process,
+    StatusCluster? Cluster = null);
+
+/// <summary>Totals since start: publications received here, deliveries queued, frames sent, drops, slow-consumer episodes, connections opened.</summary>
+internal sealed record StatusCounts(long Published, long PublishedBytes, long Delivered, long Sent, long SentBytes, long Dropped, long SlowConsumers, long ConnectionsOpened);
+
+/// <summary>The same as rates, per second over the sample's interval.</summary>
+internal sealed record StatusRates(double Published, double PublishedBytes, double Delivered, double Sent, double SentBytes, double Dropped, double SlowConsumers, double ConnectionsOpened);
+
+/// <summary>
+/// The busiest topics (README "Status page"): <see cref="Tracked"/> topics are counted by name, at most
+/// <see cref="MaxTracked"/> at once; publications on the others are <see cref="UntrackedPerSecond"/>.
+/// </summary>
+internal sealed record StatusTopTopics(int Tracked, int MaxTracked, double UntrackedPerSecond, IReadOnlyList<StatusTopic> Topics);
+
+/// <summary>A topic's rates over the interval and its <see cref="Published"/> total since it was first counted (this time).</summary>
+internal sealed record StatusTopic(string Topic, double PublishedPerSecond, double DeliveredPerSecond, double BytesPerSecond, long Published);
+
+/// <summary>
+/// A session whose backlog holds a tenth of its limit or more (messages or bytes), or that lost messages
+/// (<c>DropOldest</c>): <see cref="Fill"/> is the larger share of its limit in use, 0 to 1.
+/// </summary>
+internal sealed record StatusSlowConsumer(long Cid, string Transport, string? Name, long PendingMessages, long PendingBytes, double Fill, long Dropped, string Policy);
+
+/// <summary>Long-poll sessions: how many, polls held open now, and the first of them (most waiting messages first).</summary>
+internal sealed record StatusLongPoll(int Sessions, int HeldPolls, IReadOnlyList<StatusPollSession> Listed);
+
+internal sealed record StatusPollSession(long Cid, string? Name, double IdleSeconds, bool Polling, int Subscriptions, long PendingMessages);
+
+/// <summary>Zstd: on or off, all payload bytes compressed so far before and after, and the topics compressed most often with their recent ratio (compressed / original).</summary>
+internal sealed record StatusCompression(bool Enabled, long BytesIn, long BytesOut, IReadOnlyList<StatusTopicRatio> Topics);
+
+internal sealed record StatusTopicRatio(string Topic, double Ratio, long Samples, bool Compressing);
+
+/// <summary>CPU in percent of one core over the interval, working set, GC heap.</summary>
+internal sealed record StatusProcess(double CpuPercent, long WorkingSetBytes, long GcHeapBytes);
+
+/// <summary>A cluster node's view: itself, whether it reaches Redis, and every node it knows (heartbeats).</summary>
+internal sealed record StatusCluster(string Node, bool Connected, IReadOnlyList<VarzNode> Nodes);
+
 /// <summary>Source-generated JSON for the monitoring endpoints: snake_case as NATS's, indented for people and curl, nulls left out.</summary>
 [JsonSourceGenerationOptions(
     JsonSerializerDefaults.Web,
@@ -122,3 +184,11 @@ internal sealed record PatternInfo(string Pattern, int Subscribers);
 [JsonSerializable(typeof(Connz))]
 [JsonSerializable(typeof(Subsz))]
 internal sealed partial class MonitoringJsonContext : JsonSerializerContext;
+
+/// <summary><c>/statusz</c>: the same naming, compact (a page polls it every second).</summary>
+[JsonSourceGenerationOptions(
+    JsonSerializerDefaults.Web,
+    PropertyNamingPolicy = JsonKnownNamingPolicy.SnakeCaseLower,
+    DefaultIgnoreCondition = JsonIgnoreCondition.WhenWritingNull)]
+[JsonSerializable(typeof(Statusz))]
+internal sealed partial class StatusJsonContext : JsonSerializerContext;

@@ -4,8 +4,8 @@ namespace Herald.Broker.Monitoring;
 
 /// <summary>
 /// <c>Herald:Monitoring</c>: the monitoring listener and what it serves. The probes (<c>/healthz</c>,
-/// <c>/readyz</c>), <c>/metrics</c> and the JSON endpoints (<c>/varz</c>, <c>/connz</c>, <c>/subsz</c>) are
-/// served on their own listener, on loopback unless told otherwise (as NATS's monitoring port), never on
+/// <c>/readyz</c>), <c>/metrics</c>, the JSON endpoints (<c>/varz</c>, <c>/connz</c>, <c>/subsz</c>,
+/// <c>/statusz</c>) and the status page (<c>/</c>) are served on their own listener, on loopback unless told otherwise (as NATS's monitoring port), never on
 /// the client-facing HTTP port under its CORS policy. The client port serves them only when asked: the
 /// probes with <see cref="ProbesOnHttpPort"/>, the rest behind <see cref="Token"/>.
 /// </summary>
@@ -20,9 +20,11 @@ public sealed class MonitoringOptions
     public int Port { get; set; } = 8222;
 
     /// <summary>
-    /// A bearer token for <c>/metrics</c>, <c>/varz</c>, <c>/connz</c> and <c>/subsz</c>. When set, every
+    /// A bearer token for <c>/metrics</c>, <c>/varz</c>, <c>/connz</c>, <c>/subsz</c> and <c>/statusz</c>. When set, every
     /// request for them must carry <c>Authorization: Bearer &lt;token&gt;</c>, on the monitoring listener as on
-    /// the HTTP port, where they are then served too (without CORS). Empty: monitoring listener only, open.
+    /// the HTTP port, where they are then served too (without CORS). The status page (monitoring listener
+    /// only) asks for it in a login form and keeps a session cookie instead (<see cref="MonitoringLogin"/>).
+    /// Empty: monitoring listener only, open.
     /// </summary>
     [MinLength(16)]
     public string? Token { get; set; }
@@ -31,7 +33,8 @@ public sealed class MonitoringOptions
     public bool ProbesOnHttpPort { get; set; }
 
     /// <summary>
-    /// Serve <c>/varz</c>, <c>/connz</c> and <c>/subsz</c>. They show client names and addresses and every
+    /// Serve <c>/varz</c>, <c>/connz</c>, <c>/subsz</c>, <c>/statusz</c> and the status page, and count
+    /// publications per topic for it (<c>Telemetry/TopicTraffic</c>). They show client names and addresses and every
     /// subscribed pattern (inboxes included). <c>/healthz</c>, <c>/readyz</c> and <c>/metrics</c> do not depend on this.
     /// </summary>
     public bool Enabled { get; set; } = true;
