@@ -177,10 +177,11 @@ public sealed class StatusPageTests
             Assert.Equal(HttpStatusCode.Unauthorized, there.StatusCode);
         }
 
-        // Another site cannot log a browser in (or out).
-        using (var foreign = new HttpRequestMessage(HttpMethod.Post, "/login") { Content = new FormUrlEncodedContent([new("token", Token)]) })
+        // Another site (or a sandboxed frame, Origin: null) cannot log a browser in.
+        foreach ((string header, string claim) in new[] { ("Origin", "http://attacker.example"), ("Origin", "null"), ("Sec-Fetch-Site", "cross-site") })
         {
-            foreign.Headers.Add("Origin", "http://attacker.example");
+            using var foreign = new HttpRequestMessage(HttpMethod.Post, "/login") { Content = new FormUrlEncodedContent([new("token", Token)]) };
+            foreign.Headers.Add(header, claim);
             using HttpResponseMessage response = await http.SendAsync(foreign);
             Assert.Equal(HttpStatusCode.Forbidden, response.StatusCode);
             Assert.False(response.Headers.Contains("Set-Cookie"));
@@ -411,7 +412,7 @@ public sealed class StatusPageTests
         Assert.DoesNotContain("*", csp, StringComparison.Ordinal);
         Assert.Equal("nosniff", response.Headers.GetValues("X-Content-Type-Options").Single());
         Assert.Equal("DENY", response.Headers.GetValues("X-Frame-Options").Single());
-        Assert.Equal("no-referrer", response.Headers.GetValues("Referrer-Policy").Single());
+        Assert.Equal("same-origin", response.Headers.GetValues("Referrer-Policy").Single());
         Assert.False(response.Headers.Contains("Access-Control-Allow-Origin"));
         return csp;
     }

@@ -171,7 +171,10 @@ internal sealed class StatusPage
         context.Response.Headers.CacheControl = "no-store";
     }
 
-    /// <summary>No <c>Origin</c> (an old browser, curl) or this very origin; <c>Sec-Fetch-Site</c>, when sent, same-origin.</summary>
+    /// <summary>
+    /// No <c>Origin</c> (curl, an old browser) or this very origin (<c>null</c>, a sandboxed frame's or a
+    /// no-referrer page's, is refused); <c>Sec-Fetch-Site</c>, when sent, same-origin.
+    /// </summary>
     private static bool FromThisOrigin(HttpRequest request)
     {
         string? site = request.Headers["Sec-Fetch-Site"];
@@ -198,7 +201,7 @@ internal sealed class StatusPage
         response.Headers.ContentSecurityPolicy = ContentSecurityPolicy;
         response.Headers.XContentTypeOptions = "nosniff";
         response.Headers.XFrameOptions = "DENY";
-        response.Headers["Referrer-Policy"] = "no-referrer";
+        response.Headers["Referrer-Policy"] = "same-origin"; // not no-referrer: then a browser's form POST says Origin: null, and the login could not tell its own page from any other
         response.Headers["Cross-Origin-Opener-Policy"] = "same-origin";
         response.Headers["Cross-Origin-Resource-Policy"] = "same-origin";
     }

@@ -6,8 +6,10 @@
 
 (() => {
   const POLL_MS = 1000;
-  const WINDOW_S = 300; // the charts' span: five minutes
-  const SPARK_S = 60; // the top topics' sparklines: one minute
+  const WINDOW_S = 300; // the charts keep five minutes (from one minute on, they widen as samples come)
+  const MIN_WINDOW_S = 60;
+  const SPARK_S = 60; // the top topics' sparklines: one minute (from ten seconds on)
+  const MIN_SPARK_S = 10;
 
   const history = []; // { t, published, delivered, tcp, websocket, longpoll }
   const topicHistory = new Map(); // topic -> [{ t, rate }]
@@ -131,8 +133,14 @@
     return { ctx, width, height };
   }
 
-  /** Series of { color, key, fill }, over history's points, newest at the right, WINDOW_S wide. */
-  function lineChart(canvas, series, points, format) {
+  /** The span shown: what the points cover, between min and max seconds (a fresh page is not a flat line at the right). */
+  function span(points, now, min, max) {
+    const covered = points.length > 0 ? (now - points[0].t) / 1000 : 0;
+    return Math.min(max, Math.max(min, Math.ceil(covered / 10) * 10));
+  }
+
+  /** Series of { color, key, fill }, over history's points, newest at the right; integers: a y axis of whole numbers. */
+  function lineChart(canvas, series, points, format, integers) {
     const { ctx, width, height } = prepare(canvas);
     if (width === 0 || height === 0) return;
     const pad = { left: 52, right: 12, top: 10, bottom: 22 };
@@ -141,8 +149,9 @@
     const now = points.length > 0 ? points[points.length - 1].t : Date.now();
     let max = 0;
     for (const p of points) for (const s of series) max = Math.max(max, p[s.key]);
-    const top = niceCeiling(max);
-    const x = (t) => pad.left + plotW * (1 - (now - t) / (WINDOW_S * 1000));
+    const top = integers ? 4 * Math.max(1, Math.ceil(niceCeiling(max / 4))) : niceCeiling(max);
+    const shown = span(points, now, MIN_WINDOW_S, WINDOW_S);
+    const x = (t) => pad.left + plotW * (1 - (now - t) / (shown * 1000));
     const y = (v) => pad.top + plotH * (1 - v / top);
 
     ctx.font = "11px system-ui, sans-serif";
@@ -162,9 +171,11 @@
     }
     ctx.textAlign = "center";
     ctx.textBaseline = "top";
-    for (let m = 0; m <= WINDOW_S / 60; m++) {
-      const xx = x(now - m * 60_000);
-      ctx.fillText(m === 0 ? "now" : `-${m}m`, Math.min(Math.max(xx, pad.left + 10), width - pad.right - 10), height - pad.bottom + 6);
+    const tick = shown <= 60 ? 10 : shown <= 180 ? 30 : 60;
+    for (let s = 0; s <= shown; s += tick) {
+      const xx = x(now - s * 1000);
+      const label = s === 0 ? "now" : s % 60 === 0 ? `-${s / 60}m` : s > 60 ? `-${Math.floor(s / 60)}m${s % 60}s` : `-${s}s`;
+      ctx.fillText(label, Math.min(Math.max(xx, pad.left + 10), width - pad.right - 14), height - pad.bottom + 6);
     }
 
     ctx.save();
@@ -209,7 +220,8 @@
       const { ctx, width, height } = prepare(canvas);
       if (values.length === 0) return;
       const max = Math.max(...values.map((v) => v.rate), 1e-9);
-      const x = (t) => width * (1 - (now - t) / (SPARK_S * 1000));
+      const shown = span(values, now, MIN_SPARK_S, SPARK_S);
+      const x = (t) => width * (1 - (now - t) / (shown * 1000));
       const y = (v) => 2 + (height - 4) * (1 - v / max);
       ctx.beginPath();
       values.forEach((v, i) => (i === 0 ? ctx.moveTo(x(v.t), y(v.rate)) : ctx.lineTo(x(v.t), y(v.rate))));
@@ -229,7 +241,7 @@
       { key: "tcp", color: css("--tcp"), fill: true },
       { key: "websocket", color: css("--websocket") },
       { key: "longpoll", color: css("--longpoll") },
-    ], history, (v) => (Number.isInteger(v) ? number(v) : v.toFixed(1)));
+    ], history, number, true);
   }
 
   // ---- rendering ---------------------------------------------------------------------------------
