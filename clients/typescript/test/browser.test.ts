@@ -9,7 +9,6 @@
  * Skipped, with the reason, only when Chromium is not installed and cannot be installed.
  */
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
@@ -18,41 +17,10 @@ import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { Broker } from "./helpers/broker.js";
+import { CHROMIUM, CHROMIUM_ARGS, ensureChromium } from "./helpers/chromium.js";
 import { runPublisher, sampleDll, SubscriberProcess } from "./helpers/samples.js";
 
-const CHROMIUM = "/usr/bin/chromium";
-const CHROMIUM_ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 const packageRoot = fileURLToPath(new URL("../", import.meta.url));
-
-/** Chromium from Debian's package; installed here if missing (root and apt-get needed). */
-function ensureChromium(): string | null {
-  if (existsSync(CHROMIUM)) return null;
-  const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
-  if (!isRoot || spawnSync("sh", ["-c", "command -v apt-get"]).status !== 0) {
-    return `${CHROMIUM} is missing and cannot be installed here (needs root and apt-get): apt-get install -y chromium chromium-driver`;
-  }
-  process.stderr.write("[browser] installing Chromium: apt-get install -y chromium chromium-driver\n");
-  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
-  spawnSync("apt-get", ["update", "-qq"], { stdio: "ignore", timeout: 300_000, env });
-  const install = spawnSync("apt-get", ["install", "-y", "-qq", "chromium", "chromium-driver"], {
-    stdio: ["ignore", "ignore", "pipe"],
-    timeout: 600_000,
-    env,
-  });
-  if (install.status !== 0 || !existsSync(CHROMIUM)) {
-    return `Chromium could not be installed (apt-get install chromium chromium-driver exited ${install.status}): ${String(install.stderr ?? "").slice(-500)}`;
-  }
-  return null;
-}
 
 const skipReason = ensureChromium();
 if (skipReason) process.stderr.write(`[browser] SKIPPED: ${skipReason}\n`);
