@@ -60,6 +60,24 @@ public sealed class SseTests
     }
 
     [Fact]
+    public async Task Metrics_name_each_transport_a_websocket_publication_and_an_sse_delivery_are_their_own()
+    {
+        await using var broker = await StartAsync();
+        using MetricsProbe metrics = broker.Metrics();
+        await using SseClient stream = await SseClient.OpenAsync(broker.HttpPort, "topic=counted");
+        await using ProtocolClient web = await ProtocolClient.ConnectWebSocketAsync(broker.HttpPort);
+        await web.HelloAsync("web");
+        await web.PublishAsync("counted", "one");
+        await web.PingPongAsync();
+        Assert.Equal("one", (await stream.ReadEventAsync()).Json.GetProperty("text").GetString());
+
+        Assert.Equal(1, metrics["herald.messages.published", "herald.transport", "websocket"]);
+        Assert.Equal(0, metrics["herald.messages.published", "herald.transport", "longpoll"]);
+        Assert.Equal(1, metrics["herald.messages.sent", "herald.transport", "sse"]);
+        Assert.Equal(0, metrics["herald.messages.sent", "herald.transport", "longpoll"]);
+    }
+
+    [Fact]
     public async Task Base64_format_sends_the_payload_alone()
     {
         await using var broker = await StartAsync();

@@ -3,6 +3,8 @@ using Herald.Broker.Routing;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
 using Herald.Broker.Transports.LongPoll;
+using Herald.Broker.Transports.Sse;
+using Herald.Broker.Transports.WebSockets;
 using Herald.Broker.Transports.Tcp;
 
 namespace Herald.Broker.Monitoring;
@@ -19,7 +21,7 @@ internal sealed class BrokerGauges
     {
         _sessions = sessions;
         Meter meter = metrics.Meter;
-        meter.CreateObservableUpDownCounter("herald.connections", Connections, "{connection}", "Open connections (TCP) and sessions (long-poll), by transport.");
+        meter.CreateObservableUpDownCounter("herald.connections", Connections, "{connection}", "Open connections (TCP, WebSocket), sessions (long-poll) and event streams (SSE), by transport.");
         meter.CreateObservableUpDownCounter("herald.subscriptions", () => (long)router.SubscriptionCount, "{subscription}", "Live subscriptions, all transports.");
         meter.CreateObservableUpDownCounter(
             "herald.topics",
@@ -39,7 +41,7 @@ internal sealed class BrokerGauges
 
     private List<Measurement<long>> ByTransport(Func<ProtocolSession, long> value)
     {
-        var totals = new Dictionary<string, long>(StringComparer.Ordinal) { [TcpConnectionHandler.Transport] = 0, [PollSession.TransportName] = 0 };
+        var totals = new Dictionary<string, long>(StringComparer.Ordinal) { [TcpConnectionHandler.Transport] = 0, [PollSession.TransportName] = 0, [WebSocketEndpoint.TransportName] = 0, [SseSession.TransportName] = 0 };
         foreach (ProtocolSession session in _sessions.Sessions)
         {
             totals[session.Transport] = totals.GetValueOrDefault(session.Transport) + value(session);

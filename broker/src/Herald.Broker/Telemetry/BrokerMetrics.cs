@@ -78,7 +78,8 @@ internal sealed class BrokerMetrics
 
     private static readonly string[] ReasonNames = ["client_close", "slow_consumer", "protocol_error", "timeout", "shutdown", "error"];
 
-    private static readonly string[] TransportNames = ["tcp", "longpoll"];
+    /// <summary>The transports, as sessions name themselves (<see cref="Sessions.ProtocolSession.Transport"/>): the values of <c>herald.transport</c>.</summary>
+    private static readonly string[] TransportNames = ["tcp", "longpoll", "websocket", "sse"];
 
     private readonly Histogram<double> _fanout;
     private readonly Counter<long> _protocolErrors;
@@ -90,11 +91,11 @@ internal sealed class BrokerMetrics
     private readonly Counter<long> _redelivered;
     private long _totalNoResponders;
 
-    // Running totals (Interlocked), per transport where the instrument has the attribute: index 0 tcp, 1 longpoll.
-    private readonly long[] _publishedBy = new long[2];
-    private readonly long[] _publishedBytesBy = new long[2];
-    private readonly long[] _sentBy = new long[2];
-    private readonly long[] _sentBytesBy = new long[2];
+    // Running totals (Interlocked), per transport where the instrument has the attribute, in TransportNames' order.
+    private readonly long[] _publishedBy = new long[TransportNames.Length];
+    private readonly long[] _publishedBytesBy = new long[TransportNames.Length];
+    private readonly long[] _sentBy = new long[TransportNames.Length];
+    private readonly long[] _sentBytesBy = new long[TransportNames.Length];
     private long _totalDelivered;
     private long _totalDeliveredBytes;
     private long _totalOpened;
@@ -336,15 +337,42 @@ internal sealed class BrokerMetrics
         _ => DisconnectReason.ProtocolError,
     };
 
-    private static int IndexOf(string transport) => ReferenceEquals(transport, TransportNames[0]) || transport == TransportNames[0] ? 0 : 1;
+    /// <summary>A transport's index in <see cref="TransportNames"/>: the sessions' names are the same constants, so a reference compare decides (the string compare is for a copy).</summary>
+    private static int IndexOf(string transport)
+    {
+        for (int i = 0; i < TransportNames.Length; i++)
+        {
+            if (ReferenceEquals(transport, TransportNames[i]))
+            {
+                return i;
+            }
+        }
 
-    private static long Sum(long[] totals) => Interlocked.Read(ref totals[0]) + Interlocked.Read(ref totals[1]);
+        int found = Array.IndexOf(TransportNames, transport);
+        return found >= 0 ? found : 0;
+    }
 
-    private static Measurement<long>[] ByTransport(long[] totals) =>
-    [
-        new(Interlocked.Read(ref totals[0]), new KeyValuePair<string, object?>(TransportAttribute, TransportNames[0])),
-        new(Interlocked.Read(ref totals[1]), new KeyValuePair<string, object?>(TransportAttribute, TransportNames[1])),
-    ];
+    private static long Sum(long[] totals)
+    {
+        long sum = 0;
+        for (int i = 0; i < totals.Length; i++)
+        {
+            sum += Interlocked.Read(ref totals[i]);
+        }
+
+        return sum;
+    }
+
+    private static Measurement<long>[] ByTransport(long[] totals)
+    {
+        var measurements = new Measurement<long>[totals.Length];
+        for (int i = 0; i < totals.Length; i++)
+        {
+            measurements[i] = new(Interlocked.Read(ref totals[i]), new KeyValuePair<string, object?>(TransportAttribute, TransportNames[i]));
+        }
+
+        return measurements;
+    }
 
     /// <summary>Once per subscription added to or removed from the router.</summary>
     public void SubscriptionChanged() => Interlocked.Increment(ref _totalSubscriptionChanges);
