@@ -365,6 +365,8 @@ public sealed class SseTests
         JsonElement connz = await broker.Monitoring.GetFromJsonAsync<JsonElement>("/connz");
         JsonElement listed = connz.GetProperty("connections").EnumerateArray().Single(c => c.GetProperty("transport").GetString() == "sse");
         Assert.Equal("dashboard", listed.GetProperty("name").GetString());
+        JsonElement status = await broker.Monitoring.GetFromJsonAsync<JsonElement>("/statusz"); // the status page's tiles
+        Assert.Equal((1, 1), (status.GetProperty("connections").GetProperty("sse").GetInt32(), status.GetProperty("connections").GetProperty("tcp").GetInt32()));
     }
 
     [Fact]

@@ -81,7 +81,7 @@ public sealed class StatusPageTests
         Assert.DoesNotContain("\n", json, StringComparison.Ordinal);
         using JsonDocument document = JsonDocument.Parse(json);
         Assert.False(document.RootElement.GetProperty("token_required").GetBoolean());
-        Assert.Equal(["longpoll", "tcp", "websocket"], document.RootElement.GetProperty("connections").EnumerateObject().Select(p => p.Name));
+        Assert.Equal(["longpoll", "sse", "tcp", "websocket"], document.RootElement.GetProperty("connections").EnumerateObject().Select(p => p.Name));
     }
 
     [Fact]

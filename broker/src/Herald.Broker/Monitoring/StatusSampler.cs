@@ -4,6 +4,7 @@ using Herald.Broker.Compression;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
 using Herald.Broker.Transports.LongPoll;
+using Herald.Broker.Transports.Sse;
 using Herald.Broker.Transports.Tcp;
 using Herald.Broker.Transports.WebSockets;
 
@@ -27,7 +28,7 @@ internal sealed class StatusSampler
     /// <summary>A session is listed as a slow consumer from this share of its backlog limit (messages or bytes) on, or once it lost messages.</summary>
     public const double SlowFill = 0.1;
 
-    private static readonly string[] Transports = [TcpConnectionHandler.Transport, WebSocketEndpoint.TransportName, PollSession.TransportName];
+    private static readonly string[] Transports = [TcpConnectionHandler.Transport, WebSocketEndpoint.TransportName, PollSession.TransportName, SseSession.TransportName];
 
     private readonly BrokerCore _broker;
     private readonly BrokerHealth _health;

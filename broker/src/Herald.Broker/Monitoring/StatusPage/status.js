@@ -11,7 +11,7 @@
   const SPARK_S = 60; // the top topics' sparklines: one minute (from ten seconds on)
   const MIN_SPARK_S = 10;
 
-  const history = []; // { t, published, delivered, tcp, websocket, longpoll }
+  const history = []; // { t, published, delivered, tcp, websocket, longpoll, sse }
   const topicHistory = new Map(); // topic -> [{ t, rate }]
   let lastNow = null;
   let lastOkAt = null;
@@ -241,6 +241,7 @@
       { key: "tcp", color: css("--tcp"), fill: true },
       { key: "websocket", color: css("--websocket") },
       { key: "longpoll", color: css("--longpoll") },
+      { key: "sse", color: css("--sse") },
     ], history, number, true);
   }
 
@@ -255,6 +256,7 @@
     const tcp = connections.tcp || 0;
     const websocket = connections.websocket || 0;
     const longpoll = connections.longpoll || 0;
+    const sse = connections.sse || 0;
     const total = Object.values(connections).reduce((a, b) => a + b, 0);
 
     text("server-name", s.server_name);
@@ -270,6 +272,7 @@
     text("kpi-tcp", number(tcp));
     text("kpi-websocket", number(websocket));
     text("kpi-longpoll", number(longpoll));
+    text("kpi-sse", number(sse));
     valued("kpi-publish-rate", s.rates.published, number(s.rates.published));
     text("kpi-publish-bytes", bytes(s.rates.published_bytes));
     text("kpi-published-total", number(s.totals.published));
@@ -286,7 +289,7 @@
     text("kpi-heap", bytes(s.process.gc_heap_bytes));
 
     if (fresh) {
-      history.push({ t: now, published: s.rates.published, delivered: s.rates.delivered, tcp, websocket, longpoll });
+      history.push({ t: now, published: s.rates.published, delivered: s.rates.delivered, tcp, websocket, longpoll, sse });
       while (history.length > 0 && history[0].t < now - WINDOW_S * 1000) history.shift();
       for (const topic of s.top_topics.topics) {
         const values = topicHistory.get(topic.topic) || [];
