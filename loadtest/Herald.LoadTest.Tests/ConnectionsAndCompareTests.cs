@@ -50,24 +50,31 @@ public class ConnectionsAndCompareTests
         string markdown = Path.ChangeExtension(Repo.OutFile("compare"), ".md");
         string[] herald = HeraldArgs();
         string port = herald[1].Split('-')[0]; // peers take the first port of the range: free again once Herald has stopped
-        int code = await Repo.RunAsync("compare", ["connections", .. herald, "--port", port, "--steps", "10", "--targets", "herald/tcp,nats/tcp", "--out", outFile, "--markdown", markdown]);
+        int code = await Repo.RunAsync("compare", ["connections", .. herald, "--port", port, "--steps", "10", "--targets", "herald/tcp,herald/websocket,nats/tcp", "--out", outFile, "--markdown", markdown]);
 
         Assert.Equal(ExitCodes.Ok, code);
         JsonElement result = Repo.ReadJson(outFile);
         Assert.Equal("connections", result.GetProperty("comparedScenario").GetString());
         JsonElement[] targets = [.. result.GetProperty("targets").EnumerateArray()];
-        Assert.Equal(["herald/tcp", "nats/tcp"], targets.Select(t => t.GetProperty("label").GetString()));
+        Assert.Equal(["herald/tcp", "herald/websocket", "nats/tcp"], targets.Select(t => t.GetProperty("label").GetString()));
         Assert.All(targets, t => Assert.Equal("ok", t.GetProperty("status").GetString()));
 
-        JsonElement embedded = targets[1].GetProperty("result");
+        JsonElement embedded = targets[2].GetProperty("result");
         Assert.Equal("connections", embedded.GetProperty("scenario").GetString());
         Assert.StartsWith("nats-server", embedded.GetProperty("target").GetProperty("server").GetString(), StringComparison.Ordinal);
         Assert.Contains(embedded.GetProperty("headlines").EnumerateArray(), h => h.GetProperty("name").GetString() == "connections held" && h.GetProperty("value").GetDouble() == 10);
         Assert.All(targets[0].GetProperty("ratios").EnumerateArray(), r => Assert.Equal(1.0, r.GetProperty("heraldAdvantage").GetDouble(), 9));
+        Assert.Contains(targets[2].GetProperty("ratios").EnumerateArray(), r => r.GetProperty("heraldAdvantage").ValueKind == JsonValueKind.Number);
+
+        // herald/websocket: its own run (the HTTP port's /ws), compared with herald/tcp like a peer
+        JsonElement websocket = targets[1].GetProperty("result");
+        Assert.Equal("herald/websocket", websocket.GetProperty("target").GetProperty("label").GetString());
+        Assert.Contains(websocket.GetProperty("headlines").EnumerateArray(), h => h.GetProperty("name").GetString() == "connections held" && h.GetProperty("value").GetDouble() == 10);
         Assert.Contains(targets[1].GetProperty("ratios").EnumerateArray(), r => r.GetProperty("heraldAdvantage").ValueKind == JsonValueKind.Number);
 
         string table = File.ReadAllText(markdown);
         Assert.Contains(table.Split('\n'), line => line.StartsWith("| herald/tcp |", StringComparison.Ordinal) && line.EndsWith("| 10 | 1.00x |", StringComparison.Ordinal));
+        Assert.Contains(table.Split('\n'), line => line.StartsWith("| herald/websocket |", StringComparison.Ordinal) && line.Contains("| 10 |", StringComparison.Ordinal));
         Assert.Contains(table.Split('\n'), line => line.StartsWith("| nats/tcp |", StringComparison.Ordinal));
     }
 
@@ -94,6 +101,7 @@ public class ConnectionsAndCompareTests
     {
         Assert.Equal(ExitCodes.Usage, await Repo.RunAsync("compare", "--targets", "herald/tcp"));
         Assert.Equal(ExitCodes.Usage, await Repo.RunAsync("compare", "connections", "--target", "nats"));
-        Assert.Equal(ExitCodes.Usage, await Repo.RunAsync("compare", "connections", "--targets", "herald/websockets"));
+        Assert.Equal(ExitCodes.Usage, await Repo.RunAsync("compare", "connections", "--targets", "herald/quic"));
+        Assert.Equal(ExitCodes.Usage, await Repo.RunAsync("compare", "connections", "--targets", "nats/websocket"));
     }
 }

@@ -12,7 +12,7 @@ namespace Herald.LoadTest.Tests;
 /// </summary>
 public class TargetContractTests
 {
-    public static TheoryData<string, string> Targets => new() { { "herald", "tcp" }, { "herald", "tls" }, { "herald", "longpoll" }, { "nats", "tcp" }, { "nats", "tls" }, { "redis", "tcp" }, { "signalr", "tcp" }, { "signalr", "longpoll" } };
+    public static TheoryData<string, string> Targets => new() { { "herald", "tcp" }, { "herald", "tls" }, { "herald", "websocket" }, { "herald", "longpoll" }, { "nats", "tcp" }, { "nats", "tls" }, { "redis", "tcp" }, { "signalr", "tcp" }, { "signalr", "longpoll" } };
 
     internal static async Task<ITarget> StartAsync(string target, string transport, bool headers = false)
     {
@@ -70,6 +70,19 @@ public class TargetContractTests
         Assert.Equal("hello", await reply.Task.WaitAsync(timeout.Token));
         Assert.Null(subscriber.Failure);
         Assert.Null(publisher.Failure);
+    }
+
+    [Theory]
+    [InlineData("tls", "redis")]
+    [InlineData("tls", "signalr")]
+    [InlineData("tls", "cluster")]
+    [InlineData("websocket", "nats")]
+    [InlineData("websocket", "redis")]
+    [InlineData("websocket", "signalr")]
+    public void A_transport_is_refused_for_a_target_the_tool_cannot_start_with_it(string transport, string target)
+    {
+        UsageException e = Assert.Throws<UsageException>(() => TargetOptions.Read(CommandLine.Parse(["--target", target, "--transport", transport])));
+        Assert.Contains(transport, e.Message, StringComparison.Ordinal);
     }
 
     public static TheoryData<string, string> HeaderTargets => new() { { "herald", "tcp" }, { "herald", "longpoll" }, { "nats", "tcp" } };

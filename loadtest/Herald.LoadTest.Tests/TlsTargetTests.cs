@@ -71,14 +71,4 @@ public class TlsTargetTests
             await Assert.ThrowsAsync<AuthenticationException>(() => TlsClient.AuthenticateAsync(socket, "127.0.0.1", trustedThumbprint: null, timeout.Token)); // self-signed: not in the system's CAs
         }
     }
-
-    [Theory]
-    [InlineData("redis")]
-    [InlineData("signalr")]
-    [InlineData("cluster")]
-    public void Tls_is_refused_for_a_target_the_tool_cannot_start_with_it(string target)
-    {
-        UsageException e = Assert.Throws<UsageException>(() => TargetOptions.Read(CommandLine.Parse(["--target", target, "--transport", "tls"])));
-        Assert.Contains("tls", e.Message, StringComparison.Ordinal);
-    }
 }

@@ -229,9 +229,9 @@ internal sealed class BrokerChild : IAsyncDisposable
     /// Waits until the broker completes a HELLO/WELCOME handshake on <paramref name="endPoint"/>.
     /// Returns null when it does, else why not (it exited, or <paramref name="timeout"/> passed). The probe
     /// presents <paramref name="auth"/> in HELLO: a broker with authentication on refuses a probe without it;
-    /// with <paramref name="tlsFrom"/> speaking TLS it handshakes TLS first.
+    /// with <paramref name="via"/> speaking TLS or WebSocket it handshakes those first.
     /// </summary>
-    public async Task<string?> WaitUntilReadyAsync(IPEndPoint endPoint, TimeSpan timeout, CancellationToken cancellationToken, string? auth = null, BrokerEndpoints? tlsFrom = null)
+    public async Task<string?> WaitUntilReadyAsync(IPEndPoint endPoint, TimeSpan timeout, CancellationToken cancellationToken, string? auth = null, BrokerEndpoints? via = null)
     {
         long start = Stopwatch.GetTimestamp();
         string last = "no attempt yet";
@@ -246,7 +246,7 @@ internal sealed class BrokerChild : IAsyncDisposable
             attempt.CancelAfter(TimeSpan.FromSeconds(2));
             try
             {
-                HeraldConnection probe = await HeraldConnection.ConnectAsync(endPoint, "loadtest-readiness-probe", attempt.Token, tlsFrom: tlsFrom, auth: auth);
+                HeraldConnection probe = await HeraldConnection.ConnectAsync(endPoint, "loadtest-readiness-probe", attempt.Token, via: via, auth: auth);
                 await probe.DisposeAsync();
                 return null;
             }

@@ -6,7 +6,8 @@ namespace Herald.LoadTest.Client;
 
 /// <summary>
 /// The broker's address and the ports connections are spread over (all ports are equal, spec §1).
-/// Connection <c>i</c> goes to port <c>First + i % Count</c>.
+/// Connection <c>i</c> goes to port <c>First + i % Count</c>. How a connection speaks there: plain frames,
+/// over <see cref="Tls"/>, over a <see cref="WebSocket"/> (then the one port is the HTTP port), or both.
 /// </summary>
 internal sealed class BrokerEndpoints
 {
@@ -25,6 +26,9 @@ internal sealed class BrokerEndpoints
 
     public string? TlsThumbprint { get; set; }
 
+    /// <summary>Connections are WebSockets at <c>/ws</c> (<see cref="WebSocketClient"/>, spec §1): these ports are the broker's HTTP port.</summary>
+    public bool WebSocket { get; set; }
+
     public string Host { get; }
 
     public int FirstPort { get; }
@@ -33,8 +37,10 @@ internal sealed class BrokerEndpoints
 
     public int PortCount => LastPort - FirstPort + 1;
 
-    /// <summary>"127.0.0.1:4502" or "127.0.0.1:4502-4534".</summary>
-    public string Display => PortCount == 1
+    /// <summary>"127.0.0.1:4502", "127.0.0.1:4502-4534" or "ws://127.0.0.1:8080/ws".</summary>
+    public string Display => WebSocket
+        ? $"{(Tls ? "wss" : "ws")}://{Host}:{FirstPort}{WebSocketClient.Path}"
+        : PortCount == 1
         ? $"{Host}:{FirstPort}"
         : $"{Host}:{FirstPort}-{LastPort}";
 

@@ -2,6 +2,7 @@ using System.Buffers;
 using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
+using System.Net.WebSockets;
 using System.Runtime.CompilerServices;
 using Herald.Protocol;
 using MessagePack;
@@ -13,6 +14,12 @@ namespace Herald.LoadTest.Client;
 /// <see cref="Socket"/> with TCP_NODELAY, one growable receive buffer that <see cref="FrameReader"/>
 /// parses in place (no copy, no allocation per frame), and whole-buffer sends so a caller can pipeline
 /// hundreds of frames per system call.
+/// <para>
+/// The frames travel over the socket itself, or over a byte stream layered on it, as the broker's
+/// <see cref="BrokerEndpoints"/> say (spec §1): TLS (<see cref="TlsClient"/>), a WebSocket at <c>/ws</c>
+/// (<see cref="WebSocketClient"/>; each send one binary message, received messages read as one byte stream
+/// since a frame may span them), or a WebSocket over TLS. Everything above the stream is the same code.
+/// </para>
 /// <para>
 /// Reading is pull-based, the canonical loop being
 /// <code>
@@ -48,7 +55,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
 
     private readonly Socket _socket;
     private readonly TokenBucket? _link;
-    private Stream? _tls; // set when the connection speaks TLS; reads and writes then go through it
+    private Stream? _stream; // TLS and/or WebSocket over the socket, when the endpoints say so; reads and writes then go through it
     private readonly SemaphoreSlim _sendGate = new(1, 1);
     private readonly ReceiveBuffer _received;
     private int _maxFrameBody = 1024 * 1024; // spec §9 default until WELCOME says otherwise
@@ -76,7 +83,8 @@ internal sealed class HeraldConnection : IAsyncDisposable
     public TokenBucket? Link => _link;
 
     /// <summary>
-    /// Opens a TCP connection and completes the HELLO/WELCOME handshake (spec §6.1), asking for
+    /// Opens a TCP connection (speaking TLS, WebSocket or both over it as <paramref name="via"/> says; plain
+    /// frames without it) and completes the HELLO/WELCOME handshake (spec §6.1), asking for
     /// <paramref name="capabilities"/> in HELLO (spec §4.1). With <paramref name="localAddress"/> the socket
     /// is bound to that source address first (<see cref="SourceAddresses.Bind"/>), to spread many
     /// connections over several source addresses. With <paramref name="link"/> every receive, the WELCOME's
@@ -85,6 +93,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
     /// broker with authentication on; the WELCOME then names this identity's <see cref="WelcomeFrame.InboxPrefix"/>.
     /// </summary>
     /// <exception cref="SocketException">The broker is unreachable.</exception>
+    /// <exception cref="IOException">The broker refused the WebSocket upgrade, or closed the connection.</exception>
     /// <exception cref="BrokerErrorException">The broker answered HELLO with an ERROR.</exception>
     public static async Task<HeraldConnection> ConnectAsync(
         IPEndPoint endPoint,
@@ -92,7 +101,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
         CancellationToken cancellationToken,
         int receiveBufferSize = DefaultReceiveBufferSize,
         IPAddress? localAddress = null,
-        BrokerEndpoints? tlsFrom = null,
+        BrokerEndpoints? via = null,
         Capabilities capabilities = Capabilities.None,
         TokenBucket? link = null,
         int receiveWindow = 0,
@@ -109,9 +118,16 @@ internal sealed class HeraldConnection : IAsyncDisposable
         {
             SourceAddresses.Bind(socket, localAddress);
             await socket.ConnectAsync(endPoint, cancellationToken);
-            if (tlsFrom is { Tls: true })
+            if (via is { Tls: true })
             {
-                connection._tls = await TlsClient.AuthenticateAsync(socket, tlsFrom.Host, tlsFrom.TlsThumbprint, cancellationToken);
+                connection._stream = await TlsClient.AuthenticateAsync(socket, via.Host, via.TlsThumbprint, cancellationToken);
+            }
+
+            if (via is { WebSocket: true })
+            {
+                Stream under = connection._stream ?? new NetworkStream(socket, ownsSocket: false);
+                WebSocket webSocket = await WebSocketClient.ConnectAsync(under, via.Host, endPoint.Port, cancellationToken);
+                connection._stream = WebSocketStream.Create(webSocket, WebSocketMessageType.Binary); // Close disposes the WebSocket
             }
 
             await connection.HandshakeAsync(capabilities, auth, cancellationToken);
@@ -146,7 +162,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
             var parallel = new ParallelOptions { MaxDegreeOfParallelism = 32, CancellationToken = cancellationToken };
             await Parallel.ForEachAsync(Enumerable.Range(0, count), parallel, async (i, token) =>
             {
-                HeraldConnection connection = await ConnectAsync(endpoints.For(i), name(i), token, receiveBufferSize, tlsFrom: endpoints, receiveWindow: receiveWindow);
+                HeraldConnection connection = await ConnectAsync(endpoints.For(i), name(i), token, receiveBufferSize, via: endpoints, receiveWindow: receiveWindow);
                 connections[i] = connection;
                 if (prepare is not null)
                 {
@@ -189,33 +205,39 @@ internal sealed class HeraldConnection : IAsyncDisposable
     /// Receives more bytes (at least one) after the buffered frames were consumed. Returns <c>false</c>
     /// when the broker closed the connection. Invalidates every body handed out so far.
     /// </summary>
+    /// <exception cref="IOException">The connection failed (a WebSocket's failures included).</exception>
     [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder<>))] // no allocation per receive
     public async ValueTask<bool> ReceiveAsync(CancellationToken cancellationToken = default)
     {
         // A frame larger than the buffer grows it (FrameReader already checked it against max_frame).
         Memory<byte> free = _received.PrepareReceive(_maxFrameBody + ProtocolConstants.LengthPrefixSize);
         int received;
-        if (_link is null)
+        try
         {
-            received = _tls is null
-                ? await _socket.ReceiveAsync(free, SocketFlags.None, cancellationToken)
-                : await _tls.ReadAsync(free, cancellationToken);
-        }
-        else
-        {
-            // Waits for link tokens, then receives at most that many bytes; what was not used goes back.
-            int grant = await _link.AcquireAsync(free.Length, cancellationToken);
-            try
+            if (_link is null)
             {
-                received = await _socket.ReceiveAsync(free[..grant], SocketFlags.None, cancellationToken);
+                received = await ReadAsync(free, cancellationToken);
             }
-            catch
+            else
             {
-                _link.Refund(grant);
-                throw;
-            }
+                // Waits for link tokens, then receives at most that many bytes; what was not used goes back.
+                int grant = await _link.AcquireAsync(free.Length, cancellationToken);
+                try
+                {
+                    received = await ReadAsync(free[..grant], cancellationToken);
+                }
+                catch
+                {
+                    _link.Refund(grant);
+                    throw;
+                }
 
-            _link.Refund(grant - received);
+                _link.Refund(grant - received);
+            }
+        }
+        catch (Exception e) when (e is WebSocketException or NotSupportedException)
+        {
+            throw Ended(e); // NotSupported: the WebSocket stream is no longer readable (closed)
         }
 
         return _received.Commit(received);
@@ -228,9 +250,9 @@ internal sealed class HeraldConnection : IAsyncDisposable
         await _sendGate.WaitAsync(cancellationToken);
         try
         {
-            if (_tls is not null)
+            if (_stream is not null)
             {
-                await _tls.WriteAsync(frames, cancellationToken);
+                await _stream.WriteAsync(frames, cancellationToken); // WebSocket: one binary message
                 Volatile.Write(ref _bytesSent, _bytesSent + frames.Length);
                 return;
             }
@@ -241,6 +263,10 @@ internal sealed class HeraldConnection : IAsyncDisposable
                 frames = frames[sent..];
                 Volatile.Write(ref _bytesSent, _bytesSent + sent);
             }
+        }
+        catch (Exception e) when (e is WebSocketException or NotSupportedException)
+        {
+            throw Ended(e); // NotSupported: the WebSocket stream is no longer writable (the broker closed it)
         }
         finally
         {
@@ -374,7 +400,8 @@ internal sealed class HeraldConnection : IAsyncDisposable
             // already reset by the peer
         }
 
-        _tls?.Dispose();
+        (_stream as WebSocketStream)?.WebSocket.Dispose(); // aborts it at once: no close handshake with a shut socket
+        _stream?.Dispose();
         _socket.Dispose();
     }
 
@@ -383,6 +410,12 @@ internal sealed class HeraldConnection : IAsyncDisposable
         Close();
         return ValueTask.CompletedTask;
     }
+
+    /// <summary>One read from the socket, or from the stream over it.</summary>
+    private ValueTask<int> ReadAsync(Memory<byte> free, CancellationToken cancellationToken) =>
+        _stream is null ? _socket.ReceiveAsync(free, SocketFlags.None, cancellationToken) : _stream.ReadAsync(free, cancellationToken);
+
+    private IOException Ended(Exception e) => new($"{Name}: the WebSocket ended: {e.Message}", e);
 
     private async Task HandshakeAsync(Capabilities capabilities, string? auth, CancellationToken cancellationToken)
     {

@@ -18,7 +18,7 @@ internal sealed class CompareCommand : IScenario
     public static readonly string[] DefaultTargets = ["herald/tcp", "nats/tcp", "redis/tcp", "signalr/websockets"];
 
     /// <summary>Every target and transport (<c>--targets all</c>).</summary>
-    public static readonly string[] AllTargets = ["herald/tcp", "herald/longpoll", "nats/tcp", "redis/tcp", "signalr/websockets", "signalr/longpolling"];
+    public static readonly string[] AllTargets = ["herald/tcp", "herald/websocket", "herald/longpoll", "nats/tcp", "redis/tcp", "signalr/websockets", "signalr/longpolling"];
 
     /// <summary>Options <c>compare</c> sets for each run from <c>--targets</c>; the user may not pass them through.</summary>
     private static readonly string[] SetPerTarget = ["target", "transport"];
@@ -185,10 +185,11 @@ internal sealed record TargetSpec(string Target, string Transport, string Label)
         string named = parts.Length > 1 ? parts[1] : target == "signalr" ? "websockets" : "tcp";
         string? transport = (target, named) switch
         {
-            ("signalr", "websockets" or "tcp") => "tcp",
+            ("signalr", "websockets" or "websocket" or "tcp") => "tcp",
             ("signalr", "longpolling" or "longpoll") => "longpoll",
             ("signalr", _) => null,
             ("herald" or "nats", "tls") => named,
+            ("herald" or "cluster", "websocket" or "websockets") => "websocket",
             (_, "tcp" or "longpoll") => named,
             _ => null,
         };

@@ -65,7 +65,7 @@ internal sealed class ConnectionsScenario : IScenario
     /// <summary>One ramp; null when the server could not be reached (printed) or Ctrl+C stopped it.</summary>
     private static async Task<ConnectionsRun?> OnceAsync(ITarget target, int repetition, ConnectionsOptions options, CancellationToken cancellationToken)
     {
-        if (repetition == 1 && target is HeraldTarget herald && options.Target.Transport == "tcp")
+        if (repetition == 1 && target is HeraldTarget herald && options.Target.Transport != "longpoll")
         {
             Console.WriteLine($"clients: to {herald.Endpoints.Display}, from {herald.Sources.Display}");
         }

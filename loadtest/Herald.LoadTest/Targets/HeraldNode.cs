@@ -35,7 +35,7 @@ internal sealed class HeraldNode : IAsyncDisposable
     /// <summary>This node's settings: its TCP port range, HTTP and monitoring ports, the extra broker arguments.</summary>
     public TargetOptions Options { get; }
 
-    /// <summary>The TCP ports and address clients connect to.</summary>
+    /// <summary>The ports and address clients connect to: the TCP range, or the HTTP port for WebSocket.</summary>
     public BrokerEndpoints Endpoints { get; }
 
     /// <summary>The local addresses TCP clients are bound to (none unless the file limit allows more
@@ -55,7 +55,7 @@ internal sealed class HeraldNode : IAsyncDisposable
     public int MonitoringPort => Options.MonitoringPort ?? DefaultMonitoringPort;
 
     /// <summary>
-    /// The receive buffer each TCP client starts with (it grows for a larger frame), for the calls made in
+    /// The receive buffer each TCP (or WebSocket) client starts with (it grows for a larger frame), for the calls made in
     /// this async flow; null: <see cref="HeraldConnection.DefaultReceiveBufferSize"/>. A scenario that holds
     /// many idle connections sets it smaller so the tool's own memory does not bound the count; being
     /// async-local, it does not leak into the next scenario run in the same process (<c>compare</c>).
@@ -100,13 +100,7 @@ internal sealed class HeraldNode : IAsyncDisposable
     /// <exception cref="TargetUnavailableException">No broker build, its port taken, or it did not answer.</exception>
     public static async Task<HeraldNode> StartAsync(TargetOptions options, CancellationToken cancellationToken)
     {
-        BrokerEndpoints endpoints = await BrokerEndpoints.ResolveAsync(options.Host, options.FirstPort, options.LastPort, cancellationToken);
-        if (options.Transport == "tls")
-        {
-            endpoints.Tls = true;
-            endpoints.TlsThumbprint = options.StartServer ? LoopbackCertificate.Instance.Thumbprint : null; // external: the system's CAs
-        }
-
+        BrokerEndpoints endpoints = await ResolveAsync(options, cancellationToken);
         if (!options.StartServer)
         {
             return new HeraldNode(options, endpoints, null, "Herald (external)");
@@ -125,13 +119,37 @@ internal sealed class HeraldNode : IAsyncDisposable
 
         string version = FileVersionInfo.GetVersionInfo(dll).ProductVersion is { Length: > 0 } product ? $"Herald {product.Split('+')[0]}" : "Herald";
         BrokerChild child = BrokerChild.Start(dll, Arguments(options), options.ServerCpus);
-        if (await child.WaitUntilReadyAsync(endpoints.At(options.FirstPort), TimeSpan.FromSeconds(options.SetupTimeoutSeconds), cancellationToken, options.Token, endpoints) is { } notReady)
+        if (await child.WaitUntilReadyAsync(endpoints.At(endpoints.FirstPort), TimeSpan.FromSeconds(options.SetupTimeoutSeconds), cancellationToken, options.Token, endpoints) is { } notReady)
         {
             await child.DisposeAsync();
             throw new TargetUnavailableException(notReady);
         }
 
         return new HeraldNode(options, endpoints, child, $"{version} ({Path.GetFileName(dll)}, .NET {Environment.Version})");
+    }
+
+    /// <summary>
+    /// Where clients connect and how (<see cref="TargetOptions.Transport"/>): the TCP port range, over TLS with
+    /// <c>tls</c>; the HTTP port's <c>/ws</c> with <c>websocket</c> (the same frames, one port).
+    /// </summary>
+    private static async Task<BrokerEndpoints> ResolveAsync(TargetOptions options, CancellationToken cancellationToken)
+    {
+        if (options.Transport == "websocket")
+        {
+            int http = options.HttpPort ?? DefaultHttpPort;
+            BrokerEndpoints web = await BrokerEndpoints.ResolveAsync(options.Host, http, http, cancellationToken);
+            web.WebSocket = true;
+            return web;
+        }
+
+        BrokerEndpoints endpoints = await BrokerEndpoints.ResolveAsync(options.Host, options.FirstPort, options.LastPort, cancellationToken);
+        if (options.Transport == "tls")
+        {
+            endpoints.Tls = true;
+            endpoints.TlsThumbprint = options.StartServer ? LoopbackCertificate.Instance.Thumbprint : null; // external: the system's CAs
+        }
+
+        return endpoints;
     }
 
     /// <summary>

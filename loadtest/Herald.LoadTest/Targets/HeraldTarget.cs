@@ -7,7 +7,7 @@ namespace Herald.LoadTest.Targets;
 /// <summary>
 /// Herald, started by the tool from the Release build (<c>--broker-dll</c>) with its embedded defaults
 /// (only the listening addresses and ports are set), or found running (<c>--server external</c>).
-/// TCP clients are spread over the port range; long-poll clients use the HTTP port. With <c>--token</c>
+/// TCP (and TLS) clients are spread over the port range; long-poll and WebSocket clients use the HTTP port. With <c>--token</c>
 /// every client presents that credential (HELLO's auth, or <c>Authorization: Bearer</c>). The broker is one
 /// <see cref="HeraldNode"/>, started and reached the way each node of a <see cref="ClusterTarget"/> is.
 /// </summary>
@@ -36,10 +36,10 @@ internal sealed class HeraldTarget : ITarget
 
     public int MaxPayload => HeraldNode.MaxPayload;
 
-    /// <summary>The TCP ports and address clients connect to.</summary>
+    /// <summary>The ports and address clients connect to: the TCP range, or the HTTP port for WebSocket.</summary>
     public BrokerEndpoints Endpoints => _node.Endpoints;
 
-    /// <summary>The local addresses TCP clients are bound to (none unless the file limit allows more
+    /// <summary>The local addresses TCP and WebSocket clients are bound to (none unless the file limit allows more
     /// connections than one address has source ports for).</summary>
     public SourceAddresses Sources => _node.Sources;
 

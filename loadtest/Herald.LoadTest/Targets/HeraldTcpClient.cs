@@ -7,7 +7,8 @@ using MessagePack;
 namespace Herald.LoadTest.Targets;
 
 /// <summary>
-/// <see cref="IPubSubClient"/> over one Herald TCP connection (<see cref="HeraldConnection"/>): SUBSCRIBE
+/// <see cref="IPubSubClient"/> over one Herald connection (<see cref="HeraldConnection"/>: TCP, or TLS or a
+/// WebSocket over it, the same frames and the same code whatever the byte stream): SUBSCRIBE
 /// with a PING/PONG barrier (spec §4.7), PUBLISH frames encoded straight into the batched writer, and a
 /// receive loop that parses MESSAGE frames in place (<see cref="FramePeek.TryReadMessage"/>) and calls the
 /// subscription's handler by sid. The rest is <see cref="SocketPubSubClient"/>.
@@ -37,9 +38,9 @@ internal sealed class HeraldTcpClient : SocketPubSubClient
     /// <summary>WELCOME's <c>inbox_prefix</c> (spec §4.2), <c>_INBOX</c> from a broker that names none.</summary>
     public override string InboxPrefix => _connection.Welcome.InboxPrefix ?? IPubSubClient.AnonymousInboxPrefix;
 
-    public static async Task<HeraldTcpClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, int receiveBufferSize = HeraldConnection.DefaultReceiveBufferSize, IPAddress? localAddress = null, string? auth = null, Capabilities capabilities = Capabilities.None, BrokerEndpoints? tlsFrom = null)
+    public static async Task<HeraldTcpClient> ConnectAsync(IPEndPoint endPoint, string name, CancellationToken cancellationToken, int receiveBufferSize = HeraldConnection.DefaultReceiveBufferSize, IPAddress? localAddress = null, string? auth = null, Capabilities capabilities = Capabilities.None, BrokerEndpoints? via = null)
     {
-        HeraldConnection connection = await HeraldConnection.ConnectAsync(endPoint, name, cancellationToken, receiveBufferSize, localAddress, tlsFrom, capabilities, auth: auth);
+        HeraldConnection connection = await HeraldConnection.ConnectAsync(endPoint, name, cancellationToken, receiveBufferSize, localAddress, via, capabilities, auth: auth);
         return new HeraldTcpClient(connection);
     }
 

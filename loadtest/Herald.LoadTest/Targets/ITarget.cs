@@ -21,7 +21,7 @@ internal interface ITarget : IAsyncDisposable
     /// <summary><c>herald</c>, <c>nats</c>, <c>redis</c>, <c>signalr</c> or <c>cluster</c>.</summary>
     string Name { get; }
 
-    /// <summary>How clients reach it: <c>tcp</c> or <c>longpoll</c> for Herald (and a cluster of it), <c>tcp</c> for NATS and Redis,
+    /// <summary>How clients reach it: <c>tcp</c>, <c>tls</c>, <c>websocket</c> or <c>longpoll</c> for Herald (and a cluster of it), <c>tcp</c> or <c>tls</c> for NATS, <c>tcp</c> for Redis,
     /// <c>websockets</c> or <c>longpolling</c> for SignalR.</summary>
     string Transport { get; }
 

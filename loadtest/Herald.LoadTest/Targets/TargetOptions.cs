@@ -37,10 +37,12 @@ internal sealed record TargetOptions(
           --target T             herald | nats | redis | signalr | cluster             (default herald)
                                  cluster: N Herald nodes over one redis-server, all started by the tool;
                                  client i on node i % N (loadtest/docs/cluster.md)
-          --transport X          tcp | tls | longpoll: Herald (and cluster) TCP or HTTP long-poll; SignalR WebSockets
-                                 (tcp) or long polling (longpoll); NATS and Redis: tcp. tls: Herald or NATS over
-                                 TLS, the started server given a self-signed certificate the clients trust by
-                                 thumbprint (Herald:Security:Tls:TcpPorts=all; nats-server --tls) (default tcp)
+          --transport X          tcp | tls | websocket | longpoll: Herald (and cluster) TCP or HTTP long-poll; SignalR
+                                 WebSockets (tcp) or long polling (longpoll); NATS and Redis: tcp. tls: Herald or
+                                 NATS over TLS, the started server given a self-signed certificate the clients
+                                 trust by thumbprint (Herald:Security:Tls:TcpPorts=all; nats-server --tls).
+                                 websocket: Herald (and cluster) over WebSocket at ws://HOST:HTTP-PORT/ws, the TCP
+                                 frames in binary messages, the same client code as tcp (default tcp)
           --nodes N              cluster: how many Herald nodes, 1 to 32; node k on the --ports range shifted
                                  by k lengths, --http-port + k, --monitoring-port + k  (default 3)
           --server start|external  start the server for this run and stop it after (default), or use one
@@ -49,7 +51,7 @@ internal sealed record TargetOptions(
           --port N               the server's (first) port. Defaults: herald 4502, nats 4222, redis 6379,
                                  signalr 5080; herald long-poll uses --http-port (default 8080)
           --ports A-B            herald: spread TCP clients over ports A..B            (default 4502-4534)
-          --http-port N          herald long-poll / HTTP port                          (default 8080)
+          --http-port N          herald long-poll / WebSocket / HTTP port              (default 8080)
           --monitoring-port N    herald monitoring listener (/varz), on --host         (default 8222)
           --server-cpus LIST     pin a started server to these CPUs (taskset -c LIST), the same for every target
           --client-cpus LIST     pin this tool to these CPUs
@@ -71,9 +73,14 @@ internal sealed record TargetOptions(
         }
 
         string transport = options.String("transport", "tcp");
-        if (transport is not ("tcp" or "tls" or "longpoll"))
+        if (transport is not ("tcp" or "tls" or "websocket" or "longpoll"))
         {
-            throw new UsageException($"--transport must be tcp, tls or longpoll, got '{transport}'.");
+            throw new UsageException($"--transport must be tcp, tls, websocket or longpoll, got '{transport}'.");
+        }
+
+        if (transport == "websocket" && target is not ("herald" or "cluster"))
+        {
+            throw new UsageException($"--transport websocket goes with herald or cluster, not {target}{(target == "signalr" ? " (SignalR's WebSockets are --transport tcp)" : "")}.");
         }
 
         if (transport == "tls" && target is not ("herald" or "nats"))
