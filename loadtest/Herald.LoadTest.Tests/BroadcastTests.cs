@@ -8,7 +8,8 @@ using Herald.LoadTest.Targets;
 namespace Herald.LoadTest.Tests;
 
 /// <summary>
-/// <c>broadcast</c> end to end at a tiny size against the Herald it starts itself (both tuned transports),
+/// <c>broadcast</c> end to end at a tiny size against the Herald it starts itself (both tuned transports, the
+/// connection one over TCP and over WebSocket),
 /// over two periods, and the <c>chart</c> command drawing M against P from the result files. The tests assert
 /// that every burst reached every subscriber; whether it did so within P is what the tool measures, so it
 /// is checked only for agreeing with itself (verdict, headline, exit code), never required.
@@ -103,6 +104,7 @@ public class BroadcastTests
 
     [Theory]
     [InlineData("tcp")]
+    [InlineData("websocket")]
     [InlineData("longpoll")]
     public async Task A_tiny_broadcast_over_two_periods_writes_every_run_and_a_headline_per_period(string transport)
     {
@@ -121,6 +123,7 @@ public class BroadcastTests
         {
             JsonElement run = Assert.Single(Assert.Single(periods[i].GetProperty("repetitions").EnumerateArray()).GetProperty("runs").EnumerateArray());
             AssertEveryBurstReachedEverySubscriber(run);
+            Assert.StartsWith($"{transport}: {Subscribers} s", run.GetProperty("setup").GetString(), StringComparison.Ordinal); // the tuned transport, not the generic client's
             bool good = run.GetProperty("good").GetBoolean();
             everyRunGood &= good;
 

@@ -36,7 +36,7 @@ internal static class BroadcastRun
         double setupTimeout = options.SetupTimeoutFor(subscribers);
         await using IBroadcastTransport transport = target switch
         {
-            HeraldTarget herald when options.Transport == BroadcastTransportKind.Tcp => new BroadcastTcpTransport(options, herald, message, log),
+            HeraldTarget herald when options.Transport == BroadcastTransportKind.Connection => new BroadcastConnectionTransport(options, herald, message, log),
             HeraldTarget herald => new BroadcastLongPollTransport(options, herald, message, log),
             _ => new BroadcastClientTransport(target, message, log),
         };

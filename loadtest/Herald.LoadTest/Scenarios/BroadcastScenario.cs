@@ -21,7 +21,7 @@ namespace Herald.LoadTest.Scenarios;
 /// </para>
 /// <para>
 /// Herald is reached through two transports tuned to hold 100,000s of subscribers in little memory
-/// (<see cref="BroadcastTcpTransport"/>, <see cref="BroadcastLongPollTransport"/>); every other target
+/// (<see cref="BroadcastConnectionTransport"/> over TCP, TLS or WebSocket, <see cref="BroadcastLongPollTransport"/>); every other target
 /// through its <see cref="IPubSubClient"/> (<see cref="BroadcastClientTransport"/>). The method and the
 /// checks are the same for all.
 /// </para>
@@ -496,7 +496,10 @@ internal sealed class BroadcastPeriodResult(double period, int repetition, bool 
 
 internal enum BroadcastTransportKind
 {
-    Tcp,
+    /// <summary>A Herald connection per subscriber: TCP, TLS or WebSocket (<see cref="BroadcastConnectionTransport"/>).</summary>
+    Connection,
+
+    /// <summary>A long-poll session per subscriber (<see cref="BroadcastLongPollTransport"/>).</summary>
     LongPoll,
 }
 
@@ -537,7 +540,7 @@ internal sealed record BroadcastOptions(
         ArgumentNullException.ThrowIfNull(options);
         bool setupTimeoutGiven = options.Has("setup-timeout");
         TargetOptions target = TargetOptions.Read(options);
-        BroadcastTransportKind transport = target.Transport == "longpoll" ? BroadcastTransportKind.LongPoll : BroadcastTransportKind.Tcp;
+        BroadcastTransportKind transport = target.Transport == "longpoll" ? BroadcastTransportKind.LongPoll : BroadcastTransportKind.Connection;
 
         bool search = options.Flag("search");
         bool fixedRun = options.Has("subscribers");

@@ -9,7 +9,7 @@ namespace Herald.LoadTest.Scenarios;
 
 /// <summary>
 /// How the <c>broadcast</c> scenario reaches the broker: M subscribers on one topic and one publisher,
-/// over Herald TCP (<see cref="BroadcastTcpTransport"/>) or HTTP long-poll (<see cref="BroadcastLongPollTransport"/>),
+/// over Herald TCP, TLS or WebSocket (<see cref="BroadcastConnectionTransport"/>) or HTTP long-poll (<see cref="BroadcastLongPollTransport"/>),
 /// both tuned to hold many subscribers in little memory, or over any target's <c>IPubSubClient</c>
 /// (<see cref="BroadcastClientTransport"/>: NATS, Redis, SignalR).
 /// One instance serves one run: set up, publish bursts, close.
