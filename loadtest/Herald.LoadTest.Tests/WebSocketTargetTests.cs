@@ -75,13 +75,13 @@ public class WebSocketTargetTests
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(20));
 
         Task<HeraldTcpClient> connecting = HeraldTcpClient.ConnectAsync(endpoints.For(0), "ws-peer-test", timeout.Token, via: endpoints);
-        using WebSocket peer = await AcceptAsync(listener, timeout.Token);
+        byte[] welcome = Encode(w => FrameWriter.WriteWelcome(w, "peer", 1, Capabilities.None, [new("max_frame", 1024 * 1024)]));
+        using WebSocket peer = await AcceptAsync(listener, timeout.Token, firstMessage: welcome[..3]); // in the same write as the 101
 
-        // HELLO: one message, one frame. WELCOME back cut inside its length prefix, over two messages.
+        // HELLO: one message, one frame. WELCOME cut inside its length prefix, over two messages, the first
+        // of them sent with the upgrade's answer (read past the head: it must stay for the WebSocket).
         List<(FrameType Type, byte[] Body)> hello = Frames(await ReceiveMessageAsync(peer, timeout.Token));
         Assert.Equal(FrameType.Hello, Assert.Single(hello).Type);
-        byte[] welcome = Encode(w => FrameWriter.WriteWelcome(w, "peer", 1, Capabilities.None, [new("max_frame", 1024 * 1024)]));
-        await peer.SendAsync(welcome.AsMemory(0, 3), WebSocketMessageType.Binary, endOfMessage: true, timeout.Token);
         await peer.SendAsync(welcome.AsMemory(3), WebSocketMessageType.Binary, endOfMessage: true, timeout.Token);
         await using HeraldTcpClient client = await connecting;
 
@@ -177,9 +177,10 @@ public class WebSocketTargetTests
 
     /// <summary>
     /// The server side of RFC 6455's opening handshake, agreeing to <c>herald.v1</c> (or answering
-    /// <paramref name="answer"/>, <c>{0}</c> the right accept value); then a server WebSocket.
+    /// <paramref name="answer"/>, <c>{0}</c> the right accept value); then a server WebSocket. With
+    /// <paramref name="firstMessage"/> (under 126 bytes) its binary message follows the answer in the same write.
     /// </summary>
-    private static async Task<WebSocket> AcceptAsync(TcpListener listener, CancellationToken cancellationToken, string answer = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {0}\r\nSec-WebSocket-Protocol: herald.v1\r\n\r\n")
+    private static async Task<WebSocket> AcceptAsync(TcpListener listener, CancellationToken cancellationToken, string answer = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {0}\r\nSec-WebSocket-Protocol: herald.v1\r\n\r\n", byte[]? firstMessage = null)
     {
         Socket socket = await listener.AcceptSocketAsync(cancellationToken);
         var stream = new NetworkStream(socket, ownsSocket: true);
@@ -197,7 +198,9 @@ public class WebSocketTargetTests
 #pragma warning disable CA5350 // RFC 6455's accept value is SHA-1 by definition
         string accept = Convert.ToBase64String(SHA1.HashData(Encoding.ASCII.GetBytes(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11")));
 #pragma warning restore CA5350
-        await stream.WriteAsync(Encoding.ASCII.GetBytes(string.Format(CultureInfo.InvariantCulture, answer, accept)), cancellationToken);
+        byte[] head = Encoding.ASCII.GetBytes(string.Format(CultureInfo.InvariantCulture, answer, accept));
+        byte[] message = firstMessage is null ? [] : [0x82, (byte)firstMessage.Length, .. firstMessage]; // FIN, binary; a server's frame is unmasked
+        await stream.WriteAsync((byte[])[.. head, .. message], cancellationToken);
         return WebSocket.CreateFromStream(stream, new WebSocketCreationOptions { IsServer = true, SubProtocol = "herald.v1" });
     }
 

@@ -2,7 +2,6 @@ using System.Buffers;
 using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
-using System.Net.WebSockets;
 using System.Runtime.CompilerServices;
 using Herald.Protocol;
 using MessagePack;
@@ -126,8 +125,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
             if (via is { WebSocket: true })
             {
                 Stream under = connection._stream ?? new NetworkStream(socket, ownsSocket: false);
-                WebSocket webSocket = await WebSocketClient.ConnectAsync(under, via.Host, endPoint.Port, cancellationToken);
-                connection._stream = WebSocketStream.Create(webSocket, WebSocketMessageType.Binary); // Close disposes the WebSocket
+                connection._stream = await WebSocketClient.ConnectAsync(under, via.Host, endPoint.Port, receiveBufferSize, cancellationToken);
             }
 
             await connection.HandshakeAsync(capabilities, auth, cancellationToken);
@@ -205,39 +203,31 @@ internal sealed class HeraldConnection : IAsyncDisposable
     /// Receives more bytes (at least one) after the buffered frames were consumed. Returns <c>false</c>
     /// when the broker closed the connection. Invalidates every body handed out so far.
     /// </summary>
-    /// <exception cref="IOException">The connection failed (a WebSocket's failures included).</exception>
     [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder<>))] // no allocation per receive
     public async ValueTask<bool> ReceiveAsync(CancellationToken cancellationToken = default)
     {
         // A frame larger than the buffer grows it (FrameReader already checked it against max_frame).
         Memory<byte> free = _received.PrepareReceive(_maxFrameBody + ProtocolConstants.LengthPrefixSize);
         int received;
-        try
+        if (_link is null)
         {
-            if (_link is null)
-            {
-                received = await ReadAsync(free, cancellationToken);
-            }
-            else
-            {
-                // Waits for link tokens, then receives at most that many bytes; what was not used goes back.
-                int grant = await _link.AcquireAsync(free.Length, cancellationToken);
-                try
-                {
-                    received = await ReadAsync(free[..grant], cancellationToken);
-                }
-                catch
-                {
-                    _link.Refund(grant);
-                    throw;
-                }
-
-                _link.Refund(grant - received);
-            }
+            received = await ReadAsync(free, cancellationToken);
         }
-        catch (Exception e) when (e is WebSocketException or NotSupportedException)
+        else
         {
-            throw Ended(e); // NotSupported: the WebSocket stream is no longer readable (closed)
+            // Waits for link tokens, then receives at most that many bytes; what was not used goes back.
+            int grant = await _link.AcquireAsync(free.Length, cancellationToken);
+            try
+            {
+                received = await ReadAsync(free[..grant], cancellationToken);
+            }
+            catch
+            {
+                _link.Refund(grant);
+                throw;
+            }
+
+            _link.Refund(grant - received);
         }
 
         return _received.Commit(received);
@@ -252,7 +242,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
         {
             if (_stream is not null)
             {
-                await _stream.WriteAsync(frames, cancellationToken); // WebSocket: one binary message
+                await _stream.WriteAsync(frames, cancellationToken); // WebSocket: one binary message (WebSocketFrameStream)
                 Volatile.Write(ref _bytesSent, _bytesSent + frames.Length);
                 return;
             }
@@ -263,10 +253,6 @@ internal sealed class HeraldConnection : IAsyncDisposable
                 frames = frames[sent..];
                 Volatile.Write(ref _bytesSent, _bytesSent + sent);
             }
-        }
-        catch (Exception e) when (e is WebSocketException or NotSupportedException)
-        {
-            throw Ended(e); // NotSupported: the WebSocket stream is no longer writable (the broker closed it)
         }
         finally
         {
@@ -400,7 +386,6 @@ internal sealed class HeraldConnection : IAsyncDisposable
             // already reset by the peer
         }
 
-        (_stream as WebSocketStream)?.WebSocket.Dispose(); // aborts it at once: no close handshake with a shut socket
         _stream?.Dispose();
         _socket.Dispose();
     }
@@ -414,8 +399,6 @@ internal sealed class HeraldConnection : IAsyncDisposable
     /// <summary>One read from the socket, or from the stream over it.</summary>
     private ValueTask<int> ReadAsync(Memory<byte> free, CancellationToken cancellationToken) =>
         _stream is null ? _socket.ReceiveAsync(free, SocketFlags.None, cancellationToken) : _stream.ReadAsync(free, cancellationToken);
-
-    private IOException Ended(Exception e) => new($"{Name}: the WebSocket ended: {e.Message}", e);
 
     private async Task HandshakeAsync(Capabilities capabilities, string? auth, CancellationToken cancellationToken)
     {

@@ -1,4 +1,5 @@
 using System.Net.WebSockets;
+using System.Runtime.CompilerServices;
 using System.Security.Cryptography;
 using System.Text;
 
@@ -9,7 +10,9 @@ namespace Herald.LoadTest.Client;
 /// handshake (RFC 6455 §4.1) for <c>/ws</c> with the subprotocol <c>herald.v1</c>, over a connection the
 /// caller already opened, so the socket stays the tool's own (bound to its source address, TCP_NODELAY, TLS
 /// under it when asked) as on TCP. The WebSocket is then a byte stream of Herald frames
-/// (<see cref="WebSocketStream"/>): each write one binary message, reads across message boundaries.
+/// (<see cref="WebSocketFrameStream"/>): each write one binary message, reads across message boundaries.
+/// Under the WebSocket a <see cref="ReadAheadStream"/>, so reading a message's header and then its payload
+/// does not cost two system calls per message.
 /// </summary>
 internal static class WebSocketClient
 {
@@ -21,21 +24,21 @@ internal static class WebSocketClient
     /// <summary>RFC 6455 §1.3: appended to the key before hashing into <c>Sec-WebSocket-Accept</c>.</summary>
     private const string AcceptGuid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
-    private const int MaxResponseHeadBytes = 8 * 1024;
-
     /// <summary>
     /// Asks <paramref name="transport"/>'s server to upgrade <c>GET /ws</c> to a WebSocket speaking
-    /// <c>herald.v1</c>; returns the WebSocket over <paramref name="transport"/>. No keep-alive pings of its own:
-    /// Herald's PING/PONG (spec §4.7) is the liveness check, as on TCP.
+    /// <c>herald.v1</c>, and returns the WebSocket as a stream of frames. <paramref name="readAhead"/> bytes are
+    /// read ahead under it (the upgrade's response head must fit). No keep-alive pings of its own: Herald's
+    /// PING/PONG (spec §4.7) is the liveness check, as on TCP.
     /// </summary>
     /// <exception cref="IOException">The server refused the upgrade (its status line says why), or answered something else.</exception>
-    public static async Task<WebSocket> ConnectAsync(Stream transport, string host, int port, CancellationToken cancellationToken)
+    public static async Task<WebSocketFrameStream> ConnectAsync(Stream transport, string host, int port, int readAhead, CancellationToken cancellationToken)
     {
+        var under = new ReadAheadStream(transport, readAhead);
         string key = Convert.ToBase64String(RandomNumberGenerator.GetBytes(16));
         string request = $"GET {Path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {SubProtocol}\r\n\r\n";
-        await transport.WriteAsync(Encoding.ASCII.GetBytes(request), cancellationToken);
+        await under.WriteAsync(Encoding.ASCII.GetBytes(request), cancellationToken);
 
-        string[] lines = (await ReadHeadAsync(transport, cancellationToken)).Split("\r\n");
+        string[] lines = (await ReadHeadAsync(under, cancellationToken)).Split("\r\n");
         if (lines[0].Split(' ', 3) is not [_, "101", ..])
         {
             throw new IOException($"the broker refused the WebSocket upgrade at {host}:{port}{Path}: {lines[0]}");
@@ -64,38 +67,129 @@ internal static class WebSocketClient
             throw new IOException($"{host}:{port}{Path}: the upgrade did not agree to the subprotocol {SubProtocol} (got '{protocol}').");
         }
 
-        return WebSocket.CreateFromStream(transport, new WebSocketCreationOptions { IsServer = false, SubProtocol = SubProtocol, KeepAliveInterval = TimeSpan.Zero });
+        // What follows the head, if anything came with it, stays in the read-ahead for the WebSocket.
+        return new WebSocketFrameStream(WebSocket.CreateFromStream(under, new WebSocketCreationOptions { IsServer = false, SubProtocol = SubProtocol, KeepAliveInterval = TimeSpan.Zero }));
     }
 
-    /// <summary>
-    /// Reads the response up to its blank line. The broker says nothing over the WebSocket before it has
-    /// our HELLO, so a byte after that line is not ours to leave unread: it is an error, not a loss.
-    /// </summary>
-    private static async Task<string> ReadHeadAsync(Stream transport, CancellationToken cancellationToken)
+    /// <summary>The response up to its blank line, taken from the read-ahead in place.</summary>
+    private static async Task<string> ReadHeadAsync(ReadAheadStream under, CancellationToken cancellationToken)
     {
-        byte[] buffer = new byte[MaxResponseHeadBytes];
-        int length = 0;
         while (true)
         {
-            int read = await transport.ReadAsync(buffer.AsMemory(length), cancellationToken);
-            if (read == 0)
-            {
-                throw new IOException("the server closed the connection during the WebSocket upgrade.");
-            }
-
-            length += read;
-            int end = buffer.AsSpan(0, length).IndexOf("\r\n\r\n"u8);
+            int end = under.Buffered.IndexOf("\r\n\r\n"u8);
             if (end >= 0)
             {
-                return end + 4 == length
-                    ? Encoding.ASCII.GetString(buffer, 0, end)
-                    : throw new IOException("the server sent WebSocket data before the client's first message.");
+                string head = Encoding.ASCII.GetString(under.Buffered[..end]);
+                under.Consume(end + 4);
+                return head;
             }
 
-            if (length == buffer.Length)
+            if (!await under.FillAsync(cancellationToken))
             {
-                throw new IOException($"the WebSocket upgrade's response head is over {MaxResponseHeadBytes} bytes.");
+                throw new IOException(under.Full
+                    ? $"the WebSocket upgrade's response head is over {under.Buffered.Length} bytes."
+                    : "the server closed the connection during the WebSocket upgrade.");
             }
+        }
+    }
+}
+
+/// <summary>
+/// A WebSocket carrying Herald frames, as the byte stream <see cref="HeraldConnection"/> reads and writes:
+/// each write is one binary message (a batch of whole frames); each read takes what the next message
+/// carries (a frame may span messages: the reader's buffer joins them). The broker's close ends the stream
+/// (a read returns 0); a WebSocket failure, or a text message, is an <see cref="IOException"/>, as a
+/// socket's failure is. Disposing aborts the WebSocket (no close handshake: a TCP client's close sends
+/// none either). Threading: one reader and one writer at a time (the WebSocket's rule); no allocation per
+/// read or write of its own.
+/// </summary>
+internal sealed class WebSocketFrameStream(WebSocket webSocket) : DuplexStream
+{
+    private bool _closed;
+
+    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder<>))]
+    public override async ValueTask<int> ReadAsync(Memory<byte> buffer, CancellationToken cancellationToken = default)
+    {
+        try
+        {
+            while (!_closed)
+            {
+                ValueWebSocketReceiveResult received = await webSocket.ReceiveAsync(buffer, cancellationToken);
+                switch (received.MessageType)
+                {
+                    case WebSocketMessageType.Close:
+                        _closed = true;
+                        break;
+                    case WebSocketMessageType.Text:
+                        throw new IOException("the broker sent a text message: Herald frames travel in binary ones (spec §1).");
+                    default:
+                        if (received.Count > 0 || buffer.IsEmpty)
+                        {
+                            return received.Count;
+                        }
+
+                        break; // an empty message: nothing to hand on
+                }
+            }
+
+            return 0;
+        }
+        catch (WebSocketException e)
+        {
+            throw new IOException($"the WebSocket failed: {e.Message}", e);
+        }
+    }
+
+    public override ValueTask WriteAsync(ReadOnlyMemory<byte> buffer, CancellationToken cancellationToken = default)
+    {
+        ValueTask sent;
+        try
+        {
+            sent = webSocket.SendAsync(buffer, WebSocketMessageType.Binary, endOfMessage: true, cancellationToken);
+        }
+        catch (WebSocketException e)
+        {
+            return ValueTask.FromException(new IOException($"the WebSocket failed: {e.Message}", e));
+        }
+
+        return sent.IsCompletedSuccessfully ? default : AwaitSendAsync(sent);
+    }
+
+    public override Task<int> ReadAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) =>
+        ReadAsync(buffer.AsMemory(offset, count), cancellationToken).AsTask();
+
+    public override Task WriteAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) =>
+        WriteAsync(buffer.AsMemory(offset, count), cancellationToken).AsTask();
+
+    public override int Read(byte[] buffer, int offset, int count) => throw new NotSupportedException("Herald's WebSocket stream is read asynchronously.");
+
+    public override void Write(byte[] buffer, int offset, int count) => throw new NotSupportedException("Herald's WebSocket stream is written asynchronously.");
+
+    public override void Flush()
+    {
+        // every write is sent as it is made
+    }
+
+    protected override void Dispose(bool disposing)
+    {
+        if (disposing)
+        {
+            webSocket.Dispose(); // aborts it and disposes the streams under it
+        }
+
+        base.Dispose(disposing);
+    }
+
+    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder))]
+    private static async ValueTask AwaitSendAsync(ValueTask sent)
+    {
+        try
+        {
+            await sent;
+        }
+        catch (WebSocketException e)
+        {
+            throw new IOException($"the WebSocket failed: {e.Message}", e);
         }
     }
 }
