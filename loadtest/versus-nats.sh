@@ -13,17 +13,9 @@
 #        (default: all). Environment: REPEAT (3), AUTH (both | off | on), OUT (loadtest/results/versus-nats),
 #        BASELINE (a Herald.Broker.dll: each Herald row also runs this broker just before, an A/B in one run).
 # Needs the Release builds (this script builds them) and nats-server on the PATH (Debian: nats-server).
-set -u
-cd "$(dirname "$0")/.."
-dotnet build -c Release broker/src/Herald.Broker >/dev/null && dotnet build -c Release loadtest/Herald.LoadTest >/dev/null || exit 1
-LT="dotnet loadtest/Herald.LoadTest/bin/Release/net10.0/Herald.LoadTest.dll"
-REPEAT=${REPEAT:-3}
 AUTH=${AUTH:-both}
 OUT=${OUT:-loadtest/results/versus-nats}
-mkdir -p "$OUT"
-# Ports below the ephemeral range (32768-60999): a listener there can find its port taken by a client socket.
-PORTS=(--ports 22502-22534 --http-port 22580 --monitoring-port 22590)
-baseline=(); [ -n "${BASELINE:-}" ] && baseline=(--baseline "$BASELINE")
+source "$(dirname "$0")/versus.sh" "$@"
 
 # The restricted identities (isolation on): a client identity and, for request/reply, a responder identity.
 CLIENT_TOKEN=versus-nats-client-token
@@ -42,67 +34,39 @@ for i in 0 1; do
   done
 done
 
-# name | targets with isolation off | scenario and options
+# name | targets with isolation off (the scenario: versus.sh's SCENARIO)
 ROWS=(
-  "stream|herald/tcp,nats/tcp|stream --messages 4000000 --warmup 1000000"
-  "oneway|herald/tcp,nats/tcp|rpc --mode oneway --callers 1 --payload small --seconds 5 --warmup 3"
-  "rpc32|herald/tcp,nats/tcp|rpc --callers 32 --payload small --seconds 5 --warmup 3"
-  "rpc1|herald/tcp,nats/tcp|rpc --callers 1 --payload small --seconds 5 --warmup 3"
-  "collab|herald/tcp,nats/tcp|collab --preset 100x5-d1 --rounds 20"
-  "idle-tcp|herald/tcp,nats/tcp|connections --steps 10000"
-  "idle-longpoll|herald/longpoll|connections --steps 5000"
-  "fanout-tls|herald/tcp,herald/tls,nats/tcp,nats/tls|fanout --subscribers 100 --seconds 10 --warmup 10"
+  "stream|herald/tcp,nats/tcp"
+  "oneway|herald/tcp,nats/tcp"
+  "rpc32|herald/tcp,nats/tcp"
+  "rpc1|herald/tcp,nats/tcp"
+  "collab|herald/tcp,nats/tcp"
+  "idle-tcp|herald/tcp,nats/tcp"
+  "idle-longpoll|herald/longpoll"
+  "fanout-tls|herald/tcp,herald/tls,nats/tcp,nats/tls"
 )
-wanted=("$@")
-chosen() { [ ${#wanted[@]} -eq 0 ] && return 0; for w in "${wanted[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
-
 for row in "${ROWS[@]}"; do
-  IFS='|' read -r name targets scenario <<< "$row"
+  IFS='|' read -r name targets <<< "$row"
   chosen "$name" || continue
-  # shellcheck disable=SC2086
+  scenario=${SCENARIO[$name]}
   if [ "$AUTH" != on ]; then
-    echo "=== $name, isolation off: compare $scenario --targets $targets ($(date -u +%H:%M:%S), $(uptime | sed 's/.*load/load/'))"
-    $LT compare $scenario --targets "$targets" --repeat "$REPEAT" "${PORTS[@]}" "${baseline[@]}" --out "$OUT/$name-off.json" > "$OUT/$name-off.log" 2>&1
-    echo "    exit $?"
+    RUN_ENV=()
+    run_compare "$name-off" "$scenario" "$targets"
   fi
   if [ "$AUTH" != off ]; then
     herald=$(tr ',' '\n' <<< "$targets" | grep '^herald' | paste -sd,)
     responder=(); [[ $scenario == rpc* && $scenario != *oneway* ]] && responder=(--responder-token $RESPONDER_TOKEN)
-    echo "=== $name, isolation on: compare $scenario --targets $herald ($(date -u +%H:%M:%S), $(uptime | sed 's/.*load/load/'))"
-    env "${auth_env[@]}" $LT compare $scenario --targets "$herald" --token $CLIENT_TOKEN "${responder[@]}" --repeat "$REPEAT" "${PORTS[@]}" "${baseline[@]}" --out "$OUT/$name-on.json" > "$OUT/$name-on.log" 2>&1
-    echo "    exit $?"
+    RUN_ENV=("${auth_env[@]}")
+    run_compare "$name-on" "$scenario" "$herald" --token $CLIENT_TOKEN "${responder[@]}"
   fi
 done
 
-python3 - "$OUT" <<'PY'
-import json, os, sys
+PYTHONPATH=loadtest python3 - "$OUT" <<'PY'
+import sys
+from versus import ROWS, load as load_stem, figure, cell, ratio
 out = sys.argv[1]
-rows = [("stream", "stream 1:1, 91 B, msg/s", "messages/s"),
-        ("oneway", "one-way publish, calls/s", "calls/s"),
-        ("rpc32", "request/reply, 32 callers, 1 responder, calls/s", "calls/s"),
-        ("rpc1", "request/reply, 1 caller, p50 us", "p50 latency us"),
-        ("collab", "collab 100x5 D=1 s, mean ms", "100x5-d1 mean latency ms"),
-        ("idle-tcp", "idle TCP connection, server RSS KB", "server RSS per connection"),
-        ("idle-longpoll", "idle long-poll session, server RSS KB", "server RSS per connection")]
-def load(name, auth):
-    path = os.path.join(out, f"{name}-{auth}.json")
-    return json.load(open(path)) if os.path.exists(path) else None
-def figure(doc, label, headline):
-    for t in (doc or {}).get("targets", []):
-        if t["label"] == label and t["status"] == "ok":
-            for h in t["result"]["headlines"]:
-                if h["name"] == headline:
-                    return h
-    return None
-def cell(h):
-    if h is None: return "-"
-    v = h["value"]; spread = (h["max"] - h["min"]) / 2 / v * 100 if v else 0
-    text = f"{v/1e6:.2f} M" if v >= 1e6 else f"{v/1e3:.1f} k" if v >= 1e4 else f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
-    return f"{text} ±{spread:.0f}%"
-def ratio(h, peer):
-    if h is None or peer is None: return "-"
-    r = h["value"] / peer["value"] if h["higherIsBetter"] else peer["value"] / h["value"]
-    return f"{r:.2f}x"
+rows = [(name, *ROWS[name]) for name in ("stream", "oneway", "rpc32", "rpc1", "collab", "idle-tcp", "idle-longpoll")]
+def load(name, auth): return load_stem(out, f"{name}-{auth}")
 print("| row | Herald | NATS | Herald/NATS | Herald, isolation on | on/NATS |")
 print("|---|---:|---:|---:|---:|---:|")
 for name, label, headline in rows:
