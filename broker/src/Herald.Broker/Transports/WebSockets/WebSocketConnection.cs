@@ -11,14 +11,15 @@ namespace Herald.Broker.Transports.WebSockets;
 /// <summary>
 /// One WebSocket as the connection a <see cref="FrameSession"/> reads and writes: binary messages in are the
 /// byte stream of frames (a frame may span messages), and each batch the session's drain flushes (whole
-/// frames) goes out as one binary message: the same MESSAGE bytes a TCP subscriber gets. A text message, or
-/// one over <c>max_frame</c> + 4 bytes, ends the connection with a WebSocket close that says why.
+/// frames) goes out as one binary message, sent by the flushing drain itself (<see cref="MessageWriter"/>): the
+/// same MESSAGE bytes a TCP subscriber gets. A text message, or one over <c>max_frame</c> + 4 bytes, ends the
+/// connection with a WebSocket close that says why.
 /// </summary>
 internal sealed class WebSocketConnection : ConnectionContext
 {
     private readonly WebSocket _socket;
     private readonly Pipe _inbound;
-    private readonly Pipe _outbound;
+    private readonly MessageWriter _outbound;
     private readonly int _maxMessageBytes;
     private readonly CancellationTokenSource _aborted = new();
 
@@ -28,8 +29,8 @@ internal sealed class WebSocketConnection : ConnectionContext
         _maxMessageBytes = limits.MaxFrameBytes + 4;
         // Read ahead at most what TCP reads ahead (Kestrel's MaxReadBufferSize): the partial-frame allowance.
         _inbound = new Pipe(new PipeOptions(pauseWriterThreshold: limits.PartialFrameAllowance, resumeWriterThreshold: limits.PartialFrameAllowance / 2, useSynchronizationContext: false));
-        _outbound = new Pipe(new PipeOptions(pauseWriterThreshold: 64 * 1024, resumeWriterThreshold: 32 * 1024, useSynchronizationContext: false)); // as Kestrel's MaxWriteBufferSize
-        Transport = new DuplexPipe(_inbound.Reader, _outbound.Writer);
+        _outbound = new MessageWriter(socket, _aborted.Token);
+        Transport = new DuplexPipe(_inbound.Reader, _outbound);
         ConnectionId = context.TraceIdentifier;
         RemoteEndPoint = context.Connection.RemoteIpAddress is { } address ? new IPEndPoint(address, context.Connection.RemotePort) : null;
         LocalEndPoint = context.Connection.LocalIpAddress is { } local ? new IPEndPoint(local, context.Connection.LocalPort) : null;
@@ -47,19 +48,18 @@ internal sealed class WebSocketConnection : ConnectionContext
     /// <summary>The close the connection ended with when the client broke a WebSocket rule (tests, logs).</summary>
     public WebSocketCloseStatus? Refused { get; private set; }
 
-    /// <summary>Runs <paramref name="session"/> over this connection until it ends, pumping both ways; closes the WebSocket after.</summary>
+    /// <summary>Runs <paramref name="session"/> over this connection until it ends, receiving meanwhile; closes the WebSocket after.</summary>
     public async Task RunAsync(Func<ConnectionContext, Task> session)
     {
         Task receiving = ReceiveAsync();
-        Task sending = SendAsync();
         try
         {
             await session(this).ConfigureAwait(false);
         }
         finally
         {
-            await _outbound.Writer.CompleteAsync().ConfigureAwait(false); // ended: what it wrote goes out, then the close
-            await sending.ConfigureAwait(false);
+            await _outbound.CompleteAsync().ConfigureAwait(false); // ended: what it flushed went out; the close follows
+            await CloseAsync().ConfigureAwait(false);
             _aborted.Cancel(); // the receive loop stops waiting for a client that has nothing more to say
             await receiving.ConfigureAwait(false);
         }
@@ -122,41 +122,10 @@ internal sealed class WebSocketConnection : ConnectionContext
         await writer.CompleteAsync(failure).ConfigureAwait(false); // the client left: the session sees the end of its input
     }
 
-    private async Task SendAsync()
+    private async Task CloseAsync()
     {
-        PipeReader reader = _outbound.Reader;
         try
         {
-            while (true)
-            {
-                ReadResult result = await reader.ReadAsync().ConfigureAwait(false);
-                ReadOnlySequence<byte> buffer = result.Buffer;
-                if (!buffer.IsEmpty && _socket.State == WebSocketState.Open)
-                {
-                    // Whole frames (the drain flushes whole frames): one binary message, segment by segment.
-                    ReadOnlyMemory<byte> pending = default;
-                    bool first = true;
-                    foreach (ReadOnlyMemory<byte> segment in buffer)
-                    {
-                        if (!first)
-                        {
-                            await _socket.SendAsync(pending, WebSocketMessageType.Binary, endOfMessage: false, _aborted.Token).ConfigureAwait(false);
-                        }
-
-                        pending = segment;
-                        first = false;
-                    }
-
-                    await _socket.SendAsync(pending, WebSocketMessageType.Binary, endOfMessage: true, _aborted.Token).ConfigureAwait(false);
-                }
-
-                reader.AdvanceTo(buffer.End);
-                if (result.IsCompleted)
-                {
-                    break;
-                }
-            }
-
             if (_socket.State is WebSocketState.Open or WebSocketState.CloseReceived)
             {
                 await _socket.CloseOutputAsync(WebSocketCloseStatus.NormalClosure, null, _aborted.Token).ConfigureAwait(false);
@@ -166,8 +135,6 @@ internal sealed class WebSocketConnection : ConnectionContext
         {
             // the client is gone: nothing more can reach it
         }
-
-        await reader.CompleteAsync().ConfigureAwait(false);
     }
 
     private async Task RefuseAsync(WebSocketCloseStatus status, string reason)
@@ -180,6 +147,104 @@ internal sealed class WebSocketConnection : ConnectionContext
         catch (WebSocketException)
         {
             // already gone
+        }
+    }
+
+    /// <summary>
+    /// The session's output: what its drain writes between two flushes (whole frames, at most one write chunk and
+    /// a frame) is one binary message, sent on the flushing thread by the WebSocket, whose send waits while
+    /// Kestrel's output buffer is full (the same backpressure a TCP connection's writer has). One drain writes
+    /// at a time; the buffer is rented for a batch and returned once it is sent, so an idle connection holds none.
+    /// </summary>
+    private sealed class MessageWriter(WebSocket socket, CancellationToken aborted) : PipeWriter
+    {
+        private const int MinimumBuffer = 4096;
+
+        private byte[] _buffer = [];
+        private int _written;
+        private bool _ended;
+
+        public override bool CanGetUnflushedBytes => true;
+
+        public override long UnflushedBytes => _written;
+
+        public override void Advance(int bytes) => _written += bytes;
+
+        public override Memory<byte> GetMemory(int sizeHint = 0)
+        {
+            Reserve(sizeHint);
+            return _buffer.AsMemory(_written);
+        }
+
+        public override Span<byte> GetSpan(int sizeHint = 0)
+        {
+            Reserve(sizeHint);
+            return _buffer.AsSpan(_written);
+        }
+
+        [System.Runtime.CompilerServices.AsyncMethodBuilder(typeof(System.Runtime.CompilerServices.PoolingAsyncValueTaskMethodBuilder<>))]
+        public override async ValueTask<FlushResult> FlushAsync(CancellationToken cancellationToken = default)
+        {
+            if (_ended)
+            {
+                Release();
+                return new FlushResult(isCanceled: false, isCompleted: true);
+            }
+
+            if (_written == 0)
+            {
+                return default;
+            }
+
+            try
+            {
+                await socket.SendAsync(_buffer.AsMemory(0, _written), WebSocketMessageType.Binary, endOfMessage: true, aborted).ConfigureAwait(false);
+                return default;
+            }
+            catch (Exception e) when (e is WebSocketException or OperationCanceledException or ObjectDisposedException or IOException)
+            {
+                _ended = true; // the client is gone: nothing more can reach it
+                return new FlushResult(isCanceled: false, isCompleted: true);
+            }
+            finally
+            {
+                Release();
+            }
+        }
+
+        public override void CancelPendingFlush()
+        {
+        }
+
+        /// <summary>The session ended (its last flush done, or the connection aborted): later flushes send nothing. A batch written and never flushed is left to the GC, never returned to the pool under a send.</summary>
+        public override void Complete(Exception? exception = null) => _ended = true;
+
+        private void Reserve(int sizeHint)
+        {
+            int needed = _written + Math.Max(sizeHint, 1);
+            if (needed <= _buffer.Length)
+            {
+                return;
+            }
+
+            byte[] larger = ArrayPool<byte>.Shared.Rent(Math.Max(needed, Math.Max(MinimumBuffer, _buffer.Length * 2)));
+            _buffer.AsSpan(0, _written).CopyTo(larger);
+            if (_buffer.Length > 0)
+            {
+                ArrayPool<byte>.Shared.Return(_buffer);
+            }
+
+            _buffer = larger;
+        }
+
+        private void Release()
+        {
+            _written = 0;
+            if (_buffer.Length > 0)
+            {
+                ArrayPool<byte>.Shared.Return(_buffer);
+                _buffer = [];
+            }
         }
     }
 
