@@ -3,13 +3,15 @@ using System.Globalization;
 using System.Text;
 using System.Text.Json;
 using Herald.Broker.Cluster;
+using Herald.Broker.Routing;
 using Herald.Protocol;
 
 namespace Herald.Broker.Tests;
 
 /// <summary>
 /// <c>protocol-spec/vectors/cluster.json</c> (cluster.md §7): the key and Redis name of each pattern, the cover
-/// of a set of patterns, and the envelope between nodes, read and written byte for byte.
+/// of a set of patterns, and the envelope between nodes (with the queue groups it gives to other nodes, §11), read
+/// and written byte for byte; the id of a queue group.
 /// </summary>
 public sealed class ClusterVectorTests
 {
@@ -24,6 +26,10 @@ public sealed class ClusterVectorTests
     public static TheoryData<string> ValidEnvelopes => Names("envelopes.valid", "name");
 
     public static TheoryData<string> InvalidEnvelopes => Names("envelopes.invalid", "name");
+
+    public static TheoryData<string> AssignedEnvelopes => Names("envelopes.assigned", "name");
+
+    public static TheoryData<string> GroupIds => Names("group_ids", "key");
 
     public static TheoryData<string> SignedValid => Names("signed.valid", "name");
 
@@ -73,8 +79,9 @@ public sealed class ClusterVectorTests
         ulong sequence = vector.GetProperty("sequence").GetUInt64();
         JsonElement fields = vector.GetProperty("fields");
 
-        Assert.True(ClusterEnvelope.TryRead(bytes, signer: null, out ulong readOrigin, out ulong readSequence, out ReadOnlyMemory<byte> body));
+        Assert.True(ClusterEnvelope.TryRead(bytes, signer: null, out ulong readOrigin, out ulong readSequence, out ReadOnlyMemory<byte> assignments, out ReadOnlyMemory<byte> body));
         Assert.Equal((origin, sequence), (readOrigin, readSequence));
+        Assert.True(assignments.IsEmpty); // version 1: no queue group given to another node
         PublishFrame publish = ClusterEnvelope.ReadPublish(body);
         Assert.Equal(fields.GetProperty("topic").GetString(), publish.TopicString);
         Assert.Equal(fields.GetProperty("reply_to").GetString(), publish.ReplyToString);
@@ -97,6 +104,48 @@ public sealed class ClusterVectorTests
         byte[] written = ClusterEnvelope.Write(FrameDecoder.ReadPublish(ref reader, count), origin);
         ClusterEnvelope.Stamp(written, sequence);
         Assert.Equal(Convert.ToHexStringLower(bytes), Convert.ToHexStringLower(written));
+    }
+
+    [Theory]
+    [MemberData(nameof(AssignedEnvelopes))]
+    public void An_envelope_giving_queue_groups_to_other_nodes_reads_to_its_assignments_and_is_written_from_them_byte_for_byte(string name)
+    {
+        JsonElement vector = Find("envelopes.assigned", "name", name);
+        byte[] bytes = Convert.FromHexString(vector.GetProperty("hex").GetString()!);
+        ulong origin = Hex(vector.GetProperty("origin"));
+        ulong sequence = vector.GetProperty("sequence").GetUInt64();
+
+        Assert.True(ClusterEnvelope.TryRead(bytes, signer: null, out ulong readOrigin, out ulong readSequence, out ReadOnlyMemory<byte> assignments, out ReadOnlyMemory<byte> body));
+        Assert.Equal((origin, sequence), (readOrigin, readSequence));
+        Assert.Equal(
+            vector.GetProperty("assignments").EnumerateArray().Select(a => (Hex(a.GetProperty("group")), Hex(a.GetProperty("node")))),
+            Enumerable.Range(0, assignments.Length / GroupAssignments.Size).Select(i => (
+                System.Buffers.Binary.BinaryPrimitives.ReadUInt64BigEndian(assignments.Span[(i * GroupAssignments.Size)..]),
+                System.Buffers.Binary.BinaryPrimitives.ReadUInt64BigEndian(assignments.Span[((i * GroupAssignments.Size) + 8)..]))));
+        PublishFrame publish = ClusterEnvelope.ReadPublish(body);
+        JsonElement fields = vector.GetProperty("fields");
+        Assert.Equal(fields.GetProperty("topic").GetString(), publish.TopicString);
+        Assert.Equal(fields.GetProperty("reply_to").GetString(), publish.ReplyToString);
+        Assert.Equal(fields.GetProperty("payload").GetString(), Convert.ToHexStringLower(publish.Payload.ToArray()));
+
+        byte[] written = ClusterEnvelope.Write(publish, origin, signed: false, AssignmentsOf(vector));
+        ClusterEnvelope.Stamp(written, sequence);
+        Assert.Equal(Convert.ToHexStringLower(bytes), Convert.ToHexStringLower(written));
+    }
+
+    [Theory]
+    [MemberData(nameof(GroupIds))]
+    public void A_queue_group_has_its_key_and_id(string key)
+    {
+        JsonElement vector = Find("group_ids", "key", key);
+        string pattern = vector.GetProperty("pattern").GetString()!;
+        string queue = vector.GetProperty("queue").GetString()!;
+        string identity = vector.GetProperty("identity").GetString()!;
+        Assert.Equal(key, Subscription.GroupKey(identity, pattern, queue));
+        ulong id = Hex(vector.GetProperty("id"));
+        Assert.Equal(id, Subscription.IdOf(key));
+        Assert.Equal(id, new Subscription(new NoSink(), 1, pattern, noEcho: false, queue, identity).GroupId);
+        Assert.Equal(id, Subscription.Elsewhere(7, pattern, queue, identity, members: 2).GroupId); // the same group, held on another node
     }
 
     [Theory]
@@ -162,7 +211,7 @@ public sealed class ClusterVectorTests
         Assert.Equal(vector.GetProperty("fields").GetProperty("topic").GetString(), publish.TopicString);
         Assert.False(ClusterEnvelope.TryRead(bytes, signer: null, out _, out _, out _)); // a node without the secret takes no version 2
 
-        byte[] written = ClusterEnvelope.Write(publish, origin, signed: true);
+        byte[] written = ClusterEnvelope.Write(publish, origin, signed: true, AssignmentsOf(vector));
         ClusterEnvelope.Stamp(written, sequence);
         signer.Sign(written);
         Assert.Equal(Convert.ToHexStringLower(bytes), Convert.ToHexStringLower(written));
@@ -175,6 +224,42 @@ public sealed class ClusterVectorTests
         byte[] bytes = Convert.FromHexString(Find("signed.invalid", "name", name).GetProperty("hex").GetString()!);
         using var signer = new EnvelopeSigner(Secret);
         Assert.False(ClusterEnvelope.TryRead(bytes, signer, out _, out _, out _));
+    }
+
+    private static ulong Hex(JsonElement hex) => ulong.Parse(hex.GetString()!, NumberStyles.HexNumber, CultureInfo.InvariantCulture);
+
+    /// <summary>The vector's assignments as the router records them, or null when it has none.</summary>
+    private static GroupAssignments? AssignmentsOf(JsonElement vector)
+    {
+        if (!vector.TryGetProperty("assignments", out JsonElement assignments))
+        {
+            return null;
+        }
+
+        GroupAssignments groups = new GroupAssignments(self: 1).Decide();
+        foreach (JsonElement assignment in assignments.EnumerateArray())
+        {
+            Assert.True(groups.TryAssign(Hex(assignment.GetProperty("group")), Hex(assignment.GetProperty("node"))));
+        }
+
+        return groups;
+    }
+
+    private sealed class NoSink : Herald.Broker.Delivery.IMessageSink
+    {
+        public bool AcceptsZstd => false;
+
+        public bool AcceptsHeaders => false;
+
+        public Herald.Broker.Delivery.Enqueued Enqueue(Herald.Broker.Delivery.MessageBuffer frame, uint sid) => throw new InvalidOperationException();
+
+        public void Flush()
+        {
+        }
+
+        public void ScheduleFlush()
+        {
+        }
     }
 
     private static JsonElement.ArrayEnumerator Cases(string path)

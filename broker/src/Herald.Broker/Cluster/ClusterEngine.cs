@@ -52,6 +52,12 @@ internal interface INoResponders
 /// permissions are granted as for a local request), encoded once per form for every local subscriber,
 /// flushed once per batch read. This node's own envelopes, which its globs may bring back, are skipped.
 /// </para>
+/// <para>
+/// <b>Queue groups</b> (spec cluster.md §11). The router may hold, beside this node's members, an entry per group and
+/// other node weighing its members there; it chooses each group's member for this node's publications among all of
+/// them, and what it chose on another node travels in the envelope (<see cref="GroupAssignments"/>), which every
+/// receiving node follows. No Redis call on a publication's path.
+/// </para>
 /// </remarks>
 internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 {
@@ -106,6 +112,34 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         _signer = options.Secret is { } secret ? new EnvelopeSigner(secret) : null;
         Nodes = new ClusterNodes(options, NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), serverName, RulesOf(history));
         Sessions = new SharedSessions(this);
+    }
+
+    /// <summary>Which node delivers each queue group of a publication (spec cluster.md §11), for one publisher or reader.</summary>
+    public GroupAssignments NewAssignments() => new(NodeId);
+
+    /// <summary>
+    /// What a publisher on this node (a session) hands the router, then <see cref="Forward"/>, for
+    /// <paramref name="publish"/>: <paramref name="reused"/> (made at the first) to choose each queue group among the
+    /// cluster's members. Null, each group chosen among this node's members as on one node, when no group has members
+    /// on another node (one test: what a node whose groups are all its own pays), or when the publication cannot reach
+    /// the other nodes now (Redis unreachable, no room in the forward queue), so that no group is given to a node it
+    /// will not reach.
+    /// </summary>
+    public GroupAssignments? Assigning(ref GroupAssignments? reused, in PublishFrame publish)
+    {
+        if (!_router.HasMembersElsewhere)
+        {
+            return null;
+        }
+
+        long most = ClusterEnvelope.HeaderSize + ClusterEnvelope.TagSize + 1 + (GroupAssignments.Max * GroupAssignments.Size) + 2
+            + publish.Envelope.Length + publish.Headers.Length + _channelPrefix.Length + publish.Topic.Length;
+        if (!_running || _redis is not { IsConnected: true } || Interlocked.Read(ref _forwardBytes) + most > _options.MaxForwardQueueBytes)
+        {
+            return null;
+        }
+
+        return (reused ??= NewAssignments()).Decide();
     }
 
     /// <summary>Long-poll sessions any node can serve (spec cluster.md §10).</summary>
@@ -425,7 +459,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         {
             if (queues[i] is { } queue)
             {
-                fresh.Add(new Inbound(added[i], queue) { Signer = _options.Secret is { } secret ? new EnvelopeSigner(secret) : null });
+                fresh.Add(new Inbound(added[i], queue) { Signer = _options.Secret is { } secret ? new EnvelopeSigner(secret) : null, Groups = NewAssignments() });
             }
         }
 
@@ -533,7 +567,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
                 if (Deliver(inbound, message.Message, toFlush) is { } gap)
                 {
-                    await RepairAsync(gap, toFlush).ConfigureAwait(false); // rare: only after a Redis outage
+                    await RepairAsync(inbound, gap, toFlush).ConfigureAwait(false); // rare: only after a Redis outage
                 }
             }
         }
@@ -551,7 +585,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private Gap? Deliver(Inbound inbound, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
     {
         bool positioned = ClusterHistory.TryReadPositioned(bytes, out ulong offset, out string epoch, out ReadOnlyMemory<byte> envelope);
-        if (!ClusterEnvelope.TryRead(positioned ? envelope : bytes, inbound.Signer, out ulong origin, out ulong sequence, out ReadOnlyMemory<byte> body))
+        if (!ClusterEnvelope.TryRead(positioned ? envelope : bytes, inbound.Signer, out ulong origin, out ulong sequence, out ReadOnlyMemory<byte> assignments, out ReadOnlyMemory<byte> body))
         {
             Metrics?.InvalidOne();
             return null;
@@ -587,13 +621,14 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             // listens: a sibling of the origin's, both children of the publisher's span.
             Activity? span = publish.HasHeaders && BrokerTracing.Source.HasListeners() ? StartSpan(inbound, publish, origin) : null;
             ulong gapAfter = 0;
+            GroupAssignments groups = inbound.Groups.Apply(origin, assignments);
             int deliveries = positioned && History is { } histories
-                ? RoutePositioned(histories, publish, offset, epoch, publisher, toFlush, span is null ? null : inbound.Tally, repaired: false, out gapAfter)
-                : Route(publish, toFlush, span is null ? null : inbound.Tally);
+                ? RoutePositioned(histories, publish, offset, epoch, publisher, toFlush, span is null ? null : inbound.Tally, repaired: false, groups, out gapAfter)
+                : Route(publish, toFlush, span is null ? null : inbound.Tally, groups);
             if (deliveries == -2)
             {
                 span?.Dispose();
-                return new Gap(publish, offset, epoch, publisher, gapAfter);
+                return new Gap(publish, offset, epoch, publisher, gapAfter, origin, assignments);
             }
 
             if (span is not null)
@@ -651,18 +686,18 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         return span;
     }
 
-    /// <summary>Routes another node's publication here: the same router, forms and flushes as a local one, without a publisher.</summary>
-    private int Route(in PublishFrame publish, List<IMessageSink> toFlush, FanoutTally? tally)
+    /// <summary>Routes another node's publication here: the same router, forms and flushes as a local one, without a publisher, its queue groups where its origin gave them.</summary>
+    private int Route(in PublishFrame publish, List<IMessageSink> toFlush, FanoutTally? tally, GroupAssignments groups)
     {
         if ((publish.Flags & PayloadFlags.Zstd) == 0)
         {
-            return RouteHere(publish, toFlush, default, tally);
+            return RouteHere(publish, toFlush, default, tally, groups);
         }
 
         int length = Zstd.Decompress(publish.Payload, _maxPayloadBytes - (int)publish.Headers.Length, out byte[] plain);
         try
         {
-            return RouteHere(publish, toFlush, plain.AsSpan(0, length), tally);
+            return RouteHere(publish, toFlush, plain.AsSpan(0, length), tally, groups);
         }
         finally
         {
@@ -677,7 +712,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     /// Redis kept. (A jump without an outage between, when this node's interest in the topic began anew, starts
     /// afresh instead: its subscribers asked for nothing older.) Caller: the reader.
     /// </summary>
-    private async Task RepairAsync(Gap gap, List<IMessageSink> toFlush)
+    private async Task RepairAsync(Inbound inbound, Gap gap, List<IMessageSink> toFlush)
     {
         try
         {
@@ -688,10 +723,10 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
                 {
                     foreach ((ulong missed, _, byte[] kept) in read.Entries)
                     {
-                        if (missed < gap.Offset && DecodeKept(kept) is { } publish)
+                        if (missed < gap.Offset && DecodeKept(kept, inbound.Groups) is { } publish)
                         {
                             Metrics?.RepairedOne();
-                            RoutePositioned(History!, publish, missed, gap.Epoch, publisher: null, toFlush, tally: null, repaired: true, out _);
+                            RoutePositioned(History!, publish, missed, gap.Epoch, publisher: null, toFlush, tally: null, repaired: true, inbound.Groups, out _);
                         }
                     }
                 }
@@ -702,26 +737,26 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             // Redis is gone again: the gap stays, and the publication goes on without it.
         }
 
-        int deliveries = RoutePositioned(History!, gap.Publish, gap.Offset, gap.Epoch, gap.Publisher, toFlush, tally: null, repaired: true, out _);
+        int deliveries = RoutePositioned(History!, gap.Publish, gap.Offset, gap.Epoch, gap.Publisher, toFlush, tally: null, repaired: true, inbound.Groups.Apply(gap.Origin, gap.Assignments), out _);
         Metrics?.ReceivedOne();
         _brokerMetrics.Delivered(deliveries, ProtocolConstants.MessageHeaderSize + (int)(gap.Publish.Envelope.Length + gap.Publish.Headers.Length));
     }
 
     /// <summary>A positioned publication held back until the gap before it is read back (<see cref="RepairAsync"/>).</summary>
-    private sealed record Gap(PublishFrame Publish, ulong Offset, string Epoch, IMessageSink? Publisher, ulong After);
+    private sealed record Gap(PublishFrame Publish, ulong Offset, string Epoch, IMessageSink? Publisher, ulong After, ulong Origin, ReadOnlyMemory<byte> Assignments);
 
     /// <summary>A publication Redis positioned (spec cluster.md §9): through its topic's history here, stamped with Redis's offset and epoch.</summary>
-    private int RoutePositioned(HistoryStore histories, in PublishFrame publish, ulong offset, string epoch, IMessageSink? publisher, List<IMessageSink> toFlush, FanoutTally? tally, bool repaired, out ulong gapAfter)
+    private int RoutePositioned(HistoryStore histories, in PublishFrame publish, ulong offset, string epoch, IMessageSink? publisher, List<IMessageSink> toFlush, FanoutTally? tally, bool repaired, GroupAssignments groups, out ulong gapAfter)
     {
         if ((publish.Flags & PayloadFlags.Zstd) == 0)
         {
-            return histories.PublishAt(_router, publish, offset, epoch, publisher, toFlush, _encoder, default, tally, _maxFrameBytes, Interlocked.Read(ref _restores), repaired, out gapAfter);
+            return histories.PublishAt(_router, publish, offset, epoch, publisher, toFlush, _encoder, default, tally, _maxFrameBytes, Interlocked.Read(ref _restores), repaired, groups, out gapAfter);
         }
 
         int length = Zstd.Decompress(publish.Payload, _maxPayloadBytes - (int)publish.Headers.Length, out byte[] plain);
         try
         {
-            return histories.PublishAt(_router, publish, offset, epoch, publisher, toFlush, _encoder, plain.AsSpan(0, length), tally, _maxFrameBytes, Interlocked.Read(ref _restores), repaired, out gapAfter);
+            return histories.PublishAt(_router, publish, offset, epoch, publisher, toFlush, _encoder, plain.AsSpan(0, length), tally, _maxFrameBytes, Interlocked.Read(ref _restores), repaired, groups, out gapAfter);
         }
         finally
         {
@@ -730,10 +765,10 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     }
 
     /// <summary>Through this node's topic histories when it keeps any (so they hold the other nodes' publications too), else the router.</summary>
-    private int RouteHere(in PublishFrame publish, List<IMessageSink> toFlush, ReadOnlySpan<byte> plainPayload, FanoutTally? tally) =>
+    private int RouteHere(in PublishFrame publish, List<IMessageSink> toFlush, ReadOnlySpan<byte> plainPayload, FanoutTally? tally, GroupAssignments groups) =>
         History is { Shared: false } history
-            ? history.Publish(_router, publish, origin: null, toFlush, _encoder, plainPayload, receivedAt: 0, tally, _maxFrameBytes)
-            : _router.Publish(publish, origin: null, toFlush, _encoder, plainPayload, tally: tally);
+            ? history.Publish(_router, publish, origin: null, toFlush, _encoder, plainPayload, receivedAt: 0, tally, _maxFrameBytes, groups)
+            : _router.Publish(publish, origin: null, toFlush, _encoder, plainPayload, tally: tally, groups: groups);
 
     /// <summary>
     /// A copy an old subscription already delivered: from <paramref name="origin"/>, at or below the last
@@ -797,16 +832,18 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     /// <summary>
     /// Sends a publication routed on this node to the other nodes (one copy into the queue; the caller's bytes
     /// are not kept). With <paramref name="request"/>, a request that reached nobody here: it is told if no
-    /// other node received it either.
+    /// other node received it either. <paramref name="groups"/>: the queue groups the router gave to other nodes
+    /// while routing it here (spec cluster.md §11), carried in the envelope.
     /// </summary>
-    public void Forward(in PublishFrame publish, INoResponders? request = null)
+    public void Forward(in PublishFrame publish, INoResponders? request = null, GroupAssignments? groups = null)
     {
         if (!_running)
         {
             return;
         }
 
-        byte[] envelope = ClusterEnvelope.Write(publish, NodeId, signed: _options.Secret is not null);
+        CountOverflow(groups);
+        byte[] envelope = ClusterEnvelope.Write(publish, NodeId, signed: _options.Secret is not null, groups);
         long size = envelope.Length + _channelPrefix.Length + publish.Topic.Length;
         if (!TryReserve(size))
         {
@@ -832,14 +869,17 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     /// positions. <paramref name="publisher"/> is remembered (by sequence number) for its no-echo subscriptions.
     /// False when it could not be queued (the queue is full, or the node is stopping): nobody gets it; counted.
     /// </summary>
-    public bool ForwardKept(in PublishFrame publish, TopicHistory history, IMessageSink publisher)
+    /// <param name="groups">Where the queue groups are chosen (spec cluster.md §11): a group chosen here is delivered here when the publication comes back.</param>
+    public bool ForwardKept(in PublishFrame publish, TopicHistory history, IMessageSink publisher, GroupAssignments groups)
     {
         if (!_running)
         {
             return false;
         }
 
-        byte[] envelope = ClusterEnvelope.Write(publish, NodeId, signed: _options.Secret is not null);
+        _router.ChooseGroups(publish.Topic, publisher, groups);
+        CountOverflow(groups);
+        byte[] envelope = ClusterEnvelope.Write(publish, NodeId, signed: _options.Secret is not null, groups);
         long size = envelope.Length + (2 * (_channelPrefix.Length + publish.Topic.Length + 2)) + _channelPrefix.Length + publish.Topic.Length;
         if (!TryReserve(size))
         {
@@ -861,6 +901,15 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         return true;
     }
 
+    /// <summary>Counts the queue groups past what one envelope carries (spec cluster.md §11): chosen here instead.</summary>
+    private void CountOverflow(GroupAssignments? groups)
+    {
+        if (groups is { Overflowed: > 0 } over)
+        {
+            Metrics?.GroupsOverflowed(over.Overflowed);
+        }
+    }
+
     /// <summary>
     /// What Redis holds of <paramref name="history"/>'s topic after <paramref name="since"/>, for a resume on this node
     /// (spec cluster.md §9): read in one script through the server this node publishes through.
@@ -877,12 +926,21 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     }
 
     /// <summary>A stream entry's envelope as its PUBLISH, checked as one from Redis's channels is (its signature with a secret); null when it is not one.</summary>
-    public PublishFrame? DecodeKept(byte[] envelope)
+    public PublishFrame? DecodeKept(byte[] envelope) => DecodeKept(envelope, groups: null);
+
+    /// <summary>As <see cref="DecodeKept(byte[])"/>, and loads <paramref name="groups"/> with where its origin gave its queue groups.</summary>
+    private PublishFrame? DecodeKept(byte[] envelope, GroupAssignments? groups)
     {
         EnvelopeSigner? signer = _options.Secret is { } secret ? new EnvelopeSigner(secret) : null;
         try
         {
-            return ClusterEnvelope.TryRead(envelope, signer, out _, out _, out ReadOnlyMemory<byte> body) ? ClusterEnvelope.ReadPublish(body) : null;
+            if (!ClusterEnvelope.TryRead(envelope, signer, out ulong origin, out _, out ReadOnlyMemory<byte> assignments, out ReadOnlyMemory<byte> body))
+            {
+                return null;
+            }
+
+            groups?.Apply(origin, assignments);
+            return ClusterEnvelope.ReadPublish(body);
         }
         catch (ProtocolException)
         {
@@ -1085,6 +1143,9 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
         /// <summary>Checks envelopes' tags when the cluster has a secret. The reader's.</summary>
         public EnvelopeSigner? Signer { get; init; }
+
+        /// <summary>Where each envelope's origin gave its queue groups (spec cluster.md §11). The reader's.</summary>
+        public required GroupAssignments Groups { get; init; }
 
         /// <summary>What routing a traced publication did, for its span (made at the first). The reader's.</summary>
         public FanoutTally? Tally { get; set; }

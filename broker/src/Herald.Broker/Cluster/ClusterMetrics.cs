@@ -18,6 +18,7 @@ internal sealed class ClusterMetrics
     private long _duplicates;
     private long _invalid;
     private long _repaired;
+    private long _groupsOverflowed;
 
     public ClusterMetrics(IMeterFactory meterFactory, ClusterEngine engine)
     {
@@ -36,6 +37,7 @@ internal sealed class ClusterMetrics
         meter.CreateObservableCounter("herald.cluster.duplicates", () => Duplicates, "{message}", "Copies Redis sent twice while this node changed its subscriptions, skipped.");
         meter.CreateObservableCounter("herald.cluster.invalid", () => Invalid, "{message}", "Messages on this cluster's channels that were not a Herald envelope, skipped.");
         meter.CreateObservableCounter("herald.cluster.history.repaired", () => Repaired, "{message}", "History topics' publications this node missed while Redis was unreachable, read back from their streams and routed in order.");
+        meter.CreateObservableCounter("herald.cluster.groups.overflowed", () => GroupsOverflowedCount, "{group}", "Queue groups of a publication past the 64 one envelope gives to other nodes, chosen on the publishing node instead (cluster.md §11).");
         meter.CreateObservableCounter("herald.cluster.sessions.taken_over", () => engine.Sessions.TakenOver, "{session}", "Long-poll sessions this node took over from a node whose lease expired or was given up (cluster.md §10).");
         meter.CreateObservableCounter("herald.cluster.sessions.forwarded", () => engine.Sessions.CommandsSent, "{request}", "Long-poll requests this node received for a session another node owns, sent to that node.");
         meter.CreateObservableGauge("herald.cluster.sessions.owned", () => engine.Sessions.Owned, "{session}", "Long-poll sessions whose subscriptions this node holds (whose lease it keeps).");
@@ -58,7 +60,11 @@ internal sealed class ClusterMetrics
 
     public long Repaired => Interlocked.Read(ref _repaired);
 
+    public long GroupsOverflowedCount => Interlocked.Read(ref _groupsOverflowed);
+
     public void RepairedOne() => Interlocked.Increment(ref _repaired);
+
+    public void GroupsOverflowed(int groups) => Interlocked.Add(ref _groupsOverflowed, groups);
 
     public void SentOne() => Interlocked.Increment(ref _sent);
 

@@ -66,6 +66,7 @@ internal sealed class TopicRouter : IDisposable
     private readonly ConcurrentDictionary<string, Subscription[]>.AlternateLookup<ReadOnlySpan<char>> _cacheBySpan;
     private int _subscriptionCount;
     private int _patternCount;
+    private int _elsewhereCount;
     private readonly int _maxPatterns;
     private long _encodedFrames;
 
@@ -122,6 +123,9 @@ internal sealed class TopicRouter : IDisposable
     }
 
     public int SubscriptionCount => Volatile.Read(ref _subscriptionCount);
+
+    /// <summary>Cluster: whether any queue group has members on another node (<see cref="AddElsewhere"/>); when none has, a group is chosen among this node's members, as on one node.</summary>
+    public bool HasMembersElsewhere => Volatile.Read(ref _elsewhereCount) > 0;
 
     /// <summary>Distinct patterns with at least one subscription (kept on subscribe/unsubscribe, for <c>MaxTopics</c> and the topics gauge).</summary>
     public int PatternCount => Volatile.Read(ref _patternCount);
@@ -193,6 +197,62 @@ internal sealed class TopicRouter : IDisposable
     }
 
     /// <summary>
+    /// Cluster (spec cluster.md §11): adds an entry for a queue group's members on another node
+    /// (<see cref="Subscription.Elsewhere"/>). It counts for no limit, interest or monitoring of this node; it only
+    /// weighs in the choice of a member for this node's publications, and tells a receiving node that the group has
+    /// members where a publication comes from. Its weight may change in place (<see cref="Subscription.Members"/>).
+    /// </summary>
+    public void AddElsewhere(Subscription members)
+    {
+        if (members.Node == 0 || members.Group is null)
+        {
+            throw new ArgumentException("Only a group's members on another node.", nameof(members));
+        }
+
+        _gate.EnterWriteLock();
+        try
+        {
+            Node node = _root;
+            foreach (Range token in Tokens(members.Pattern))
+            {
+                node = node.GetOrAddChild(members.Pattern[token]);
+            }
+
+            if ((node.Elsewhere ??= new HashSet<Subscription>(ReferenceEqualityComparer.Instance)).Add(members))
+            {
+                _elsewhereCount++;
+            }
+
+            Invalidate(members.Pattern);
+        }
+        finally
+        {
+            _gate.ExitWriteLock();
+        }
+    }
+
+    /// <summary>Removes an entry <see cref="AddElsewhere"/> added; false if it was not there.</summary>
+    public bool RemoveElsewhere(Subscription members)
+    {
+        _gate.EnterWriteLock();
+        try
+        {
+            if (!Remove(_root, members.Pattern, 0, members))
+            {
+                return false;
+            }
+
+            _elsewhereCount--;
+            Invalidate(members.Pattern);
+            return true;
+        }
+        finally
+        {
+            _gate.ExitWriteLock();
+        }
+    }
+
+    /// <summary>
     /// Routes one publication: encodes its MESSAGE frame once (only if someone is subscribed) and queues
     /// the same bytes to every matching subscription. A subscriber that negotiated Zstd may instead get
     /// the compressed form, and one that did not gets the plain form of a compressed publication; a
@@ -204,24 +264,65 @@ internal sealed class TopicRouter : IDisposable
     /// <param name="plainPayload">For a publication sent compressed: its payload, decompressed.</param>
     /// <param name="receivedAt"><see cref="System.Diagnostics.Stopwatch"/> timestamp of the read that carried the PUBLISH, or 0 (fan-out latency not measured).</param>
     /// <param name="tally">For a traced publication only: what the routing did, for its span; null costs a test per subscriber.</param>
-    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder = null, ReadOnlySpan<byte> plainPayload = default, long receivedAt = 0, FanoutTally? tally = null) =>
-        Publish(publish, origin, toFlush, encoder, plainPayload, receivedAt, tally, keep: false, out _);
+    /// <param name="groups">
+    /// Cluster (spec cluster.md §11): which node delivers each queue group; null on a single node (each group is
+    /// chosen among this node's members, members elsewhere are not looked at).
+    /// </param>
+    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder = null, ReadOnlySpan<byte> plainPayload = default, long receivedAt = 0, FanoutTally? tally = null, GroupAssignments? groups = null) =>
+        Publish(publish, origin, toFlush, encoder, plainPayload, receivedAt, tally, groups, keep: false, out _);
 
     /// <summary>
-    /// As the other <see cref="Publish(in PublishFrame, IMessageSink?, List{IMessageSink}, MessageEncoder?, ReadOnlySpan{byte}, long, FanoutTally?)"/>,
+    /// As the other <see cref="Publish(in PublishFrame, IMessageSink?, List{IMessageSink}, MessageEncoder?, ReadOnlySpan{byte}, long, FanoutTally?, GroupAssignments?)"/>,
     /// and hands the caller one reference to the publication's MESSAGE as sent, with its header block (built even
     /// when nobody is subscribed): what a topic's history keeps (spec §13).
     /// </summary>
-    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder, ReadOnlySpan<byte> plainPayload, long receivedAt, FanoutTally? tally, out MessageBuffer kept)
+    public int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder, ReadOnlySpan<byte> plainPayload, long receivedAt, FanoutTally? tally, GroupAssignments? groups, out MessageBuffer kept)
     {
-        int deliveries = Publish(publish, origin, toFlush, encoder, plainPayload, receivedAt, tally, keep: true, out MessageBuffer? asSent);
+        int deliveries = Publish(publish, origin, toFlush, encoder, plainPayload, receivedAt, tally, groups, keep: true, out MessageBuffer? asSent);
         kept = asSent!;
         return deliveries;
     }
 
-    private int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder, ReadOnlySpan<byte> plainPayload, long receivedAt, FanoutTally? tally, bool keep, out MessageBuffer? kept)
+    /// <summary>
+    /// Cluster (spec cluster.md §9, §11): chooses, for a publication of this node's client that is not routed here
+    /// first (a history topic's, which comes back from Redis), which node delivers each queue group, as
+    /// <see cref="Publish(in PublishFrame, IMessageSink?, List{IMessageSink}, MessageEncoder?, ReadOnlySpan{byte}, long, FanoutTally?, GroupAssignments?)"/>
+    /// would; a group chosen here is not recorded, and is delivered here when the publication comes back.
+    /// </summary>
+    public void ChooseGroups(in ReadOnlySequence<byte> topic, IMessageSink? origin, GroupAssignments groups)
+    {
+        groups.Decide();
+        Subscription[] subscriptions = Match(topic);
+        for (int i = 0; i < subscriptions.Length; i++)
+        {
+            if (subscriptions[i].Group is { } group)
+            {
+                int end = RunEnd(subscriptions, i, group);
+                ChooseMember(subscriptions.AsSpan(i, end - i), origin, groups);
+                i = end - 1;
+            }
+        }
+    }
+
+    private static int RunEnd(Subscription[] subscriptions, int start, string group)
+    {
+        int end = start + 1;
+        while (end < subscriptions.Length && string.Equals(subscriptions[end].Group, group, StringComparison.Ordinal))
+        {
+            end++;
+        }
+
+        return end;
+    }
+
+    private int Publish(in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder? encoder, ReadOnlySpan<byte> plainPayload, long receivedAt, FanoutTally? tally, GroupAssignments? groups, bool keep, out MessageBuffer? kept)
     {
         kept = null;
+        if (groups is { Deciding: true })
+        {
+            groups.Decide(); // this routing's choices only (a history evicted meanwhile routes again)
+        }
+
         Subscription[] subscriptions = Match(publish.Topic);
         tally?.Start(subscriptions.Length);
         if (subscriptions.Length == 0)
@@ -245,13 +346,8 @@ internal sealed class TopicRouter : IDisposable
             Subscription subscription = subscriptions[i];
             if (subscription.Group is { } group)
             {
-                int end = i + 1;
-                while (end < subscriptions.Length && string.Equals(subscriptions[end].Group, group, StringComparison.Ordinal))
-                {
-                    end++;
-                }
-
-                Subscription? chosen = ChooseMember(subscriptions.AsSpan(i, end - i), origin);
+                int end = RunEnd(subscriptions, i, group);
+                Subscription? chosen = ChooseMember(subscriptions.AsSpan(i, end - i), origin, groups);
                 i = end - 1;
                 if (chosen is null)
                 {
@@ -314,25 +410,64 @@ internal sealed class TopicRouter : IDisposable
 
     /// <summary>
     /// One member of a queue group (spec §14) for a publication: at random among those that may take it (not
-    /// held by a resume, not a no-echo member of the publishing connection); null when none may.
+    /// held by a resume, not a no-echo member of the publishing connection); null when none may, or when the
+    /// group is delivered on another node.
     /// </summary>
-    private static Subscription? ChooseMember(ReadOnlySpan<Subscription> members, IMessageSink? origin)
+    /// <remarks>
+    /// In a cluster (spec cluster.md §11), for this node's publication (<paramref name="groups"/> deciding), each
+    /// member elsewhere weighs as many as it stands for, so every member of the cluster is as likely as any other
+    /// (NATS weighs its routes' queue subscriptions the same way); a choice elsewhere is recorded for the envelope and
+    /// nothing is delivered here. For another node's publication, this node delivers the group only where that node's
+    /// choice says so (<see cref="GroupAssignments.DeliversHere"/>), to one of its own members.
+    /// </remarks>
+    private static Subscription? ChooseMember(ReadOnlySpan<Subscription> members, IMessageSink? origin, GroupAssignments? groups)
     {
         int eligible = 0;
+        long elsewhere = 0;
         foreach (Subscription member in members)
         {
-            eligible += IsEligible(member, origin) ? 1 : 0;
+            if (member.Node != 0)
+            {
+                elsewhere += member.Members;
+            }
+            else if (IsEligible(member, origin))
+            {
+                eligible++;
+            }
         }
 
-        if (eligible == 0)
+        if (groups is null || !groups.Deciding)
+        {
+            if (groups is not null && !groups.DeliversHere(members))
+            {
+                return null;
+            }
+
+            elsewhere = 0; // chosen here: among this node's members
+        }
+
+        long total = eligible + elsewhere;
+        if (total == 0)
         {
             return null;
         }
 
-        int pick = eligible == 1 ? 0 : Random.Shared.Next(eligible);
+        long pick = total == 1 ? 0 : Random.Shared.NextInt64(total);
         foreach (Subscription member in members)
         {
-            if (IsEligible(member, origin) && pick-- == 0)
+            if (member.Node != 0)
+            {
+                if (elsewhere > 0 && (pick -= member.Members) < 0)
+                {
+                    if (groups!.TryAssign(member.GroupId, member.Node))
+                    {
+                        return null; // delivered there
+                    }
+
+                    return eligible == 0 ? null : ChooseMember(members, origin, groups: null); // past what an envelope carries: here, if anyone may take it
+                }
+            }
+            else if (IsEligible(member, origin) && pick-- == 0)
             {
                 return member;
             }
@@ -517,7 +652,7 @@ internal sealed class TopicRouter : IDisposable
 
         if (node.Tail is { } tail)
         {
-            found.AddRange(tail.Subscriptions); // '>' matches this token and everything after it
+            AddAll(tail, found); // '>' matches this token and everything after it
         }
 
         if (node.Children is { } children && children.GetAlternateLookup<ReadOnlySpan<char>>().TryGetValue(topic.AsSpan(start, end - start), out Node? literal))
@@ -535,11 +670,20 @@ internal sealed class TopicRouter : IDisposable
     {
         if (last)
         {
-            found.AddRange(child.Subscriptions);
+            AddAll(child, found);
         }
         else
         {
             Collect(child, topic, end + 1, found);
+        }
+    }
+
+    private static void AddAll(Node node, List<Subscription> found)
+    {
+        found.AddRange(node.Subscriptions);
+        if (node.Elsewhere is { Count: > 0 } elsewhere)
+        {
+            found.AddRange(elsewhere);
         }
     }
 
@@ -573,6 +717,11 @@ internal sealed class TopicRouter : IDisposable
     {
         if (start > pattern.Length)
         {
+            if (subscription.Node != 0)
+            {
+                return node.Elsewhere?.Remove(subscription) == true;
+            }
+
             bool removed = node.Subscriptions.Remove(subscription);
             if (removed && node.Subscriptions.Count == 0)
             {
@@ -798,7 +947,10 @@ internal sealed class TopicRouter : IDisposable
 
         public HashSet<Subscription> Subscriptions { get; } = new(ReferenceEqualityComparer.Instance);
 
-        public bool IsEmpty => Subscriptions.Count == 0 && Star is null && Tail is null && (Children is null || Children.Count == 0);
+        /// <summary>Cluster: queue groups' members on other nodes with this pattern (<see cref="AddElsewhere"/>); not subscriptions of this node.</summary>
+        public HashSet<Subscription>? Elsewhere { get; set; }
+
+        public bool IsEmpty => Subscriptions.Count == 0 && (Elsewhere is null || Elsewhere.Count == 0) && Star is null && Tail is null && (Children is null || Children.Count == 0);
 
         public Node GetOrAddChild(string token)
         {

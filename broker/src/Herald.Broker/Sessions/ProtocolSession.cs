@@ -65,6 +65,7 @@ internal abstract class ProtocolSession : INoResponders
     private Permissions? _checkedTopicGrantedBy;
     private bool _interestChanged; // cluster: this session changed its subscriptions since it last waited for Redis
     private Task? _resumes; // cluster: resumes reading Redis (their replay not yet queued)
+    private GroupAssignments? _groups; // cluster: which node the router gave each queue group of a publication (made at the first)
 
     // Rate limits (publishes; subscription changes), owned by the one caller.
     private TokenBucket _publishes;
@@ -935,7 +936,7 @@ internal abstract class ProtocolSession : INoResponders
             }
 
             // A history topic in a cluster: Redis gives it its offset, and it comes back to be delivered here too.
-            sharing.ForwardKept(publish, kept, Backlog);
+            sharing.ForwardKept(publish, kept, Backlog, _groups ??= sharing.NewAssignments());
             span?.Dispose();
             Broker.Metrics.Published(Transport, publish.Topic, 0, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
             return;
@@ -944,9 +945,10 @@ internal abstract class ProtocolSession : INoResponders
         // The fan-out latency (herald.fanout.duration) of one publication in FanoutSampling: a histogram record
         // on every publication cost about 5 % of a streaming publisher's broker CPU (loadtest/docs/profile.md).
         long sampledAt = (_routed++ & (BrokerMetrics.FanoutSampling - 1)) == 0 ? receivedAt : 0;
+        GroupAssignments? groups = Broker.Cluster?.Assigning(ref _groups, publish); // cluster: queue groups chosen among every node's members
         int deliveries = Broker.History is { } histories
-            ? histories.Publish(Broker.Router, publish, Backlog, _toFlush, Broker.Encoder, plainPayload, sampledAt, tally, Limits.MaxFrameBytes)
-            : Broker.Router.Publish(publish, Backlog, _toFlush, Broker.Encoder, plainPayload, sampledAt, tally);
+            ? histories.Publish(Broker.Router, publish, Backlog, _toFlush, Broker.Encoder, plainPayload, sampledAt, tally, Limits.MaxFrameBytes, groups)
+            : Broker.Router.Publish(publish, Backlog, _toFlush, Broker.Encoder, plainPayload, sampledAt, tally, groups);
         if (span is not null)
         {
             _fanout!.WriteTo(span);
@@ -957,7 +959,7 @@ internal abstract class ProtocolSession : INoResponders
         bool unanswered = deliveries == 0 && _noResponders && publish.ReplyTo.HasValue;
         if (Broker.Cluster is { } cluster)
         {
-            cluster.Forward(publish, unanswered ? this : null); // the other nodes decide whether anyone takes the request
+            cluster.Forward(publish, unanswered ? this : null, groups); // the other nodes decide whether anyone takes the request; the groups given to them go along
         }
         else if (unanswered && AnswerNoResponders(publish.ReplyTo!.Value))
         {
