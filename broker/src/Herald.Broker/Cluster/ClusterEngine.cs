@@ -53,10 +53,10 @@ internal interface INoResponders
 /// flushed once per batch read. This node's own envelopes, which its globs may bring back, are skipped.
 /// </para>
 /// <para>
-/// <b>Queue groups</b> (spec cluster.md §11). The router may hold, beside this node's members, an entry per group and
-/// other node weighing its members there; it chooses each group's member for this node's publications among all of
-/// them, and what it chose on another node travels in the envelope (<see cref="GroupAssignments"/>), which every
-/// receiving node follows. No Redis call on a publication's path.
+/// <b>Queue groups</b> (spec cluster.md §11). The router holds, beside this node's members, an entry per group and
+/// other node weighing its members there (<see cref="ClusterGroups"/> replicates them); it chooses each group's member
+/// for this node's publications among all of them, and what it chose on another node travels in the envelope
+/// (<see cref="GroupAssignments"/>), which every receiving node follows. No Redis call on a publication's path.
 /// </para>
 /// </remarks>
 internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
@@ -69,6 +69,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private readonly int _maxPayloadBytes;
     private readonly int _maxFrameBytes;
     private readonly byte[] _channelPrefix;
+    private readonly RedisChannel _groupsChannel;
 
     private readonly Channel<InterestChange> _changes = Channel.CreateUnbounded<InterestChange>(new UnboundedChannelOptions { SingleReader = true });
     private readonly Channel<Outbound> _outbound = Channel.CreateUnbounded<Outbound>(new UnboundedChannelOptions { SingleReader = true });
@@ -108,11 +109,16 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         _maxPayloadBytes = maxPayloadBytes;
         _log = log;
         _channelPrefix = System.Text.Encoding.ASCII.GetBytes(options.ChannelPrefix);
+        _groupsChannel = RedisChannel.Literal(ClusterGroups.AnnouncementsChannel(options.ChannelPrefix));
         NodeId = BitConverter.ToUInt64(RandomNumberGenerator.GetBytes(8)) | 1; // never 0
         _signer = options.Secret is { } secret ? new EnvelopeSigner(secret) : null;
         Nodes = new ClusterNodes(options, NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), serverName, RulesOf(history));
         Sessions = new SharedSessions(this);
+        Groups = new ClusterGroups(this, router, log);
     }
+
+    /// <summary>The cluster's queue groups, as this node's router holds them (spec cluster.md §11).</summary>
+    public ClusterGroups Groups { get; }
 
     /// <summary>Which node delivers each queue group of a publication (spec cluster.md §11), for one publisher or reader.</summary>
     public GroupAssignments NewAssignments() => new(NodeId);
@@ -206,7 +212,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     /// <summary>Pattern changes queued and not yet in Redis.</summary>
     public long PendingInterest => Math.Max(0, Interlocked.Read(ref _requested) - Interlocked.Read(ref _applied));
 
-    public bool IsSettled => Interlocked.Read(ref _applied) >= Interlocked.Read(ref _requested);
+    public bool IsSettled => Interlocked.Read(ref _applied) >= Interlocked.Read(ref _requested) && Groups.IsSettled;
 
     public async Task StartAsync(CancellationToken cancellationToken)
     {
@@ -228,6 +234,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             Metrics?.Reconnected();
             _log.ClusterRedisRestored(e.EndPoint?.ToString());
             _changes.Writer.TryWrite(InterestChange.Resync); // subscriptions that failed meanwhile are made again
+            Groups.Resync(); // Redis may have restarted empty: this node's queue groups are written again
             _ = ListenForSessionsAsync();
             _outbound.Writer.TryWrite(new Outbound([], [], 0, null, null)); // the writer sends what waited for Redis
             Interlocked.Increment(ref _restores); // history topics: a gap from now on may be the outage's, repaired from the streams
@@ -240,6 +247,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         }
 
         await ListenForSessionsAsync().ConfigureAwait(false);
+        await Groups.StartAsync(_subscriber, _stop.Token).ConfigureAwait(false); // the others' groups, before this node routes anything
         _running = true;
         _router.Listen(this); // every pattern subscribed so far, then every change
         _worker = Task.Run(InterestLoopAsync, CancellationToken.None);
@@ -276,6 +284,15 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         _outbound.Writer.TryComplete();
         _changes.Writer.TryComplete();
         await Task.WhenAny(_writer, Task.Delay(TimeSpan.FromSeconds(5), CancellationToken.None)).ConfigureAwait(false);
+        try
+        {
+            await Groups.LeaveAsync().WaitAsync(TimeSpan.FromSeconds(2), CancellationToken.None).ConfigureAwait(false); // no publication is given to this node's groups any more
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            // Unreachable: the others drop this node's groups with the node, after three silent intervals.
+        }
+
         _stop.Cancel();
         await Task.WhenAny(Task.WhenAll(_worker, _heartbeat), Task.Delay(TimeSpan.FromSeconds(5), CancellationToken.None)).ConfigureAwait(false);
         try
@@ -295,6 +312,8 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
             _settledWaiters.Clear();
         }
+
+        Groups.ReleaseWaiters();
     }
 
     public async ValueTask DisposeAsync()
@@ -331,7 +350,9 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
             {
                 try
                 {
+                    long takenAt = Stopwatch.GetTimestamp();
                     await Nodes.BeatAsync(_redis.GetDatabase()).ConfigureAwait(false);
+                    await Groups.BeatAsync(_redis.GetDatabase(), Nodes.Known, takenAt).ConfigureAwait(false);
                     foreach (ClusterNode other in Nodes.NewlyDiffering())
                     {
                         _log.ClusterHistoryRulesDiffer(other.Id, other.Name, other.History, Nodes.HistoryRules);
@@ -360,8 +381,22 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         _changes.Writer.TryWrite(new InterestChange(pattern, Added: false));
     }
 
-    /// <summary>Completes when every pattern change queued before this call is in Redis (or failed and was logged: Redis unreachable).</summary>
+    public void MemberAdded(Subscription member) => Groups.MemberAdded(member);
+
+    public void MemberRemoved(Subscription member) => Groups.MemberRemoved(member);
+
+    /// <summary>
+    /// Completes when every pattern change queued before this call is in Redis (or failed and was logged: Redis
+    /// unreachable), and every queue group member change is written and announced (spec cluster.md §11).
+    /// </summary>
     public Task WhenSettledAsync()
+    {
+        Task groups = _running ? Groups.WhenSettledAsync() : Task.CompletedTask;
+        Task interest = WhenInterestSettledAsync();
+        return groups.IsCompleted ? interest : interest.IsCompleted ? groups : Task.WhenAll(interest, groups);
+    }
+
+    private Task WhenInterestSettledAsync()
     {
         long target = Interlocked.Read(ref _requested);
         if (Interlocked.Read(ref _applied) >= target || !_running)
@@ -565,7 +600,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
                     message = await inbound.Queue.ReadAsync(stop.Token).ConfigureAwait(false);
                 }
 
-                if (Deliver(inbound, message.Message, toFlush) is { } gap)
+                if (Deliver(inbound, message.Channel, message.Message, toFlush) is { } gap)
                 {
                     await RepairAsync(inbound, gap, toFlush).ConfigureAwait(false); // rare: only after a Redis outage
                 }
@@ -582,12 +617,16 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     }
 
     /// <returns>Null, or a history publication held back for the gap before it (<see cref="RepairAsync"/>).</returns>
-    private Gap? Deliver(Inbound inbound, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
+    private Gap? Deliver(Inbound inbound, RedisChannel channel, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
     {
         bool positioned = ClusterHistory.TryReadPositioned(bytes, out ulong offset, out string epoch, out ReadOnlyMemory<byte> envelope);
         if (!ClusterEnvelope.TryRead(positioned ? envelope : bytes, inbound.Signer, out ulong origin, out ulong sequence, out ReadOnlyMemory<byte> assignments, out ReadOnlyMemory<byte> body))
         {
-            Metrics?.InvalidOne();
+            if (channel != _groupsChannel)
+            {
+                Metrics?.InvalidOne(); // (a node's announcement of its queue groups, which a glob over every topic brings too, is not an envelope)
+            }
+
             return null;
         }
 

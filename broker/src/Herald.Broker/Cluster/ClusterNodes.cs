@@ -5,7 +5,8 @@ namespace Herald.Broker.Cluster;
 
 /// <summary>One node of the cluster as the others see it (spec cluster.md §5).</summary>
 /// <param name="History">The node's history rules (<see cref="ClusterNodes.HistoryRules"/>): every node must have the same (spec cluster.md §9).</param>
-internal sealed record ClusterNode(string Id, string Name, string Host, DateTimeOffset Started, DateTimeOffset LastSeen, bool Self, string History = "");
+/// <param name="Groups">The version of the node's queue groups in Redis at its last heartbeat (spec cluster.md §11).</param>
+internal sealed record ClusterNode(string Id, string Name, string Host, DateTimeOffset Started, DateTimeOffset LastSeen, bool Self, string History = "", long Groups = 0);
 
 /// <summary>
 /// The cluster's members, kept in Redis by every node (spec cluster.md §5): a sorted set
@@ -23,6 +24,15 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
     private readonly RedisKey _covers = options.ChannelPrefix + "covers";
     private readonly DateTimeOffset _started = DateTimeOffset.UtcNow;
     private volatile ClusterNode[] _known = [];
+
+    /// <summary>The version of this node's queue groups last written (spec cluster.md §11): its heartbeat shows it to the others.</summary>
+    public long GroupsVersion
+    {
+        get => Interlocked.Read(ref _groupsVersion);
+        set => Interlocked.Exchange(ref _groupsVersion, value);
+    }
+
+    private long _groupsVersion;
 
     /// <summary>The ids of the members at the last heartbeat (a new set each time: safe to read from any thread).</summary>
     public HashSet<ulong> MemberIds { get; private set; } = [];
@@ -55,7 +65,7 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
     {
         DateTimeOffset now = DateTimeOffset.UtcNow;
         TimeSpan expiry = options.HeartbeatInterval * 3;
-        await redis.HashSetAsync(_self, [new("name", serverName), new("host", Environment.MachineName), new("started", _started.ToUnixTimeMilliseconds()), new("history", historyRules)]).ConfigureAwait(false);
+        await redis.HashSetAsync(_self, [new("name", serverName), new("host", Environment.MachineName), new("started", _started.ToUnixTimeMilliseconds()), new("history", historyRules), new("groups", GroupsVersion)]).ConfigureAwait(false);
         await redis.KeyExpireAsync(_self, expiry).ConfigureAwait(false);
         await redis.SortedSetAddAsync(_members, nodeId, now.ToUnixTimeMilliseconds()).ConfigureAwait(false);
         await redis.SortedSetRemoveRangeByScoreAsync(_members, double.NegativeInfinity, (now - expiry).ToUnixTimeMilliseconds()).ConfigureAwait(false);
@@ -72,7 +82,8 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
             HashEntry[] fields = await redis.HashGetAllAsync(options.ChannelPrefix + "node:" + id).ConfigureAwait(false);
             Dictionary<string, string> values = fields.ToDictionary(f => f.Name.ToString(), f => f.Value.ToString());
             DateTimeOffset started = long.TryParse(values.GetValueOrDefault("started"), NumberStyles.None, CultureInfo.InvariantCulture, out long ms) ? DateTimeOffset.FromUnixTimeMilliseconds(ms) : default;
-            known.Add(new ClusterNode(id, values.GetValueOrDefault("name") ?? "", values.GetValueOrDefault("host") ?? "", started, DateTimeOffset.FromUnixTimeMilliseconds((long)member.Score), Self: false, values.GetValueOrDefault("history") ?? ""));
+            long groups = long.TryParse(values.GetValueOrDefault("groups"), NumberStyles.None, CultureInfo.InvariantCulture, out long version) ? version : 0;
+            known.Add(new ClusterNode(id, values.GetValueOrDefault("name") ?? "", values.GetValueOrDefault("host") ?? "", started, DateTimeOffset.FromUnixTimeMilliseconds((long)member.Score), Self: false, values.GetValueOrDefault("history") ?? "", groups));
         }
 
         // Covers of nodes no longer members (killed): they would make requests wait instead of failing fast.

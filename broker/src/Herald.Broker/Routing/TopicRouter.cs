@@ -114,6 +114,14 @@ internal sealed class TopicRouter : IDisposable
                     listener.PatternAdded(first.Pattern); // every subscription of a node has its pattern
                     break;
                 }
+
+                foreach (Subscription subscription in node.Subscriptions)
+                {
+                    if (subscription.Group is not null)
+                    {
+                        listener.MemberAdded(subscription);
+                    }
+                }
             }
         }
         finally
@@ -166,6 +174,11 @@ internal sealed class TopicRouter : IDisposable
 
             node.Subscriptions.Add(subscription);
             _subscriptionCount++;
+            if (subscription.Group is not null)
+            {
+                _interest?.MemberAdded(subscription);
+            }
+
             Invalidate(subscription.Pattern);
             _metrics?.SubscriptionChanged();
         }
@@ -186,6 +199,11 @@ internal sealed class TopicRouter : IDisposable
             }
 
             _subscriptionCount--;
+            if (subscription.Group is not null)
+            {
+                _interest?.MemberRemoved(subscription);
+            }
+
             Invalidate(subscription.Pattern);
             _metrics?.SubscriptionChanged();
             return true;

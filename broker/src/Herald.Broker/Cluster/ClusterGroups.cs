@@ -1,0 +1,498 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Text;
+using System.Threading.Channels;
+using Herald.Broker.Routing;
+using Herald.Broker.Telemetry;
+using Herald.Protocol;
+using Microsoft.Extensions.Logging;
+using StackExchange.Redis;
+
+namespace Herald.Broker.Cluster;
+
+/// <summary>
+/// The cluster's queue groups (spec cluster.md §11): which node holds how many members of which group, replicated to
+/// every node's router, so that the node a publication comes from chooses one member among all of the cluster's, from
+/// memory, and names the node it chose in the envelope.
+/// </summary>
+/// <remarks>
+/// <para>
+/// <b>This node's groups.</b> The router tells the engine of every member that comes or goes (under its lock: recorded
+/// only). One worker counts them per group and writes what changed into the hash <c>{prefix}g:{id}</c> (field: the
+/// group's key <c>pattern queue identity</c>, value: its members here; <c>version</c>: a number raised at every write),
+/// with an expiry of three heartbeats renewed at each, and announces the new version on <c>{prefix}.groups</c>
+/// (<c>{id} {version}</c>): one transaction per batch of changes, off every client's path.
+/// </para>
+/// <para>
+/// <b>The others'.</b> The same worker reads a node's hash again when an announcement or a heartbeat (field
+/// <c>groups</c> of its member hash) shows a version it has not read, and gives the router one entry per group and node
+/// (<see cref="Subscription.Elsewhere"/>) weighing as many members as it holds; a node that left the member list
+/// (stopped, or silent for three heartbeats, spec §5) is dropped. Announcements are pub/sub: one lost (a reconnection)
+/// is made up for by the next heartbeat.
+/// </para>
+/// <para>Not thread-safe but for the calls marked otherwise: the worker owns the tables.</para>
+/// </remarks>
+internal sealed class ClusterGroups
+{
+    private readonly ClusterEngine _engine;
+    private readonly TopicRouter _router;
+    private readonly ILogger _log;
+    private readonly string _prefix;
+    private readonly RedisKey _own;
+    private readonly RedisChannel _announcements;
+    private readonly Channel<Work> _work = Channel.CreateUnbounded<Work>(new UnboundedChannelOptions { SingleReader = true });
+    private readonly Lock _settledGate = new();
+    private readonly List<(long Target, TaskCompletionSource Done)> _settledWaiters = [];
+    private long _requested;
+    private long _applied;
+    private long _version;
+
+    // The worker's.
+    private readonly Dictionary<string, int> _local = new(StringComparer.Ordinal);
+    private readonly HashSet<string> _changed = new(StringComparer.Ordinal);
+    private readonly Dictionary<ulong, NodeGroups> _nodes = [];
+    private bool _rewrite;
+
+    public ClusterGroups(ClusterEngine engine, TopicRouter router, ILogger log)
+    {
+        _engine = engine;
+        _router = router;
+        _log = log;
+        _prefix = engine.Options.ChannelPrefix;
+        _own = KeyOf(_prefix, engine.NodeId);
+        _announcements = RedisChannel.Literal(AnnouncementsChannel(_prefix));
+    }
+
+    /// <summary>The channel a node announces a change of its groups on: no topic starts with '.', so no publication's channel is this one.</summary>
+    public static string AnnouncementsChannel(string prefix) => prefix + ".groups";
+
+    /// <summary>The hash of <paramref name="node"/>'s groups.</summary>
+    public static RedisKey KeyOf(string prefix, ulong node) => prefix + "g:" + node.ToString("x16", CultureInfo.InvariantCulture);
+
+    /// <summary>The version of this node's groups last written (its heartbeat shows it to the others). Any thread.</summary>
+    public long Version => Interlocked.Read(ref _version);
+
+    /// <summary>Whether every member change recorded so far is in Redis (or failed: Redis unreachable). Any thread.</summary>
+    public bool IsSettled => Interlocked.Read(ref _applied) >= Interlocked.Read(ref _requested);
+
+    /// <summary>A member of this node joined a group (the router, under its lock: recorded only). Any thread.</summary>
+    public void MemberAdded(Subscription member) => Record(member.Group!, +1);
+
+    /// <summary>A member of this node left a group (the router, under its lock: recorded only). Any thread.</summary>
+    public void MemberRemoved(Subscription member) => Record(member.Group!, -1);
+
+    private void Record(string group, int change)
+    {
+        Interlocked.Increment(ref _requested);
+        _work.Writer.TryWrite(new Work(WorkKind.Member, group, change, 0, 0, null, 0));
+    }
+
+    /// <summary>Listens for the others' announcements, reads their groups as they are now, and starts the worker.</summary>
+    public async Task StartAsync(ISubscriber subscriber, CancellationToken stop)
+    {
+        _subscriber = subscriber;
+        try
+        {
+            await ListenAsync().ConfigureAwait(false);
+            RedisValue[] members = await _engine.Database.SortedSetRangeByRankAsync(_prefix + "nodes").ConfigureAwait(false);
+            long takenAt = Stopwatch.GetTimestamp();
+            foreach (RedisValue member in members)
+            {
+                if (ulong.TryParse(member.ToString(), NumberStyles.AllowHexSpecifier, CultureInfo.InvariantCulture, out ulong node) && node != _engine.NodeId)
+                {
+                    await ReadAsync(node, takenAt).ConfigureAwait(false);
+                }
+            }
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            _log.ClusterSubscribeFailed(AnnouncementsChannel(_prefix), e.Message); // made up for when Redis is back (the heartbeats)
+        }
+
+        _worker = Task.Run(() => WorkAsync(stop), CancellationToken.None);
+    }
+
+    private Task _worker = Task.CompletedTask;
+    private ISubscriber? _subscriber;
+    private int _listening;
+
+    /// <summary>Subscribes to the announcements, unless subscribed (StackExchange.Redis makes it again after a reconnection) or being subscribed.</summary>
+    private async Task ListenAsync()
+    {
+        if (Interlocked.CompareExchange(ref _listening, 1, 0) != 0)
+        {
+            return;
+        }
+
+        try
+        {
+            await _subscriber!.SubscribeAsync(_announcements, (_, message) => Announced(message)).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            _subscriber!.Unsubscribe(_announcements, handler: null, CommandFlags.FireAndForget); // forgotten here too: made again when Redis is back
+            Volatile.Write(ref _listening, 0);
+            throw;
+        }
+    }
+
+    /// <summary>At a graceful stop, once the sessions are gone: the last changes written, then this node's groups removed and announced.</summary>
+    public async Task LeaveAsync()
+    {
+        _work.Writer.TryComplete();
+        await _worker.ConfigureAwait(false);
+        IDatabase db = _engine.Database;
+        ITransaction leave = db.CreateTransaction();
+        _ = leave.KeyDeleteAsync(_own);
+        _ = leave.PublishAsync(_announcements, Announcement(Interlocked.Increment(ref _version)));
+        await leave.ExecuteAsync().ConfigureAwait(false);
+    }
+
+    /// <summary>
+    /// At each heartbeat, with the member list it read: renews this node's hash (written again if Redis lost it), and
+    /// has the worker read the nodes whose groups changed unannounced and drop the nodes that left. Caller: the heartbeat.
+    /// </summary>
+    public async Task BeatAsync(IDatabase db, IReadOnlyList<ClusterNode> known, long takenAt)
+    {
+        if (!await db.KeyExpireAsync(_own, 3 * _engine.Options.HeartbeatInterval).ConfigureAwait(false) && Version > 0)
+        {
+            _work.Writer.TryWrite(new Work(WorkKind.Lost, null, 0, 0, 0, null, 0));
+        }
+
+        _work.Writer.TryWrite(new Work(WorkKind.Members, null, 0, 0, 0, known, takenAt));
+    }
+
+    /// <summary>Redis is reachable again: this node's groups are written anew (Redis may have restarted empty). Any thread.</summary>
+    public void Resync()
+    {
+        _work.Writer.TryWrite(new Work(WorkKind.Lost, null, 0, 0, 0, null, 0));
+        _ = ListenAgainAsync();
+    }
+
+    private async Task ListenAgainAsync()
+    {
+        if (_subscriber is null)
+        {
+            return; // not started: the start listens
+        }
+
+        try
+        {
+            await ListenAsync().ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            _log.ClusterSubscribeFailed(AnnouncementsChannel(_prefix), e.Message); // tried again at the next reconnection
+        }
+    }
+
+    /// <summary>Completes when every member change recorded before this call is in Redis (or failed: Redis unreachable).</summary>
+    public Task WhenSettledAsync()
+    {
+        long target = Interlocked.Read(ref _requested);
+        if (Interlocked.Read(ref _applied) >= target)
+        {
+            return Task.CompletedTask;
+        }
+
+        var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        lock (_settledGate)
+        {
+            if (Interlocked.Read(ref _applied) >= target)
+            {
+                return Task.CompletedTask;
+            }
+
+            _settledWaiters.Add((target, done));
+        }
+
+        return done.Task;
+    }
+
+    /// <summary>Lets every waiter go (stopping).</summary>
+    public void ReleaseWaiters() => Settled(long.MaxValue);
+
+    private void Settled(long applied)
+    {
+        lock (_settledGate)
+        {
+            for (int i = _settledWaiters.Count - 1; i >= 0; i--)
+            {
+                if (_settledWaiters[i].Target <= applied)
+                {
+                    _settledWaiters[i].Done.TrySetResult();
+                    _settledWaiters.RemoveAt(i);
+                }
+            }
+        }
+    }
+
+    /// <summary>Another node's announcement (Redis's thread): its groups are read again if this node has not read that version.</summary>
+    private void Announced(RedisValue message)
+    {
+        string text = message.ToString();
+        int space = text.IndexOf(' ', StringComparison.Ordinal);
+        if (space > 0
+            && ulong.TryParse(text.AsSpan(0, space), NumberStyles.AllowHexSpecifier, CultureInfo.InvariantCulture, out ulong node)
+            && long.TryParse(text.AsSpan(space + 1), NumberStyles.None, CultureInfo.InvariantCulture, out long version)
+            && node != _engine.NodeId)
+        {
+            _work.Writer.TryWrite(new Work(WorkKind.Announced, null, 0, node, version, null, 0));
+        }
+    }
+
+    private string Announcement(long version) => string.Create(CultureInfo.InvariantCulture, $"{_engine.NodeId:x16} {version}");
+
+    private async Task WorkAsync(CancellationToken stop)
+    {
+        ChannelReader<Work> work = _work.Reader;
+        var toRead = new Dictionary<ulong, long>();
+        try
+        {
+            while (await work.WaitToReadAsync(stop).ConfigureAwait(false))
+            {
+                long taken = 0;
+                Work? members = null;
+                while (work.TryRead(out Work item))
+                {
+                    switch (item.Kind)
+                    {
+                        case WorkKind.Member:
+                            taken++;
+                            int count = _local.GetValueOrDefault(item.Group!) + item.Change;
+                            if (count > 0)
+                            {
+                                _local[item.Group!] = count;
+                            }
+                            else
+                            {
+                                _local.Remove(item.Group!);
+                            }
+
+                            _changed.Add(item.Group!);
+                            break;
+                        case WorkKind.Lost:
+                            _rewrite = true;
+                            break;
+                        case WorkKind.Announced:
+                            if (!_nodes.TryGetValue(item.Node, out NodeGroups? seen) || seen.Version < item.Version)
+                            {
+                                toRead[item.Node] = Stopwatch.GetTimestamp();
+                            }
+
+                            break;
+                        case WorkKind.Members:
+                            members = item;
+                            break;
+                    }
+                }
+
+                if (_changed.Count > 0 || _rewrite)
+                {
+                    await WriteAsync().ConfigureAwait(false);
+                }
+
+                Settled(Interlocked.Add(ref _applied, taken));
+                if (members is { } list)
+                {
+                    Follow(list.Known!, list.TakenAt, toRead);
+                }
+
+                foreach ((ulong node, long takenAt) in toRead)
+                {
+                    await ReadAsync(node, takenAt).ConfigureAwait(false);
+                }
+
+                toRead.Clear();
+            }
+        }
+        catch (OperationCanceledException)
+        {
+            // Stopping.
+        }
+    }
+
+    /// <summary>Writes what changed of this node's groups (all of them after a loss) and announces the new version. Caller: the worker.</summary>
+    private async Task WriteAsync()
+    {
+        long version = Interlocked.Read(ref _version) + 1;
+        var set = new List<HashEntry> { new("version", version) };
+        var removed = new List<RedisValue>();
+        foreach (string group in _rewrite ? (IEnumerable<string>)_local.Keys : _changed)
+        {
+            if (_local.TryGetValue(group, out int count))
+            {
+                set.Add(new HashEntry(group, count));
+            }
+            else
+            {
+                removed.Add(group);
+            }
+        }
+
+        try
+        {
+            ITransaction write = _engine.Database.CreateTransaction();
+            if (_rewrite)
+            {
+                _ = write.KeyDeleteAsync(_own);
+            }
+
+            if (removed.Count > 0)
+            {
+                _ = write.HashDeleteAsync(_own, [.. removed]);
+            }
+
+            _ = write.HashSetAsync(_own, [.. set]);
+            _ = write.KeyExpireAsync(_own, 3 * _engine.Options.HeartbeatInterval);
+            _ = write.PublishAsync(_announcements, Announcement(version));
+            if (await write.ExecuteAsync().ConfigureAwait(false))
+            {
+                Interlocked.Exchange(ref _version, version);
+                _engine.Nodes.GroupsVersion = version;
+                _changed.Clear();
+                _rewrite = false;
+                return;
+            }
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            _log.ClusterSubscribeFailed(_own.ToString(), e.Message);
+        }
+
+        _rewrite = true; // all of it again with the next change, heartbeat or reconnection
+        _changed.Clear();
+    }
+
+    /// <summary>The heartbeat's member list: nodes gone are dropped, nodes whose groups changed unannounced read. Caller: the worker.</summary>
+    private void Follow(IReadOnlyList<ClusterNode> known, long takenAt, Dictionary<ulong, long> toRead)
+    {
+        var live = new HashSet<ulong>();
+        foreach (ClusterNode node in known)
+        {
+            if (node.Self || !ulong.TryParse(node.Id, NumberStyles.AllowHexSpecifier, CultureInfo.InvariantCulture, out ulong id))
+            {
+                continue;
+            }
+
+            live.Add(id);
+            if (!_nodes.TryGetValue(id, out NodeGroups? seen) ? node.Groups > 0 : seen.Version < node.Groups)
+            {
+                toRead.TryAdd(id, takenAt);
+            }
+        }
+
+        foreach ((ulong id, NodeGroups groups) in _nodes.ToArray())
+        {
+            if (!live.Contains(id) && groups.ReadAt < takenAt && !toRead.ContainsKey(id))
+            {
+                Apply(id, groups, new Dictionary<string, int>(), groups.Version); // it left (or died): none of its members is chosen any more
+                _nodes.Remove(id);
+            }
+        }
+    }
+
+    /// <summary>Reads <paramref name="node"/>'s groups and gives the router what changed. Caller: the worker (or the start, before it).</summary>
+    private async Task ReadAsync(ulong node, long takenAt)
+    {
+        HashEntry[] fields;
+        try
+        {
+            fields = await _engine.Database.HashGetAllAsync(KeyOf(_prefix, node)).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            return; // read again at the next announcement or heartbeat
+        }
+
+        long version = 0;
+        var members = new Dictionary<string, int>(fields.Length, StringComparer.Ordinal);
+        foreach (HashEntry field in fields)
+        {
+            string name = field.Name.ToString();
+            if (name == "version")
+            {
+                _ = long.TryParse(field.Value.ToString(), NumberStyles.None, CultureInfo.InvariantCulture, out version);
+            }
+            else if (field.Value.TryParse(out int count) && count > 0 && IsGroupKey(name))
+            {
+                members[name] = count;
+            }
+        }
+
+        if (!_nodes.TryGetValue(node, out NodeGroups? groups))
+        {
+            groups = _nodes[node] = new NodeGroups();
+        }
+
+        groups.ReadAt = Math.Max(groups.ReadAt, takenAt);
+        Apply(node, groups, members, Math.Max(version, groups.Version));
+    }
+
+    /// <summary>Makes the router hold exactly <paramref name="members"/> for <paramref name="node"/>.</summary>
+    private void Apply(ulong node, NodeGroups groups, Dictionary<string, int> members, long version)
+    {
+        groups.Version = version;
+        foreach ((string key, Subscription entry) in groups.Entries.ToArray())
+        {
+            if (!members.ContainsKey(key))
+            {
+                _router.RemoveElsewhere(entry);
+                groups.Entries.Remove(key);
+            }
+        }
+
+        foreach ((string key, int count) in members)
+        {
+            if (groups.Entries.TryGetValue(key, out Subscription? entry))
+            {
+                entry.Members = count; // a weight: no cached match changes
+            }
+            else
+            {
+                (string pattern, string queue, string identity) = Parse(key);
+                entry = Subscription.Elsewhere(node, pattern, queue, identity, count);
+                _router.AddElsewhere(entry);
+                groups.Entries[key] = entry;
+            }
+        }
+    }
+
+    /// <summary>Whether <paramref name="key"/> is <c>pattern queue identity</c> with a valid pattern and queue name (what Redis holds is checked before the router takes it).</summary>
+    private static bool IsGroupKey(string key)
+    {
+        int first = key.IndexOf(' ', StringComparison.Ordinal);
+        int second = first < 0 ? -1 : key.IndexOf(' ', first + 1);
+        return second > 0
+            && Topic.ValidatePattern(Encoding.UTF8.GetBytes(key[..first]), int.MaxValue) == ErrorCode.None
+            && Topic.IsQueueName(key.AsSpan(first + 1, second - first - 1));
+    }
+
+    private static (string Pattern, string Queue, string Identity) Parse(string key)
+    {
+        int first = key.IndexOf(' ', StringComparison.Ordinal);
+        int second = key.IndexOf(' ', first + 1);
+        return (key[..first], key[(first + 1)..second], key[(second + 1)..]);
+    }
+
+    private enum WorkKind
+    {
+        Member,
+        Announced,
+        Members,
+        Lost,
+    }
+
+    private readonly record struct Work(WorkKind Kind, string? Group, int Change, ulong Node, long Version, IReadOnlyList<ClusterNode>? Known, long TakenAt);
+
+    /// <summary>One other node's groups as last read: the router's entries for them.</summary>
+    private sealed class NodeGroups
+    {
+        public long Version { get; set; }
+
+        /// <summary>When the member list or announcement that asked for the last read was taken (a list older than it cannot drop the node).</summary>
+        public long ReadAt { get; set; }
+
+        public Dictionary<string, Subscription> Entries { get; } = new(StringComparer.Ordinal);
+    }
+}
