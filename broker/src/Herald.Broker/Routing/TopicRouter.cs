@@ -471,30 +471,39 @@ internal sealed class TopicRouter : IDisposable
         }
 
         long pick = total == 1 ? 0 : Random.Shared.NextInt64(total);
+        Subscription? last = null; // the last candidate: taken if the weights or eligibility moved since they were counted
         foreach (Subscription member in members)
         {
             if (member.Node != 0)
             {
-                if (elsewhere > 0 && (pick -= member.Members) < 0)
+                if (elsewhere > 0)
                 {
-                    if (groups!.TryAssign(member.GroupId, member.Node))
+                    last = member;
+                    if ((pick -= member.Members) < 0)
                     {
-                        return null; // delivered there
+                        return Elsewhere(members, member, origin, groups!, eligible);
                     }
-
-                    return eligible == 0 ? null : ChooseMember(members, origin, groups: null); // past what an envelope carries: here, if anyone may take it
                 }
             }
-            else if (IsEligible(member, origin) && pick-- == 0)
+            else if (IsEligible(member, origin))
             {
-                return member;
+                last = member;
+                if (pick-- == 0)
+                {
+                    return member;
+                }
             }
         }
 
-        return null;
+        return last is { Node: not 0 } ? Elsewhere(members, last, origin, groups!, eligible) : last;
 
         static bool IsEligible(Subscription member, IMessageSink? origin) =>
             !member.Held && !(member.NoEcho && ReferenceEquals(member.Sink, origin));
+
+        // Chosen on another node: recorded for the envelope, nothing delivered here; past what an envelope carries,
+        // a member here if one may take it.
+        static Subscription? Elsewhere(ReadOnlySpan<Subscription> members, Subscription chosen, IMessageSink? origin, GroupAssignments groups, int eligible) =>
+            groups.TryAssign(chosen.GroupId, chosen.Node) || eligible == 0 ? null : ChooseMember(members, origin, groups: null);
     }
 
     /// <summary>
