@@ -28,7 +28,7 @@ namespace Herald.Broker.Cluster;
 /// <c>groups</c> of its member hash) shows a version it has not read, and gives the router one entry per group and node
 /// (<see cref="Subscription.Elsewhere"/>) weighing as many members as it holds; a node that left the member list
 /// (stopped, or silent for three heartbeats, spec §5) is dropped. Announcements are pub/sub: one lost (a reconnection)
-/// is made up for by the next heartbeat.
+/// is made up for within two heartbeats (the writer's shows the version, the reader's reads it).
 /// </para>
 /// <para>Not thread-safe but for the calls marked otherwise: the worker owns the tables.</para>
 /// </remarks>
