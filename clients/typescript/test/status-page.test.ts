@@ -113,7 +113,7 @@ test(
 
     // Real traffic: a subscriber and two publishers over TCP, and a long-poll subscriber whose name is HTML.
     const subscriber = await clients.open(broker!.tcpUrl, { name: "status-subscriber" });
-    const poller = await clients.open(broker!.httpUrl, { name: "<b>poller</b>" });
+    const poller = await clients.open(broker!.httpUrl, { name: "<b>poller</b>", transport: "longpoll" }); // http:// alone would take the WebSocket
     const publishers: HeraldClient[] = [
       await clients.open(broker!.tcpUrl, { name: "status-publisher-1" }),
       await clients.open(broker!.tcpUrl, { name: "status-publisher-2" }),
