@@ -74,8 +74,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private readonly Channel<InterestChange> _changes = Channel.CreateUnbounded<InterestChange>(new UnboundedChannelOptions { SingleReader = true });
     private readonly Channel<Outbound> _outbound = Channel.CreateUnbounded<Outbound>(new UnboundedChannelOptions { SingleReader = true });
     private readonly CancellationTokenSource _stop = new();
-    private readonly Lock _settledGate = new();
-    private readonly List<(long Target, TaskCompletionSource Done)> _settledWaiters = [];
+    private readonly SettleCounter _interestSettle = new();
 
     // Owned by the interest worker.
     private readonly InterestCover _cover = new();
@@ -86,8 +85,6 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private Task _worker = Task.CompletedTask;
     private Task _writer = Task.CompletedTask;
     private Task _heartbeat = Task.CompletedTask;
-    private long _requested;
-    private long _applied;
     private long _forwardBytes;
     private ulong _sequence; // the writer's
     private IServer? _publishVia; // the writer's
@@ -210,9 +207,9 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     public IReadOnlyList<string> RedisEndpoints => [.. ConfigurationOptions.Parse(_options.Redis!).EndPoints.Select(e => e.ToString() ?? "")];
 
     /// <summary>Pattern changes queued and not yet in Redis.</summary>
-    public long PendingInterest => Math.Max(0, Interlocked.Read(ref _requested) - Interlocked.Read(ref _applied));
+    public long PendingInterest => _interestSettle.Pending;
 
-    public bool IsSettled => Interlocked.Read(ref _applied) >= Interlocked.Read(ref _requested) && Groups.IsSettled;
+    public bool IsSettled => _interestSettle.IsSettled && Groups.IsSettled;
 
     public async Task StartAsync(CancellationToken cancellationToken)
     {
@@ -303,16 +300,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         {
             // Unreachable: the others drop this node after three silent intervals.
         }
-        lock (_settledGate)
-        {
-            foreach ((_, TaskCompletionSource done) in _settledWaiters)
-            {
-                done.TrySetResult();
-            }
-
-            _settledWaiters.Clear();
-        }
-
+        _interestSettle.ReleaseAll();
         Groups.ReleaseWaiters();
     }
 
@@ -371,13 +359,13 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
     public void PatternAdded(string pattern)
     {
-        Interlocked.Increment(ref _requested);
+        _interestSettle.Requested();
         _changes.Writer.TryWrite(new InterestChange(pattern, Added: true));
     }
 
     public void PatternRemoved(string pattern)
     {
-        Interlocked.Increment(ref _requested);
+        _interestSettle.Requested();
         _changes.Writer.TryWrite(new InterestChange(pattern, Added: false));
     }
 
@@ -396,27 +384,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         return groups.IsCompleted ? interest : interest.IsCompleted ? groups : Task.WhenAll(interest, groups);
     }
 
-    private Task WhenInterestSettledAsync()
-    {
-        long target = Interlocked.Read(ref _requested);
-        if (Interlocked.Read(ref _applied) >= target || !_running)
-        {
-            return Task.CompletedTask;
-        }
-
-        var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        lock (_settledGate)
-        {
-            if (Interlocked.Read(ref _applied) >= target)
-            {
-                return Task.CompletedTask;
-            }
-
-            _settledWaiters.Add((target, done));
-        }
-
-        return done.Task;
-    }
+    private Task WhenInterestSettledAsync() => _running ? _interestSettle.WhenSettledAsync() : Task.CompletedTask;
 
     private async Task InterestLoopAsync()
     {
@@ -453,27 +421,12 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
                     _log.ClusterInterestFailed(e);
                 }
 
-                Settled(Interlocked.Add(ref _applied, taken));
+                _interestSettle.Applied(taken);
             }
         }
         catch (OperationCanceledException)
         {
             // Stopping.
-        }
-    }
-
-    private void Settled(long applied)
-    {
-        lock (_settledGate)
-        {
-            for (int i = _settledWaiters.Count - 1; i >= 0; i--)
-            {
-                if (_settledWaiters[i].Target <= applied)
-                {
-                    _settledWaiters[i].Done.TrySetResult();
-                    _settledWaiters.RemoveAt(i);
-                }
-            }
         }
     }
 

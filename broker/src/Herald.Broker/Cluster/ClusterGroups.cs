@@ -41,10 +41,7 @@ internal sealed class ClusterGroups
     private readonly RedisKey _own;
     private readonly RedisChannel _announcements;
     private readonly Channel<Work> _work = Channel.CreateUnbounded<Work>(new UnboundedChannelOptions { SingleReader = true });
-    private readonly Lock _settledGate = new();
-    private readonly List<(long Target, TaskCompletionSource Done)> _settledWaiters = [];
-    private long _requested;
-    private long _applied;
+    private readonly SettleCounter _settle = new();
     private long _version;
 
     // The worker's.
@@ -73,7 +70,7 @@ internal sealed class ClusterGroups
     public long Version => Interlocked.Read(ref _version);
 
     /// <summary>Whether every member change recorded so far is in Redis (or failed: Redis unreachable). Any thread.</summary>
-    public bool IsSettled => Interlocked.Read(ref _applied) >= Interlocked.Read(ref _requested);
+    public bool IsSettled => _settle.IsSettled;
 
     /// <summary>A member of this node joined a group (the router, under its lock: recorded only). Any thread.</summary>
     public void MemberAdded(Subscription member) => Record(member.Group!, +1);
@@ -83,7 +80,7 @@ internal sealed class ClusterGroups
 
     private void Record(string group, int change)
     {
-        Interlocked.Increment(ref _requested);
+        _settle.Requested();
         _work.Writer.TryWrite(new Work(WorkKind.Member, group, change, 0, 0, null, 0));
     }
 
@@ -187,45 +184,10 @@ internal sealed class ClusterGroups
     }
 
     /// <summary>Completes when every member change recorded before this call is in Redis (or failed: Redis unreachable).</summary>
-    public Task WhenSettledAsync()
-    {
-        long target = Interlocked.Read(ref _requested);
-        if (Interlocked.Read(ref _applied) >= target)
-        {
-            return Task.CompletedTask;
-        }
-
-        var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        lock (_settledGate)
-        {
-            if (Interlocked.Read(ref _applied) >= target)
-            {
-                return Task.CompletedTask;
-            }
-
-            _settledWaiters.Add((target, done));
-        }
-
-        return done.Task;
-    }
+    public Task WhenSettledAsync() => _settle.WhenSettledAsync();
 
     /// <summary>Lets every waiter go (stopping).</summary>
-    public void ReleaseWaiters() => Settled(long.MaxValue);
-
-    private void Settled(long applied)
-    {
-        lock (_settledGate)
-        {
-            for (int i = _settledWaiters.Count - 1; i >= 0; i--)
-            {
-                if (_settledWaiters[i].Target <= applied)
-                {
-                    _settledWaiters[i].Done.TrySetResult();
-                    _settledWaiters.RemoveAt(i);
-                }
-            }
-        }
-    }
+    public void ReleaseWaiters() => _settle.ReleaseAll();
 
     /// <summary>Another node's announcement (Redis's thread): its groups are read again if this node has not read that version.</summary>
     private void Announced(RedisValue message)
@@ -292,7 +254,7 @@ internal sealed class ClusterGroups
                     await WriteAsync().ConfigureAwait(false);
                 }
 
-                Settled(Interlocked.Add(ref _applied, taken));
+                _settle.Applied(taken);
                 if (members is { } list)
                 {
                     Follow(list.Known!, list.TakenAt, toRead);
