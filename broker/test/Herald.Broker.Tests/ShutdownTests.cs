@@ -1,4 +1,5 @@
 using System.Net;
+using System.Net.WebSockets;
 using Herald.Broker.Sessions;
 using Herald.Broker.Tests.Infrastructure;
 using Herald.Broker.Transports.LongPoll;
@@ -10,12 +11,14 @@ namespace Herald.Broker.Tests;
 /// <summary>The stop (README "Shutdown", spec §6.4): drain delay, input stopped, queues drained, then the listeners closed.</summary>
 public sealed class ShutdownTests
 {
-    [Fact]
-    public async Task Graceful_shutdown_delivers_what_was_queued_then_says_goodbye()
+    [Theory]
+    [InlineData("tcp")]
+    [InlineData("websocket")]
+    public async Task Graceful_shutdown_delivers_what_was_queued_then_says_goodbye(string transport)
     {
         const int Messages = 4000;
         await using var broker = await TestBroker.StartAsync(o => o.Limits.ShutdownDrainTimeout = TimeSpan.FromSeconds(20));
-        await using var subscriber = await ProtocolClient.OpenAsync(broker.Port, "sub", receiveBufferSize: 4096);
+        await using ProtocolClient subscriber = await OpenAsync(broker, transport, "sub");
         await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "pub");
         await subscriber.SubscribeAsync(1, "work");
         await subscriber.PingPongAsync();
@@ -44,6 +47,23 @@ public sealed class ShutdownTests
 
         Assert.Equal(ErrorCode.ShuttingDown, frames[^1].Error!.Value.Code);
         Assert.True(frames[^1].Error!.Value.Fatal);
+        if (subscriber.WebSocket is { } socket)
+        {
+            Assert.Equal(WebSocketState.CloseReceived, socket.State); // the broker's close came right after the error
+            Assert.Equal(WebSocketCloseStatus.NormalClosure, socket.CloseStatus);
+        }
+    }
+
+    private static async Task<ProtocolClient> OpenAsync(TestBroker broker, string transport, string name)
+    {
+        if (transport == "tcp")
+        {
+            return await ProtocolClient.OpenAsync(broker.Port, name, receiveBufferSize: 4096);
+        }
+
+        ProtocolClient web = await ProtocolClient.ConnectWebSocketAsync(broker.HttpPort);
+        await web.HelloAsync(name);
+        return web;
     }
 
     [Fact]
