@@ -272,62 +272,28 @@ public sealed class SseTests
     [Fact]
     public async Task A_stalled_stream_meets_its_slow_consumer_policy_and_a_tcp_subscriber_gets_everything()
     {
-        await using var broker = await StartAsync(o =>
-        {
-            o.Limits.MaxFrameBytes = 64 * 1024;
-            o.Limits.MaxPendingBytes = 256 * 1024;
-            o.Limits.SlowConsumerPolicy = SlowConsumerPolicy.Disconnect;
-        });
-        await using SseClient stalled = await SseClient.OpenAsync(broker.HttpPort, "topic=feed", receiveBuffer: 4096);
-        await using var tcp = await ProtocolClient.OpenAsync(broker.Port);
-        await tcp.SubscribeAsync(1, "feed");
-        await tcp.PingPongAsync();
-        await using var publisher = await ProtocolClient.OpenAsync(broker.Port);
-        using MetricsProbe metrics = broker.Metrics();
+        await using StalledStream feed = await StalledStream.StartAsync(SlowConsumerPolicy.Disconnect);
+        await feed.PublishPastTheLimitAsync();
 
-        const int count = 400; // 400 x 16 KiB as base64 JSON: far past the stalled stream's limit and any socket buffer
-        byte[] payload = new byte[16 * 1024];
-        for (int i = 0; i < count; i++)
-        {
-            await publisher.PublishAsync("feed", payload);
-            await tcp.ReadMessageAsync(); // paced by the TCP subscriber, who gets every one
-        }
-
-        List<SseEvent> events = await stalled.ReadToEndAsync(); // it reads again: what was buffered, then the last event
+        List<SseEvent> events = await feed.Stalled.ReadToEndAsync(); // it reads again: what was buffered, then the last event
         SseEvent last = events[^1];
         Assert.Equal("error", last.Type);
         Assert.Equal("SlowConsumer", last.Json.GetProperty("code").GetString());
-        Assert.True(events.Count - 1 < count, $"{events.Count - 1} of {count} delivered to a stream that never read");
-        Assert.Equal(1, metrics["herald.protocol.errors", "error.type", "SlowConsumer"]); // this broker's: the one stalled stream
+        Assert.True(events.Count - 1 < StalledStream.Published, $"{events.Count - 1} of {StalledStream.Published} delivered to a stream that never read");
+        Assert.Equal(1, feed.Metrics["herald.protocol.errors", "error.type", "SlowConsumer"]); // this broker's: the one stalled stream
     }
 
     [Fact]
     public async Task With_drop_oldest_a_stalled_stream_is_told_how_many_it_missed_and_stays()
     {
-        await using var broker = await StartAsync(o =>
-        {
-            o.Limits.MaxFrameBytes = 64 * 1024;
-            o.Limits.MaxPendingBytes = 256 * 1024;
-            o.Limits.SlowConsumerPolicy = SlowConsumerPolicy.DropOldest;
-        });
-        await using SseClient stalled = await SseClient.OpenAsync(broker.HttpPort, "topic=feed", receiveBuffer: 4096);
-        await using var tcp = await ProtocolClient.OpenAsync(broker.Port);
-        await tcp.SubscribeAsync(1, "feed");
-        await tcp.PingPongAsync();
-        await using var publisher = await ProtocolClient.OpenAsync(broker.Port);
+        await using StalledStream feed = await StalledStream.StartAsync(SlowConsumerPolicy.DropOldest);
+        await feed.PublishPastTheLimitAsync();
 
-        byte[] payload = new byte[16 * 1024];
-        for (int i = 0; i < 400; i++)
-        {
-            await publisher.PublishAsync("feed", payload);
-            await tcp.ReadMessageAsync();
-        }
-
-        await publisher.PublishAsync("feed", "last");
+        await feed.Publisher.PublishAsync("feed", "last");
         long dropped = 0;
         while (true)
         {
-            SseEvent e = await stalled.ReadEventAsync();
+            SseEvent e = await feed.Stalled.ReadEventAsync();
             if (e.Type == "dropped")
             {
                 dropped += e.Json.GetProperty("dropped").GetInt64();
@@ -339,6 +305,68 @@ public sealed class SseTests
         }
 
         Assert.True(dropped > 0, "a stalled stream past its limit dropped nothing");
+    }
+
+    /// <summary>A stream on "feed" that never reads (4 KiB receive buffer) beside a TCP subscriber that paces the publisher, under <paramref name="policy"/> with 256 KiB pending.</summary>
+    private sealed class StalledStream : IAsyncDisposable
+    {
+        public const int Published = 400; // 400 x 16 KiB as base64 JSON: far past the stalled stream's limit and any socket buffer
+
+        private StalledStream(TestBroker broker, SseClient stalled, ProtocolClient tcp, ProtocolClient publisher, MetricsProbe metrics)
+        {
+            Broker = broker;
+            Stalled = stalled;
+            Tcp = tcp;
+            Publisher = publisher;
+            Metrics = metrics;
+        }
+
+        public TestBroker Broker { get; }
+
+        public SseClient Stalled { get; }
+
+        public ProtocolClient Tcp { get; }
+
+        public ProtocolClient Publisher { get; }
+
+        public MetricsProbe Metrics { get; }
+
+        public static async Task<StalledStream> StartAsync(SlowConsumerPolicy policy)
+        {
+            TestBroker broker = await SseTests.StartAsync(o =>
+            {
+                o.Limits.MaxFrameBytes = 64 * 1024;
+                o.Limits.MaxPendingBytes = 256 * 1024;
+                o.Limits.SlowConsumerPolicy = policy;
+                o.Limits.ErrorFlushTimeout = TimeSpan.FromMinutes(1); // it reads again only after the whole publishing loop, however long a busy machine takes: its ERROR waits for it
+            });
+            SseClient stalled = await SseClient.OpenAsync(broker.HttpPort, "topic=feed", receiveBuffer: 4096);
+            ProtocolClient tcp = await ProtocolClient.OpenAsync(broker.Port);
+            await tcp.SubscribeAsync(1, "feed");
+            await tcp.PingPongAsync();
+            ProtocolClient publisher = await ProtocolClient.OpenAsync(broker.Port);
+            return new StalledStream(broker, stalled, tcp, publisher, broker.Metrics());
+        }
+
+        /// <summary>Publishes <see cref="Published"/> messages of 16 KiB, each read by the TCP subscriber, who gets every one.</summary>
+        public async Task PublishPastTheLimitAsync()
+        {
+            byte[] payload = new byte[16 * 1024];
+            for (int i = 0; i < Published; i++)
+            {
+                await Publisher.PublishAsync("feed", payload);
+                await Tcp.ReadMessageAsync();
+            }
+        }
+
+        public async ValueTask DisposeAsync()
+        {
+            Metrics.Dispose();
+            await Publisher.DisposeAsync();
+            await Tcp.DisposeAsync();
+            await Stalled.DisposeAsync();
+            await Broker.DisposeAsync();
+        }
     }
 
     [Fact]
