@@ -369,24 +369,33 @@ describe("positions", () => {
   });
 });
 
+/**
+ * A subscription on a fresh topic under `prefix`, through a link the test can cut, recording what it receives
+ * and its resume events, beside a TCP publisher.
+ */
+async function watched(target: Broker, kind: Kind, prefix: string) {
+  const l = await link(target, kind);
+  const publisher = await open(target, "tcp");
+  const topic = uniqueTopic(prefix);
+  const got: Message[] = [];
+  const resumes: ResumeEvent[] = [];
+  const sub = l.client.subscribe(
+    topic,
+    (m) => {
+      got.push(m);
+    },
+    { onResume: (e) => void resumes.push(e) },
+  );
+  await sub.ready;
+  return { l, publisher, topic, got, resumes, sub };
+}
+
 describe("resume after a reconnect", () => {
   for (const kind of KINDS) {
     test(`${kind}: after the automatic reconnect the subscription gets exactly what it missed, then the live stream: no gap, no duplicate, in order`, async () => {
-      const l = await link(broker, kind);
-      const publisher = await open(broker, "tcp");
-      const topic = uniqueTopic("hist.resume");
-      const got: Message[] = [];
-      const resumes: ResumeEvent[] = [];
+      const { l, publisher, topic, got, resumes, sub } = await watched(broker, kind, "hist.resume");
       const clientEvents: ResumeEvent[] = [];
       l.client.on("resume", (e) => clientEvents.push(e));
-      const sub = l.client.subscribe(
-        topic,
-        (m) => {
-          got.push(m);
-        },
-        { onResume: (e) => void resumes.push(e) },
-      );
-      await sub.ready;
       await publishAll(publisher, topic, range(1, 5));
       await until(() => got.length >= 5, 10_000, "the first five messages");
       // A burst, and the connection lost while it arrives: what was in flight is lost with the connection.
@@ -479,19 +488,7 @@ describe("resume after a reconnect", () => {
     });
 
     test(`${kind}: history lost (the broker evicted the topic's history): the resume event says not recovered, with the new position, and the live stream goes on`, async () => {
-      const l = await link(oneTopic, kind);
-      const publisher = await open(oneTopic, "tcp");
-      const topic = uniqueTopic("hist.evicted");
-      const got: Message[] = [];
-      const resumes: ResumeEvent[] = [];
-      const sub = l.client.subscribe(
-        topic,
-        (m) => {
-          got.push(m);
-        },
-        { onResume: (e) => void resumes.push(e) },
-      );
-      await sub.ready;
+      const { l, publisher, topic, got, resumes, sub } = await watched(oneTopic, kind, "hist.evicted");
       await publishAll(publisher, topic, ["one"]);
       await until(() => got.length >= 1, 10_000, "the first message");
       const before: HistoryPosition = got[0]!.position!;
@@ -521,19 +518,7 @@ describe("resume after a reconnect", () => {
 
   for (const kind of ["tcp", "websocket"] as const) {
     test(`${kind}: a connection lost in the middle of a replay resumes from the last message received, not from the status's position`, async () => {
-      const l = await link(broker, kind);
-      const publisher = await open(broker, "tcp");
-      const topic = uniqueTopic("hist.midreplay");
-      const got: Message[] = [];
-      const resumes: ResumeEvent[] = [];
-      const sub = l.client.subscribe(
-        topic,
-        (m) => {
-          got.push(m);
-        },
-        { onResume: (e) => void resumes.push(e) },
-      );
-      await sub.ready;
+      const { l, publisher, topic, got, resumes, sub } = await watched(broker, kind, "hist.midreplay");
       await publishAll(publisher, topic, range(1, 3));
       await until(() => got.length >= 3, 10_000, "three messages");
       await l.cut();
