@@ -3,6 +3,7 @@ using System.Globalization;
 using System.Net;
 using System.Net.Http.Json;
 using System.Text.Json;
+using Herald.Broker.Cluster;
 using Herald.Broker.Security;
 using Herald.Client;
 using Herald.Broker.Tests.Infrastructure;
@@ -110,6 +111,36 @@ public sealed class ClusterLongPollTests
         PollResult answered = await newer;
         Assert.Equal(HttpStatusCode.OK, answered.Status);
         Assert.Equal(("for the newer", 2L), (Assert.Single(answered.Messages).Text, answered.FirstSequence));
+    }
+
+    [Fact]
+    public async Task A_subscriber_to_every_topic_gets_the_publications_and_never_the_nodes_own_long_poll_traffic()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o => o.LongPoll.PollTimeout = TimeSpan.FromSeconds(30));
+        await using var everything = await ProtocolClient.OpenAsync(cluster[0].Port, "everything");
+        await everything.SubscribeAsync(1, ">"); // node 0 asks Redis for every topic of the cluster
+        await everything.PingPongAsync();
+
+        // A session owned by node 1, driven through node 2: its subscribe is a command to node 1 and an answer
+        // back, its held poll is woken from node 1. Its topic is named like the nodes' own channels once were.
+        LongPollClient session = await LongPollClient.CreateAsync(cluster[1].Http);
+        LongPollClient via2 = session.Via(cluster[2].Http);
+        await via2.SubscribeAsync(1, "lpw:wake");
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[2].Port, "publisher");
+        Task<PollResult> held = via2.PollAsync(0);
+        await UntilHeldAsync(cluster, held, "the poll through node 2 is held");
+        await publisher.PublishAsync("lpw:wake", "now");
+        Assert.Equal("now", Assert.Single((await held).Messages).Text);
+
+        await publisher.PublishAsync("marker", "end");
+        Assert.Equal(("lpw:wake", "now"), Read(await everything.ReadMessageAsync()));
+        Assert.Equal(("marker", "end"), Read(await everything.ReadMessageAsync()));
+        foreach (TestBroker node in cluster.Nodes)
+        {
+            Assert.Equal(0, node.Engine().Metrics!.Invalid); // nothing but envelopes came on a topic's subscription
+        }
+
+        static (string?, string) Read(Frame message) => (message.Topic, message.Text);
     }
 
     [Fact]

@@ -69,7 +69,6 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     private readonly int _maxPayloadBytes;
     private readonly int _maxFrameBytes;
     private readonly byte[] _channelPrefix;
-    private readonly RedisChannel _groupsChannel;
 
     private readonly Channel<InterestChange> _changes = Channel.CreateUnbounded<InterestChange>(new UnboundedChannelOptions { SingleReader = true });
     private readonly Channel<Outbound> _outbound = Channel.CreateUnbounded<Outbound>(new UnboundedChannelOptions { SingleReader = true });
@@ -106,7 +105,6 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         _maxPayloadBytes = maxPayloadBytes;
         _log = log;
         _channelPrefix = System.Text.Encoding.ASCII.GetBytes(options.ChannelPrefix);
-        _groupsChannel = RedisChannel.Literal(ClusterGroups.AnnouncementsChannel(options.ChannelPrefix));
         NodeId = BitConverter.ToUInt64(RandomNumberGenerator.GetBytes(8)) | 1; // never 0
         _signer = options.Secret is { } secret ? new EnvelopeSigner(secret) : null;
         Nodes = new ClusterNodes(options, NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), serverName, RulesOf(history));
@@ -553,7 +551,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
                     message = await inbound.Queue.ReadAsync(stop.Token).ConfigureAwait(false);
                 }
 
-                if (Deliver(inbound, message.Channel, message.Message, toFlush) is { } gap)
+                if (Deliver(inbound, message.Message, toFlush) is { } gap)
                 {
                     await RepairAsync(inbound, gap, toFlush).ConfigureAwait(false); // rare: only after a Redis outage
                 }
@@ -570,16 +568,12 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     }
 
     /// <returns>Null, or a history publication held back for the gap before it (<see cref="RepairAsync"/>).</returns>
-    private Gap? Deliver(Inbound inbound, RedisChannel channel, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
+    private Gap? Deliver(Inbound inbound, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
     {
         bool positioned = ClusterHistory.TryReadPositioned(bytes, out ulong offset, out string epoch, out ReadOnlyMemory<byte> envelope);
         if (!ClusterEnvelope.TryRead(positioned ? envelope : bytes, inbound.Signer, out ulong origin, out ulong sequence, out ReadOnlyMemory<byte> assignments, out ReadOnlyMemory<byte> body))
         {
-            if (channel != _groupsChannel)
-            {
-                Metrics?.InvalidOne(); // (a node's announcement of its queue groups, which a glob over every topic brings too, is not an envelope)
-            }
-
+            Metrics?.InvalidOne();
             return null;
         }
 

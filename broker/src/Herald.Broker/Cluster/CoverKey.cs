@@ -74,7 +74,9 @@ internal readonly record struct CoverKey(string Literal, bool IsPrefix)
             glob.Append(c);
         }
 
-        return glob.Append('*').ToString();
+        // The empty prefix (">" or "*.x") would glob the whole prefix, the nodes' own channels under "P." too
+        // (queue group announcements, long-poll wakes, commands and replies): no topic starts with '.', so none is lost.
+        return glob.Append(Literal.Length == 0 ? "[^.]*" : "*").ToString();
     }
 
     public override string ToString() => IsPrefix ? Literal + "*" : Literal;

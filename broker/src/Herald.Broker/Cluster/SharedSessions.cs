@@ -185,9 +185,9 @@ internal sealed class SharedSessions
         _engine = engine;
         _prefix = engine.Options.ChannelPrefix;
         _node = engine.NodeId.ToString("x16", CultureInfo.InvariantCulture);
-        _wakes = RedisChannel.Literal(_prefix + "lpw:" + _node);
-        _commands = RedisChannel.Literal(_prefix + "lpc:" + _node);
-        _replies = RedisChannel.Literal(_prefix + "lpr:" + _node);
+        _wakes = RedisChannel.Literal(_prefix + ".lpw:" + _node);
+        _commands = RedisChannel.Literal(_prefix + ".lpc:" + _node);
+        _replies = RedisChannel.Literal(_prefix + ".lpr:" + _node);
     }
 
     /// <summary>This node's id, as the lease names it.</summary>
@@ -544,7 +544,7 @@ internal sealed class SharedSessions
             Interlocked.Increment(ref _commandsSent);
             byte[] body = JsonSerializer.SerializeToUtf8Bytes(command, SharedSessionsJson.Default.SessionCommand);
             // PUBLISH's receiver count is no answer (on Redis Cluster it counts one shard's subscribers): only a reply is.
-            await _engine.Subscriber.PublishAsync(RedisChannel.Literal(_prefix + "lpc:" + owner), body).ConfigureAwait(false);
+            await _engine.Subscriber.PublishAsync(RedisChannel.Literal(_prefix + ".lpc:" + owner), body).ConfigureAwait(false);
             return await reply.Task.WaitAsync(timeout, cancellation).ConfigureAwait(false);
         }
         catch (TimeoutException)
@@ -587,7 +587,7 @@ internal sealed class SharedSessions
         reply.Id = command.Id;
         try
         {
-            await subscriber.PublishAsync(RedisChannel.Literal(_prefix + "lpr:" + command.From), JsonSerializer.SerializeToUtf8Bytes(reply, SharedSessionsJson.Default.SessionReply)).ConfigureAwait(false);
+            await subscriber.PublishAsync(RedisChannel.Literal(_prefix + ".lpr:" + command.From), JsonSerializer.SerializeToUtf8Bytes(reply, SharedSessionsJson.Default.SessionReply)).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
