@@ -242,6 +242,58 @@ public sealed class ClusterQueueGroupTests(QueueGroupCluster fixture) : IClassFi
         await DisposeAllAsync([surviving]);
     }
 
+    [Fact]
+    public async Task Varz_shows_how_many_groups_and_members_each_node_holds_as_every_node_knows_it()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(200));
+        var members = new List<ProtocolClient>();
+        foreach ((int node, string group) in new[] { (0, "a"), (0, "a"), (0, "b"), (1, "a") })
+        {
+            ProtocolClient member = await ProtocolClient.OpenAsync(cluster[node].Port, $"member-{group}", capabilities: Queues);
+            await member.SendAsync(w => FrameWriter.WriteSubscribe(w, 1, "view.job"u8, queue: Encoding.UTF8.GetBytes(group)));
+            Assert.Empty(await member.PingPongAsync()); // its node has written and announced it
+            members.Add(member);
+        }
+
+        // Node 0 holds groups a (2 members) and b (1); node 1 holds a (1). Each node says so of itself and of the other.
+        await UntilVarzAsync(cluster, [(2, 3), (1, 1)], "every node shows both nodes' groups");
+
+        foreach (ProtocolClient member in members.Take(3))
+        {
+            await member.DisposeAsync(); // node 0's members leave
+        }
+
+        await UntilVarzAsync(cluster, [(0, 0), (1, 1)], "every node shows node 0 without groups");
+        await members[3].DisposeAsync();
+    }
+
+    /// <summary>Waits until every node's <c>/varz</c> shows, for each node in turn, <c>(groups, group_members)</c> as <paramref name="expected"/>.</summary>
+    private static async Task UntilVarzAsync(TestCluster cluster, (int Groups, int Members)[] expected, string what)
+    {
+        string[] ids = [.. cluster.Nodes.Select(node => node.Engine().NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture))];
+        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); ; await Task.Delay(50))
+        {
+            var seen = new List<string>();
+            foreach (TestBroker node in cluster.Nodes)
+            {
+                using var varz = System.Text.Json.JsonDocument.Parse(await node.Monitoring.GetStringAsync("/varz"));
+                foreach (System.Text.Json.JsonElement member in varz.RootElement.GetProperty("cluster").GetProperty("nodes").EnumerateArray())
+                {
+                    int index = Array.IndexOf(ids, member.GetProperty("id").GetString());
+                    seen.Add($"{index}:{member.GetProperty("groups").GetInt32()}/{member.GetProperty("group_members").GetInt32()}");
+                }
+            }
+
+            string[] wanted = [.. cluster.Nodes.SelectMany(_ => expected.Select((e, i) => $"{i}:{e.Groups}/{e.Members}"))];
+            if (seen.Order().SequenceEqual(wanted.Order()))
+            {
+                return;
+            }
+
+            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}: saw {string.Join(", ", seen)}");
+        }
+    }
+
     private static async Task UntilAsync(Func<bool> condition, string what)
     {
         for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); !condition(); await Task.Delay(20))

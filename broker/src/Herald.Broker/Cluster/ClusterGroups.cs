@@ -43,6 +43,7 @@ internal sealed class ClusterGroups
     private readonly Channel<Work> _work = Channel.CreateUnbounded<Work>(new UnboundedChannelOptions { SingleReader = true });
     private readonly SettleCounter _settle = new();
     private long _version;
+    private GroupsView _view = GroupsView.Empty;
 
     // The worker's.
     private readonly Dictionary<string, int> _local = new(StringComparer.Ordinal);
@@ -68,6 +69,9 @@ internal sealed class ClusterGroups
 
     /// <summary>The version of this node's groups last written (its heartbeat shows it to the others). Any thread.</summary>
     public long Version => Interlocked.Read(ref _version);
+
+    /// <summary>The groups this node knows, its own and each other node's as last read, after the worker's last pass (monitoring). Any thread.</summary>
+    public GroupsView View => Volatile.Read(ref _view);
 
     /// <summary>Whether every member change recorded so far is in Redis (or failed: Redis unreachable). Any thread.</summary>
     public bool IsSettled => _settle.IsSettled;
@@ -266,12 +270,25 @@ internal sealed class ClusterGroups
                 }
 
                 toRead.Clear();
+                PublishView();
             }
         }
         catch (OperationCanceledException)
         {
             // Stopping.
         }
+    }
+
+    /// <summary>What the worker's tables hold now, for <see cref="View"/>: counts per node, never the groups themselves (bounded). Caller: the worker.</summary>
+    private void PublishView()
+    {
+        var others = new Dictionary<ulong, NodeGroupsView>(_nodes.Count);
+        foreach ((ulong node, NodeGroups groups) in _nodes)
+        {
+            others[node] = new NodeGroupsView(groups.Version, groups.Entries.Count, groups.Entries.Values.Sum(entry => entry.Members));
+        }
+
+        Volatile.Write(ref _view, new GroupsView(new NodeGroupsView(Interlocked.Read(ref _version), _local.Count, _local.Values.Sum()), others));
     }
 
     /// <summary>Writes what changed of this node's groups (all of them after a loss) and announces the new version. Caller: the worker.</summary>
@@ -435,6 +452,18 @@ internal sealed class ClusterGroups
         int first = key.IndexOf(' ', StringComparison.Ordinal);
         int second = key.IndexOf(' ', first + 1);
         return (key[..first], key[(first + 1)..second], key[(second + 1)..]);
+    }
+
+    /// <summary>A node's queue groups: how many groups have members there, how many members in all, and the version of its record.</summary>
+    internal readonly record struct NodeGroupsView(long Version, int Groups, int Members);
+
+    /// <summary>This node's groups and the others', as the worker last saw them.</summary>
+    internal sealed record GroupsView(NodeGroupsView Own, IReadOnlyDictionary<ulong, NodeGroupsView> Others)
+    {
+        public static readonly GroupsView Empty = new(default, new Dictionary<ulong, NodeGroupsView>());
+
+        /// <summary>What is known of <paramref name="node"/>'s groups (this node's own when it is <paramref name="self"/>).</summary>
+        public NodeGroupsView Of(ulong node, bool self) => self ? Own : Others.GetValueOrDefault(node);
     }
 
     private enum WorkKind

@@ -150,10 +150,17 @@ internal static class MonitoringEndpoints
             counts?.Invalid ?? 0,
             cluster.ForwardQueueBytes,
             cluster.InboundQueued,
-            [.. cluster.Nodes.Known.Select(n => new VarzNode(n.Id, n.Name, n.Host, n.Started, n.LastSeen, n.Self, n.History))],
+            [.. cluster.Nodes.Known.Select(n => NodeOf(n, cluster.Groups.View))],
             cluster.Nodes.HistoryRulesMatch,
             cluster.Sessions.TakenOver,
             cluster.Sessions.CommandsSent);
+    }
+
+    /// <summary>A member of the cluster with the queue groups this node knows it holds (cluster.md §11).</summary>
+    internal static VarzNode NodeOf(ClusterNode node, ClusterGroups.GroupsView groups)
+    {
+        ClusterGroups.NodeGroupsView held = ulong.TryParse(node.Id, NumberStyles.AllowHexSpecifier, CultureInfo.InvariantCulture, out ulong id) ? groups.Of(id, node.Self) : default;
+        return new VarzNode(node.Id, node.Name, node.Host, node.Started, node.LastSeen, node.Self, node.History, held.Groups, held.Members, held.Version);
     }
 
     /// <summary><c>/connz?offset=&amp;limit=&amp;transport=</c>: TCP connections by id, then long-poll sessions by id.</summary>

@@ -218,7 +218,7 @@ internal sealed class StatusSampler
     private static StatusCluster ClusterOf(ClusterEngine cluster) => new(
         cluster.NodeId.ToString("x16", CultureInfo.InvariantCulture),
         cluster.IsConnected,
-        [.. cluster.Nodes.Known.Select(n => new VarzNode(n.Id, n.Name, n.Host, n.Started, n.LastSeen, n.Self))]);
+        [.. cluster.Nodes.Known.Select(n => MonitoringEndpoints.NodeOf(n, cluster.Groups.View))]);
 
     private static double Share(long used, long limit) => limit <= 0 ? 0 : (double)used / limit;
 
