@@ -129,9 +129,55 @@ internal static class HttpExchange
         }
         catch (JsonException e)
         {
-            throw HttpProblem.Malformed($"The body is not valid JSON for this request: {e.Message}");
+            throw HttpProblem.Malformed(JsonFault(body, e, type));
         }
     }
+
+    /// <summary>
+    /// What was wrong with a JSON body, said in the client's terms: the field and the JSON type it takes
+    /// (<c>'pattern' must be a string.</c>), or where the JSON breaks. The serializer's own text names .NET types
+    /// (<c>System.Nullable`1[System.Int64]</c>) and is never sent.
+    /// </summary>
+    private static string JsonFault(ReadOnlySequence<byte> body, JsonException e, JsonTypeInfo type)
+    {
+        try
+        {
+            using JsonDocument parsed = JsonDocument.Parse(body);
+        }
+        catch (JsonException)
+        {
+            return $"The body is not valid JSON (line {(e.LineNumber ?? 0) + 1}, byte {(e.BytePositionInLine ?? 0) + 1}).";
+        }
+
+        // Well-formed, so a value has the wrong type: walk the path ($.since.offset) through the request's properties.
+        string path = e.Path is { Length: > 1 } p && p.StartsWith("$.", StringComparison.Ordinal) ? p[2..] : "";
+        if (path.Length == 0)
+        {
+            return "The body must be a JSON object.";
+        }
+
+        Type? expected = null;
+        JsonTypeInfo? current = type;
+        foreach (string name in path.Split('.'))
+        {
+            JsonPropertyInfo? property = current?.Properties.FirstOrDefault(candidate => candidate.Name == name);
+            expected = property?.PropertyType;
+            current = property is null ? null : type.Options.GetTypeInfo(property.PropertyType);
+        }
+
+        return expected is null ? $"'{path}' has the wrong type." : $"'{path}' must be {JsonKindOf(expected)}.";
+    }
+
+    /// <summary>The JSON type a request property takes, as a client reads it.</summary>
+    private static string JsonKindOf(Type type) => (Nullable.GetUnderlyingType(type) ?? type) switch
+    {
+        var t when t == typeof(string) => "a string",
+        var t when t == typeof(bool) => "a boolean (true or false)",
+        var t when t == typeof(ulong) || t == typeof(uint) => "a non-negative integer",
+        var t when t == typeof(long) || t == typeof(int) => "an integer",
+        var t when t == typeof(double) => "a number",
+        _ => "a JSON object",
+    };
 
     /// <summary>Runs a handler and writes every refusal as an RFC 7807 problem with the spec's code (longpoll §3).</summary>
     public static async Task Handle(HttpContext context, Func<Task> handler)
