@@ -1,4 +1,10 @@
+using System.Globalization;
+using System.Net;
 using System.Text.RegularExpressions;
+using Herald.Broker.Hosting;
+using Herald.Broker.Tests.Infrastructure;
+using Herald.Protocol;
+using Microsoft.Extensions.Configuration;
 using YamlDotNet.RepresentationModel;
 
 namespace Herald.Broker.Tests;
@@ -9,6 +15,11 @@ namespace Herald.Broker.Tests;
 /// replica only with a Redis behind them, every file the kustomization or a compose file names exists.
 /// What the running stack does (HAProxy's stickiness, the nodes' routing) is checked by hand and by the
 /// cluster tests; this keeps the files consistent with each other as they change.
+/// Safe by default: the client Services and the compose file publish client ports only; the monitoring
+/// listener has a ClusterIP Service of its own (and loopback in compose); the pod runs non-root on a
+/// read-only root filesystem without privileges; the PodDisruptionBudget covers the broker's pods; the
+/// probes name the monitoring listener, whose paths a real broker started with the ConfigMap answers as the
+/// drain needs; the grace periods exceed the configured drain.
 /// </summary>
 public sealed partial class OperationsDeployManifestTests
 {
@@ -97,6 +108,205 @@ public sealed partial class OperationsDeployManifestTests
     }
 
     [Fact]
+    public void Kubernetes_clients_reach_only_client_ports_and_monitoring_has_its_own_ClusterIP_Service()
+    {
+        List<YamlMappingNode> objects = KubernetesObjects();
+        HeraldOptions configured = KubernetesOptions(objects);
+        YamlMappingNode herald = Object(objects, "Deployment", "herald");
+        YamlMappingNode pods = Mapping(herald, "spec", "template", "metadata", "labels");
+        YamlMappingNode container = Container(herald, "herald");
+        int monitoring = ContainerPort(container, "monitoring");
+        Assert.Equal(configured.Monitoring.Port, monitoring);
+        Assert.False(IPAddress.TryParse(configured.Monitoring.Host, out IPAddress? host) && IPAddress.IsLoopback(host), "the kubelet and Prometheus reach the monitoring listener on the pod's address");
+
+        var clientPorts = new HashSet<int> { configured.Http.Port };
+        clientPorts.UnionWith(Enumerable.Range(configured.Tcp.PortRangeStart, configured.Tcp.PortRangeEnd - configured.Tcp.PortRangeStart + 1));
+        if (configured.Policy.Port > 0)
+        {
+            clientPorts.Add(configured.Policy.Port);
+        }
+
+        // Every Service reachable from outside the cluster forwards client ports only, and every kind of client port.
+        List<YamlMappingNode> heraldServices = [.. objects.Where(o => Scalar(o, "kind") == "Service" && Selects(o, pods))];
+        List<YamlMappingNode> outside = [.. heraldServices.Where(s => ServiceType(s) != "ClusterIP")];
+        Assert.NotEmpty(outside);
+        foreach (YamlMappingNode service in outside)
+        {
+            List<int> targets = [.. Sequence(service, "spec", "ports").Cast<YamlMappingNode>().Select(p => TargetPort(container, p))];
+            Assert.All(targets, target => Assert.True(clientPorts.Contains(target), $"Service {Scalar(service, "metadata", "name")} forwards {target}, not a client port"));
+            Assert.Contains(configured.Http.Port, targets);
+            Assert.Contains(configured.Tcp.PortRangeStart, targets);
+            Assert.True(configured.Policy.Port <= 0 || targets.Contains(configured.Policy.Port), "the policy port is on: its Service port too");
+        }
+
+        // The monitoring listener: only ClusterIP Services forward to it, and one does, for Prometheus.
+        List<YamlMappingNode> toMonitoring = [.. heraldServices.Where(s => Sequence(s, "spec", "ports").Cast<YamlMappingNode>().Any(p => TargetPort(container, p) == monitoring))];
+        YamlMappingNode monitoringService = Assert.Single(toMonitoring);
+        Assert.Equal("ClusterIP", ServiceType(monitoringService));
+        Assert.Equal("herald-monitoring", Scalar(monitoringService, "metadata", "name"));
+
+        // Prometheus finds it: the pod annotations, and the ServiceMonitor (Prometheus Operator) selects that Service alone.
+        YamlMappingNode annotations = Mapping(herald, "spec", "template", "metadata", "annotations");
+        Assert.Equal("true", Scalar(annotations, "prometheus.io/scrape"));
+        Assert.Equal(monitoring.ToString(CultureInfo.InvariantCulture), Scalar(annotations, "prometheus.io/port"));
+        Assert.Equal("/metrics", Scalar(annotations, "prometheus.io/path"));
+        YamlMappingNode serviceMonitor = Documents(Path.Combine(Kubernetes, "prometheus-operator", "servicemonitor.yaml")).Single();
+        Assert.Equal("ServiceMonitor", Scalar(serviceMonitor, "kind"));
+        YamlMappingNode wanted = Mapping(serviceMonitor, "spec", "selector", "matchLabels");
+        Assert.Equal([monitoringService], objects.Where(o => Scalar(o, "kind") == "Service" && wanted.Children.All(l => Has(o, "metadata", "labels") && Mapping(o, "metadata", "labels").Children.TryGetValue(l.Key, out YamlNode? v) && v.ToString() == l.Value.ToString())));
+        YamlMappingNode endpoint = (YamlMappingNode)Assert.Single(Sequence(serviceMonitor, "spec", "endpoints"));
+        Assert.Equal(monitoring, TargetPort(container, Assert.Single(Sequence(monitoringService, "spec", "ports").Cast<YamlMappingNode>(), p => Scalar(p, "name") == Scalar(endpoint, "port"))));
+        Assert.Equal("/metrics", Scalar(endpoint, "path"));
+    }
+
+    [Fact]
+    public void Kubernetes_pod_runs_non_root_on_a_read_only_root_filesystem_without_privileges()
+    {
+        List<YamlMappingNode> objects = KubernetesObjects();
+        HeraldOptions configured = KubernetesOptions(objects);
+        YamlMappingNode herald = Object(objects, "Deployment", "herald");
+        YamlMappingNode pod = Mapping(herald, "spec", "template", "spec");
+        Assert.Equal("false", Scalar(pod, "automountServiceAccountToken"));
+        Assert.Equal("true", Scalar(pod, "securityContext", "runAsNonRoot"));
+        Assert.NotEqual("0", Scalar(pod, "securityContext", "runAsUser"));
+        Assert.False(Has(pod, "hostNetwork") && Scalar(pod, "hostNetwork") == "true", "hostNetwork shares the node's network");
+
+        foreach (YamlMappingNode container in Sequence(pod, "containers").Cast<YamlMappingNode>())
+        {
+            string name = Scalar(container, "name");
+            Assert.Equal("false", Scalar(container, "securityContext", "allowPrivilegeEscalation"));
+            Assert.Equal("true", Scalar(container, "securityContext", "readOnlyRootFilesystem"));
+            Assert.False(Has(container, "securityContext", "privileged") && Scalar(container, "securityContext", "privileged") == "true", $"{name} is privileged");
+            Assert.Contains("ALL", Sequence(container, "securityContext", "capabilities", "drop").Select(c => c.ToString()));
+
+            // A capability added for a non-root process never reaches its effective set (no ambient capabilities
+            // on Kubernetes): port 943 is bound through the pod's sysctl instead, so nothing is added.
+            Assert.False(Has(container, "securityContext", "capabilities", "add"), $"{name} adds capabilities");
+
+            // The root filesystem is read-only: /tmp (the runtime's diagnostics socket) is an emptyDir.
+            YamlMappingNode tmp = Assert.Single(Sequence(container, "volumeMounts").Cast<YamlMappingNode>(), m => Scalar(m, "mountPath") == "/tmp");
+            YamlMappingNode volume = Assert.Single(Sequence(pod, "volumes").Cast<YamlMappingNode>(), v => Scalar(v, "name") == Scalar(tmp, "name"));
+            Assert.True(Has(volume, "emptyDir"), "/tmp is an emptyDir");
+        }
+
+        // Port 943 as non-root: the unprivileged-port sysctl where the policy port is on below 1024, and only there.
+        YamlMappingNode? sysctl = Has(pod, "securityContext", "sysctls")
+            ? Sequence(pod, "securityContext", "sysctls").Cast<YamlMappingNode>().SingleOrDefault(s => Scalar(s, "name") == "net.ipv4.ip_unprivileged_port_start")
+            : null;
+        if (configured.Policy.Port is > 0 and < 1024)
+        {
+            Assert.NotNull(sysctl);
+            Assert.True(int.Parse(Scalar(sysctl, "value"), CultureInfo.InvariantCulture) <= configured.Policy.Port, "the sysctl must allow the policy port");
+            Assert.Equal(configured.Policy.Port, ContainerPort(Container(herald, "herald"), "policy"));
+        }
+        else
+        {
+            Assert.Null(sysctl);
+        }
+    }
+
+    [Fact]
+    public void Kubernetes_PodDisruptionBudget_covers_the_broker_pods_only_and_leaves_some_running()
+    {
+        List<YamlMappingNode> objects = KubernetesObjects();
+        YamlMappingNode herald = Object(objects, "Deployment", "herald");
+        YamlMappingNode budget = Object(objects, "PodDisruptionBudget", "herald");
+        YamlMappingNode selector = Mapping(budget, "spec", "selector", "matchLabels");
+        bool Covers(YamlMappingNode workload) => selector.Children.All(l => Mapping(workload, "spec", "template", "metadata", "labels").Children.TryGetValue(l.Key, out YamlNode? v) && v.ToString() == l.Value.ToString());
+        Assert.Equal([herald], objects.Where(o => Scalar(o, "kind") is "Deployment" or "StatefulSet" && Covers(o)));
+        int replicas = int.Parse(Scalar(herald, "spec", "replicas"), CultureInfo.InvariantCulture);
+        int unavailable = int.Parse(Scalar(budget, "spec", "maxUnavailable"), CultureInfo.InvariantCulture);
+        Assert.InRange(unavailable, 1, replicas - 1); // a drain can proceed, and some nodes always serve
+    }
+
+    [Fact]
+    public async Task Kubernetes_probes_and_grace_period_match_the_configured_drain_of_a_real_broker()
+    {
+        List<YamlMappingNode> objects = KubernetesObjects();
+        HeraldOptions configured = KubernetesOptions(objects);
+        YamlMappingNode herald = Object(objects, "Deployment", "herald");
+        YamlMappingNode container = Container(herald, "herald");
+
+        // The kubelet kills the pod only after the drain the broker was configured with.
+        TimeSpan drain = configured.Monitoring.DrainDelay + configured.Limits.ShutdownDrainTimeout;
+        TimeSpan grace = TimeSpan.FromSeconds(int.Parse(Scalar(herald, "spec", "template", "spec", "terminationGracePeriodSeconds"), CultureInfo.InvariantCulture));
+        Assert.True(grace > drain, $"terminationGracePeriodSeconds {grace} must exceed DrainDelay + ShutdownDrainTimeout = {drain}");
+
+        // Readiness notices the drain within DrainDelay (while the ports still take clients).
+        TimeSpan noticed = TimeSpan.FromSeconds(int.Parse(Scalar(container, "readinessProbe", "periodSeconds"), CultureInfo.InvariantCulture) * int.Parse(Scalar(container, "readinessProbe", "failureThreshold"), CultureInfo.InvariantCulture));
+        Assert.True(noticed <= configured.Monitoring.DrainDelay, $"readiness fails within {noticed}, after the {configured.Monitoring.DrainDelay} DrainDelay");
+
+        // Every probe names the monitoring listener's port.
+        string[] probes = ["startupProbe", "readinessProbe", "livenessProbe"];
+        Assert.All(probes, probe => Assert.Equal(configured.Monitoring.Port, TargetPort(container, Mapping(container, probe, "httpGet"))));
+
+        // A real broker with the ConfigMap's settings (on free loopback ports, a short drain delay) answers each
+        // probe's path on its monitoring listener and none on the client HTTP port; while it drains, the
+        // readiness path turns 503 and the liveness path stays 200.
+        string[] args = [.. ConfigMapData(objects).Select(e => $"--{e.Key.Replace("__", ":", StringComparison.Ordinal)}={e.Value}")];
+        await using var broker = await TestBroker.StartAsync(o => o.Monitoring.DrainDelay = TimeSpan.FromSeconds(2), args);
+        await using var client = await ProtocolClient.OpenAsync(broker.Port);
+        using var monitoring = new HttpClient { BaseAddress = broker.Monitoring.BaseAddress };
+        string metrics = Scalar(herald, "spec", "template", "metadata", "annotations", "prometheus.io/path");
+        foreach (string path in probes.Select(p => Scalar(container, p, "httpGet", "path")).Append(metrics))
+        {
+            using HttpResponseMessage answered = await monitoring.GetAsync(path);
+            Assert.Equal((path, HttpStatusCode.OK), (path, answered.StatusCode));
+            using HttpResponseMessage onClientPort = await broker.Http.GetAsync(path);
+            Assert.Equal((path, HttpStatusCode.NotFound), (path, onClientPort.StatusCode));
+        }
+
+        Task stopping = broker.StopAsync();
+        string readiness = Scalar(container, "readinessProbe", "httpGet", "path");
+        HttpResponseMessage ready = await monitoring.GetAsync(readiness);
+        while (ready.StatusCode == HttpStatusCode.OK && !stopping.IsCompleted)
+        {
+            ready.Dispose();
+            await Task.Delay(10);
+            ready = await monitoring.GetAsync(readiness);
+        }
+
+        using HttpResponseMessage alive = await monitoring.GetAsync(Scalar(container, "livenessProbe", "httpGet", "path"));
+        Assert.Equal(HttpStatusCode.ServiceUnavailable, ready.StatusCode);
+        Assert.False(stopping.IsCompleted, "still draining while readiness failed and liveness was asked");
+        Assert.Equal(HttpStatusCode.OK, alive.StatusCode);
+        ready.Dispose();
+        await client.ExpectClosedWithAsync(ErrorCode.ShuttingDown);
+        await stopping;
+    }
+
+    [Fact]
+    public void Compose_publishes_monitoring_on_loopback_only_and_waits_for_the_drain()
+    {
+        YamlMappingNode herald = Mapping(ComposeFile(Path.Combine(Deploy, "docker-compose.yml")), "services", "herald");
+        List<string> ports = [.. Sequence(herald, "ports").Select(p => ComposeDefaults().Replace(p.ToString(), "${default}"))];
+        HeraldOptions configured = Options(Mapping(herald, "environment").Children.Select(e => KeyValuePair.Create(e.Key.ToString(), e.Value.ToString())));
+        string monitoring = configured.Monitoring.Port.ToString(CultureInfo.InvariantCulture);
+        string published = Assert.Single(ports, p => p.EndsWith($":{monitoring}", StringComparison.Ordinal));
+        Assert.Matches($@"^(127\.0\.0\.1|\[::1\]):\d+:{monitoring}$", published);
+        Assert.All(ports.Where(p => p != published), p => Assert.DoesNotContain(monitoring, p, StringComparison.Ordinal));
+
+        Match grace = Regex.Match(Scalar(herald, "stop_grace_period"), @"^(\d+)s$");
+        Assert.True(grace.Success);
+        TimeSpan drain = configured.Monitoring.DrainDelay + configured.Limits.ShutdownDrainTimeout;
+        Assert.True(TimeSpan.FromSeconds(int.Parse(grace.Groups[1].Value, CultureInfo.InvariantCulture)) > drain, $"stop_grace_period must exceed {drain}");
+    }
+
+    [Fact]
+    public void The_image_runs_non_root_and_keeps_monitoring_on_its_loopback()
+    {
+        string[] lines = File.ReadAllLines(Path.Combine(OperationsDeployTests.RepositoryRoot(), "Dockerfile"));
+        int runtime = Array.FindLastIndex(lines, l => l.StartsWith("FROM ", StringComparison.Ordinal));
+        string[] stage = lines[runtime..];
+        string user = Assert.Single(stage, l => l.StartsWith("USER ", StringComparison.Ordinal));
+        Assert.DoesNotMatch(@"^USER\s+(0|root)\b", user);
+        string[] exposed = [.. stage.Where(l => l.StartsWith("EXPOSE ", StringComparison.Ordinal)).SelectMany(l => l[7..].Split(' ', StringSplitOptions.RemoveEmptyEntries))];
+        Assert.NotEmpty(exposed);
+        Assert.DoesNotContain(new HeraldOptions().Monitoring.Port.ToString(CultureInfo.InvariantCulture), exposed);
+        Assert.DoesNotContain(stage, l => l.Contains("Herald__Monitoring__Host", StringComparison.Ordinal));
+    }
+
+    [Fact]
     public void The_cluster_compose_runs_three_nodes_on_one_password_protected_Redis_behind_HAProxy()
     {
         YamlMappingNode services = Mapping(ComposeFile(Path.Combine(Cluster, "docker-compose.yml")), "services");
@@ -165,6 +375,41 @@ public sealed partial class OperationsDeployManifestTests
                 }
             }
         }
+    }
+
+    /// <summary>The ConfigMap's entries (environment variables of the broker).</summary>
+    private static IEnumerable<KeyValuePair<string, string>> ConfigMapData(List<YamlMappingNode> objects) =>
+        Mapping(Object(objects, "ConfigMap", "herald"), "data").Children.Select(e => KeyValuePair.Create(e.Key.ToString(), e.Value.ToString()));
+
+    /// <summary>The options the Deployment's broker runs with: the ConfigMap and the literal <c>env</c> values.</summary>
+    private static HeraldOptions KubernetesOptions(List<YamlMappingNode> objects)
+    {
+        YamlMappingNode container = Container(Object(objects, "Deployment", "herald"), "herald");
+        IEnumerable<KeyValuePair<string, string>> env = Sequence(container, "env").Cast<YamlMappingNode>()
+            .Where(e => Has(e, "value"))
+            .Select(e => KeyValuePair.Create(Scalar(e, "name"), Scalar(e, "value")));
+        return Options(ConfigMapData(objects).Concat(env));
+    }
+
+    /// <summary>Environment variables bound as the broker binds them; a <c>Herald__</c> key that names no option fails.</summary>
+    private static HeraldOptions Options(IEnumerable<KeyValuePair<string, string>> environment)
+    {
+        IConfigurationRoot configuration = new ConfigurationBuilder()
+            .AddInMemoryCollection(environment.Select(e => KeyValuePair.Create(e.Key.Replace("__", ":", StringComparison.Ordinal), (string?)e.Value)))
+            .Build();
+        return configuration.GetSection(HeraldOptions.Section).Get<HeraldOptions>(binder => binder.ErrorOnUnknownConfiguration = true) ?? new HeraldOptions();
+    }
+
+    private static string ServiceType(YamlMappingNode service) => Has(service, "spec", "type") ? Scalar(service, "spec", "type") : "ClusterIP";
+
+    private static int ContainerPort(YamlMappingNode container, string name) =>
+        int.Parse(Scalar(Assert.Single(Sequence(container, "ports").Cast<YamlMappingNode>(), p => Has(p, "name") && Scalar(p, "name") == name), "containerPort"), CultureInfo.InvariantCulture);
+
+    /// <summary>The container port a Service port (<c>targetPort</c>, else <c>port</c>) or a probe (<c>port</c>) reaches: a number, or a named container port.</summary>
+    private static int TargetPort(YamlMappingNode container, YamlMappingNode port)
+    {
+        string target = Has(port, "targetPort") ? Scalar(port, "targetPort") : Scalar(port, "port");
+        return int.TryParse(target, NumberStyles.None, CultureInfo.InvariantCulture, out int number) ? number : ContainerPort(container, target);
     }
 
     private static IEnumerable<string> Resources() =>
@@ -269,4 +514,8 @@ public sealed partial class OperationsDeployManifestTests
 
     [GeneratedRegex(@"^(?<host>[a-z0-9-]+):(?<port>\d+),password=\$\((?<variable>\w+)\)$")]
     private static partial Regex RedisConfiguration();
+
+    /// <summary>Compose's <c>${NAME:-default}</c>, resolved as with the variable unset.</summary>
+    [GeneratedRegex(@"\$\{\w+:-(?<default>[^}]*)\}")]
+    private static partial Regex ComposeDefaults();
 }
