@@ -95,6 +95,32 @@ internal static class Program
         }
     }
 
+    /// <summary>
+    /// What a command line asks for, read and checked as the command reads it before it runs (nothing is started):
+    /// the scenario's settings and its target's. The tests compare it across changes of the parser.
+    /// </summary>
+    /// <exception cref="UsageException">The command line is wrong.</exception>
+    internal static CommandSettings ReadSettings(string[] args)
+    {
+        CommandLine options = args[0] == "compare" ? CompareCommand.Parse(args[1..]) : CommandLine.Parse(args[1..]);
+        CommandSettings settings = args[0] switch
+        {
+            "fanout" => FanoutScenario.FanoutOptions.Read(options) is var fanout ? new(fanout, TargetOptions.Read(options) with { Headers = fanout.HeaderBytes > 0 }) : null!,
+            "rpc" => new(RpcScenario.RpcOptions.Read(options), TargetOptions.Read(options)),
+            "broadcast" => new(BroadcastOptions.Read(options), null),
+            "compression" => new(CompressionScenarioOptions.Read(options), null),
+            "collab" => new(CollabOptions.Read(options), TargetOptions.Read(options)),
+            "stream" => StreamOptions.Read(options) is var stream ? new(stream, TargetOptions.Read(options) with { Headers = stream.HeaderBytes > 0 }) : null!,
+            "connections" => new(ConnectionsOptions.Read(options), null),
+            "stalled" => new(StalledScenario.StalledOptions.Read(options), TargetOptions.Read(options)),
+            "compare" => new(CompareCommand.Read(options), null),
+            "chart" => new(BroadcastChartCommand.Read(options), null),
+            _ => throw new UsageException($"Unknown scenario '{args[0]}'."),
+        };
+        options.RejectUnused();
+        return settings;
+    }
+
     private static async Task<int> RunSignalRServerAsync(string[] args, CancellationToken cancellationToken)
     {
         try
@@ -125,3 +151,6 @@ internal static class Program
         Console.WriteLine("`<scenario> --help` lists a scenario's options.");
     }
 }
+
+/// <summary>What a command line asks for (<see cref="Program.ReadSettings"/>): the scenario's options, and its target's when the scenario reads them apart.</summary>
+internal sealed record CommandSettings(object Scenario, TargetOptions? Target);

@@ -21,18 +21,20 @@ internal sealed class BroadcastChartCommand : IScenario
           chart --in herald-tcp.json,nats.json,redis.json --out loadtest/results/broadcast
         """;
 
-    public Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    /// <exception cref="UsageException">No <c>--in</c> file.</exception>
+    public static ChartSettings Read(CommandLine commandLine)
     {
         ArgumentNullException.ThrowIfNull(commandLine);
         string[] inputs = (commandLine.OptionalString("in") ?? throw new UsageException("--in is required: one or more broadcast result files."))
             .Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
         string output = commandLine.String("out", "loadtest/results/broadcast");
-        commandLine.RejectUnused();
-        if (inputs.Length == 0)
-        {
-            throw new UsageException("--in names no file.");
-        }
+        return inputs.Length == 0 ? throw new UsageException("--in names no file.") : new ChartSettings(inputs, output);
+    }
 
+    public Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    {
+        (IReadOnlyList<string> inputs, string output) = Read(commandLine);
+        commandLine.RejectUnused();
         var series = new List<BroadcastSeries>();
         foreach (string input in inputs)
         {
@@ -46,3 +48,6 @@ internal sealed class BroadcastChartCommand : IScenario
         return Task.FromResult(ExitCodes.Ok);
     }
 }
+
+/// <summary>What <c>chart</c> draws: the broadcast result files, and the path of the SVG and PNG.</summary>
+internal sealed record ChartSettings(IReadOnlyList<string> In, string Out);

@@ -63,12 +63,15 @@ internal sealed class CompareCommand : IScenario
         return CommandLine.Parse(["--scenario", args[0], .. args.Skip(1)]);
     }
 
-    public async Task<int> RunAsync(CommandLine options, CancellationToken cancellationToken)
+    /// <summary>What <c>compare</c> runs: the scenario, the targets in order (a baseline row before each Herald one), its own
+    /// files, and the options passed on to every run.</summary>
+    /// <exception cref="UsageException">An unknown scenario or target, a missing baseline, or an option compare sets itself.</exception>
+    public static CompareSettings Read(CommandLine options)
     {
         string scenario = options.String("scenario", "");
-        if (scenario == Name || Array.Find(Program.Scenarios, s => s.Name == scenario) is null)
+        if (scenario == "compare" || Array.Find(Program.Scenarios, s => s.Name == scenario) is null)
         {
-            throw new UsageException($"compare: unknown scenario '{scenario}'; one of {string.Join(", ", Program.Scenarios.Where(s => s.Name != Name).Select(s => s.Name))}.");
+            throw new UsageException($"compare: unknown scenario '{scenario}'; one of {string.Join(", ", Program.Scenarios.Where(s => s.Name != "compare").Select(s => s.Name))}.");
         }
 
         string targetsText = options.String("targets", string.Join(",", DefaultTargets));
@@ -96,7 +99,12 @@ internal sealed class CompareCommand : IScenario
             throw new UsageException($"compare sets --{clash} itself for each target (use --targets).");
         }
 
-        List<string> passed = options.TakeUnused();
+        return new CompareSettings(scenario, targets, outFile, markdownFile, options.TakeUnused());
+    }
+
+    public async Task<int> RunAsync(CommandLine options, CancellationToken cancellationToken)
+    {
+        (string scenario, IReadOnlyList<TargetSpec> targets, string? outFile, string? markdownFile, IReadOnlyList<string> passed) = Read(options);
 
         var rows = new List<CompareRow>();
         foreach (TargetSpec target in targets)
@@ -158,12 +166,16 @@ internal sealed class CompareCommand : IScenario
             : ExitCodes.Ok;
     }
 
-    private static List<string> WithoutOption(List<string> tokens, string option)
+    private static IReadOnlyList<string> WithoutOption(IReadOnlyList<string> tokens, string option)
     {
-        int at = tokens.IndexOf(option);
-        return at < 0 ? tokens : [.. tokens.Take(at), .. tokens.Skip(at + 2)];
+        List<string> list = [.. tokens];
+        int at = list.IndexOf(option);
+        return at < 0 ? tokens : [.. list.Take(at), .. list.Skip(at + 2)];
     }
 }
+
+/// <summary>What <c>compare</c> runs: see <see cref="CompareCommand.Read"/>.</summary>
+internal sealed record CompareSettings(string Scenario, IReadOnlyList<TargetSpec> Targets, string? Out, string? Markdown, IReadOnlyList<string> Passed);
 
 /// <summary>One entry of <c>--targets</c>: <c>herald/tcp</c>, <c>signalr/websockets</c>, or a bare <c>nats</c> (tcp).</summary>
 internal sealed record TargetSpec(string Target, string Transport, string Label)
