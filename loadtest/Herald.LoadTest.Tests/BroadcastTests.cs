@@ -170,8 +170,8 @@ public class BroadcastTests
     {
         await using ITarget herald = await TargetContractTests.StartAsync("herald", "tcp");
         await using var target = new PlainTarget(herald);
-        BroadcastOptions options = BroadcastOptions.Read(CommandLine.Parse(
-            ["--subscribers", $"{Subscribers}", "--bursts", $"{Bursts}", "--period", "0.5", "--settle", "0.2", "--grace", HangBoundSeconds, "--pause", "0", "--setup-timeout", "30"]));
+        BroadcastOptions options = (BroadcastOptions)Program.ReadSettings(
+            ["broadcast", "--subscribers", $"{Subscribers}", "--bursts", $"{Bursts}", "--period", "0.5", "--settle", "0.2", "--grace", HangBoundSeconds, "--pause", "0", "--setup-timeout", "30"]).Scenario;
 
         BroadcastRunResult run = await BroadcastRun.ExecuteAsync(options, target, Subscribers, new RunLog(), CancellationToken.None);
 

@@ -56,7 +56,7 @@ public class ClusterTargetTests
     public async Task Clients_are_spread_over_the_nodes_by_index_and_every_server_is_gone_after_dispose()
     {
         Assert.Null(Repo.EnsurePeerServers());
-        TargetOptions options = TargetOptions.Read(CommandLine.Parse(ClusterArgs(out int first)));
+        TargetOptions options = Repo.TargetOptionsOf(ClusterArgs(out int first));
         int[] pids;
         await using (ITarget started = await TargetFactory.StartAsync(options, CancellationToken.None))
         {
@@ -87,7 +87,7 @@ public class ClusterTargetTests
     [Fact]
     public void History_starts_the_brokers_with_a_history_rule_and_says_so()
     {
-        TargetOptions options = TargetOptions.Read(CommandLine.Parse(["--target", "cluster", "--nodes", "2", "--history", "feed.>"]));
+        TargetOptions options = Repo.TargetOptionsOf(["--target", "cluster", "--nodes", "2", "--history", "feed.>"]);
 
         Assert.Equal(["--Herald:History:Topics:0:Pattern=feed.>", "--Herald:History:Topics:0:MaxMessages=1000"], options.ServerArguments);
         Assert.Contains("history on feed.>", options.Describe(), StringComparison.Ordinal);

@@ -18,8 +18,7 @@ public class PeerTargetTests
     {
         Repo.EnsurePeerServers();
         int port = Repo.FreePorts(1);
-        TargetOptions options = TargetOptions.Read(CommandLine.Parse(
-            ["--target", target, "--port", port.ToString(CultureInfo.InvariantCulture), "--server-cpus", "0", "--setup-timeout", "30"]));
+        TargetOptions options = Repo.TargetOptionsOf(["--target", target, "--port", port.ToString(CultureInfo.InvariantCulture), "--server-cpus", "0", "--setup-timeout", "30"]);
         int pid;
         await using (ITarget started = await TargetFactory.StartAsync(options, CancellationToken.None))
         {
@@ -43,8 +42,7 @@ public class PeerTargetTests
     {
         _ = versionPrefix;
         int port = Repo.FreePorts(1);
-        TargetOptions options = TargetOptions.Read(CommandLine.Parse(
-            ["--target", target, "--server", "external", "--port", port.ToString(CultureInfo.InvariantCulture), "--setup-timeout", "5"]));
+        TargetOptions options = Repo.TargetOptionsOf(["--target", target, "--server", "external", "--port", port.ToString(CultureInfo.InvariantCulture), "--setup-timeout", "5"]);
         await Assert.ThrowsAsync<TargetUnavailableException>(() => TargetFactory.StartAsync(options, CancellationToken.None));
     }
 

@@ -66,6 +66,9 @@ internal static class Repo
     /// <summary>Runs a scenario in-process, as <c>herald-loadtest name args</c> would, and returns its exit code.</summary>
     public static Task<int> RunAsync(string scenario, params string[] args) => Program.RunAsync([scenario, .. args], CancellationToken.None);
 
+    /// <summary>The target options a scenario's command line reads to (<c>fanout</c>'s: every target option, and the window's).</summary>
+    internal static Herald.LoadTest.Targets.TargetOptions TargetOptionsOf(string[] args) => Program.ReadSettings(["fanout", .. args]).Target!;
+
     public static JsonElement ReadJson(string path)
     {
         using JsonDocument document = JsonDocument.Parse(File.ReadAllText(path));

@@ -28,7 +28,7 @@ public class TargetContractTests
             "--ports", $"{first}-{first + 1}", "--http-port", (first + 2).ToString(CultureInfo.InvariantCulture), "--monitoring-port", (first + 3).ToString(CultureInfo.InvariantCulture),
             "--port", first.ToString(CultureInfo.InvariantCulture), "--broker-dll", Repo.BrokerDll, "--setup-timeout", "60",
         ];
-        TargetOptions options = TargetOptions.Read(CommandLine.Parse(args)) with { Headers = headers };
+        TargetOptions options = Repo.TargetOptionsOf(args) with { Headers = headers };
         return await TargetFactory.StartAsync(options, CancellationToken.None);
     }
 
@@ -81,7 +81,7 @@ public class TargetContractTests
     [InlineData("websocket", "signalr")]
     public void A_transport_is_refused_for_a_target_the_tool_cannot_start_with_it(string transport, string target)
     {
-        UsageException e = Assert.Throws<UsageException>(() => TargetOptions.Read(CommandLine.Parse(["--target", target, "--transport", transport])));
+        UsageException e = Assert.Throws<UsageException>(() => Repo.TargetOptionsOf(["--target", target, "--transport", transport]));
         Assert.Contains(transport, e.Message, StringComparison.Ordinal);
     }
 

@@ -35,7 +35,7 @@ public class TlsTargetTests
     {
         Repo.EnsurePeerServers();
         int port = Repo.FreePorts(1);
-        TargetOptions options = TargetOptions.Read(CommandLine.Parse(["--target", "nats", "--transport", "tls", "--port", port.ToString(System.Globalization.CultureInfo.InvariantCulture), "--setup-timeout", "60"]));
+        TargetOptions options = Repo.TargetOptionsOf(["--target", "nats", "--transport", "tls", "--port", port.ToString(System.Globalization.CultureInfo.InvariantCulture), "--setup-timeout", "60"]);
         await using ITarget server = await TargetFactory.StartAsync(options, CancellationToken.None);
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(20));
 

@@ -33,7 +33,7 @@ public sealed class TokenAuthTests : IAsyncLifetime
 
     public async Task InitializeAsync()
     {
-        TargetOptions options = TargetOptions.Read(CommandLine.Parse(PortArgs));
+        TargetOptions options = Repo.TargetOptionsOf(PortArgs);
         _broker = BrokerChild.Start(Repo.BrokerDll,
         [
             .. HeraldNode.Arguments(options),
@@ -72,7 +72,7 @@ public sealed class TokenAuthTests : IAsyncLifetime
     [InlineData("longpoll")]
     public async Task Clients_take_the_identity_s_inbox_prefix_from_the_broker(string transport)
     {
-        TargetOptions options = TargetOptions.Read(CommandLine.Parse([.. ScenarioArgs(transport)]));
+        TargetOptions options = Repo.TargetOptionsOf([.. ScenarioArgs(transport)]);
         await using ITarget target = await HeraldTarget.StartAsync(options, CancellationToken.None);
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
         await using IPubSubClient client = await target.ConnectAsync(0, timeout.Token);

@@ -1,3 +1,7 @@
+using System.CommandLine;
+using System.CommandLine.Help;
+using System.CommandLine.Invocation;
+using System.CommandLine.Parsing;
 using Herald.LoadTest.Peers.SignalR;
 using Herald.LoadTest.Scenarios;
 using Herald.LoadTest.Targets;
@@ -5,9 +9,9 @@ using Herald.LoadTest.Targets;
 namespace Herald.LoadTest;
 
 /// <summary>
-/// Subcommand dispatcher: <c>herald-loadtest &lt;scenario&gt; [options]</c>. Each scenario lives in one
-/// file under Scenarios/ and reaches the broker under test through Targets/; adding one means adding it
-/// to <see cref="Scenarios"/>.
+/// Command dispatcher: <c>herald-loadtest &lt;scenario&gt; [options]</c>, parsed by System.CommandLine. Each
+/// scenario lives in one file under Scenarios/, declares its options there and reaches the broker under test
+/// through Targets/; adding one means adding it to <see cref="Scenarios"/>.
 /// </summary>
 internal static class Program
 {
@@ -48,44 +52,33 @@ internal static class Program
         return await RunAsync(args, interrupted.Token);
     }
 
-    /// <summary>Runs one subcommand (<c>args[0]</c>) with its options; the tests call this in-process.</summary>
+    /// <summary>
+    /// The tool's command line: one command per scenario (and <c>compare</c>, <c>chart</c>, the hidden
+    /// <c>signalr-server</c>), each with its typed options, help (<c>--help</c>) and completions (the <c>[suggest]</c>
+    /// directive that <c>dotnet-suggest</c> calls).
+    /// </summary>
+    internal static RootCommand Root { get; } = CreateRoot();
+
+    /// <summary>Runs one command with its options; the tests call this in-process.</summary>
     public static async Task<int> RunAsync(string[] args, CancellationToken cancellationToken)
     {
-        if (args.Length == 0 || args[0] is "help" or "--help" or "-h")
+        ParseResult parsed = Root.Parse(args);
+        if (parsed.Action is ParseErrorAction error)
         {
-            PrintHelp();
-            return args.Length == 0 ? ExitCodes.Usage : ExitCodes.Ok;
-        }
-
-        if (args[0] == SignalRServer.Subcommand)
-        {
-            return await RunSignalRServerAsync(args[1..], cancellationToken); // hidden: the SignalR target's server
-        }
-
-        IScenario? scenario = Array.Find(Scenarios, s => s.Name == args[0]);
-        if (scenario is null)
-        {
-            Console.Error.WriteLine($"Unknown scenario '{args[0]}'.");
-            PrintHelp();
-            return ExitCodes.Usage;
-        }
-
-        if (args.Skip(1).Any(a => a is "--help" or "-h"))
-        {
-            Console.WriteLine(scenario.Usage);
-            return ExitCodes.Ok;
+            error.ShowHelp = false; // the errors, each naming the option, and where the options are listed
+            Console.Error.WriteLine($"`{string.Join(' ', CommandPath(parsed.CommandResult))} --help` lists the options.");
         }
 
         try
         {
-            CommandLine options = scenario is CompareCommand ? CompareCommand.Parse(args[1..]) : CommandLine.Parse(args[1..]);
-            return await scenario.RunAsync(options, cancellationToken);
+            // The tool handles Ctrl+C itself (Main) and reports its own exceptions.
+            int code = await parsed.InvokeAsync(new InvocationConfiguration { EnableDefaultExceptionHandler = false, ProcessTerminationTimeout = null }, cancellationToken);
+            return parsed.Action is ParseErrorAction ? ExitCodes.Usage : code;
         }
         catch (UsageException e)
         {
             Console.Error.WriteLine(e.Message);
-            Console.Error.WriteLine();
-            Console.Error.WriteLine(scenario.Usage);
+            Console.Error.WriteLine($"`{string.Join(' ', CommandPath(parsed.CommandResult))} --help` lists the options.");
             return ExitCodes.Usage;
         }
         catch (TargetUnavailableException e)
@@ -102,54 +95,37 @@ internal static class Program
     /// <exception cref="UsageException">The command line is wrong.</exception>
     internal static CommandSettings ReadSettings(string[] args)
     {
-        CommandLine options = args[0] == "compare" ? CompareCommand.Parse(args[1..]) : CommandLine.Parse(args[1..]);
-        CommandSettings settings = args[0] switch
+        ParseResult parsed = Root.Parse(args);
+        if (parsed.Errors.Count > 0)
         {
-            "fanout" => FanoutScenario.FanoutOptions.Read(options) is var fanout ? new(fanout, TargetOptions.Read(options) with { Headers = fanout.HeaderBytes > 0 }) : null!,
-            "rpc" => new(RpcScenario.RpcOptions.Read(options), TargetOptions.Read(options)),
-            "broadcast" => new(BroadcastOptions.Read(options), null),
-            "compression" => new(CompressionScenarioOptions.Read(options), null),
-            "collab" => new(CollabOptions.Read(options), TargetOptions.Read(options)),
-            "stream" => StreamOptions.Read(options) is var stream ? new(stream, TargetOptions.Read(options) with { Headers = stream.HeaderBytes > 0 }) : null!,
-            "connections" => new(ConnectionsOptions.Read(options), null),
-            "stalled" => new(StalledScenario.StalledOptions.Read(options), TargetOptions.Read(options)),
-            "compare" => new(CompareCommand.Read(options), null),
-            "chart" => new(BroadcastChartCommand.Read(options), null),
-            _ => throw new UsageException($"Unknown scenario '{args[0]}'."),
-        };
-        options.RejectUnused();
-        return settings;
+            throw new UsageException(string.Join(Environment.NewLine, parsed.Errors.Select(e => e.Message)));
+        }
+
+        IScenario scenario = parsed.CommandResult.Parent is CommandResult { Command.Name: "compare" }
+            ? Array.Find(Scenarios, s => s is CompareCommand)!
+            : Array.Find(Scenarios, s => s.Name == parsed.CommandResult.Command.Name) ?? throw new UsageException("No scenario named.");
+        return scenario.Read(parsed);
     }
 
-    private static async Task<int> RunSignalRServerAsync(string[] args, CancellationToken cancellationToken)
+    private static RootCommand CreateRoot()
     {
-        try
+        var root = new RootCommand("Herald load test: the seeds' scenarios against Herald and the brokers you would pick instead. See loadtest/README.md.");
+        foreach (IScenario scenario in Scenarios)
         {
-            return await SignalRServer.RunAsync(args, cancellationToken);
+            root.Add(scenario.CreateCommand());
         }
-        catch (UsageException e)
+
+        root.Add(SignalRServer.CreateCommand());
+        root.SetAction(parsed =>
         {
-            Console.Error.WriteLine(e.Message);
-            Console.Error.WriteLine($"usage: {SignalRServer.Subcommand} --host IP --port N");
+            new HelpAction().Invoke(parsed); // no command: the list of them, as a usage error
             return ExitCodes.Usage;
-        }
+        });
+        return root;
     }
 
-    private static void PrintHelp()
-    {
-        Console.WriteLine("Herald load test. See loadtest/README.md, then:");
-        Console.WriteLine();
-        Console.WriteLine("  dotnet run -c Release --project loadtest/Herald.LoadTest -- <scenario> [options]");
-        Console.WriteLine();
-        Console.WriteLine("Scenarios:");
-        foreach (IScenario s in Scenarios)
-        {
-            Console.WriteLine($"  {s.Name,-12} {s.Summary}");
-        }
-
-        Console.WriteLine();
-        Console.WriteLine("`<scenario> --help` lists a scenario's options.");
-    }
+    private static IEnumerable<string> CommandPath(SymbolResult? result) =>
+        result is CommandResult { Command: var command } ? [.. CommandPath(result.Parent), command is RootCommand ? "herald-loadtest" : command.Name] : [];
 }
 
 /// <summary>What a command line asks for (<see cref="Program.ReadSettings"/>): the scenario's options, and its target's when the scenario reads them apart.</summary>

@@ -1,3 +1,5 @@
+using System.CommandLine;
+
 namespace Herald.LoadTest.Scenarios;
 
 /// <summary>
@@ -8,33 +10,35 @@ internal sealed class BroadcastChartCommand : IScenario
 {
     public string Name => "chart";
 
-    public string Summary => "Draw M against P from broadcast result files (SVG and PNG).";
+    private static readonly Option<string> In = new("--in")
+    {
+        Description = "broadcast result files (one or more, comma-separated)",
+        HelpName = "A.json,B.json",
+        Required = true,
+    };
 
-    public string Usage => """
-        chart: the broadcast chart from result files written by `broadcast --out`: the largest M with every
-        burst on time against the period P, one line per file (labelled with its target, e.g. herald/tcp).
+    private static readonly Option<string> Out = OptionKinds.Text("out", "loadtest/results/broadcast", "PATH", "write PATH.svg and PATH.png");
 
-          --in A.json,B.json     broadcast result files (one or more, comma-separated)
-          --out PATH             write PATH.svg and PATH.png (default loadtest/results/broadcast)
-
-        Example:
-          chart --in herald-tcp.json,nats.json,redis.json --out loadtest/results/broadcast
+    public string Description => """
+        Draw M against P from broadcast result files (SVG and PNG).
+        The broadcast chart from result files written by `broadcast --out`: the largest M with every burst on
+        time against the period P, one line per file (labelled with its target, e.g. herald/tcp).
+        Example: chart --in herald-tcp.json,nats.json,redis.json --out loadtest/results/broadcast
         """;
 
-    /// <exception cref="UsageException">No <c>--in</c> file.</exception>
-    public static ChartSettings Read(CommandLine commandLine)
+    public IReadOnlyList<Option> Options { get; } = [In, Out];
+
+    /// <exception cref="UsageException"><c>--in</c> names no file.</exception>
+    public CommandSettings Read(ParseResult parsed)
     {
-        ArgumentNullException.ThrowIfNull(commandLine);
-        string[] inputs = (commandLine.OptionalString("in") ?? throw new UsageException("--in is required: one or more broadcast result files."))
-            .Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
-        string output = commandLine.String("out", "loadtest/results/broadcast");
-        return inputs.Length == 0 ? throw new UsageException("--in names no file.") : new ChartSettings(inputs, output);
+        ArgumentNullException.ThrowIfNull(parsed);
+        string[] inputs = parsed.GetRequiredValue(In).Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+        return inputs.Length == 0 ? throw new UsageException("--in names no file.") : new(new ChartSettings(inputs, parsed.GetRequiredValue(Out)), null);
     }
 
-    public Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    public Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
     {
-        (IReadOnlyList<string> inputs, string output) = Read(commandLine);
-        commandLine.RejectUnused();
+        (IReadOnlyList<string> inputs, string output) = (ChartSettings)Read(parsed).Scenario;
         var series = new List<BroadcastSeries>();
         foreach (string input in inputs)
         {

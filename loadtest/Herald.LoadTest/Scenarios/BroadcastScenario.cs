@@ -1,3 +1,4 @@
+using System.CommandLine;
 using System.Diagnostics;
 using System.Globalization;
 using System.Text.Json;
@@ -30,49 +31,71 @@ internal sealed class BroadcastScenario : IScenario
 {
     public string Name => "broadcast";
 
-    public string Summary => "M subscribers, one message every P s to all of them: largest M with every burst on time, per P.";
+    internal static readonly Option<int?> Subscribers = OptionKinds.OptionalInteger("subscribers", 1, 10_000_000, "M: one run per period with M subscribers (or --search)");
 
-    public string Usage => $"""
-        broadcast: M subscribers on one topic; one message (a burst) every P s, fanned out to all M; a burst
-        must reach every subscriber before the next one is due. Against any target (see below).
+    internal static readonly Option<bool> Search = OptionKinds.Flag("search", "find the largest M with every burst on time, per period (or --subscribers)");
 
-          --subscribers M        one run per period with M subscribers, or:
-          --search               find the largest M with every burst on time, per period:
-            --start M            first M tried; doubled while good, then bisected   (default 1000)
-            --precision PCT      stop when first bad - last good <= PCT % of last good (default 5)
-            --max-subscribers M  never try more                                     (default 1000000, and the file limit)
-            --max-seconds S      the whole run (every period, every repetition) ends within S seconds;
-                                 each search gets an equal share of what is left   (default 600)
-          --period P             seconds between bursts                            (default 1)
-          --periods P1,P2,...    several periods, searched (or run) in turn, e.g. 0.5,1,2
-          --repeat N             every period N times; headlines give the median and spread (default 1)
-          --bursts N             measured bursts per run                           (default 100, the study's)
-          --warmup-bursts K      bursts before them, reported but not judged       (default 1)
-          --payload BYTES        message payload, >= 8 (burst number)              (default 128)
-          --topic NAME           topic                                             (default bench.broadcast)
-          --sources N            herald: bind to 127.0.0.1..127.0.0.N (loopback only) (default: enough for
-                                 {SourceAddresses.ConnectionsPerPair:N0} connections per (source, server port) pair)
-          --connect-rate R       open at most R subscribers per second             (default 10000)
-          --connect-concurrency C  with at most C being set up at once            (default 100)
-          --settle S             pause between setup and the first burst           (default 1)
-          --grace S              after the last deadline: wait for stragglers      (default 2)
-          --pause S              after closing a run, before the next              (default 2)
-          --stop-on-miss [true|false]  end a run at its first missed burst        (default: with --search)
-          --out FILE             also write every run as JSON (headlines: largest M on time per P)
-          --chart PATH           also draw M against P to PATH.svg and PATH.png (see the chart command)
-        {TargetOptions.Usage}
-        Herald uses its tuned transports: TCP subscribers spread over --ports, the publisher on the first
-        port; long-poll on --http-port. Other targets: one client per subscriber through the target's client.
-        --setup-timeout defaults to 30 + 3 x M / connect-rate seconds here.
-        Each subscriber is one socket: raise the file limit first (ulimit -n 1048576), for the server too.
+    internal static readonly Option<int> Start = OptionKinds.Integer("start", 1000, 1, 10_000_000, "--search: first M tried; doubled while good, then bisected");
+
+    internal static readonly Option<string?> Precision = OptionKinds.OptionalText("precision", "PCT", "--search: stop when first bad - last good <= PCT % of last good (default 5)");
+
+    internal static readonly Option<int> MaxSubscribers = OptionKinds.Integer("max-subscribers", 1_000_000, 1, 10_000_000, "--search: never try more (and the file limit)");
+
+    internal static readonly Option<double> MaxSeconds = OptionKinds.Seconds("max-seconds", 600, 10, 24 * 3600,
+        "--search: the whole run (every period, every repetition) ends within S seconds; each search gets an equal share of what is left");
+
+    internal static readonly Option<double> Period = OptionKinds.Seconds("period", 1, 0.01, 3600, "seconds between bursts");
+
+    internal static readonly Option<string?> Periods = OptionKinds.OptionalText("periods", "P1,P2,...", "several periods, searched (or run) in turn, e.g. 0.5,1,2");
+
+    internal static readonly Option<int> Bursts = OptionKinds.Integer("bursts", 100, 1, 1_000_000, "measured bursts per run (100, the study's)");
+
+    internal static readonly Option<int> WarmupBursts = OptionKinds.Integer("warmup-bursts", 1, 0, 1000, "bursts before them, reported but not judged");
+
+    internal static readonly Option<int> Payload = OptionKinds.Integer("payload", 128, BroadcastMessage.BurstBytes, 900 * 1024, "message payload in bytes, >= 8 (burst number)");
+
+    internal static readonly Option<string> Topic = ScenarioOptions.Topic("bench.broadcast");
+
+    internal static readonly Option<int?> Sources = OptionKinds.OptionalInteger("sources", 1, 250,
+        $"herald: bind to 127.0.0.1..127.0.0.N (loopback only) (default: enough for {SourceAddresses.ConnectionsPerPair:N0} connections per (source, server port) pair)");
+
+    internal static readonly Option<double> ConnectRate = OptionKinds.Seconds("connect-rate", 10_000, 1, 10_000_000, "open at most R subscribers per second");
+
+    internal static readonly Option<int> ConnectConcurrency = OptionKinds.Integer("connect-concurrency", 100, 1, 100_000, "with at most C being set up at once");
+
+    internal static readonly Option<double> Settle = OptionKinds.Seconds("settle", 1, 0, 24 * 3600, "pause between setup and the first burst");
+
+    internal static readonly Option<double> Grace = OptionKinds.Seconds("grace", 2, 0, 24 * 3600, "after the last deadline: wait for stragglers");
+
+    internal static readonly Option<double> Pause = OptionKinds.Seconds("pause", 2, 0, 24 * 3600, "after closing a run, before the next");
+
+    internal static readonly Option<bool> StopOnMiss = OptionKinds.Flag("stop-on-miss", "end a run at its first missed burst (default: with --search)");
+
+    internal static readonly Option<string?> Chart = OptionKinds.OptionalText("chart", "PATH", "also draw M against P to PATH.svg and PATH.png (see the chart command)");
+
+    public string Description => """
+        M subscribers, one message every P s to all of them: largest M with every burst on time, per P.
+        One message (a burst) every P s, fanned out to all M; a burst must reach every subscriber before the
+        next one is due. --out writes every run (headlines: largest M on time per P). Herald uses its tuned
+        transports: TCP subscribers spread over --ports, the publisher on the first port; long-poll on --http-port.
+        Other targets: one client per subscriber through the target's client. --setup-timeout defaults to
+        30 + 3 x M / connect-rate seconds here. Each subscriber is one socket: raise the file limit first
+        (ulimit -n 1048576), for the server too.
         Exit codes: 0 good (search: some M was good at every period), 1 a burst missed (search: even the
         smallest M, at some period), 2 usage or file limit, 3 server unreachable, 130 Ctrl+C.
         """;
 
-    public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    public IReadOnlyList<Option> Options { get; } =
+    [
+        Subscribers, Search, Start, Precision, MaxSubscribers, MaxSeconds, Period, Periods, ScenarioOptions.Repeat, Bursts, WarmupBursts, Payload, Topic,
+        Sources, ConnectRate, ConnectConcurrency, Settle, Grace, Pause, StopOnMiss, ScenarioOptions.Out, Chart, .. TargetCommandOptions.All,
+    ];
+
+    public CommandSettings Read(ParseResult parsed) => new(BroadcastOptions.Read(parsed), null);
+
+    public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
     {
-        BroadcastOptions options = BroadcastOptions.Read(commandLine);
-        commandLine.RejectUnused();
+        var options = (BroadcastOptions)Read(parsed).Scenario;
         CultureInfo c = CultureInfo.InvariantCulture;
 
         await using ITarget target = await ScenarioSkeleton.StartAsync(options.Target, cancellationToken);
@@ -535,26 +558,26 @@ internal sealed record BroadcastOptions(
 
     public double CloseTimeoutFor(int subscribers) => 10 + (subscribers / 5_000.0);
 
-    public static BroadcastOptions Read(CommandLine options)
+    public static BroadcastOptions Read(ParseResult options)
     {
         ArgumentNullException.ThrowIfNull(options);
-        bool setupTimeoutGiven = options.Has("setup-timeout");
+        bool setupTimeoutGiven = options.Given(TargetCommandOptions.SetupTimeout);
         TargetOptions target = TargetOptions.Read(options);
         BroadcastTransportKind transport = target.Transport == "longpoll" ? BroadcastTransportKind.LongPoll : BroadcastTransportKind.Connection;
 
-        bool search = options.Flag("search");
-        bool fixedRun = options.Has("subscribers");
+        bool search = options.GetValue(BroadcastScenario.Search);
+        bool fixedRun = options.Given(BroadcastScenario.Subscribers);
         if (search == fixedRun)
         {
             throw new UsageException("Give either --subscribers M (one run per period) or --search (find the largest M per period).");
         }
 
-        if (!search && (options.Has("start") || options.Has("precision") || options.Has("max-subscribers") || options.Has("max-seconds")))
+        if (!search && (options.Given(BroadcastScenario.Start) || options.Given(BroadcastScenario.Precision) || options.Given(BroadcastScenario.MaxSubscribers) || options.Given(BroadcastScenario.MaxSeconds)))
         {
             throw new UsageException("--start, --precision, --max-subscribers and --max-seconds go with --search.");
         }
 
-        string topic = options.String("topic", "bench.broadcast");
+        string topic = options.GetRequiredValue(BroadcastScenario.Topic);
         try
         {
             Herald.Protocol.Topic.EncodeName(topic);
@@ -565,7 +588,7 @@ internal sealed record BroadcastOptions(
         }
 
         double precision = 0.05;
-        if (options.OptionalString("precision") is { } text)
+        if (options.GetValue(BroadcastScenario.Precision) is { } text)
         {
             if (!double.TryParse(text.TrimEnd('%'), NumberStyles.Float, CultureInfo.InvariantCulture, out double percent) || percent is <= 0 or > 100)
             {
@@ -576,44 +599,43 @@ internal sealed record BroadcastOptions(
         }
 
         List<double> periods = ReadPeriods(options);
-        int? sources = options.Has("sources") ? options.Int("sources", 1, 1, 250) : null;
         return new BroadcastOptions(
             target,
             transport,
-            fixedRun ? options.Int("subscribers", 1000, 1, 10_000_000) : 0,
+            options.GetValue(BroadcastScenario.Subscribers) ?? 0,
             search,
-            options.Int("start", 1000, 1, 10_000_000),
+            options.GetValue(BroadcastScenario.Start),
             precision,
-            options.Int("max-subscribers", 1_000_000, 1, 10_000_000),
-            options.Seconds("max-seconds", 600, 10, 24 * 3600),
+            options.GetValue(BroadcastScenario.MaxSubscribers),
+            options.GetValue(BroadcastScenario.MaxSeconds),
             periods[0],
             periods,
-            options.Int("repeat", 1, 1, 100),
-            options.Int("bursts", 100, 1, 1_000_000),
-            options.Int("warmup-bursts", 1, 0, 1000),
-            options.Int("payload", 128, BroadcastMessage.BurstBytes, 900 * 1024),
+            options.GetValue(ScenarioOptions.Repeat),
+            options.GetValue(BroadcastScenario.Bursts),
+            options.GetValue(BroadcastScenario.WarmupBursts),
+            options.GetValue(BroadcastScenario.Payload),
             topic,
-            sources,
-            options.Seconds("connect-rate", 10_000, 1, 10_000_000),
-            options.Int("connect-concurrency", 100, 1, 100_000),
-            options.Seconds("settle", 1, 0),
-            options.Seconds("grace", 2, 0),
-            options.Seconds("pause", 2, 0),
+            options.GetValue(BroadcastScenario.Sources),
+            options.GetValue(BroadcastScenario.ConnectRate),
+            options.GetValue(BroadcastScenario.ConnectConcurrency),
+            options.GetValue(BroadcastScenario.Settle),
+            options.GetValue(BroadcastScenario.Grace),
+            options.GetValue(BroadcastScenario.Pause),
             setupTimeoutGiven ? target.SetupTimeoutSeconds : null,
-            options.Has("stop-on-miss") ? options.Flag("stop-on-miss") : search,
-            options.OptionalString("out"),
-            options.OptionalString("chart"));
+            options.Given(BroadcastScenario.StopOnMiss) ? options.GetValue(BroadcastScenario.StopOnMiss) : search,
+            options.GetValue(ScenarioOptions.Out),
+            options.GetValue(BroadcastScenario.Chart));
     }
 
     /// <summary><c>--periods 0.5,1,2</c> or <c>--period P</c> (not both); each from 0.01 to 3600 s, each once.</summary>
-    private static List<double> ReadPeriods(CommandLine options)
+    private static List<double> ReadPeriods(ParseResult options)
     {
-        if (options.OptionalString("periods") is not { } list)
+        if (options.GetValue(BroadcastScenario.Periods) is not { } list)
         {
-            return [options.Seconds("period", 1, 0.01, 3600)];
+            return [options.GetValue(BroadcastScenario.Period)];
         }
 
-        if (options.Has("period"))
+        if (options.Given(BroadcastScenario.Period))
         {
             throw new UsageException("Give --period P or --periods P1,P2,..., not both.");
         }

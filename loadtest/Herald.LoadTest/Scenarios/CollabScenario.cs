@@ -1,3 +1,4 @@
+using System.CommandLine;
 using System.Globalization;
 using System.Text.Json;
 using Herald.LoadTest.Reporting;
@@ -28,38 +29,65 @@ internal sealed class CollabScenario : IScenario
 
     public string Name => "collab";
 
-    public string Summary => "chat rooms: T rooms x N clients, one publication per room every D s: latency (polling duplex seed).";
+    internal static readonly Option<string?> Preset = CreatePreset();
 
-    public string Usage => $"""
-        collab: T rooms (topics) of N clients each. In every room one client publishes every D seconds and
-        the other N-1 receive; rooms publish at times spread evenly over D. Latency = receipt - scheduled
-        publication time. A run lasts (warm-up rounds + rounds) x D seconds plus setup and grace.
+    internal static readonly Option<int> Rooms = OptionKinds.Integer("rooms", 100, 1, 100_000, "rooms (topics)");
 
-          --preset NAME|all      one of the seed's rows, or all of them in turn:
-                                 {string.Join(", ", Presets.Select(p => p.Name))}
-          --rooms T              rooms (topics)                                   (default 100)
-          --clients N            clients per room, the publisher included (>= 2) (default 5)
-          --delay D              seconds between a room's publications           (default 1)
-          --rounds R             measured publications per room                  (default 100, as the seed)
-          --warmup-rounds W      publications per room before measuring          (default 2)
-          --strings N            strings in a message body                        (default 20, as the seed)
-          --string-length N      characters per string                            (default 8)
-          --late-ms MS           a publication this far behind schedule is late   (default 10)
-          --grace S              after the last publication: wait for deliveries  (default 5)
-          --max-seconds S        cap on one row's run after setup                 (default 3600)
-          --repeat N             runs per row; headlines are the median           (default 1)
-          --out FILE             also write the result as JSON
-        {TargetOptions.Usage}
-        Client i of the run (room i / N) is opened with the target's ConnectAsync(i).
+    internal static readonly Option<int> Clients = OptionKinds.Integer("clients", 5, 2, 10_000, "clients per room, the publisher included");
+
+    internal static readonly Option<double> Delay = OptionKinds.Seconds("delay", 1, 0.01, 3600, "seconds between a room's publications");
+
+    internal static readonly Option<int> Rounds = OptionKinds.Integer("rounds", 100, 1, 1_000_000, "measured publications per room (100, as the seed)");
+
+    internal static readonly Option<int> WarmupRounds = OptionKinds.Integer("warmup-rounds", 2, 0, 1_000_000, "publications per room before measuring");
+
+    internal static readonly Option<int> Strings = OptionKinds.Integer("strings", 20, 0, 1000, "strings in a message body (20, as the seed)");
+
+    internal static readonly Option<int> StringLength = OptionKinds.Integer("string-length", 8, 0, 10_000, "characters per string");
+
+    internal static readonly Option<double> LateMs = OptionKinds.Seconds("late-ms", 10, 0, 3_600_000, "a publication this many milliseconds behind schedule is late");
+
+    internal static readonly Option<double> Grace = OptionKinds.Seconds("grace", 5, 0, 3600, "after the last publication: wait for deliveries");
+
+    internal static readonly Option<double> MaxSeconds = OptionKinds.Seconds("max-seconds", 3600, 0.1, 24 * 3600, "cap on one row's run after setup");
+
+    public string Description => """
+        chat rooms: T rooms x N clients, one publication per room every D s: latency (polling duplex seed).
+        In every room one client publishes every D seconds and the other N-1 receive; rooms publish at times
+        spread evenly over D. Latency = receipt - scheduled publication time. A run lasts (warm-up rounds +
+        rounds) x D seconds plus setup and grace. Client i of the run (room i / N) is opened with the target's ConnectAsync(i).
         Exit codes: 0 ok, 1 a check failed (missing, duplicated or foreign deliveries, a disconnection),
         2 usage, 3 server unreachable, 130 Ctrl+C.
         """;
 
-    public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    public IReadOnlyList<Option> Options { get; } =
+    [
+        Preset, Rooms, Clients, Delay, Rounds, WarmupRounds, Strings, StringLength, LateMs, Grace, MaxSeconds,
+        ScenarioOptions.Repeat, ScenarioOptions.Out, .. TargetCommandOptions.All,
+    ];
+
+    public CommandSettings Read(ParseResult parsed) => new(CollabOptions.Read(parsed), TargetOptions.Read(parsed));
+
+    private static Option<string?> CreatePreset()
     {
-        CollabOptions options = CollabOptions.Read(commandLine);
-        TargetOptions targetOptions = TargetOptions.Read(commandLine);
-        commandLine.RejectUnused();
+        string[] names = ["all", .. CollabScenario.Presets.Select(p => p.Name)];
+        Option<string?> preset = OptionKinds.OptionalText("preset", "NAME|all", $"one of the seed's rows, or all of them in turn: {string.Join(", ", names[1..])}; sets --rooms, --clients and --delay");
+        preset.CompletionSources.Add(names);
+        preset.Validators.Add(result =>
+        {
+            if (result.Tokens is [.., { Value: var text }] && Array.IndexOf(names, text) < 0)
+            {
+                result.AddError($"--preset must be all or one of {string.Join(", ", names[1..])}, got '{text}'.");
+            }
+        });
+        return preset;
+    }
+
+    public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
+    {
+        CommandSettings settings = Read(parsed);
+        var options = (CollabOptions)settings.Scenario;
+        TargetOptions targetOptions = settings.Target!;
         var payload = new StampedPayload(counters: 2, options.Strings, options.StringLength);
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
@@ -211,25 +239,24 @@ internal sealed record CollabOptions(
     int Repeat,
     string? Out)
 {
-    public static CollabOptions Read(CommandLine options)
+    /// <exception cref="UsageException">A preset with its own rooms, clients or delay, or too many clients in all.</exception>
+    public static CollabOptions Read(ParseResult options)
     {
         List<CollabRow> rows;
-        if (options.OptionalString("preset") is { } preset)
+        if (options.GetValue(CollabScenario.Preset) is { } preset)
         {
-            if (options.Has("rooms") || options.Has("clients") || options.Has("delay"))
+            if (options.Given(CollabScenario.Rooms) || options.Given(CollabScenario.Clients) || options.Given(CollabScenario.Delay))
             {
                 throw new UsageException("--preset sets --rooms, --clients and --delay; give either the preset or those.");
             }
 
-            rows = preset == "all" ? [.. CollabScenario.Presets]
-                : [CollabScenario.Presets.FirstOrDefault(p => p.Name == preset)
-                    ?? throw new UsageException($"--preset must be all or one of {string.Join(", ", CollabScenario.Presets.Select(p => p.Name))}, got '{preset}'.")];
+            rows = preset == "all" ? [.. CollabScenario.Presets] : [CollabScenario.Presets.First(p => p.Name == preset)];
         }
         else
         {
-            int rooms = options.Int("rooms", 100, 1, 100_000);
-            int clients = options.Int("clients", 5, 2, 10_000);
-            double delay = options.Seconds("delay", 1, 0.01, 3600);
+            int rooms = options.GetValue(CollabScenario.Rooms);
+            int clients = options.GetValue(CollabScenario.Clients);
+            double delay = options.GetValue(CollabScenario.Delay);
             if ((long)rooms * clients > 1_000_000)
             {
                 throw new UsageException("--rooms x --clients must be at most 1,000,000.");
@@ -241,14 +268,15 @@ internal sealed record CollabOptions(
 
         return new CollabOptions(
             rows,
-            options.Int("rounds", 100, 1, 1_000_000),
-            options.Int("warmup-rounds", 2, 0, 1_000_000),
-            options.Int("strings", 20, 0, 1000),
-            options.Int("string-length", 8, 0, 10_000),
-            options.Seconds("late-ms", 10, 0, 3_600_000),
-            options.Seconds("grace", 5, 0, 3600),
-            options.Seconds("max-seconds", 3600, 0.1),
-            options.Int("repeat", 1, 1, 100),
-            options.OptionalString("out"));
+            options.GetValue(CollabScenario.Rounds),
+            options.GetValue(CollabScenario.WarmupRounds),
+            options.GetValue(CollabScenario.Strings),
+            options.GetValue(CollabScenario.StringLength),
+            options.GetValue(CollabScenario.LateMs),
+            options.GetValue(CollabScenario.Grace),
+            options.GetValue(CollabScenario.MaxSeconds),
+            options.GetValue(ScenarioOptions.Repeat),
+            options.GetValue(ScenarioOptions.Out));
     }
+
 }

@@ -1,7 +1,10 @@
+using System.CommandLine;
+using System.CommandLine.Parsing;
 using System.Globalization;
 using System.Text;
 using System.Text.Json;
 using Herald.LoadTest.Reporting;
+using Herald.LoadTest.Targets;
 
 namespace Herald.LoadTest.Scenarios;
 
@@ -20,70 +23,73 @@ internal sealed class CompareCommand : IScenario
     /// <summary>Every target and transport (<c>--targets all</c>).</summary>
     public static readonly string[] AllTargets = ["herald/tcp", "herald/websocket", "herald/longpoll", "nats/tcp", "redis/tcp", "signalr/websockets", "signalr/longpolling"];
 
-    /// <summary>Options <c>compare</c> sets for each run from <c>--targets</c>; the user may not pass them through.</summary>
-    private static readonly string[] SetPerTarget = ["target", "transport"];
-
     /// <summary>The label suffix of a <c>--baseline</c> row.</summary>
     public const string BaselineSuffix = " (baseline)";
 
+    private static readonly Option<string> Targets = OptionKinds.Text("targets", string.Join(",", DefaultTargets), "LIST",
+        $"target/transport pairs, comma-separated, e.g. herald/tcp,nats/tcp; `all`: {string.Join(",", AllTargets)}");
+
+    private static readonly Option<string?> Out = OptionKinds.OptionalText("out", "FILE", "a combined JSON: the table and each target's result file embedded");
+
+    private static readonly Option<string?> Markdown = OptionKinds.OptionalText("markdown", "FILE", "the table as markdown (for the README)");
+
+    private static readonly Option<string?> Baseline = OptionKinds.OptionalText("baseline", "DLL",
+        "an A/B in one run: each Herald target runs first with this broker (--broker-dll DLL, labelled `herald/tcp (baseline)`), "
+        + "then with the one given (or the default build); the ratios are then new vs baseline");
+
+    /// <summary>compare's own options; every other option of <c>compare &lt;scenario&gt;</c> goes to the scenario.</summary>
+    private static readonly Option[] Own = [Targets, Out, Markdown, Baseline];
+
+    /// <summary>The scenario's options that compare sets for each run itself (from <c>--targets</c>, and a result file of its own).</summary>
+    private static readonly Option[] SetPerTarget = [TargetCommandOptions.Target, TargetCommandOptions.Transport, ScenarioOptions.Out];
+
     public string Name => "compare";
 
-    public string Summary => "runs a scenario against each target in turn: headlines side by side, ratios against Herald.";
-
-    public string Usage => $"""
-        compare <scenario> [--targets LIST] [--out FILE] [--markdown FILE] [scenario options...]
-
-          --targets LIST         target/transport pairs, comma-separated, e.g. herald/tcp,nats/tcp;
-                                 `all`: {string.Join(",", AllTargets)}
-                                 (default {string.Join(",", DefaultTargets)})
-          --out FILE             a combined JSON: the table and each target's result file embedded
-          --markdown FILE        the table as markdown (for the README)
-          --baseline DLL         an A/B in one run: each Herald target runs first with this broker
-                                 (--broker-dll DLL, labelled `herald/tcp (baseline)`), then with the
-                                 one given (or the default build); the ratios are then new vs baseline
-        Every other option goes to the scenario, the same for every target (see `<scenario> --help`);
+    public string Description => """
+        runs a scenario against each target in turn: headlines side by side, ratios against Herald.
+        compare <scenario> [--targets LIST] [--out FILE] [--markdown FILE] [--baseline DLL] [scenario options...]
+        Every other option goes to the scenario, the same for every target (see `compare <scenario> --help`);
         compare adds --target, --transport and --out itself. Ratio = Herald / peer for higher-is-better
         figures and peer / Herald for lower-is-better ones: > 1 means Herald did better.
         Exit codes: 0 ok (unavailable targets are skipped), 1 a run failed a check, 2 usage,
         3 no target could be run, 130 Ctrl+C.
         """;
 
-    /// <summary>
-    /// The command line of <c>compare</c>: the scenario comes first, as a bare word (<c>compare fanout --targets ...</c>),
-    /// so it is turned into <c>--scenario</c> before the usual parsing.
-    /// </summary>
-    /// <exception cref="UsageException">No scenario named first, or a malformed option.</exception>
-    public static CommandLine Parse(IReadOnlyList<string> args)
+    /// <summary>compare itself takes none: each of its commands, one per scenario that runs against a target, takes <see cref="Own"/> and the scenario's.</summary>
+    public IReadOnlyList<Option> Options => [];
+
+    public Command CreateCommand()
     {
-        if (args.Count == 0 || args[0].StartsWith("--", StringComparison.Ordinal))
+        var command = new Command(Name, Description);
+        foreach (IScenario scenario in Program.Scenarios.Where(s => s.Options.Contains(TargetCommandOptions.Target)))
         {
-            throw new UsageException("compare needs the scenario first: compare <scenario> [options].");
+            var run = new Command(scenario.Name, $"{scenario.Name} against each of --targets in turn. {scenario.Description}");
+            foreach (Option option in Own.Concat(scenario.Options.Except(SetPerTarget)))
+            {
+                run.Add(option);
+            }
+
+            run.SetAction(RunAsync);
+            command.Add(run);
         }
 
-        return CommandLine.Parse(["--scenario", args[0], .. args.Skip(1)]);
+        return command;
     }
 
     /// <summary>What <c>compare</c> runs: the scenario, the targets in order (a baseline row before each Herald one), its own
-    /// files, and the options passed on to every run.</summary>
-    /// <exception cref="UsageException">An unknown scenario or target, a missing baseline, or an option compare sets itself.</exception>
-    public static CompareSettings Read(CommandLine options)
+    /// files, and the options passed on to every run, as given.</summary>
+    /// <exception cref="UsageException">An unknown target or a missing baseline.</exception>
+    public CommandSettings Read(ParseResult parsed)
     {
-        string scenario = options.String("scenario", "");
-        if (scenario == "compare" || Array.Find(Program.Scenarios, s => s.Name == scenario) is null)
-        {
-            throw new UsageException($"compare: unknown scenario '{scenario}'; one of {string.Join(", ", Program.Scenarios.Where(s => s.Name != "compare").Select(s => s.Name))}.");
-        }
-
-        string targetsText = options.String("targets", string.Join(",", DefaultTargets));
+        ArgumentNullException.ThrowIfNull(parsed);
+        string targetsText = parsed.GetRequiredValue(Targets);
         TargetSpec[] targets = [.. (targetsText == "all" ? AllTargets : targetsText.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries)).Select(TargetSpec.Parse)];
         if (targets.Length == 0)
         {
             throw new UsageException("--targets names no target.");
         }
 
-        string? outFile = options.OptionalString("out");
-        string? markdownFile = options.OptionalString("markdown");
-        if (options.OptionalString("baseline") is { } baseline)
+        if (parsed.GetValue(Baseline) is { } baseline)
         {
             if (!File.Exists(baseline))
             {
@@ -94,17 +100,19 @@ internal sealed class CompareCommand : IScenario
             targets = [.. targets.SelectMany(t => t.Target is "herald" or "cluster" ? new[] { t with { BrokerDll = Path.GetFullPath(baseline), Label = t.Label + BaselineSuffix }, t } : [t])];
         }
 
-        if (Array.Find(SetPerTarget, options.Has) is { } clash)
+        List<string> passed = [];
+        foreach (OptionResult given in parsed.CommandResult.Children.OfType<OptionResult>().Where(r => !r.Implicit && !Own.Contains(r.Option)))
         {
-            throw new UsageException($"compare sets --{clash} itself for each target (use --targets).");
+            passed.Add(given.Option.Name);
+            passed.AddRange(given.Tokens.Select(t => t.Value));
         }
 
-        return new CompareSettings(scenario, targets, outFile, markdownFile, options.TakeUnused());
+        return new(new CompareSettings(parsed.CommandResult.Command.Name, targets, parsed.GetValue(Out), parsed.GetValue(Markdown), passed), null);
     }
 
-    public async Task<int> RunAsync(CommandLine options, CancellationToken cancellationToken)
+    public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
     {
-        (string scenario, IReadOnlyList<TargetSpec> targets, string? outFile, string? markdownFile, IReadOnlyList<string> passed) = Read(options);
+        (string scenario, IReadOnlyList<TargetSpec> targets, string? outFile, string? markdownFile, IReadOnlyList<string> passed) = (CompareSettings)Read(parsed).Scenario;
 
         var rows = new List<CompareRow>();
         foreach (TargetSpec target in targets)
@@ -188,9 +196,9 @@ internal sealed record TargetSpec(string Target, string Transport, string Label)
     {
         string[] parts = text.Split('/', 2);
         string target = parts[0];
-        if (Array.IndexOf(Targets.TargetOptions.Targets, target) < 0)
+        if (Array.IndexOf(TargetOptions.Targets, target) < 0)
         {
-            throw new UsageException($"--targets: unknown target '{target}' in '{text}'; one of {string.Join(", ", Targets.TargetOptions.Targets)}.");
+            throw new UsageException($"--targets: unknown target '{target}' in '{text}'; one of {string.Join(", ", TargetOptions.Targets)}.");
         }
 
         // The tool's --transport is tcp|longpoll for every target; SignalR's are named websockets|longpolling.

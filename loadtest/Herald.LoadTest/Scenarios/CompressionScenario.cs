@@ -1,7 +1,9 @@
+using System.CommandLine;
 using System.Diagnostics;
 using System.Globalization;
 using System.Text.Json;
 using Herald.LoadTest.Reporting;
+using Herald.LoadTest.Targets;
 
 namespace Herald.LoadTest.Scenarios;
 
@@ -21,34 +23,46 @@ internal sealed class CompressionScenario : IScenario
 {
     public string Name => "compression";
 
-    public string Summary => "Seed figures 3/4: no / always / adaptive Zstd x 3 message classes x link rates.";
+    internal static readonly Option<string> Class = OptionKinds.Text("class", "all", "C", "simple | medium | complex | all (comma list allowed)");
 
-    public string Usage => $"""
-        compression: one publisher, one subscriber reading through a token bucket at the link rate (TCP
-        backpressure then throttles the broker as a slow link would). For each class x mode x link it starts
-        a broker configured for the mode, measures, and kills it.
+    internal static readonly Option<string> Mode = OptionKinds.Text("mode", "all", "M", "none | always | adaptive | all (comma list allowed)");
 
-          --class C              simple | medium | complex | all (comma list allowed)   (default all)
-          --mode M               none | always | adaptive | all (comma list allowed)    (default all)
-          --link-mbps R          subscriber link in Mbit/s; comma list, e.g. 100,1.5   (default 100)
-          --seconds S            measured window on links >= 10 Mbit/s                   (default 10)
-          --warmup S             warm-up before it                                      (default 3)
-          --slow-seconds S       measured window on slower links                        (default 30)
-          --slow-warmup S        warm-up before it                                      (default 10)
-          --in-flight N          publications sent but not yet received by the subscriber (default 4)
-          --pool N               distinct payloads per class; sizes from the seed's distribution (default 100)
-          --seed N               seed of sizes and contents                             (default 1)
-          --grace S              after the window, time for what is in flight (default 2 + in-flight x 250 KB at the link rate)
-          --receive-window BYTES subscriber socket receive buffer, SO_RCVBUF              (default 65536)
-          --max-seconds S        time cap of the whole matrix: runs that would end later are skipped (default 1200)
-          --broker-dll PATH      broker started per run       (default {CompressionScenarioOptions.DefaultBrokerDll})
-          --port N               the port it listens on (must be free)                  (default 4702)
-          --setup-timeout S      broker start, connect and subscribe                    (default 30)
-          --external             start no broker: measure the one at --host:--port (one --mode; start it with
-                                 the arguments printed for that mode); --broker-pid PID for its CPU time
-          --host HOST            with --external                                        (default 127.0.0.1)
-          --out FILE             also write every run as JSON
+    internal static readonly Option<string> LinkMbps = OptionKinds.Text("link-mbps", "100", "R", "subscriber link in Mbit/s; comma list, e.g. 100,1.5");
 
+    internal static readonly Option<double> Seconds = OptionKinds.Seconds("seconds", 10, 0.5, 24 * 3600, "measured window on links >= 10 Mbit/s");
+
+    internal static readonly Option<double> Warmup = OptionKinds.Seconds("warmup", 3, 0, 24 * 3600, "warm-up before it");
+
+    internal static readonly Option<double> SlowSeconds = OptionKinds.Seconds("slow-seconds", 30, 0.5, 24 * 3600, "measured window on slower links");
+
+    internal static readonly Option<double> SlowWarmup = OptionKinds.Seconds("slow-warmup", 10, 0, 24 * 3600, "warm-up before it");
+
+    internal static readonly Option<int> InFlight = OptionKinds.Integer("in-flight", 4, 1, 1000, "publications sent but not yet received by the subscriber");
+
+    internal static readonly Option<int> Pool = OptionKinds.Integer("pool", 100, 1, 10_000, "distinct payloads per class; sizes from the seed's distribution");
+
+    internal static readonly Option<int> Seed = OptionKinds.Integer("seed", 1, 0, int.MaxValue, "seed of sizes and contents");
+
+    internal static readonly Option<double?> Grace = OptionKinds.OptionalSeconds("grace", 0, 600, "after the window, time for what is in flight (default 2 + in-flight x 250 KB at the link rate)");
+
+    internal static readonly Option<int> ReceiveWindow = OptionKinds.Integer("receive-window", 64 * 1024, 0, 64 * 1024 * 1024, "subscriber socket receive buffer in bytes, SO_RCVBUF");
+
+    internal static readonly Option<double> MaxSeconds = OptionKinds.Seconds("max-seconds", 1200, 1, 24 * 3600, "time cap of the whole matrix: runs that would end later are skipped");
+
+    internal static readonly Option<int> Port = OptionKinds.Integer("port", 4702, 1, 65535, "the port the broker listens on (must be free)");
+
+    internal static readonly Option<double> SetupTimeout = OptionKinds.Seconds("setup-timeout", 30, 1, 24 * 3600, "broker start, connect and subscribe");
+
+    internal static readonly Option<bool> External = OptionKinds.Flag("external",
+        "start no broker: measure the one at --host:--port (one --mode; start it with the arguments printed for that mode); --broker-pid PID for its CPU time");
+
+    internal static readonly Option<int?> BrokerPid = OptionKinds.OptionalInteger("broker-pid", 1, int.MaxValue, "with --external: the broker's process, for its CPU time");
+
+    public string Description => """
+        Seed figures 3/4: no / always / adaptive Zstd x 3 message classes x link rates.
+        One publisher, one subscriber reading through a token bucket at the link rate (TCP backpressure then
+        throttles the broker as a slow link would). For each class x mode x link it starts a broker configured
+        for the mode, measures, and kills it. --host goes with --external; --out writes every run.
         Each run's broker: dotnet BROKER_DLL --Herald:Http:Port=-1 --Herald:Monitoring:Port=-1 --Herald:Policy:Port=-1 --Herald:Tcp:Host=127.0.0.1
           --Herald:Tcp:PortRangeStart=PORT --Herald:Tcp:PortRangeEnd=PORT, and for mode
           none      nothing more (compression stays on, but the subscriber does not ask for zstd: all plain)
@@ -59,10 +73,17 @@ internal sealed class CompressionScenario : IScenario
         3 no broker could be started or reached, 130 Ctrl+C.
         """;
 
-    public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    public IReadOnlyList<Option> Options { get; } =
+    [
+        Class, Mode, LinkMbps, Seconds, Warmup, SlowSeconds, SlowWarmup, InFlight, Pool, Seed, Grace, ReceiveWindow, MaxSeconds,
+        TargetCommandOptions.BrokerDll, Port, SetupTimeout, External, BrokerPid, TargetCommandOptions.Host, ScenarioOptions.Out,
+    ];
+
+    public CommandSettings Read(ParseResult parsed) => new(CompressionScenarioOptions.Read(parsed), null);
+
+    public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
     {
-        CompressionScenarioOptions options = CompressionScenarioOptions.Read(commandLine);
-        commandLine.RejectUnused();
+        var options = (CompressionScenarioOptions)Read(parsed).Scenario;
         CultureInfo c = CultureInfo.InvariantCulture;
         if (!options.External && !File.Exists(options.BrokerDll))
         {
@@ -356,16 +377,14 @@ internal sealed record CompressionScenarioOptions(
     /// <summary>Links below this rate get the slow windows (<c>--slow-seconds</c>, <c>--slow-warmup</c>).</summary>
     public const double SlowLinkMbps = 10;
 
-    public const string DefaultBrokerDll = "broker/src/Herald.Broker/bin/Release/net10.0/Herald.Broker.dll";
-
     /// <summary>2 s plus the time the link takes to carry <paramref name="inFlight"/> of the largest payloads uncompressed.</summary>
     public static double AutoGrace(int inFlight, double linkBytesPerSecond) => 2 + (inFlight * (PayloadClasses.MaxSize + 64.0) / linkBytesPerSecond);
 
-    public static CompressionScenarioOptions Read(CommandLine options)
+    public static CompressionScenarioOptions Read(ParseResult options)
     {
-        PayloadClass[] classes = ParseList(options.String("class", "all"), "class", Enum.GetValues<PayloadClass>(), text => PayloadClasses.TryParse(text, out PayloadClass p) ? p : null);
-        CompressionMode[] modes = ParseList(options.String("mode", "all"), "mode", Enum.GetValues<CompressionMode>(), text => Enum.TryParse(text, ignoreCase: true, out CompressionMode m) && Enum.IsDefined(m) && !int.TryParse(text, out _) ? m : null);
-        double[] links = [.. options.String("link-mbps", "100").Split(',', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries).Select(text =>
+        PayloadClass[] classes = ParseList(options.GetRequiredValue(CompressionScenario.Class), "class", Enum.GetValues<PayloadClass>(), text => PayloadClasses.TryParse(text, out PayloadClass p) ? p : null);
+        CompressionMode[] modes = ParseList(options.GetRequiredValue(CompressionScenario.Mode), "mode", Enum.GetValues<CompressionMode>(), text => Enum.TryParse(text, ignoreCase: true, out CompressionMode m) && Enum.IsDefined(m) && !int.TryParse(text, out _) ? m : null);
+        double[] links = [.. options.GetRequiredValue(CompressionScenario.LinkMbps).Split(',', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries).Select(text =>
             double.TryParse(text, NumberStyles.Float, CultureInfo.InvariantCulture, out double v) && v is >= 0.01 and <= 100_000
                 ? v
                 : throw new UsageException($"--link-mbps takes rates in Mbit/s from 0.01 to 100000, comma separated; got '{text}'."))];
@@ -374,19 +393,19 @@ internal sealed record CompressionScenarioOptions(
             throw new UsageException("--link-mbps needs at least one rate.");
         }
 
-        bool external = options.Flag("external");
+        bool external = options.GetValue(CompressionScenario.External);
         if (external && modes.Length != 1)
         {
             throw new UsageException("--external measures the broker you started, in one configuration: give one --mode.");
         }
 
-        int? pid = options.Has("broker-pid") ? options.Int("broker-pid", 0, 1) : null;
+        int? pid = options.GetValue(CompressionScenario.BrokerPid);
         if (pid is not null && !external)
         {
             throw new UsageException("--broker-pid is for --external; without it the tool measures the brokers it starts.");
         }
 
-        if (options.Has("host") && !external)
+        if (options.Given(TargetCommandOptions.Host) && !external)
         {
             throw new UsageException("--host is for --external; the brokers the tool starts listen on 127.0.0.1.");
         }
@@ -395,23 +414,23 @@ internal sealed record CompressionScenarioOptions(
             classes,
             modes,
             links,
-            options.Seconds("seconds", 10, 0.5),
-            options.Seconds("warmup", 3, 0),
-            options.Seconds("slow-seconds", 30, 0.5),
-            options.Seconds("slow-warmup", 10, 0),
-            options.Int("in-flight", 4, 1, 1000),
-            options.Int("pool", 100, 1, 10_000),
-            options.Int("seed", 1, 0),
-            options.Has("grace") ? options.Seconds("grace", 0, 0, 600) : null,
-            options.Int("receive-window", 64 * 1024, 0, 64 * 1024 * 1024),
-            options.Seconds("max-seconds", 1200, 1),
-            options.String("broker-dll", DefaultBrokerDll),
-            options.Int("port", 4702, 1, 65535),
-            options.Seconds("setup-timeout", 30, 1),
+            options.GetValue(CompressionScenario.Seconds),
+            options.GetValue(CompressionScenario.Warmup),
+            options.GetValue(CompressionScenario.SlowSeconds),
+            options.GetValue(CompressionScenario.SlowWarmup),
+            options.GetValue(CompressionScenario.InFlight),
+            options.GetValue(CompressionScenario.Pool),
+            options.GetValue(CompressionScenario.Seed),
+            options.GetValue(CompressionScenario.Grace),
+            options.GetValue(CompressionScenario.ReceiveWindow),
+            options.GetValue(CompressionScenario.MaxSeconds),
+            options.GetRequiredValue(TargetCommandOptions.BrokerDll),
+            options.GetValue(CompressionScenario.Port),
+            options.GetValue(CompressionScenario.SetupTimeout),
             external,
-            options.String("host", "127.0.0.1"),
+            options.GetRequiredValue(TargetCommandOptions.Host),
             pid,
-            options.OptionalString("out"));
+            options.GetValue(ScenarioOptions.Out));
     }
 
     private static T[] ParseList<T>(string text, string option, T[] all, Func<string, T?> parse)

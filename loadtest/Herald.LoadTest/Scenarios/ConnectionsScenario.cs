@@ -1,3 +1,4 @@
+using System.CommandLine;
 using System.Diagnostics;
 using System.Globalization;
 using System.Security.Cryptography;
@@ -23,32 +24,36 @@ internal sealed class ConnectionsScenario : IScenario
 {
     public string Name => "connections";
 
-    public string Summary => "idle connections/sessions the server holds: server RSS per connection.";
+    internal static readonly Option<string?> Steps = OptionKinds.OptionalText("steps", "LIST", "connection counts to stop at, e.g. 1000,5000,10000");
 
-    public string Usage => $"""
-        connections: open idle subscribers (one topic each) in steps; server RSS per connection at each step.
+    internal static readonly Option<string?> Max = OptionKinds.OptionalText("max", "N|limit",
+        "instead of --steps: double from --start up to N; `limit`: up to what the open-file limits of the tool and server allow (default 10000)");
 
-          --steps LIST           connection counts to stop at, e.g. 1000,5000,10000
-          --max N|limit          instead of --steps: double from --start up to N; `limit`: up to what the
-                                 open-file limits of the tool and server allow     (default 10000)
-          --start N              first step with --max                           (default 1000)
-          --settle S             wait after each step before reading RSS          (default 2)
-          --concurrency N        connects in flight at once                       (default 64)
-          --warmup N             connections opened and closed before the baseline (default 100)
-          --receive-buffer BYTES the tool's initial receive buffer per Herald TCP client (grows when a
-                                 frame needs it); small, so the tool's memory does not bound the count
-                                                                                  (default 4096)
-          --repeat N             repetitions, each against a freshly started server (default 1)
-          --out FILE             also write the result as JSON
-        {TargetOptions.Usage}
-        Steps are capped below the open-file limits (RLIMIT_NOFILE) of the tool and the server.
+    internal static readonly Option<int> Start = OptionKinds.Integer("start", 1000, 1, int.MaxValue, "first step with --max");
+
+    internal static readonly Option<double> Settle = OptionKinds.Seconds("settle", 2, 0, 600, "wait after each step before reading RSS");
+
+    internal static readonly Option<int> Concurrency = OptionKinds.Integer("concurrency", 64, 1, 10_000, "connects in flight at once");
+
+    internal static readonly Option<int> Warmup = OptionKinds.Integer("warmup", 100, 0, 100_000, "connections opened and closed before the baseline");
+
+    internal static readonly Option<int> ReceiveBuffer = OptionKinds.Integer("receive-buffer", 4096, 64, 16 * 1024 * 1024,
+        "the tool's initial receive buffer in bytes per Herald TCP client (grows when a frame needs it); small, so the tool's memory does not bound the count");
+
+    public string Description => """
+        idle connections/sessions the server holds: server RSS per connection.
+        Opens idle subscribers (one topic each) in steps; server RSS per connection at each step. Every repetition
+        runs against a freshly started server. Steps are capped below the open-file limits (RLIMIT_NOFILE) of the tool and the server.
         Exit codes: 0 ok, 1 a connect failed or a held connection was closed, 2 usage, 3 server unreachable, 130 Ctrl+C.
         """;
 
-    public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    public IReadOnlyList<Option> Options { get; } = [Steps, Max, Start, Settle, Concurrency, Warmup, ReceiveBuffer, ScenarioOptions.Repeat, ScenarioOptions.Out, .. TargetCommandOptions.All];
+
+    public CommandSettings Read(ParseResult parsed) => new(ConnectionsOptions.Read(parsed), null);
+
+    public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
     {
-        ConnectionsOptions options = ConnectionsOptions.Read(commandLine);
-        commandLine.RejectUnused();
+        var options = (ConnectionsOptions)Read(parsed).Scenario;
         HeraldNode.TcpReceiveBufferSize.Value = options.ReceiveBuffer; // async-local: this run only
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
@@ -147,12 +152,12 @@ internal sealed record ConnectionsOptions(
 {
     public string StepsDisplay => string.Join(",", Steps.Select(s => s.ToString(CultureInfo.InvariantCulture)));
 
-    public static ConnectionsOptions Read(CommandLine options)
+    public static ConnectionsOptions Read(ParseResult options)
     {
         TargetOptions target = TargetOptions.Read(options);
-        string? stepsText = options.OptionalString("steps");
-        string? maxText = options.OptionalString("max");
-        int start = options.Int("start", 1000, 1);
+        string? stepsText = options.GetValue(ConnectionsScenario.Steps);
+        string? maxText = options.GetValue(ConnectionsScenario.Max);
+        int start = options.GetValue(ConnectionsScenario.Start);
         if (stepsText is not null && maxText is not null)
         {
             throw new UsageException("Give --steps or --max, not both.");
@@ -194,16 +199,15 @@ internal sealed record ConnectionsOptions(
             cap = null; // not binding
         }
 
-        int repeat = options.Int("repeat", 1, 1, 100);
         return new ConnectionsOptions(
             target,
             steps,
-            options.Seconds("settle", 2, 0, 600),
-            options.Int("concurrency", 64, 1, 10_000),
-            options.Int("warmup", 100, 0, 100_000),
-            options.Int("receive-buffer", 4096, 64, 16 * 1024 * 1024),
-            repeat,
-            options.OptionalString("out"),
+            options.GetValue(ConnectionsScenario.Settle),
+            options.GetValue(ConnectionsScenario.Concurrency),
+            options.GetValue(ConnectionsScenario.Warmup),
+            options.GetValue(ConnectionsScenario.ReceiveBuffer),
+            options.GetValue(ScenarioOptions.Repeat),
+            options.GetValue(ScenarioOptions.Out),
             cap);
     }
 

@@ -1,4 +1,5 @@
 using System.Buffers.Binary;
+using System.CommandLine;
 using System.Diagnostics;
 using System.Globalization;
 using System.Text.Json;
@@ -35,32 +36,31 @@ internal sealed class FanoutScenario : IScenario
 
     public string Name => "fanout";
 
-    public string Summary => "N subscribers on one topic, one publisher as fast as the target absorbs: deliveries/s.";
+    private static readonly Option<int> Subscribers = OptionKinds.Integer("subscribers", 100, 1, 1_000_000, "subscriber connections");
 
-    public string Usage => $"""
-        fanout: N subscribers on one topic, one batching publisher, flow-controlled by the slowest subscriber.
+    private static readonly Option<int> Payload = OptionKinds.Integer("payload", 128, 0, 64 * 1024 * 1024, "payload size in bytes; >= 8 carries a sequence number");
 
-          --subscribers N        subscriber connections                          (default 100)
-          --payload BYTES        payload size; >= 8 carries a sequence number    (default 128)
-          --header-bytes N       a header block of exactly N encoded bytes on every publication, checked by
-                                 every subscriber; 0 or 32-65536 (default 0: none; herald and nats)
-          --seconds S            measured window                                 (default 10)
-          --warmup S             warm-up before the window                       (default 5: the JIT's tier-1 code is in by then)
-          --max-lead N           most messages the publisher may be ahead of the slowest subscriber (default 10000);
-                                 keep it under the server's per-subscriber queue limit
-          --topic NAME           topic                                           (default bench.fanout)
-          --grace S              after the window: time allowed to deliver what is in flight (default 3)
-          --repeat N             repetitions (fresh connections each); headlines are the median (default 1)
-          --out FILE             also write the result as JSON
-        {TargetOptions.Usage}
+    private static readonly Option<string> Topic = ScenarioOptions.Topic("bench.fanout");
+
+    public string Description => """
+        N subscribers on one topic, one publisher as fast as the target absorbs: deliveries/s.
+        One batching publisher, flow-controlled by the slowest subscriber.
         Exit codes: 0 ok, 1 a check failed (disconnection, lost/reordered/wrong messages), 2 usage, 3 target unreachable, 130 Ctrl+C.
         """;
 
-    public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    public IReadOnlyList<Option> Options { get; } = [Subscribers, Payload, PublicationHeaders.Option, .. WindowOptions.Options(Topic), ScenarioOptions.Out, .. TargetCommandOptions.All];
+
+    public CommandSettings Read(ParseResult parsed)
     {
-        FanoutOptions options = FanoutOptions.Read(commandLine);
-        TargetOptions targetOptions = TargetOptions.Read(commandLine) with { Headers = options.HeaderBytes > 0 };
-        commandLine.RejectUnused();
+        var options = FanoutOptions.Read(parsed);
+        return new(options, TargetOptions.Read(parsed) with { Headers = options.HeaderBytes > 0 });
+    }
+
+    public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
+    {
+        CommandSettings settings = Read(parsed);
+        var options = (FanoutOptions)settings.Scenario;
+        TargetOptions targetOptions = settings.Target!;
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"fanout: {options.Subscribers} subscribers on '{options.Window.Topic}', payload {options.Payload} B, header block {options.HeaderBytes} B, max lead {options.Window.MaxLead:N0}, warm-up {options.Window.Warmup} s, measured {options.Window.Seconds} s, {options.Window.Repeat} repetition(s); {targetOptions.Describe()}"));
@@ -185,12 +185,12 @@ internal sealed class FanoutScenario : IScenario
 
     internal sealed record FanoutOptions(int Subscribers, int Payload, int HeaderBytes, WindowOptions Window, string? Out)
     {
-        public static FanoutOptions Read(CommandLine options) => new(
-            options.Int("subscribers", 100, 1, 1_000_000),
-            options.Int("payload", 128, 0, 64 * 1024 * 1024),
-            PublicationHeaders.ReadOption(options),
-            WindowOptions.Read(options, "bench.fanout"),
-            options.OptionalString("out"));
+        public static FanoutOptions Read(ParseResult options) => new(
+            options.GetValue(FanoutScenario.Subscribers),
+            options.GetValue(FanoutScenario.Payload),
+            options.GetValue(PublicationHeaders.Option),
+            WindowOptions.Read(options, FanoutScenario.Topic),
+            options.GetValue(ScenarioOptions.Out));
     }
 
     internal readonly record struct FanoutSnapshot(ResourceSnapshot Resources, long Delivered, long Published)

@@ -1,3 +1,4 @@
+using System.CommandLine;
 using System.Globalization;
 using Herald.LoadTest.Targets;
 
@@ -30,13 +31,21 @@ internal static class PublicationHeaders
         new("source", ["loadtest/publisher"]),
     ];
 
-    /// <summary>Reads <c>--header-bytes</c> (default 0: no header block): 0, or <see cref="MinimumBytes"/> to <see cref="MaximumBytes"/>.</summary>
-    public static int ReadOption(CommandLine options)
+    /// <summary><c>--header-bytes</c> (default 0: no header block): 0, or <see cref="MinimumBytes"/> to <see cref="MaximumBytes"/>.</summary>
+    public static readonly Option<int> Option = CreateOption();
+
+    private static Option<int> CreateOption()
     {
-        int bytes = options.Int("header-bytes", 0, 0, MaximumBytes);
-        return bytes is 0 or >= MinimumBytes
-            ? bytes
-            : throw new UsageException(string.Create(CultureInfo.InvariantCulture, $"--header-bytes must be 0 (no headers) or {MinimumBytes} to {MaximumBytes}, got {bytes}."));
+        Option<int> option = OptionKinds.Integer("header-bytes", 0, 0, MaximumBytes,
+            "a header block of exactly N encoded bytes on every publication, checked by every subscriber; 0 (none) or 32-65536 (herald and nats)");
+        option.Validators.Add(result =>
+        {
+            if (result.GetValueOrDefault<int>() is > 0 and < MinimumBytes and var bytes)
+            {
+                result.AddError(string.Create(CultureInfo.InvariantCulture, $"--header-bytes must be 0 (no headers) or {MinimumBytes} to {MaximumBytes}, got {bytes}."));
+            }
+        });
+        return option;
     }
 
     /// <summary>

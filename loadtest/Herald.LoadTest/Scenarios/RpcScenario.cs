@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.CommandLine;
 using System.Diagnostics;
 using System.Globalization;
 using System.Security.Cryptography;
@@ -36,38 +37,38 @@ internal sealed class RpcScenario : IScenario
 
     public string Name => "rpc";
 
-    public string Summary => "request/reply (or one-way calls) through the broker: calls/s and latency percentiles.";
+    private static readonly Option<string> Mode = OptionKinds.Choice("mode", "twoway", ["twoway", "oneway"],
+        "twoway: request/reply, one call in flight per caller; oneway: publish only, the responder counts");
 
-    public string Usage => $"""
-        rpc: callers call a service through the broker; the responder deserializes each request and serializes its reply.
+    private static readonly Option<string> Payload = OptionKinds.Choice("payload", "small", RpcCall.Names,
+        "small: GetData(int) -> string; composite: CompositeType -> CompositeType; list42: GetDataStream(0, 42) -> 42 CompositeTypes");
 
-          --mode twoway|oneway   twoway: request/reply, one call in flight per caller; oneway: publish only,
-                                 the responder counts                            (default twoway)
-          --payload KIND         small: GetData(int) -> string; composite: CompositeType -> CompositeType;
-                                 list42: GetDataStream(0, 42) -> 42 CompositeTypes (default small)
-          --callers N            caller connections                              (default 1)
-          --queue NAME           responders share the one topic <topic> in the queue group NAME (herald, cluster
-                                 and nats: each request reaches one responder), instead of a topic each
-          --responders N         responder connections, each on its own topic <topic>.<r>; caller i calls
-                                 responder i mod N                               (default 1)
-          --seconds S            measured window                                 (default 10)
-          --warmup S             warm-up before the window                       (default 5: the JIT's tier-1 code is in by then)
-          --max-lead N           oneway: most requests all callers together may be ahead of the responders (default 10000)
-          --topic NAME           request topic prefix                            (default bench.rpc)
-          --responder-token T    herald: responders present T instead of --token (another identity), so a
-                                 restricted one answers through the reply permission a request grants
-          --grace S              after the window: time allowed for calls in flight (default 3)
-          --repeat N             repetitions (fresh connections each); headlines are the median (default 1)
-          --out FILE             also write the result as JSON
-        {TargetOptions.Usage}
+    private static readonly Option<int> Callers = OptionKinds.Integer("callers", 1, 1, 100_000, "caller connections");
+
+    private static readonly Option<string?> Queue = OptionKinds.OptionalText("queue", "NAME",
+        "responders share the one topic <topic> in the queue group NAME (herald, cluster and nats: each request reaches one responder), instead of a topic each");
+
+    private static readonly Option<int> Responders = OptionKinds.Integer("responders", 1, 1, 10_000,
+        "responder connections, each on its own topic <topic>.<r>; caller i calls responder i mod N");
+
+    private static readonly Option<string?> ResponderToken = OptionKinds.OptionalText("responder-token", "T",
+        "herald: responders present T instead of --token (another identity), so a restricted one answers through the reply permission a request grants");
+
+    private static readonly Option<string> Topic = ScenarioOptions.Topic("bench.rpc");
+
+    public string Description => """
+        request/reply through the broker: calls/s and latency percentiles (WCF vs gRPC seed).
+        Callers call a service through the broker; the responder deserializes each request and serializes its reply.
+        --max-lead applies to oneway: most requests all callers together may be ahead of the responders.
         Exit codes: 0 ok, 1 a check failed (disconnection, wrong, lost or missing reply), 2 usage, 3 target unreachable, 130 Ctrl+C.
         """;
 
-    public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    public IReadOnlyList<Option> Options { get; } = [Mode, Payload, Callers, Queue, Responders, ResponderToken, .. WindowOptions.Options(Topic), ScenarioOptions.Out, .. TargetCommandOptions.All];
+
+    public CommandSettings Read(ParseResult parsed)
     {
-        TargetOptions targetOptions = TargetOptions.Read(commandLine);
-        RpcOptions options = RpcOptions.Read(commandLine);
-        commandLine.RejectUnused();
+        TargetOptions targetOptions = TargetOptions.Read(parsed);
+        RpcOptions options = RpcOptions.Read(parsed);
         if (options.ResponderToken is not null && targetOptions.Target != "herald")
         {
             throw new UsageException("--responder-token is for --target herald.");
@@ -78,6 +79,14 @@ internal sealed class RpcScenario : IScenario
             throw new UsageException($"--queue needs queue groups: herald, cluster or nats, not {targetOptions.Target}.");
         }
 
+        return new(options, targetOptions);
+    }
+
+    public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
+    {
+        CommandSettings settings = Read(parsed);
+        var options = (RpcOptions)settings.Scenario;
+        TargetOptions targetOptions = settings.Target!;
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"rpc {options.Mode}: {options.Callers} callers -> '{(options.Queue is null ? options.Window.Topic + ".*" : $"{options.Window.Topic}' (queue group {options.Queue})")}' -> {options.Responders} responder(s), {options.Call.Name} ({options.Call.Description}), warm-up {options.Window.Warmup} s, measured {options.Window.Seconds} s, {options.Window.Repeat} repetition(s); {targetOptions.Describe()}"));
         return await ScenarioSkeleton.RunRepetitionsAsync<RpcRun>(
@@ -212,24 +221,15 @@ internal sealed class RpcScenario : IScenario
 
     internal sealed record RpcOptions(string Mode, RpcCall Call, int Callers, int Responders, WindowOptions Window, string? Out, string? ResponderToken = null, string? Queue = null)
     {
-        public static RpcOptions Read(CommandLine options)
-        {
-            string mode = options.String("mode", "twoway");
-            if (mode is not ("twoway" or "oneway"))
-            {
-                throw new UsageException($"--mode must be twoway or oneway, got '{mode}'.");
-            }
-
-            return new RpcOptions(
-                mode,
-                RpcCall.Of(options.String("payload", "small")),
-                options.Int("callers", 1, 1, 100_000),
-                options.Int("responders", 1, 1, 10_000),
-                WindowOptions.Read(options, "bench.rpc"),
-                options.OptionalString("out"),
-                options.OptionalString("responder-token"),
-                options.OptionalString("queue"));
-        }
+        public static RpcOptions Read(ParseResult options) => new(
+            options.GetRequiredValue(RpcScenario.Mode),
+            RpcCall.Of(options.GetRequiredValue(RpcScenario.Payload)),
+            options.GetValue(RpcScenario.Callers),
+            options.GetValue(RpcScenario.Responders),
+            WindowOptions.Read(options, RpcScenario.Topic),
+            options.GetValue(ScenarioOptions.Out),
+            options.GetValue(RpcScenario.ResponderToken),
+            options.GetValue(RpcScenario.Queue));
     }
 
     internal readonly record struct RpcSnapshot(ResourceSnapshot Resources, long Calls)

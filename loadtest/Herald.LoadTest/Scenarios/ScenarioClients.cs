@@ -83,7 +83,4 @@ internal static class ScenarioClients
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"  {h.Name,-20}: {h.Value:N1} {(h.HigherIsBetter ? "(higher is better)" : "(lower is better)")}{spread}"));
         }
     }
-
-    /// <summary>Reads <c>--repeat</c> (default 1).</summary>
-    public static int Repeat(CommandLine options) => options.Int("repeat", 1, 1, 1000);
 }

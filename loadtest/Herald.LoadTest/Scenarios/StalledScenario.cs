@@ -1,3 +1,4 @@
+using System.CommandLine;
 using System.Diagnostics;
 using System.Globalization;
 using System.Text.Json;
@@ -46,43 +47,61 @@ internal sealed class StalledScenario : IScenario
 
     public string Name => "stalled";
 
-    public string Summary => "N subscribers that never read beside F that read everything: fast delivery ratio, worst silence, server RSS per stalled connection.";
+    private static readonly Option<int> Stalled = OptionKinds.Integer("stalled", 1000, 0, 1_000_000, "subscribers that never read after subscribing");
 
-    public string Usage => $"""
-        stalled: N stalled subscribers (they subscribe, then never read) beside F fast ones, one publisher at a fixed rate,
-        against a Herald the tool starts with the given queue limit and slow-consumer policy (herald/tcp only).
+    private static readonly Option<int> Fast = OptionKinds.Integer("fast", 5, 1, 10_000, "subscribers that read everything promptly");
 
-          --stalled N            subscribers that never read after subscribing            (default 1000)
-          --fast N               subscribers that read everything promptly                (default 5)
-          --payload BYTES        message payload, >= 8 (it carries a sequence number)     (default 1024)
-          --rate R               messages published per second                            (default 2000)
-          --seconds S            publish window                                           (default 10)
-          --max-pending-bytes B  the broker's Herald:Limits:MaxPendingBytes               (default 2097152)
-          --policy P             the broker's slow-consumer policy: disconnect | drop-oldest (default disconnect)
-          --stalled-rcvbuf B     each stalled socket's receive buffer (SO_RCVBUF)         (default 4096)
-          --rss-base-mb MB       the formula's base (default: RSS measured before the stalled subscribers connect)
-          --rss-overhead-kb KB   the formula's per-connection overhead besides its queue: README's
-                                 MaxPendingReplies x (MaxTopicLength + 256) + 128 KiB + MaxFrameBytes
-                                 + 2 x PartialFrameAllowance at the broker's defaults (default 1,780)
-          --topic NAME           topic                                                    (default bench.stalled)
-          --grace S              after the window: time for the fast subscribers to catch up (default 5)
-          --repeat N             repetitions, each on a freshly started broker; headlines are the median (default 1)
-          --out FILE             also write the result as JSON
-        {TargetOptions.Usage}
-        With --server external the broker must already run with the limit and policy given here.
+    private static readonly Option<int> Payload = OptionKinds.Integer("payload", 1024, SequenceBytes, 1024 * 1024 - 1024, "message payload in bytes, >= 8 (it carries a sequence number)");
+
+    private static readonly Option<int> Rate = OptionKinds.Integer("rate", 2000, 1, 10_000_000, "messages published per second");
+
+    private static readonly Option<int> MaxPendingBytes = OptionKinds.Integer("max-pending-bytes", 2 * 1024 * 1024, 1024, int.MaxValue, "the broker's Herald:Limits:MaxPendingBytes");
+
+    private static readonly Option<string> Policy = OptionKinds.Choice("policy", "disconnect", ["disconnect", "drop-oldest"], "the broker's slow-consumer policy");
+
+    private static readonly Option<int> StalledReceiveBuffer = OptionKinds.Integer("stalled-rcvbuf", 4096, 256, 64 * 1024 * 1024, "each stalled socket's receive buffer in bytes (SO_RCVBUF)");
+
+    private static readonly Option<double?> RssBaseMb = OptionKinds.OptionalSeconds("rss-base-mb", 0, 1e9, "the formula's base in MB (default: RSS measured before the stalled subscribers connect)");
+
+    private static readonly Option<double> RssOverheadKb = OptionKinds.Seconds("rss-overhead-kb", ReadmeOverheadKb, 0, 1e9,
+        "the formula's per-connection overhead in KB besides its queue: README's MaxPendingReplies x (MaxTopicLength + 256) + 128 KiB + MaxFrameBytes + 2 x PartialFrameAllowance at the broker's defaults");
+
+    private static readonly Option<string> Topic = ScenarioOptions.Topic("bench.stalled");
+
+    private static readonly Option<double> Grace = OptionKinds.Seconds("grace", 5, 0, 24 * 3600, "after the window: time for the fast subscribers to catch up");
+
+    public string Description => """
+        N subscribers that never read beside F that read everything: fast delivery ratio, worst silence, server RSS per stalled connection.
+        N stalled subscribers (they subscribe, then never read) beside F fast ones, one publisher at a fixed rate for --seconds,
+        against a Herald the tool starts with the given queue limit and slow-consumer policy (herald/tcp only); every
+        repetition on a freshly started broker. With --server external the broker must already run with the limit and policy given here.
         Exit codes: 0 ok, 1 a check failed (a fast subscriber cut off, short or out of order; RSS above the formula),
         2 usage, 3 target unreachable, 130 Ctrl+C.
         """;
 
-    public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    public IReadOnlyList<Option> Options { get; } =
+    [
+        Stalled, Fast, Payload, Rate, WindowOptions.SecondsOption, MaxPendingBytes, Policy, StalledReceiveBuffer, RssBaseMb, RssOverheadKb, Topic, Grace,
+        ScenarioOptions.Repeat, ScenarioOptions.Out, .. TargetCommandOptions.All,
+    ];
+
+    public CommandSettings Read(ParseResult parsed)
     {
-        TargetOptions targetOptions = TargetOptions.Read(commandLine);
-        StalledOptions options = StalledOptions.Read(commandLine);
-        commandLine.RejectUnused();
+        TargetOptions targetOptions = TargetOptions.Read(parsed);
+        StalledOptions options = StalledOptions.Read(parsed);
         if (targetOptions is not { Target: "herald", Transport: "tcp" })
         {
             throw new UsageException($"stalled runs against herald/tcp only (its stalled subscribers are raw Herald connections and the tool configures the broker's limits), got {targetOptions.Target}/{targetOptions.Transport}.");
         }
+
+        return new(options, targetOptions);
+    }
+
+    public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
+    {
+        CommandSettings settings = Read(parsed);
+        var options = (StalledOptions)settings.Scenario;
+        TargetOptions targetOptions = settings.Target!;
 
         targetOptions = targetOptions with { ServerArguments = [.. targetOptions.ServerArguments ?? [], .. options.BrokerArguments()] };
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
@@ -220,30 +239,21 @@ internal sealed class StalledScenario : IScenario
         int Repeat,
         string? Out)
     {
-        public static StalledOptions Read(CommandLine options)
-        {
-            string policy = options.String("policy", "disconnect");
-            if (policy is not ("disconnect" or "drop-oldest"))
-            {
-                throw new UsageException($"--policy must be disconnect or drop-oldest, got '{policy}'.");
-            }
-
-            return new StalledOptions(
-                options.Int("stalled", 1000, 0, 1_000_000),
-                options.Int("fast", 5, 1, 10_000),
-                options.Int("payload", 1024, SequenceBytes, 1024 * 1024 - 1024),
-                options.Int("rate", 2000, 1, 10_000_000),
-                options.Seconds("seconds", 10, 0.1),
-                options.Int("max-pending-bytes", 2 * 1024 * 1024, 1024),
-                policy,
-                options.Int("stalled-rcvbuf", 4096, 256, 64 * 1024 * 1024),
-                options.Has("rss-base-mb") ? options.Seconds("rss-base-mb", 0, 0, 1e9) : null,
-                options.Seconds("rss-overhead-kb", ReadmeOverheadKb, 0, 1e9),
-                options.String("topic", "bench.stalled"),
-                options.Seconds("grace", 5, 0),
-                ScenarioClients.Repeat(options),
-                options.OptionalString("out"));
-        }
+        public static StalledOptions Read(ParseResult options) => new(
+            options.GetValue(StalledScenario.Stalled),
+            options.GetValue(StalledScenario.Fast),
+            options.GetValue(StalledScenario.Payload),
+            options.GetValue(StalledScenario.Rate),
+            options.GetValue(WindowOptions.SecondsOption),
+            options.GetValue(StalledScenario.MaxPendingBytes),
+            options.GetRequiredValue(StalledScenario.Policy),
+            options.GetValue(StalledScenario.StalledReceiveBuffer),
+            options.GetValue(StalledScenario.RssBaseMb),
+            options.GetValue(StalledScenario.RssOverheadKb),
+            options.GetRequiredValue(StalledScenario.Topic),
+            options.GetValue(StalledScenario.Grace),
+            options.GetValue(ScenarioOptions.Repeat),
+            options.GetValue(ScenarioOptions.Out));
 
         /// <summary>The broker's policy name: <c>Disconnect</c> or <c>DropOldest</c>.</summary>
         public string BrokerPolicy => Policy == "disconnect" ? "Disconnect" : "DropOldest";

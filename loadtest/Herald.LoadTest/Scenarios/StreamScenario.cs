@@ -1,3 +1,4 @@
+using System.CommandLine;
 using System.Diagnostics;
 using System.Globalization;
 using System.Security.Cryptography;
@@ -18,33 +19,38 @@ internal sealed class StreamScenario : IScenario
 {
     public string Name => "stream";
 
-    public string Summary => "one publisher streams N messages to one subscriber: messages/s and MB/s (net.tcp seed).";
+    internal static readonly Option<int> Messages = OptionKinds.Integer("messages", 1_000_000, 2, 100_000_000, "messages per run");
 
-    public string Usage => $"""
-        stream: one publisher pushes --messages messages of five short strings to one subscriber, as fast as
-        the target takes them, never more than --max-lead ahead of the subscriber. Throughput is measured at
-        the subscriber from the last warm-up message to the last message.
+    /// <summary>Messages before the measured ones; the default and the largest allowed depend on <see cref="Messages"/>.</summary>
+    internal static readonly Option<int?> Warmup = OptionKinds.OptionalInteger("warmup", 0, 100_000_000, "messages before the measured ones, up to --messages - 2 (default: a fifth of --messages, at most 200000)");
 
-          --messages N           messages per run                                 (default 1000000)
-          --warmup N             leading messages not measured (the JIT warms up) (default 200000, or a fifth)
-          --max-lead N           most messages published but not yet received     (default 10000)
-          --strings N            strings in a message body                        (default 5, as the seed)
-          --string-length N      characters per string                            (default 16)
-          --header-bytes N       a header block of exactly N encoded bytes on every message, checked by the
-                                 subscriber; 0 or 32-65536 (default 0: none; herald and nats)
-          --max-seconds S        give up a run after S s of streaming             (default 60)
-          --repeat N             runs; headlines are the median                   (default 1)
-          --out FILE             also write the result as JSON
-        {TargetOptions.Usage}
+    internal static readonly Option<int> Strings = OptionKinds.Integer("strings", 5, 0, 1000, "strings in a message body (5, as the seed)");
+
+    internal static readonly Option<int> StringLength = OptionKinds.Integer("string-length", 16, 0, 10_000, "characters per string");
+
+    internal static readonly Option<double> MaxSeconds = OptionKinds.Seconds("max-seconds", 60, 0.1, 24 * 3600, "give up a run after S s of streaming");
+
+    public string Description => """
+        one publisher streams N messages to one subscriber: messages/s and MB/s (net.tcp seed).
+        The subscriber is client 0 and the publisher client 1 of the target; the first --warmup messages are not measured.
         Exit codes: 0 ok, 1 a check failed (missing, reordered or malformed messages, a disconnection),
         2 usage, 3 server unreachable, 130 Ctrl+C.
         """;
 
-    public async Task<int> RunAsync(CommandLine commandLine, CancellationToken cancellationToken)
+    public IReadOnlyList<Option> Options { get; } =
+        [Messages, Warmup, WindowOptions.MaxLeadOption, Strings, StringLength, PublicationHeaders.Option, MaxSeconds, ScenarioOptions.Repeat, ScenarioOptions.Out, .. TargetCommandOptions.All];
+
+    public CommandSettings Read(ParseResult parsed)
     {
-        StreamOptions options = StreamOptions.Read(commandLine);
-        TargetOptions targetOptions = TargetOptions.Read(commandLine) with { Headers = options.HeaderBytes > 0 };
-        commandLine.RejectUnused();
+        StreamOptions options = StreamOptions.Read(parsed);
+        return new(options, TargetOptions.Read(parsed) with { Headers = options.HeaderBytes > 0 });
+    }
+
+    public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
+    {
+        CommandSettings settings = Read(parsed);
+        var options = (StreamOptions)settings.Scenario;
+        TargetOptions targetOptions = settings.Target!;
         var payload = new StampedPayload(counters: 1, options.Strings, options.StringLength);
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
@@ -120,20 +126,26 @@ internal sealed class StreamScenario : IScenario
 /// <summary>The stream options after the target's.</summary>
 internal sealed record StreamOptions(int Messages, int Warmup, int MaxLead, int Strings, int StringLength, int HeaderBytes, double MaxSeconds, int Repeat, string? Out)
 {
-    public static StreamOptions Read(CommandLine options)
+    /// <exception cref="UsageException">--warmup leaves fewer than two measured messages.</exception>
+    public static StreamOptions Read(ParseResult options)
     {
-        int messages = options.Int("messages", 1_000_000, 2, 100_000_000);
-        int warmup = options.Int("warmup", Math.Min(200_000, messages / 5), 0, messages - 2);
+        int messages = options.GetValue(StreamScenario.Messages);
+        int warmup = options.GetValue(StreamScenario.Warmup) ?? Math.Min(200_000, messages / 5);
+        if (warmup > messages - 2)
+        {
+            throw new UsageException(string.Create(CultureInfo.InvariantCulture, $"--warmup must be an integer from 0 to {messages - 2}, got '{warmup}'."));
+        }
+
         return new StreamOptions(
             messages,
             warmup,
-            options.Int("max-lead", 10_000, 1, 10_000_000),
-            options.Int("strings", 5, 0, 1000),
-            options.Int("string-length", 16, 0, 10_000),
-            PublicationHeaders.ReadOption(options),
-            options.Seconds("max-seconds", 60, 0.1),
-            options.Int("repeat", 1, 1, 100),
-            options.OptionalString("out"));
+            options.GetValue(WindowOptions.MaxLeadOption),
+            options.GetValue(StreamScenario.Strings),
+            options.GetValue(StreamScenario.StringLength),
+            options.GetValue(PublicationHeaders.Option),
+            options.GetValue(StreamScenario.MaxSeconds),
+            options.GetValue(ScenarioOptions.Repeat),
+            options.GetValue(ScenarioOptions.Out));
     }
 }
 

@@ -1,3 +1,4 @@
+using System.CommandLine;
 using System.Globalization;
 using System.Net;
 using Microsoft.AspNetCore.Builder;
@@ -27,12 +28,24 @@ internal static class SignalRServer
     /// </summary>
     public const int MaximumReceiveMessageSize = 2 * 1024 * 1024;
 
-    public static async Task<int> RunAsync(string[] args, CancellationToken cancellationToken)
+    private static readonly Option<int> Port = OptionKinds.Integer("port", 5080, 1, 65535, "the port Kestrel listens on");
+
+    /// <summary>The hidden command (<c>--help</c> still lists its options); <c>--host</c> is the target's option.</summary>
+    public static Command CreateCommand()
     {
-        CommandLine options = CommandLine.Parse(args);
-        string host = options.String("host", "127.0.0.1");
-        int port = options.Int("port", 5080, 1, 65535);
-        options.RejectUnused();
+        var command = new Command(Subcommand, "the SignalR target's server: the hub this tool hosts in a child process") { Hidden = true };
+        command.Add(Targets.TargetCommandOptions.Host);
+        command.Add(Port);
+        command.SetAction(RunAsync);
+        return command;
+    }
+
+    /// <exception cref="UsageException"><c>--host</c> is not an IP address.</exception>
+    public static async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
+    {
+        ArgumentNullException.ThrowIfNull(parsed);
+        string host = parsed.GetRequiredValue(Targets.TargetCommandOptions.Host);
+        int port = parsed.GetValue(Port);
         if (!IPAddress.TryParse(host, out IPAddress? address))
         {
             throw new UsageException($"--host must be an IP address, got '{host}'.");
