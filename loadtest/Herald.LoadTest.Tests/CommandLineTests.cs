@@ -85,7 +85,7 @@ public class CommandLineTests
         { "rpc", ["--mode <twoway|oneway>", "--payload <small|composite|list42>", "--callers <N>", "--queue <NAME>", "--responder-token <T>", "[default: bench.rpc]", "--token <TOKEN>"] },
         { "broadcast", ["--subscribers <N>", "--search", "--periods <P1,P2,...>", "--stop-on-miss", "--chart <PATH>", "--sources <N>", "--transport <tcp|tls|websocket|longpoll>"] },
         { "compression", ["--class <C>", "--mode <M>", "--link-mbps <R>", "--external", "--broker-pid <N>", "--port <N>", "[default: 4702]", "--host <HOST>"] },
-        { "collab", ["--preset <NAME|all>", "100x5-d1", "--rooms <N>", "--late-ms <S>", "--target <herald|nats|redis|signalr|cluster>"] },
+        { "collab", ["--preset <all|100x5-d1|", "2000x2-d15>", "--rooms <N>", "--late-ms <S>", "--target <herald|nats|redis|signalr|cluster>"] },
         { "stream", ["--messages <N>", "--warmup <N>", "--max-lead <N>", "--strings <N>", "[default: 5]", "--max-seconds <S>", "[default: 60]"] },
         { "connections", ["--steps <LIST>", "--max <N|limit>", "--receive-buffer <N>", "--warmup <N>", "[default: 100]", "--server <start|external>"] },
         { "stalled", ["--stalled <N>", "--policy <disconnect|drop-oldest>", "--rss-base-mb <S>", "[default: bench.stalled]", "--seconds <S>"] },

@@ -1,6 +1,7 @@
 using System.CommandLine;
 using System.CommandLine.Parsing;
 using System.Globalization;
+using System.Numerics;
 
 namespace Herald.LoadTest;
 
@@ -13,33 +14,25 @@ namespace Herald.LoadTest;
 /// </summary>
 internal static class OptionKinds
 {
+    private static readonly NumberSyntax Integers = new(NumberStyles.Integer, "N", "an integer");
+
+    private static readonly NumberSyntax Decimals = new(NumberStyles.Float, "S", "a number");
+
     /// <summary>An integer from <paramref name="min"/> to <paramref name="max"/>.</summary>
     public static Option<int> Integer(string name, int defaultValue, int min, int max, string description) =>
-        new("--" + name)
-        {
-            Description = description,
-            HelpName = "N",
-            DefaultValueFactory = _ => defaultValue,
-            CustomParser = result => ParseInteger(result, name, min, max) ?? defaultValue,
-        };
+        Number(name, defaultValue, min, max, Integers, description);
 
     /// <summary>An integer from <paramref name="min"/> to <paramref name="max"/>, null when not given.</summary>
     public static Option<int?> OptionalInteger(string name, int min, int max, string description) =>
-        new("--" + name) { Description = description, HelpName = "N", CustomParser = result => ParseInteger(result, name, min, max) };
+        OptionalNumber(name, min, max, Integers, description);
 
     /// <summary>A number of seconds (or another decimal quantity) from <paramref name="min"/> to <paramref name="max"/>.</summary>
     public static Option<double> Seconds(string name, double defaultValue, double min, double max, string description) =>
-        new("--" + name)
-        {
-            Description = description,
-            HelpName = "S",
-            DefaultValueFactory = _ => defaultValue,
-            CustomParser = result => ParseSeconds(result, name, min, max) ?? defaultValue,
-        };
+        Number(name, defaultValue, min, max, Decimals, description);
 
     /// <summary>A number of seconds (or another decimal quantity), null when not given.</summary>
     public static Option<double?> OptionalSeconds(string name, double min, double max, string description) =>
-        new("--" + name) { Description = description, HelpName = "S", CustomParser = result => ParseSeconds(result, name, min, max) };
+        OptionalNumber(name, min, max, Decimals, description);
 
     /// <summary>A string, with a default.</summary>
     public static Option<string> Text(string name, string defaultValue, string helpName, string description) =>
@@ -49,10 +42,58 @@ internal static class OptionKinds
     public static Option<string?> OptionalText(string name, string helpName, string description) =>
         new("--" + name) { Description = description, HelpName = helpName };
 
-    /// <summary>One of <paramref name="allowed"/>, which <c>[suggest]</c> completes and help lists.</summary>
-    public static Option<string> Choice(string name, string defaultValue, string[] allowed, string description)
+    /// <summary>One of <paramref name="allowed"/>.</summary>
+    public static Option<string> Choice(string name, string defaultValue, string[] allowed, string description) =>
+        AcceptOnly(new Option<string>("--" + name) { Description = description, DefaultValueFactory = _ => defaultValue }, name, allowed);
+
+    /// <summary>One of <paramref name="allowed"/>, null when not given.</summary>
+    public static Option<string?> OptionalChoice(string name, string[] allowed, string description) =>
+        AcceptOnly(new Option<string?>("--" + name) { Description = description }, name, allowed);
+
+    /// <summary><c>--name</c>, <c>--name true</c> or <c>--name false</c>.</summary>
+    public static Option<bool> Flag(string name, string description) => new("--" + name) { Description = description };
+
+    /// <summary>Whether the command line names <paramref name="option"/> (a default does not count).</summary>
+    public static bool Given(this ParseResult parsed, Option option) => parsed.GetResult(option) is { Implicit: false };
+
+    private static Option<T> Number<T>(string name, T defaultValue, T min, T max, NumberSyntax syntax, string description)
+        where T : struct, INumber<T> =>
+        new("--" + name)
+        {
+            Description = description,
+            HelpName = syntax.HelpName,
+            DefaultValueFactory = _ => defaultValue,
+            CustomParser = result => ParseNumber(result, name, min, max, syntax) ?? defaultValue,
+        };
+
+    private static Option<T?> OptionalNumber<T>(string name, T min, T max, NumberSyntax syntax, string description)
+        where T : struct, INumber<T> =>
+        new("--" + name) { Description = description, HelpName = syntax.HelpName, CustomParser = result => ParseNumber(result, name, min, max, syntax) };
+
+    /// <summary>The option's value as a <typeparamref name="T"/> in range, or null with the error added.</summary>
+    private static T? ParseNumber<T>(ArgumentResult result, string name, T min, T max, NumberSyntax syntax)
+        where T : struct, INumber<T>
     {
-        Option<string> option = new("--" + name) { Description = description, HelpName = string.Join('|', allowed), DefaultValueFactory = _ => defaultValue };
+        if (result.Tokens.Count == 0)
+        {
+            return null; // the option's arity reports the missing value
+        }
+
+        string text = result.Tokens[^1].Value;
+        if (T.TryParse(text, syntax.Style, CultureInfo.InvariantCulture, out T value) && value >= min && value <= max)
+        {
+            return value;
+        }
+
+        result.AddError(string.Create(CultureInfo.InvariantCulture, $"--{name} must be {syntax.Kind} from {min} to {max}, got '{text}'."));
+        return null;
+    }
+
+    /// <summary>Refuses a value not among <paramref name="allowed"/>, which <c>[suggest]</c> completes and help lists.</summary>
+    private static T AcceptOnly<T>(T option, string name, string[] allowed)
+        where T : Option
+    {
+        option.HelpName = string.Join('|', allowed);
         option.CompletionSources.Add(allowed);
         option.Validators.Add(result =>
         {
@@ -64,43 +105,6 @@ internal static class OptionKinds
         return option;
     }
 
-    /// <summary><c>--name</c>, <c>--name true</c> or <c>--name false</c>.</summary>
-    public static Option<bool> Flag(string name, string description) => new("--" + name) { Description = description };
-
-    /// <summary>Whether the command line names <paramref name="option"/> (a default does not count).</summary>
-    public static bool Given(this ParseResult parsed, Option option) => parsed.GetResult(option) is { Implicit: false };
-
-    private static int? ParseInteger(ArgumentResult result, string name, int min, int max)
-    {
-        if (result.Tokens.Count == 0)
-        {
-            return null; // the option's arity reports the missing value
-        }
-
-        string text = result.Tokens[^1].Value;
-        if (int.TryParse(text, NumberStyles.Integer, CultureInfo.InvariantCulture, out int value) && value >= min && value <= max)
-        {
-            return value;
-        }
-
-        result.AddError(string.Create(CultureInfo.InvariantCulture, $"--{name} must be an integer from {min} to {max}, got '{text}'."));
-        return null;
-    }
-
-    private static double? ParseSeconds(ArgumentResult result, string name, double min, double max)
-    {
-        if (result.Tokens.Count == 0)
-        {
-            return null; // the option's arity reports the missing value
-        }
-
-        string text = result.Tokens[^1].Value;
-        if (double.TryParse(text, NumberStyles.Float, CultureInfo.InvariantCulture, out double value) && value >= min && value <= max)
-        {
-            return value;
-        }
-
-        result.AddError(string.Create(CultureInfo.InvariantCulture, $"--{name} must be a number from {min} to {max}, got '{text}'."));
-        return null;
-    }
+    /// <summary>How a kind of number is written, named in help and in the message for a bad value.</summary>
+    private sealed record NumberSyntax(NumberStyles Style, string HelpName, string Kind);
 }

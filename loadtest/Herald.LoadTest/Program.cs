@@ -129,4 +129,8 @@ internal static class Program
 }
 
 /// <summary>What a command line asks for (<see cref="Program.ReadSettings"/>): the scenario's options, and its target's when the scenario reads them apart.</summary>
-internal sealed record CommandSettings(object Scenario, TargetOptions? Target);
+internal sealed record CommandSettings(object Scenario, TargetOptions? Target)
+{
+    /// <summary>The scenario's options as the <typeparamref name="T"/> it reads, with its target's.</summary>
+    public (T Options, TargetOptions Target) Of<T>() => ((T)Scenario, Target!);
+}

@@ -29,7 +29,8 @@ internal sealed class CollabScenario : IScenario
 
     public string Name => "collab";
 
-    internal static readonly Option<string?> Preset = CreatePreset();
+    internal static readonly Option<string?> Preset = OptionKinds.OptionalChoice("preset", ["all", .. Presets.Select(p => p.Name)],
+        "one of the seed's rows, or all of them in turn; sets --rooms, --clients and --delay");
 
     internal static readonly Option<int> Rooms = OptionKinds.Integer("rooms", 100, 1, 100_000, "rooms (topics)");
 
@@ -68,26 +69,9 @@ internal sealed class CollabScenario : IScenario
 
     public CommandSettings Read(ParseResult parsed) => new(CollabOptions.Read(parsed), TargetOptions.Read(parsed));
 
-    private static Option<string?> CreatePreset()
-    {
-        string[] names = ["all", .. CollabScenario.Presets.Select(p => p.Name)];
-        Option<string?> preset = OptionKinds.OptionalText("preset", "NAME|all", $"one of the seed's rows, or all of them in turn: {string.Join(", ", names[1..])}; sets --rooms, --clients and --delay");
-        preset.CompletionSources.Add(names);
-        preset.Validators.Add(result =>
-        {
-            if (result.Tokens is [.., { Value: var text }] && Array.IndexOf(names, text) < 0)
-            {
-                result.AddError($"--preset must be all or one of {string.Join(", ", names[1..])}, got '{text}'.");
-            }
-        });
-        return preset;
-    }
-
     public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
     {
-        CommandSettings settings = Read(parsed);
-        var options = (CollabOptions)settings.Scenario;
-        TargetOptions targetOptions = settings.Target!;
+        (CollabOptions options, TargetOptions targetOptions) = Read(parsed).Of<CollabOptions>();
         var payload = new StampedPayload(counters: 2, options.Strings, options.StringLength);
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,

@@ -58,9 +58,7 @@ internal sealed class FanoutScenario : IScenario
 
     public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
     {
-        CommandSettings settings = Read(parsed);
-        var options = (FanoutOptions)settings.Scenario;
-        TargetOptions targetOptions = settings.Target!;
+        (FanoutOptions options, TargetOptions targetOptions) = Read(parsed).Of<FanoutOptions>();
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"fanout: {options.Subscribers} subscribers on '{options.Window.Topic}', payload {options.Payload} B, header block {options.HeaderBytes} B, max lead {options.Window.MaxLead:N0}, warm-up {options.Window.Warmup} s, measured {options.Window.Seconds} s, {options.Window.Repeat} repetition(s); {targetOptions.Describe()}"));

@@ -84,9 +84,7 @@ internal sealed class RpcScenario : IScenario
 
     public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
     {
-        CommandSettings settings = Read(parsed);
-        var options = (RpcOptions)settings.Scenario;
-        TargetOptions targetOptions = settings.Target!;
+        (RpcOptions options, TargetOptions targetOptions) = Read(parsed).Of<RpcOptions>();
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"rpc {options.Mode}: {options.Callers} callers -> '{(options.Queue is null ? options.Window.Topic + ".*" : $"{options.Window.Topic}' (queue group {options.Queue})")}' -> {options.Responders} responder(s), {options.Call.Name} ({options.Call.Description}), warm-up {options.Window.Warmup} s, measured {options.Window.Seconds} s, {options.Window.Repeat} repetition(s); {targetOptions.Describe()}"));
         return await ScenarioSkeleton.RunRepetitionsAsync<RpcRun>(

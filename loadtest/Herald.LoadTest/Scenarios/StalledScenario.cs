@@ -99,9 +99,7 @@ internal sealed class StalledScenario : IScenario
 
     public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
     {
-        CommandSettings settings = Read(parsed);
-        var options = (StalledOptions)settings.Scenario;
-        TargetOptions targetOptions = settings.Target!;
+        (StalledOptions options, TargetOptions targetOptions) = Read(parsed).Of<StalledOptions>();
 
         targetOptions = targetOptions with { ServerArguments = [.. targetOptions.ServerArguments ?? [], .. options.BrokerArguments()] };
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,

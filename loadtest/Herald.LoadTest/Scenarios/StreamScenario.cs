@@ -48,9 +48,7 @@ internal sealed class StreamScenario : IScenario
 
     public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
     {
-        CommandSettings settings = Read(parsed);
-        var options = (StreamOptions)settings.Scenario;
-        TargetOptions targetOptions = settings.Target!;
+        (StreamOptions options, TargetOptions targetOptions) = Read(parsed).Of<StreamOptions>();
         var payload = new StampedPayload(counters: 1, options.Strings, options.StringLength);
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
