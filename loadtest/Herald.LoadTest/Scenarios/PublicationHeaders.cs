@@ -40,7 +40,8 @@ internal static class PublicationHeaders
             "a header block of exactly N encoded bytes on every publication, checked by every subscriber; 0 (none) or 32-65536 (herald and nats)");
         option.Validators.Add(result =>
         {
-            if (result.GetValueOrDefault<int>() is > 0 and < MinimumBytes and var bytes)
+            // The token, not the value: a value out of the option's own range has no value to read.
+            if (result.Tokens is [.., { Value: var text }] && int.TryParse(text, NumberStyles.Integer, CultureInfo.InvariantCulture, out int bytes) && bytes is > 0 and < MinimumBytes)
             {
                 result.AddError(string.Create(CultureInfo.InvariantCulture, $"--header-bytes must be 0 (no headers) or {MinimumBytes} to {MaximumBytes}, got {bytes}."));
             }
