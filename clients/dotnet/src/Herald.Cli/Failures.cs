@@ -34,6 +34,7 @@ internal static class Failures
         HeraldException { ErrorCode: ErrorCode.AuthenticationFailed } => (ExitCodes.Refused, "authentication failed: the broker refused the token (set --token, HERALD_TOKEN or the context's token)"),
         HeraldException { ErrorCode: ErrorCode.PermissionDenied } e => (ExitCodes.Refused, $"permission denied: {e.Message}"),
         HeraldException { ErrorCode: ErrorCode.TooManyConnections } e => (ExitCodes.Refused, $"refused: {e.Message}"),
+        HeraldException { ErrorCode: ErrorCode.InvalidTopic or ErrorCode.ReservedTopic or ErrorCode.TopicTooLong } e => (ExitCodes.Usage, e.Message),
         HeraldException e => (ExitCodes.Failure, $"{e.ErrorCode}: {e.Message}"),
         HttpRequestException { InnerException: SocketException or AuthenticationException or IOException } e => (ExitCodes.CannotConnect, $"cannot connect: {e.Message}"),
         HttpRequestException e when e.StatusCode is null => (ExitCodes.CannotConnect, $"cannot connect: {e.Message}"),

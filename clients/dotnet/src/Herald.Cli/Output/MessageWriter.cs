@@ -14,7 +14,7 @@ internal sealed class MessageWriter(Stream output, MessageFormat format)
     private static readonly UTF8Encoding StrictUtf8 = new(encoderShouldEmitUTF8Identifier: false, throwOnInvalidBytes: true);
     private static readonly JsonWriterOptions JsonOptions = new() { Encoder = JavaScriptEncoder.UnsafeRelaxedJsonEscaping };
 
-    /// <summary>Writes <paramref name="message"/>; <paramref name="number"/> (from 1) heads it in the text format, when given.</summary>
+    /// <summary>Writes <paramref name="message"/>; <paramref name="number"/> (from 1), when given, heads it in the text format with its topic.</summary>
     public async Task WriteAsync(HeraldMessage message, long? number, CancellationToken cancellationToken)
     {
         switch (format)
@@ -34,29 +34,29 @@ internal sealed class MessageWriter(Stream output, MessageFormat format)
     }
 
     /// <summary>
-    /// <c>[#1] chat.room1 (5 bytes, zstd, reply to _INBOX.x)</c>, a <c>Key: value</c> line per header value,
-    /// then the payload as UTF-8 text (or how many bytes of binary it was).
+    /// With a number (sub): <c>[#1] chat.room1 (5 bytes, zstd, reply to _INBOX.x)</c>; then a <c>Key: value</c>
+    /// line per header value, then the payload as UTF-8 text (or how many bytes of binary it was). Without one
+    /// (req's reply): the headers and the payload only.
     /// </summary>
     private static string Text(HeraldMessage message, long? number)
     {
         var text = new StringBuilder();
         if (number is { } n)
         {
-            text.Append("[#").Append(n).Append("] ");
+            text.Append("[#").Append(n).Append("] ").Append(message.Topic).Append(" (").Append(message.Payload.Length).Append(message.Payload.Length == 1 ? " byte" : " bytes");
+            if (message.WasCompressed)
+            {
+                text.Append(", zstd");
+            }
+
+            if (message.ReplyTo is { } replyTo)
+            {
+                text.Append(", reply to ").Append(replyTo);
+            }
+
+            text.Append(")\n");
         }
 
-        text.Append(message.Topic).Append(" (").Append(message.Payload.Length).Append(message.Payload.Length == 1 ? " byte" : " bytes");
-        if (message.WasCompressed)
-        {
-            text.Append(", zstd");
-        }
-
-        if (message.ReplyTo is { } replyTo)
-        {
-            text.Append(", reply to ").Append(replyTo);
-        }
-
-        text.Append(")\n");
         foreach ((string key, IReadOnlyList<string> values) in message.Headers)
         {
             foreach (string value in values)
