@@ -25,11 +25,15 @@ public sealed class TestBroker : IAsyncDisposable
         Listeners listeners = app.Services.GetRequiredService<Listeners>();
         TcpPort = listeners.TcpPorts.Min();
         HttpPort = listeners.HttpPort ?? 0;
+        MonitoringPort = listeners.MonitoringPort;
     }
 
     public int TcpPort { get; }
 
     public int HttpPort { get; }
+
+    /// <summary>The monitoring listener's port, when a test turns it on (<c>options.Monitoring.Port = 0</c>).</summary>
+    public int? MonitoringPort { get; }
 
     public string TcpUrl => $"tcp://127.0.0.1:{TcpPort}";
 
