@@ -33,6 +33,7 @@ var configuration = new InvocationConfiguration { EnableDefaultExceptionHandler 
 if (parse.Action is ParseErrorAction errors)
 {
     errors.ShowHelp = false;
+    errors.ShowTypoCorrections = false; // it offers options for a misplaced argument; the hint below says where help is
     await parse.InvokeAsync(configuration);
     string command = string.Join(' ', parse.CommandResult.Command.Parents.OfType<Command>().Reverse().Select(c => c.Name).Append(parse.CommandResult.Command.Name));
     Console.Error.WriteLine($"Run '{command} --help' for usage.");

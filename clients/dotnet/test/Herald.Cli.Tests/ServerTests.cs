@@ -17,7 +17,7 @@ public sealed class ServerTests(ToolFixture tool, OpenBroker fixture) : CliTest(
         HeraldRun json = await RunAsync(["server", "info", "--json", "--monitor", fixture.Monitor]);
 
         AssertExit(0, summary);
-        Assert.Contains($"Ports:          tcp {fixture.Broker.TcpPort}-{fixture.Broker.TcpPort}, http {fixture.Broker.HttpPort}, monitoring {fixture.Broker.MonitoringPort}", summary.Output, StringComparison.Ordinal);
+        Assert.Contains($"Ports:          tcp {fixture.Broker.TcpPort}, http {fixture.Broker.HttpPort}, monitoring {fixture.Broker.MonitoringPort}", summary.Output, StringComparison.Ordinal);
         AssertExit(0, json);
         using JsonDocument varz = JsonDocument.Parse(json.Output);
         Assert.Equal(fixture.Broker.TcpPort, varz.RootElement.GetProperty("ports").GetProperty("tcp_first").GetInt32());

@@ -166,7 +166,7 @@ internal static class ServerCommand
         var text = new StringBuilder();
         text.Append(CultureInfo.InvariantCulture, $"Server:         {Str(v, "server_name")} (Herald {Str(v, "version")}, {Str(v, "runtime")})\n");
         text.Append(CultureInfo.InvariantCulture, $"Host:           {Str(v, "host")}, pid {Str(v, "pid")}, {Str(v, "status")}, up {Str(v, "uptime")}\n");
-        text.Append(CultureInfo.InvariantCulture, $"Ports:          tcp {Str(ports, "tcp_first")}-{Str(ports, "tcp_last")}, http {Str(ports, "http")}, monitoring {Str(ports, "monitoring")}\n");
+        text.Append(CultureInfo.InvariantCulture, $"Ports:          tcp {Range(Str(ports, "tcp_first"), Str(ports, "tcp_last"))}, http {Str(ports, "http")}, monitoring {Str(ports, "monitoring")}\n");
         text.Append(CultureInfo.InvariantCulture, $"Connections:    {Str(v, "connections")} ({Str(v, "long_poll_sessions")} long-poll sessions), {Str(v, "total_connections")} since start\n");
         text.Append(CultureInfo.InvariantCulture, $"Subscriptions:  {Str(v, "subscriptions")} on {Str(v, "topics")} topics and patterns\n");
         text.Append(CultureInfo.InvariantCulture, $"Messages:       {Str(messages, "published")} published ({Str(messages, "published_bytes")} bytes), {Str(messages, "delivered")} delivered, {Str(messages, "dropped")} dropped\n");
@@ -199,6 +199,8 @@ internal static class ServerCommand
 
         return text.ToString();
     }
+
+    private static string Range(string first, string last) => first == last ? first : $"{first}-{last}";
 
     /// <summary>A property as text, <c>-</c> when absent (an older or newer broker).</summary>
     private static string Str(JsonElement element, string name) =>
