@@ -61,27 +61,56 @@ public sealed partial class HeraldClient : IAsyncDisposable
 
     /// <summary>A client configured by <paramref name="options"/> (a copy is taken).</summary>
     /// <exception cref="ArgumentException">An option or the address is not valid.</exception>
+    /// <exception cref="PlatformNotSupportedException">The netstandard2.0 build only: a <c>wss://</c> address with
+    /// <see cref="HeraldClientOptions.ServerCertificateValidation"/>, which its WebSocket cannot apply.</exception>
     public HeraldClient(HeraldClientOptions options)
     {
         ArgumentNullException.ThrowIfNull(options);
         _options = options.Clone();
         _options.Validate();
         _address = BrokerAddress.Parse(_options.Url!);
+#if NETSTANDARD2_0
+        if (_address.Transport == HeraldTransport.WebSocket && _address.Tls && _options.ServerCertificateValidation is not null)
+        {
+            // netstandard2.0's ClientWebSocket has no per-connection certificate callback (.NET Framework validates
+            // through ServicePointManager, for the whole process): refused here rather than silently not applied.
+            throw new PlatformNotSupportedException(
+                "HeraldClientOptions.ServerCertificateValidation cannot apply to a wss:// address in Herald.Client's netstandard2.0 build: its ClientWebSocket has no per-connection certificate callback. Use tls:// (the same frames over TCP), a certificate the machine trusts, or the net10.0 build.");
+        }
+#endif
         Serializer = new PayloadSerializer(_options.SerializerOptions);
         _offline = new PublishBuffer(_options.PublishBufferSize);
         _identity = new ClientIdentity(_options.ClientName, _address.Host, _address.FirstPort);
         if (_address.Transport == HeraldTransport.LongPoll)
         {
+#if NETSTANDARD2_0
+            // No SocketsHttpHandler: the platform's handler (a connect is bounded by ConnectTimeout's cancellation).
+            HttpMessageHandler handler = _options.HttpMessageHandler ?? LongPollHandler(_options.ServerCertificateValidation);
+#else
             HttpMessageHandler handler = _options.HttpMessageHandler ?? new SocketsHttpHandler
             {
                 ConnectTimeout = _options.ConnectTimeout,
                 PooledConnectionLifetime = TimeSpan.FromMinutes(5),
                 SslOptions = { RemoteCertificateValidationCallback = _options.ServerCertificateValidation },
             };
+#endif
             _http = new HttpClient(handler, disposeHandler: _options.HttpMessageHandler is null) { Timeout = Timeout.InfiniteTimeSpan };
         }
     }
 
+#if NETSTANDARD2_0
+    private static HttpClientHandler LongPollHandler(System.Net.Security.RemoteCertificateValidationCallback? validation)
+    {
+        var handler = new HttpClientHandler();
+        if (validation is not null)
+        {
+            handler.ServerCertificateCustomValidationCallback = (request, certificate, chain, errors) => validation(request, certificate, chain, errors);
+        }
+
+        return handler;
+    }
+
+#endif
     /// <summary>Raised, in order, whenever <see cref="State"/> changes. On the thread pool.</summary>
     public event EventHandler<ConnectionStateChangedEventArgs>? StateChanged;
 

@@ -121,7 +121,7 @@ public sealed class HeraldHeaders : IReadOnlyDictionary<string, IReadOnlyList<st
     public HeraldHeaders Remove(string key)
     {
         int index = IndexOf(key);
-        return index < 0 ? this : new HeraldHeaders([.. _entries[..index], .. _entries[(index + 1)..]]);
+        return index < 0 ? this : new HeraldHeaders([.. _entries.AsSpan(0, index), .. _entries.AsSpan(index + 1)]);
     }
 
     public IEnumerator<KeyValuePair<string, IReadOnlyList<string>>> GetEnumerator()

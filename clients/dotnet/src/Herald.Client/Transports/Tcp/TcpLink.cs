@@ -40,6 +40,16 @@ internal sealed class TcpLink : StreamLink
 
         if (address.Tls)
         {
+#if NETSTANDARD2_0
+            // No SslClientAuthenticationOptions: the callback goes to the stream, and the protocols are the operating
+            // system's choice (Microsoft's advice on .NET Framework, where naming TLS 1.3 fails on systems without it).
+            var tls = new SslStream(stream, leaveInnerStreamOpen: false, options.ServerCertificateValidation);
+            try
+            {
+                await tls.AuthenticateAsClientAsync(address.Host, clientCertificates: null, SslProtocols.None, checkCertificateRevocation: false)
+                    .WaitAsync(cancellationToken).ConfigureAwait(false);
+            }
+#else
             var tls = new SslStream(stream, leaveInnerStreamOpen: false);
             try
             {
@@ -52,6 +62,7 @@ internal sealed class TcpLink : StreamLink
                     },
                     cancellationToken).ConfigureAwait(false);
             }
+#endif
             catch (Exception e) when (e is AuthenticationException or IOException)
             {
                 await tls.DisposeAsync().ConfigureAwait(false);

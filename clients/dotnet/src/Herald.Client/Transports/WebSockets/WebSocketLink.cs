@@ -45,6 +45,18 @@ internal sealed class WebSocketLink : StreamLink
         {
             socket.Options.AddSubProtocol(SubProtocol);
             socket.Options.KeepAliveInterval = TimeSpan.Zero;
+#if NETSTANDARD2_0
+            // netstandard2.0's ClientWebSocket does not report a refused upgrade's status, and takes no certificate
+            // callback (HeraldClient's constructor refuses wss:// with one).
+            try
+            {
+                await socket.ConnectAsync(endpoint, cancellationToken).ConfigureAwait(false);
+            }
+            catch (WebSocketException e)
+            {
+                throw Refused(endpoint, status: 0, e);
+            }
+#else
             socket.Options.CollectHttpResponseDetails = true; // the status of a refused upgrade
             socket.Options.RemoteCertificateValidationCallback = options.ServerCertificateValidation;
             try
@@ -55,6 +67,7 @@ internal sealed class WebSocketLink : StreamLink
             {
                 throw Refused(endpoint, socket.HttpStatusCode, e);
             }
+#endif
 
             if (socket.SubProtocol != SubProtocol)
             {
