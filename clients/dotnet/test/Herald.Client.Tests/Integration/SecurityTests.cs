@@ -268,6 +268,17 @@ public sealed class TlsTests : IAsyncLifetime
         Assert.Equal($"tls://localhost:{_broker.TcpPort}", tcp.Url);
     }
 
+#if HERALD_CLIENT_NETSTANDARD
+    [Fact]
+    public void A_wss_client_with_a_trust_option_is_refused_at_construction_by_the_netstandard_build()
+    {
+        var options = new HeraldClientOptions { ServerCertificateValidation = (_, certificate, _, _) => certificate?.GetCertHashString() == _thumbprint };
+
+        var e = Assert.Throws<PlatformNotSupportedException>(() => new HeraldClient($"wss://localhost:{_broker.HttpPort}", options));
+
+        Assert.Contains("Use tls://", e.Message, StringComparison.Ordinal);
+    }
+#else
     [Fact]
     public async Task A_wss_client_with_the_same_trust_option_reaches_the_brokers_https_port()
     {
@@ -282,6 +293,7 @@ public sealed class TlsTests : IAsyncLifetime
         Assert.Equal($"wss://localhost:{_broker.HttpPort}/ws", wss.Url);
         Assert.Equal((HeraldTransport.WebSocket, _broker.HttpPort), (wss.ServerInfo!.Transport, wss.ServerInfo.Port));
     }
+#endif
 
     [Theory]
     [InlineData("tls")]

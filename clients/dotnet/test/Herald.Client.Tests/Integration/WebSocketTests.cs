@@ -87,9 +87,15 @@ public class WebSocketTests(BrokerFixture fixture) : IClassFixture<BrokerFixture
 
         var e = await Assert.ThrowsAsync<HeraldConnectionException>(() => client.ConnectAsync(Wait.Token()));
 
+#if HERALD_CLIENT_NETSTANDARD
+        // netstandard2.0's ClientWebSocket does not report the status of a refused upgrade.
+        Assert.Null(e.HttpStatus);
+        Assert.Contains("Could not open a WebSocket to ws://", e.Message, StringComparison.Ordinal);
+#else
         Assert.Equal(404, e.HttpStatus);
         Assert.Contains("HTTP 404", e.Message, StringComparison.Ordinal);
         Assert.Contains("nothing serves WebSocket at /herald (the broker's endpoint is /ws)", e.Message, StringComparison.Ordinal);
+#endif
         Assert.Equal(ConnectionState.Disconnected, client.State);
     }
 
@@ -104,9 +110,16 @@ public class WebSocketTests(BrokerFixture fixture) : IClassFixture<BrokerFixture
 
         var e = await Assert.ThrowsAsync<HeraldConnectionException>(() => client.ConnectAsync(Wait.Token()));
 
+#if HERALD_CLIENT_NETSTANDARD
+        // netstandard2.0's ClientWebSocket does not report the status of a refused upgrade: no cause to name.
+        Assert.Null(e.HttpStatus);
+        Assert.Contains("Could not open a WebSocket to ws://", e.Message, StringComparison.Ordinal);
+        Assert.NotEmpty(cause);
+#else
         Assert.Equal(status, e.HttpStatus);
         Assert.Contains($"refused with HTTP {status}", e.Message, StringComparison.Ordinal);
         Assert.Contains(cause, e.Message, StringComparison.Ordinal);
+#endif
     }
 
     [Theory]
