@@ -100,8 +100,10 @@ public sealed class PackageTests(PackageTests.Packed packed) : IClassFixture<Pac
             Commit = Run(root, "git", "rev-parse", "HEAD").Trim();
             foreach (string project in new[] { "broker/src/Herald.Protocol", "clients/dotnet/src/Herald.Client" })
             {
+                // --no-restore: the test build restored these projects already; restoring again would rewrite their
+                // obj/ assets while other test assemblies (the herald CLI's pack among them) read them.
                 Run(root, Environment.GetEnvironmentVariable("DOTNET_HOST_PATH") ?? "dotnet",
-                    "pack", project, "-c", "Release", "-o", _folder, "-p:ContinuousIntegrationBuild=true", $"-p:HeraldRepositoryUrl={RepositoryUrl}");
+                    "pack", project, "-c", "Release", "--no-restore", "-o", _folder, "-p:ContinuousIntegrationBuild=true", $"-p:HeraldRepositoryUrl={RepositoryUrl}");
             }
         }
 
