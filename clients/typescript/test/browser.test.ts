@@ -9,15 +9,15 @@
  * Skipped, with the reason, only when Chromium is not installed and cannot be installed.
  */
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createServer, type Server } from "node:http";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { extname, join, normalize } from "node:path";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { Broker } from "./helpers/broker.js";
 import { CHROMIUM, CHROMIUM_ARGS, ensureChromium } from "./helpers/chromium.js";
+import { servePage, type PageServer } from "./helpers/page-server.js";
 import { runPublisher, sampleDll, SubscriberProcess } from "./helpers/samples.js";
 
 const packageRoot = fileURLToPath(new URL("../", import.meta.url));
@@ -67,47 +67,8 @@ const PAGE = `<!doctype html>
 <body><p id="out">waiting</p></body>
 </html>`;
 
-const TYPES: Record<string, string> = {
-  ".js": "text/javascript",
-  ".mjs": "text/javascript",
-  ".map": "application/json",
-  ".html": "text/html",
-};
-
-/**
- * Serves the page, dist/ and the three runtime dependencies from node_modules. @opentelemetry/api's ESM
- * build imports its own modules without the `.js` a browser needs (a bundler adds it): added here too.
- */
-function servePage(): Promise<{ server: Server; url: string }> {
-  const server = createServer((req, res) => {
-    const path = decodeURIComponent(new URL(req.url ?? "/", "http://x").pathname);
-    if (path === "/favicon.ico") {
-      res.writeHead(204).end();
-      return;
-    }
-    if (path === "/" || path === "/index.html") {
-      res.writeHead(200, { "Content-Type": "text/html; charset=utf-8" }).end(PAGE);
-      return;
-    }
-    const allowed = ["/dist/", "/node_modules/@msgpack/msgpack/", "/node_modules/fzstd/", "/node_modules/@opentelemetry/api/"];
-    let file = normalize(join(packageRoot, path));
-    if (path.startsWith("/node_modules/@opentelemetry/api/") && !existsSync(file)) {
-      file = existsSync(`${file}.js`) ? `${file}.js` : join(file, "index.js");
-    }
-    if (!allowed.some((prefix) => path.startsWith(prefix)) || !file.startsWith(packageRoot) || !existsSync(file)) {
-      res.writeHead(404).end();
-      return;
-    }
-    res.writeHead(200, { "Content-Type": TYPES[extname(file)] ?? "application/octet-stream" }).end(readFileSync(file));
-  });
-  return new Promise((resolve) => server.listen(0, "127.0.0.1", () => {
-    const address = server.address();
-    resolve({ server, url: `http://127.0.0.1:${typeof address === "object" && address ? address.port : 0}/` });
-  }));
-}
-
 let broker: Broker | undefined;
-let page: { server: Server; url: string } | undefined;
+let page: PageServer | undefined;
 let context: BrowserContext | undefined;
 let userDataDir: string | undefined;
 const subscribers: SubscriberProcess[] = [];
@@ -118,7 +79,7 @@ before(async () => {
   sampleDll("Herald.Client.Publish");
   sampleDll("Herald.Client.Subscribe");
   broker = await Broker.start();
-  page = await servePage();
+  page = await servePage(PAGE, packageRoot, ["/dist/", "/node_modules/@msgpack/msgpack/", "/node_modules/fzstd/", "/node_modules/@opentelemetry/api/"]);
 });
 
 after(async () => {

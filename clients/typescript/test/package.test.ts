@@ -12,15 +12,15 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { createServer, type Server } from "node:http";
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { extname, join, normalize } from "node:path";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { chromium, type Browser } from "playwright-core";
 import { Broker } from "./helpers/broker.js";
 import { CHROMIUM, CHROMIUM_ARGS, ensureChromium } from "./helpers/chromium.js";
+import { servePage, type PageServer } from "./helpers/page-server.js";
 
 const packageRoot = fileURLToPath(new URL("../", import.meta.url));
 const npm = process.platform === "win32" ? "npm.cmd" : "npm";
@@ -192,50 +192,23 @@ function browserEntry(name: string): string {
   return `/node_modules/${name}/${entry.replace(/^\.\//, "")}`;
 }
 
-const TYPES: Record<string, string> = { ".js": "text/javascript", ".mjs": "text/javascript", ".map": "application/json" };
 const RUNTIME = ["@herald/client", "@msgpack/msgpack", "fzstd", "@opentelemetry/api"];
 
 /**
  * Serves the page and, from the project the tarball was installed into, the installed package's dist/ and its
  * three runtime dependencies, each at the entry its package.json names (the versions npm picked today, not
- * this folder's lock file). @opentelemetry/api's ESM before 1.10 imports its modules without the `.js` a
- * browser needs (a bundler adds it): added here.
+ * this folder's lock file).
  */
-function servePage(): Promise<{ server: Server; url: string }> {
-  const root = join(app, "node_modules");
+function serveInstalledPage(): Promise<PageServer> {
   const html = page(Object.fromEntries(RUNTIME.map((name) => [name, browserEntry(name)])));
-  const server = createServer((req, res) => {
-    const path = decodeURIComponent(new URL(req.url ?? "/", "http://x").pathname);
-    if (path === "/favicon.ico") {
-      res.writeHead(204).end();
-      return;
-    }
-    if (path === "/") {
-      res.writeHead(200, { "Content-Type": "text/html; charset=utf-8" }).end(html);
-      return;
-    }
-    const allowed = ["/node_modules/@herald/client/dist/", ...RUNTIME.slice(1).map((name) => `/node_modules/${name}/`)];
-    let file = normalize(join(app, path));
-    if (path.startsWith("/node_modules/@opentelemetry/api/") && !existsSync(file)) {
-      file = existsSync(`${file}.js`) ? `${file}.js` : join(file, "index.js");
-    }
-    if (!allowed.some((prefix) => path.startsWith(prefix)) || !file.startsWith(root) || !existsSync(file)) {
-      res.writeHead(404).end();
-      return;
-    }
-    res.writeHead(200, { "Content-Type": TYPES[extname(file)] ?? "application/octet-stream" }).end(readFileSync(file));
-  });
-  return new Promise((resolve) => server.listen(0, "127.0.0.1", () => {
-    const address = server.address();
-    resolve({ server, url: `http://127.0.0.1:${typeof address === "object" && address ? address.port : 0}/` });
-  }));
+  return servePage(html, app, ["/node_modules/@herald/client/dist/", ...RUNTIME.slice(1).map((name) => `/node_modules/${name}/`)]);
 }
 
 test(
   "package: a page in headless Chromium loads the installed package's dist/ and publishes and receives over the WebSocket",
   { skip: skipBrowser ?? false, timeout: 90_000 },
   async () => {
-    const page = await servePage();
+    const page = await serveInstalledPage();
     let browser: Browser | undefined;
     try {
       browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
