@@ -8,6 +8,7 @@ using System.Security.Cryptography.X509Certificates;
 using Herald.Broker.Tests.Infrastructure;
 using Herald.Protocol;
 using MessagePack;
+using Herald.Testing;
 
 namespace Herald.Broker.Tests;
 
@@ -18,13 +19,7 @@ public sealed class TlsTests : IDisposable
 
     public TlsTests()
     {
-        using var key = RSA.Create(2048);
-        var request = new CertificateRequest("CN=localhost", key, HashAlgorithmName.SHA256, RSASignaturePadding.Pkcs1);
-        var san = new SubjectAlternativeNameBuilder();
-        san.AddIpAddress(IPAddress.Loopback);
-        san.AddDnsName("localhost");
-        request.CertificateExtensions.Add(san.Build());
-        using X509Certificate2 certificate = request.CreateSelfSigned(DateTimeOffset.UtcNow.AddMinutes(-5), DateTimeOffset.UtcNow.AddDays(1));
+        using X509Certificate2 certificate = TestCertificates.SelfSigned();
         File.WriteAllBytes(_pfx, certificate.Export(X509ContentType.Pfx, "test"));
         _thumbprint = certificate.GetCertHashString();
     }

@@ -3,6 +3,7 @@ using System.Security.Cryptography;
 using System.Security.Cryptography.X509Certificates;
 using Herald.Cli.Tests.Infrastructure;
 using Herald.Client.Tests.Infrastructure;
+using Herald.Testing;
 
 namespace Herald.Cli.Tests;
 
@@ -21,8 +22,8 @@ public sealed class TlsBroker : IAsyncLifetime
 
     public async Task InitializeAsync()
     {
-        using X509Certificate2 certificate = SelfSigned();
-        using X509Certificate2 other = SelfSigned();
+        using X509Certificate2 certificate = TestCertificates.SelfSigned();
+        using X509Certificate2 other = TestCertificates.SelfSigned();
         string pfx = Path.Combine(_folder, "broker.pfx");
         await File.WriteAllBytesAsync(pfx, certificate.Export(X509ContentType.Pfx, "test"));
         await File.WriteAllTextAsync(CertificatePem, certificate.ExportCertificatePem());
@@ -39,17 +40,6 @@ public sealed class TlsBroker : IAsyncLifetime
     {
         await Broker.DisposeAsync();
         Directory.Delete(_folder, recursive: true);
-    }
-
-    private static X509Certificate2 SelfSigned()
-    {
-        using var key = RSA.Create(2048);
-        var request = new CertificateRequest("CN=localhost", key, HashAlgorithmName.SHA256, RSASignaturePadding.Pkcs1);
-        var san = new SubjectAlternativeNameBuilder();
-        san.AddIpAddress(IPAddress.Loopback);
-        san.AddDnsName("localhost");
-        request.CertificateExtensions.Add(san.Build());
-        return request.CreateSelfSigned(DateTimeOffset.UtcNow.AddMinutes(-5), DateTimeOffset.UtcNow.AddDays(1));
     }
 }
 

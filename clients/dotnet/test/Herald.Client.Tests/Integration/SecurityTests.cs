@@ -5,6 +5,7 @@ using System.Text;
 using Herald.Broker.Security;
 using Herald.Client.Tests.Infrastructure;
 using Herald.Protocol;
+using Herald.Testing;
 
 namespace Herald.Client.Tests.Integration;
 
@@ -230,13 +231,7 @@ public sealed class TlsTests : IAsyncLifetime
 
     public async Task InitializeAsync()
     {
-        using var key = RSA.Create(2048);
-        var request = new CertificateRequest("CN=localhost", key, HashAlgorithmName.SHA256, RSASignaturePadding.Pkcs1);
-        var san = new SubjectAlternativeNameBuilder();
-        san.AddIpAddress(IPAddress.Loopback);
-        san.AddDnsName("localhost");
-        request.CertificateExtensions.Add(san.Build());
-        using X509Certificate2 certificate = request.CreateSelfSigned(DateTimeOffset.UtcNow.AddMinutes(-5), DateTimeOffset.UtcNow.AddDays(1));
+        using X509Certificate2 certificate = TestCertificates.SelfSigned();
         await File.WriteAllBytesAsync(_pfx, certificate.Export(X509ContentType.Pfx, "test"));
         _thumbprint = certificate.GetCertHashString();
         _broker = await TestBroker.StartAsync(o =>
