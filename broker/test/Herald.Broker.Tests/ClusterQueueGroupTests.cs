@@ -209,11 +209,8 @@ public sealed class ClusterQueueGroupTests(QueueGroupCluster fixture) : IClassFi
     public async Task A_node_killed_with_its_members_stops_being_chosen_once_the_others_drop_it_and_then_nothing_is_lost()
     {
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(200));
-        await using var doomed = BrokerProcess.StartTcpOnly(
-            "json",
-            $"--Herald:Cluster:Redis={cluster.Redis.Configuration}",
-            "--Herald:Cluster:HeartbeatInterval=00:00:00.200");
-        int doomedPort = (await doomed.WaitForEventAsync(1001)).GetProperty("First").GetInt32();
+        (BrokerProcess process, int doomedPort) = await cluster.StartProcessNodeAsync("--Herald:Cluster:HeartbeatInterval=00:00:00.200");
+        await using BrokerProcess doomed = process;
         Member surviving = await Member.JoinAsync(cluster[1], "dies", "w", token: null);
         Member onDoomed = await Member.JoinAsync(doomedPort, "dies", "w");
         string key = Key("dies", "w", "anonymous");

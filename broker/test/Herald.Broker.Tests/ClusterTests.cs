@@ -285,11 +285,8 @@ public sealed class ClusterTests
     public async Task A_node_killed_with_SIGKILL_changes_nothing_for_the_clients_of_the_others_and_leaves_the_cluster()
     {
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(200));
-        await using var doomed = BrokerProcess.StartTcpOnly(
-            "json",
-            $"--Herald:Cluster:Redis={cluster.Redis.Configuration}",
-            "--Herald:Cluster:HeartbeatInterval=00:00:00.200");
-        int doomedPort = (await doomed.WaitForEventAsync(1001)).GetProperty("First").GetInt32();
+        (BrokerProcess process, int doomedPort) = await cluster.StartProcessNodeAsync("--Herald:Cluster:HeartbeatInterval=00:00:00.200");
+        await using BrokerProcess doomed = process;
         await using var doomedClient = await ProtocolClient.OpenAsync(doomedPort, "on-the-doomed-node");
         await doomedClient.SubscribeAsync(1, "svc.doomed"); // a subscriber that never answers, and only it: its node's cover in Redis
         await doomedClient.PingPongAsync();
@@ -678,12 +675,8 @@ public sealed class ClusterTests
     {
         const int Count = 2000;
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, configure: History("feed.>", maxMessages: Count));
-        await using var doomed = BrokerProcess.StartTcpOnly(
-            "json",
-            $"--Herald:Cluster:Redis={cluster.Redis.Configuration}",
-            "--Herald:History:Topics:0:Pattern=feed.>",
-            $"--Herald:History:Topics:0:MaxMessages={Count}");
-        int doomedPort = (await doomed.WaitForEventAsync(1001)).GetProperty("First").GetInt32();
+        (BrokerProcess process, int doomedPort) = await cluster.StartProcessNodeAsync("--Herald:History:Topics:0:Pattern=feed.>", $"--Herald:History:Topics:0:MaxMessages={Count}");
+        await using BrokerProcess doomed = process;
         await using var client = await ProtocolClient.OpenAsync(doomedPort, "on-the-doomed-node", capabilities: Capabilities.Headers);
         await client.SubscribeAsync(1, "feed.k", new StreamPosition(0, ""));
         Assert.Equal("200", (await client.ReadMessageAsync()).Status);

@@ -62,6 +62,24 @@ public sealed class TestCluster : IAsyncDisposable
         return new TestCluster(backplane, [.. started]);
     }
 
+    /// <summary>
+    /// One more node of this cluster as a real broker process (TCP only, JSON logs, joined to this Redis), for a test
+    /// that kills it with SIGKILL; with its first TCP port, once it listens.
+    /// </summary>
+    public async Task<(BrokerProcess Process, int Port)> StartProcessNodeAsync(params string[] more)
+    {
+        BrokerProcess process = BrokerProcess.StartTcpOnly("json", [$"--Herald:Cluster:Redis={Redis.Configuration}", .. more]);
+        try
+        {
+            return (process, (await process.WaitForEventAsync(1001)).GetProperty("First").GetInt32());
+        }
+        catch
+        {
+            await process.DisposeAsync();
+            throw;
+        }
+    }
+
     public async ValueTask DisposeAsync()
     {
         foreach (TestBroker node in Nodes)
