@@ -19,6 +19,7 @@ public sealed class LayeringTests
         "Transports",
         "Sessions",
         "Cluster",
+        "Engines",
         "History",
         "Security",
         "Routing",
