@@ -5,6 +5,7 @@ using System.Security.Cryptography;
 using System.Threading.Channels;
 using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
+using Herald.Broker.Engines;
 using Herald.Broker.History;
 using Herald.Broker.Routing;
 using Herald.Broker.Telemetry;
@@ -13,12 +14,6 @@ using Microsoft.Extensions.Logging;
 using StackExchange.Redis;
 
 namespace Herald.Broker.Cluster;
-
-/// <summary>Told, off the publisher's thread, that a request reached no subscriber on any node (spec §7 across nodes).</summary>
-internal interface INoResponders
-{
-    void NoResponders(ReadOnlyMemory<byte> replyTo);
-}
 
 /// <summary>
 /// The cluster engine (spec cluster.md): the one seam between this node and the others, beside the router,
@@ -59,7 +54,7 @@ internal interface INoResponders
 /// (<see cref="GroupAssignments"/>), which every receiving node follows. No Redis call on a publication's path.
 /// </para>
 /// </remarks>
-internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
+internal sealed class ClusterEngine : IInterestListener, IPublicationExchange, ISharedInterest, ISharedHistory, IClusterStatus, IAsyncDisposable
 {
     private readonly ClusterOptions _options;
     private readonly TopicRouter _router;
@@ -203,6 +198,42 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
 
     /// <summary>The Redis endpoints of the configuration (never its password or other options).</summary>
     public IReadOnlyList<string> RedisEndpoints => [.. ConfigurationOptions.Parse(_options.Redis!).EndPoints.Select(e => e.ToString() ?? "")];
+
+    bool? IClusterStatus.Connected => IsConnected;
+
+    /// <summary>The cluster as this node sees it now, for monitoring (<c>/varz</c>, <c>/statusz</c>).</summary>
+    public ClusterSnapshot? Snapshot()
+    {
+        ClusterMetrics? counts = Metrics;
+        ClusterGroups.GroupsView groups = Groups.View;
+        return new ClusterSnapshot(
+            NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture),
+            RedisEndpoints,
+            IsConnected,
+            _options.ChannelPrefix,
+            RedisSubscriptions,
+            PendingInterest,
+            counts?.Sent ?? 0,
+            counts?.Received ?? 0,
+            counts?.Dropped ?? 0,
+            counts?.Duplicates ?? 0,
+            counts?.Invalid ?? 0,
+            ForwardQueueBytes,
+            InboundQueued,
+            [.. Nodes.Known.Select(node => MemberOf(node, groups))],
+            Nodes.HistoryRulesMatch,
+            Sessions.TakenOver,
+            Sessions.CommandsSent);
+    }
+
+    /// <summary>A member of the cluster with the queue groups this node knows it holds (cluster.md §11).</summary>
+    private static ClusterMember MemberOf(ClusterNode node, ClusterGroups.GroupsView groups)
+    {
+        ClusterGroups.NodeGroupsView held = ulong.TryParse(node.Id, System.Globalization.NumberStyles.AllowHexSpecifier, System.Globalization.CultureInfo.InvariantCulture, out ulong id)
+            ? groups.Of(id, node.Self)
+            : default;
+        return new ClusterMember(node.Id, node.Name, node.Host, node.Started, node.LastSeen, node.Self, node.History, held.Groups, held.Members, held.Version);
+    }
 
     /// <summary>Pattern changes queued and not yet in Redis.</summary>
     public long PendingInterest => _interestSettle.Pending;
@@ -704,7 +735,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         {
             if (History!.FindExisting(gap.Publish.TopicString) is { } history)
             {
-                SharedRead read = await ReadHistoryAsync(history, new Herald.Protocol.StreamPosition(gap.After, gap.Epoch)).ConfigureAwait(false);
+                SharedRead read = await ReadAsync(history, new Herald.Protocol.StreamPosition(gap.After, gap.Epoch)).ConfigureAwait(false);
                 if (read.Epoch == gap.Epoch)
                 {
                     foreach ((ulong missed, _, byte[] kept) in read.Entries)
@@ -718,7 +749,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
                 }
             }
         }
-        catch (Exception e) when (e is RedisException or TimeoutException)
+        catch (ClusterUnavailableException)
         {
             // Redis is gone again: the gap stays, and the publication goes on without it.
         }
@@ -821,11 +852,12 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     /// other node received it either. <paramref name="groups"/>: the queue groups the router gave to other nodes
     /// while routing it here (spec cluster.md §11), carried in the envelope.
     /// </summary>
-    public void Forward(in PublishFrame publish, INoResponders? request = null, GroupAssignments? groups = null)
+    /// <returns>True: the cluster answers <paramref name="request"/> (or drops it with the publication while stopping).</returns>
+    public bool Forward(in PublishFrame publish, INoResponders? request, GroupAssignments? groups)
     {
         if (!_running)
         {
-            return;
+            return true;
         }
 
         CountOverflow(groups);
@@ -835,7 +867,7 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         {
             Metrics?.DroppedQueueFull();
             request?.NoResponders(publish.ReplyTo!.Value.ToArray()); // nothing will reach the other nodes
-            return;
+            return true;
         }
 
         byte[] channel = new byte[_channelPrefix.Length + publish.Topic.Length];
@@ -846,6 +878,8 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
         {
             Interlocked.Add(ref _forwardBytes, -size); // stopping
         }
+
+        return true;
     }
 
     /// <summary>
@@ -855,17 +889,19 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     /// positions. <paramref name="publisher"/> is remembered (by sequence number) for its no-echo subscriptions.
     /// False when it could not be queued (the queue is full, or the node is stopping): nobody gets it; counted.
     /// </summary>
-    /// <param name="groups">Where the queue groups are chosen (spec cluster.md §11): a group chosen here is delivered here when the publication comes back.</param>
-    public bool ForwardKept(in PublishFrame publish, TopicHistory history, IMessageSink publisher, GroupAssignments groups)
+    /// <param name="groups">Where the queue groups are chosen (spec cluster.md §11), made at the first: a group chosen here is delivered here when the publication comes back.</param>
+    public bool ForwardKept(in PublishFrame publish, TopicHistory history, IMessageSink publisher, ref GroupAssignments? groups)
     {
         if (!_running)
         {
             return false;
         }
 
-        _router.ChooseGroups(publish.Topic, publisher, groups);
-        CountOverflow(groups);
-        byte[] envelope = ClusterEnvelope.Write(publish, NodeId, signed: _options.Secret is not null, groups);
+        GroupAssignments chosen = groups ??= NewAssignments();
+
+        _router.ChooseGroups(publish.Topic, publisher, chosen);
+        CountOverflow(chosen);
+        byte[] envelope = ClusterEnvelope.Write(publish, NodeId, signed: _options.Secret is not null, chosen);
         long size = envelope.Length + (2 * (_channelPrefix.Length + publish.Topic.Length + 2)) + _channelPrefix.Length + publish.Topic.Length;
         if (!TryReserve(size))
         {
@@ -900,15 +936,23 @@ internal sealed class ClusterEngine : IInterestListener, IAsyncDisposable
     /// What Redis holds of <paramref name="history"/>'s topic after <paramref name="since"/>, for a resume on this node
     /// (spec cluster.md §9): read in one script through the server this node publishes through.
     /// </summary>
-    public async Task<SharedRead> ReadHistoryAsync(TopicHistory history, Herald.Protocol.StreamPosition since)
+    /// <exception cref="ClusterUnavailableException">Redis is unreachable or did not answer in time.</exception>
+    public async Task<SharedRead> ReadAsync(TopicHistory history, Herald.Protocol.StreamPosition since)
     {
-        IServer server = PublishServer() ?? throw new RedisException("Redis is unreachable.");
+        IServer server = PublishServer() ?? throw new ClusterUnavailableException("Redis is unreachable.");
         byte[] topic = System.Text.Encoding.ASCII.GetBytes(history.Topic);
-        RedisResult result = await server.ExecuteAsync(
-            "EVAL",
-            [ClusterHistory.ReadScript, 2, ClusterHistory.HashKey(_options.ChannelPrefix, topic), ClusterHistory.StreamKey(_options.ChannelPrefix, topic),
-             since.IsNone ? 0ul : since.Offset, history.Rule.MaxMessages, NewEpoch(), ClusterHistory.TimeToLiveMs(history.Rule)]).ConfigureAwait(false);
-        return ClusterHistory.Parse(result);
+        try
+        {
+            RedisResult result = await server.ExecuteAsync(
+                "EVAL",
+                [ClusterHistory.ReadScript, 2, ClusterHistory.HashKey(_options.ChannelPrefix, topic), ClusterHistory.StreamKey(_options.ChannelPrefix, topic),
+                 since.IsNone ? 0ul : since.Offset, history.Rule.MaxMessages, NewEpoch(), ClusterHistory.TimeToLiveMs(history.Rule)]).ConfigureAwait(false);
+            return ClusterHistory.Parse(result);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            throw new ClusterUnavailableException(e.Message, e);
+        }
     }
 
     /// <summary>A stream entry's envelope as its PUBLISH, checked as one from Redis's channels is (its signature with a secret); null when it is not one.</summary>

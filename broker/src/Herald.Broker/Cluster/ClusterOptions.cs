@@ -60,4 +60,17 @@ public sealed class ClusterOptions
     public bool ShareLongPollSessions { get; set; } = true;
 
     public bool Enabled => !string.IsNullOrWhiteSpace(Redis);
+
+    /// <summary>What is wrong with <paramref name="redis"/> as <see cref="Redis"/> (not a StackExchange.Redis configuration string, or one without an endpoint); null: nothing.</summary>
+    internal static string? RedisProblem(string redis)
+    {
+        try
+        {
+            return StackExchange.Redis.ConfigurationOptions.Parse(redis).EndPoints.Count == 0 ? "Herald:Cluster:Redis names no Redis endpoint (host:port)." : null;
+        }
+        catch (ArgumentException e)
+        {
+            return $"Herald:Cluster:Redis is not a StackExchange.Redis configuration string: {e.Message}";
+        }
+    }
 }

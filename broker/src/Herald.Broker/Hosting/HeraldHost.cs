@@ -133,8 +133,11 @@ public static class HeraldHost
             sp.GetRequiredService<Authenticator>(),
             sp.GetRequiredService<BrokerMetrics>(),
             sp.GetRequiredService<ClientFaultLog>(),
-            sp.GetRequiredService<ClusterSlot>().Engine,
-            sp.GetRequiredService<HistorySlot>().Store));
+            sp.GetRequiredService<ClusterSlot>().Engines,
+            sp.GetRequiredService<HistorySlot>().Store)
+        {
+            SharedSessions = sp.GetRequiredService<ClusterSlot>().SharedSessions,
+        });
         services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
         services.AddSingleton<PollSessionStore>();

@@ -289,16 +289,9 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
             return;
         }
 
-        try
+        if (Cluster.ClusterOptions.RedisProblem(cluster.Redis!) is { } problem)
         {
-            if (StackExchange.Redis.ConfigurationOptions.Parse(cluster.Redis!).EndPoints.Count == 0)
-            {
-                failures.Add("Herald:Cluster:Redis names no Redis endpoint (host:port).");
-            }
-        }
-        catch (ArgumentException e)
-        {
-            failures.Add($"Herald:Cluster:Redis is not a StackExchange.Redis configuration string: {e.Message}");
+            failures.Add(problem);
         }
     }
 

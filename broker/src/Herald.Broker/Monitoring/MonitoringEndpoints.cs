@@ -1,8 +1,8 @@
 using System.Globalization;
 using System.Net;
 using System.Runtime.InteropServices;
-using Herald.Broker.Cluster;
 using Herald.Broker.Compression;
+using Herald.Broker.Engines;
 using Herald.Broker.Routing;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
@@ -71,7 +71,7 @@ internal static class MonitoringEndpoints
             tcp.Count == 0 ? null : tcp.Count == 1 ? tcp[0].ToString(CultureInfo.InvariantCulture) : $"{tcp.Min()}-{tcp.Max()}",
             state == Readiness.Starting ? null : listeners.HttpPort,
             policy,
-            context.RequestServices.GetRequiredService<BrokerCore>().Cluster is { } cluster ? cluster.IsConnected ? "connected" : "redis unreachable" : null);
+            context.RequestServices.GetRequiredService<BrokerCore>().ClusterStatus.Connected is { } connected ? connected ? "connected" : "redis unreachable" : null);
         int status = alive || state == Readiness.Ready ? StatusCodes.Status200OK : StatusCodes.Status503ServiceUnavailable;
         context.Response.Headers.CacheControl = "no-store";
         return Results.Json(report, MonitoringJsonContext.Default.HealthReport, statusCode: status);
@@ -128,40 +128,33 @@ internal static class MonitoringEndpoints
             broker.Limits,
             services.GetRequiredService<LongPollOptions>(),
             services.GetRequiredService<CompressionOptions>(),
-            broker.Cluster is { } cluster ? ClusterOf(cluster) : null,
+            broker.ClusterStatus.Snapshot() is { } cluster ? ClusterOf(cluster) : null,
             broker.History is { } history ? new VarzHistory(history.TopicCount, history.Options.MaxTopics, history.Bytes, history.Options.MaxBytes, history.EvictedTopics, history.Recovered, history.NotRecovered) : null);
         return Results.Json(varz, MonitoringJsonContext.Default.Varz);
     }
 
-    private static VarzCluster ClusterOf(ClusterEngine cluster)
-    {
-        ClusterMetrics? counts = cluster.Metrics;
-        return new VarzCluster(
-            cluster.NodeId.ToString("x16", CultureInfo.InvariantCulture),
-            cluster.RedisEndpoints,
-            cluster.IsConnected,
-            cluster.Options.ChannelPrefix,
-            cluster.RedisSubscriptions,
-            cluster.PendingInterest,
-            counts?.Sent ?? 0,
-            counts?.Received ?? 0,
-            counts?.Dropped ?? 0,
-            counts?.Duplicates ?? 0,
-            counts?.Invalid ?? 0,
-            cluster.ForwardQueueBytes,
-            cluster.InboundQueued,
-            [.. cluster.Nodes.Known.Select(n => NodeOf(n, cluster.Groups.View))],
-            cluster.Nodes.HistoryRulesMatch,
-            cluster.Sessions.TakenOver,
-            cluster.Sessions.CommandsSent);
-    }
+    private static VarzCluster ClusterOf(ClusterSnapshot cluster) => new(
+        cluster.Node,
+        cluster.Endpoints,
+        cluster.Connected,
+        cluster.ChannelPrefix,
+        cluster.Subscriptions,
+        cluster.PendingInterest,
+        cluster.Sent,
+        cluster.Received,
+        cluster.Dropped,
+        cluster.Duplicates,
+        cluster.Invalid,
+        cluster.ForwardQueueBytes,
+        cluster.InboundQueued,
+        [.. cluster.Members.Select(NodeOf)],
+        cluster.HistoryRulesMatch,
+        cluster.SessionsTakenOver,
+        cluster.SessionRequestsForwarded);
 
     /// <summary>A member of the cluster with the queue groups this node knows it holds (cluster.md §11).</summary>
-    internal static VarzNode NodeOf(ClusterNode node, ClusterGroups.GroupsView groups)
-    {
-        ClusterGroups.NodeGroupsView held = ulong.TryParse(node.Id, NumberStyles.AllowHexSpecifier, CultureInfo.InvariantCulture, out ulong id) ? groups.Of(id, node.Self) : default;
-        return new VarzNode(node.Id, node.Name, node.Host, node.Started, node.LastSeen, node.Self, node.History, held.Groups, held.Members, held.Version);
-    }
+    internal static VarzNode NodeOf(ClusterMember node) =>
+        new(node.Id, node.Name, node.Host, node.Started, node.LastSeen, node.Self, node.History, node.Groups, node.GroupMembers, node.GroupsVersion);
 
     /// <summary><c>/connz?offset=&amp;limit=&amp;transport=</c>: TCP connections by id, then long-poll sessions by id.</summary>
     private static IResult Connz(HttpContext context)

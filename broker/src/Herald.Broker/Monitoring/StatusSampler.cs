@@ -1,6 +1,6 @@
 using System.Globalization;
-using Herald.Broker.Cluster;
 using Herald.Broker.Compression;
+using Herald.Broker.Engines;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
 using Herald.Broker.Transports.LongPoll;
@@ -165,7 +165,7 @@ internal sealed class StatusSampler
             new StatusLongPoll(_polls.Count, _polls.HeldPolls, Take(polls, Rows)),
             new StatusCompression(_compressionOptions.Enabled, bytesIn, bytesOut, compressed),
             process,
-            _broker.Cluster is { } cluster ? ClusterOf(cluster) : null);
+            _broker.ClusterStatus.Snapshot() is { } cluster ? ClusterOf(cluster) : null);
 
         double Rate(long delta) => Math.Round(Math.Max(0, delta) / seconds, 2);
     }
@@ -215,10 +215,7 @@ internal sealed class StatusSampler
         return Math.Max(0, percent);
     }
 
-    private static StatusCluster ClusterOf(ClusterEngine cluster) => new(
-        cluster.NodeId.ToString("x16", CultureInfo.InvariantCulture),
-        cluster.IsConnected,
-        [.. cluster.Nodes.Known.Select(n => MonitoringEndpoints.NodeOf(n, cluster.Groups.View))]);
+    private static StatusCluster ClusterOf(ClusterSnapshot cluster) => new(cluster.Node, cluster.Connected, [.. cluster.Members.Select(MonitoringEndpoints.NodeOf)]);
 
     private static double Share(long used, long limit) => limit <= 0 ? 0 : (double)used / limit;
 

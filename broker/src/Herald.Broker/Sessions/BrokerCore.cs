@@ -1,5 +1,6 @@
 using Herald.Broker.Cluster;
 using Herald.Broker.Compression;
+using Herald.Broker.Engines;
 using Herald.Broker.History;
 using Herald.Broker.Routing;
 using Herald.Broker.Security;
@@ -11,9 +12,13 @@ namespace Herald.Broker.Sessions;
 /// <summary>What every session shares: the options, the one router, metrics and the log.</summary>
 internal sealed class BrokerCore
 {
-    public BrokerCore(string serverName, LimitOptions limits, SecurityOptions security, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger log, ClusterEngine? cluster = null, HistoryStore? history = null)
+    public BrokerCore(string serverName, LimitOptions limits, SecurityOptions security, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger log, BrokerEngines? engines = null, HistoryStore? history = null)
     {
-        Cluster = cluster;
+        engines ??= BrokerEngines.Local;
+        Exchange = engines.Exchange;
+        Interest = engines.Interest;
+        SharedHistory = engines.History;
+        ClusterStatus = engines.Status;
         History = history;
         ServerName = serverName;
         Limits = limits;
@@ -54,8 +59,20 @@ internal sealed class BrokerCore
 
     public TopicRouter Router { get; }
 
-    /// <summary>The other nodes, when <c>Herald:Cluster:Redis</c> is set; null on a single node (nothing of it on the hot path but this test).</summary>
-    public ClusterEngine? Cluster { get; }
+    /// <summary>Where a publication routed here goes next (the other nodes, in a cluster): one call per publication.</summary>
+    public IPublicationExchange Exchange { get; }
+
+    /// <summary>Whether this node's subscription changes are known where they must be (at once on a single node).</summary>
+    public ISharedInterest Interest { get; }
+
+    /// <summary>Topic histories kept for every node (asked only when <see cref="HistoryStore.Shared"/>).</summary>
+    public ISharedHistory SharedHistory { get; }
+
+    /// <summary>What monitoring shows of the cluster (nothing on a single node).</summary>
+    public IClusterStatus ClusterStatus { get; }
+
+    /// <summary>Long-poll sessions any node can serve, when the cluster shares them; null otherwise (long-poll's own seam replaces it).</summary>
+    public SharedSessions? SharedSessions { get; init; }
 
     /// <summary>Topic histories, when <c>Herald:History:Topics</c> names a pattern; null otherwise (one test per publication).</summary>
     public HistoryStore? History { get; }

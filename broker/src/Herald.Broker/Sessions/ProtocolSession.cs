@@ -1,9 +1,9 @@
 using System.Buffers;
 using System.Diagnostics;
 using System.Net;
-using Herald.Broker.Cluster;
 using Herald.Broker.Compression;
 using Herald.Broker.Delivery;
+using Herald.Broker.Engines;
 using Herald.Broker.History;
 using Herald.Broker.Routing;
 using Herald.Broker.Security;
@@ -348,7 +348,7 @@ internal abstract class ProtocolSession : INoResponders
             return refused;
         }
 
-        if (Broker.Cluster is { SharesHistory: true } cluster)
+        if (Broker.History!.Shared)
         {
             // The cluster's history is in Redis: the subscription is routed held (so this node's interest in the topic
             // settles), then Redis is read and the replay queued; it joins the live stream where the replay ends.
@@ -356,7 +356,7 @@ internal abstract class ProtocolSession : INoResponders
             Refusal refused = AddSubscription(sid, checkedPattern, noEcho, held);
             if (refused.IsNone)
             {
-                TrackResume(ResumeSharedAsync(cluster, history, since, held));
+                TrackResume(ResumeSharedAsync(history, since, held));
             }
 
             return refused;
@@ -376,17 +376,17 @@ internal abstract class ProtocolSession : INoResponders
     private static bool HasWildcards(string pattern) => pattern.AsSpan().IndexOfAny('*', '>') >= 0;
 
     /// <summary>A cluster resume (spec cluster.md §9): waits for this node's Redis subscription, reads Redis, then queues status and replay under the topic's gate.</summary>
-    private async Task ResumeSharedAsync(ClusterEngine cluster, TopicHistory history, StreamPosition since, Subscription held)
+    private async Task ResumeSharedAsync(TopicHistory history, StreamPosition since, Subscription held)
     {
         ResumeOutcome outcome;
         var toFlush = new List<IMessageSink>(1);
         try
         {
-            await cluster.WhenSettledAsync().ConfigureAwait(false);
-            SharedRead read = await cluster.ReadHistoryAsync(history, since).ConfigureAwait(false);
-            outcome = history.ResumeShared(since, read, held, Backlog, toFlush, Limits.MaxPayloadBytes, Limits.MaxFrameBytes, cluster.DecodeKept);
+            await Broker.Interest.WhenSettledAsync().ConfigureAwait(false);
+            SharedRead read = await Broker.SharedHistory.ReadAsync(history, since).ConfigureAwait(false);
+            outcome = history.ResumeShared(since, read, held, Backlog, toFlush, Limits.MaxPayloadBytes, Limits.MaxFrameBytes, Broker.SharedHistory.DecodeKept);
         }
-        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+        catch (ClusterUnavailableException e)
         {
             // Redis unreachable: no replay; the subscription goes live at once and says so.
             held.Held = false;
@@ -481,7 +481,7 @@ internal abstract class ProtocolSession : INoResponders
 
             _subscriptions.Add(sid, subscription);
             Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
-            _interestChanged = Broker.Cluster is not null;
+            _interestChanged = true;
         }
 
         return default;
@@ -500,7 +500,7 @@ internal abstract class ProtocolSession : INoResponders
             subscription.Held = false; // a cluster resume waiting for it lets it go
             _usage?.RemoveSubscriptions(1);
             Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
-            _interestChanged = Broker.Cluster is not null;
+            _interestChanged = true;
         }
 
         return default;
@@ -512,16 +512,13 @@ internal abstract class ProtocolSession : INoResponders
     /// <see cref="InterestSettledAsync"/>, so a subscription the client was told of is live on every node.
     /// One test of a field on a single node. Caller: the session's input (one at a time).
     /// </summary>
-    public bool AwaitsInterest => (_interestChanged && Broker.Cluster is { IsSettled: false }) || _resumes is { IsCompleted: false };
+    public bool AwaitsInterest => (_interestChanged && !Broker.Interest.IsSettled) || _resumes is { IsCompleted: false };
 
     /// <summary>Completes when every subscription change made so far is in Redis (at once on a single node), and every cluster resume has queued its replay.</summary>
     public async Task InterestSettledAsync()
     {
         _interestChanged = false;
-        if (Broker.Cluster is { } cluster)
-        {
-            await cluster.WhenSettledAsync().ConfigureAwait(false);
-        }
+        await Broker.Interest.WhenSettledAsync().ConfigureAwait(false);
 
         if (_resumes is { } resumes)
         {
@@ -927,7 +924,7 @@ internal abstract class ProtocolSession : INoResponders
         // while something listens: without headers this costs the HasHeaders test, with them HasListeners.
         Activity? span = publish.HasHeaders && BrokerTracing.Source.HasListeners() ? StartSpan(publish, receivedAt) : null;
         FanoutTally? tally = span is null ? null : _fanout;
-        if (Broker.Cluster is { SharesHistory: true } sharing && SharedHistoryOf(publish) is { } kept)
+        if (Broker.History is { Shared: true } && SharedHistoryOf(publish) is { } kept)
         {
             int stamped = ProtocolConstants.MessageHeaderSize - ProtocolConstants.LengthPrefixSize + (int)(publish.Envelope.Length + publish.Headers.Length) + TopicHistory.MaxStampBytes;
             if (stamped > Limits.MaxFrameBytes)
@@ -936,7 +933,7 @@ internal abstract class ProtocolSession : INoResponders
             }
 
             // A history topic in a cluster: Redis gives it its offset, and it comes back to be delivered here too.
-            sharing.ForwardKept(publish, kept, Backlog, _groups ??= sharing.NewAssignments());
+            Broker.SharedHistory.ForwardKept(publish, kept, Backlog, ref _groups);
             span?.Dispose();
             Broker.Metrics.Published(Transport, publish.Topic, 0, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
             return;
@@ -945,7 +942,7 @@ internal abstract class ProtocolSession : INoResponders
         // The fan-out latency (herald.fanout.duration) of one publication in FanoutSampling: a histogram record
         // on every publication cost about 5 % of a streaming publisher's broker CPU (loadtest/docs/profile.md).
         long sampledAt = (_routed++ & (BrokerMetrics.FanoutSampling - 1)) == 0 ? receivedAt : 0;
-        GroupAssignments? groups = Broker.Cluster?.Assigning(ref _groups, publish); // cluster: queue groups chosen among every node's members
+        GroupAssignments? groups = Broker.Exchange.Assigning(ref _groups, publish); // cluster: queue groups chosen among every node's members
         int deliveries = Broker.History is { } histories
             ? histories.Publish(Broker.Router, publish, Backlog, _toFlush, Broker.Encoder, plainPayload, sampledAt, tally, Limits.MaxFrameBytes, groups)
             : Broker.Router.Publish(publish, Backlog, _toFlush, Broker.Encoder, plainPayload, sampledAt, tally, groups);
@@ -957,11 +954,9 @@ internal abstract class ProtocolSession : INoResponders
 
         Broker.Metrics.Published(Transport, publish.Topic, deliveries, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
         bool unanswered = deliveries == 0 && _noResponders && publish.ReplyTo.HasValue;
-        if (Broker.Cluster is { } cluster)
-        {
-            cluster.Forward(publish, unanswered ? this : null, groups); // the other nodes decide whether anyone takes the request; the groups given to them go along
-        }
-        else if (unanswered && AnswerNoResponders(publish.ReplyTo!.Value))
+        // In a cluster the other nodes decide whether anyone takes the request, and the groups given to them go along;
+        // on one node (the exchange takes nothing) an unanswered request is answered here.
+        if (!Broker.Exchange.Forward(publish, unanswered ? this : null, groups) && unanswered && AnswerNoResponders(publish.ReplyTo!.Value))
         {
             _toFlush.Add(Backlog);
         }

@@ -49,7 +49,7 @@ internal sealed class PollSessionStore : BackgroundService
     }
 
     /// <summary>In a cluster: where every session's state lives, so any node serves it (spec cluster.md §10); null on a single node.</summary>
-    public SharedSessions? Shared => _broker.Cluster is { Options.ShareLongPollSessions: true } cluster ? cluster.Sessions : null;
+    public SharedSessions? Shared => _broker.SharedSessions;
 
     public LongPollOptions Options => _options;
 
