@@ -34,7 +34,8 @@ namespace Herald.Broker.Cluster;
 /// </remarks>
 internal sealed class ClusterGroups
 {
-    private readonly ClusterEngine _engine;
+    private readonly ClusterConnection _connection;
+    private readonly ClusterNodes _members;
     private readonly TopicRouter _router;
     private readonly ILogger _log;
     private readonly string _prefix;
@@ -51,13 +52,14 @@ internal sealed class ClusterGroups
     private readonly Dictionary<ulong, NodeGroups> _nodes = [];
     private bool _rewrite;
 
-    public ClusterGroups(ClusterEngine engine, TopicRouter router, ILogger log)
+    public ClusterGroups(ClusterConnection connection, ClusterNodes nodes, TopicRouter router, ILogger log)
     {
-        _engine = engine;
+        _connection = connection;
+        _members = nodes;
         _router = router;
         _log = log;
-        _prefix = engine.Options.ChannelPrefix;
-        _own = KeyOf(_prefix, engine.NodeId);
+        _prefix = connection.Options.ChannelPrefix;
+        _own = KeyOf(_prefix, connection.NodeId);
         _announcements = RedisChannel.Literal(AnnouncementsChannel(_prefix));
     }
 
@@ -95,11 +97,11 @@ internal sealed class ClusterGroups
         try
         {
             await ListenAsync().ConfigureAwait(false);
-            RedisValue[] members = await _engine.Database.SortedSetRangeByRankAsync(_prefix + "nodes").ConfigureAwait(false);
+            RedisValue[] members = await _connection.Database.SortedSetRangeByRankAsync(_prefix + "nodes").ConfigureAwait(false);
             long takenAt = Stopwatch.GetTimestamp();
             foreach (RedisValue member in members)
             {
-                if (ulong.TryParse(member.ToString(), NumberStyles.AllowHexSpecifier, CultureInfo.InvariantCulture, out ulong node) && node != _engine.NodeId)
+                if (ulong.TryParse(member.ToString(), NumberStyles.AllowHexSpecifier, CultureInfo.InvariantCulture, out ulong node) && node != _connection.NodeId)
                 {
                     await ReadAsync(node, takenAt).ConfigureAwait(false);
                 }
@@ -142,7 +144,7 @@ internal sealed class ClusterGroups
     {
         _work.Writer.TryComplete();
         await _worker.ConfigureAwait(false);
-        IDatabase db = _engine.Database;
+        IDatabase db = _connection.Database;
         ITransaction leave = db.CreateTransaction();
         _ = leave.KeyDeleteAsync(_own);
         _ = leave.PublishAsync(_announcements, Announcement(Interlocked.Increment(ref _version)));
@@ -155,7 +157,7 @@ internal sealed class ClusterGroups
     /// </summary>
     public async Task BeatAsync(IDatabase db, IReadOnlyList<ClusterNode> known, long takenAt)
     {
-        if (!await db.KeyExpireAsync(_own, 3 * _engine.Options.HeartbeatInterval).ConfigureAwait(false) && Version > 0)
+        if (!await db.KeyExpireAsync(_own, 3 * _connection.Options.HeartbeatInterval).ConfigureAwait(false) && Version > 0)
         {
             _work.Writer.TryWrite(new Work(WorkKind.Lost, null, 0, 0, 0, null, 0));
         }
@@ -201,13 +203,13 @@ internal sealed class ClusterGroups
         if (space > 0
             && ulong.TryParse(text.AsSpan(0, space), NumberStyles.AllowHexSpecifier, CultureInfo.InvariantCulture, out ulong node)
             && long.TryParse(text.AsSpan(space + 1), NumberStyles.None, CultureInfo.InvariantCulture, out long version)
-            && node != _engine.NodeId)
+            && node != _connection.NodeId)
         {
             _work.Writer.TryWrite(new Work(WorkKind.Announced, null, 0, node, version, null, 0));
         }
     }
 
-    private string Announcement(long version) => string.Create(CultureInfo.InvariantCulture, $"{_engine.NodeId:x16} {version}");
+    private string Announcement(long version) => string.Create(CultureInfo.InvariantCulture, $"{_connection.NodeId:x16} {version}");
 
     private async Task WorkAsync(CancellationToken stop)
     {
@@ -311,7 +313,7 @@ internal sealed class ClusterGroups
 
         try
         {
-            ITransaction write = _engine.Database.CreateTransaction();
+            ITransaction write = _connection.Database.CreateTransaction();
             if (_rewrite)
             {
                 _ = write.KeyDeleteAsync(_own);
@@ -323,12 +325,12 @@ internal sealed class ClusterGroups
             }
 
             _ = write.HashSetAsync(_own, [.. set]);
-            _ = write.KeyExpireAsync(_own, 3 * _engine.Options.HeartbeatInterval);
+            _ = write.KeyExpireAsync(_own, 3 * _connection.Options.HeartbeatInterval);
             _ = write.PublishAsync(_announcements, Announcement(version));
             if (await write.ExecuteAsync().ConfigureAwait(false))
             {
                 Interlocked.Exchange(ref _version, version);
-                _engine.Nodes.GroupsVersion = version;
+                _members.GroupsVersion = version;
                 _changed.Clear();
                 _rewrite = false;
                 return;
@@ -377,7 +379,7 @@ internal sealed class ClusterGroups
         HashEntry[] fields;
         try
         {
-            fields = await _engine.Database.HashGetAllAsync(KeyOf(_prefix, node)).ConfigureAwait(false);
+            fields = await _connection.Database.HashGetAllAsync(KeyOf(_prefix, node)).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {

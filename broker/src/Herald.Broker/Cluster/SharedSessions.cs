@@ -170,7 +170,7 @@ internal sealed class SharedSessions
         return 1
         """;
 
-    private readonly ClusterEngine _engine;
+    private readonly ClusterConnection _engine;
     private readonly string _prefix;
     private readonly string _node;
     private readonly RedisChannel _wakes;
@@ -180,7 +180,7 @@ internal sealed class SharedSessions
     private readonly ConcurrentDictionary<long, TaskCompletionSource<SessionReply>> _pending = new();
     private long _nextCommand;
 
-    public SharedSessions(ClusterEngine engine)
+    public SharedSessions(ClusterConnection engine)
     {
         _engine = engine;
         _prefix = engine.Options.ChannelPrefix;

@@ -8,7 +8,7 @@ namespace Herald.Broker.Hosting;
 internal sealed record ClusterSlot(ClusterEngine? Engine)
 {
     /// <summary>The engines the sessions and monitoring reach: the cluster's (Redis) on a cluster node, the local ones otherwise.</summary>
-    public BrokerEngines Engines { get; } = Engine is null ? BrokerEngines.Local : new BrokerEngines(Engine, Engine, Engine, Engine);
+    public BrokerEngines Engines { get; } = Engine is null ? BrokerEngines.Local : new BrokerEngines(Engine.Exchange, Engine.Interest, Engine.SharedHistory, Engine);
 
     /// <summary>Long-poll sessions any node serves, when the cluster shares them (<c>Herald:Cluster:ShareLongPollSessions</c>).</summary>
     public SharedSessions? SharedSessions => Engine is { Options.ShareLongPollSessions: true } ? Engine.Sessions : null;

@@ -105,8 +105,7 @@ public static class HeraldHost
                 return new ClusterSlot(null);
             }
 
-            var engine = new ClusterEngine(cluster, sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName, sp.GetRequiredService<TopicRouter>(), sp.GetRequiredService<MessageEncoder>(), sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxPayloadBytes, sp.GetRequiredService<LimitOptions>().MaxFrameBytes, sp.GetRequiredService<ILogger<ClusterEngine>>(), sp.GetRequiredService<HistorySlot>().Store);
-            engine.Metrics = new ClusterMetrics(sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), engine);
+            var engine = new ClusterEngine(cluster, sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName, sp.GetRequiredService<TopicRouter>(), sp.GetRequiredService<MessageEncoder>(), sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxPayloadBytes, sp.GetRequiredService<LimitOptions>().MaxFrameBytes, sp.GetRequiredService<ILogger<ClusterEngine>>(), sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), sp.GetRequiredService<HistorySlot>().Store);
             return new ClusterSlot(engine);
         });
 

@@ -1,0 +1,120 @@
+using System.Net;
+using System.Security.Cryptography;
+using Herald.Broker.Telemetry;
+using Microsoft.Extensions.Logging;
+using StackExchange.Redis;
+
+namespace Herald.Broker.Cluster;
+
+/// <summary>
+/// This node's one connection to the cluster's Redis, and what names the node on it: every part of the cluster engine
+/// (out, interest, in, queue groups, members, shared history and sessions) is given this, not the engine. It connects
+/// (<see cref="ConnectAsync"/>), says whether Redis is reachable, and finds the one server this node publishes through.
+/// </summary>
+internal sealed class ClusterConnection : IAsyncDisposable
+{
+    private ConnectionMultiplexer? _redis;
+    private ISubscriber? _subscriber;
+    private IServer? _publishVia;
+    private long _restores;
+
+    public ClusterConnection(ClusterOptions options)
+    {
+        Options = options;
+        ChannelPrefix = System.Text.Encoding.ASCII.GetBytes(options.ChannelPrefix);
+        NodeId = BitConverter.ToUInt64(RandomNumberGenerator.GetBytes(8)) | 1; // never 0
+    }
+
+    public ClusterOptions Options { get; }
+
+    /// <summary>This node's id in the cluster: random at every start, so a restarted node's sequence starts afresh.</summary>
+    public ulong NodeId { get; }
+
+    /// <summary><see cref="ClusterOptions.ChannelPrefix"/> in ASCII, which every channel of the cluster starts with.</summary>
+    public byte[] ChannelPrefix { get; }
+
+    public IDatabase Database => _redis!.GetDatabase();
+
+    public ISubscriber Subscriber => _subscriber!;
+
+    public bool IsConnected => _redis?.IsConnected == true;
+
+    /// <summary>Connections to Redis restored so far (history topics: a gap from then on may be the outage's, repaired from the streams).</summary>
+    public long Restores => Interlocked.Read(ref _restores);
+
+    /// <summary>The Redis endpoints of the configuration (never its password or other options).</summary>
+    public IReadOnlyList<string> Endpoints => [.. ConfigurationOptions.Parse(Options.Redis!).EndPoints.Select(e => e.ToString() ?? "")];
+
+    /// <summary>
+    /// Connects, without waiting for Redis to be reachable (local traffic is served meanwhile, and the connection keeps
+    /// trying): a loss is logged, and <paramref name="restored"/> runs each time the connection comes back.
+    /// </summary>
+    public async Task ConnectAsync(ILogger log, Action restored)
+    {
+        ConfigurationOptions config = ConfigurationOptions.Parse(Options.Redis!);
+        config.AbortOnConnectFail = false; // start without Redis and keep trying: local traffic is served meanwhile
+        config.BacklogPolicy = BacklogPolicy.FailFast; // unreachable: fail now (counted), never queue behind a dead link
+        config.ConnectTimeout = (int)Options.ConnectTimeout.TotalMilliseconds;
+        config.ClientName ??= $"herald-{NodeId:x16}";
+        ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(config).ConfigureAwait(false);
+        _redis = redis;
+        redis.ConnectionFailed += (_, e) =>
+        {
+            if (e.ConnectionType == ConnectionType.Subscription || !redis.IsConnected)
+            {
+                log.ClusterRedisLost(e.EndPoint?.ToString(), e.FailureType.ToString(), e.Exception?.Message);
+            }
+        };
+        redis.ConnectionRestored += (_, e) =>
+        {
+            log.ClusterRedisRestored(e.EndPoint?.ToString());
+            restored();
+            Interlocked.Increment(ref _restores);
+        };
+        redis.ConfigurationChanged += (_, _) => _publishVia = null; // a failover or resharding: find the slot's master again
+        _subscriber = redis.GetSubscriber();
+        if (!redis.IsConnected)
+        {
+            log.ClusterRedisLost(Options.Redis, "NotConnectedAtStart", null);
+        }
+    }
+
+    /// <summary>
+    /// The one server this node PUBLISHes through, in order (spec cluster.md §1): on Redis Cluster the master of
+    /// the prefix's hash slot, which carries the publications to every shard in the order sent; on one Redis,
+    /// that Redis. Found again after a failure or a topology change; null while unreachable.
+    /// </summary>
+    public IServer? PublishServer()
+    {
+        if (_publishVia is { IsConnected: true } server)
+        {
+            return server;
+        }
+
+        if (!_redis!.IsConnected)
+        {
+            return null; // unreachable: no lookup (and no exception) per publication while it lasts
+        }
+
+        try
+        {
+            EndPoint? endpoint = _redis.GetDatabase().IdentifyEndpoint(Options.ChannelPrefix, CommandFlags.DemandMaster);
+            _publishVia = endpoint is null ? null : _redis.GetServer(endpoint);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            _publishVia = null;
+        }
+
+        return _publishVia is { IsConnected: true } found ? found : null;
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        if (_redis is not null)
+        {
+            await _redis.CloseAsync(allowCommandsToComplete: false).ConfigureAwait(false);
+            _redis.Dispose();
+        }
+    }
+}

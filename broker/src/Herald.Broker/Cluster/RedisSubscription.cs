@@ -1,0 +1,34 @@
+using Herald.Broker.Routing;
+using StackExchange.Redis;
+
+namespace Herald.Broker.Cluster;
+
+/// <summary>What an ended subscription delivered last, per origin, on the topics of <see cref="Key"/>: its copies are skipped by the subscriptions that replace it.</summary>
+internal sealed record Handover(CoverKey Key, Dictionary<ulong, ulong> LastDelivered);
+
+/// <summary>One Redis subscription of this node (a channel or a glob) and its reader (<see cref="ClusterInbound"/>); made and ended by <see cref="ClusterInterest"/>.</summary>
+internal sealed class RedisSubscription(CoverKey key, ChannelMessageQueue queue)
+{
+    public CoverKey Key { get; } = key;
+
+    public ChannelMessageQueue Queue { get; } = queue;
+
+    public Task Reader { get; set; } = Task.CompletedTask;
+
+    public CancellationTokenSource Stop { get; } = new();
+
+    /// <summary>Per origin, the last sequence number this subscription delivered. The reader's; read by the worker once the reader ended.</summary>
+    public Dictionary<ulong, ulong> LastDelivered { get; } = [];
+
+    /// <summary>Checks envelopes' tags when the cluster has a secret. The reader's.</summary>
+    public EnvelopeSigner? Signer { get; init; }
+
+    /// <summary>Where each envelope's origin gave its queue groups (spec cluster.md §11). The reader's.</summary>
+    public required GroupAssignments Groups { get; init; }
+
+    /// <summary>What routing a traced publication did, for its span (made at the first). The reader's.</summary>
+    public FanoutTally? Tally { get; set; }
+
+    /// <summary>Copies to skip after a change of subscriptions; null once none is left. The reader's.</summary>
+    public List<Handover>? Skip { get; set; }
+}
