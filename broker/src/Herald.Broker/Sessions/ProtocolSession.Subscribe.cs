@@ -1,0 +1,307 @@
+using System.Buffers;
+using Herald.Broker.Delivery;
+using Herald.Broker.Engines;
+using Herald.Broker.History;
+using Herald.Broker.Routing;
+using Herald.Broker.Security;
+using Herald.Protocol;
+
+namespace Herald.Broker.Sessions;
+
+/// <summary>SUBSCRIBE and UNSUBSCRIBE (spec §4.3, §4.4, §13, §14): the checks, the queue groups, a resume from a topic's history (in a cluster, read from the shared history), the subscription-change rate, and the settling a transport waits for before it answers.</summary>
+internal abstract partial class ProtocolSession
+{
+    /// <summary>
+    /// SUBSCRIBE (spec §4.3): charged to the subscription-change rate, then the sid and pattern rules, the
+    /// subscription limits (the client's, its identity's), permissions, the broker's pattern limit.
+    /// </summary>
+    /// <param name="since">Resume the topic's history after this position (spec §13): the subscription is answered
+    /// with a status MESSAGE, then what it missed, then the live stream. Only for a client granted headers.</param>
+    /// <param name="queue">The queue group to join (spec §14), or null: only for a client granted queue_groups, never with <paramref name="since"/>.</param>
+    public Refusal Subscribe(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition? since = null, string? queue = null)
+    {
+        bool overRate = TakeSubscriptionToken();
+        try
+        {
+            return Answer(overRate, queue is not null ? SubscribeQueue(sid, pattern, noEcho, since, queue)
+                : since is { } position ? SubscribeSince(sid, pattern, noEcho, position)
+                : SubscribeCore(sid, pattern, noEcho));
+        }
+        catch (ProtocolException) when (overRate)
+        {
+            _subscriptionChanges.Unwarn(); // refused fatally (long-poll: only this request fails): the next change is told
+            throw;
+        }
+    }
+
+    /// <summary>UNSUBSCRIBE (spec §4.4): charged to the subscription-change rate; an unknown sid is refused, not fatal.</summary>
+    public Refusal Unsubscribe(uint sid)
+    {
+        bool overRate = TakeSubscriptionToken();
+        return Answer(overRate, UnsubscribeCore(sid));
+    }
+
+    private Refusal SubscribeCore(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho) =>
+        AddSubscription(sid, CheckSubscribe(sid, pattern), noEcho);
+
+    /// <summary>SUBSCRIBE with a queue group (spec §4.3, §14): the shape rules, the pattern's, then the name's.</summary>
+    private Refusal SubscribeQueue(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition? since, string queue)
+    {
+        if (!GrantsQueueGroups)
+        {
+            Throw(ErrorCode.MalformedFrame, "A SUBSCRIBE named a queue group without negotiating queue_groups (HELLO's capabilities).");
+        }
+
+        if (since is not null)
+        {
+            Throw(ErrorCode.MalformedFrame, "A SUBSCRIBE named both a queue group and a since: a queue group has no position to resume.");
+        }
+
+        string checkedPattern = CheckSubscribe(sid, pattern);
+        if (!Topic.IsQueueName(queue))
+        {
+            Throw(ErrorCode.InvalidTopic, Topic.DescribeQueueName(queue));
+        }
+
+        return AddSubscription(sid, checkedPattern, noEcho, queue: queue);
+    }
+
+    private string CheckSubscribe(uint sid, in ReadOnlySequence<byte> pattern)
+    {
+        if (sid == 0)
+        {
+            Throw(ErrorCode.DuplicateSubscription, "Subscription id 0 is not allowed.");
+        }
+
+        return TopicRules.CheckPattern(pattern, Limits.MaxTopicLength);
+    }
+
+    /// <summary>
+    /// SUBSCRIBE with <c>since</c> (spec §13). On a topic that keeps a history, the history adds the subscription
+    /// and queues the status and what was missed under its gate (no gap, no duplicate); on anything else (a
+    /// pattern with wildcards, a topic without history) the subscription is made live and answered "not recovered".
+    /// Either way the status MESSAGE comes before any other MESSAGE of the subscription.
+    /// </summary>
+    private Refusal SubscribeSince(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition since)
+    {
+        if (!Backlog.AcceptsHeaders)
+        {
+            Throw(ErrorCode.MalformedFrame, "A SUBSCRIBE with since was sent without negotiating headers: its answer is a status MESSAGE with a header block (HELLO's capabilities, or long-poll's \"headers\": true).");
+        }
+
+        string checkedPattern = CheckSubscribe(sid, pattern);
+        TopicHistory? history = !HasWildcards(checkedPattern) ? Broker.History?.Find(checkedPattern) : null;
+        if (history is null)
+        {
+            Refusal refused = AddSubscription(sid, checkedPattern, noEcho);
+            if (refused.IsNone)
+            {
+                string why = HasWildcards(checkedPattern) ? "A pattern with wildcards has no single history to resume" : "This topic keeps no history";
+                NotResumable(sid, checkedPattern, why, _toFlush);
+            }
+
+            return refused;
+        }
+
+        if (Broker.History!.Shared)
+        {
+            // The cluster's history is in Redis: the subscription is routed held (so this node's interest in the topic
+            // settles), then Redis is read and the replay queued; it joins the live stream where the replay ends.
+            var held = new Subscription(Backlog, sid, checkedPattern, noEcho) { Held = true };
+            Refusal refused = AddSubscription(sid, checkedPattern, noEcho, held);
+            if (refused.IsNone)
+            {
+                TrackResume(ResumeSharedAsync(history, since, held));
+            }
+
+            return refused;
+        }
+
+        Refusal answer = default;
+        ResumeOutcome? outcome = history.Resume(since, () => (answer = AddSubscription(sid, checkedPattern, noEcho)).IsNone, Backlog, sid, _toFlush, Limits.MaxPayloadBytes);
+        if (outcome is { } resumed)
+        {
+            Broker.History!.Resumed(resumed.Recovered);
+            Resumed(sid, resumed);
+        }
+
+        return answer;
+    }
+
+    private static bool HasWildcards(string pattern) => pattern.AsSpan().IndexOfAny('*', '>') >= 0;
+
+    /// <summary>A cluster resume (spec cluster.md §9): waits for this node's Redis subscription, reads Redis, then queues status and replay under the topic's gate.</summary>
+    private async Task ResumeSharedAsync(TopicHistory history, StreamPosition since, Subscription held)
+    {
+        ResumeOutcome outcome;
+        var toFlush = new List<IMessageSink>(1);
+        try
+        {
+            await Broker.Interest.WhenSettledAsync().ConfigureAwait(false);
+            SharedRead read = await Broker.SharedHistory.ReadAsync(history, since).ConfigureAwait(false);
+            outcome = history.ResumeShared(since, read, held, Backlog, toFlush, Limits.MaxPayloadBytes, Limits.MaxFrameBytes, Broker.SharedHistory.DecodeKept);
+        }
+        catch (ClusterUnavailableException e)
+        {
+            // Redis unreachable: no replay; the subscription goes live at once and says so.
+            held.Held = false;
+            NotResumable(held.Sid, history.Topic, $"History unavailable: Redis did not answer ({e.Message})", toFlush);
+            Backlog.ScheduleFlush();
+            return;
+        }
+
+        Broker.History!.Resumed(outcome.Recovered);
+        Resumed(held.Sid, outcome);
+        if (toFlush.Count > 0)
+        {
+            Backlog.ScheduleFlush();
+        }
+    }
+
+    /// <summary>Keeps the cluster resumes in flight: the transport answers the client's next question (PONG, the subscribe response) after them.</summary>
+    private void TrackResume(Task resume)
+    {
+        lock (_subscriptionsGate)
+        {
+            _resumes = _resumes is { IsCompleted: false } earlier ? Task.WhenAll(earlier, resume) : resume;
+        }
+    }
+
+    /// <summary>The transport learns how a resume went (long-poll answers it in the subscribe response); TCP has nothing to add to the status MESSAGE.</summary>
+    protected virtual void Resumed(uint sid, ResumeOutcome outcome)
+    {
+    }
+
+    /// <summary>The status MESSAGE of a resume that cannot be (spec §13): 410 with why, and no position.</summary>
+    private void NotResumable(uint sid, string topic, string why, List<IMessageSink> toFlush)
+    {
+        byte[] headers = HeaderBlock.Encode(
+        [
+            new(StreamPosition.StatusHeader, [StreamPosition.NotRecovered]),
+            new(StreamPosition.DescriptionHeader, [why]),
+        ]);
+        byte[] name = System.Text.Encoding.UTF8.GetBytes(topic);
+        MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + FrameWriter.EnvelopeSize(name.Length, 0, PayloadFlags.None, 0) + headers.Length);
+        FrameWriter.WriteMessage(new MessageBufferWriter(frame), 0, name, default, PayloadFlags.None, default, headers);
+        if ((Backlog.Enqueue(frame, sid) & Enqueued.Wake) != 0)
+        {
+            toFlush.Add(Backlog);
+        }
+
+        Broker.History?.Resumed(false);
+        Resumed(sid, new ResumeOutcome(false, why, default, 0));
+    }
+
+    private Refusal AddSubscription(uint sid, string checkedPattern, bool noEcho, Subscription? held = null, string? queue = null)
+    {
+        lock (_subscriptionsGate)
+        {
+            _subscriptions ??= [];
+            if (_subscriptionsEnded)
+            {
+                return default; // closing: nothing more is routed to this session
+            }
+
+            if (_subscriptions.ContainsKey(sid))
+            {
+                Throw(ErrorCode.DuplicateSubscription, $"Subscription id {sid} is already in use by this client.");
+            }
+
+            if (_subscriptions.Count >= Limits.MaxSubscriptionsPerConnection)
+            {
+                Throw(ErrorCode.TooManySubscriptions, $"More than {Limits.MaxSubscriptionsPerConnection} subscriptions for one client.");
+            }
+
+            if (!Identity.Permissions.CanSubscribe(checkedPattern))
+            {
+                return Denied($"Subscribing to '{checkedPattern}' is not permitted for '{Identity.Name}'.");
+            }
+
+            if (_usage is { } usage && !usage.TryAddSubscription(Limits.MaxSubscriptionsPerIdentity))
+            {
+                return Refuse(ErrorCode.TooManyTopics, $"'{usage.Key}' holds its maximum of {Limits.MaxSubscriptionsPerIdentity} subscriptions across its connections.");
+            }
+
+            Subscription subscription = held ?? new Subscription(Backlog, sid, checkedPattern, noEcho, queue, Identity.Name);
+            subscription.Replies = _replyPermits;
+            try
+            {
+                Broker.Router.Add(subscription);
+            }
+            catch (ProtocolException e) when (e.Code == ErrorCode.TooManyTopics)
+            {
+                _usage?.RemoveSubscriptions(1);
+                return Refuse(e.Code, e.Message); // refused, told; the session stays
+            }
+
+            _subscriptions.Add(sid, subscription);
+            Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
+            _interestChanged = true;
+        }
+
+        return default;
+    }
+
+    private Refusal UnsubscribeCore(uint sid)
+    {
+        lock (_subscriptionsGate)
+        {
+            if (_subscriptions is null || !_subscriptions.Remove(sid, out Subscription? subscription))
+            {
+                return Refuse(ErrorCode.UnknownSubscription, $"No live subscription with id {sid}.");
+            }
+
+            Broker.Router.Remove(subscription);
+            subscription.Held = false; // a cluster resume waiting for it lets it go
+            _usage?.RemoveSubscriptions(1);
+            Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
+            _interestChanged = true;
+        }
+
+        return default;
+    }
+
+    /// <summary>
+    /// Cluster: this session changed its subscriptions and Redis does not have every change yet. The transport
+    /// answers the client's next question (a PONG, a long-poll response) only after
+    /// <see cref="InterestSettledAsync"/>, so a subscription the client was told of is live on every node.
+    /// One test of a field on a single node. Caller: the session's input (one at a time).
+    /// </summary>
+    public bool AwaitsInterest => (_interestChanged && !Broker.Interest.IsSettled) || _resumes is { IsCompleted: false };
+
+    /// <summary>Completes when every subscription change made so far is in Redis (at once on a single node), and every cluster resume has queued its replay.</summary>
+    public async Task InterestSettledAsync()
+    {
+        _interestChanged = false;
+        await Broker.Interest.WhenSettledAsync().ConfigureAwait(false);
+
+        if (_resumes is { } resumes)
+        {
+            await resumes.ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>Charges one SUBSCRIBE or UNSUBSCRIBE to the subscription-change rate: <c>true</c> for the first over it in an episode.</summary>
+    private bool TakeSubscriptionToken() =>
+        Limits.SubscriptionRatePerSecond > 0 && _subscriptionChanges.Take(Limits.SubscriptionRatePerSecond, Limits.SubscriptionBurst);
+
+    /// <summary>
+    /// A subscription change's answer: its own refusal wins over the rate notice, which then goes to the next
+    /// change over the rate; else the RateLimited notice (the change was made), once per episode.
+    /// </summary>
+    private Refusal Answer(bool overRate, Refusal answer)
+    {
+        if (!answer.IsNone || !overRate)
+        {
+            if (overRate)
+            {
+                _subscriptionChanges.Unwarn();
+            }
+
+            return answer;
+        }
+
+        int rate = Limits.SubscriptionRatePerSecond;
+        return Refuse(ErrorCode.RateLimited, $"Changing subscriptions faster than {rate} per second (burst {Limits.SubscriptionBurst}): input is paused to hold that rate; the change was made.");
+    }
+}
