@@ -86,7 +86,9 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
 
     public long ForwardQueueBytes => _out.ForwardQueueBytes;
 
-    /// <summary>Publications received from Redis and not yet routed here, over every subscription: this node's lag behind the others (monitoring).</summary>
+    /// <summary>
+    /// Publications received from Redis and not yet routed here, over every subscription: this node's lag behind the others (monitoring).
+    /// </summary>
     public long InboundQueued => _interest.InboundQueued;
 
     /// <summary>Origins the subscriptions remember the last sequence of, together. Read when quiet (tests).</summary>

@@ -54,7 +54,9 @@ internal sealed class ClusterInbound
     /// <summary>This node's topic histories: the other nodes' publications go through them too (spec §13).</summary>
     private HistoryStore? History { get; }
 
-    /// <summary>Reads one Redis subscription, in order, until it is unsubscribed (and drained), ended, or the node stops (<paramref name="stopping"/>).</summary>
+    /// <summary>
+    /// Reads one Redis subscription, in order, until it is unsubscribed (and drained), ended, or the node stops (<paramref name="stopping"/>).
+    /// </summary>
     public async Task ReadLoopAsync(RedisSubscription inbound, CancellationToken stopping)
     {
         var toFlush = new List<IMessageSink>();
@@ -190,7 +192,10 @@ internal sealed class ClusterInbound
         return span;
     }
 
-    /// <summary>Routes another node's publication here: the same router, forms and flushes as a local one, without a publisher, its queue groups where its origin gave them.</summary>
+    /// <summary>
+    /// Routes another node's publication here: the same router, forms and flushes as a local one, without a publisher, its queue groups where its
+    /// origin gave them.
+    /// </summary>
     private int Route(in PublishFrame publish, List<IMessageSink> toFlush, FanoutTally? tally, GroupAssignments groups)
     {
         if ((publish.Flags & PayloadFlags.Zstd) == 0)
@@ -249,7 +254,9 @@ internal sealed class ClusterInbound
     /// <summary>A positioned publication held back until the gap before it is read back (<see cref="RepairAsync"/>).</summary>
     private sealed record Gap(PublishFrame Publish, ulong Offset, string Epoch, IMessageSink? Publisher, ulong After, ulong Origin, ReadOnlyMemory<byte> Assignments);
 
-    /// <summary>A publication Redis positioned (spec cluster.md §9): through its topic's history here, stamped with Redis's offset and epoch.</summary>
+    /// <summary>
+    /// A publication Redis positioned (spec cluster.md §9): through its topic's history here, stamped with Redis's offset and epoch.
+    /// </summary>
     private int RoutePositioned(HistoryStore histories, in PublishFrame publish, ulong offset, string epoch, IMessageSink? publisher, List<IMessageSink> toFlush, FanoutTally? tally, bool repaired, GroupAssignments groups, out ulong gapAfter)
     {
         if ((publish.Flags & PayloadFlags.Zstd) == 0)

@@ -77,7 +77,10 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         }
     }
 
-    /// <summary>Origins the subscriptions remember the last sequence of, together (bounded: <see cref="ClusterInbound.MaxOriginsKept"/> each, past that only members). Read when quiet (tests).</summary>
+    /// <summary>
+    /// Origins the subscriptions remember the last sequence of, together (bounded: <see cref="ClusterInbound.MaxOriginsKept"/> each, past that only
+    /// members). Read when quiet (tests).
+    /// </summary>
     internal int OriginsRemembered => _inbound.Values.Sum(inbound => inbound.LastDelivered.Count);
 
     /// <summary>Pattern changes queued and not yet in Redis.</summary>
@@ -85,7 +88,9 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
 
     public bool IsSettled => _settle.IsSettled && _groups.IsSettled;
 
-    /// <summary>Starts the worker (the router's patterns so far are queued by <see cref="TopicRouter.Listen"/> next); it ends with <paramref name="stop"/>.</summary>
+    /// <summary>
+    /// Starts the worker (the router's patterns so far are queued by <see cref="TopicRouter.Listen"/> next); it ends with <paramref name="stop"/>.
+    /// </summary>
     public void Start(CancellationToken stop)
     {
         _stop = stop;
@@ -183,7 +188,9 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         }
     }
 
-    /// <summary>Makes Redis hold exactly <paramref name="cover"/>, without a gap or a duplicate (see the remarks). Caller: the interest worker.</summary>
+    /// <summary>
+    /// Makes Redis hold exactly <paramref name="cover"/>, without a gap or a duplicate (see the remarks). Caller: the interest worker.
+    /// </summary>
     private async Task ApplyAsync(HashSet<CoverKey> cover)
     {
         List<CoverKey> added = [.. cover.Where(key => !_inbound.ContainsKey(key))];

@@ -49,7 +49,9 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
 
     private ulong NodeId => _connection.NodeId;
 
-    /// <summary>Who published this node's history publications in flight (by sequence number), for their no-echo subscriptions when they come back.</summary>
+    /// <summary>
+    /// Who published this node's history publications in flight (by sequence number), for their no-echo subscriptions when they come back.
+    /// </summary>
     public KeptOrigins KeptOrigins { get; } = new();
 
     public long ForwardQueueBytes => Interlocked.Read(ref _forwardBytes);
@@ -332,7 +334,9 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
 
         public CancellationTokenSource Stop { get; } = new();
 
-        /// <summary>Per origin, the last sequence number this subscription delivered. The reader's; read by the worker once the reader ended.</summary>
+        /// <summary>
+        /// Per origin, the last sequence number this subscription delivered. The reader's; read by the worker once the reader ended.
+        /// </summary>
         public Dictionary<ulong, ulong> LastDelivered { get; } = [];
 
         /// <summary>Checks envelopes' tags when the cluster has a secret. The reader's.</summary>

@@ -48,7 +48,9 @@ internal sealed class ClusterSharedHistory(ClusterConnection connection, Cluster
         }
     }
 
-    /// <summary>A stream entry's envelope as its PUBLISH, checked as one from Redis's channels is (its signature with a secret); null when it is not one.</summary>
+    /// <summary>
+    /// A stream entry's envelope as its PUBLISH, checked as one from Redis's channels is (its signature with a secret); null when it is not one.
+    /// </summary>
     public PublishFrame? DecodeKept(byte[] envelope) => DecodeKept(envelope, groups: null);
 
     /// <summary>As <see cref="DecodeKept(byte[])"/>, and loads <paramref name="groups"/> with where its origin gave its queue groups.</summary>

@@ -3,10 +3,16 @@ using StackExchange.Redis;
 
 namespace Herald.Broker.Cluster;
 
-/// <summary>What an ended subscription delivered last, per origin, on the topics of <see cref="Key"/>: its copies are skipped by the subscriptions that replace it.</summary>
+/// <summary>
+/// What an ended subscription delivered last, per origin, on the topics of <see cref="Key"/>: its copies are skipped by the subscriptions that
+/// replace it.
+/// </summary>
 internal sealed record Handover(CoverKey Key, Dictionary<ulong, ulong> LastDelivered);
 
-/// <summary>One Redis subscription of this node (a channel or a glob) and its reader (<see cref="ClusterInbound"/>); made and ended by <see cref="ClusterInterest"/>.</summary>
+/// <summary>
+/// One Redis subscription of this node (a channel or a glob) and its reader (<see cref="ClusterInbound"/>); made and ended by <see
+/// cref="ClusterInterest"/>.
+/// </summary>
 internal sealed class RedisSubscription(CoverKey key, ChannelMessageQueue queue)
 {
     public CoverKey Key { get; } = key;

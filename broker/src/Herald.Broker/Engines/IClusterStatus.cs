@@ -48,5 +48,7 @@ internal sealed record ClusterSnapshot(
     long SessionsTakenOver,
     long SessionRequestsForwarded);
 
-/// <summary>A member of the cluster as this node last saw it, with the queue groups it knows the member holds (cluster.md §11); <see cref="Self"/>: this node.</summary>
+/// <summary>
+/// A member of the cluster as this node last saw it, with the queue groups it knows the member holds (cluster.md §11); <see cref="Self"/>: this node.
+/// </summary>
 internal sealed record ClusterMember(string Id, string Name, string Host, DateTimeOffset Started, DateTimeOffset LastSeen, bool Self, string History, int Groups, int GroupMembers, long GroupsVersion);

@@ -26,7 +26,9 @@ internal interface IPublicationExchange
     bool Forward(in PublishFrame publish, INoResponders? request, GroupAssignments? groups);
 }
 
-/// <summary>One node: nothing leaves it, each queue group is chosen among this node's members, and an unanswered request is answered at once.</summary>
+/// <summary>
+/// One node: nothing leaves it, each queue group is chosen among this node's members, and an unanswered request is answered at once.
+/// </summary>
 internal sealed class LocalExchange : IPublicationExchange
 {
     public static readonly LocalExchange Instance = new();

@@ -7,7 +7,10 @@ using Herald.Protocol;
 
 namespace Herald.Broker.Sessions;
 
-/// <summary>HELLO (spec §4.1, §4.2, §10): authentication, the identity and its quota, the capabilities granted, and a credential refresh re-evaluating what the session holds.</summary>
+/// <summary>
+/// HELLO (spec §4.1, §4.2, §10): authentication, the identity and its quota, the capabilities granted, and a credential
+/// refresh re-evaluating what the session holds.
+/// </summary>
 internal abstract partial class ProtocolSession
 {
     /// <summary>

@@ -7,7 +7,10 @@ using MessagePack;
 
 namespace Herald.Broker.Sessions;
 
-/// <summary>PUBLISH (spec §4.5): the checks (topic, reply, permissions, headers, bounded decompression) and the rate limit, for one frame or a batch.</summary>
+/// <summary>
+/// PUBLISH (spec §4.5): the checks (topic, reply, permissions, headers, bounded decompression) and the rate limit, for one
+/// frame or a batch.
+/// </summary>
 internal abstract partial class ProtocolSession
 {
     /// <summary>

@@ -9,7 +9,10 @@ using Herald.Protocol;
 
 namespace Herald.Broker.Sessions;
 
-/// <summary>Routing a checked publication (spec §4.5, §7): through the histories or the router, then the exchange (the other nodes, in a cluster); its span; and the no-responders answer of a request nobody took.</summary>
+/// <summary>
+/// Routing a checked publication (spec §4.5, §7): through the histories or the router, then the exchange (the other nodes,
+/// in a cluster); its span; and the no-responders answer of a request nobody took.
+/// </summary>
 internal abstract partial class ProtocolSession
 {
     private void Route(in PublishFrame publish, ReadOnlySpan<byte> plainPayload, long receivedAt)

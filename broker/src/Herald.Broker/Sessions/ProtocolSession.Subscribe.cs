@@ -8,7 +8,11 @@ using Herald.Protocol;
 
 namespace Herald.Broker.Sessions;
 
-/// <summary>SUBSCRIBE and UNSUBSCRIBE (spec §4.3, §4.4, §13, §14): the checks, the queue groups, a resume from a topic's history (in a cluster, read from the shared history), the subscription-change rate, and the settling a transport waits for before it answers.</summary>
+/// <summary>
+/// SUBSCRIBE and UNSUBSCRIBE (spec §4.3, §4.4, §13, §14): the checks, the queue groups, a resume from a topic's history (in
+/// a cluster, read from the shared history), the subscription-change rate, and the settling a transport waits for before it
+/// answers.
+/// </summary>
 internal abstract partial class ProtocolSession
 {
     /// <summary>
