@@ -1,5 +1,6 @@
 using System.Text;
 using Herald.LoadTest.Targets;
+using Herald.Testing;
 
 namespace Herald.LoadTest.Tests;
 
@@ -39,10 +40,7 @@ public class HeraldLongPollTests
 
         publisher.Publish("gap.data", "one"u8);
         await publisher.FlushAsync(timeout.Token);
-        while (received.Count < 2 && !timeout.IsCancellationRequested)
-        {
-            await Task.Delay(20, timeout.Token);
-        }
+        await Until.True(() => received.Count >= 2, "the first two messages arrive");
 
         publisher.Publish("gap.data", "three"u8);
         await done.Task.WaitAsync(timeout.Token);

@@ -1,4 +1,5 @@
 using Herald.LoadTest.Targets;
+using Herald.Testing;
 
 namespace Herald.LoadTest.Tests;
 
@@ -46,10 +47,7 @@ public class SignalRTargetTests
         Assert.Null(client.Failure);
 
         server.ServerProcess!.Kill();
-        while (client.Failure is null)
-        {
-            await Task.Delay(20, timeout.Token);
-        }
+        await Until.True(() => client.Failure is not null, "the client reports the dead server as its failure");
 
         client.Publish("t", "after"u8); // dropped, never blocks
         await client.FlushAsync(timeout.Token); // nothing will be sent any more: returns

@@ -10,6 +10,7 @@ using Herald.LoadTest.Client;
 using Herald.LoadTest.Scenarios;
 using Herald.LoadTest.Targets;
 using Herald.Protocol;
+using Herald.Testing;
 
 namespace Herald.LoadTest.Tests;
 
@@ -44,10 +45,7 @@ public class WebSocketTargetTests
             return page.RootElement.GetProperty("total").GetInt32();
         }
 
-        while (await CountAsync("websocket") != 2)
-        {
-            await Task.Delay(50, timeout.Token);
-        }
+        await Until.True(async () => await CountAsync("websocket") == 2, "/connz shows exactly the two WebSocket clients");
 
         Assert.Equal(0, await CountAsync("tcp"));
         Assert.Null(a.Failure);

@@ -33,8 +33,8 @@ public sealed partial class ClientFaultLogTests
         {
             using MetricsProbe metrics = broker.Metrics();
             await TearAsync(broker.Port, Torn);
-            await WaitUntil(() => metrics["herald.protocol.errors", "error.type", "TruncatedFrame"] == Torn); // metrics count every one
-            await WaitUntil(() => Lines(log, TruncatedFrameEvent).Count == Limit); // while the attack lasts: the limit, not one line each
+            await Until.True(() => metrics["herald.protocol.errors", "error.type", "TruncatedFrame"] == Torn, "every torn frame is counted", Hang); // metrics count every one
+            await Until.True(() => Lines(log, TruncatedFrameEvent).Count == Limit, "the limit's worth of lines", Hang); // while the attack lasts: the limit, not one line each
             Assert.Empty(Lines(log, SummaryEvent));
         }
 
@@ -59,13 +59,13 @@ public sealed partial class ClientFaultLogTests
 
         // Every fault is accounted for, written or summed up, once the intervals that held them have ended.
         await TearAsync(broker.Port, 20);
-        await WaitUntil(() => Lines(log, TruncatedFrameEvent).Count + Lines(log, SummaryEvent).Sum(SuppressedCount) == 20);
+        await Until.True(() => Lines(log, TruncatedFrameEvent).Count + Lines(log, SummaryEvent).Sum(SuppressedCount) == 20, "every fault logged or summed in a summary", Hang);
         Assert.NotEmpty(Lines(log, SummaryEvent));
 
         // A later fault, in a new interval, is logged as itself.
         int before = Lines(log, TruncatedFrameEvent).Count;
         await TearAsync(broker.Port, 1);
-        await WaitUntil(() => Lines(log, TruncatedFrameEvent).Count == before + 1);
+        await Until.True(() => Lines(log, TruncatedFrameEvent).Count == before + 1, "one more line", Hang);
     }
 
     /// <summary><paramref name="count"/> connections that close in the middle of a frame (TruncatedFrame, event 2005), ten at a time.</summary>
@@ -106,15 +106,6 @@ public sealed partial class ClientFaultLogTests
         [.. log.Lines.Where(l => l.StartsWith($"Warning {eventId.ToString(CultureInfo.InvariantCulture)} ", StringComparison.Ordinal))];
 
     private static long SuppressedCount(string summary) => long.Parse(Count().Match(summary).Groups[1].Value, CultureInfo.InvariantCulture);
-
-    private static async Task WaitUntil(Func<bool> condition)
-    {
-        using var cts = new CancellationTokenSource(Hang);
-        while (!condition())
-        {
-            await Task.Delay(20, cts.Token);
-        }
-    }
 
     [GeneratedRegex(@"^Warning 2009 (\d+) more client faults")]
     private static partial Regex Count();

@@ -99,7 +99,7 @@ public sealed class ClusterLongPollTests
         Assert.Equal(("now", 1L), (Assert.Single(woken.Messages).Text, woken.FirstSequence));
 
         // A poll held on node 1, then a newer one on node 2: the older is answered 409, the newer carries on.
-        await WaitUntilAsync(async () => await VarzSumAsync(cluster, "held_polls") == 0, "no poll is held any more");
+        await Until.True(async () => await VarzSumAsync(cluster, "held_polls") == 0, "no poll is held any more");
         Task<PollResult> older = on1.PollAsync(1);
         await UntilHeldAsync(cluster, older, "the older poll through node 1 is held");
         Task<PollResult> newer = on2.PollAsync(1);
@@ -220,14 +220,14 @@ public sealed class ClusterLongPollTests
             "--Herald:History:Topics:0:Pattern=feed.>",
             "--Herald:History:Topics:0:MaxMessages=1000"); // the same rule as the others
         using var doomedHttp = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{await doomed.HttpPortAsync()}"), Timeout = TimeSpan.FromSeconds(60) };
-        await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Length == 3, "node 0 lists the doomed node");
+        await Until.True(async () => (await NodesAsync(cluster[0])).Length == 3, "node 0 lists the doomed node");
 
         // The session is made, and its subscription held, by the node that will die; the bystander's by node 0.
         LongPollClient session = await LongPollClient.CreateAsync(doomedHttp, new { headers = true });
         await session.SubscribeAsync(1, "feed.lp");
         LongPollClient bystander = await LongPollClient.CreateAsync(cluster[0].Http);
         await bystander.SubscribeAsync(1, "feed.lp");
-        await WaitUntilAsync(() => cluster[0].Engine().IsSettled && cluster[1].Engine().IsSettled, "interest settled");
+        await Until.True(() => cluster[0].Engine().IsSettled && cluster[1].Engine().IsSettled, "interest settled");
         await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
 
         var receiving = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
@@ -314,7 +314,7 @@ public sealed class ClusterLongPollTests
 
         // Its polls send ack 0: they acknowledge nothing, so its backlog only grows until the policy ends it.
         LongPollClient victimOn1 = victim.Via(cluster[1].Http);
-        await WaitUntilAsync(async () => (await victimOn1.PollAsync(0)).Status == HttpStatusCode.Gone, "the slow session has ended");
+        await Until.True(async () => (await victimOn1.PollAsync(0)).Status == HttpStatusCode.Gone, "the slow session has ended");
         await AssertEndedAsync(victimOn1, "SlowConsumer");
         await AssertEndedAsync(victim.Via(cluster[2].Http), "SlowConsumer");
         await AssertEndedAsync(victim, "SlowConsumer");
@@ -348,7 +348,7 @@ public sealed class ClusterLongPollTests
         Assert.True(await VarzSumAsync(cluster, "subscriptions") > 0);
 
         // Left alone: it ends with its subscription (watched on the monitoring listeners, which are no requests on the session).
-        await WaitUntilAsync(async () => await VarzSumAsync(cluster, "subscriptions") == 0, "the idle session's subscription is gone from every node");
+        await Until.True(async () => await VarzSumAsync(cluster, "subscriptions") == 0, "the idle session's subscription is gone from every node");
         await AssertEndedAsync(on0, "StaleConnection");
         await AssertEndedAsync(on1, "StaleConnection");
         await AssertEndedAsync(on0.Via(cluster[2].Http), "StaleConnection");
@@ -420,7 +420,7 @@ public sealed class ClusterLongPollTests
         await cluster[0].StopAsync();
         link.Cut();
         link.Restore();
-        await WaitUntilAsync(
+        await Until.True(
             async () =>
             {
                 using JsonDocument varz = JsonDocument.Parse(await cluster[2].Monitoring.GetStringAsync("/varz"));
@@ -556,7 +556,7 @@ public sealed class ClusterLongPollTests
     /// </summary>
     private static async Task UntilHeldAsync(TestCluster cluster, Task<PollResult> poll, string what)
     {
-        await WaitUntilAsync(async () => poll.IsCompleted || await VarzSumAsync(cluster, "held_polls") > 0, what);
+        await Until.True(async () => poll.IsCompleted || await VarzSumAsync(cluster, "held_polls") > 0, what);
         if (poll.IsCompleted)
         {
             PollResult early = await poll;
@@ -600,21 +600,5 @@ public sealed class ClusterLongPollTests
         options.Permissions.Publish.Add("chat.>");
         options.Permissions.Subscribe.Add("chat.>");
         return options;
-    }
-
-    private static async Task WaitUntilAsync(Func<bool> condition, string what)
-    {
-        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); !condition(); await Task.Delay(20))
-        {
-            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}");
-        }
-    }
-
-    private static async Task WaitUntilAsync(Func<Task<bool>> condition, string what)
-    {
-        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); !await condition(); await Task.Delay(20))
-        {
-            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}");
-        }
     }
 }

@@ -214,7 +214,7 @@ public sealed class ClusterQueueGroupTests(QueueGroupCluster fixture) : IClassFi
         Member surviving = await Member.JoinAsync(cluster[1], "dies", "w", token: null);
         Member onDoomed = await Member.JoinAsync(doomedPort, "dies", "w");
         string key = Key("dies", "w", "anonymous");
-        await UntilAsync(() => Elsewhere(cluster[0], "dies.job", key).Values.Order().SequenceEqual([1, 1]) && Elsewhere(cluster[1], "dies.job", key).Count == 1, "both nodes know the doomed node's member");
+        await Until.True(() => Elsewhere(cluster[0], "dies.job", key).Values.Order().SequenceEqual([1, 1]) && Elsewhere(cluster[1], "dies.job", key).Count == 1, "both nodes know the doomed node's member");
         await using ProtocolClient publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
         const int Count = 60;
         for (int i = 0; i < Count; i++)
@@ -228,7 +228,7 @@ public sealed class ClusterQueueGroupTests(QueueGroupCluster fixture) : IClassFi
         Assert.NotEmpty(before[1]); // the other process's member was chosen too: (1/2)^60 that it was not
 
         doomed.Kill();
-        await UntilAsync(() => Elsewhere(cluster[0], "dies.job", key).Count == 1 && Elsewhere(cluster[1], "dies.job", key).Count == 0, "both nodes drop the killed node's member (three silent heartbeats)");
+        await Until.True(() => Elsewhere(cluster[0], "dies.job", key).Count == 1 && Elsewhere(cluster[1], "dies.job", key).Count == 0, "both nodes drop the killed node's member (three silent heartbeats)");
         for (int i = 0; i < Count; i++)
         {
             await publisher.PublishAsync("dies.job", $"after {i}");
@@ -268,35 +268,25 @@ public sealed class ClusterQueueGroupTests(QueueGroupCluster fixture) : IClassFi
     private static async Task UntilVarzAsync(TestCluster cluster, (int Groups, int Members)[] expected, string what)
     {
         string[] ids = [.. cluster.Nodes.Select(node => node.Engine().NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture))];
-        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); ; await Task.Delay(50))
-        {
-            var seen = new List<string>();
-            foreach (TestBroker node in cluster.Nodes)
+        string wanted = string.Join(", ", cluster.Nodes.SelectMany(_ => expected.Select((e, i) => $"{i}:{e.Groups}/{e.Members}")).Order());
+        await Until.Value(
+            async () =>
             {
-                using var varz = System.Text.Json.JsonDocument.Parse(await node.Monitoring.GetStringAsync("/varz"));
-                foreach (System.Text.Json.JsonElement member in varz.RootElement.GetProperty("cluster").GetProperty("nodes").EnumerateArray())
+                var seen = new List<string>();
+                foreach (TestBroker node in cluster.Nodes)
                 {
-                    int index = Array.IndexOf(ids, member.GetProperty("id").GetString());
-                    seen.Add($"{index}:{member.GetProperty("groups").GetInt32()}/{member.GetProperty("group_members").GetInt32()}");
+                    using var varz = System.Text.Json.JsonDocument.Parse(await node.Monitoring.GetStringAsync("/varz"));
+                    foreach (System.Text.Json.JsonElement member in varz.RootElement.GetProperty("cluster").GetProperty("nodes").EnumerateArray())
+                    {
+                        int index = Array.IndexOf(ids, member.GetProperty("id").GetString());
+                        seen.Add($"{index}:{member.GetProperty("groups").GetInt32()}/{member.GetProperty("group_members").GetInt32()}");
+                    }
                 }
-            }
 
-            string[] wanted = [.. cluster.Nodes.SelectMany(_ => expected.Select((e, i) => $"{i}:{e.Groups}/{e.Members}"))];
-            if (seen.Order().SequenceEqual(wanted.Order()))
-            {
-                return;
-            }
-
-            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}: saw {string.Join(", ", seen)}");
-        }
-    }
-
-    private static async Task UntilAsync(Func<bool> condition, string what)
-    {
-        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); !condition(); await Task.Delay(20))
-        {
-            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}");
-        }
+                return string.Join(", ", seen.Order());
+            },
+            seen => seen == wanted,
+            what);
     }
 
     /// <summary>Publishes <paramref name="count"/> publications on <c>{name}.job</c> from a client of every node, then each its marker; returns what was sent.</summary>
@@ -327,23 +317,20 @@ public sealed class ClusterQueueGroupTests(QueueGroupCluster fixture) : IClassFi
     private async Task UntilEveryNodeSeesAsync(string topic, string key, int[] membersPerNode)
     {
         ulong[] ids = [.. Cluster.Nodes.Select(n => n.Engine().NodeId)];
-        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); ; await Task.Delay(20))
-        {
-            bool all = true;
-            for (int node = 0; node < Cluster.Nodes.Length && all; node++)
+        await Until.True(
+            () =>
             {
-                Dictionary<ulong, int> seen = Elsewhere(Cluster[node], topic, key);
-                Dictionary<ulong, int> expected = Enumerable.Range(0, ids.Length).Where(i => i != node && membersPerNode[i] > 0).ToDictionary(i => ids[i], i => membersPerNode[i]);
-                all = seen.Count == expected.Count && expected.All(e => seen.GetValueOrDefault(e.Key) == e.Value);
-            }
+                bool all = true;
+                for (int node = 0; node < Cluster.Nodes.Length && all; node++)
+                {
+                    Dictionary<ulong, int> seen = Elsewhere(Cluster[node], topic, key);
+                    Dictionary<ulong, int> expected = Enumerable.Range(0, ids.Length).Where(i => i != node && membersPerNode[i] > 0).ToDictionary(i => ids[i], i => membersPerNode[i]);
+                    all = seen.Count == expected.Count && expected.All(e => seen.GetValueOrDefault(e.Key) == e.Value);
+                }
 
-            if (all)
-            {
-                return;
-            }
-
-            Assert.True(DateTime.UtcNow < deadline, $"The nodes did not all learn the members of '{key}'.");
-        }
+                return all;
+            },
+            $"the nodes all learn the members of '{key}'");
     }
 
     internal static Dictionary<ulong, int> Elsewhere(TestBroker node, string topic, string key) =>

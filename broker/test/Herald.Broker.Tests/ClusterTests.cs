@@ -188,10 +188,10 @@ public sealed class ClusterTests
         Assert.Equal("before", (await local.ReadMessageAsync()).Text);
 
         cluster.Redis.Kill();
-        await WaitUntilAsync(() => !cluster[0].Engine().IsConnected, "node 0 sees Redis gone");
+        await Until.True(() => !cluster[0].Engine().IsConnected, "node 0 sees Redis gone");
         await publisher.PublishAsync("news", "during");
         Assert.Equal("during", (await local.ReadMessageAsync()).Text); // local traffic goes on
-        await WaitUntilAsync(() => cluster[0].Engine().Metrics!.Dropped == 1, "what it could not forward is counted"); // by the sender, after the routing
+        await Until.True(() => cluster[0].Engine().Metrics!.Dropped == 1, "what it could not forward is counted"); // by the sender, after the routing
         using (JsonDocument varz = JsonDocument.Parse(await cluster[0].Monitoring.GetStringAsync("/varz")))
         {
             Assert.False(varz.RootElement.GetProperty("cluster").GetProperty("connected").GetBoolean());
@@ -203,7 +203,7 @@ public sealed class ClusterTests
         }
 
         await cluster.Redis.RestartAsync();
-        await WaitUntilAsync(() => cluster[0].Engine().IsConnected && cluster[1].Engine().IsConnected, "both nodes back on Redis");
+        await Until.True(() => cluster[0].Engine().IsConnected && cluster[1].Engine().IsConnected, "both nodes back on Redis");
 
         // Resubscribed: publications cross again (the first ones may go before node 1's subscription is back).
         for (int i = 0; ; i++)
@@ -275,10 +275,10 @@ public sealed class ClusterTests
     {
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o => o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(100));
         string[] ids = [.. cluster.Nodes.Select(n => n.Engine().NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture))];
-        await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Order().SequenceEqual(ids.Order()), "node 0 lists all three");
+        await Until.True(async () => (await NodesAsync(cluster[0])).Order().SequenceEqual(ids.Order()), "node 0 lists all three");
 
         await cluster[2].StopAsync();
-        await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Order().SequenceEqual(ids[..2].Order()), "node 2 has left node 0's list");
+        await Until.True(async () => (await NodesAsync(cluster[0])).Order().SequenceEqual(ids[..2].Order()), "node 2 has left node 0's list");
     }
 
     [Fact]
@@ -290,7 +290,7 @@ public sealed class ClusterTests
         await using var doomedClient = await ProtocolClient.OpenAsync(doomedPort, "on-the-doomed-node");
         await doomedClient.SubscribeAsync(1, "svc.doomed"); // a subscriber that never answers, and only it: its node's cover in Redis
         await doomedClient.PingPongAsync();
-        await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Length == 3, "node 0 lists the doomed node");
+        await Until.True(async () => (await NodesAsync(cluster[0])).Length == 3, "node 0 lists the doomed node");
 
         await using ProtocolClient subscriber = await SubscribedAsync(cluster[0], "subscriber", "feed");
         await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
@@ -312,8 +312,8 @@ public sealed class ClusterTests
             Assert.Equal(i.ToString(System.Globalization.CultureInfo.InvariantCulture), (await subscriber.ReadMessageAsync()).Text);
         }
 
-        await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Length == 2, "node 0 drops the killed node after three silent heartbeats");
-        await WaitUntilAsync(() => Task.FromResult(cluster[1].Engine().Nodes.Known.Count == 2), "node 1 drops it too");
+        await Until.True(async () => (await NodesAsync(cluster[0])).Length == 2, "node 0 drops the killed node after three silent heartbeats");
+        await Until.True(() => Task.FromResult(cluster[1].Engine().Nodes.Known.Count == 2), "node 1 drops it too");
 
         // Its subscriptions went with it: a request to what only it served now fails fast again.
         await Assert.ThrowsAsync<HeraldNoRespondersException>(() => requester.RequestAsync("svc.doomed", "anyone now?", TimeSpan.FromSeconds(60)));
@@ -471,14 +471,6 @@ public sealed class ClusterTests
         return [.. varz.RootElement.GetProperty("cluster").GetProperty("nodes").EnumerateArray().Select(n => n.GetProperty("id").GetString()!)];
     }
 
-    private static async Task WaitUntilAsync(Func<Task<bool>> condition, string what)
-    {
-        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); !await condition(); await Task.Delay(20))
-        {
-            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}");
-        }
-    }
-
     /// <summary>A client of <paramref name="node"/> subscribed to <paramref name="patterns"/> (sids 1, 2...), live on every node: its PONG came.</summary>
     [Fact]
     public async Task A_client_resumes_on_another_node_from_the_clusters_history_in_redis()
@@ -525,7 +517,7 @@ public sealed class ClusterTests
         await using ProtocolClient watcher = await ProtocolClient.OpenAsync(cluster[1].Port, "watcher", capabilities: Capabilities.Headers);
         await watcher.SubscribeAsync(1, "feed.busy");
         await watcher.PingPongAsync();
-        await WaitUntilAsync(() => cluster[0].Engine().IsSettled && cluster[1].Engine().IsSettled, "interest settled");
+        await Until.True(() => cluster[0].Engine().IsSettled && cluster[1].Engine().IsSettled, "interest settled");
         await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
         Task publishing = Task.Run(async () =>
         {
@@ -571,7 +563,7 @@ public sealed class ClusterTests
         await using ProtocolClient reader = await ProtocolClient.OpenAsync(cluster[0].Port, "reader", capabilities: Capabilities.Headers);
         await reader.SubscribeAsync(1, "feed.doc");
         await reader.PingPongAsync();
-        await WaitUntilAsync(() => cluster[0].Engine().IsSettled, "interest settled");
+        await Until.True(() => cluster[0].Engine().IsSettled, "interest settled");
         await author.PublishAsync("feed.doc", "edit 1");
         Frame edit = await reader.ReadMessageAsync();
         Assert.Equal(("edit 1", 1ul), (edit.Text, edit.Position!.Value.Offset));
@@ -579,7 +571,7 @@ public sealed class ClusterTests
 
         cluster.Redis.Kill(); // no persistence: the history goes with it
         await cluster.Redis.RestartAsync();
-        await WaitUntilAsync(() => cluster[0].Engine().IsConnected && cluster[1].Engine().IsConnected, "both nodes back on Redis");
+        await Until.True(() => cluster[0].Engine().IsConnected && cluster[1].Engine().IsConnected, "both nodes back on Redis");
         await using var back = await ProtocolClient.OpenAsync(cluster[1].Port, "back", capabilities: Capabilities.Headers);
         await back.SubscribeAsync(1, "feed.doc", edit.Position.Value);
         Frame lost = await back.ReadMessageAsync();
@@ -597,13 +589,13 @@ public sealed class ClusterTests
         await using ProtocolClient subscriber = await ProtocolClient.OpenAsync(cluster[1].Port, "subscriber", capabilities: Capabilities.Headers);
         await subscriber.SubscribeAsync(1, "feed.s");
         await subscriber.PingPongAsync();
-        await WaitUntilAsync(() => cluster[0].Engine().IsSettled && cluster[1].Engine().IsSettled, "interest settled");
+        await Until.True(() => cluster[0].Engine().IsSettled && cluster[1].Engine().IsSettled, "interest settled");
         await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
         await publisher.PublishAsync("feed.s", "m1");
         Assert.Equal(1ul, (await subscriber.ReadMessageAsync()).Position!.Value.Offset);
 
         cluster.Redis.Kill(); // the streams survive it (append-only file)
-        await WaitUntilAsync(() => !cluster[0].Engine().IsConnected && !cluster[1].Engine().IsConnected, "both nodes see Redis gone");
+        await Until.True(() => !cluster[0].Engine().IsConnected && !cluster[1].Engine().IsConnected, "both nodes see Redis gone");
         for (int i = 2; i <= 4; i++)
         {
             await publisher.PublishAsync("feed.s", $"m{i}"); // wait at node 0 for Redis
@@ -611,7 +603,7 @@ public sealed class ClusterTests
 
         await publisher.PingPongAsync();
         await cluster.Redis.RestartAsync();
-        await WaitUntilAsync(() => cluster[0].Engine().IsConnected && cluster[1].Engine().IsConnected, "both nodes back on Redis");
+        await Until.True(() => cluster[0].Engine().IsConnected && cluster[1].Engine().IsConnected, "both nodes back on Redis");
 
         var received = new List<Frame> { await ReceivedAgainAsync(publisher, subscriber, "feed.s") };
 
@@ -699,7 +691,7 @@ public sealed class ClusterTests
             await publisher.PublishAsync("feed.k", $"m{i}");
             if (i == Count / 2)
             {
-                await WaitUntilAsync(() => { lock (seen) { return seen.Count >= 100; } }, "the doomed node's client is receiving");
+                await Until.True(() => { lock (seen) { return seen.Count >= 100; } }, "the doomed node's client is receiving");
                 doomed.Kill(); // mid-stream, without a word
             }
         }
@@ -761,7 +753,7 @@ public sealed class ClusterTests
                 }
             });
 
-        await WaitUntilAsync(async () => (await NodesAsync(cluster[0])).Length == 2, "node 0 sees node 1");
+        await Until.True(async () => (await NodesAsync(cluster[0])).Length == 2, "node 0 sees node 1");
         using JsonDocument varz = JsonDocument.Parse(await cluster[0].Monitoring.GetStringAsync("/varz"));
         JsonElement view = varz.RootElement.GetProperty("cluster");
 
@@ -832,7 +824,7 @@ public sealed class ClusterTests
         Assert.Equal(1ul, (await subscriber.ReadMessageAsync()).Position!.Value.Offset);
 
         link.Cut();
-        await WaitUntilAsync(() => !cutOff.Engine().IsConnected, "node 1 sees Redis gone");
+        await Until.True(() => !cutOff.Engine().IsConnected, "node 1 sees Redis gone");
         for (int i = 2; i <= 4; i++)
         {
             await publisher.PublishAsync("feed.cut", $"m{i}"); // into the stream, published to nobody on node 1
@@ -840,7 +832,7 @@ public sealed class ClusterTests
 
         await publisher.PingPongAsync();
         link.Restore();
-        await WaitUntilAsync(() => cutOff.Engine().IsConnected && cutOff.Engine().IsSettled, "node 1 back on Redis");
+        await Until.True(() => cutOff.Engine().IsConnected && cutOff.Engine().IsSettled, "node 1 back on Redis");
         var received = new List<Frame> { await ReceivedAgainAsync(publisher, subscriber, "feed.cut") };
 
         Assert.Equal(["m2", "m3", "m4"], received.Take(1).Concat([await subscriber.ReadMessageAsync(), await subscriber.ReadMessageAsync()]).Select(f => f.Text));
@@ -889,13 +881,5 @@ public sealed class ClusterTests
         }
 
         return seen;
-    }
-
-    private static async Task WaitUntilAsync(Func<bool> condition, string what)
-    {
-        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); !condition(); await Task.Delay(20))
-        {
-            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}");
-        }
     }
 }

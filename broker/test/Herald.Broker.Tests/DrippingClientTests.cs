@@ -149,7 +149,7 @@ public sealed class DrippingClientTests
             // Two large frames, half sent: they hold the budget.
             await holders[0].SendRawAsync(frames[0][..(frames[0].Length / 2)]);
             await holders[1].SendRawAsync(frames[1][..(frames[1].Length / 2)]);
-            await WaitUntil(() => budget.Used == frames[0].Length + frames[1].Length);
+            await Until.True(() => budget.Used == frames[0].Length + frames[1].Length, "both half-sent frames are charged to the budget");
             using (JsonDocument varz = JsonDocument.Parse(await broker.Monitoring.GetStringAsync("/varz")))
             {
                 Assert.Equal(frames[0].Length + frames[1].Length, varz.RootElement.GetProperty("partial_frame_bytes").GetInt64());
@@ -170,7 +170,7 @@ public sealed class DrippingClientTests
             await holders[1].SendRawAsync(frames[1][(frames[1].Length / 2)..]);
             Frame[] delivered = [await subscriber.ReadMessageAsync(), await subscriber.ReadMessageAsync()];
             Assert.Equal(["t.large0", "t.large1"], delivered.Select(m => m.Topic).Order());
-            await WaitUntil(() => budget.Used == 0);
+            await Until.True(() => budget.Used == 0, "the budget is empty");
             await newcomer.SendRawAsync(frames[2]);
             Assert.Equal("t.large2", (await subscriber.ReadMessageAsync()).Topic);
         }
@@ -206,16 +206,6 @@ public sealed class DrippingClientTests
         catch (Exception e) when (e is OperationCanceledException or IOException or ObjectDisposedException)
         {
             // stopped, or the broker closed the connection
-        }
-    }
-
-    private static async Task WaitUntil(Func<bool> condition)
-    {
-        long deadline = Environment.TickCount64 + 30_000; // a hang bound, not a speed
-        while (!condition())
-        {
-            Assert.True(Environment.TickCount64 < deadline, "The condition did not hold within 30 s.");
-            await Task.Delay(10);
         }
     }
 }

@@ -196,7 +196,7 @@ public sealed class HistoryTests
         HistoryStore store = broker.Services.GetRequiredService<HistorySlot>().Store!;
         Assert.True(store.Bytes > 0);
 
-        await LongPollTests.WaitUntil(() => store.Bytes == 0); // the sweep drops it without any traffic
+        await Until.True(() => store.Bytes == 0, "the history store holds no bytes"); // the sweep drops it without any traffic
 
         await using var client = await ProtocolClient.OpenAsync(broker.Port, capabilities: WithHeaders);
         await client.SubscribeAsync(1, "orders.eu", new StreamPosition(0, first.Epoch));
@@ -425,7 +425,7 @@ public sealed class HistoryTests
         await using var broker = await StartAsync(also: o => o.LongPoll.PollTimeout = TimeSpan.FromSeconds(50));
         LongPollClient session = await LongPollClient.CreateAsync(broker.Http, new { headers = true });
         Task<PollResult> held = session.PollAsync(0);
-        await LongPollTests.WaitUntil(() => broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>().Find(session.Session)?.IsPolling == true);
+        await Until.True(() => broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>().Find(session.Session)?.IsPolling == true, "the poll is held");
 
         using HttpResponseMessage subscribed = await broker.Http.PostAsJsonAsync($"{session.Base}/subscriptions", new { sid = 1, pattern = "orders.eu", since = new { offset = 0, epoch = "" } });
 

@@ -304,7 +304,7 @@ public sealed class LongPollHardeningTests
 
         Assert.Equal(HttpStatusCode.NotFound, (await sessions[0].PollAsync(0)).Status); // over the count: the oldest is forgotten
         Assert.Equal(HttpStatusCode.Gone, (await sessions[2].PollAsync(0)).Status);
-        await LongPollTests.WaitUntil(() => sessions[2].PollAsync(0).GetAwaiter().GetResult().Status == HttpStatusCode.NotFound); // past the time
+        await Until.True(async () => (await sessions[2].PollAsync(0)).Status == HttpStatusCode.NotFound, "the third session is gone (404)"); // past the time
         (await live.PublishAsync("t", "x")).Dispose();
         Assert.Equal(HttpStatusCode.OK, (await live.PollAsync(0)).Status);
     }
@@ -339,7 +339,7 @@ public sealed class LongPollHardeningTests
         PollResult ended = await victim.PollAsync(0);
         Assert.Equal(HttpStatusCode.Gone, ended.Status);
         Assert.Equal("SlowConsumer", ended.Problem!.Value.GetProperty("reason").GetString());
-        await LongPollTests.WaitUntil(() => router.SubscriptionCount == 1); // the victim's 200 are gone; the bystander's stays
+        await Until.True(() => router.SubscriptionCount == 1, "only the bystander's subscription is left"); // the victim's 200 are gone; the bystander's stays
     }
 
     /// <summary>Publishes 1 KiB messages to <c>t</c> four at a time (the TCP bystander's own byte limit is small); returns what it got.</summary>
@@ -525,7 +525,7 @@ public sealed class LongPollIsolatedHardeningTests
             (await client.PublishAsync("t", "x")).Dispose();
             Assert.Single((await client.PollAsync(0, json: true)).Messages);
             (await broker.Http.DeleteAsync(client.Base)).Dispose();
-            await LongPollTests.WaitUntil(() => { lock (spans) { return spans.Count(s => s.OperationName.Contains("HttpRequestIn", StringComparison.Ordinal)) >= 5; } });
+            await Until.True(() => { lock (spans) { return spans.Count(s => s.OperationName.Contains("HttpRequestIn", StringComparison.Ordinal)) >= 5; } }, "five request spans");
         }
         finally
         {

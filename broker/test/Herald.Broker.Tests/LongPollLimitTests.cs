@@ -102,7 +102,7 @@ public sealed class LongPollLimitTests
         LongPollClient b = await LongPollClient.CreateAsync(broker.Http);
         Task<PollResult> held = a.PollAsync(0);
         var store = broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>();
-        await LongPollTests.WaitUntil(() => store.Find(a.Session)?.IsPolling == true);
+        await Until.True(() => store.Find(a.Session)?.IsPolling == true, "a's poll is held");
 
         PollResult refused = await b.PollAsync(0);
 

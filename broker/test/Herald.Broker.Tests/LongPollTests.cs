@@ -104,7 +104,7 @@ public sealed class LongPollTests
         await client.SubscribeAsync(1, "wake.up");
         Task<PollResult> held = client.PollAsync(0);
         await using var tcp = await ProtocolClient.OpenAsync(broker.Port);
-        await WaitUntil(() => broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>().Find(client.Session)?.IsPolling == true);
+        await Until.True(() => broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>().Find(client.Session)?.IsPolling == true, "the poll is held");
 
         await tcp.PublishAsync("wake.up", "now");
 
@@ -156,7 +156,7 @@ public sealed class LongPollTests
         await client.SubscribeAsync(1, "r");
         Task<PollResult> first = client.PollAsync(0);
         var store = broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>();
-        await WaitUntil(() => store.Find(client.Session)?.IsPolling == true);
+        await Until.True(() => store.Find(client.Session)?.IsPolling == true, "the poll is held");
 
         Task<PollResult> second = client.PollAsync(0);
 
@@ -184,7 +184,7 @@ public sealed class LongPollTests
         TopicRouter router = broker.Services.GetRequiredService<TopicRouter>();
         Assert.Equal(2, router.SubscriptionCount);
 
-        await WaitUntil(() => router.SubscriptionCount == 0);
+        await Until.True(() => router.SubscriptionCount == 0, "the router holds no subscription");
 
         PollResult poll = await client.PollAsync(0);
         Assert.Equal(HttpStatusCode.Gone, poll.Status);
@@ -291,7 +291,7 @@ public sealed class LongPollTests
         });
         LongPollClient client = await LongPollClient.CreateAsync(broker.Http);
         Task<PollResult> held = client.PollAsync(0);
-        await WaitUntil(() => broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>().Find(client.Session)?.IsPolling == true);
+        await Until.True(() => broker.Services.GetRequiredService<Herald.Broker.Transports.LongPoll.PollSessionStore>().Find(client.Session)?.IsPolling == true, "the poll is held");
 
         await broker.StopAsync();
 
@@ -312,15 +312,5 @@ public sealed class LongPollTests
 
         Assert.Equal("*", response.Headers.GetValues("Access-Control-Allow-Origin").Single());
         Assert.Contains("Herald-First-Sequence", response.Headers.GetValues("Access-Control-Expose-Headers").Single(), StringComparison.OrdinalIgnoreCase);
-    }
-
-    internal static async Task WaitUntil(Func<bool> condition)
-    {
-        for (int i = 0; i < 400 && !condition(); i++)
-        {
-            await Task.Delay(25);
-        }
-
-        Assert.True(condition(), "the condition did not become true within 10 s");
     }
 }

@@ -138,20 +138,8 @@ public sealed class MonitoringEndpointsTests
         return await response.Content.ReadFromJsonAsync<JsonElement>();
     }
 
-    private static async Task<JsonElement> EventuallyAsync(TestBroker broker, string path, Func<JsonElement, bool> condition)
-    {
-        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
-        while (true)
-        {
-            JsonElement json = await GetJsonAsync(broker, path);
-            if (condition(json) || DateTime.UtcNow > deadline)
-            {
-                return json;
-            }
-
-            await Task.Delay(20);
-        }
-    }
+    private static Task<JsonElement> EventuallyAsync(TestBroker broker, string path, Func<JsonElement, bool> condition) =>
+        Until.Value(() => GetJsonAsync(broker, path), condition, $"{path} meets the condition");
 
     /// <summary>A plain socket that says HELLO and waits for WELCOME, so the test knows its local address.</summary>
     private static async Task<Socket> ConnectAndHelloAsync(int port, string name)

@@ -175,27 +175,16 @@ public sealed partial class OperationsDeployTests
         await publisher.PingPongAsync();
 
         redis.Kill();
-        await WaitUntilAsync(() => !broker.Engine().IsConnected, "the node sees Redis gone");
+        await Until.True(() => !broker.Engine().IsConnected, "the node sees Redis gone");
         await publisher.PublishAsync("deploy.cluster", "during");
         await publisher.PingPongAsync();
-        await WaitUntilAsync(() => broker.Engine().Metrics!.Dropped > 0, "the publication it could not forward is counted");
+        await Until.True(() => broker.Engine().Metrics!.Dropped > 0, "the publication it could not forward is counted");
 
         await redis.RestartAsync();
-        await WaitUntilAsync(() => broker.Engine().IsConnected, "the node is back on Redis");
-        await WaitUntilAsync(
+        await Until.True(() => broker.Engine().IsConnected, "the node is back on Redis");
+        await Until.True(
             async () => (await PrometheusScrape.GetAsync(broker.Monitoring)).Has("herald_cluster_reconnects_total"),
             "the reconnect is counted");
-    }
-
-    private static async Task WaitUntilAsync(Func<bool> condition, string what) => await WaitUntilAsync(() => Task.FromResult(condition()), what);
-
-    /// <summary>Polls a condition until it holds, for at most 30 s.</summary>
-    private static async Task WaitUntilAsync(Func<Task<bool>> condition, string what)
-    {
-        for (DateTime deadline = DateTime.UtcNow.AddSeconds(30); !await condition(); await Task.Delay(20))
-        {
-            Assert.True(DateTime.UtcNow < deadline, $"Timed out waiting until {what}");
-        }
     }
 
     /// <summary>Every metric name queried by the Grafana dashboards and the alert rules, with the file that queries it.</summary>

@@ -64,7 +64,7 @@ public sealed class OperationsMetricsTests
 
         await subscriber.DisposeAsync();
         await publisher.DisposeAsync();
-        PrometheusScrape after = await Eventually(broker, s => s.Sum("herald_connections", ("herald_transport", "tcp")) == 0);
+        PrometheusScrape after = await Until.Value(() => PrometheusScrape.GetAsync(broker.Monitoring), s => s.Sum("herald_connections", ("herald_transport", "tcp")) == 0, "no TCP connection in the scrape");
         Assert.Equal(1, after.Sum("herald_subscriptions")); // the long-poll one is left
     }
 
@@ -130,17 +130,19 @@ public sealed class OperationsMetricsTests
         // span ends just after its response is sent, so it may miss one flush: flush until it is there (10 s at
         // most), then once more so that a /healthz span, had there been one, would be out too.
         var tracer = broker.Services.GetRequiredService<TracerProvider>();
-        for (var deadline = DateTime.UtcNow.AddSeconds(10); !receiver.Spans.Any(IsPollPublish) && DateTime.UtcNow < deadline;)
-        {
-            Assert.True(tracer.ForceFlush(10_000));
-            await Task.Delay(20);
-        }
+        await Until.True(
+            () =>
+            {
+                Assert.True(tracer.ForceFlush(10_000));
+                return receiver.Spans.Any(IsPollPublish);
+            },
+            "the long-poll publish's span is exported");
 
         Assert.True(tracer.ForceFlush(10_000));
         broker.Services.GetRequiredService<MeterProvider>().ForceFlush(10_000);
 
         IReadOnlyList<ReceivedSpan> spans = receiver.Spans;
-        IReadOnlyList<ReceivedMetric> metrics = await receiver.WaitForMetricAsync("herald.messages.published");
+        IReadOnlyList<ReceivedMetric> metrics = await Until.Value(() => Task.FromResult(receiver.Metrics), m => m.Any(metric => metric.Name == "herald.messages.published"), "the published counter exported over OTLP");
         ReceivedSpan publish = Assert.Single(spans, IsPollPublish);                     // the span of the long-poll publish
         Assert.Equal(Span.Types.SpanKind.Server, publish.Kind);
         Assert.Equal(TelemetrySetup.ServiceName, publish.Service);
@@ -152,21 +154,6 @@ public sealed class OperationsMetricsTests
     }
 
     private static bool IsPollPublish(ReceivedSpan span) => span["url.path"] is "/poll/publish";
-
-    private static async Task<PrometheusScrape> Eventually(TestBroker broker, Func<PrometheusScrape, bool> condition)
-    {
-        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
-        while (true)
-        {
-            PrometheusScrape scrape = await PrometheusScrape.GetAsync(broker.Monitoring);
-            if (condition(scrape) || DateTime.UtcNow > deadline)
-            {
-                return scrape;
-            }
-
-            await Task.Delay(20);
-        }
-    }
 }
 
 /// <summary>One sample of a Prometheus text exposition: <c>name{labels} value</c>.</summary>

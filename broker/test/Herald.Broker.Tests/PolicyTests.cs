@@ -117,7 +117,7 @@ public sealed class PolicyTests
                 idle.Add(socket);
             }
 
-            await Eventually(() => metrics["herald.policy.requests", "herald.policy.outcome", "shed"] == Idle - Limit);
+            await Until.True(() => metrics["herald.policy.requests", "herald.policy.outcome", "shed"] == Idle - Limit, "the idle connections over the limit are shed", HangLimit);
             Assert.True(await ClosedAsync(idle[0])); // the oldest went first
 
             // A real client, from the same address even, is answered.
@@ -154,7 +154,7 @@ public sealed class PolicyTests
                 idle.Add(socket);
             }
 
-            await Eventually(() => metrics["herald.policy.requests", "herald.policy.outcome", "shed"] == 50 - Cap);
+            await Until.True(() => metrics["herald.policy.requests", "herald.policy.outcome", "shed"] == 50 - Cap, "the connections over the cap are shed", HangLimit);
 
             // A bystander on another address (127.0.0.2 is loopback too) is answered.
             using var bystander = new TcpClient(new IPEndPoint(IPAddress.Parse("127.0.0.2"), 0));
@@ -234,17 +234,6 @@ public sealed class PolicyTests
         catch (OperationCanceledException)
         {
             return false;
-        }
-    }
-
-    /// <summary>Polls <paramref name="condition"/> until it holds; fails after the hang limit.</summary>
-    private static async Task Eventually(Func<bool> condition)
-    {
-        DateTime deadline = DateTime.UtcNow + HangLimit;
-        while (!condition())
-        {
-            Assert.True(DateTime.UtcNow < deadline, "the condition did not hold within the hang limit");
-            await Task.Delay(5);
         }
     }
 }

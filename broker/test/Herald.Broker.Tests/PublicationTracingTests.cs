@@ -237,13 +237,14 @@ public sealed class PublicationTracingTests
     private static async Task<IReadOnlyList<ReceivedSpan>> FlushUntilAsync(OtlpReceiver receiver, TestBroker broker, TracerProvider? application, Func<IReadOnlyList<ReceivedSpan>, bool> condition)
     {
         var tracer = broker.Services.GetRequiredService<TracerProvider>();
-        for (var deadline = DateTime.UtcNow.AddSeconds(30); !condition(receiver.Spans) && DateTime.UtcNow < deadline;)
-        {
-            Assert.True(tracer.ForceFlush(10_000));
-            Assert.True(application?.ForceFlush(10_000) ?? true);
-            await Task.Delay(20);
-        }
-
-        return receiver.Spans;
+        return await Until.Value(
+            () =>
+            {
+                Assert.True(tracer.ForceFlush(10_000));
+                Assert.True(application?.ForceFlush(10_000) ?? true);
+                return Task.FromResult(receiver.Spans);
+            },
+            condition,
+            "the spans the test waits for are exported");
     }
 }

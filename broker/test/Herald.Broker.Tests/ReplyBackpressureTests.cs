@@ -108,7 +108,7 @@ public sealed class ReplyBackpressureTests
         await Assert.ThrowsAnyAsync<Exception>(() => attack);
         if (reply != Reply.RateLimited)
         {
-            await LongPollTests.WaitUntil(() => !registry.Sessions.Contains(session));
+            await Until.True(() => !registry.Sessions.Contains(session), "the session is gone from the registry");
         }
 
         await bystander.PublishAsync("by.feed", "after");

@@ -193,7 +193,7 @@ public sealed class ShutdownTests
 
         using var monitoring = new HttpClient { BaseAddress = broker.Monitoring.BaseAddress };
         Task stopping = broker.StopAsync();
-        await WaitFor(async () => (await monitoring.GetAsync("/readyz")).StatusCode == HttpStatusCode.ServiceUnavailable);
+        await Until.True(async () => (await monitoring.GetAsync("/readyz")).StatusCode == HttpStatusCode.ServiceUnavailable, "/readyz answers 503");
 
         // The delay: readiness says 503, yet connected clients publish and receive, and a new one is welcomed.
         await client.PublishAsync("chat", "still here");
@@ -236,7 +236,7 @@ public sealed class ShutdownTests
 
         Task stopping = broker.StopAsync();
         PollSession session = broker.Services.GetRequiredService<PollSessionStore>().Find(client.Session)!;
-        await WaitFor(() => Task.FromResult(session.IsClosing));
+        await Until.True(() => session.IsClosing, "the session is closing");
 
         using (HttpResponseMessage refused = await client.PublishAsync("news", "too late"))
         {
@@ -268,7 +268,7 @@ public sealed class ShutdownTests
 
         Task stopping = broker.StopAsync();
         PollSession session = broker.Services.GetRequiredService<PollSessionStore>().Find(client.Session)!;
-        await WaitFor(() => Task.FromResult(session.IsClosing));
+        await Until.True(() => session.IsClosing, "the session is closing");
         using (HttpResponseMessage left = await broker.Http.DeleteAsync(client.Base))
         {
             Assert.Equal(HttpStatusCode.NoContent, left.StatusCode);
@@ -276,20 +276,5 @@ public sealed class ShutdownTests
 
         // A hang guard, not a timing assertion: a session kept for its queue would hold the stop for the 10 min drain timeout.
         await stopping.WaitAsync(TimeSpan.FromSeconds(60));
-    }
-
-    private static async Task WaitFor(Func<Task<bool>> condition)
-    {
-        for (int i = 0; i < 600; i++)
-        {
-            if (await condition())
-            {
-                return;
-            }
-
-            await Task.Delay(25);
-        }
-
-        Assert.Fail("the condition did not become true within 15 s");
     }
 }

@@ -456,21 +456,8 @@ public sealed class StatusPageTests
     }
 
     /// <summary>Polls <c>/statusz</c> until <paramref name="condition"/> holds; the deadline only turns a hang into a failure.</summary>
-    private static async Task<JsonElement> EventuallyAsync(HttpClient http, Func<JsonElement, bool> condition, TimeSpan? within = null)
-    {
-        DateTime deadline = DateTime.UtcNow + (within ?? TimeSpan.FromSeconds(30));
-        while (true)
-        {
-            JsonElement status = await StatuszAsync(http);
-            if (condition(status))
-            {
-                return status;
-            }
-
-            Assert.True(DateTime.UtcNow < deadline, $"/statusz never met the condition; last: {status}");
-            await Task.Delay(50);
-        }
-    }
+    private static Task<JsonElement> EventuallyAsync(HttpClient http, Func<JsonElement, bool> condition, TimeSpan? within = null) =>
+        Until.Value(() => StatuszAsync(http), condition, "/statusz meets the condition", within);
 
     /// <summary>One HTTP/1.1 GET with the request target exactly as given: status code and body.</summary>
     private static async Task<(int Status, string Body)> RawGetAsync(int port, string target, string? bearer)

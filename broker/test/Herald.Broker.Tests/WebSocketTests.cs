@@ -130,7 +130,7 @@ public sealed class WebSocketTests
         await using ProtocolClient web = await ProtocolClient.ConnectWebSocketAsync(broker.HttpPort);
         await web.SubscribeAsync(1, "before.hello"); // any frame but HELLO first (spec §8)
         await web.ExpectClosedWithAsync(ErrorCode.HelloRequired);
-        Assert.Equal(WebSocketState.CloseReceived, await Eventually(() => web.WebSocket!.State, WebSocketState.CloseReceived)); // the broker sent its close
+        await Until.True(() => web.WebSocket!.State == WebSocketState.CloseReceived, "the broker's close received"); // the broker sent its close
         Assert.Equal(WebSocketCloseStatus.NormalClosure, web.WebSocket!.CloseStatus);
     }
 
@@ -222,16 +222,6 @@ public sealed class WebSocketTests
         await dripper.ExpectClosedWithAsync(ErrorCode.FrameTimeout);
         await bystander.PublishAsync("news", "still here");
         Assert.Equal("still here", (await bystander.ReadMessageAsync()).Text);
-    }
-
-    private static async Task<T> Eventually<T>(Func<T> read, T expected)
-    {
-        for (int i = 0; i < 100 && !EqualityComparer<T>.Default.Equals(read(), expected); i++)
-        {
-            await Task.Delay(50);
-        }
-
-        return read();
     }
 
 }

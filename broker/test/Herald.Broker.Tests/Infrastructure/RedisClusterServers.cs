@@ -70,23 +70,21 @@ public sealed class RedisClusterServers : IAsyncDisposable
         await create.WaitForExitAsync().WaitAsync(TimeSpan.FromSeconds(60));
         Assert.True(create.ExitCode == 0, $"redis-cli --cluster create failed ({create.ExitCode}):\n{await output}\n{await errors}");
 
-        for (DateTime deadline = DateTime.UtcNow.AddSeconds(60); ; await Task.Delay(50))
-        {
-            bool ok = true;
-            foreach (RedisServer master in Masters)
+        await Until.True(
+            async () =>
             {
-                await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync($"{master.Configuration},allowAdmin=true");
-                string info = (string?)await redis.GetDatabase().ExecuteAsync("CLUSTER", "INFO") ?? "";
-                ok &= info.Contains("cluster_state:ok", StringComparison.Ordinal);
-            }
+                bool ok = true;
+                foreach (RedisServer master in Masters)
+                {
+                    await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync($"{master.Configuration},allowAdmin=true");
+                    string info = (string?)await redis.GetDatabase().ExecuteAsync("CLUSTER", "INFO") ?? "";
+                    ok &= info.Contains("cluster_state:ok", StringComparison.Ordinal);
+                }
 
-            if (ok)
-            {
-                return;
-            }
-
-            Assert.True(DateTime.UtcNow < deadline, "The Redis Cluster did not reach cluster_state:ok within 60 s.");
-        }
+                return ok;
+            },
+            "every master of the Redis Cluster reports cluster_state:ok",
+            TimeSpan.FromSeconds(60));
     }
 
     public async ValueTask DisposeAsync()

@@ -75,32 +75,6 @@ public sealed class OtlpReceiver : IAsyncDisposable
         return receiver;
     }
 
-    /// <summary>Waits (<paramref name="within"/>, 10 s by default) until the spans received satisfy <paramref name="condition"/>; returns them either way.</summary>
-    public async Task<IReadOnlyList<ReceivedSpan>> WaitForSpansAsync(Func<IReadOnlyList<ReceivedSpan>, bool> condition, TimeSpan? within = null)
-    {
-        var deadline = DateTime.UtcNow + (within ?? TimeSpan.FromSeconds(10));
-        IReadOnlyList<ReceivedSpan> spans = Spans;
-        while (!condition(spans) && DateTime.UtcNow < deadline)
-        {
-            await Task.Delay(20);
-            spans = Spans;
-        }
-
-        return spans;
-    }
-
-    /// <summary>Waits (10 s at most) until a metric named <paramref name="name"/> arrives; returns the metrics either way.</summary>
-    public async Task<IReadOnlyList<ReceivedMetric>> WaitForMetricAsync(string name)
-    {
-        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
-        while (!_metrics.Any(m => m.Name == name) && DateTime.UtcNow < deadline)
-        {
-            await Task.Delay(20);
-        }
-
-        return Metrics;
-    }
-
     public async ValueTask DisposeAsync() => await _app.DisposeAsync();
 
     private void Add(ExportTraceServiceRequest request)
