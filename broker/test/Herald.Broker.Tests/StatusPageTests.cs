@@ -159,6 +159,9 @@ public sealed class StatusPageTests
         string[] forged =
         [
             $"{name}={value[..^1]}{(value[^1] == 'A' ? 'B' : 'A')}",
+            $"{name}={value[..^1]}B", // a last character whose unused bits are set (43 characters carry 258 bits, 256 used):
+            $"{name}={value[..^1]}C", // base64url that the decoder throws on rather than refusing, never a canonical
+            $"{name}={value[..^1]}D", // signature, so always a forgery
             $"{name}={long.Parse(value[..value.IndexOf('.', StringComparison.Ordinal)], System.Globalization.CultureInfo.InvariantCulture) + 3600}{value[value.IndexOf('.', StringComparison.Ordinal)..]}", // a later expiry
             $"{name}=0{value[value.IndexOf('.', StringComparison.Ordinal)..]}",
             $"{MonitoringLogin.CookieName(broker.MonitoringPort + 1)}={value}",

@@ -84,9 +84,25 @@ internal sealed class MonitoringLogin
         }
 
         Span<byte> presented = stackalloc byte[HMACSHA256.HashSizeInBytes];
-        return Base64Url.TryDecodeFromChars(cookie.AsSpan(dot + 1), presented, out int written)
-            && written == presented.Length
+        return TryDecode(cookie.AsSpan(dot + 1), presented)
             && CryptographicOperations.FixedTimeEquals(presented, Sign(port, expiry));
+    }
+
+    /// <summary>
+    /// The signature a cookie presents, or false. <c>Base64Url.TryDecodeFromChars</c> throws (rather than answering false)
+    /// for a last character whose unused bits are not zero, which is what a forged cookie may well end with: a forgery
+    /// is refused like any other, never answered 500.
+    /// </summary>
+    private static bool TryDecode(ReadOnlySpan<char> encoded, Span<byte> signature)
+    {
+        try
+        {
+            return Base64Url.TryDecodeFromChars(encoded, signature, out int written) && written == signature.Length;
+        }
+        catch (FormatException)
+        {
+            return false;
+        }
     }
 
     /// <summary>Gives the browser its session cookie (after the token was checked).</summary>
