@@ -36,7 +36,7 @@ public sealed class QueueGroupAssignmentTests : IDisposable
         int there = 0;
         for (int i = 0; i < Count; i++)
         {
-            int delivered = _router.Publish(Publication("jobs.eu"), origin: null, [], groups: groups.Decide());
+            int delivered = _router.Publish(new PublishContext(Publication("jobs.eu"), []) { Groups = groups.Decide() });
             Assert.Equal(1, delivered + groups.Count); // here or there, never both, never neither
             if (groups.Count == 1)
             {
@@ -58,12 +58,12 @@ public sealed class QueueGroupAssignmentTests : IDisposable
         _router.AddElsewhere(Subscription.Elsewhere(Other, "jobs.*", "w", "alice", members: 1));
         var groups = new GroupAssignments(Self);
 
-        Assert.Equal(1, _router.Publish(Publication("jobs.eu"), null, [], groups: groups.Apply(Third, Carried((member.GroupId, Self)))));       // named here
-        Assert.Equal(0, _router.Publish(Publication("jobs.eu"), null, [], groups: groups.Apply(Third, Carried((member.GroupId, Other)))));      // named elsewhere
-        Assert.Equal(0, _router.Publish(Publication("jobs.eu"), null, [], groups: groups.Apply(Other, default)));                               // not named: its origin holds members, so it chose itself
-        Assert.Equal(1, _router.Publish(Publication("jobs.eu"), null, [], groups: groups.Apply(Third, default)));                               // not named, and its origin holds none: it knew of no member
-        Assert.Equal(1, _router.Publish(Publication("jobs.eu"), null, [], groups: groups.Apply(Self, default)));                                // this node's own, back from Redis (a history topic)
-        Assert.Equal(0, _router.Publish(Publication("jobs.eu"), null, [], groups: groups.Apply(Third, Carried((member.GroupId ^ 1, Self), (member.GroupId, Other))))); // another group's entry does not count
+        Assert.Equal(1, _router.Publish(new PublishContext(Publication("jobs.eu"), []) { Groups = groups.Apply(Third, Carried((member.GroupId, Self))) }));       // named here
+        Assert.Equal(0, _router.Publish(new PublishContext(Publication("jobs.eu"), []) { Groups = groups.Apply(Third, Carried((member.GroupId, Other))) }));      // named elsewhere
+        Assert.Equal(0, _router.Publish(new PublishContext(Publication("jobs.eu"), []) { Groups = groups.Apply(Other, default) }));                               // not named: its origin holds members, so it chose itself
+        Assert.Equal(1, _router.Publish(new PublishContext(Publication("jobs.eu"), []) { Groups = groups.Apply(Third, default) }));                               // not named, and its origin holds none: it knew of no member
+        Assert.Equal(1, _router.Publish(new PublishContext(Publication("jobs.eu"), []) { Groups = groups.Apply(Self, default) }));                                // this node's own, back from Redis (a history topic)
+        Assert.Equal(0, _router.Publish(new PublishContext(Publication("jobs.eu"), []) { Groups = groups.Apply(Third, Carried((member.GroupId ^ 1, Self), (member.GroupId, Other))) })); // another group's entry does not count
         Assert.Equal(3, local.Received);
     }
 
@@ -80,7 +80,7 @@ public sealed class QueueGroupAssignmentTests : IDisposable
 
         for (int i = 0; i < 100; i++)
         {
-            _router.Publish(Publication("jobs.eu"), null, [], groups: groups.Decide());
+            _router.Publish(new PublishContext(Publication("jobs.eu"), []) { Groups = groups.Decide() });
             for (int j = 0; j < groups.Count; j++)
             {
                 Assert.Equal(mallorys.GroupId, groups[j].Group); // mallory's many members elsewhere weigh in mallory's group only
@@ -106,7 +106,7 @@ public sealed class QueueGroupAssignmentTests : IDisposable
         var groups = new GroupAssignments(Self);
         for (int i = 0; i < 20; i++)
         {
-            Assert.Equal(1, router.Publish(Publication("many.x"), null, [], groups: groups.Decide())); // the last group: here, as the envelope is full
+            Assert.Equal(1, router.Publish(new PublishContext(Publication("many.x"), []) { Groups = groups.Decide() })); // the last group: here, as the envelope is full
             Assert.Equal(GroupAssignments.Max, groups.Count);
         }
 

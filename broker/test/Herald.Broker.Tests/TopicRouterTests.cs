@@ -165,7 +165,7 @@ public sealed class TopicRouterTests : IDisposable
         PublishFrame publish = Decode(w => FrameWriter.WritePublish(w, "t.x"u8, "_INBOX.r"u8, PayloadFlags.None, "payload"u8));
         var toFlush = new List<IMessageSink>();
 
-        int delivered = _router.Publish(publish, origin: sinks[0], toFlush);
+        int delivered = _router.Publish(new PublishContext(in publish, toFlush) { Origin = sinks[0] });
 
         Assert.Equal(49, delivered);                       // sinks[0] asked not to see its own publication
         Assert.Equal(49, toFlush.Count);                   // each idle sink is flushed once, by the publisher
@@ -187,7 +187,7 @@ public sealed class TopicRouterTests : IDisposable
         }
 
         PublishFrame withHeaders = Decode(w => FrameWriter.WritePublish(w, "h.x"u8, default, PayloadFlags.None, "p"u8, HeaderBlock.Encode([new("K", ["v"])])));
-        Assert.Equal(20, _router.Publish(withHeaders, origin: null, []));
+        Assert.Equal(20, _router.Publish(new PublishContext(in withHeaders, [])));
         Assert.Equal(2, _router.EncodedFrames); // one form with the block, one without
         MessageBuffer seven = aware[0].Frames[0].Frame;
         MessageBuffer six = plain[0].Frames[0].Frame;
@@ -196,7 +196,7 @@ public sealed class TopicRouterTests : IDisposable
         Assert.Equal((0x97, 0x96), (seven.Span[4], six.Span[4]));
 
         PublishFrame without = Decode(w => FrameWriter.WritePublish(w, "h.y"u8, default, PayloadFlags.None, "p"u8));
-        Assert.Equal(20, _router.Publish(without, origin: null, []));
+        Assert.Equal(20, _router.Publish(new PublishContext(in without, [])));
         Assert.Equal(3, _router.EncodedFrames); // no headers: one form for everyone, as before headers existed
         MessageBuffer shared = aware[0].Frames[1].Frame;
         Assert.All(aware.Concat(plain), s => Assert.Same(shared, s.Frames[1].Frame));
@@ -207,7 +207,7 @@ public sealed class TopicRouterTests : IDisposable
     {
         PublishFrame publish = Decode(w => FrameWriter.WritePublish(w, "nobody.home"u8, default, PayloadFlags.None, "x"u8));
 
-        Assert.Equal(0, _router.Publish(publish, origin: null, []));
+        Assert.Equal(0, _router.Publish(new PublishContext(in publish, [])));
         Assert.Equal(0, _router.EncodedFrames);
     }
 

@@ -203,7 +203,7 @@ public class PublicationPathBenchmarks : IDisposable
         while (FrameReader.TryReadFrame(ref buffer, PublishFrames.MaxFrame, out ReadOnlySequence<byte> body))
         {
             PublishFrame publish = PublishFrames.DecodeAsBroker(body);
-            deliveries += _router.Publish(publish, origin: null, _toFlush, encoder: null);
+            deliveries += _router.Publish(new PublishContext(in publish, _toFlush));
             _toFlush.Clear();
             if (++sinceDrain == DrainEvery)
             {
@@ -232,7 +232,7 @@ public class PublicationPathBenchmarks : IDisposable
         while (FrameReader.TryReadFrame(ref buffer, PublishFrames.MaxFrame, out ReadOnlySequence<byte> body))
         {
             PublishFrame publish = PublishFrames.DecodeAsBroker(body);
-            _router.Publish(publish, origin: null, _toFlush, encoder: null);
+            _router.Publish(new PublishContext(in publish, _toFlush));
             _toFlush.Clear();
             if (++sinceDrain == DrainEvery)
             {

@@ -261,13 +261,22 @@ internal sealed class ClusterInbound
     {
         if ((publish.Flags & PayloadFlags.Zstd) == 0)
         {
-            return histories.PublishAt(_router, publish, offset, epoch, publisher, toFlush, _encoder, default, tally, _maxFrameBytes, _connection.Restores, repaired, groups, out gapAfter);
+            var routing = new PublishContext(in publish, toFlush) { Origin = publisher, Encoder = _encoder, Tally = tally, Groups = groups };
+            return histories.PublishAt(_router, in routing, offset, epoch, _maxFrameBytes, _connection.Restores, repaired, out gapAfter);
         }
 
         int length = Zstd.Decompress(publish.Payload, _maxPayloadBytes - (int)publish.Headers.Length, out byte[] plain);
         try
         {
-            return histories.PublishAt(_router, publish, offset, epoch, publisher, toFlush, _encoder, plain.AsSpan(0, length), tally, _maxFrameBytes, _connection.Restores, repaired, groups, out gapAfter);
+            var routing = new PublishContext(in publish, toFlush)
+            {
+                Origin = publisher,
+                Encoder = _encoder,
+                PlainPayload = plain.AsSpan(0, length),
+                Tally = tally,
+                Groups = groups,
+            };
+            return histories.PublishAt(_router, in routing, offset, epoch, _maxFrameBytes, _connection.Restores, repaired, out gapAfter);
         }
         finally
         {
@@ -276,10 +285,11 @@ internal sealed class ClusterInbound
     }
 
     /// <summary>Through this node's topic histories when it keeps any (so they hold the other nodes' publications too), else the router.</summary>
-    private int RouteHere(in PublishFrame publish, List<IMessageSink> toFlush, ReadOnlySpan<byte> plainPayload, FanoutTally? tally, GroupAssignments groups) =>
-        History is { Shared: false } history
-            ? history.Publish(_router, publish, origin: null, toFlush, _encoder, plainPayload, receivedAt: 0, tally, _maxFrameBytes, groups)
-            : _router.Publish(publish, origin: null, toFlush, _encoder, plainPayload, tally: tally, groups: groups);
+    private int RouteHere(in PublishFrame publish, List<IMessageSink> toFlush, ReadOnlySpan<byte> plainPayload, FanoutTally? tally, GroupAssignments groups)
+    {
+        var routing = new PublishContext(in publish, toFlush) { Encoder = _encoder, PlainPayload = plainPayload, Tally = tally, Groups = groups };
+        return History is { Shared: false } history ? history.Publish(_router, in routing, _maxFrameBytes) : _router.Publish(in routing);
+    }
 
     /// <summary>
     /// A copy an old subscription already delivered: from <paramref name="origin"/>, at or below the last

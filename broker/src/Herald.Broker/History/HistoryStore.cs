@@ -82,19 +82,20 @@ internal sealed class HistoryStore : IDisposable
     /// <see cref="TopicHistory.TryPublish"/>), else straight to the router: how every publication on this node is
     /// routed, a client's or another node's, so a history holds them all in the order this node delivered them.
     /// </summary>
-    public int Publish(TopicRouter router, in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder encoder, ReadOnlySpan<byte> plainPayload, long receivedAt, FanoutTally? tally, int maxFrame, GroupAssignments? groups = null)
+    public int Publish(TopicRouter router, in PublishContext context, int maxFrame)
     {
+        ref readonly PublishFrame publish = ref context.Publication;
         Span<char> stack = stackalloc char[TopicChars.StackLength];
         using var topic = new TopicChars(publish.Topic, stack);
         while (!Shared && Find(topic.Span) is { } history)
         {
-            if (history.TryPublish(router, publish, origin, toFlush, encoder, plainPayload, receivedAt, tally, maxFrame, groups, out int deliveries))
+            if (history.TryPublish(router, in context, maxFrame, out int deliveries))
             {
                 return deliveries;
             }
         }
 
-        return router.Publish(publish, origin, toFlush, encoder, plainPayload, receivedAt, tally, groups);
+        return router.Publish(in context);
     }
 
     /// <summary>
@@ -102,21 +103,22 @@ internal sealed class HistoryStore : IDisposable
     /// straight to the router (unstamped) when this node's rules keep none for it (the nodes' rules differ).
     /// </summary>
     /// <returns>The deliveries, or -2: a gap across a Redis outage to read back first (<see cref="TopicHistory.PublishAt"/>), nothing routed.</returns>
-    public int PublishAt(TopicRouter router, in PublishFrame publish, ulong offset, string epoch, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder encoder, ReadOnlySpan<byte> plainPayload, FanoutTally? tally, int maxFrame, long generation, bool repaired, GroupAssignments? groups, out ulong gapAfter)
+    public int PublishAt(TopicRouter router, in PublishContext context, ulong offset, string epoch, int maxFrame, long generation, bool repaired, out ulong gapAfter)
     {
+        ref readonly PublishFrame publish = ref context.Publication;
         gapAfter = 0;
         Span<char> stack = stackalloc char[TopicChars.StackLength];
         using var topic = new TopicChars(publish.Topic, stack);
         while (Find(topic.Span) is { } history)
         {
-            int deliveries = history.PublishAt(router, publish, offset, epoch, origin, toFlush, encoder, plainPayload, tally, maxFrame, generation, repaired, groups, out gapAfter);
+            int deliveries = history.PublishAt(router, in context, offset, epoch, maxFrame, generation, repaired, out gapAfter);
             if (deliveries != -1)
             {
                 return deliveries;
             }
         }
 
-        return router.Publish(publish, origin, toFlush, encoder, plainPayload, tally: tally, groups: groups); // a rule this node does not have: delivered, not kept
+        return router.Publish(in context); // a rule this node does not have: delivered, not kept
     }
 
     /// <summary>The history <paramref name="topic"/> holds now, without making one.</summary>

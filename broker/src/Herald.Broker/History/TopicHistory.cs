@@ -85,7 +85,7 @@ internal sealed class TopicHistory
     /// asks the store again. A publication whose stamped MESSAGE would not fit <paramref name="maxFrame"/> is
     /// refused with <c>FrameTooLarge</c> before it takes an offset.
     /// </summary>
-    public bool TryPublish(TopicRouter router, in PublishFrame publish, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder encoder, ReadOnlySpan<byte> plainPayload, long receivedAt, FanoutTally? tally, int maxFrame, GroupAssignments? groups, out int deliveries)
+    public bool TryPublish(TopicRouter router, in PublishContext context, int maxFrame, out int deliveries)
     {
         deliveries = 0;
         lock (_gate)
@@ -96,9 +96,9 @@ internal sealed class TopicHistory
             }
 
             ulong offset = _last + 1;
-            PublishFrame stamped = Stamp(publish, offset, _epoch, maxFrame);
+            PublishFrame stamped = Stamp(context.Publication, offset, _epoch, maxFrame);
             _last = offset;
-            deliveries = router.Publish(stamped, origin, toFlush, encoder, plainPayload, receivedAt, tally, groups, out MessageBuffer kept);
+            deliveries = router.Publish(context.For(stamped, context.ReceivedAt), out MessageBuffer kept);
             Keep(offset, kept);
             Referenced = true;
         }
@@ -124,7 +124,7 @@ internal sealed class TopicHistory
     /// history last routed); the caller reads them back from the stream, routes them, then this publication again.</param>
     /// <param name="groups">Where the publication's origin gave its queue groups (spec cluster.md §11).</param>
     /// <returns>The deliveries; -1: this history was evicted (ask the store again); -2: a gap to read back first, nothing routed.</returns>
-    public int PublishAt(TopicRouter router, in PublishFrame publish, ulong offset, string epoch, IMessageSink? origin, List<IMessageSink> toFlush, MessageEncoder encoder, ReadOnlySpan<byte> plainPayload, FanoutTally? tally, int maxFrame, long generation, bool repaired, GroupAssignments? groups, out ulong gapAfter)
+    public int PublishAt(TopicRouter router, in PublishContext context, ulong offset, string epoch, int maxFrame, long generation, bool repaired, out ulong gapAfter)
     {
         int deliveries;
         gapAfter = 0;
@@ -159,9 +159,9 @@ internal sealed class TopicHistory
             }
 
             Join(offset);
-            PublishFrame stamped = Stamp(publish, offset, epoch, maxFrame);
+            PublishFrame stamped = Stamp(context.Publication, offset, epoch, maxFrame);
             _last = offset;
-            deliveries = router.Publish(stamped, origin, toFlush, encoder, plainPayload, receivedAt: 0, tally, groups, out MessageBuffer kept);
+            deliveries = router.Publish(context.For(stamped, receivedAt: 0), out MessageBuffer kept);
             Keep(offset, kept);
             Referenced = true;
         }

@@ -40,9 +40,18 @@ internal abstract partial class ProtocolSession
         // on every publication cost about 5 % of a streaming publisher's broker CPU (loadtest/docs/profile.md).
         long sampledAt = (_routed++ & (BrokerMetrics.FanoutSampling - 1)) == 0 ? receivedAt : 0;
         GroupAssignments? groups = Broker.Exchange.Assigning(ref _groups, publish); // cluster: queue groups chosen among every node's members
+        var routing = new PublishContext(in publish, _toFlush)
+        {
+            Origin = Backlog,
+            Encoder = Broker.Encoder,
+            PlainPayload = plainPayload,
+            ReceivedAt = sampledAt,
+            Tally = tally,
+            Groups = groups,
+        };
         int deliveries = Broker.History is { } histories
-            ? histories.Publish(Broker.Router, publish, Backlog, _toFlush, Broker.Encoder, plainPayload, sampledAt, tally, Limits.MaxFrameBytes, groups)
-            : Broker.Router.Publish(publish, Backlog, _toFlush, Broker.Encoder, plainPayload, sampledAt, tally, groups);
+            ? histories.Publish(Broker.Router, in routing, Limits.MaxFrameBytes)
+            : Broker.Router.Publish(in routing);
         if (span is not null)
         {
             _fanout!.WriteTo(span);
