@@ -122,7 +122,8 @@ internal sealed class TopicHistory
     /// <param name="repaired">The caller already read back what the stream held of a gap (<paramref name="gapAfter"/>): route, gap or not.</param>
     /// <param name="gapAfter">With -2: the offset after which this node missed publications across a Redis outage (a restore since this
     /// history last routed); the caller reads them back from the stream, routes them, then this publication again.</param>
-    /// <param name="groups">Where the publication's origin gave its queue groups (spec cluster.md §11).</param>
+    /// <param name="context">The routing; its <see cref="PublishContext.Groups"/> say where the publication's origin gave its queue groups
+    /// (spec cluster.md §11). Routed with no fan-out latency sample (the publication was read on another node).</param>
     /// <returns>The deliveries; -1: this history was evicted (ask the store again); -2: a gap to read back first, nothing routed.</returns>
     public int PublishAt(TopicRouter router, in PublishContext context, ulong offset, string epoch, int maxFrame, long generation, bool repaired, out ulong gapAfter)
     {
