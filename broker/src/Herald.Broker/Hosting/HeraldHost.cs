@@ -31,9 +31,6 @@ namespace Herald.Broker.Hosting;
 /// <summary>Builds the broker's host: configuration, services and Kestrel listeners. Used by Program and by tests.</summary>
 public static class HeraldHost
 {
-    /// <summary>The CORS policy of the client endpoints (long-poll, policy files).</summary>
-    internal const string ClientCors = "clients";
-
     /// <summary>
     /// Creates the broker application. <paramref name="configure"/> lets tests and embedders override
     /// options after configuration is bound (it runs before validation).
@@ -265,24 +262,7 @@ public static class HeraldHost
             kestrel.Limits.MaxRequestBodySize = preview.LongPoll.MaxBodyBytes;
             kestrel.Limits.RequestHeadersTimeout = preview.Http.RequestHeadersTimeout;
         });
-        // CORS for the client endpoints only (long-poll, policy files): a named policy, not a default one,
-        // so an operations endpoint never answers a browser's preflight or request with CORS headers.
-        services.AddCors(cors => cors.AddPolicy(ClientCors, policy =>
-        {
-            string[] domains = preview.Policy.AllowedDomains;
-            if (domains.Contains("*"))
-            {
-                policy.AllowAnyOrigin();
-            }
-            else
-            {
-                policy.WithOrigins(domains.SelectMany(d => d.Contains("://", StringComparison.Ordinal) ? [d] : new[] { "http://" + d, "https://" + d }).ToArray())
-                    .SetIsOriginAllowedToAllowWildcardSubdomains();
-            }
-
-            policy.AllowAnyHeader().AllowAnyMethod()
-                .WithExposedHeaders("Herald-First-Sequence", "Herald-Count", "Herald-Dropped", "Herald-Notice", "Retry-After", "Location");
-        }));
+        services.AddClientCors(preview.Policy.AllowedDomains);
 
         overrides?.Invoke(services);
         WebApplication app = builder.Build();
@@ -290,7 +270,7 @@ public static class HeraldHost
         app.UseCors();
         app.UseWebSockets(); // /ws (Transports/WebSockets); never permessage-deflate: payloads are Zstd where it pays
         RouteGroupBuilder clients = app.MapGroup("");
-        clients.RequireCors(ClientCors);
+        clients.RequireCors(ClientCors.Policy);
         clients.MapLongPoll();
         clients.MapWebSocket();
         clients.MapSse();

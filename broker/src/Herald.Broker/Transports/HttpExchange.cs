@@ -4,7 +4,6 @@ using System.IO.Pipelines;
 using System.Net;
 using System.Text.Json;
 using System.Text.Json.Serialization.Metadata;
-using Herald.Broker.Hosting;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Protocol;
@@ -65,7 +64,7 @@ internal static class HttpExchange
     public static async Task<bool> IsOriginAllowedAsync(HttpContext context, string origin)
     {
         ICorsPolicyProvider provider = context.RequestServices.GetRequiredService<ICorsPolicyProvider>();
-        CorsPolicy? policy = await provider.GetPolicyAsync(context, HeraldHost.ClientCors).ConfigureAwait(false);
+        CorsPolicy? policy = await provider.GetPolicyAsync(context, ClientCors.Policy).ConfigureAwait(false);
         return policy is not null && (policy.AllowAnyOrigin || policy.IsOriginAllowed(origin));
     }
 
