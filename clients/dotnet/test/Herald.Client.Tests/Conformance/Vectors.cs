@@ -63,6 +63,10 @@ public static class Vectors
 
     public static TheoryData<CaseName> SubscribeValid => Ids(v => v.File == "subscribe.json" && v.Kind == "valid");
 
+    /// <summary>The valid SUBSCRIBE vectors that name a queue group (a non-nil <c>queue</c>).</summary>
+    public static TheoryData<CaseName> SubscribeValidWithQueue =>
+        Ids(v => v.File == "subscribe.json" && v.Kind == "valid" && v.Fields.TryGetProperty("queue", out JsonElement queue) && queue.ValueKind == JsonValueKind.String);
+
     public static TheoryData<CaseName> ClientCanonical => Ids(v => ClientFiles.ContainsKey(v.File) && v.Kind == "valid" && v.Canonical);
 
     public static IEnumerable<FrameVector> Cases => All.Value.Values;
