@@ -192,21 +192,21 @@ public sealed class LongPollLimitTests
     }
 
     /// <summary>Creates sessions one at a time until one is refused (10 s at most); returns the refusal.</summary>
-    private static async Task<HttpResponseMessage> UntilRefusedAsync(HttpClient http)
-    {
-        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
-        while (true)
-        {
-            HttpResponseMessage response = await http.PostAsync("/poll/sessions", null);
-            if (response.StatusCode != HttpStatusCode.Created || DateTime.UtcNow > deadline)
+    private static Task<HttpResponseMessage> UntilRefusedAsync(HttpClient http) =>
+        Until.Value(
+            async () =>
             {
-                return response;
-            }
+                HttpResponseMessage response = await http.PostAsync("/poll/sessions", null);
+                if (response.StatusCode == HttpStatusCode.Created)
+                {
+                    response.Dispose(); // created, not refused: asked again
+                }
 
-            response.Dispose();
-            await Task.Yield();
-        }
-    }
+                return response;
+            },
+            response => response.StatusCode != HttpStatusCode.Created,
+            "a session creation is refused",
+            TimeSpan.FromSeconds(10));
 
     private static async Task AssertProblem(HttpResponseMessage response, HttpStatusCode status, string code)
     {

@@ -258,13 +258,19 @@ public sealed partial class OperationsDeployManifestTests
 
         Task stopping = broker.StopAsync();
         string readiness = Scalar(container, "readinessProbe", "httpGet", "path");
-        HttpResponseMessage ready = await monitoring.GetAsync(readiness);
-        while (ready.StatusCode == HttpStatusCode.OK && !stopping.IsCompleted)
-        {
-            ready.Dispose();
-            await Task.Delay(10);
-            ready = await monitoring.GetAsync(readiness);
-        }
+        HttpResponseMessage ready = await Until.Value(
+            () => monitoring.GetAsync(readiness),
+            response =>
+            {
+                bool done = response.StatusCode != HttpStatusCode.OK || stopping.IsCompleted;
+                if (!done)
+                {
+                    response.Dispose(); // still ready: asked again
+                }
+
+                return done;
+            },
+            $"{readiness} stops answering 200 (or the stop completes)");
 
         using HttpResponseMessage alive = await monitoring.GetAsync(Scalar(container, "livenessProbe", "httpGet", "path"));
         Assert.Equal(HttpStatusCode.ServiceUnavailable, ready.StatusCode);

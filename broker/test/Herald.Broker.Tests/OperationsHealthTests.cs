@@ -41,13 +41,19 @@ public sealed class OperationsHealthTests
         Task stopping = broker.StopAsync();
 
         // Within the drain delay (the listeners are still open) readiness reports the shutdown.
-        HttpResponseMessage draining = await http.GetAsync("/readyz");
-        while (draining.StatusCode == HttpStatusCode.OK && !stopping.IsCompleted)
-        {
-            draining.Dispose();
-            await Task.Delay(10);
-            draining = await http.GetAsync("/readyz");
-        }
+        HttpResponseMessage draining = await Until.Value(
+            () => http.GetAsync("/readyz"),
+            response =>
+            {
+                bool done = response.StatusCode != HttpStatusCode.OK || stopping.IsCompleted;
+                if (!done)
+                {
+                    response.Dispose(); // still ready: asked again
+                }
+
+                return done;
+            },
+            "/readyz stops answering 200 (or the stop completes)");
 
         using HttpResponseMessage alive = await http.GetAsync("/healthz");
         Assert.Equal(HttpStatusCode.ServiceUnavailable, draining.StatusCode);
