@@ -81,6 +81,7 @@ public static class HeraldHost
         services.AddSingleton(sp => sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Security);
         services.AddSingleton(sp => sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Compression);
         services.AddSingleton(sp => sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Monitoring);
+        services.AddSingleton(sp => sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Sse);
         services.AddSingleton(sp => new TopicRouter(sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxTopics));
         services.AddSingleton(TimeProvider.System);
         services.AddSingleton<ICpuLoad, ProcessCpuLoad>();

@@ -3,7 +3,6 @@ using System.Text;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
 using Herald.Protocol;
-using Microsoft.Extensions.Options;
 using Microsoft.Extensions.Primitives;
 
 namespace Herald.Broker.Transports.Sse;
@@ -28,7 +27,7 @@ internal static class SseEndpoint
     private static Task StreamAsync(HttpContext context) => HttpExchange.Handle(context, async () =>
     {
         IServiceProvider services = context.RequestServices;
-        SseOptions options = services.GetRequiredService<IOptions<Hosting.HeraldOptions>>().Value.Sse;
+        SseOptions options = services.GetRequiredService<SseOptions>();
         if (!options.Enabled)
         {
             throw new HttpProblem(StatusCodes.Status404NotFound, "NotFound", "Server-Sent Events are turned off (Herald:Sse:Enabled).");
