@@ -19,7 +19,7 @@ namespace Herald.Broker.Cluster;
 /// publications routed here), the <b>queue groups</b> (<see cref="ClusterGroups"/>), the <b>members</b>
 /// (<see cref="ClusterNodes"/>, kept alive by a heartbeat here), the <b>shared history</b>
 /// (<see cref="ClusterSharedHistory"/>, an <see cref="ISharedHistory"/>) and long-poll's shared sessions
-/// (<see cref="SharedSessions"/>). It starts and stops them in order, and is the <see cref="IClusterStatus"/> monitoring reads.
+/// (<see cref="ClusterSharedSessions"/>). It starts and stops them in order, and is the <see cref="IClusterStatus"/> monitoring reads.
 /// </summary>
 internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
 {
@@ -41,7 +41,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         _log = log;
         Metrics = new ClusterMetrics(meters, this);
         Nodes = new ClusterNodes(options, NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), serverName, ClusterSharedHistory.RulesOf(history));
-        Sessions = new SharedSessions(_connection);
+        Sessions = new ClusterSharedSessions(_connection);
         Groups = new ClusterGroups(_connection, Nodes, router, log);
         _out = new ClusterOutbound(_connection, router, Nodes, Metrics);
         SharedHistory = new ClusterSharedHistory(_connection, _out, history);
@@ -62,7 +62,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
     public ClusterGroups Groups { get; }
 
     /// <summary>Long-poll sessions any node can serve (spec cluster.md §10).</summary>
-    public SharedSessions Sessions { get; }
+    public ClusterSharedSessions Sessions { get; }
 
     /// <summary>The cluster's members as this node last saw them (<c>/varz</c>).</summary>
     public ClusterNodes Nodes { get; }

@@ -1,11 +1,13 @@
+using Herald.Broker.Engines.PollSharing;
+
 namespace Herald.Broker.Engines;
 
 /// <summary>
 /// The engines a broker's sessions and monitoring reach through their seams, as the composition root picked them:
 /// <see cref="Local"/> on a single node, the cluster's (Redis) implementations on a cluster node. Never null.
 /// </summary>
-internal sealed record BrokerEngines(IPublicationExchange Exchange, ISharedInterest Interest, ISharedHistory History, IClusterStatus Status)
+internal sealed record BrokerEngines(IPublicationExchange Exchange, ISharedInterest Interest, ISharedHistory History, IClusterStatus Status, ISharedSessions Sessions)
 {
     /// <summary>A single node's: nothing is shared.</summary>
-    public static readonly BrokerEngines Local = new(LocalExchange.Instance, LocalInterest.Instance, LocalHistory.Instance, LocalStatus.Instance);
+    public static readonly BrokerEngines Local = new(LocalExchange.Instance, LocalInterest.Instance, LocalHistory.Instance, LocalStatus.Instance, LocalSessions.Instance);
 }

@@ -131,10 +131,7 @@ public static class HeraldHost
             sp.GetRequiredService<BrokerMetrics>(),
             sp.GetRequiredService<ClientFaultLog>(),
             sp.GetRequiredService<ClusterSlot>().Engines,
-            sp.GetRequiredService<HistorySlot>().Store)
-        {
-            SharedSessions = sp.GetRequiredService<ClusterSlot>().SharedSessions,
-        });
+            sp.GetRequiredService<HistorySlot>().Store));
         services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
         services.AddSingleton<PollSessionStore>();

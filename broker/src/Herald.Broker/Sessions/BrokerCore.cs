@@ -1,6 +1,6 @@
-using Herald.Broker.Cluster;
 using Herald.Broker.Compression;
 using Herald.Broker.Engines;
+using Herald.Broker.Engines.PollSharing;
 using Herald.Broker.History;
 using Herald.Broker.Routing;
 using Herald.Broker.Security;
@@ -19,6 +19,7 @@ internal sealed class BrokerCore
         Interest = engines.Interest;
         SharedHistory = engines.History;
         ClusterStatus = engines.Status;
+        SharedSessions = engines.Sessions;
         History = history;
         ServerName = serverName;
         Limits = limits;
@@ -71,8 +72,8 @@ internal sealed class BrokerCore
     /// <summary>What monitoring shows of the cluster (nothing on a single node).</summary>
     public IClusterStatus ClusterStatus { get; }
 
-    /// <summary>Long-poll sessions any node can serve, when the cluster shares them; null otherwise (long-poll's own seam replaces it).</summary>
-    public SharedSessions? SharedSessions { get; init; }
+    /// <summary>Where long-poll sessions' state is kept for every node to serve them (<see cref="LocalSessions"/>: nowhere, on a single node).</summary>
+    public ISharedSessions SharedSessions { get; }
 
     /// <summary>Topic histories, when <c>Herald:History:Topics</c> names a pattern; null otherwise (one test per publication).</summary>
     public HistoryStore? History { get; }

@@ -2,7 +2,8 @@ using System.Buffers;
 using System.Diagnostics;
 using System.Globalization;
 using System.Text;
-using Herald.Broker.Cluster;
+using Herald.Broker.Engines;
+using Herald.Broker.Engines.PollSharing;
 using Herald.Broker.Delivery;
 using Herald.Broker.Security;
 using Herald.Broker.Sessions;
@@ -47,7 +48,7 @@ internal static class LongPollEndpoints
         Identity identity = await HttpExchange.AuthenticateAsync(context, store.Broker, PollSession.TransportName).ConfigureAwait(false);
         LongPollOptions options = store.Options;
         CreateSessionRequest? request;
-        using (store.Admit(context, creating: true))
+        using (store.Admission.Admit(context, creating: true))
         {
             request = await HttpExchange.ReadJsonAsync(context, options.MaxBodyBytes, LongPollJsonContext.Default.CreateSessionRequest).ConfigureAwait(false);
         }
@@ -132,7 +133,7 @@ internal static class LongPollEndpoints
                     refusal = owner.Subscribe(command.Sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(command.Pattern ?? "")), command.NoEcho, since, command.Queue);
                     owner.FlushTouched(); // a resume queued its status and what was missed: a held poll takes them now
                     status = StatusCodes.Status204NoContent;
-                    if (owner.Shared is { } shared && refusal.Code is ErrorCode.None or ErrorCode.RateLimited)
+                    if (owner.Shared is { IsShared: true } shared && refusal.Code is ErrorCode.None or ErrorCode.RateLimited)
                     {
                         await Recorded(owner, shared.SubscriptionAsync(owner.Token, command.Sid, command.Pattern, command.NoEcho, since is { } at ? $"{at.Offset} {at.Epoch}" : null, command.Queue)).ConfigureAwait(false);
                     }
@@ -141,7 +142,7 @@ internal static class LongPollEndpoints
                 case Ops.Unsubscribe:
                     refusal = owner.Unsubscribe(command.Sid);
                     status = StatusCodes.Status204NoContent;
-                    if (owner.Shared is { } sharing && refusal.Code is ErrorCode.None or ErrorCode.RateLimited)
+                    if (owner.Shared is { IsShared: true } sharing && refusal.Code is ErrorCode.None or ErrorCode.RateLimited)
                     {
                         await Recorded(owner, sharing.SubscriptionAsync(owner.Token, command.Sid, null, false)).ConfigureAwait(false);
                     }
@@ -182,9 +183,9 @@ internal static class LongPollEndpoints
         {
             held = await write.ConfigureAwait(false);
         }
-        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+        catch (ClusterUnavailableException e)
         {
-            throw PollSessionStore.ClusterUnavailable(e);
+            throw PollProblems.ClusterUnavailable(e);
         }
 
         if (!held)
@@ -218,7 +219,7 @@ internal static class LongPollEndpoints
     {
         PollSessionStore store = StoreOf(context);
         Identity identity = await HttpExchange.AuthenticateAsync(context, store.Broker, PollSession.TransportName).ConfigureAwait(false);
-        PollSession owner = store.OneShot(identity, HttpExchange.RemoteOf(context));
+        PollSession owner = store.OneShots.Of(identity, HttpExchange.RemoteOf(context));
         await owner.Requests.WaitAsync(context.RequestAborted).ConfigureAwait(false);
         try
         {
@@ -240,7 +241,7 @@ internal static class LongPollEndpoints
     {
         LongPollOptions options = store.Options;
         ReadOnlySequence<byte> frames;
-        using (store.Admit(context, creating: false))
+        using (store.Admission.Admit(context, creating: false))
         {
             frames = await HttpExchange.ReadBodyAsync(context, options.MaxBodyBytes).ConfigureAwait(false);
         }
@@ -319,7 +320,7 @@ internal static class LongPollEndpoints
     private static Task Poll(HttpContext context, string session) => HttpExchange.Handle(context, async () =>
     {
         PollSessionStore store = StoreOf(context);
-        PollSessionStore.Located at = store.Shared is null ? new(await store.OwnedAsync(context, session).ConfigureAwait(false), null, null) : await store.LocateAsync(context, session).ConfigureAwait(false);
+        PollSessionStore.Located at = !store.Shared.IsShared ? new(await store.OwnedAsync(context, session).ConfigureAwait(false), null, null) : await store.LocateAsync(context, session).ConfigureAwait(false);
         bool json = context.Request.Headers.Accept.ToString().Contains("application/json", StringComparison.OrdinalIgnoreCase);
         long ack = 0;
         if (context.Request.Query["ack"].ToString() is { Length: > 0 } ackText && !long.TryParse(ackText, out ack))
@@ -327,11 +328,11 @@ internal static class LongPollEndpoints
             throw HttpProblem.Malformed("ack must be an integer.");
         }
 
-        store.BeginPoll();
+        store.Admission.BeginPoll();
         WindowTake take = default;
         try
         {
-            take = store.Shared is null ? await at.Local!.PollAsync(ack, context.RequestAborted).ConfigureAwait(false) : await store.PollSharedAsync(at, session, ack, context.RequestAborted).ConfigureAwait(false);
+            take = !store.Shared.IsShared ? await at.Local!.PollAsync(ack, context.RequestAborted).ConfigureAwait(false) : await store.SharedPolls.PollAsync(at, session, ack, context.RequestAborted).ConfigureAwait(false);
             if (context.RequestAborted.IsCancellationRequested)
             {
                 return; // the client went away
@@ -344,7 +345,7 @@ internal static class LongPollEndpoints
         finally
         {
             take.Release();
-            store.EndPoll();
+            store.Admission.EndPoll();
         }
     });
 
@@ -384,7 +385,7 @@ internal static class LongPollEndpoints
         PollSessionStore.Located at = await store.LocateAsync(context, token).ConfigureAwait(false);
         SessionCommand command = await read(context, store).ConfigureAwait(false);
         command.Token = token;
-        Write(context, at.Local is { } local ? await RunAsync(local, store, command, context.RequestAborted).ConfigureAwait(false) : await store.ForwardAsync(at, command, context).ConfigureAwait(false));
+        Write(context, at.Local is { } local ? await RunAsync(local, store, command, context.RequestAborted).ConfigureAwait(false) : await store.Commands.ForwardAsync(at, command, context).ConfigureAwait(false));
     });
 
     /// <summary>An answer onto HTTP: a problem is thrown (and written by <see cref="HttpExchange.Handle"/>); else the status and any notice.</summary>

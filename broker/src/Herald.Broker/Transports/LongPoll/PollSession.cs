@@ -1,5 +1,6 @@
 using System.Net;
-using Herald.Broker.Cluster;
+using Herald.Broker.Engines;
+using Herald.Broker.Engines.PollSharing;
 using Herald.Broker.Delivery;
 using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
@@ -33,26 +34,29 @@ internal sealed class PollSession : ProtocolSession
     private volatile bool _polledElsewhere;
 
     /// <param name="input">A gate shared with others (one-shot publishers, whom the registry does not list); null: its own.</param>
-    /// <param name="shared">In a cluster: the session's state is in Redis (spec cluster.md §10); this node owns its subscriptions and appends what they deliver, from <paramref name="baseSequence"/> on.</param>
-    public PollSession(BrokerCore broker, PollSessionStore store, LongPollOptions options, string token, long id, EndPoint? remoteEndPoint, PendingBudget? budget, InputGate? input = null, SharedSessions? shared = null, long baseSequence = 0)
+    /// <param name="shared">In a cluster that shares sessions: where the session's state is kept (spec cluster.md §10); this node owns its subscriptions and appends what they deliver, from <paramref name="baseSequence"/> on.</param>
+    public PollSession(BrokerCore broker, PollSessionStore store, LongPollOptions options, string token, long id, EndPoint? remoteEndPoint, PendingBudget? budget, InputGate? input = null, ISharedSessions? shared = null, long baseSequence = 0)
         : base(broker, id, TransportName, remoteEndPoint, new BacklogLimits(options.MaxPendingMessagesPerSession, broker.Limits.MaxPendingBytes, options.SlowConsumerPolicy, budget), input)
     {
         _store = store;
         _options = options;
         Token = token;
-        Shared = shared;
-        if (shared is null)
+        Shared = shared ?? LocalSessions.Instance;
+        if (!Shared.IsShared)
         {
             _poller = new WindowPoller(Backlog);
         }
         else
         {
-            _pump = new SharedBacklogPump(this, shared, baseSequence);
+            _pump = new SharedBacklogPump(this, Shared, baseSequence);
         }
     }
 
-    /// <summary>In a cluster, where the session's state lives (its backlog is read from Redis by every node's polls); null on a single node.</summary>
-    public SharedSessions? Shared { get; }
+    /// <summary>
+    /// Where the session's state lives: shared (<see cref="ISharedSessions.IsShared"/>), its backlog is read by every node's
+    /// polls; else (a single node, or a one-shot publisher) it is this node's alone, <see cref="LocalSessions"/>.
+    /// </summary>
+    public ISharedSessions Shared { get; }
 
     public LongPollOptions Options => _options;
 
@@ -62,7 +66,7 @@ internal sealed class PollSession : ProtocolSession
     public TimeSpan StateTimeToLive => StateTimeToLiveOf(_options, Shared);
 
     /// <summary><see cref="StateTimeToLive"/>, for a session this node does not hold.</summary>
-    public static TimeSpan StateTimeToLiveOf(LongPollOptions options, SharedSessions? shared) => options.InactivityTimeout + options.PollTimeout + (shared?.Lease ?? TimeSpan.Zero);
+    public static TimeSpan StateTimeToLiveOf(LongPollOptions options, ISharedSessions shared) => options.InactivityTimeout + options.PollTimeout + shared.Lease;
 
     /// <summary>The session's name: 256 random bits, base64url; with authentication on, requests also carry the owner's credential.</summary>
     public string Token { get; }
@@ -90,7 +94,7 @@ internal sealed class PollSession : ProtocolSession
         bool draining = IsDraining;
         if (IsClosing && !draining)
         {
-            throw PollSessionStore.Ended(CloseCode);
+            throw PollProblems.Ended(CloseCode);
         }
 
         Touch();
@@ -121,7 +125,7 @@ internal sealed class PollSession : ProtocolSession
             case PollWake.ShuttingDown:
                 throw HttpProblem.Unavailable("ShuttingDown", "The broker is shutting down.", 5);
             case PollWake.Ended:
-                throw PollSessionStore.Ended(CloseCode);
+                throw PollProblems.Ended(CloseCode);
         }
 
         if (take.Redelivery)
@@ -149,7 +153,7 @@ internal sealed class PollSession : ProtocolSession
     {
         if (now - LastActivity > (long)_options.InactivityTimeout.TotalMilliseconds && !IsPolling)
         {
-            if (Shared is not null)
+            if (Shared.IsShared)
             {
                 _ = ConfirmIdleAsync(); // its client may be served by other nodes: Redis knows
                 return;
@@ -174,7 +178,7 @@ internal sealed class PollSession : ProtocolSession
             Broker.Log.SessionSlowConsumer(Id, _options.MaxPendingMessagesPerSession);
         }
 
-        if (Shared is not null && code == ErrorCode.ShuttingDown)
+        if (Shared.IsShared && code == ErrorCode.ShuttingDown)
         {
             _ = HandOverAsync(); // the session lives on: another node takes it over
             return;
@@ -212,10 +216,10 @@ internal sealed class PollSession : ProtocolSession
         _store.Forget(this);
         Backlog.Abandon();
         _poller?.Answer(code == ErrorCode.ShuttingDown ? PollWake.ShuttingDown : PollWake.Ended);
-        if (Shared is { } shared)
+        if (Shared.IsShared)
         {
             _pump!.Stop();
-            SharedEnd = EndSharedAsync(shared, code);
+            SharedEnd = EndSharedAsync(Shared, code);
         }
 
         if (code == ErrorCode.SlowConsumer)
@@ -232,13 +236,13 @@ internal sealed class PollSession : ProtocolSession
     public Task SharedEnd { get; private set; } = Task.CompletedTask;
 
     /// <summary>The session's end, told to every node through Redis (its token answers 410 with the reason).</summary>
-    private async Task EndSharedAsync(SharedSessions shared, ErrorCode code)
+    private async Task EndSharedAsync(ISharedSessions shared, ErrorCode code)
     {
         try
         {
             await shared.EndAsync(Token, code == ErrorCode.None ? "ClientClose" : code.ToString(), _options.EndedSessionMemory, asOwner: true).ConfigureAwait(false);
         }
-        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+        catch (ClusterUnavailableException)
         {
             // Unreachable: the state expires with its time to live; until then another node may take it over.
         }
@@ -261,9 +265,9 @@ internal sealed class PollSession : ProtocolSession
         _pump!.Stop();
         try
         {
-            await Shared!.ReleaseAsync(Token).ConfigureAwait(false);
+            await Shared.ReleaseAsync(Token).ConfigureAwait(false);
         }
-        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+        catch (ClusterUnavailableException)
         {
             // Unreachable: the lease expires by itself.
         }
@@ -284,7 +288,7 @@ internal sealed class PollSession : ProtocolSession
 
         if (lost)
         {
-            Broker.Log.SessionLeaseLost(Id, Shared!.Lease);
+            Broker.Log.SessionLeaseLost(Id, Shared.Lease);
         }
 
         _pump?.Stop();
@@ -324,9 +328,9 @@ internal sealed class PollSession : ProtocolSession
         LeaseState state;
         try
         {
-            state = await Shared!.RenewAsync(Token, StateTimeToLive).ConfigureAwait(false);
+            state = await Shared.RenewAsync(Token, StateTimeToLive).ConfigureAwait(false);
         }
-        catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+        catch (ClusterUnavailableException)
         {
             return; // unreachable: kept as it is; if the lease expires meanwhile, the next append finds out
         }

@@ -1,6 +1,7 @@
 using System.Globalization;
-using Herald.Broker.Cluster;
 using Herald.Broker.Delivery;
+using Herald.Broker.Engines;
+using Herald.Broker.Engines.PollSharing;
 using Herald.Protocol;
 using MessagePack;
 
@@ -8,8 +9,8 @@ namespace Herald.Broker.Transports.LongPoll;
 
 /// <summary>
 /// The reader of a shared session's backlog on its owner (spec cluster.md §10): what the router queued is
-/// appended to the session's stream in Redis, in batches, and released here once Redis has it. Polls, on any
-/// node, read the stream. While Redis is unreachable the backlog holds what waits, within its own limits.
+/// appended to the session's shared backlog (<see cref="ISharedSessions.AppendAsync"/>), in batches, and released
+/// here once it is kept there. Polls, on any node, read it. While the backplane is unreachable the backlog holds what waits, within its own limits.
 /// </summary>
 internal sealed class SharedBacklogPump : IBacklogReader
 {
@@ -17,11 +18,11 @@ internal sealed class SharedBacklogPump : IBacklogReader
     private const long MaxBatchBytes = 1024 * 1024;
 
     private readonly PollSession _session;
-    private readonly SharedSessions _shared;
+    private readonly ISharedSessions _shared;
     private TaskCompletionSource _signal = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private volatile bool _stopped;
 
-    public SharedBacklogPump(PollSession session, SharedSessions shared, long baseSequence)
+    public SharedBacklogPump(PollSession session, ISharedSessions shared, long baseSequence)
     {
         _session = session;
         _shared = shared;
@@ -94,7 +95,7 @@ internal sealed class SharedBacklogPump : IBacklogReader
         }
     }
 
-    /// <summary>Appends, trying again while Redis is unreachable (the backlog keeps what arrives meanwhile, within its limits); -1 once stopped.</summary>
+    /// <summary>Appends, trying again while the backplane is unreachable (the backlog keeps what arrives meanwhile, within its limits); -1 once stopped.</summary>
     private async Task<long> AppendAsync(SharedEntry[] entries, LongPollOptions options)
     {
         TimeSpan pause = TimeSpan.FromMilliseconds(50);
@@ -104,7 +105,7 @@ internal sealed class SharedBacklogPump : IBacklogReader
             {
                 return await _shared.AppendAsync(_session.Token, entries, options.MaxPendingMessagesPerSession, options.SlowConsumerPolicy == SlowConsumerPolicy.Disconnect, _session.StateTimeToLive).ConfigureAwait(false);
             }
-            catch (Exception e) when (e is StackExchange.Redis.RedisException or TimeoutException)
+            catch (ClusterUnavailableException)
             {
                 await Task.Delay(pause).ConfigureAwait(false);
                 pause = TimeSpan.FromMilliseconds(Math.Min(1000, pause.TotalMilliseconds * 2));

@@ -1,0 +1,48 @@
+namespace Herald.Broker.Engines.PollSharing;
+
+/// <summary>A request for a session, sent to its owner (spec cluster.md §10).</summary>
+internal sealed class SessionCommand
+{
+    public long Id { get; set; }
+
+    public string From { get; set; } = "";
+
+    public string Token { get; set; } = "";
+
+    /// <summary>subscribe, unsubscribe, publish, end.</summary>
+    public string Op { get; set; } = "";
+
+    public uint Sid { get; set; }
+
+    public string? Pattern { get; set; }
+
+    public bool NoEcho { get; set; }
+
+    public ulong? SinceOffset { get; set; }
+
+    public string? SinceEpoch { get; set; }
+
+    /// <summary>Subscribe: the queue group to join (spec §14), or null.</summary>
+    public string? Queue { get; set; }
+
+    /// <summary>publish: the PUBLISH frames.</summary>
+    public byte[]? Frames { get; set; }
+}
+
+/// <summary>The owner's answer: the HTTP status, and for a problem its code, message and reason; or a notice.</summary>
+internal sealed class SessionReply
+{
+    public long Id { get; set; }
+
+    public int Status { get; set; }
+
+    public string? Code { get; set; }
+
+    public string? Message { get; set; }
+
+    public string? Reason { get; set; }
+
+    public int? RetryAfter { get; set; }
+
+    public string? Notice { get; set; }
+}

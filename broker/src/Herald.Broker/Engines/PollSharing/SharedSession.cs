@@ -1,0 +1,43 @@
+namespace Herald.Broker.Engines.PollSharing;
+
+/// <summary>A shared session as a node that does not own it reads it: who it is, its last sequence, its owner (null: the lease expired), why it ended, its subscriptions.</summary>
+internal sealed record SharedSession(string Token, string Identity, string? Client, int Capabilities, long Sequence, string? Owner, string? Ended, IReadOnlyList<SharedSubscription> Subscriptions);
+
+/// <summary>A subscription of a shared session; <see cref="Position"/>: "&lt;offset&gt; &lt;epoch&gt;" last delivered on a history topic.</summary>
+internal sealed record SharedSubscription(uint Sid, string Pattern, bool NoEcho, string? Position)
+{
+    /// <summary>The queue group the subscription is in (spec §14), or null.</summary>
+    public string? Queue { get; init; }
+}
+
+/// <summary>One message the owner appends: its session sequence, sid, the MESSAGE frame, and its stream position ("offset epoch") if it has one.</summary>
+internal readonly record struct SharedEntry(long Sequence, uint Sid, byte[] Frame, string? Position);
+
+internal enum SharedPollStatus
+{
+    Ok,
+    Unknown,
+    Ended,
+    AckOutOfRange,
+    Replaced,
+}
+
+/// <summary>A poll's read of the shared backlog.</summary>
+internal sealed record SharedPoll(SharedPollStatus Status)
+{
+    public string? Reason { get; init; }
+
+    public long LastSequence { get; init; }
+
+    public string? Generation { get; init; }
+
+    public long HighestAck { get; init; }
+
+    public long HighestSent { get; init; }
+
+    public IReadOnlyList<(long Sequence, uint Sid, byte[] Frame)> Entries { get; init; } = [];
+}
+
+/// <summary>The owner's lease renewed: whether it is still this node's, how long since the client's last request (on any node), whether a poll is held, and why it ended if it did.</summary>
+internal readonly record struct LeaseState(bool Kept, TimeSpan Idle, bool PollHeld, string? Ended);
+

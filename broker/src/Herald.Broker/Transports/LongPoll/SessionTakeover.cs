@@ -1,0 +1,93 @@
+using System.Buffers;
+using System.Globalization;
+using System.Net;
+using System.Text;
+using Herald.Broker.Engines;
+using Herald.Broker.Engines.PollSharing;
+using Herald.Broker.Security;
+using Herald.Broker.Sessions;
+using Herald.Broker.Telemetry;
+using Herald.Protocol;
+
+namespace Herald.Broker.Transports.LongPoll;
+
+/// <summary>
+/// The takeover of a shared session whose owner is gone (spec cluster.md §10): this node takes its lease, holds it
+/// in the store, and makes its subscriptions again in this node's router; from then on this node is its owner.
+/// </summary>
+internal sealed class SessionTakeover(PollSessionStore store, SessionRegistry registry)
+{
+    /// <summary>
+    /// Takes over a shared session whose owner's lease expired (spec cluster.md §10): opened here as its identity,
+    /// its subscriptions made again, each on a history topic resumed after the last position it delivered, and its
+    /// sequence continued. Null if another node was first (or it ended meanwhile).
+    /// </summary>
+    public async Task<PollSession?> RunAsync(SharedSession record, Identity identity, EndPoint? remote)
+    {
+        ISharedSessions shared = store.Shared;
+        if (registry.IsStopping)
+        {
+            return null; // a node on its way out takes nothing over: its polls read Redis, the next node takes it
+        }
+
+        SharedSession? taken = await PollProblems.OrUnavailable(shared.TakeOverAsync(record.Token)).ConfigureAwait(false);
+        if (taken is null)
+        {
+            return store.Find(record.Token);
+        }
+
+        var session = new PollSession(store.Broker, store, store.Options, taken.Token, registry.NextId(), remote, store.Budget, shared: shared, baseSequence: taken.Sequence);
+        session.Open(identity, taken.Client, (Capabilities)taken.Capabilities);
+        Refusal refused = store.Hold(session);
+        if (!refused.IsNone)
+        {
+            // This node cannot hold it (its connection limits, or it began stopping): let go, for another node to take.
+            session.Moved();
+            await shared.ReleaseAsync(taken.Token).ConfigureAwait(false);
+            throw HttpProblem.Unavailable(refused.Code == ErrorCode.ShuttingDown ? "OwnerUnavailable" : refused.Code.ToString(), refused.Message!, 1);
+        }
+
+        await session.Requests.WaitAsync().ConfigureAwait(false);
+        try
+        {
+            foreach (SharedSubscription subscription in taken.Subscriptions)
+            {
+                StreamPosition? since = session.Backlog.AcceptsHeaders && subscription.Position is { } position && position.IndexOf(' ', StringComparison.Ordinal) is > 0 and var space
+                    && ulong.TryParse(position.AsSpan(0, space), CultureInfo.InvariantCulture, out ulong offset)
+                    ? new StreamPosition(offset, position[(space + 1)..])
+                    : null;
+                Refusal answer;
+                try
+                {
+                    answer = session.Subscribe(subscription.Sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(subscription.Pattern)), subscription.NoEcho, since, subscription.Queue);
+                }
+                catch (ProtocolException e)
+                {
+                    answer = new Refusal(e.Code, e.Message);
+                }
+
+                if (!answer.IsNone && answer.Code != ErrorCode.RateLimited)
+                {
+                    _ = await shared.SubscriptionAsync(taken.Token, subscription.Sid, null, false).ConfigureAwait(false); // no longer allowed: gone
+                }
+            }
+
+            session.FlushTouched();
+            if (session.AwaitsInterest)
+            {
+                await session.InterestSettledAsync().WaitAsync(store.Options.PollTimeout).ConfigureAwait(false); // what is published after this answer reaches it
+            }
+        }
+        catch (Exception e) when (e is TimeoutException or ClusterUnavailableException { InnerException: TimeoutException })
+        {
+            // Redis slow to confirm: served anyway; the subscriptions become live when it does.
+        }
+        finally
+        {
+            session.Requests.Release();
+        }
+
+        store.Broker.Log.SessionTakenOver(session.Id, taken.Subscriptions.Count);
+        return session;
+    }
+}

@@ -1,0 +1,96 @@
+using Herald.Broker.Delivery;
+using Herald.Broker.Engines.PollSharing;
+using Herald.Broker.Sessions;
+using Microsoft.AspNetCore.Http;
+
+namespace Herald.Broker.Transports.LongPoll;
+
+/// <summary>
+/// Polls of shared sessions (spec cluster.md §10), on any node: each reads the session's shared backlog, not this
+/// node's memory, and takes the session over when it finds its owner gone.
+/// </summary>
+internal sealed class SharedPolls(PollSessionStore store, SessionRegistry registry, SessionTakeover takeover)
+{
+    /// <summary>
+    /// A poll of a shared session (spec cluster.md §10), on any node: acknowledges and reads the session's stream
+    /// in Redis; with nothing there, holds until the owner appends (it wakes this node), a newer poll replaces this
+    /// one (409), the session ends (410) or the poll timeout passes (an empty take). A poll held on a node that is
+    /// not the owner looks at the owner's lease every heartbeat, and takes the session over once it has expired.
+    /// </summary>
+    public async Task<WindowTake> PollAsync(PollSessionStore.Located at, string token, long ack, CancellationToken cancellation)
+    {
+        ISharedSessions shared = store.Shared;
+        long deadline = Environment.TickCount64 + (long)store.Options.PollTimeout.TotalMilliseconds;
+        string? generation = null;
+        while (true)
+        {
+            using ISessionWake wake = shared.Arm(token);
+            SharedPoll read = await PollProblems.OrUnavailable(shared.PollAsync(token, ack, store.Options.MaxMessagesPerPoll, PollSession.StateTimeToLiveOf(store.Options, shared), hold: true, generation)).ConfigureAwait(false);
+
+            switch (read.Status)
+            {
+                case SharedPollStatus.Unknown:
+                    throw PollProblems.SessionNotFound();
+                case SharedPollStatus.Ended:
+                    store.Broker.Metrics.Poll("ended");
+                    throw PollProblems.Ended(read.Reason ?? "");
+                case SharedPollStatus.AckOutOfRange:
+                    throw HttpProblem.Malformed($"ack {ack} is not between 0 and the last sequence assigned, {read.LastSequence}.");
+                case SharedPollStatus.Replaced:
+                    store.Broker.Metrics.Poll("replaced");
+                    throw new HttpProblem(StatusCodes.Status409Conflict, "PollReplaced", "A newer poll on this session took over.");
+            }
+
+            generation = read.Generation;
+            if (read.Entries.Count > 0)
+            {
+                store.Broker.Metrics.Poll("messages");
+                return TakeOf(read, ack);
+            }
+
+            long remaining = deadline - Environment.TickCount64;
+            if (remaining <= 0 || cancellation.IsCancellationRequested || registry.IsStopping)
+            {
+                store.Broker.Metrics.Poll("empty");
+                return WindowTake.Empty(ack);
+            }
+
+            bool woken = await wake.WaitAsync(TimeSpan.FromMilliseconds(Math.Min(remaining, (long)shared.RenewEvery.TotalMilliseconds)), cancellation).ConfigureAwait(false);
+            if (!woken && !cancellation.IsCancellationRequested && store.Find(token) is null)
+            {
+                SharedSession? record = await PollProblems.OrUnavailable(shared.FindAsync(token)).ConfigureAwait(false);
+                if (record is { Owner: null, Ended: null })
+                {
+                    await takeover.RunAsync(record, at.Identity!, null).ConfigureAwait(false); // the owner is gone: messages flow again from here
+                }
+            }
+        }
+    }
+
+    /// <summary>The consecutive messages read, within <c>MaxBytesPerPoll</c> (at least one); a gap (dropped by the owner's backlog) ends the take, and the next poll reports it.</summary>
+    private WindowTake TakeOf(SharedPoll read, long ack)
+    {
+        var frames = new List<QueuedFrame>(read.Entries.Count);
+        long bytes = 0;
+        long first = read.Entries[0].Sequence;
+        foreach ((long sequence, uint sid, byte[] frame) in read.Entries)
+        {
+            if (sequence != first + frames.Count || (frames.Count > 0 && bytes + frame.Length > store.Options.MaxBytesPerPoll))
+            {
+                break;
+            }
+
+            frames.Add(new QueuedFrame(MessageBuffer.Copy(frame), sid));
+            bytes += frame.Length;
+        }
+
+        long dropped = Math.Max(0, first - 1 - Math.Max(read.HighestAck, ack));
+        bool redelivery = first <= read.HighestSent;
+        if (redelivery)
+        {
+            store.Broker.Metrics.Redelivered();
+        }
+
+        return new WindowTake(first, [.. frames], bytes, dropped, redelivery);
+    }
+}
