@@ -308,4 +308,44 @@ public sealed partial class LayeringTests
 
     [GeneratedRegex(@"\G'(?:\\.[^']*|[^\\'])'")]
     private static partial Regex CharLiteral();
+
+    /// <summary>
+    /// The cluster is a seam (broker/ARCHITECTURE.md, "Adding a capability"): sessions, transports, history and monitoring
+    /// talk to the interfaces in Engines/, whose local implementations are the default. Only the composition root
+    /// names the Redis implementations, so no code below it can ask whether there is a cluster.
+    /// </summary>
+    [Fact]
+    public void Only_the_composition_root_uses_the_cluster()
+    {
+        TestResult result = Types.InAssembly(Broker).That()
+            .DoNotResideInNamespace("Herald.Broker.Hosting").And().DoNotResideInNamespace("Herald.Broker.Cluster")
+            .ShouldNot().HaveDependencyOn("Herald.Broker.Cluster").GetResult();
+
+        Assert.True(result.IsSuccessful, $"Outside Hosting, these use Herald.Broker.Cluster: {string.Join(", ", result.FailingTypeNames ?? [])}");
+    }
+
+    /// <summary>No StackExchange.Redis type or exception leaves the room that implements the seams over Redis: a backplane failure reaches the rest as <c>ClusterUnavailableException</c>.</summary>
+    [Fact]
+    public void Only_the_cluster_uses_Redis()
+    {
+        TestResult result = Types.InAssembly(Broker).That().DoNotResideInNamespace("Herald.Broker.Cluster")
+            .ShouldNot().HaveDependencyOn("StackExchange.Redis").GetResult();
+
+        Assert.True(result.IsSuccessful, $"Outside Herald.Broker.Cluster, these use StackExchange.Redis: {string.Join(", ", result.FailingTypeNames ?? [])}");
+    }
+
+    /// <summary>Past about 600 lines a file holds two things (shared/STYLE.md): split it by aspect, as the router, the session and the cluster are.</summary>
+    [Fact]
+    public void No_broker_source_file_is_over_600_lines()
+    {
+        string source = Path.Combine(OperationsDeployTests.RepositoryRoot(), "broker", "src");
+        string[] tooLong = Directory.EnumerateFiles(source, "*.cs", SearchOption.AllDirectories)
+            .Where(path => !path.Contains($"{Path.DirectorySeparatorChar}obj{Path.DirectorySeparatorChar}", StringComparison.Ordinal))
+            .Select(path => (Path: Path.GetRelativePath(source, path), Lines: File.ReadLines(path).Count()))
+            .Where(file => file.Lines > 600)
+            .Select(file => $"{file.Path} ({file.Lines})")
+            .ToArray();
+
+        Assert.True(tooLong.Length == 0, $"Over 600 lines: {string.Join(", ", tooLong)}");
+    }
 }
