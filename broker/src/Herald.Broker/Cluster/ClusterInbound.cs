@@ -123,7 +123,7 @@ internal sealed class ClusterInbound
                 ForgetGoneOrigins(inbound.LastDelivered);
             }
 
-            // This node's own route span (issue 20.3 across nodes), only for a sampled traceparent while something
+            // This node's own route span for another node's publication, only for a sampled traceparent while something
             // listens: a sibling of the origin's, both children of the publisher's span.
             Activity? span = publish.HasHeaders && BrokerTracing.Source.HasListeners() ? StartSpan(inbound, publish, origin) : null;
             ulong gapAfter = 0;

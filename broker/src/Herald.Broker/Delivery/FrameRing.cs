@@ -4,7 +4,7 @@ namespace Herald.Broker.Delivery;
 internal readonly record struct QueuedFrame(MessageBuffer Frame, uint Sid);
 
 /// <summary>
-/// The FIFO of frames behind a connection's <see cref="OutboundQueue"/> and a long-poll session: a
+/// The FIFO of frames behind a subscriber's <see cref="SubscriberBacklog"/> (any transport): a
 /// power-of-two ring that grows on demand, starts empty (an idle connection holds no array) and gives a
 /// large array back once it is emptied. It only moves references; releasing them is the owner's job.
 /// </summary>

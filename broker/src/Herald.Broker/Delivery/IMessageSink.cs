@@ -1,8 +1,8 @@
 namespace Herald.Broker.Delivery;
 
 /// <summary>
-/// Where the router delivers: a TCP connection's <see cref="OutboundQueue"/> today, a long-poll
-/// session's store tomorrow. Every transport receives the same encoded MESSAGE frames.
+/// Where the router delivers: a subscriber's backlog (a connection's or a long-poll session's
+/// <c>SubscriberBacklog</c>, whatever the transport). Every transport receives the same encoded MESSAGE frames.
 /// </summary>
 internal interface IMessageSink
 {

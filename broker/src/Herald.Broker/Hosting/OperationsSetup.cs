@@ -10,7 +10,7 @@ using Microsoft.Extensions.Logging;
 namespace Herald.Broker.Hosting;
 
 /// <summary>
-/// Everything an operator needs, added to the host in two calls (issue 5): logs, metrics and traces,
+/// Everything an operator needs, added to the host in two calls: logs, metrics and traces,
 /// health, the monitoring endpoints and the shutdown drain delay.
 /// </summary>
 internal static class OperationsSetup

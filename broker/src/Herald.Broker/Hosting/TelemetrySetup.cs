@@ -19,7 +19,7 @@ using Serilog.Formatting.Compact;
 namespace Herald.Broker.Hosting;
 
 /// <summary>
-/// Logs, metrics and traces for the host (issue 5). Serilog is only the sink of
+/// Logs, metrics and traces for the host. Serilog is only the sink of
 /// Microsoft.Extensions.Logging: every line still comes from the source-generated methods of
 /// <see cref="BrokerLog"/>, and the standard <c>Logging:LogLevel</c> filters still decide what is written.
 /// OpenTelemetry collects the <c>Herald.Broker</c> meter, ASP.NET Core's and Kestrel's, and the runtime's,
@@ -93,7 +93,7 @@ internal static class TelemetrySetup
                 {
                     aspnet.Filter = context => !IsUntraced(context.Request.Path);
 
-                    // A long-poll session token never leaves in a span (issue 12): url.path names the session as {session}.
+                    // A long-poll session token never leaves in a span: url.path names the session as {session}.
                     aspnet.EnrichWithHttpRequest = (activity, request) =>
                     {
                         string path = request.Path.Value ?? "";
@@ -133,7 +133,7 @@ internal static class TelemetrySetup
 
     /// <summary>
     /// Rewrites every string property of a log event that holds a long-poll session path (ASP.NET Core's
-    /// request lines, the <c>RequestPath</c> scope) so that the session token is never written (issue 12).
+    /// request lines, the <c>RequestPath</c> scope) so that the session token is never written.
     /// Log lines are never on the hot path.
     /// </summary>
     private sealed class SessionTokenRedaction : ILogEventEnricher

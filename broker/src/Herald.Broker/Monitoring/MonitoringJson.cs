@@ -44,7 +44,7 @@ internal sealed record Varz(
 internal sealed record VarzHistory(int Topics, int MaxTopics, long Bytes, long MaxBytes, long EvictedTopics, long ResumesRecovered, long ResumesNotRecovered);
 
 /// <summary>
-/// The cluster (issue 14), on a cluster node only: this node's id, its Redis (endpoints only, never the
+/// The cluster, on a cluster node only: this node's id, its Redis (endpoints only, never the
 /// configuration's password), whether it is connected, what it subscribes to there, and its traffic
 /// through Redis: sent to the other nodes, received from them, dropped (kept local: queue full or Redis
 /// unreachable), duplicates skipped at subscription changes, invalid envelopes.

@@ -5,7 +5,7 @@ using Herald.Protocol;
 namespace Herald.Broker.Routing;
 
 /// <summary>
-/// What one routing of a traced publication did (issue 20.3), for the broker's span: subscriptions matched,
+/// What one routing of a traced publication did, for the broker's span: subscriptions matched,
 /// backlogs that queued it, that dropped it, that dropped older messages to take it, and the compression.
 /// The router fills it only when given one (<see cref="TopicRouter.Publish"/>): an untraced publication
 /// pays a null test per subscriber.

@@ -11,8 +11,8 @@ using Microsoft.Extensions.Logging;
 namespace Herald.Broker.Sessions;
 
 /// <summary>
-/// A <see cref="ProtocolSession"/> over a byte stream of length-prefixed frames (spec §2-§6): raw TCP today,
-/// WebSocket next. It parses frames and calls the session's operations, answers with frames (WELCOME, PONG,
+/// A <see cref="ProtocolSession"/> over a byte stream of length-prefixed frames (spec §2-§6): raw TCP, and
+/// WebSocket's binary messages through the same pipes. It parses frames and calls the session's operations, answers with frames (WELCOME, PONG,
 /// ERROR), PINGs an idle client, and runs the closing sequence. Transports only hand it a
 /// <see cref="ConnectionContext"/>.
 /// </summary>

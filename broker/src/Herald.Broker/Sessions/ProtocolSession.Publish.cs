@@ -53,7 +53,7 @@ internal abstract partial class ProtocolSession
     /// checked, and every compressed payload decompressed, before any is routed; then all are routed in
     /// order. The bytes the payloads declare they decompress to count, together, against
     /// <paramref name="maxDecompressedBytes"/> before any buffer is taken, so one small body cannot hold
-    /// more than that (issue 22).
+    /// more than that.
     /// </summary>
     public Refusal PublishAll(ReadOnlySequence<byte> frames, long receivedAt, int maxDecompressedBytes)
     {

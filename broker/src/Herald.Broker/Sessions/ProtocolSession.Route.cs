@@ -17,7 +17,7 @@ internal abstract partial class ProtocolSession
 {
     private void Route(in PublishFrame publish, ReadOnlySpan<byte> plainPayload, long receivedAt)
     {
-        // The broker's span (issue 20.3), only for a publication whose headers carry a sampled traceparent and
+        // The broker's span, only for a publication whose headers carry a sampled traceparent and
         // while something listens: without headers this costs the HasHeaders test, with them HasListeners.
         Activity? span = publish.HasHeaders && BrokerTracing.Source.HasListeners() ? StartSpan(publish, receivedAt) : null;
         FanoutTally? tally = span is null ? null : _fanout;

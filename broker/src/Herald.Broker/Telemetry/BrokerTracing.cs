@@ -6,7 +6,7 @@ using Herald.Protocol;
 namespace Herald.Broker.Telemetry;
 
 /// <summary>
-/// The broker's own span for a traced publication (issue 20.3): <c>route &lt;topic&gt;</c>, from the moment the
+/// The broker's own span for a traced publication: <c>route &lt;topic&gt;</c>, from the moment the
 /// PUBLISH was read until it was queued to every matching subscriber, child of the publisher's context that the
 /// publication carries in its <c>traceparent</c> header (W3C Trace Context), and only when that context is
 /// sampled.

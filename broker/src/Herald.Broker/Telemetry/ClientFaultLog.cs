@@ -6,7 +6,7 @@ namespace Herald.Broker.Telemetry;
 
 /// <summary>
 /// The broker's logger, with its per-client fault lines rate-limited so that logs stay readable under attack
-/// (issue 13: 2,875 warnings for 2,500 torn connections). In each interval the first <c>limit</c> faults
+/// (without it, every torn connection would be a warning of its own). In each interval the first <c>limit</c> faults
 /// (<see cref="BrokerLog.IsClientFault"/>: protocol errors, torn frames, closes for timeouts and slow
 /// consumers, drain timeouts, failed authentications) are written as they come; the rest are counted by event
 /// and code and written as one summary line (event 2009) when the interval ends, or when the broker stops.

@@ -166,7 +166,7 @@ internal sealed class PollSession : ProtocolSession
 
     /// <summary>
     /// Ends the session: forgotten by token, messages released, a held poll told, subscriptions out of the
-    /// router. A slow consumer is ended from inside a publisher's delivery (issue 22): its router removals
+    /// router. A slow consumer is ended from inside a publisher's delivery: its router removals
     /// then run on the pool, on its own account, never on that publisher's read loop. Shutdown (spec §6.4)
     /// ends it only once its client has taken and acknowledged what was queued, or after
     /// <c>ShutdownDrainTimeout</c>: until then nothing new arrives and polls take what is left.
