@@ -420,19 +420,13 @@ internal sealed class FrameSession : ProtocolSession
             await Task.Delay(Broker.Authenticator.FailureDelay).ConfigureAwait(false); // the same delay for every failure: no timing oracle
         }
 
-        // Shutdown delivers what is queued first (spec §6.4); an error or timeout tells the client at once.
-        bool drainQueued = code == ErrorCode.ShuttingDown;
-        TimeSpan timeout = drainQueued ? Limits.ShutdownDrainTimeout : Limits.ErrorFlushTimeout;
-        Task drained = Backlog.Complete(ControlFrames.Error(code, reason, fatal: true), discardQueued: !drainQueued);
-        if (await Task.WhenAny(drained, Task.Delay(timeout)).ConfigureAwait(false) == drained)
+        if (await SayLastWordsAsync(code, ControlFrames.Error(code, reason, fatal: true)).ConfigureAwait(false))
         {
             await _connection.Transport.Output.CompleteAsync().ConfigureAwait(false);
         }
         else
         {
-            Broker.Log.DrainTimedOut(Id, RemoteEndPoint, timeout);
             _connection.Abort(new ConnectionAbortedException($"Closed ({code}); the client did not take its last frames in time."));
-            Backlog.Abandon();
         }
     }
 }

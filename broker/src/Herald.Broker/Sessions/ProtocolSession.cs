@@ -3,6 +3,7 @@ using Herald.Broker.Delivery;
 using Herald.Broker.Engines;
 using Herald.Broker.Routing;
 using Herald.Broker.Security;
+using Herald.Broker.Telemetry;
 using Herald.Protocol;
 
 namespace Herald.Broker.Sessions;
@@ -242,6 +243,28 @@ internal abstract partial class ProtocolSession : INoResponders
     /// <summary>The transport's liveness rules (TCP: handshake timeout and PINGs; long-poll: inactivity).</summary>
     protected virtual void CheckTransportLiveness(long now)
     {
+    }
+
+    /// <summary>
+    /// The closing sequence of a session the broker closed, for a transport that streams its backlog (TCP, WebSocket,
+    /// SSE): <paramref name="lastWords"/> (the transport's form of the fatal ERROR) goes after what is queued on
+    /// shutdown (spec §6.4), or at once, the queue discarded, for an error or a timeout; then the drain is waited for, up
+    /// to <c>ShutdownDrainTimeout</c> or <c>ErrorFlushTimeout</c>. True when the client took it all; false when it did
+    /// not in time: logged, the backlog abandoned, and the caller aborts its connection.
+    /// </summary>
+    protected async Task<bool> SayLastWordsAsync(ErrorCode code, MessageBuffer lastWords)
+    {
+        bool drainQueued = code == ErrorCode.ShuttingDown;
+        TimeSpan timeout = drainQueued ? Limits.ShutdownDrainTimeout : Limits.ErrorFlushTimeout;
+        Task drained = Backlog.Complete(lastWords, discardQueued: !drainQueued);
+        if (await Task.WhenAny(drained, Task.Delay(timeout)).ConfigureAwait(false) == drained)
+        {
+            return true;
+        }
+
+        Broker.Log.DrainTimedOut(Id, RemoteEndPoint, timeout);
+        Backlog.Abandon();
+        return false;
     }
 
     /// <summary>Takes every subscription out of the router; nothing more is routed to this session.</summary>

@@ -75,13 +75,8 @@ internal sealed class SseSession : ProtocolSession
             Broker.Metrics.ProtocolError(code);
         }
 
-        bool drainQueued = code == ErrorCode.ShuttingDown;
-        TimeSpan timeout = drainQueued ? Limits.ShutdownDrainTimeout : Limits.ErrorFlushTimeout;
-        Task drained = Backlog.Complete(SseFormat.Error(code, reason), discardQueued: !drainQueued);
-        if (await Task.WhenAny(drained, Task.Delay(timeout)).ConfigureAwait(false) != drained)
+        if (!await SayLastWordsAsync(code, SseFormat.Error(code, reason)).ConfigureAwait(false))
         {
-            Broker.Log.DrainTimedOut(Id, RemoteEndPoint, timeout);
-            Backlog.Abandon();
             context.Abort(); // the client did not take its last events in time
         }
     }
