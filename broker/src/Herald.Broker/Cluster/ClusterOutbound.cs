@@ -321,36 +321,5 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
     /// <summary>A history topic's publication (spec cluster.md §9): its keys in Redis, its rule's bounds, and who published it (no-echo).</summary>
     private sealed record KeptPublication(RedisKey Hash, RedisKey Stream, int MaxMessages, long TimeToLiveMs, IMessageSink Publisher);
 
-    private sealed record Handover(CoverKey Key, Dictionary<ulong, ulong> LastDelivered);
-
-    /// <summary>One Redis subscription of this node and its reader.</summary>
-    private sealed class Inbound(CoverKey key, ChannelMessageQueue queue)
-    {
-        public CoverKey Key { get; } = key;
-
-        public ChannelMessageQueue Queue { get; } = queue;
-
-        public Task Reader { get; set; } = Task.CompletedTask;
-
-        public CancellationTokenSource Stop { get; } = new();
-
-        /// <summary>
-        /// Per origin, the last sequence number this subscription delivered. The reader's; read by the worker once the reader ended.
-        /// </summary>
-        public Dictionary<ulong, ulong> LastDelivered { get; } = [];
-
-        /// <summary>Checks envelopes' tags when the cluster has a secret. The reader's.</summary>
-        public EnvelopeSigner? Signer { get; init; }
-
-        /// <summary>Where each envelope's origin gave its queue groups (spec cluster.md §11). The reader's.</summary>
-        public required GroupAssignments Groups { get; init; }
-
-        /// <summary>What routing a traced publication did, for its span (made at the first). The reader's.</summary>
-        public FanoutTally? Tally { get; set; }
-
-        /// <summary>Copies to skip after a change of subscriptions; null once none is left. The reader's.</summary>
-        public List<Handover>? Skip { get; set; }
-    }
-
     public void Dispose() => _signer?.Dispose();
 }
