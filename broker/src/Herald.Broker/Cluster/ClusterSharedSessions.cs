@@ -144,14 +144,15 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     }
 
     /// <summary>
-    /// Appends what the owner's router delivered to a session; returns messages dropped (DropOldest), -1 lease lost or
-    /// session ended, -2 ended as a slow consumer. The appends of all this node's sessions waiting at the moment go to
+    /// Appends what the owner's router delivered to a session, its stream bounded in messages and bytes
+    /// (<see cref="SharedSessionScripts.Append"/>); returns messages dropped (DropOldest), -1 lease lost or session
+    /// ended, -2 ended as a slow consumer. The appends of all this node's sessions waiting at the moment go to
     /// Redis together, in one script (at most <see cref="MaxAppendsInFlight"/> calls in flight): one call per batch
     /// of sessions, not per session. A session's pump has one append in flight at a time, so its order holds.
     /// </summary>
-    public Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, bool disconnect, TimeSpan ttl)
+    public Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, long maxPendingBytes, bool disconnect, TimeSpan ttl)
     {
-        var append = new PendingAppend(token, entries, maxPending, disconnect, (long)ttl.TotalMilliseconds);
+        var append = new PendingAppend(token, entries, maxPending, maxPendingBytes, disconnect, (long)ttl.TotalMilliseconds);
         _appends.Enqueue(append);
         SendAppends();
         return append.Done.Task;
@@ -207,7 +208,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
         try
         {
             var keys = new RedisKey[3 * batch.Count];
-            var args = new List<RedisValue>(2 + batch.Sum(a => 5 + (4 * a.Entries.Count))) { _node, (long)Lease.TotalMilliseconds };
+            var args = new List<RedisValue>(2 + batch.Sum(a => 6 + (5 * a.Entries.Count))) { _node, (long)Lease.TotalMilliseconds };
             for (int s = 0; s < batch.Count; s++)
             {
                 PendingAppend append = batch[s];
@@ -217,6 +218,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
                 args.Add(append.Token);
                 args.Add(append.TtlMs);
                 args.Add(append.MaxPending);
+                args.Add(append.MaxPendingBytes);
                 args.Add(append.Disconnect ? 1 : 0);
                 args.Add(append.Entries.Count);
                 foreach (SharedEntry entry in append.Entries)
@@ -225,6 +227,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
                     args.Add(entry.Sid);
                     args.Add(entry.Frame);
                     args.Add(entry.Position ?? "");
+                    args.Add(RedisValue.EmptyString);
                 }
             }
 
@@ -248,18 +251,22 @@ internal sealed class ClusterSharedSessions : ISharedSessions
         }
     }
 
-    private sealed record PendingAppend(string Token, IReadOnlyList<SharedEntry> Entries, int MaxPending, bool Disconnect, long TtlMs)
+    private sealed record PendingAppend(string Token, IReadOnlyList<SharedEntry> Entries, int MaxPending, long MaxPendingBytes, bool Disconnect, long TtlMs)
     {
         public TaskCompletionSource<long> Done { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
     }
 
-    /// <summary>One read of a poll (any node): acknowledges, then what is above the ack; <paramref name="hold"/>: register this node to be woken if nothing is.</summary>
-    public async Task<SharedPoll> PollAsync(string token, long ack, int maxMessages, TimeSpan ttl, bool hold, string? generation)
+    /// <summary>
+    /// One read of a poll (any node): acknowledges, then what is above the ack, read in Redis one entry at a time while
+    /// the answer has room (<paramref name="maxMessages"/>, <paramref name="maxBytes"/>); <paramref name="hold"/>:
+    /// register this node to be woken if nothing is.
+    /// </summary>
+    public async Task<SharedPoll> PollAsync(string token, long ack, int maxMessages, int maxBytes, TimeSpan ttl, bool hold, string? generation)
     {
         RedisResult result = await Guard(Db.ScriptEvaluateAsync(
             SharedSessionScripts.Poll,
             [Hash(token), Stream(token)],
-            [ack, maxMessages, (long)ttl.TotalMilliseconds, hold ? _wakes.ToString() : "", generation ?? "", token])).ConfigureAwait(false);
+            [ack, maxMessages, (long)ttl.TotalMilliseconds, hold ? _wakes.ToString() : "", generation ?? "", token, maxBytes])).ConfigureAwait(false);
         var items = (RedisResult[])result!;
         long code = (long)items[0];
         switch (code)

@@ -8,47 +8,80 @@ internal static class SharedSessionScripts
 {
     /// <summary>
     /// The appends of several sessions in one call (a node's pumps, batched: spec cluster.md §10). KEYS: per session its
-    /// hash, stream and lease. ARGV: node, lease ms, then per session its token, ttl ms, max pending, disconnect (1/0),
-    /// message count, and per message seq, sid, frame, position. Returns per session the messages dropped
-    /// (DropOldest), -1 (lease another node's, or the session ended) or -2 (ended as a slow consumer). An append
-    /// renews the lease too (an owner busy delivering keeps its sessions), taking it again if it expired while no
-    /// other node took it (after a Redis outage, say).
+    /// hash, stream and lease. ARGV: node, lease ms, then per session its token, ttl ms, max pending messages, max
+    /// pending bytes, disconnect (1/0), message count, and per message seq, sid, frame, position, tag ('' : unsigned).
+    /// Returns per session the messages dropped (DropOldest), -1 (lease another node's, or the session ended) or -2
+    /// (ended as a slow consumer). An append renews the lease too (an owner busy delivering keeps its sessions), taking
+    /// it again if it expired while no other node took it (after a Redis outage, say).
+    /// <para>
+    /// The stream is bounded in messages and in bytes, and an entry is charged before it is written: the hash counts
+    /// the bytes of frames ever appended (<c>bin</c>) and those of the entries already gone (<c>bout</c>, from the
+    /// running total <c>c</c> each entry carries), so <c>bin - bout</c> is what the stream holds. An entry that would
+    /// take it past either limit first drops the oldest (DropOldest) or ends the session (Disconnect: the stream is
+    /// deleted at once and the entry never written). An entry's id is <c>&lt;seq&gt;-*</c>: <c>&lt;seq&gt;-0</c> unless
+    /// something else wrote that id first (only a writer that is not a node can), which a poll then skips as unsigned;
+    /// a stream such a writer took past the session's sequence is given up (-1), never written under.
+    /// </para>
     /// </summary>
     public const string Append = """
+        local function total(fields)
+          for f = 1, #fields - 1, 2 do
+            if fields[f] == 'c' then return tonumber(fields[f + 1]) end
+          end
+          return nil
+        end
         local results = {}
         local a = 3
         for s = 1, #KEYS / 3 do
           local hash, stream, lease = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
-          local token, ttl, maxp, disconnect, n = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], tonumber(ARGV[a + 4])
-          local i = a + 5
-          a = i + 4 * n
+          local token, ttl, maxp, maxb, disconnect, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4], tonumber(ARGV[a + 5])
+          local i = a + 6
+          a = i + 5 * n
           local owner = redis.call('GET', lease)
-          local top = redis.call('HGET', hash, 'seq')
-          if (owner and owner ~= ARGV[1]) or not top or redis.call('HEXISTS', hash, 'ended') == 1 then
+          local h = redis.call('HMGET', hash, 'seq', 'ended', 'bin', 'bout')
+          if (owner and owner ~= ARGV[1]) or not h[1] or h[2] then
             results[s] = -1
           else
             redis.call('SET', lease, ARGV[1], 'PX', ARGV[2])
-            top = tonumber(top)
+            local top, bin, bout = tonumber(h[1]), tonumber(h[3] or '0'), tonumber(h[4] or '0')
+            local held = redis.call('XLEN', stream)
+            local result = 0
             while i < a do
               local seq = tonumber(ARGV[i])
               if seq > top then
-                redis.call('XADD', stream, ARGV[i] .. '-0', 's', ARGV[i + 1], 'm', ARGV[i + 2])
+                local size = #ARGV[i + 2]
+                while (held + 1 > maxp or bin - bout + size > maxb) and held > 0 and disconnect ~= '1' do
+                  local oldest = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
+                  redis.call('XDEL', stream, oldest[1])
+                  bout = total(oldest[2]) or bout
+                  held = held - 1
+                  result = result + 1
+                end
+                if held + 1 > maxp or bin - bout + size > maxb then
+                  result = -2
+                  break
+                end
+                local added
+                if ARGV[i + 4] == '' then
+                  added = redis.pcall('XADD', stream, ARGV[i] .. '-*', 's', ARGV[i + 1], 'c', bin + size, 'm', ARGV[i + 2])
+                else
+                  added = redis.pcall('XADD', stream, ARGV[i] .. '-*', 's', ARGV[i + 1], 'c', bin + size, 'm', ARGV[i + 2], 't', ARGV[i + 4])
+                end
+                if type(added) == 'table' and added.err then
+                  result = -1
+                  break
+                end
+                bin = bin + size
                 if ARGV[i + 3] ~= '' then redis.call('HSET', hash, 'pos:' .. ARGV[i + 1], ARGV[i + 3]) end
+                held = held + 1
                 top = seq
               end
-              i = i + 4
+              i = i + 5
             end
-            redis.call('HSET', hash, 'seq', top)
-            local result = 0
-            local over = redis.call('XLEN', stream) - tonumber(maxp)
-            if over > 0 then
-              if disconnect == '1' then
-                redis.call('HSET', hash, 'ended', 'SlowConsumer')
-                result = -2
-              else
-                redis.call('XTRIM', stream, 'MAXLEN', maxp)
-                result = over
-              end
+            redis.call('HSET', hash, 'seq', top, 'bin', bin, 'bout', bout)
+            if result == -2 then
+              redis.call('HSET', hash, 'ended', 'SlowConsumer')
+              redis.call('DEL', stream)
             end
             redis.call('PEXPIRE', hash, ttl)
             redis.call('PEXPIRE', stream, ttl)
@@ -64,12 +97,20 @@ internal static class SharedSessionScripts
         """;
 
     /// <summary>
-    /// KEYS: hash, stream. ARGV: ack, max messages, ttl ms, waiter channel ('' : do not hold), generation ('' : a new poll).
-    /// Returns {code, generation, highest ack, highest sent, entries} (code 0) or {-1} unknown, {-2, reason} ended,
-    /// {-3, seq} ack out of range, {-4} replaced by a newer poll.
+    /// KEYS: hash, stream. ARGV: ack, max messages, ttl ms, waiter channel ('' : do not hold), generation ('' : a new poll),
+    /// token, max bytes. Returns {code, generation, highest ack, highest sent, entries} (code 0) or {-1} unknown,
+    /// {-2, reason} ended, {-3, seq} ack out of range, {-4} replaced by a newer poll. The entries are read one at a
+    /// time and only while the answer has room (at most max messages, and max bytes of frames, at least one): Redis
+    /// sends what the poll may answer, never the whole backlog.
     /// </summary>
     public const string Poll = """
-        local h = redis.call('HMGET', KEYS[1], 'seq', 'ended', 'ack', 'sent', 'polls', 'waiter')
+        local function field(fields, name)
+          for f = 1, #fields - 1, 2 do
+            if fields[f] == name then return fields[f + 1] end
+          end
+          return nil
+        end
+        local h = redis.call('HMGET', KEYS[1], 'seq', 'ended', 'ack', 'sent', 'polls', 'waiter', 'bin')
         if not h[1] then
           if h[2] then return {-2, h[2]} end
           return {-1}
@@ -89,20 +130,37 @@ internal static class SharedSessionScripts
         local ack = tonumber(ARGV[1])
         if ack > seq or ack < 0 then return {-3, seq} end
         local acked = tonumber(h[3] or '0')
-        if ack > acked then
+        local trimmed = ack > acked
+        if trimmed then
           redis.call('XTRIM', KEYS[2], 'MINID', (ack + 1) .. '-0')
           acked = ack
           redis.call('HSET', KEYS[1], 'ack', acked)
         end
         local now = redis.call('TIME')
         redis.call('HSET', KEYS[1], 'seen', now[1] * 1000 + math.floor(now[2] / 1000))
-        local entries = redis.call('XRANGE', KEYS[2], (ack + 1) .. '-0', '+', 'COUNT', ARGV[2])
+        local entries = {}
+        local bytes, most, budget = 0, tonumber(ARGV[2]), tonumber(ARGV[7])
+        local from = (ack + 1) .. '-0'
+        while #entries < most do
+          local entry = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 1)[1]
+          if not entry then break end
+          local size = #(field(entry[2], 'm') or '')
+          if #entries > 0 and bytes + size > budget then break end
+          if #entries == 0 and trimmed then
+            local c = tonumber(field(entry[2], 'c') or '')
+            if c then redis.call('HSET', KEYS[1], 'bout', c - size) end
+          end
+          entries[#entries + 1] = entry
+          bytes = bytes + size
+          from = '(' .. entry[1]
+        end
         local sent = tonumber(h[4] or '0')
         if #entries > 0 then
           local last = tonumber(string.match(entries[#entries][1], '^(%d+)'))
           if last > sent then redis.call('HSET', KEYS[1], 'sent', last) end
-        elseif ARGV[4] ~= '' then
-          redis.call('HSET', KEYS[1], 'waiter', ARGV[4])
+        else
+          if trimmed then redis.call('HSET', KEYS[1], 'bout', h[7] or '0') end
+          if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'waiter', ARGV[4]) end
         end
         redis.call('PEXPIRE', KEYS[1], ARGV[3])
         redis.call('PEXPIRE', KEYS[2], ARGV[3])

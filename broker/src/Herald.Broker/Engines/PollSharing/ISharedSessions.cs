@@ -34,13 +34,19 @@ internal interface ISharedSessions
     Task<SharedSession?> FindAsync(string token);
 
     /// <summary>
-    /// Appends what the owner's router delivered to a session; returns messages dropped (DropOldest), -1 lease lost or
-    /// session ended, -2 ended as a slow consumer. A session has one append in flight at a time, so its order holds.
+    /// Appends what the owner's router delivered to a session, its shared backlog bounded by <paramref name="maxPending"/>
+    /// messages and <paramref name="maxPendingBytes"/> bytes of frames (charged before an entry is written); returns
+    /// messages dropped (DropOldest), -1 lease lost or session ended, -2 ended as a slow consumer. A session has one
+    /// append in flight at a time, so its order holds.
     /// </summary>
-    Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, bool disconnect, TimeSpan ttl);
+    Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, long maxPendingBytes, bool disconnect, TimeSpan ttl);
 
-    /// <summary>One read of a poll (any node): acknowledges, then what is above the ack; <paramref name="hold"/>: this node is woken if nothing is.</summary>
-    Task<SharedPoll> PollAsync(string token, long ack, int maxMessages, TimeSpan ttl, bool hold, string? generation);
+    /// <summary>
+    /// One read of a poll (any node): acknowledges, then what is above the ack, at most <paramref name="maxMessages"/>
+    /// and <paramref name="maxBytes"/> bytes of frames (at least one): the backplane sends no more than the answer
+    /// carries. <paramref name="hold"/>: this node is woken if nothing is.
+    /// </summary>
+    Task<SharedPoll> PollAsync(string token, long ack, int maxMessages, int maxBytes, TimeSpan ttl, bool hold, string? generation);
 
     /// <summary>
     /// Arms this node's wake for the session before a poll reads (so an append between the read and the wait is

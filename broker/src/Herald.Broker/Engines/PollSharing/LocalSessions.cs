@@ -30,9 +30,9 @@ internal sealed class LocalSessions : ISharedSessions
 
     public Task<SharedSession?> FindAsync(string token) => Task.FromResult<SharedSession?>(null);
 
-    public Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, bool disconnect, TimeSpan ttl) => Unshared<long>();
+    public Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, long maxPendingBytes, bool disconnect, TimeSpan ttl) => Unshared<long>();
 
-    public Task<SharedPoll> PollAsync(string token, long ack, int maxMessages, TimeSpan ttl, bool hold, string? generation) => Unshared<SharedPoll>();
+    public Task<SharedPoll> PollAsync(string token, long ack, int maxMessages, int maxBytes, TimeSpan ttl, bool hold, string? generation) => Unshared<SharedPoll>();
 
     public ISessionWake Arm(string token) => throw NotShared();
 

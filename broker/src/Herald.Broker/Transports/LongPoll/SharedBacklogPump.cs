@@ -75,7 +75,7 @@ internal sealed class SharedBacklogPump : IBacklogReader
 
                     if (appended == -2)
                     {
-                        _session.Close(ErrorCode.SlowConsumer, $"More than {options.MaxPendingMessagesPerSession} unacknowledged messages.");
+                        _session.Close(ErrorCode.SlowConsumer, $"More than {options.MaxPendingMessagesPerSession} unacknowledged messages or {_session.Backlog.Limits.MaxBytes} bytes.");
                         return;
                     }
 
@@ -103,7 +103,7 @@ internal sealed class SharedBacklogPump : IBacklogReader
         {
             try
             {
-                return await _shared.AppendAsync(_session.Token, entries, options.MaxPendingMessagesPerSession, options.SlowConsumerPolicy == SlowConsumerPolicy.Disconnect, _session.StateTimeToLive).ConfigureAwait(false);
+                return await _shared.AppendAsync(_session.Token, entries, options.MaxPendingMessagesPerSession, _session.Backlog.Limits.MaxBytes, options.SlowConsumerPolicy == SlowConsumerPolicy.Disconnect, _session.StateTimeToLive).ConfigureAwait(false);
             }
             catch (ClusterUnavailableException)
             {

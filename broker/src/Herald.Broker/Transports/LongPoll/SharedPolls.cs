@@ -25,7 +25,7 @@ internal sealed class SharedPolls(PollSessionStore store, SessionRegistry regist
         while (true)
         {
             using ISessionWake wake = shared.Arm(token);
-            SharedPoll read = await PollProblems.OrUnavailable(shared.PollAsync(token, ack, store.Options.MaxMessagesPerPoll, PollSession.StateTimeToLiveOf(store.Options, shared), hold: true, generation)).ConfigureAwait(false);
+            SharedPoll read = await PollProblems.OrUnavailable(shared.PollAsync(token, ack, store.Options.MaxMessagesPerPoll, store.Options.MaxBytesPerPoll, PollSession.StateTimeToLiveOf(store.Options, shared), hold: true, generation)).ConfigureAwait(false);
 
             switch (read.Status)
             {
