@@ -93,12 +93,13 @@ public sealed class TopicRouterTests : IDisposable
         Assert.Equal(cached.Length, _router.CachedTopics);
 
         _router.Add(new Subscription(sink, 1, "z.exact", noEcho: false)); // literal, not cached: touches one entry, removes none
-        _router.Add(new Subscription(sink, 2, "*.nomatch", noEcho: false)); // looks at a, b and c, matches nothing
+        long visits = _router.InvalidationVisits;
+        _router.Add(new Subscription(sink, 2, "*.nomatch", noEcho: false)); // no two-token topic ends in 'nomatch'
+        Assert.Equal(0, _router.InvalidationVisits - visits);
         Assert.Equal(cached.Length, _router.CachedTopics);
 
-        long visits = _router.InvalidationVisits;
         _router.Add(new Subscription(sink, 3, "a.*", noEcho: false));
-        Assert.Equal(3, _router.InvalidationVisits - visits); // a, a.1 and a.2: nothing of b or c
+        Assert.Equal(2, _router.InvalidationVisits - visits); // a.1 and a.2: nothing of b or c
         Assert.Equal(cached.Length - 2, _router.CachedTopics);
 
         _router.Add(new Subscription(sink, 4, "b.>", noEcho: false));
@@ -111,7 +112,7 @@ public sealed class TopicRouterTests : IDisposable
     }
 
     [Fact]
-    public void A_wildcard_fanning_out_past_the_bound_drops_the_whole_cache_and_matches_stay_right()
+    public void A_wildcard_whose_last_tokens_no_cached_topic_has_looks_at_nothing_whatever_its_first_tokens_share()
     {
         var sink = new RecordingSink();
         int topics = TopicRouter.MaxInvalidationVisits * 2;
@@ -121,15 +122,102 @@ public sealed class TopicRouterTests : IDisposable
         }
 
         long visits = _router.InvalidationVisits;
-        var alarm = new Subscription(sink, 1, "d.*.alarm", noEcho: false); // matches none of them, but '*' reaches them all
+        var alarm = new Subscription(sink, 1, "d.*.alarm", noEcho: false); // '*' after 'd' reaches them all; 'alarm' none
         _router.Add(alarm);
+
+        Assert.Equal(0, _router.InvalidationVisits - visits);
+        Assert.Equal(topics, _router.CachedTopics);
+        Assert.Same(alarm, Assert.Single(_router.Match("d.7.alarm".AsSpan())));
+        Assert.Empty(_router.Match("d.7.status".AsSpan()));
+
+        var status = new Subscription(sink, 2, "*.7.status", noEcho: false); // from the back: one candidate, d.7.status
+        _router.Add(status);
+        Assert.Equal(topics, _router.CachedTopics); // d.7.status went, d.7.alarm came when it was matched above
+        Assert.Same(status, Assert.Single(_router.Match("d.7.status".AsSpan())));
+        Assert.Empty(_router.Match("d.8.status".AsSpan()));
+
+        Assert.True(_router.Remove(alarm));
+        Assert.Empty(_router.Match("d.7.alarm".AsSpan()));
+    }
+
+    [Fact]
+    public void A_wildcard_fanning_out_past_the_bound_from_both_sides_drops_the_whole_cache_and_matches_stay_right()
+    {
+        var sink = new RecordingSink();
+        int topics = TopicRouter.MaxInvalidationVisits * 2;
+        for (int i = 0; i < topics; i++)
+        {
+            Assert.Empty(_router.Match($"a.{i}.b".AsSpan()));
+            Assert.Empty(_router.Match($"c.{i}.d".AsSpan()));
+        }
+
+        long visits = _router.InvalidationVisits;
+        var cross = new Subscription(sink, 1, "a.*.d", noEcho: false); // many start with 'a', many end in 'd': none both
+        _router.Add(cross);
 
         Assert.InRange(_router.InvalidationVisits - visits, 1, TopicRouter.MaxInvalidationVisits + 1);
         Assert.Equal(0, _router.CachedTopics);
-        Assert.Same(alarm, Assert.Single(_router.Match("d.7.alarm".AsSpan())));
-        Assert.Empty(_router.Match("d.7.status".AsSpan()));
-        Assert.True(_router.Remove(alarm));
-        Assert.Empty(_router.Match("d.7.alarm".AsSpan()));
+        Assert.Same(cross, Assert.Single(_router.Match("a.7.d".AsSpan())));
+        Assert.Empty(_router.Match("a.7.b".AsSpan()));
+
+        visits = _router.InvalidationVisits;
+        var wide = new Subscription(sink, 2, "a.>", noEcho: false); // every cached a.N.x below 'a', counted before walking
+        for (int i = 0; i < topics; i++)
+        {
+            Assert.Empty(_router.Match($"a.{i}.b".AsSpan()));
+        }
+
+        _router.Add(wide);
+        Assert.Equal(0, _router.InvalidationVisits - visits); // more than the bound below 'a': dropped without a walk
+        Assert.Equal(0, _router.CachedTopics);
+        Assert.Same(wide, Assert.Single(_router.Match("a.7.b".AsSpan())));
+        Assert.True(_router.Remove(cross));
+        Assert.Empty(_router.Match("c.7.d".AsSpan()));
+    }
+
+    [Fact]
+    public void Cached_matches_stay_those_of_the_client_side_matcher_through_random_changes()
+    {
+        // Topics and patterns over a small alphabet, so that wildcards from either side overlap, miss and fan out.
+        var random = new Random(20261129);
+        string[] tokens = ["a", "b", "c", "d"];
+        string Topic(int length) => string.Join('.', Enumerable.Range(0, length).Select(_ => tokens[random.Next(tokens.Length)]));
+        string Pattern()
+        {
+            int length = random.Next(1, 5);
+            var parts = Enumerable.Range(0, length).Select(_ => random.Next(4) == 0 ? "*" : tokens[random.Next(tokens.Length)]).ToList();
+            if (random.Next(4) == 0)
+            {
+                parts[^1] = ">";
+            }
+
+            return string.Join('.', parts);
+        }
+
+        string[] topics = Enumerable.Range(0, 300).Select(_ => Topic(random.Next(1, 5))).Distinct().ToArray();
+        var sink = new RecordingSink();
+        var live = new List<Subscription>();
+        for (int step = 0; step < 400; step++)
+        {
+            if (live.Count > 0 && random.Next(3) == 0)
+            {
+                Subscription gone = live[random.Next(live.Count)];
+                Assert.True(_router.Remove(gone));
+                live.Remove(gone);
+            }
+            else
+            {
+                var added = new Subscription(sink, (uint)step + 1, Pattern(), noEcho: false);
+                _router.Add(added);
+                live.Add(added);
+            }
+
+            foreach (string topic in topics.Where((_, i) => i % 7 == step % 7))
+            {
+                string[] expected = live.Where(s => Herald.Protocol.Topic.Matches(s.Pattern, topic)).Select(s => s.Pattern).Order().ToArray();
+                Assert.Equal(expected, _router.Match(topic.AsSpan()).Select(s => s.Pattern).Order().ToArray());
+            }
+        }
     }
 
     [Fact]

@@ -9,7 +9,8 @@ namespace Herald.Benchmarks.Routing;
 /// <summary>
 /// The router's two paths with a match cache of <see cref="CachedTopics"/> topics that other publishers
 /// filled (<c>device.N.status</c>, none subscribed): one subscription change (SUBSCRIBE then UNSUBSCRIBE,
-/// of an exact topic and of a wildcard that matches none of the cached topics, as issue 22's churn), and
+/// of an exact topic; of a wildcard that shares no token with the cached topics; and of one whose '*' follows their
+/// first token, <c>device.*.alarm</c>, so that a walk from the front would reach every one of them), and
 /// a publisher's match of its own cached topic. A change must cost the same whatever the cache holds;
 /// a publish match is one lock-free cache lookup. Figures are per pair (changes) or per lookup (match).
 /// </summary>
@@ -22,6 +23,7 @@ public class TopicRouterBenchmarks : IDisposable
     private TopicRouter _router = null!;
     private Subscription _exact = null!;
     private Subscription _wildcard = null!;
+    private Subscription _fanning = null!;
 
     /// <summary>Topics in the match cache, the publisher's own included (0: none but the publisher's, cached on its first match).</summary>
     [Params(0, 1_000, 65_536)]
@@ -35,6 +37,7 @@ public class TopicRouterBenchmarks : IDisposable
         _router.Add(new Subscription(sink, 1, HotTopic, noEcho: false));
         _exact = new Subscription(sink, 2, "other.exact", noEcho: false);
         _wildcard = new Subscription(sink, 3, "other.*.alarm", noEcho: false);
+        _fanning = new Subscription(sink, 4, "device.*.alarm", noEcho: false);
         for (int i = 0; i < CachedTopics - 1; i++)
         {
             _router.Match($"device.{i}.status".AsSpan());
@@ -66,6 +69,13 @@ public class TopicRouterBenchmarks : IDisposable
     {
         _router.Add(_wildcard);
         return _router.Remove(_wildcard);
+    }
+
+    [Benchmark]
+    public bool SubscribeUnsubscribeFanningWildcard()
+    {
+        _router.Add(_fanning);
+        return _router.Remove(_fanning);
     }
 
     [Benchmark(Baseline = true)]

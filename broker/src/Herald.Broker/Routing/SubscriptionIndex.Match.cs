@@ -66,7 +66,7 @@ internal sealed partial class SubscriptionIndex
                     Sweep(); // rare: a flood of distinct topics; the hot ones come back on their next publish
                 }
 
-                if (_cachedRoot.Add(topic))
+                if (_cachedTopicIndex.Add(topic))
                 {
                     _cachedTopics++;
                     _metrics?.RouterCacheSize(_cachedTopics);

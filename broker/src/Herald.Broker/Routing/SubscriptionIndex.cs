@@ -17,18 +17,17 @@ namespace Herald.Broker.Routing;
 /// </para>
 /// <para>
 /// A subscription change costs what its pattern matches, never what others cached. The cache
-/// has a second face, a trie of the cached topics' tokens (<see cref="CachedNode"/>), and a change
-/// removes only the entries its pattern matches: a literal pattern its one entry; a wildcard walks that
-/// trie along its tokens (a literal token follows one branch, '*' every branch of its level, '>' the
-/// subtree), so a pattern whose literal tokens no cached topic has touches nothing. Where a '*' fans out
-/// over more than <see cref="MaxInvalidationVisits"/> cached topics without matching them (say
-/// <c>device.*.alarm</c> beside 65,536 cached <c>device.N.status</c>), the walk stops and the whole
-/// cache is dropped instead, in O(1): the change stays bounded by a constant, and every publisher pays at
-/// most one miss per topic to refill it (counted in <c>herald.router.cache.evictions</c>).
-/// Measured (<c>broker/bench/Herald.Benchmarks</c>, <c>TopicRouterBenchmarks</c>, short job on a shared
-/// 2-core machine): a wildcard SUBSCRIBE/UNSUBSCRIBE pair that matches no cached topic costs about 1.2 us
-/// with 0, 1,000 or 65,536 cached topics (it was 1.2 us, 51 us and 29 ms: every entry was matched under the
-/// write lock); an exact pair about 1.2 us as before; a cached publish match 25-40 ns as before.
+/// has a second face, an index of the cached topics' tokens (<see cref="CachedTopicIndex"/>: a trie read from the
+/// first token and one per token count read from the last, each node counting the topics below it), and a change
+/// removes only the entries its pattern matches: a literal pattern its one entry; a wildcard walks whichever trie its
+/// literal tokens narrow more (a literal token follows one branch, '*' every branch of its level, '>' the subtree),
+/// so a pattern whose first or last literal tokens no cached topic has touches nothing (<c>device.*.alarm</c> beside
+/// 65,536 cached <c>device.N.status</c>). Where the walk would still pass <see cref="MaxInvalidationVisits"/> cached
+/// topics (a pattern matching that many, or one whose literal tokens on both sides are each common but never
+/// together, <c>a.*.d</c> beside many <c>a.N.b</c> and <c>c.N.d</c>), it stops and the whole cache is dropped
+/// instead, in O(1): the change stays bounded by a constant, and every publisher pays at most one miss per topic to
+/// refill it (counted in <c>herald.router.cache.evictions</c>).
+/// Measured (<c>broker/bench/Herald.Benchmarks</c>, <c>TopicRouterBenchmarks</c>): see README's Performance section.
 /// The alternatives were weighed: a generation counter makes every change a miss for every publisher
 /// (a miss allocates and takes the read lock, so churn would cost all publishers), and a small cache as
 /// NATS's 1,024 entries makes publishers of many distinct topics miss all the time.
@@ -76,7 +75,7 @@ internal sealed partial class SubscriptionIndex : IDisposable
     private readonly Lock _fill = new();
     private readonly int _cacheCapacity;
     private readonly List<string> _matched = [];
-    private CachedNode _cachedRoot = new();
+    private CachedTopicIndex _cachedTopicIndex = new();
     private int _cachedTopics;
     private long _invalidationVisits;
 
