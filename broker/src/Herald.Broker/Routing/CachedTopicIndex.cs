@@ -123,9 +123,15 @@ internal sealed class CachedTopicIndex
         return tokens;
     }
 
-    /// <summary>A node of either trie: its children by token, and how many topics end at or below it.</summary>
+    /// <summary>
+    /// A node of either trie: its children by token, and how many topics end at or below it. Most nodes of a cache of
+    /// many distinct topics have one child (the <c>status</c> after each <c>device.N</c>), kept in two fields rather
+    /// than a dictionary of one: the index then costs about what one trie of dictionaries cost.
+    /// </summary>
     private sealed class CachedNode
     {
+        private string? _onlyToken;
+        private CachedNode? _only;
         private Dictionary<string, CachedNode>? _children;
 
         /// <summary>The topic ending at this node, if any.</summary>
@@ -134,8 +140,15 @@ internal sealed class CachedTopicIndex
         /// <summary>Topics ending at or below this node.</summary>
         public int Count { get; private set; }
 
-        public CachedNode? Child(ReadOnlySpan<char> token) =>
-            _children is not null && _children.GetAlternateLookup<ReadOnlySpan<char>>().TryGetValue(token, out CachedNode? child) ? child : null;
+        public CachedNode? Child(ReadOnlySpan<char> token)
+        {
+            if (_only is not null)
+            {
+                return token.SequenceEqual(_onlyToken) ? _only : null;
+            }
+
+            return _children is not null && _children.GetAlternateLookup<ReadOnlySpan<char>>().TryGetValue(token, out CachedNode? child) ? child : null;
+        }
 
         /// <summary>Adds <paramref name="topic"/> (its tokens from <paramref name="depth"/> on), read first to last or last to first; false if it was there.</summary>
         public bool Add(string topic, ReadOnlySpan<Range> tokens, int depth, bool forward)
@@ -153,14 +166,7 @@ internal sealed class CachedTopicIndex
             }
 
             ReadOnlySpan<char> token = topic.AsSpan()[tokens[forward ? depth : tokens.Length - 1 - depth]];
-            _children ??= new Dictionary<string, CachedNode>(StringComparer.Ordinal);
-            Dictionary<string, CachedNode>.AlternateLookup<ReadOnlySpan<char>> lookup = _children.GetAlternateLookup<ReadOnlySpan<char>>();
-            if (!lookup.TryGetValue(token, out CachedNode? child))
-            {
-                child = new CachedNode();
-                lookup[token] = child;
-            }
-
+            CachedNode child = Child(token) ?? AddChild(token);
             if (!child.Add(topic, tokens, depth + 1, forward))
             {
                 return false;
@@ -168,6 +174,40 @@ internal sealed class CachedTopicIndex
 
             Count++;
             return true;
+        }
+
+        private CachedNode AddChild(ReadOnlySpan<char> token)
+        {
+            var child = new CachedNode();
+            if (_only is null && _children is null)
+            {
+                _onlyToken = token.ToString();
+                _only = child;
+                return child;
+            }
+
+            if (_only is not null)
+            {
+                _children = new Dictionary<string, CachedNode>(StringComparer.Ordinal) { [_onlyToken!] = _only };
+                _onlyToken = null;
+                _only = null;
+            }
+
+            _children!.GetAlternateLookup<ReadOnlySpan<char>>()[token] = child;
+            return child;
+        }
+
+        private void RemoveChild(ReadOnlySpan<char> token)
+        {
+            if (_only is not null)
+            {
+                _onlyToken = null;
+                _only = null;
+            }
+            else if (_children!.GetAlternateLookup<ReadOnlySpan<char>>().Remove(token) && _children.Count == 0)
+            {
+                _children = null;
+            }
         }
 
         /// <summary>Removes <paramref name="topic"/> (its tokens from <paramref name="depth"/> on), pruning empty nodes; false if it was not there.</summary>
@@ -194,7 +234,7 @@ internal sealed class CachedTopicIndex
             Count--;
             if (child.Count == 0)
             {
-                _children!.GetAlternateLookup<ReadOnlySpan<char>>().Remove(token);
+                RemoveChild(token);
             }
 
             return true;
@@ -233,21 +273,24 @@ internal sealed class CachedTopicIndex
                 return true;
             }
 
-            if (_children is null)
-            {
-                return true;
-            }
-
             if (token is not "*")
             {
                 return Child(token) is not { } literal || literal.Collect(pattern, rest, forward, matched, maxVisits, ref visits);
             }
 
-            foreach (CachedNode child in _children.Values)
+            if (_only is not null)
             {
-                if (++visits > maxVisits || !child.Collect(pattern, rest, forward, matched, maxVisits, ref visits))
+                return ++visits <= maxVisits && _only.Collect(pattern, rest, forward, matched, maxVisits, ref visits);
+            }
+
+            if (_children is not null)
+            {
+                foreach (CachedNode child in _children.Values)
                 {
-                    return false;
+                    if (++visits > maxVisits || !child.Collect(pattern, rest, forward, matched, maxVisits, ref visits))
+                    {
+                        return false;
+                    }
                 }
             }
 
@@ -256,20 +299,27 @@ internal sealed class CachedTopicIndex
 
         private void CollectBelow(List<string> matched)
         {
-            if (_children is null)
+            if (_only is not null)
             {
-                return;
+                _only.CollectHere(matched);
             }
-
-            foreach (CachedNode child in _children.Values)
+            else if (_children is not null)
             {
-                if (child._topic is not null)
+                foreach (CachedNode child in _children.Values)
                 {
-                    matched.Add(child._topic);
+                    child.CollectHere(matched);
                 }
-
-                child.CollectBelow(matched);
             }
+        }
+
+        private void CollectHere(List<string> matched)
+        {
+            if (_topic is not null)
+            {
+                matched.Add(_topic);
+            }
+
+            CollectBelow(matched);
         }
     }
 }
