@@ -394,7 +394,7 @@ internal sealed class FrameSession : ProtocolSession
     private async Task CloseAsync()
     {
         EndPartialFrame();
-        EndSubscriptions();
+        EndSubscriptions(keepQuota: true); // the registry gives the identity's slot back once the socket is gone
         Close(ErrorCode.None, "Closed by the client."); // no-op when the broker closed first
         ErrorCode code = CloseCode;
         if (code == ErrorCode.None)

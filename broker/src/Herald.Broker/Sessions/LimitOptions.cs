@@ -155,4 +155,11 @@ public sealed class LimitOptions
 
     /// <summary>How long a connection closed for a protocol error or slow consumption gets to take its ERROR frame.</summary>
     public TimeSpan ErrorFlushTimeout { get; set; } = TimeSpan.FromSeconds(2);
+
+    /// <summary>
+    /// How long a connection whose session has ended gets to close its socket (a WebSocket's closing handshake, which
+    /// waits behind any send the peer has not taken); then the socket is aborted. The connection stays counted
+    /// (<c>/varz</c>, <c>/connz</c>, every connection limit) until its socket is gone.
+    /// </summary>
+    public TimeSpan CloseTimeout { get; set; } = TimeSpan.FromSeconds(5);
 }

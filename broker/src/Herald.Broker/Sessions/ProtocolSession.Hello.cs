@@ -78,7 +78,7 @@ internal abstract partial class ProtocolSession
     /// <summary>
     /// Claims one client of the identity's quota (<see cref="LimitOptions.MaxConnectionsPerIdentity"/>), once,
     /// when the session is first opened; a refusal (<c>TooManyConnections</c>) says the transport must end it.
-    /// Given back when the session's subscriptions end.
+    /// Given back when the session's subscriptions end, or for a connection the registry counts, when its socket is gone.
     /// </summary>
     public Refusal ClaimQuota()
     {

@@ -267,8 +267,12 @@ internal abstract partial class ProtocolSession : INoResponders
         return false;
     }
 
-    /// <summary>Takes every subscription out of the router; nothing more is routed to this session.</summary>
-    protected void EndSubscriptions()
+    /// <summary>
+    /// Takes every subscription out of the router; nothing more is routed to this session. Gives back the identity's
+    /// connection slot too, unless <paramref name="keepQuota"/> (a connection the registry counts until its socket is
+    /// gone keeps it until then).
+    /// </summary>
+    protected void EndSubscriptions(bool keepQuota = false)
     {
         lock (_subscriptionsGate)
         {
@@ -288,15 +292,21 @@ internal abstract partial class ProtocolSession : INoResponders
             Volatile.Write(ref _subscriptionCount, 0);
         }
 
-        ReleaseQuota();
+        if (!keepQuota)
+        {
+            ReleaseQuota();
+        }
     }
 
     protected static void Throw(ErrorCode code, string message) => throw new ProtocolException(code, message);
 
     private void OnSlowConsumer() => Close(ErrorCode.SlowConsumer, $"Slow consumer: more than {Backlog.Limits.MaxMessages} messages or {Backlog.Limits.MaxBytes} bytes were waiting for this client.");
 
-    /// <summary>Gives back the client this session claimed of its identity's quota. Once; any thread.</summary>
-    private void ReleaseQuota()
+    /// <summary>
+    /// Gives back the client this session claimed of its identity's quota. Once; any thread. A session the registry
+    /// counts gives it back when the registry forgets it (its socket gone); one it does not, when its subscriptions end.
+    /// </summary>
+    public void ReleaseQuota()
     {
         if (Volatile.Read(ref _usage) is { } usage && Interlocked.Exchange(ref _quotaReleased, 1) == 0)
         {

@@ -45,8 +45,17 @@ internal sealed class SessionRegistry : BackgroundService
     /// <summary>The id of the next session (one id space for every transport).</summary>
     public long NextId() => Interlocked.Increment(ref _nextId);
 
-    /// <summary>Runs one framed connection (TCP) from accept to close.</summary>
-    public async Task RunAsync(ConnectionContext connection, string transport)
+    /// <summary>
+    /// Runs one framed connection (TCP, WebSocket) from accept until its socket is gone: it is counted (<c>/varz</c>,
+    /// <c>/connz</c>, every connection limit) until then, not only while its session runs.
+    /// </summary>
+    /// <param name="closeAsync">
+    /// The transport's close once the session has ended (WebSocket: its closing handshake, the socket aborted when
+    /// that cannot be done within <see cref="LimitOptions.CloseTimeout"/>). Without one (Kestrel's TCP connection),
+    /// a connection the client closed is aborted: nothing more goes to it, and a send it never takes would
+    /// otherwise keep the socket and its buffers.
+    /// </param>
+    public async Task RunAsync(ConnectionContext connection, string transport, Func<Task>? closeAsync = null)
     {
         var session = new FrameSession(_broker, connection, NextId(), transport);
         Refusal refused = Add(session);
@@ -61,7 +70,21 @@ internal sealed class SessionRegistry : BackgroundService
         }
         finally
         {
-            Remove(session);
+            try
+            {
+                if (closeAsync is not null)
+                {
+                    await closeAsync().ConfigureAwait(false);
+                }
+                else if (session.CloseCode == ErrorCode.None)
+                {
+                    connection.Abort(new ConnectionAbortedException("The client closed its connection."));
+                }
+            }
+            finally
+            {
+                Remove(session);
+            }
         }
     }
 
@@ -115,6 +138,7 @@ internal sealed class SessionRegistry : BackgroundService
             _perAddress.TryRemove(new KeyValuePair<IPAddress, int>(address, 0)); // only if still 0
         }
 
+        session.ReleaseQuota(); // the identity's connection slot, held as long as the connection is counted
         _broker.Metrics.ConnectionClosed(session.Transport);
         _broker.Metrics.Disconnected(session.Transport, session.CloseCode);
     }

@@ -83,6 +83,32 @@ public sealed class ProtocolClient : IAsyncDisposable
         return new ProtocolClient(System.Net.WebSockets.WebSocketStream.Create(socket, System.Net.WebSockets.WebSocketMessageType.Binary, ownsWebSocket: true)) { WebSocket = socket };
     }
 
+    /// <summary>
+    /// A client over WebSocket at <c>/ws</c> whose upgrade the test writes by hand on a raw socket, so that the
+    /// socket's receive buffer is the test's (a subscriber that stops reading fills it quickly); <paramref name="webSocket"/>
+    /// is the WebSocket under it, for a Close sent without reading.
+    /// </summary>
+    public static async Task<(ProtocolClient Client, System.Net.WebSockets.WebSocket WebSocket)> ConnectRawWebSocketAsync(int httpPort, int receiveBufferSize)
+    {
+        var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true, ReceiveBufferSize = receiveBufferSize };
+        await socket.ConnectAsync(new IPEndPoint(IPAddress.Loopback, httpPort));
+        var stream = new NetworkStream(socket, ownsSocket: true);
+        string key = Convert.ToBase64String(System.Security.Cryptography.RandomNumberGenerator.GetBytes(16));
+        await stream.WriteAsync(Encoding.ASCII.GetBytes(
+            $"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{httpPort}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: herald.v1\r\n\r\n"));
+        var head = new StringBuilder();
+        byte[] one = new byte[1];
+        while (!head.ToString().EndsWith("\r\n\r\n", StringComparison.Ordinal))
+        {
+            Assert.True(await stream.ReadAsync(one) == 1, $"The broker closed during the upgrade: {head}");
+            head.Append((char)one[0]);
+        }
+
+        Assert.StartsWith("HTTP/1.1 101", head.ToString(), StringComparison.Ordinal);
+        var webSocket = System.Net.WebSockets.WebSocket.CreateFromStream(stream, new System.Net.WebSockets.WebSocketCreationOptions { IsServer = false, SubProtocol = "herald.v1", KeepAliveInterval = TimeSpan.Zero });
+        return (new ProtocolClient(System.Net.WebSockets.WebSocketStream.Create(webSocket, System.Net.WebSockets.WebSocketMessageType.Binary, ownsWebSocket: true)), webSocket);
+    }
+
     /// <param name="localAddress">The source address to connect from (any 127.x.y.z on Linux loopback): another client address for the broker.</param>
     public static async Task<ProtocolClient> ConnectAsync(int port, int? receiveBufferSize = null, IPAddress? localAddress = null)
     {

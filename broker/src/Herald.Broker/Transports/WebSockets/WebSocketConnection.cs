@@ -4,6 +4,7 @@ using System.Net;
 using System.Net.WebSockets;
 using Herald.Broker.Sessions;
 using Microsoft.AspNetCore.Connections;
+using Microsoft.AspNetCore.Connections.Features;
 using Microsoft.AspNetCore.Http.Features;
 
 namespace Herald.Broker.Transports.WebSockets;
@@ -18,15 +19,23 @@ namespace Herald.Broker.Transports.WebSockets;
 internal sealed class WebSocketConnection : ConnectionContext
 {
     private readonly WebSocket _socket;
+    private readonly HttpContext _context;
     private readonly Pipe _inbound;
     private readonly MessageWriter _outbound;
     private readonly int _maxMessageBytes;
+    private readonly TimeSpan _closeTimeout;
     private readonly CancellationTokenSource _aborted = new();
+    private readonly IConnectionLifetimeFeature? _socketLifetime; // Kestrel's connection under the WebSocket: its socket
+    private readonly TaskCompletionSource _released = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private Task _receiving = Task.CompletedTask;
 
     public WebSocketConnection(WebSocket socket, HttpContext context, LimitOptions limits)
     {
         _socket = socket;
+        _context = context;
+        _socketLifetime = context.Features.Get<IConnectionLifetimeFeature>();
         _maxMessageBytes = limits.MaxFrameBytes + 4;
+        _closeTimeout = limits.CloseTimeout;
         // Read ahead at most what TCP reads ahead (Kestrel's MaxReadBufferSize): the partial-frame allowance.
         _inbound = new Pipe(new PipeOptions(pauseWriterThreshold: limits.PartialFrameAllowance, resumeWriterThreshold: limits.PartialFrameAllowance / 2, useSynchronizationContext: false));
         _outbound = new MessageWriter(socket, _aborted.Token);
@@ -48,27 +57,83 @@ internal sealed class WebSocketConnection : ConnectionContext
     /// <summary>The close the connection ended with when the client broke a WebSocket rule (tests, logs).</summary>
     public WebSocketCloseStatus? Refused { get; private set; }
 
-    /// <summary>Runs <paramref name="session"/> over this connection until it ends, receiving meanwhile; closes the WebSocket after.</summary>
-    public async Task RunAsync(Func<ConnectionContext, Task> session)
+    /// <summary>Starts receiving: the client's binary messages become the session's input.</summary>
+    public void Start() => _receiving = ReceiveAsync();
+
+    /// <summary>
+    /// Completes when the WebSocket is closed (or aborted) and the HTTP request may end, so that Kestrel closes the
+    /// socket under it; <see cref="CloseAsync"/> goes on until that socket is gone.
+    /// </summary>
+    public Task Released => _released.Task;
+
+    /// <summary>
+    /// Ends the connection once its session has ended, before the registry stops counting it, all within
+    /// <see cref="LimitOptions.CloseTimeout"/>: what the session flushed has gone out; the broker's Close is sent and
+    /// the client's awaited (it may have come first); the request ends (<see cref="Released"/>) and Kestrel closes
+    /// the socket once what it holds is sent. Whatever cannot be done in time (a client that stopped reading leaves
+    /// a send blocked, and the close waits behind it; or it never takes the last bytes) is not waited for: the
+    /// socket is aborted, and with it the send and what it held.
+    /// </summary>
+    public async Task CloseAsync()
     {
-        Task receiving = ReceiveAsync();
+        using var deadline = new CancellationTokenSource(_closeTimeout);
         try
         {
-            await session(this).ConfigureAwait(false);
+            await _outbound.CompleteAsync().ConfigureAwait(false); // later flushes send nothing
+            await _inbound.Reader.CompleteAsync().ConfigureAwait(false); // the session reads no more: the receive loop only waits for the client's Close
+            await HandshakeAsync(deadline.Token).ConfigureAwait(false);
+            _aborted.Cancel(); // the receive loop stops waiting for a client that has nothing more to say
+            await _receiving.ConfigureAwait(false);
         }
         finally
         {
-            await _outbound.CompleteAsync().ConfigureAwait(false); // ended: what it flushed went out; the close follows
-            await CloseAsync().ConfigureAwait(false);
-            _aborted.Cancel(); // the receive loop stops waiting for a client that has nothing more to say
-            await receiving.ConfigureAwait(false);
+            _released.TrySetResult();
+        }
+
+        if (_socketLifetime is { } socket && !socket.ConnectionClosed.IsCancellationRequested)
+        {
+            var gone = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            using (socket.ConnectionClosed.Register(static state => ((TaskCompletionSource)state!).TrySetResult(), gone))
+            using (deadline.Token.Register(static state => ((TaskCompletionSource)state!).TrySetResult(), gone))
+            {
+                await gone.Task.ConfigureAwait(false);
+            }
+
+            if (!socket.ConnectionClosed.IsCancellationRequested)
+            {
+                socket.Abort(); // the client took not even the close in time: its socket goes now
+            }
         }
     }
 
+    /// <summary>The WebSocket closing handshake, or the connection aborted when it cannot be done by <paramref name="deadline"/>.</summary>
+    private async Task HandshakeAsync(CancellationToken deadline)
+    {
+        try
+        {
+            if (_socket.State is WebSocketState.Open or WebSocketState.CloseReceived)
+            {
+                await _socket.CloseOutputAsync(WebSocketCloseStatus.NormalClosure, null, deadline).ConfigureAwait(false);
+            }
+
+            await _receiving.WaitAsync(deadline).ConfigureAwait(false);
+        }
+        catch (OperationCanceledException) when (deadline.IsCancellationRequested)
+        {
+            Abort(new ConnectionAbortedException($"The WebSocket could not be closed within {_closeTimeout.TotalSeconds:0.###} s."));
+        }
+        catch (Exception e) when (e is WebSocketException or OperationCanceledException or ObjectDisposedException or IOException)
+        {
+            Abort(new ConnectionAbortedException("The WebSocket failed while closing.", e)); // the client is gone: its socket goes too
+        }
+    }
+
+    /// <summary>Ends the connection now: the WebSocket and the HTTP connection under it (its socket), whatever a send is waiting for.</summary>
     public override void Abort(ConnectionAbortedException abortReason)
     {
         _aborted.Cancel();
         _socket.Abort();
+        _context.Abort();
     }
 
     public override async ValueTask DisposeAsync()
@@ -84,6 +149,7 @@ internal sealed class WebSocketConnection : ConnectionContext
         try
         {
             long inMessage = 0;
+            bool discarding = false;
             while (true)
             {
                 Memory<byte> memory = writer.GetMemory(4096);
@@ -106,12 +172,14 @@ internal sealed class WebSocketConnection : ConnectionContext
                     break;
                 }
 
+                if (discarding)
+                {
+                    continue; // the session has ended: what the client still sends before its Close is dropped
+                }
+
                 writer.Advance(received.Count);
                 FlushResult flushed = await writer.FlushAsync(_aborted.Token).ConfigureAwait(false); // the session reads at its pace: so does the socket
-                if (flushed.IsCompleted)
-                {
-                    break;
-                }
+                discarding = flushed.IsCompleted;
             }
         }
         catch (Exception e) when (e is WebSocketException or OperationCanceledException)
@@ -120,21 +188,6 @@ internal sealed class WebSocketConnection : ConnectionContext
         }
 
         await writer.CompleteAsync(failure).ConfigureAwait(false); // the client left: the session sees the end of its input
-    }
-
-    private async Task CloseAsync()
-    {
-        try
-        {
-            if (_socket.State is WebSocketState.Open or WebSocketState.CloseReceived)
-            {
-                await _socket.CloseOutputAsync(WebSocketCloseStatus.NormalClosure, null, _aborted.Token).ConfigureAwait(false);
-            }
-        }
-        catch (Exception e) when (e is WebSocketException or OperationCanceledException or ObjectDisposedException)
-        {
-            // the client is gone: nothing more can reach it
-        }
     }
 
     private async Task RefuseAsync(WebSocketCloseStatus status, string reason)

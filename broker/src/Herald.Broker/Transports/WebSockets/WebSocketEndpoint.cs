@@ -42,9 +42,22 @@ internal static class WebSocketEndpoint
         SessionRegistry sessions = context.RequestServices.GetRequiredService<SessionRegistry>();
         using WebSocket socket = await context.WebSockets.AcceptWebSocketAsync(new WebSocketAcceptContext { SubProtocol = SubProtocol }).ConfigureAwait(false);
         var connection = new WebSocketConnection(socket, context, broker.Limits);
+        connection.Start();
+        // Counted until its socket is gone, which is after this request ends (Kestrel closes it then): the request
+        // ends once the WebSocket is closed, and the registry goes on counting until the socket has gone or is aborted.
+        Task running = RunAsync(sessions, connection);
+        await Task.WhenAny(connection.Released, running).ConfigureAwait(false);
+        if (running.IsCompleted)
+        {
+            await running.ConfigureAwait(false);
+        }
+    }
+
+    private static async Task RunAsync(SessionRegistry sessions, WebSocketConnection connection)
+    {
         await using (connection.ConfigureAwait(false))
         {
-            await connection.RunAsync(c => sessions.RunAsync(c, TransportName)).ConfigureAwait(false);
+            await sessions.RunAsync(connection, TransportName, connection.CloseAsync).ConfigureAwait(false);
         }
     }
 
