@@ -59,6 +59,14 @@ public sealed class ClusterOptions
     /// </summary>
     public bool ShareLongPollSessions { get; set; } = true;
 
+    /// <summary>
+    /// Requests other nodes sent for this node's long-poll sessions (spec cluster.md §10) being carried out or waiting
+    /// for their session at once; past it one is answered 503 <c>OwnerBusy</c> with <c>Retry-After</c> and counted
+    /// (<c>herald.cluster.sessions.refused</c>, reason <c>busy</c>).
+    /// </summary>
+    [Range(1, 1_000_000)]
+    public int MaxSessionCommands { get; set; } = 1_000;
+
     public bool Enabled => !string.IsNullOrWhiteSpace(Redis);
 
     /// <summary>What is wrong with <paramref name="redis"/> as <see cref="Redis"/> (not a StackExchange.Redis configuration string, or one without an endpoint); null: nothing.</summary>

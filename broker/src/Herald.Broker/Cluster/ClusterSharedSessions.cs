@@ -1,5 +1,6 @@
 using System.Collections.Concurrent;
 using System.Globalization;
+using System.Security.Cryptography;
 using System.Text.Json;
 using Herald.Broker.Engines;
 using Herald.Broker.Engines.PollSharing;
@@ -23,6 +24,9 @@ namespace Herald.Broker.Cluster;
 /// The owner appends what its router delivers; any node reads and trims on a poll; any other request is sent
 /// to the owner on its command channel, or, when the lease has expired, the node takes the session over. A Redis
 /// call that fails or times out raises <see cref="ClusterUnavailableException"/> (with Redis's message).
+/// With a secret, entries, commands and replies carry its tag (<see cref="SessionSignatures"/>); a command carries
+/// the sender's deadline and a nonce, and its owner refuses one past its deadline, one seen before, and any past
+/// <see cref="ClusterOptions.MaxSessionCommands"/> being carried out at once (each counted).
 /// </summary>
 internal sealed class ClusterSharedSessions : ISharedSessions
 {
@@ -34,7 +38,16 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     private readonly RedisChannel _replies;
     private readonly ConcurrentDictionary<string, TaskCompletionSource> _waiters = new(StringComparer.Ordinal);
     private readonly ConcurrentDictionary<long, TaskCompletionSource<SessionReply>> _pending = new();
+    private readonly string? _secret;
+    private readonly EnvelopeSigner? _signer;
+    private readonly CommandMemory _memory = new();
     private long _nextCommand;
+    private int _running;
+    private long _forged;
+    private long _replayed;
+    private long _expired;
+    private long _busy;
+    private long _forgedEntries;
 
     public ClusterSharedSessions(ClusterConnection engine)
     {
@@ -44,7 +57,24 @@ internal sealed class ClusterSharedSessions : ISharedSessions
         _wakes = RedisChannel.Literal(_prefix + ".lpw:" + _node);
         _commands = RedisChannel.Literal(_prefix + ".lpc:" + _node);
         _replies = RedisChannel.Literal(_prefix + ".lpr:" + _node);
+        _secret = engine.Options.Secret;
+        _signer = _secret is null ? null : new EnvelopeSigner(_secret);
     }
+
+    /// <summary>Commands and replies refused for their tag or shape (a writer that is not a node; monitoring).</summary>
+    public long CommandsForged => Interlocked.Read(ref _forged);
+
+    /// <summary>Commands refused because this node had carried out the same one before (a replay).</summary>
+    public long CommandsReplayed => Interlocked.Read(ref _replayed);
+
+    /// <summary>Commands refused because their sender's deadline had passed when they came (the sender has answered 503).</summary>
+    public long CommandsExpired => Interlocked.Read(ref _expired);
+
+    /// <summary>Commands refused because <see cref="ClusterOptions.MaxSessionCommands"/> were being carried out.</summary>
+    public long CommandsBusy => Interlocked.Read(ref _busy);
+
+    /// <summary>Backlog entries a poll skipped because their tag was missing or wrong.</summary>
+    public long EntriesForged => Interlocked.Read(ref _forgedEntries);
 
     public bool IsShared => true;
 
@@ -87,7 +117,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     public async Task StartAsync(ISubscriber subscriber)
     {
         await subscriber.SubscribeAsync(_wakes, (channel, token) => Woken(token!)).ConfigureAwait(false);
-        await subscriber.SubscribeAsync(_commands, (channel, body) => { _ = RunCommandAsync(subscriber, body); }).ConfigureAwait(false);
+        await subscriber.SubscribeAsync(_commands, (channel, body) => Received(subscriber, body)).ConfigureAwait(false);
         await subscriber.SubscribeAsync(_replies, (channel, body) => Replied(body)).ConfigureAwait(false);
     }
 
@@ -207,6 +237,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     {
         try
         {
+            using EnvelopeSigner? signer = _secret is null ? null : new EnvelopeSigner(_secret);
             var keys = new RedisKey[3 * batch.Count];
             var args = new List<RedisValue>(2 + batch.Sum(a => 6 + (5 * a.Entries.Count))) { _node, (long)Lease.TotalMilliseconds };
             for (int s = 0; s < batch.Count; s++)
@@ -227,7 +258,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
                     args.Add(entry.Sid);
                     args.Add(entry.Frame);
                     args.Add(entry.Position ?? "");
-                    args.Add(RedisValue.EmptyString);
+                    args.Add(signer is null ? RedisValue.EmptyString : SessionSignatures.TagEntry(signer, append.Token, entry.Sequence, entry.Sid, entry.Frame));
                 }
             }
 
@@ -281,31 +312,8 @@ internal sealed class ClusterSharedSessions : ISharedSessions
                 return new SharedPoll(SharedPollStatus.Replaced);
         }
 
-        var raw = (RedisResult[])items[4]!;
-        var entries = new List<(long Sequence, uint Sid, byte[] Frame)>(raw.Length);
-        foreach (RedisResult item in raw)
-        {
-            var entry = (RedisResult[])item!;
-            string id = (string)entry[0]!;
-            var fields = (RedisResult[])entry[1]!;
-            uint sid = 0;
-            byte[] frame = [];
-            for (int f = 0; f + 1 < fields.Length; f += 2)
-            {
-                switch ((string?)fields[f])
-                {
-                    case "s":
-                        sid = (uint)(long)fields[f + 1];
-                        break;
-                    case "m":
-                        frame = (byte[])fields[f + 1]!;
-                        break;
-                }
-            }
-
-            entries.Add((long.Parse(id.AsSpan(0, id.IndexOf('-')), CultureInfo.InvariantCulture), sid, frame));
-        }
-
+        List<(long Sequence, uint Sid, byte[] Frame)> entries = SharedSessionRecord.ReadEntries(token, (RedisResult[])items[4]!, _secret, out int forged);
+        Interlocked.Add(ref _forgedEntries, forged); // not a node's: never delivered (the gap one leaves, if any, is reported as one)
         return new SharedPoll(SharedPollStatus.Ok)
         {
             Generation = (string)items[1]!,
@@ -417,12 +425,15 @@ internal sealed class ClusterSharedSessions : ISharedSessions
         {
             command.Id = id;
             command.From = _node;
+            command.Nonce = Convert.ToHexString(RandomNumberGenerator.GetBytes(16));
+            command.Deadline = DateTimeOffset.UtcNow.ToUnixTimeMilliseconds() + (long)(timeout - DeadlineMargin(timeout)).TotalMilliseconds;
             Interlocked.Increment(ref _commandsSent);
-            byte[] body = JsonSerializer.SerializeToUtf8Bytes(command, SharedSessionsJson.Default.SessionCommand);
+            string channel = _prefix + ".lpc:" + owner;
+            byte[] body = SessionSignatures.Seal(_signer, "lpc:" + owner, JsonSerializer.SerializeToUtf8Bytes(command, SharedSessionsJson.Default.SessionCommand));
             // PUBLISH's receiver count is no answer (on Redis Cluster it counts one shard's subscribers): only a reply is.
             try
             {
-                await _engine.Subscriber.PublishAsync(RedisChannel.Literal(_prefix + ".lpc:" + owner), body).ConfigureAwait(false);
+                await _engine.Subscriber.PublishAsync(RedisChannel.Literal(channel), body).ConfigureAwait(false);
             }
             catch (RedisException e)
             {
@@ -441,23 +452,70 @@ internal sealed class ClusterSharedSessions : ISharedSessions
         }
     }
 
-    private async Task RunCommandAsync(ISubscriber subscriber, RedisValue body)
+    /// <summary>
+    /// How much sooner than the sender stops waiting its command's deadline is: the time the owner has to carry it out
+    /// and answer, and what the nodes' clocks may differ by (a second, or a quarter of a short wait).
+    /// </summary>
+    private static TimeSpan DeadlineMargin(TimeSpan timeout) => TimeSpan.FromTicks(Math.Min(TimeSpan.TicksPerSecond, timeout.Ticks / 4));
+
+    /// <summary>
+    /// A command on this node's channel: run only if its tag is the secret's (with one), its deadline has not passed,
+    /// it was not run before, and fewer than <see cref="ClusterOptions.MaxSessionCommands"/> are running; each refusal
+    /// is counted, and one past its deadline or over the bound is answered 503 (a real sender may still wait).
+    /// </summary>
+    private void Received(ISubscriber subscriber, RedisValue body)
     {
-        SessionCommand? command;
-        try
+        SessionCommand? command = null;
+        if (SessionSignatures.TryOpen(_signer, "lpc:" + _node, (byte[])body!, out ReadOnlyMemory<byte> json))
         {
-            command = JsonSerializer.Deserialize((byte[])body!, SharedSessionsJson.Default.SessionCommand);
-        }
-        catch (JsonException)
-        {
-            return; // not a command (counted nowhere: only nodes write here)
+            try
+            {
+                command = JsonSerializer.Deserialize(json.Span, SharedSessionsJson.Default.SessionCommand);
+            }
+            catch (JsonException)
+            {
+                command = null;
+            }
         }
 
-        if (command is null || _handler is not { } handler)
+        if (command is not { Nonce.Length: > 0 })
         {
+            Interlocked.Increment(ref _forged);
             return;
         }
 
+        if (_handler is not { } handler)
+        {
+            return; // not serving sessions yet: the sender times out and answers 503
+        }
+
+        long now = DateTimeOffset.UtcNow.ToUnixTimeMilliseconds();
+        if (now > command.Deadline)
+        {
+            Interlocked.Increment(ref _expired);
+            _ = ReplyAsync(subscriber, command, new SessionReply { Status = 503, Code = "OwnerUnavailable", Message = "The request reached the session's node after its deadline and was not carried out; try again.", RetryAfter = 1 });
+            return;
+        }
+
+        if (!_memory.Admit(command.Nonce, command.Deadline, now))
+        {
+            Interlocked.Increment(ref _replayed);
+            return;
+        }
+
+        if (Interlocked.Increment(ref _running) > _engine.Options.MaxSessionCommands)
+        {
+            Interlocked.Decrement(ref _running);
+            Interlocked.Increment(ref _busy);
+            _ = ReplyAsync(subscriber, command, new SessionReply { Status = 503, Code = "OwnerUnavailable", Message = $"The session's node is busy: it is carrying out {_engine.Options.MaxSessionCommands} requests from other nodes; try again.", RetryAfter = 1 });
+            return;
+        }
+
+        _ = RunCommandAsync(subscriber, command, handler);
+    }
+
+    private async Task RunCommandAsync(ISubscriber subscriber, SessionCommand command, Func<SessionCommand, Task<SessionReply>> handler)
+    {
         SessionReply reply;
         try
         {
@@ -467,11 +525,21 @@ internal sealed class ClusterSharedSessions : ISharedSessions
         {
             reply = new SessionReply { Status = 503, Code = "OwnerFailed", Message = e.Message };
         }
+        finally
+        {
+            Interlocked.Decrement(ref _running);
+        }
 
+        await ReplyAsync(subscriber, command, reply).ConfigureAwait(false);
+    }
+
+    private async Task ReplyAsync(ISubscriber subscriber, SessionCommand command, SessionReply reply)
+    {
         reply.Id = command.Id;
+        string channel = _prefix + ".lpr:" + command.From;
         try
         {
-            await subscriber.PublishAsync(RedisChannel.Literal(_prefix + ".lpr:" + command.From), JsonSerializer.SerializeToUtf8Bytes(reply, SharedSessionsJson.Default.SessionReply)).ConfigureAwait(false);
+            await subscriber.PublishAsync(RedisChannel.Literal(channel), SessionSignatures.Seal(_signer, "lpr:" + command.From, JsonSerializer.SerializeToUtf8Bytes(reply, SharedSessionsJson.Default.SessionReply))).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
@@ -481,16 +549,22 @@ internal sealed class ClusterSharedSessions : ISharedSessions
 
     private void Replied(RedisValue body)
     {
+        if (!SessionSignatures.TryOpen(_signer, "lpr:" + _node, (byte[])body!, out ReadOnlyMemory<byte> json))
+        {
+            Interlocked.Increment(ref _forged);
+            return;
+        }
+
         try
         {
-            if (JsonSerializer.Deserialize((byte[])body!, SharedSessionsJson.Default.SessionReply) is { } reply && _pending.TryRemove(reply.Id, out TaskCompletionSource<SessionReply>? waiter))
+            if (JsonSerializer.Deserialize(json.Span, SharedSessionsJson.Default.SessionReply) is { } reply && _pending.TryRemove(reply.Id, out TaskCompletionSource<SessionReply>? waiter))
             {
                 waiter.TrySetResult(reply);
             }
         }
         catch (JsonException)
         {
-            // not a reply
+            Interlocked.Increment(ref _forged);
         }
     }
 }

@@ -64,6 +64,53 @@ internal static class SharedSessionRecord
             ended.Length > 0 ? ended : null,
             [.. subscriptions.Values.OrderBy(s => s.Sid).Select(s => positions.TryGetValue(s.Sid, out string? p) ? s with { Position = p } : s)]);
     }
+
+    /// <summary>
+    /// A poll's entries of the session's stream, as <c>XRANGE</c> gave them: sequence (the id's first part), sid and
+    /// frame. With a <paramref name="secret"/>, an entry whose tag is missing or not the one the secret gives for this
+    /// session, sequence, sid and frame is left out and counted in <paramref name="forged"/>.
+    /// </summary>
+    public static List<(long Sequence, uint Sid, byte[] Frame)> ReadEntries(string token, RedisResult[] raw, string? secret, out int forged)
+    {
+        forged = 0;
+        var entries = new List<(long Sequence, uint Sid, byte[] Frame)>(raw.Length);
+        using EnvelopeSigner? signer = secret is null || raw.Length == 0 ? null : new EnvelopeSigner(secret);
+        foreach (RedisResult item in raw)
+        {
+            var entry = (RedisResult[])item!;
+            string id = (string)entry[0]!;
+            var fields = (RedisResult[])entry[1]!;
+            uint sid = 0;
+            byte[] frame = [];
+            byte[]? tag = null;
+            for (int f = 0; f + 1 < fields.Length; f += 2)
+            {
+                switch ((string?)fields[f])
+                {
+                    case "s":
+                        sid = (uint)(long)fields[f + 1];
+                        break;
+                    case "m":
+                        frame = (byte[])fields[f + 1]!;
+                        break;
+                    case "t":
+                        tag = (byte[])fields[f + 1]!;
+                        break;
+                }
+            }
+
+            long sequence = long.Parse(id.AsSpan(0, id.IndexOf('-')), CultureInfo.InvariantCulture);
+            if (signer is not null && (tag is null || !SessionSignatures.VerifyEntry(signer, token, sequence, sid, frame, tag)))
+            {
+                forged++;
+                continue;
+            }
+
+            entries.Add((sequence, sid, frame));
+        }
+
+        return entries;
+    }
 }
 
 /// <summary>How a <see cref="SessionCommand"/> and its <see cref="SessionReply"/> travel between nodes (on the command and reply channels).</summary>

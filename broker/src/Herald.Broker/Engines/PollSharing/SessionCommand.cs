@@ -7,6 +7,12 @@ internal sealed class SessionCommand
 
     public string From { get; set; } = "";
 
+    /// <summary>Unique to this command: its owner carries out a nonce once (a replay is refused).</summary>
+    public string? Nonce { get; set; }
+
+    /// <summary>The sender's deadline (Unix ms, a little before it stops waiting): past it, the owner does not carry the command out.</summary>
+    public long Deadline { get; set; }
+
     public string Token { get; set; } = "";
 
     /// <summary>subscribe, unsubscribe, publish, end.</summary>

@@ -116,7 +116,11 @@ internal static class LongPollEndpoints
     /// </summary>
     public static async Task<SessionReply> RunAsync(PollSession owner, PollSessionStore store, SessionCommand command, CancellationToken cancellation)
     {
-        await owner.Requests.WaitAsync(cancellation).ConfigureAwait(false);
+        if (!await owner.Requests.WaitAsync(WaitFor(command), cancellation).ConfigureAwait(false))
+        {
+            throw PollProblems.OwnerUnavailable(); // past the sender's deadline: it has answered 503, and the client tries again
+        }
+
         try
         {
             owner.Touch();
@@ -407,6 +411,10 @@ internal static class LongPollEndpoints
 
         context.Response.StatusCode = reply.Status;
     }
+
+    /// <summary>How long a request may wait for its session: until the deadline another node's command carries (spec cluster.md §10), else without end.</summary>
+    private static TimeSpan WaitFor(SessionCommand command) =>
+        command.Deadline == 0 ? Timeout.InfiniteTimeSpan : TimeSpan.FromMilliseconds(Math.Max(0, command.Deadline - DateTimeOffset.UtcNow.ToUnixTimeMilliseconds()));
 
     /// <summary>The operations a session request carries out (<see cref="SessionCommand.Op"/>).</summary>
     internal static class Ops
