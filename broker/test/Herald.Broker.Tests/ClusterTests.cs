@@ -758,7 +758,7 @@ public sealed class ClusterTests
         JsonElement view = varz.RootElement.GetProperty("cluster");
 
         Assert.False(view.GetProperty("history_rules_match").GetBoolean());
-        Assert.Equal(["feed.> 1000 00:05:00", "feed.> 50 00:05:00"], view.GetProperty("nodes").EnumerateArray().Select(n => n.GetProperty("history").GetString()).Order());
+        Assert.Equal(["feed.> 1000 00:05:00 8388608", "feed.> 50 00:05:00 8388608"], view.GetProperty("nodes").EnumerateArray().Select(n => n.GetProperty("history").GetString()).Order());
     }
 
     [Fact]

@@ -9,12 +9,17 @@ namespace Herald.Broker.Cluster;
 /// The cluster's topic histories in Redis (spec cluster.md §9): per topic a hash <c>P h:&lt;topic&gt;</c> (<c>e</c> the
 /// epoch, <c>o</c> the last offset) and a stream <c>P s:&lt;topic&gt;</c> whose entry ids are the offsets
 /// (<c>&lt;offset&gt;-0</c>), each holding when it was kept (<c>t</c>, Redis's clock) and the publishing node's
-/// envelope (<c>d</c>). One script gives a publication its offset, keeps it and publishes it, atomically, so every
+/// envelope (<c>d</c>); the hash's <c>b</c> counts the stream's envelope bytes, which the rule's <c>MaxBytes</c> bounds
+/// as <c>MaxMessages</c> bounds its length. One script gives a publication its offset, keeps it and publishes it, atomically, so every
 /// node receives a topic's publications in offset order; another reads what a resume needs.
 /// </summary>
 internal static class ClusterHistory
 {
-    /// <summary>KEYS: hash, stream. ARGV: channel, envelope, a fresh epoch (used if the topic has none), max entries, time to live (ms).</summary>
+    /// <summary>
+    /// KEYS: hash, stream. ARGV: channel, envelope, a fresh epoch (used if the topic has none), max entries, time to live (ms),
+    /// max bytes. Keeps the stream within both bounds, oldest first (the newest entry always stays): <c>b</c> in the hash
+    /// counts its envelopes' bytes, recounted exactly whenever the stream is down to one entry.
+    /// </summary>
     public const string PublishScript = """
         local epoch = redis.call('HGET', KEYS[1], 'e')
         if not epoch then
@@ -24,14 +29,34 @@ internal static class ClusterHistory
         end
         local offset = redis.call('HINCRBY', KEYS[1], 'o', 1)
         local now = redis.call('TIME')
-        redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[4], offset .. '-0', 't', now[1] * 1000 + math.floor(now[2] / 1000), 'd', ARGV[2])
+        redis.call('XADD', KEYS[2], offset .. '-0', 't', now[1] * 1000 + math.floor(now[2] / 1000), 'd', ARGV[2])
+        local bytes = redis.call('HINCRBY', KEYS[1], 'b', #ARGV[2])
+        local length = redis.call('XLEN', KEYS[2])
+        local maxEntries = tonumber(ARGV[4])
+        local maxBytes = tonumber(ARGV[6])
+        while length > 1 and (length > maxEntries or bytes > maxBytes) do
+          local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
+          local fields = oldest[2]
+          for i = 1, #fields, 2 do
+            if fields[i] == 'd' then bytes = bytes - #fields[i + 1] end
+          end
+          redis.call('XDEL', KEYS[2], oldest[1])
+          length = length - 1
+        end
+        if length <= 1 then bytes = #ARGV[2] end
+        redis.call('HSET', KEYS[1], 'b', bytes)
         redis.call('PEXPIRE', KEYS[1], ARGV[5])
         redis.call('PEXPIRE', KEYS[2], ARGV[5])
         redis.call('PUBLISH', ARGV[1], 'H\3' .. offset .. ' ' .. epoch .. ' ' .. ARGV[2])
         return offset
         """;
 
-    /// <summary>KEYS: hash, stream. ARGV: the offset to read after, max entries, a fresh epoch (used if the topic has none), time to live (ms).</summary>
+    /// <summary>
+    /// KEYS: hash, stream. ARGV: the offset to read after, max entries, a fresh epoch (used if the topic has none), time to
+    /// live (ms), max bytes. Reads a few entries at a time and stops at max entries or after the entry that takes the
+    /// envelopes past max bytes (then the fifth element is 1: cut), so Redis sends a resume what its connection may
+    /// hold, never the whole stream.
+    /// </summary>
     public const string ReadScript = """
         if redis.call('HSETNX', KEYS[1], 'e', ARGV[3]) == 1 then
           redis.call('DEL', KEYS[2])
@@ -39,8 +64,28 @@ internal static class ClusterHistory
         end
         local meta = redis.call('HMGET', KEYS[1], 'e', 'o')
         local now = redis.call('TIME')
-        local entries = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1] .. '-0', '+', 'COUNT', ARGV[2])
-        return {meta[1], meta[2] or '0', now[1] * 1000 + math.floor(now[2] / 1000), entries}
+        local entries = {}
+        local left = tonumber(ARGV[2])
+        local budget = tonumber(ARGV[5])
+        local bytes = 0
+        local after = '(' .. ARGV[1] .. '-0'
+        while left > 0 and bytes <= budget do
+          local chunk = redis.call('XRANGE', KEYS[2], after, '+', 'COUNT', math.min(left, 8))
+          if #chunk == 0 then break end
+          for _, entry in ipairs(chunk) do
+            if left == 0 or bytes > budget then break end
+            local fields = entry[2]
+            for i = 1, #fields, 2 do
+              if fields[i] == 'd' then bytes = bytes + #fields[i + 1] end
+            end
+            entries[#entries + 1] = entry
+            left = left - 1
+            after = '(' .. entry[1]
+          end
+        end
+        local cut = 0
+        if left == 0 or bytes > budget then cut = 1 end
+        return {meta[1], meta[2] or '0', now[1] * 1000 + math.floor(now[2] / 1000), entries, cut}
         """;
 
     /// <summary>First byte of a positioned publication on a channel (<c>'H'</c>, as every envelope), then its version.</summary>
@@ -121,7 +166,7 @@ internal static class ClusterHistory
             }
         }
 
-        return new SharedRead(epoch, top, now, entries);
+        return new SharedRead(epoch, top, now, entries, Cut: parts.Length > 4 && (long)parts[4] == 1);
     }
 
     private static RedisKey Key(string prefix, string kind, ReadOnlySpan<byte> topic)

@@ -42,7 +42,7 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
 
     private ClusterNode Self(DateTimeOffset now) => new(nodeId, serverName, Environment.MachineName, _started, now, Self: true, historyRules);
 
-    /// <summary>This node's history rules as one line (<c>pattern max-messages max-age</c>, <c>;</c> between rules; empty: none).</summary>
+    /// <summary>This node's history rules as one line (<c>pattern max-messages max-age max-bytes</c>, <c>;</c> between rules; empty: none).</summary>
     public string HistoryRules => historyRules;
 
     /// <summary>Whether every member seen at the last heartbeat has this node's history rules (spec cluster.md §9).</summary>

@@ -171,7 +171,7 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
         byte[] channel = new byte[_channelPrefix.Length + topic.Length];
         _channelPrefix.CopyTo(channel, 0);
         topic.CopyTo(channel, _channelPrefix.Length);
-        var kept = new KeptPublication(ClusterHistory.HashKey(_options.ChannelPrefix, topic), ClusterHistory.StreamKey(_options.ChannelPrefix, topic), history.Rule.MaxMessages, ClusterHistory.TimeToLiveMs(history.Rule), publisher);
+        var kept = new KeptPublication(ClusterHistory.HashKey(_options.ChannelPrefix, topic), ClusterHistory.StreamKey(_options.ChannelPrefix, topic), history.Rule.MaxMessages, ClusterHistory.TimeToLiveMs(history.Rule), history.Rule.MaxBytes, publisher);
         if (!_outbound.Writer.TryWrite(new Outbound(channel, envelope, size, null, null, kept)))
         {
             Interlocked.Add(ref _forwardBytes, -size); // stopping
@@ -274,7 +274,7 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
             if (item.Kept is { } kept)
             {
                 KeptOrigins.Put(_sequence, kept.Publisher);
-                server.Execute("EVAL", [ClusterHistory.PublishScript, 2, kept.Hash, kept.Stream, item.Channel, item.Envelope, ClusterSharedHistory.NewEpoch(), kept.MaxMessages, kept.TimeToLiveMs], CommandFlags.FireAndForget);
+                server.Execute("EVAL", [ClusterHistory.PublishScript, 2, kept.Hash, kept.Stream, item.Channel, item.Envelope, ClusterSharedHistory.NewEpoch(), kept.MaxMessages, kept.TimeToLiveMs, kept.MaxBytes], CommandFlags.FireAndForget);
                 _metrics.SentOne();
                 return;
             }
@@ -319,7 +319,7 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
     private readonly record struct Outbound(byte[] Channel, byte[] Envelope, long Size, INoResponders? Request, byte[]? ReplyTo, KeptPublication? Kept = null);
 
     /// <summary>A history topic's publication (spec cluster.md §9): its keys in Redis, its rule's bounds, and who published it (no-echo).</summary>
-    private sealed record KeptPublication(RedisKey Hash, RedisKey Stream, int MaxMessages, long TimeToLiveMs, IMessageSink Publisher);
+    private sealed record KeptPublication(RedisKey Hash, RedisKey Stream, int MaxMessages, long TimeToLiveMs, long MaxBytes, IMessageSink Publisher);
 
     public void Dispose() => _signer?.Dispose();
 }

@@ -26,11 +26,21 @@ internal sealed class ClusterSharedHistory(ClusterConnection connection, Cluster
         outbound.ForwardKept(publish, history, publisher, ref groups);
 
     /// <summary>
-    /// What Redis holds of <paramref name="history"/>'s topic after <paramref name="since"/>, for a resume on this node
-    /// (spec cluster.md §9): read in one script through the server this node publishes through.
+    /// What Redis holds of <paramref name="history"/>'s topic after <paramref name="since"/> (spec cluster.md §9), all of it
+    /// (at most the rule's <see cref="HistoryRule.MaxMessages"/> and <see cref="HistoryRule.MaxBytes"/>): for the repair of
+    /// a gap this node routes itself.
     /// </summary>
     /// <exception cref="ClusterUnavailableException">Redis is unreachable or did not answer in time.</exception>
-    public async Task<SharedRead> ReadAsync(TopicHistory history, Herald.Protocol.StreamPosition since)
+    public Task<SharedRead> ReadAsync(TopicHistory history, Herald.Protocol.StreamPosition since) =>
+        ReadAsync(history, since, history.Rule.MaxMessages, history.Rule.MaxBytes);
+
+    /// <summary>
+    /// What Redis holds of <paramref name="history"/>'s topic after <paramref name="since"/>, for a resume on this node
+    /// (spec cluster.md §9): read in one script through the server this node publishes through, which stops at
+    /// <paramref name="maxEntries"/> or once the envelopes passed <paramref name="maxBytes"/>, so Redis sends no more than that.
+    /// </summary>
+    /// <exception cref="ClusterUnavailableException">Redis is unreachable or did not answer in time.</exception>
+    public async Task<SharedRead> ReadAsync(TopicHistory history, Herald.Protocol.StreamPosition since, int maxEntries, long maxBytes)
     {
         IServer server = _connection.PublishServer() ?? throw new ClusterUnavailableException("Redis is unreachable.");
         byte[] topic = System.Text.Encoding.ASCII.GetBytes(history.Topic);
@@ -39,7 +49,7 @@ internal sealed class ClusterSharedHistory(ClusterConnection connection, Cluster
             RedisResult result = await server.ExecuteAsync(
                 "EVAL",
                 [ClusterHistory.ReadScript, 2, ClusterHistory.HashKey(_options.ChannelPrefix, topic), ClusterHistory.StreamKey(_options.ChannelPrefix, topic),
-                 since.IsNone ? 0ul : since.Offset, history.Rule.MaxMessages, NewEpoch(), ClusterHistory.TimeToLiveMs(history.Rule)]).ConfigureAwait(false);
+                 since.IsNone ? 0ul : since.Offset, Math.Min(maxEntries, history.Rule.MaxMessages), NewEpoch(), ClusterHistory.TimeToLiveMs(history.Rule), maxBytes]).ConfigureAwait(false);
             return ClusterHistory.Parse(result);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
@@ -79,7 +89,7 @@ internal sealed class ClusterSharedHistory(ClusterConnection connection, Cluster
 
     /// <summary>The history rules as one line, the same on every node that has the same rules (spec cluster.md §9).</summary>
     public static string RulesOf(HistoryStore? history) => history is null ? "" : string.Join(';', history.Options.Topics.Select(r =>
-        string.Create(System.Globalization.CultureInfo.InvariantCulture, $"{r.Pattern} {r.MaxMessages} {r.MaxAge:c}")));
+        string.Create(System.Globalization.CultureInfo.InvariantCulture, $"{r.Pattern} {r.MaxMessages} {r.MaxAge:c} {r.MaxBytes}")));
 
     /// <summary>A fresh epoch for a topic Redis has none for: 16 lowercase hex digits, random.</summary>
     public static string NewEpoch() => Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(8));

@@ -21,8 +21,12 @@ internal interface ISharedHistory
     /// </summary>
     bool ForwardKept(in PublishFrame publish, TopicHistory history, IMessageSink publisher, ref GroupAssignments? groups);
 
-    /// <summary>What is kept of <paramref name="history"/>'s topic after <paramref name="since"/>, for a resume on this node.</summary>
-    Task<SharedRead> ReadAsync(TopicHistory history, StreamPosition since);
+    /// <summary>
+    /// What is kept of <paramref name="history"/>'s topic after <paramref name="since"/>, for a resume on this node: at most
+    /// <paramref name="maxEntries"/> entries, and none after the one that takes their envelopes past <paramref name="maxBytes"/>
+    /// (<see cref="SharedRead.Cut"/>), so what is read is what the resuming connection may be sent (plus one entry).
+    /// </summary>
+    Task<SharedRead> ReadAsync(TopicHistory history, StreamPosition since, int maxEntries, long maxBytes);
 
     /// <summary>A kept entry (of <see cref="SharedRead.Entries"/>) as its PUBLISH; null when it is not one.</summary>
     PublishFrame? DecodeKept(byte[] entry);
@@ -35,7 +39,7 @@ internal sealed class LocalHistory : ISharedHistory
 
     public bool ForwardKept(in PublishFrame publish, TopicHistory history, IMessageSink publisher, ref GroupAssignments? groups) => false;
 
-    public Task<SharedRead> ReadAsync(TopicHistory history, StreamPosition since) =>
+    public Task<SharedRead> ReadAsync(TopicHistory history, StreamPosition since, int maxEntries, long maxBytes) =>
         Task.FromException<SharedRead>(new ClusterUnavailableException("This node shares no history."));
 
     public PublishFrame? DecodeKept(byte[] entry) => null;

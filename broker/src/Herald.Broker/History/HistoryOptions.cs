@@ -42,4 +42,12 @@ public sealed class HistoryRule
 
     /// <summary>How long a message is kept.</summary>
     public TimeSpan MaxAge { get; set; } = TimeSpan.FromMinutes(5);
+
+    /// <summary>
+    /// Most bytes one topic keeps (each kept message's MESSAGE plus <see cref="TopicHistory.EntryOverhead"/>; in a cluster,
+    /// in Redis, each kept envelope): past it the oldest go, the newest message always stays. The default is the default
+    /// <c>Limits:MaxPendingBytes</c>, so a default connection can be sent a whole history.
+    /// </summary>
+    [Range(1024, long.MaxValue)]
+    public long MaxBytes { get; set; } = 8L * 1024 * 1024;
 }

@@ -16,9 +16,19 @@ namespace Herald.Broker.History;
 /// one published since the hand last passed is spared once), so one topic cannot take the others' room for long.
 /// </summary>
 /// <remarks>
+/// <para>
 /// A topic with no rule costs a publication one pattern test per rule (after a dictionary miss); a topic with a
 /// history, one dictionary hit. Creating and evicting histories takes <c>_evictGate</c>: only a topic's first
-/// publication or resume, and the eviction that makes room, ever do.
+/// publication, and the eviction that makes room, ever do.
+/// </para>
+/// <para>
+/// Only a publication makes a history. A resume reads: on a topic that has none yet it is answered from the
+/// <em>unborn epoch</em> (<see cref="ResumeUnborn"/>), the epoch the topic's first history will take, so "Live"
+/// still gives a position a later resume recovers from; every eviction draws a new unborn epoch, so a position
+/// taken before one can never pass for a history made after it. A client can therefore neither make histories
+/// by reading (refused or not) nor evict another identity's by it. In a cluster a resume needs this node's
+/// bridge (<see cref="FindForResume"/>): made only while there is room, never by evicting.
+/// </para>
 /// </remarks>
 internal sealed class HistoryStore : IDisposable
 {
@@ -28,6 +38,7 @@ internal sealed class HistoryStore : IDisposable
     private readonly Queue<TopicHistory> _clock = new(); // creation order; the eviction hand's round
     private readonly Lock _evictGate = new();
     private readonly Timer _sweeper;
+    private byte[] _unborn = RandomNumberGenerator.GetBytes(32); // keys each topic's unborn epoch; drawn anew (under _evictGate) at each eviction
     private long _bytes;
     private long _evictedTopics;
     private long _recovered;
@@ -66,7 +77,7 @@ internal sealed class HistoryStore : IDisposable
 
     public void Dispose() => _sweeper.Dispose();
 
-    /// <summary>The history of <paramref name="topic"/> (a valid topic name), created on first use; null when no rule covers it.</summary>
+    /// <summary>The history of <paramref name="topic"/> (a valid topic name), made by its first publication (or, in a cluster, by a routed one); null when no rule covers it. Publications only: a resume never makes one.</summary>
     public TopicHistory? Find(ReadOnlySpan<char> topic)
     {
         if (_bySpan.TryGetValue(topic, out TopicHistory? history))
@@ -123,6 +134,75 @@ internal sealed class HistoryStore : IDisposable
 
     /// <summary>The history <paramref name="topic"/> holds now, without making one.</summary>
     public TopicHistory? FindExisting(string topic) => _topics.TryGetValue(topic, out TopicHistory? history) ? history : null;
+
+    /// <summary>Whether a rule keeps a history for <paramref name="topic"/> (a valid topic name), without making one.</summary>
+    public bool Keeps(ReadOnlySpan<char> topic) => _bySpan.ContainsKey(topic) || RuleFor(topic) is not null;
+
+    /// <summary>
+    /// Cluster: the history of <paramref name="topic"/> a resume on this node needs as its bridge (spec cluster.md §9):
+    /// the one there is, else one made while fewer than <see cref="HistoryOptions.MaxTopics"/> are held; a read never
+    /// evicts. Made this way it is the first the eviction hand takes (not referenced). Null: no rule, or no room.
+    /// </summary>
+    public TopicHistory? FindForResume(string topic)
+    {
+        if (_topics.TryGetValue(topic, out TopicHistory? history))
+        {
+            return history;
+        }
+
+        if (RuleFor(topic) is not { } rule)
+        {
+            return null;
+        }
+
+        lock (_evictGate)
+        {
+            if (_topics.TryGetValue(topic, out TopicHistory? raced))
+            {
+                return raced;
+            }
+
+            if (_topics.Count >= _options.MaxTopics)
+            {
+                return null;
+            }
+
+            var made = new TopicHistory(this, topic, rule, Shared ? "" : UnbornEpoch(topic)) { Referenced = false };
+            _topics[topic] = made;
+            _clock.Enqueue(made);
+            return made;
+        }
+    }
+
+    /// <summary>
+    /// A resume (spec §13) of <paramref name="topic"/>, which keeps a history but has none on this node yet: under the
+    /// store's gate (so the topic's first publication comes after it), <paramref name="add"/> makes the subscription
+    /// live (false: refused, nothing more), then the status MESSAGE is queued, answered from the unborn epoch: no
+    /// position, "Live" there; offset 0 of it, "Recovered" (nothing was published since); anything else, lost or ahead.
+    /// </summary>
+    /// <returns>The outcome; null when refused; <paramref name="made"/> true (nothing done) when the history exists now: resume it instead.</returns>
+    public ResumeOutcome? ResumeUnborn(string topic, StreamPosition since, Func<bool> add, IMessageSink sink, uint sid, List<IMessageSink> toFlush, out bool made)
+    {
+        lock (_evictGate)
+        {
+            made = _topics.ContainsKey(topic);
+            if (made || !add())
+            {
+                return null;
+            }
+
+            var top = new StreamPosition(0, UnbornEpoch(topic));
+            ResumeOutcome outcome = since switch
+            {
+                { IsNone: true } => new(true, "Live", top, 0),
+                _ when since.Epoch != top.Epoch => new(false, $"History lost: epoch {since.Epoch} is not the topic's ({top.Epoch}); the broker restarted or evicted it", top, 0),
+                _ when since.Offset > 0 => new(false, $"Position {since.Offset} is ahead of the topic's last offset 0", top, 0),
+                _ => new(true, "Recovered", top, 0),
+            };
+            TopicHistory.Status(sink, sid, topic, outcome, toFlush);
+            return outcome;
+        }
+    }
 
     /// <summary>Counts a resume's outcome (<c>/varz</c>, metrics).</summary>
     public void Resumed(bool recovered) => Interlocked.Increment(ref recovered ? ref _recovered : ref _notRecovered);
@@ -186,9 +266,10 @@ internal sealed class HistoryStore : IDisposable
                 candidate.Clear(retire: true); // a publisher holding it finds it retired and asks again
                 _topics.TryRemove(candidate.Topic, out _);
                 Interlocked.Increment(ref _evictedTopics);
+                _unborn = RandomNumberGenerator.GetBytes(32); // a position of the evicted one's never passes for what comes next
             }
 
-            var history = new TopicHistory(this, topic, rule, Shared ? "" : NewEpoch());
+            var history = new TopicHistory(this, topic, rule, Shared ? "" : UnbornEpoch(topic));
             _topics[topic] = history;
             _clock.Enqueue(history);
             return history;
@@ -204,6 +285,15 @@ internal sealed class HistoryStore : IDisposable
         }
     }
 
-    /// <summary>A fresh epoch: 16 lowercase hex digits, random, so no two histories of a topic ever share one.</summary>
-    private static string NewEpoch() => Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(8));
+    /// <summary>
+    /// The epoch <paramref name="topic"/>'s next history takes: 16 lowercase hex digits, HMAC-SHA256 of the topic under a
+    /// random key drawn at start and at every eviction, so each topic's differs and no two histories of a topic share one.
+    /// Caller holds <c>_evictGate</c>.
+    /// </summary>
+    private string UnbornEpoch(string topic)
+    {
+        Span<byte> mac = stackalloc byte[32];
+        HMACSHA256.HashData(_unborn, System.Text.Encoding.UTF8.GetBytes(topic), mac);
+        return Convert.ToHexStringLower(mac[..8]);
+    }
 }

@@ -9,8 +9,12 @@ using MessagePack;
 
 namespace Herald.Broker.History;
 
-/// <summary>What Redis holds of a topic for a cluster resume (spec cluster.md §9): its epoch and last offset, Redis's clock (Unix ms), and the entries after the asked position (offset, when kept, the publishing node's envelope).</summary>
-internal sealed record SharedRead(string Epoch, ulong Top, long NowMs, IReadOnlyList<(ulong Offset, long Ms, byte[] Envelope)> Entries);
+/// <summary>
+/// What Redis holds of a topic for a cluster resume (spec cluster.md §9): its epoch and last offset, Redis's clock (Unix ms), and the entries
+/// after the asked position (offset, when kept, the publishing node's envelope), as many as the reader's budget (its connection's pending
+/// limit) allows; <c>Cut</c> when the read stopped at that budget before the topic's last offset.
+/// </summary>
+internal sealed record SharedRead(string Epoch, ulong Top, long NowMs, IReadOnlyList<(ulong Offset, long Ms, byte[] Envelope)> Entries, bool Cut = false);
 
 /// <summary>What a resume found (spec §13): the status MESSAGE's code and description, and the position live delivery starts after.</summary>
 internal readonly record struct ResumeOutcome(bool Recovered, string Description, StreamPosition Top, int Replayed);
@@ -41,8 +45,10 @@ internal sealed class TopicHistory
     private readonly Lock _gate = new();
     private readonly HistoryStore _store;
     private readonly HistoryRule _rule;
+    private readonly byte[] _name; // the topic as it travels
     private readonly Queue<Entry> _entries = new();
     private ulong _last;
+    private long _bytes; // what _entries cost, against the rule's MaxBytes
     private bool _evicted;
     private string _epoch;
     private long _generation; // the node's Redis restores when this history last routed
@@ -53,6 +59,7 @@ internal sealed class TopicHistory
     {
         _store = store;
         Topic = topic;
+        _name = System.Text.Encoding.UTF8.GetBytes(topic);
         _rule = rule;
         _epoch = epoch;
     }
@@ -187,7 +194,7 @@ internal sealed class TopicHistory
         {
             var redisTop = new StreamPosition(read.Top, read.Epoch);
             ulong needed = since.Offset + 1;
-            bool continuous = read.Entries.Count > 0 && read.Entries[0].Offset == needed && read.Entries[^1].Offset == read.Top
+            bool continuous = read.Entries.Count > 0 && read.Entries[0].Offset == needed && (read.Entries[^1].Offset == read.Top || read.Cut)
                 && read.Entries[0].Ms >= read.NowMs - (long)_rule.MaxAge.TotalMilliseconds;
             bool bridged = _epoch == read.Epoch && _last >= read.Top;
             bool bridgeKept = !bridged || _last == read.Top || (_entries.TryPeek(out Entry first) && first.Offset <= read.Top + 1);
@@ -202,12 +209,12 @@ internal sealed class TopicHistory
                 _ => new(true, "Recovered", top, (int)(top.Offset - since.Offset)),
             };
 
-            Status(sink, held.Sid, outcome, toFlush);
+            Status(sink, held.Sid, Topic, outcome, toFlush);
             if (outcome.Recovered && !since.IsNone)
             {
                 foreach ((ulong offset, _, byte[] envelope) in read.Entries)
                 {
-                    if (offset > since.Offset && decode(envelope) is { } publish)
+                    if (offset > since.Offset && decode(envelope) is { } publish && IsOf(publish))
                     {
                         MessageBuffer frame = MessageEncoder.Encode(Stamp(publish, offset, read.Epoch, maxFrame), publish.Flags, publish.Payload.IsSingleSegment ? publish.Payload.FirstSpan : publish.Payload.ToArray());
                         Deliver(sink, held.Sid, frame, toFlush, maxPayload);
@@ -268,7 +275,7 @@ internal sealed class TopicHistory
                 _ => new(true, "Recovered", top, (int)(_last - since.Offset)),
             };
 
-            Status(sink, sid, outcome, toFlush);
+            Status(sink, sid, Topic, outcome, toFlush);
             if (outcome.Replayed > 0)
             {
                 foreach (Entry entry in _entries)
@@ -360,6 +367,7 @@ internal sealed class TopicHistory
     {
         int cost = frame.Capacity + EntryOverhead;
         _entries.Enqueue(new Entry(offset, Stopwatch.GetTimestamp(), frame, cost));
+        _bytes += cost;
         _store.Added(cost);
         Trim(Stopwatch.GetTimestamp());
         while (_entries.Count > 1 && _store.OverBudget)
@@ -371,7 +379,7 @@ internal sealed class TopicHistory
     private void Trim(long now)
     {
         long maxAge = (long)(_rule.MaxAge.TotalSeconds * Stopwatch.Frequency);
-        while (_entries.TryPeek(out Entry oldest) && (_entries.Count > _rule.MaxMessages || now - oldest.At > maxAge))
+        while (_entries.TryPeek(out Entry oldest) && (_entries.Count > _rule.MaxMessages || now - oldest.At > maxAge || (_bytes > _rule.MaxBytes && _entries.Count > 1)))
         {
             DropOldest();
         }
@@ -380,12 +388,13 @@ internal sealed class TopicHistory
     private void DropOldest()
     {
         Entry oldest = _entries.Dequeue();
+        _bytes -= oldest.Cost;
         _store.Removed(oldest.Cost);
         oldest.Frame.Release();
     }
 
-    /// <summary>The resume's answer (spec §13): a MESSAGE on the topic with an empty payload and the status headers.</summary>
-    private void Status(IMessageSink sink, uint sid, ResumeOutcome outcome, List<IMessageSink> toFlush)
+    /// <summary>The resume's answer (spec §13): a MESSAGE on <paramref name="topic"/> with an empty payload and the status headers.</summary>
+    internal static void Status(IMessageSink sink, uint sid, string topic, ResumeOutcome outcome, List<IMessageSink> toFlush)
     {
         byte[] headers = HeaderBlock.Encode(
         [
@@ -394,9 +403,9 @@ internal sealed class TopicHistory
             new(StreamPosition.OffsetHeader, [outcome.Top.Offset.ToString(CultureInfo.InvariantCulture)]),
             new(StreamPosition.EpochHeader, [outcome.Top.Epoch]),
         ]);
-        byte[] topic = System.Text.Encoding.ASCII.GetBytes(Topic);
-        MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + FrameWriter.EnvelopeSize(topic.Length, 0, PayloadFlags.None, 0) + headers.Length);
-        FrameWriter.WriteMessage(new MessageBufferWriter(frame), 0, topic, default, PayloadFlags.None, default, headers);
+        byte[] name = System.Text.Encoding.ASCII.GetBytes(topic);
+        MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + FrameWriter.EnvelopeSize(name.Length, 0, PayloadFlags.None, 0) + headers.Length);
+        FrameWriter.WriteMessage(new MessageBufferWriter(frame), 0, name, default, PayloadFlags.None, default, headers);
         Enqueue(sink, sid, frame, toFlush);
     }
 
@@ -438,6 +447,17 @@ internal sealed class TopicHistory
         {
             toFlush.Add(sink);
         }
+    }
+
+    /// <summary>
+    /// Whether a publication read back from the shared history is of this topic: an entry's envelope is checked as a
+    /// node's (signed, with <c>Cluster:Secret</c>), and its topic must be this one, so a node's genuine publication
+    /// copied into another topic's stream is never replayed to that topic's readers.
+    /// </summary>
+    private bool IsOf(in PublishFrame publish)
+    {
+        ReadOnlySequence<byte> topic = publish.Topic;
+        return topic.IsSingleSegment ? topic.FirstSpan.SequenceEqual(_name) : topic.ToArray().AsSpan().SequenceEqual(_name);
     }
 
     private readonly record struct Entry(ulong Offset, long At, MessageBuffer Frame, int Cost);

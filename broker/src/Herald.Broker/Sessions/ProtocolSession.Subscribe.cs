@@ -81,10 +81,12 @@ internal abstract partial class ProtocolSession
     }
 
     /// <summary>
-    /// SUBSCRIBE with <c>since</c> (spec §13). On a topic that keeps a history, the history adds the subscription
-    /// and queues the status and what was missed under its gate (no gap, no duplicate); on anything else (a
-    /// pattern with wildcards, a topic without history) the subscription is made live and answered "not recovered".
-    /// Either way the status MESSAGE comes before any other MESSAGE of the subscription.
+    /// SUBSCRIBE with <c>since</c> (spec §13). The permission is checked first: a refused resume finds, makes and reads
+    /// nothing. On a topic that keeps a history, the history adds the subscription and queues the status and what was
+    /// missed under its gate (no gap, no duplicate); a topic whose history no publication has made yet is answered from
+    /// the store (<see cref="HistoryStore.ResumeUnborn"/>: a resume never makes a history); on anything else (a pattern
+    /// with wildcards, a topic without history) the subscription is made live and answered "not recovered". Either way
+    /// the status MESSAGE comes before any other MESSAGE of the subscription.
     /// </summary>
     private Refusal SubscribeSince(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition since)
     {
@@ -94,8 +96,13 @@ internal abstract partial class ProtocolSession
         }
 
         string checkedPattern = CheckSubscribe(sid, pattern);
-        TopicHistory? history = !HasWildcards(checkedPattern) ? Broker.History?.Find(checkedPattern) : null;
-        if (history is null)
+        if (!Identity.Permissions.CanSubscribe(checkedPattern))
+        {
+            return Denied($"Subscribing to '{checkedPattern}' is not permitted for '{Identity.Name}'.");
+        }
+
+        HistoryStore? store = Broker.History;
+        if (store is null || HasWildcards(checkedPattern) || !store.Keeps(checkedPattern))
         {
             Refusal refused = AddSubscription(sid, checkedPattern, noEcho);
             if (refused.IsNone)
@@ -107,26 +114,75 @@ internal abstract partial class ProtocolSession
             return refused;
         }
 
-        if (Broker.History!.Shared)
+        if (store.Shared)
         {
-            // The cluster's history is in Redis: the subscription is routed held (so this node's interest in the topic
-            // settles), then Redis is read and the replay queued; it joins the live stream where the replay ends.
-            var held = new Subscription(Backlog, sid, checkedPattern, noEcho) { Held = true };
-            Refusal refused = AddSubscription(sid, checkedPattern, noEcho, held);
+            return SubscribeSinceShared(sid, checkedPattern, noEcho, since, store);
+        }
+
+        Refusal answer = default;
+        Func<bool> add = () => (answer = AddSubscription(sid, checkedPattern, noEcho)).IsNone;
+        ResumeOutcome? outcome;
+        while (true)
+        {
+            if (store.FindExisting(checkedPattern) is { } history)
+            {
+                outcome = history.Resume(since, add, Backlog, sid, _toFlush, Limits.MaxPayloadBytes);
+                break;
+            }
+
+            outcome = store.ResumeUnborn(checkedPattern, since, add, Backlog, sid, _toFlush, out bool made);
+            if (!made)
+            {
+                break;
+            }
+        }
+
+        if (outcome is { } resumed)
+        {
+            store.Resumed(resumed.Recovered);
+            Resumed(sid, resumed);
+        }
+
+        return answer;
+    }
+
+    /// <summary>
+    /// The cluster's history is in Redis (spec cluster.md §9): the subscription is routed held (so this node's interest in
+    /// the topic settles), then Redis is read and the replay queued; it joins the live stream where the replay ends. The
+    /// node's bridge for the topic is made only while there is room (<see cref="HistoryStore.FindForResume"/>); without
+    /// one the subscription is made live and answered "not recovered".
+    /// </summary>
+    private Refusal SubscribeSinceShared(uint sid, string checkedPattern, bool noEcho, StreamPosition since, HistoryStore store)
+    {
+        if (store.FindForResume(checkedPattern) is not { } history)
+        {
+            Refusal refused = AddSubscription(sid, checkedPattern, noEcho);
             if (refused.IsNone)
             {
-                TrackResume(ResumeSharedAsync(history, since, held));
+                NotResumable(sid, checkedPattern, $"History unavailable: this node holds its maximum of {store.Options.MaxTopics} histories (Herald:History:MaxTopics)", _toFlush);
             }
 
             return refused;
         }
 
-        Refusal answer = default;
-        ResumeOutcome? outcome = history.Resume(since, () => (answer = AddSubscription(sid, checkedPattern, noEcho)).IsNone, Backlog, sid, _toFlush, Limits.MaxPayloadBytes);
-        if (outcome is { } resumed)
+        var held = new Subscription(Backlog, sid, checkedPattern, noEcho) { Held = true };
+        Refusal answer = AddSubscription(sid, checkedPattern, noEcho, held);
+        if (answer.IsNone)
         {
-            Broker.History!.Resumed(resumed.Recovered);
-            Resumed(sid, resumed);
+            // One read at a time per session, each within what its queue has room for: a client naming a big history
+            // many times makes Redis send no more than its pending limit at once. (Started outside the gate: a resume
+            // may run to the topic's gate at once, which is taken before this one.) Caller: the session's input.
+            Task earlier;
+            lock (_subscriptionsGate)
+            {
+                earlier = _resumes ?? Task.CompletedTask;
+            }
+
+            Task resume = ResumeSharedAsync(history, since, held, earlier);
+            lock (_subscriptionsGate)
+            {
+                _resumes = resume;
+            }
         }
 
         return answer;
@@ -134,15 +190,25 @@ internal abstract partial class ProtocolSession
 
     private static bool HasWildcards(string pattern) => pattern.AsSpan().IndexOfAny('*', '>') >= 0;
 
-    /// <summary>A cluster resume (spec cluster.md §9): waits for this node's Redis subscription, reads Redis, then queues status and replay under the topic's gate.</summary>
-    private async Task ResumeSharedAsync(TopicHistory history, StreamPosition since, Subscription held)
+    /// <summary>
+    /// A cluster resume (spec cluster.md §9): after the session's <paramref name="earlier"/> resumes, waits for this node's
+    /// Redis subscription, reads Redis within what the session's queue has room for (its pending limits, less what is
+    /// queued: <see cref="ISharedHistory.ReadAsync"/> stops there), then queues status and replay under the topic's gate;
+    /// a replay over that room meets the slow-consumer policy, as on one node.
+    /// </summary>
+    private async Task ResumeSharedAsync(TopicHistory history, StreamPosition since, Subscription held, Task earlier)
     {
+        await earlier.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
         ResumeOutcome outcome;
         var toFlush = new List<IMessageSink>(1);
         try
         {
             await Broker.Interest.WhenSettledAsync().ConfigureAwait(false);
-            SharedRead read = await Broker.SharedHistory.ReadAsync(history, since).ConfigureAwait(false);
+            (long pendingMessages, long pendingBytes) = Backlog.Pending;
+            BacklogLimits limits = Backlog.Limits;
+            int maxEntries = (int)Math.Clamp(limits.MaxMessages - pendingMessages, 1, history.Rule.MaxMessages);
+            long maxBytes = Math.Max(0, limits.MaxBytes - pendingBytes);
+            SharedRead read = await Broker.SharedHistory.ReadAsync(history, since, maxEntries, maxBytes).ConfigureAwait(false);
             outcome = history.ResumeShared(since, read, held, Backlog, toFlush, Limits.MaxPayloadBytes, Limits.MaxFrameBytes, Broker.SharedHistory.DecodeKept);
         }
         catch (ClusterUnavailableException e)
@@ -159,15 +225,6 @@ internal abstract partial class ProtocolSession
         if (toFlush.Count > 0)
         {
             Backlog.ScheduleFlush();
-        }
-    }
-
-    /// <summary>Keeps the cluster resumes in flight: the transport answers the client's next question (PONG, the subscribe response) after them.</summary>
-    private void TrackResume(Task resume)
-    {
-        lock (_subscriptionsGate)
-        {
-            _resumes = _resumes is { IsCompleted: false } earlier ? Task.WhenAll(earlier, resume) : resume;
         }
     }
 

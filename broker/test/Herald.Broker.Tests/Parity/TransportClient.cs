@@ -53,15 +53,19 @@ public abstract class TransportClient : IAsyncDisposable
     /// </summary>
     public abstract bool FatalErrorEndsSession { get; }
 
-    public static async Task<TransportClient> OpenAsync(string transport, TestBroker broker, string? token = null, bool zstd = false, int? receiveBufferSize = null) => transport switch
+    /// <param name="headers">Negotiate headers (HELLO's capability, long-poll's <c>"headers": true</c>): needed to resume (spec §13).</param>
+    public static async Task<TransportClient> OpenAsync(string transport, TestBroker broker, string? token = null, bool zstd = false, int? receiveBufferSize = null, bool headers = false) => transport switch
     {
-        Tcp => await TcpTransportClient.OpenAsync(broker, token, zstd, receiveBufferSize),
-        WebSocket => await TcpTransportClient.OpenAsync(broker, token, zstd, receiveBufferSize, overWebSocket: true),
-        LongPoll => await LongPollTransportClient.OpenAsync(broker, token, zstd),
+        Tcp => await TcpTransportClient.OpenAsync(broker, token, zstd, receiveBufferSize, headers: headers),
+        WebSocket => await TcpTransportClient.OpenAsync(broker, token, zstd, receiveBufferSize, overWebSocket: true, headers: headers),
+        LongPoll => await LongPollTransportClient.OpenAsync(broker, token, zstd, headers),
         _ => throw new ArgumentOutOfRangeException(nameof(transport)),
     };
 
     public abstract Task<Answer> SubscribeAsync(uint sid, string pattern, bool noEcho = false);
+
+    /// <summary>A SUBSCRIBE resuming <paramref name="topic"/>'s history after <paramref name="since"/> (spec §13); the client must have opened with headers.</summary>
+    public abstract Task<Answer> ResumeAsync(uint sid, string topic, StreamPosition since);
 
     public abstract Task<Answer> UnsubscribeAsync(uint sid);
 
@@ -99,10 +103,11 @@ internal sealed class TcpTransportClient : TransportClient
 
     public override bool FatalErrorEndsSession => true;
 
-    public static async Task<TransportClient> OpenAsync(TestBroker broker, string? token, bool zstd, int? receiveBufferSize, bool overWebSocket = false)
+    public static async Task<TransportClient> OpenAsync(TestBroker broker, string? token, bool zstd, int? receiveBufferSize, bool overWebSocket = false, bool headers = false)
     {
         ProtocolClient client = overWebSocket ? await ProtocolClient.ConnectWebSocketAsync(broker.HttpPort) : await ProtocolClient.ConnectAsync(broker.Port, receiveBufferSize);
-        await client.SendAsync(w => FrameWriter.WriteHello(w, "parity", zstd ? Capabilities.Zstd : Capabilities.None, token));
+        Capabilities capabilities = (zstd ? Capabilities.Zstd : Capabilities.None) | (headers ? Capabilities.Headers : Capabilities.None);
+        await client.SendAsync(w => FrameWriter.WriteHello(w, "parity", capabilities, token));
         Frame welcome = await client.ReadAsync();
         Assert.True(welcome.Type == FrameType.Welcome, $"Expected WELCOME, got {welcome}");
         return new TcpTransportClient(client) { InboxPrefix = welcome.Welcome?.InboxPrefix };
@@ -110,6 +115,9 @@ internal sealed class TcpTransportClient : TransportClient
 
     public override Task<Answer> SubscribeAsync(uint sid, string pattern, bool noEcho = false) =>
         SendAndBarrierAsync(w => FrameWriter.WriteSubscribe(w, sid, Encoding.UTF8.GetBytes(pattern), noEcho ? SubscribeOptions.NoEcho : SubscribeOptions.None));
+
+    public override Task<Answer> ResumeAsync(uint sid, string topic, StreamPosition since) =>
+        SendAndBarrierAsync(w => FrameWriter.WriteSubscribe(w, sid, Encoding.UTF8.GetBytes(topic), since: since));
 
     public override Task<Answer> UnsubscribeAsync(uint sid) => SendAndBarrierAsync(w => FrameWriter.WriteUnsubscribe(w, sid));
 
@@ -216,7 +224,7 @@ internal sealed class LongPollTransportClient : TransportClient
 
     public override bool FatalErrorEndsSession => false;
 
-    public static async Task<TransportClient> OpenAsync(TestBroker broker, string? token, bool zstd)
+    public static async Task<TransportClient> OpenAsync(TestBroker broker, string? token, bool zstd, bool headers = false)
     {
         var http = new HttpClient { BaseAddress = broker.Http.BaseAddress, Timeout = TimeSpan.FromSeconds(60) };
         if (token is not null)
@@ -224,7 +232,7 @@ internal sealed class LongPollTransportClient : TransportClient
             http.DefaultRequestHeaders.Authorization = new AuthenticationHeaderValue("Bearer", token);
         }
 
-        using HttpResponseMessage created = await http.PostAsJsonAsync("/poll/sessions", new { client = "parity", zstd });
+        using HttpResponseMessage created = await http.PostAsJsonAsync("/poll/sessions", new { client = "parity", zstd, headers });
         Assert.Equal(HttpStatusCode.Created, created.StatusCode);
         JsonElement body = await created.Content.ReadFromJsonAsync<JsonElement>();
         return new LongPollTransportClient(http, body.GetProperty("session").GetString()!) { InboxPrefix = body.GetProperty("inboxPrefix").GetString() };
@@ -233,6 +241,12 @@ internal sealed class LongPollTransportClient : TransportClient
     public override async Task<Answer> SubscribeAsync(uint sid, string pattern, bool noEcho = false)
     {
         using HttpResponseMessage response = await _http.PostAsJsonAsync($"{_base}/subscriptions", new { sid, pattern, noEcho });
+        return await AnswerOfAsync(response);
+    }
+
+    public override async Task<Answer> ResumeAsync(uint sid, string topic, StreamPosition since)
+    {
+        using HttpResponseMessage response = await _http.PostAsJsonAsync($"{_base}/subscriptions", new { sid, pattern = topic, since = new { offset = since.Offset, epoch = since.Epoch } });
         return await AnswerOfAsync(response);
     }
 

@@ -49,6 +49,11 @@ internal static class SseEndpoint
             throw HttpProblem.Malformed($"{topics.Count} topics named; a stream may name at most {options.MaxTopics} (Herald:Sse:MaxTopics).");
         }
 
+        if (FirstRepeated(topics) is { } repeated)
+        {
+            throw HttpProblem.Malformed($"'{repeated}' is named more than once: a stream names each topic once (sse.md §1), so it is subscribed, and its history read, once.");
+        }
+
         SseDataFormat format = context.Request.Query["format"].ToString() switch
         {
             "" or "json" => SseDataFormat.Json,
@@ -123,7 +128,7 @@ internal static class SseEndpoint
         for (int i = 0; i < topics.Count; i++)
         {
             string topic = topics[i] ?? "";
-            tracked[i] = topic.AsSpan().IndexOfAny('*', '>') < 0 && broker.History?.Find(topic) is not null;
+            tracked[i] = topic.AsSpan().IndexOfAny('*', '>') < 0 && broker.History is { } history && history.Keeps(topic); // asks, makes nothing
             StreamPosition? since = resuming ? resumeFrom[i] ?? new StreamPosition(0, NoPosition)
                 : tracked[i] ? new StreamPosition(0, "") : null;
             Refusal refused = session.Subscribe((uint)(i + 1), new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(topic)), noEcho: false, since);
@@ -134,6 +139,21 @@ internal static class SseEndpoint
         }
 
         return tracked;
+    }
+
+    /// <summary>The first topic or pattern the URL names twice (exactly the same), or null.</summary>
+    private static string? FirstRepeated(StringValues topics)
+    {
+        var seen = new HashSet<string>(topics.Count, StringComparer.Ordinal);
+        foreach (string? topic in topics)
+        {
+            if (!seen.Add(topic ?? ""))
+            {
+                return topic;
+            }
+        }
+
+        return null;
     }
 
     /// <summary>
