@@ -81,6 +81,55 @@ public sealed class ClusterLongPollBoundsTests(ITestOutputHelper output)
     }
 
     [Fact]
+    public async Task Under_DropOldest_a_flooded_shared_session_keeps_its_newest_within_its_pending_bytes_and_reports_the_gap()
+    {
+        const long limit = 4 * 1024 * 1024;
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
+        {
+            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
+            o.LongPoll.SlowConsumerPolicy = Herald.Broker.Delivery.SlowConsumerPolicy.DropOldest;
+            o.Limits.MaxPendingBytes = (int)limit; // four messages of 1 MB, not five
+        });
+        await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration + ",allowAdmin=true");
+        IDatabase db = redis.GetDatabase();
+        LongPollClient victim = await LongPollClient.CreateAsync(cluster[0].Http);
+        LongPollClient victimOn1 = victim.Via(cluster[1].Http);
+        await victimOn1.SubscribeAsync(1, "flood");
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
+        await Until.True(() => cluster[0].Engine().IsSettled && cluster[1].Engine().IsSettled, "interest settled");
+
+        const int Count = 12;
+        RedisKey stream = "{herald}:lq:" + victim.Session, hash = "{herald}:lp:" + victim.Session;
+        long most = 0;
+        for (int i = 0; i < Count; i++)
+        {
+            await publisher.PublishAsync("flood", $"{i}:" + new string('x', Payload));
+            long n = i + 1;
+            await Until.True(async () => (long?)await db.HashGetAsync(hash, "seq") >= n, $"publication {n} appended");
+            long bytes = (long?)await db.ExecuteAsync("MEMORY", "USAGE", stream, "SAMPLES", "0") ?? 0;
+            most = Math.Max(most, bytes);
+            output.WriteLine($"after {n} x {Payload} B: stream {bytes} B, {await db.StreamLengthAsync(stream)} entries");
+        }
+
+        Assert.True(most <= limit + (64 * 1024), $"the victim's stream held {most} B, over its {limit} B");
+
+        // The newest four are there, after a gap of the eight dropped, which the first poll reports.
+        PollResult first = await victimOn1.PollAsync(0);
+        Assert.Equal((HttpStatusCode.OK, 9L, 8L), (first.Status, first.FirstSequence, first.Dropped));
+        var numbers = new List<string>(first.Messages.Select(m => m.Text.Split(':')[0]));
+        long ack = first.LastSequence;
+        while (numbers.Count < 4)
+        {
+            PollResult next = await (numbers.Count % 2 == 0 ? victim : victimOn1).PollAsync(ack);
+            Assert.Equal((HttpStatusCode.OK, 0L), (next.Status, next.Dropped));
+            numbers.AddRange(next.Messages.Select(m => m.Text.Split(':')[0]));
+            ack = next.Count > 0 ? next.LastSequence : ack;
+        }
+
+        Assert.Equal(["8", "9", "10", "11"], numbers);
+    }
+
+    [Fact]
     public async Task A_poll_reads_from_redis_only_what_its_answer_may_carry()
     {
         const int maxBytesPerPoll = 1024 * 1024;
