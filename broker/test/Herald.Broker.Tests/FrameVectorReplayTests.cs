@@ -11,9 +11,10 @@ namespace Herald.Broker.Tests;
 /// The client-to-broker frame vectors of <c>protocol-spec/vectors</c> (spec §12) replayed over real TCP
 /// against one broker run with <c>limits.json</c>: each frame is the first after HELLO (Zstd and headers negotiated) on a
 /// fresh connection, or the first frame of all for <c>hello.json</c>. An invalid vector must close the
-/// connection with its <c>error</c>; a valid one must be taken without an ERROR, or answered with the ERROR
-/// its <c>broker</c> member names (a well-formed frame the broker refuses: a bad topic, a payload over
-/// <c>max_payload</c>). Where a frame breaks two rules, spec §8.1 decides, so each vector has one answer.
+/// connection with its <c>error</c>; a valid one must be taken without an ERROR (a valid PUBLISH delivered, as its
+/// <c>fields</c> say, to the connection's own <c>&gt;</c>), or answered with the ERROR its <c>broker</c> member names
+/// (a well-formed frame the broker refuses: a bad topic, a payload over <c>max_payload</c>); either way the
+/// connection stays open and answers the PING after it. Where a frame breaks two rules, spec §8.1 decides, so each vector has one answer.
 /// </summary>
 public sealed class FrameVectorReplayTests(VectorBroker fixture) : IClassFixture<VectorBroker>
 {
@@ -80,20 +81,39 @@ public sealed class FrameVectorReplayTests(VectorBroker fixture) : IClassFixture
         }
 
         await client.SendAsync(FrameWriter.WritePing);
-        List<Frame> answers = await ReadUntilPongOrCloseAsync(client);
+        (List<Frame> answers, bool ponged) = await ReadUntilPongOrCloseAsync(client);
         List<ErrorFrame> errors = [.. answers.Where(f => f.Type == FrameType.Error).Select(f => f.Error!.Value)];
         if (c.TryGetProperty("broker", out JsonElement refused))
         {
+            // A fatal refusal closes the connection after its ERROR; any other leaves it open to answer the PING.
             ErrorCode expected = Enum.Parse<ErrorCode>(refused.GetString()!);
             Assert.True(errors.Count == 1 && errors[0].Code == expected, $"{id}: expected ERROR {expected}, got {string.Join(", ", answers)}");
+            Assert.Equal(ErrorCodes.IsFatal(expected), errors[0].Fatal);
+            Assert.True(ponged != errors[0].Fatal, $"{id}: a {(errors[0].Fatal ? "fatal" : "non-fatal")} ERROR {expected}, and the connection {(ponged ? "answered PING" : "closed")}");
             return;
         }
 
+        Assert.True(ponged, $"{id}: the broker closed the connection instead of answering PING after {string.Join(", ", answers)}");
         Assert.True(errors.Count == 0, $"{id}: expected no ERROR, got {string.Join(", ", answers)}");
         foreach (Frame message in answers.Where(f => f.Type == FrameType.Message))
         {
             // Every frame the broker sends stays within the max_frame its WELCOME advertised (spec §4.2).
             Assert.True(message.Body!.Length <= VectorBroker.MaxFrame, $"{id}: a MESSAGE of {message.Body.Length} bytes, over max_frame {VectorBroker.MaxFrame}");
+        }
+
+        if (id.StartsWith("publish.json / valid", StringComparison.Ordinal))
+        {
+            // Taken means routed: the connection's own '>' gets it once, as the vector's fields say.
+            JsonElement fields = c.GetProperty("fields");
+            Frame delivered = Assert.Single(answers, f => f.Type == FrameType.Message);
+            Assert.Equal(fields.GetProperty("topic").GetString(), delivered.Topic);
+            Assert.Equal(fields.GetProperty("reply_to").GetString() is { Length: > 0 } replyTo ? replyTo : null, delivered.ReplyTo);
+            Assert.Equal(Convert.FromHexString(fields.GetProperty("payload").GetString()!), delivered.Payload);
+            Assert.Equal((PayloadFlags)fields.GetProperty("flags").GetInt32(), delivered.Flags);
+            Dictionary<string, string[]> expectedHeaders = fields.TryGetProperty("headers", out JsonElement headers)
+                ? headers.EnumerateObject().ToDictionary(h => h.Name, h => h.Value.EnumerateArray().Select(v => v.GetString()!).ToArray())
+                : [];
+            Assert.Equal(expectedHeaders, (delivered.Headers ?? []).ToDictionary(h => h.Key, h => h.Value));
         }
     }
 
@@ -140,14 +160,20 @@ public sealed class FrameVectorReplayTests(VectorBroker fixture) : IClassFixture
         }
     }
 
-    private static async Task<List<Frame>> ReadUntilPongOrCloseAsync(ProtocolClient client)
+    /// <summary>The frames before PONG, and whether PONG came (false: the connection closed first).</summary>
+    private static async Task<(List<Frame> Frames, bool Ponged)> ReadUntilPongOrCloseAsync(ProtocolClient client)
     {
         var frames = new List<Frame>();
-        while (await client.TryReadAsync() is { } frame && frame.Type != FrameType.Pong)
+        while (await client.TryReadAsync() is { } frame)
         {
+            if (frame.Type == FrameType.Pong)
+            {
+                return (frames, true);
+            }
+
             frames.Add(frame);
         }
 
-        return frames;
+        return (frames, false);
     }
 }
