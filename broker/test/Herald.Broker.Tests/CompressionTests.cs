@@ -85,6 +85,17 @@ public sealed class CompressionAdvisorTests
         Assert.Equal(CompressionDecision.CpuBusy, advisor.Decide("t", 10_000, out _));
     }
 
+    [Fact]
+    public void With_both_cpu_limits_at_1_compression_never_yields_to_the_cpu()
+    {
+        _options.CpuBackoffStart = 1;
+        _options.CpuDisableLimit = 1;
+        var advisor = new CompressionAdvisor(_options, _cpu, _time);
+
+        _cpu.Value = 1.02; // a sample may read a little over all cores
+        Assert.Equal(1000, CountCompressed(advisor, 1000));
+    }
+
     private static int CountCompressed(CompressionAdvisor advisor, int n) =>
         Enumerable.Range(0, n).Count(_ => advisor.Decide("t", 10_000, out _) == CompressionDecision.Compress);
 

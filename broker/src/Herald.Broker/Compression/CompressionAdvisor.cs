@@ -56,12 +56,12 @@ internal sealed class CompressionAdvisor
         }
 
         double cpu = _cpu.Current;
-        if (cpu >= _options.CpuDisableLimit)
+        if (cpu >= _options.CpuDisableLimit && _options.CpuDisableLimit < 1) // 1: never (a sample may read just above it)
         {
             return CompressionDecision.CpuBusy;
         }
 
-        if (cpu > _options.CpuBackoffStart)
+        if (cpu > _options.CpuBackoffStart && _options.CpuBackoffStart < 1)
         {
             // Linear back-off: at the start of the band nearly everything is compressed, at its end nothing.
             double keep = (_options.CpuDisableLimit - cpu) / (_options.CpuDisableLimit - _options.CpuBackoffStart);

@@ -33,11 +33,11 @@ public sealed class CompressionOptions
     [Range(-5, 22)]
     public int MaxLevel { get; set; } = 7;
 
-    /// <summary>Process CPU (fraction of all cores) above which compression starts backing off.</summary>
+    /// <summary>Process CPU (fraction of all cores) above which compression starts backing off; 1: never.</summary>
     [Range(0.0, 1.0)]
     public double CpuBackoffStart { get; set; } = 0.6;
 
-    /// <summary>Process CPU (fraction of all cores) at and above which nothing is compressed (the seed's CpuDisableLimit).</summary>
+    /// <summary>Process CPU (fraction of all cores) at and above which nothing is compressed (the seed's CpuDisableLimit); 1: never.</summary>
     [Range(0.0, 1.0)]
     public double CpuDisableLimit { get; set; } = 0.85;
 
