@@ -58,7 +58,7 @@ public sealed class ClusterVectorTests
     public void A_set_of_patterns_has_its_cover(string name)
     {
         JsonElement vector = Find("covers", "name", name);
-        var cover = new InterestCover();
+        var cover = vector.TryGetProperty("max_keys_per_inbox", out JsonElement max) ? new InterestCover(max.GetInt32()) : new InterestCover();
         foreach (JsonElement pattern in vector.GetProperty("patterns").EnumerateArray())
         {
             cover.Add(pattern.GetString()!);

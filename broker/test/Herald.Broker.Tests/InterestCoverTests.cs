@@ -47,6 +47,35 @@ public sealed class InterestCoverTests
         Assert.Equal(0, cover.KeyCount);
     }
 
+    [Fact]
+    public void Keys_under_one_inbox_past_the_limit_are_its_one_glob_and_come_back_apart_below_it()
+    {
+        var cover = new InterestCover(maxKeysPerInbox: 3);
+        for (int i = 0; i < 1000; i++)
+        {
+            cover.Add($"_INBOX.mallory.p{i}.*");
+            cover.Add($"_INBOX.mallory.e{i}");
+        }
+
+        cover.Add("_INBOX.alice.r1.>");
+        Assert.Equal(new HashSet<CoverKey> { new("_INBOX.mallory.", true), new("_INBOX.alice.r1.", true) }, cover.Compute());
+
+        for (int i = 3; i < 1000; i++)
+        {
+            cover.Remove($"_INBOX.mallory.p{i}.*");
+            cover.Remove($"_INBOX.mallory.e{i}");
+        }
+
+        cover.Remove("_INBOX.mallory.e0");
+        cover.Remove("_INBOX.mallory.e1");
+        Assert.Equal(new HashSet<CoverKey> { new("_INBOX.mallory.", true), new("_INBOX.alice.r1.", true) }, cover.Compute()); // four keys: still past three
+
+        cover.Remove("_INBOX.mallory.e2");
+        Assert.Equal(
+            new HashSet<CoverKey> { new("_INBOX.mallory.p0.", true), new("_INBOX.mallory.p1.", true), new("_INBOX.mallory.p2.", true), new("_INBOX.alice.r1.", true) },
+            cover.Compute()); // three: each its own again
+    }
+
     [Theory]
     [InlineData("a.b", "a.b", false, true)]
     [InlineData("a.b", "a.bc", false, false)]

@@ -31,11 +31,12 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
     private readonly SettleCounter _settle = new();
 
     // Owned by the worker.
-    private readonly InterestCover _cover = new();
+    private readonly InterestCover _cover;
     private readonly Dictionary<CoverKey, RedisSubscription> _inbound = [];
 
     private volatile RedisSubscription[] _readers = []; // what _inbound holds, for readers on other threads (monitoring)
     private volatile bool _running;
+    private bool _coverWritten; // the interest worker's: false until this node's cover is in Redis whole (again, after a resync)
     private Task _worker = Task.CompletedTask;
     private CancellationToken _stop;
 
@@ -47,6 +48,7 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         _groups = groups;
         _in = inbound;
         _log = log;
+        _cover = new InterestCover(_options.MaxRedisSubscriptionsPerInbox);
     }
 
     /// <summary>Redis channels and globs this node subscribes to now.</summary>
@@ -156,7 +158,8 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
                 {
                     if (change.Pattern is null)
                     {
-                        continue; // resync: the pass below makes what is missing
+                        _coverWritten = false; // resync: the pass below makes what is missing, and writes the cover whole (Redis may be empty)
+                        continue;
                     }
 
                     taken++;
@@ -195,7 +198,7 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
     {
         List<CoverKey> added = [.. cover.Where(key => !_inbound.ContainsKey(key))];
         List<CoverKey> removed = [.. _inbound.Keys.Where(key => !cover.Contains(key))];
-        if (added.Count == 0 && removed.Count == 0)
+        if (added.Count == 0 && removed.Count == 0 && _coverWritten)
         {
             return;
         }
@@ -242,10 +245,14 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         _readers = [.. _inbound.Values];
         try
         {
-            await _nodes.PublishCoverAsync(_connection.Database, [.. _inbound.Keys]).ConfigureAwait(false); // before the change is confirmed to anyone
+            // Before the change is confirmed to anyone. What was not subscribed (Redis unreachable) is left out, and
+            // written at the resync that makes it.
+            await _nodes.PublishCoverAsync(_connection.Database, _inbound.Keys, fresh.Select(inbound => inbound.Key), removed, whole: !_coverWritten).ConfigureAwait(false);
+            _coverWritten = true;
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
+            _coverWritten = false; // what Redis holds of it is unknown: written whole next time
             _log.ClusterSubscribeFailed(_options.ChannelPrefix + "covers", e.Message);
         }
     }

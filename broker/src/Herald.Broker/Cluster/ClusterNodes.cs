@@ -93,6 +93,7 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
             if (!known.Any(n => n.Id == field.ToString()))
             {
                 await redis.HashDeleteAsync(_covers, field).ConfigureAwait(false);
+                await redis.KeyDeleteAsync(CoverKeyOf(field.ToString())).ConfigureAwait(false);
             }
         }
 
@@ -101,38 +102,97 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
     }
 
     /// <summary>
-    /// Writes this node's Redis subscriptions into <c>{prefix}covers</c> (field: node id; value: one key a line,
-    /// <c>=</c> and the topic of an exact key, <c>*</c> and the literal of a prefix key), for the other nodes'
-    /// fail-fast requests (spec cluster.md §4). Caller: the interest worker, before it confirms a change.
+    /// Writes the change of this node's Redis subscriptions (spec cluster.md §4): its cover is the hash
+    /// <c>{prefix}cover:{id}</c>, one field per key (<c>=</c> and the topic of an exact key, <c>*</c> and the literal
+    /// of a prefix key), listed in <c>{prefix}covers</c> (field: node id; value: its number of keys), for the other
+    /// nodes' fail-fast requests. Only what changed is sent; <paramref name="whole"/> (the first write, or after Redis
+    /// came back, maybe empty) writes the cover afresh. One transaction: a reader sees the cover before or after.
+    /// Caller: the interest worker, before it confirms a change.
     /// </summary>
-    public async Task PublishCoverAsync(IDatabase redis, CoverKey[] cover)
+    public async Task PublishCoverAsync(IDatabase redis, IReadOnlyCollection<CoverKey> cover, IEnumerable<CoverKey> added, IEnumerable<CoverKey> removed, bool whole)
     {
+        ITransaction write = redis.CreateTransaction();
+        RedisKey own = CoverKeyOf(nodeId);
+        if (whole)
+        {
+            _ = write.KeyDeleteAsync(own);
+            added = cover;
+        }
+        else
+        {
+            RedisValue[] gone = [.. removed.Select(FieldOf)];
+            if (gone.Length > 0)
+            {
+                _ = write.HashDeleteAsync(own, gone);
+            }
+        }
+
+        HashEntry[] fields = [.. added.Select(key => new HashEntry(FieldOf(key), ""))];
+        if (fields.Length > 0)
+        {
+            _ = write.HashSetAsync(own, fields);
+        }
+
+        _ = write.HashSetAsync(_covers, nodeId, cover.Count);
+
         // A member from now on, if its first heartbeat is still to come: a heartbeat drops the covers of non-members.
-        await redis.SortedSetAddAsync(_members, nodeId, DateTimeOffset.UtcNow.ToUnixTimeMilliseconds()).ConfigureAwait(false);
-        await redis.HashSetAsync(_covers, nodeId, string.Join('\n', cover.Select(k => (k.IsPrefix ? "*" : "=") + k.Literal))).ConfigureAwait(false);
+        _ = write.SortedSetAddAsync(_members, nodeId, DateTimeOffset.UtcNow.ToUnixTimeMilliseconds());
+        await write.ExecuteAsync().ConfigureAwait(false);
     }
 
-    /// <summary>Whether another node's Redis subscriptions cover <paramref name="topic"/> (ASCII), read from Redis now.</summary>
+    /// <summary>
+    /// Whether another node's Redis subscriptions cover <paramref name="topic"/> (ASCII), read from Redis now: the
+    /// list of nodes with a cover, then from each only the fields that could match the topic (its exact key, and the
+    /// prefix key of each of its token boundaries). What Redis sends is bounded by the number of nodes and the
+    /// topic's tokens, never by the size of the covers.
+    /// </summary>
     public async Task<bool> OthersCoverAsync(IDatabase redis, ReadOnlyMemory<byte> topic)
     {
-        foreach (HashEntry entry in await redis.HashGetAllAsync(_covers).ConfigureAwait(false))
+        RedisValue[] nodes = await redis.HashKeysAsync(_covers).ConfigureAwait(false);
+        if (nodes.Length == 0 || (nodes.Length == 1 && nodes[0] == nodeId))
         {
-            if (entry.Name == nodeId)
-            {
-                continue;
-            }
+            return false;
+        }
 
-            foreach (string line in entry.Value.ToString().Split('\n', StringSplitOptions.RemoveEmptyEntries))
+        RedisValue[] candidates = CandidatesOf(topic.Span);
+        Task<RedisValue[]>[] reads = [.. nodes.Where(node => node != nodeId).Select(node => redis.HashGetAsync(CoverKeyOf(node.ToString()), candidates))];
+        foreach (RedisValue[] found in await Task.WhenAll(reads).ConfigureAwait(false))
+        {
+            if (found.Any(value => !value.IsNull))
             {
-                if (new CoverKey(line[1..], IsPrefix: line[0] == '*').Matches(topic.Span))
-                {
-                    return true;
-                }
+                return true;
             }
         }
 
         return false;
     }
+
+    /// <summary>The cover fields that match <paramref name="topic"/> if present: <c>=topic</c>, <c>*</c>, and <c>*</c> and each prefix ending in <c>.</c>.</summary>
+    private static RedisValue[] CandidatesOf(ReadOnlySpan<byte> topic)
+    {
+        var fields = new List<RedisValue>(8) { Field((byte)'=', topic), Field((byte)'*', []) };
+        for (int i = 0; i < topic.Length; i++)
+        {
+            if (topic[i] == (byte)'.')
+            {
+                fields.Add(Field((byte)'*', topic[..(i + 1)]));
+            }
+        }
+
+        return [.. fields];
+
+        static RedisValue Field(byte kind, ReadOnlySpan<byte> literal)
+        {
+            byte[] field = new byte[literal.Length + 1];
+            field[0] = kind;
+            literal.CopyTo(field.AsSpan(1));
+            return field;
+        }
+    }
+
+    private static RedisValue FieldOf(CoverKey key) => (key.IsPrefix ? "*" : "=") + key.Literal;
+
+    private RedisKey CoverKeyOf(string node) => options.ChannelPrefix + "cover:" + node;
 
     /// <summary>At a graceful stop: this node leaves the list at once instead of after three silent intervals.</summary>
     public async Task LeaveAsync(IDatabase redis)
@@ -140,5 +200,6 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
         await redis.SortedSetRemoveAsync(_members, nodeId).ConfigureAwait(false);
         await redis.KeyDeleteAsync(_self).ConfigureAwait(false);
         await redis.HashDeleteAsync(_covers, nodeId).ConfigureAwait(false);
+        await redis.KeyDeleteAsync(CoverKeyOf(nodeId)).ConfigureAwait(false);
     }
 }

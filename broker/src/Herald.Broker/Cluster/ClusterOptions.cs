@@ -49,6 +49,17 @@ public sealed class ClusterOptions
     /// </summary>
     public bool ReceiveAll { get; set; }
 
+    /// <summary>
+    /// Most Redis subscriptions (channels and globs) a node makes for the topics under one reply inbox prefix
+    /// (<c>_INBOX.</c> and one token: one identity's, spec §7). Past it, the node subscribes to that prefix's one glob
+    /// instead (spec cluster.md §2): however many patterns an identity holds under its inbox, they cost Redis at most
+    /// this many subscriptions per node, and every publication of the cluster at most this many glob checks per node.
+    /// The price: that node then receives every publication under the prefix (the identity's replies to its clients on
+    /// other nodes too), and a request to a topic there no longer fails fast (spec cluster.md §4).
+    /// </summary>
+    [Range(1, 1_000_000)]
+    public int MaxRedisSubscriptionsPerInbox { get; set; } = 16;
+
     /// <summary>How often a node renews its entry in the cluster's member list (<c>/varz</c> <c>cluster.nodes</c>); silent for three intervals, it is dropped.</summary>
     public TimeSpan HeartbeatInterval { get; set; } = TimeSpan.FromSeconds(5);
 

@@ -1,3 +1,5 @@
+using Herald.Protocol;
+
 namespace Herald.Broker.Cluster;
 
 /// <summary>
@@ -6,11 +8,23 @@ namespace Herald.Broker.Cluster;
 /// matches two of its keys, so Redis sends the node each publication once, on one subscription, in the
 /// order it was published.
 /// </summary>
-/// <remarks>Not thread-safe: the cluster engine's interest worker owns it.</remarks>
-internal sealed class InterestCover
+/// <remarks>
+/// <para>
+/// <b>Inbox interest is aggregated.</b> The keys under one reply inbox prefix (<c>_INBOX.</c> and one more token: an
+/// identity's own part of the inbox space, spec §7, or an anonymous client's) are counted; past
+/// <c>maxKeysPerInbox</c> of them they are all replaced by that prefix's one key (a glob). Any identity may subscribe
+/// under its inbox, with no permission at all, so without this one identity's patterns there would each be a Redis
+/// subscription, and Redis checks every glob against every publication of the cluster. With it, one identity's inbox
+/// costs a node at most <c>maxKeysPerInbox</c> Redis subscriptions, whatever it subscribes. The node's router still
+/// matches exactly (spec cluster.md §2), so nothing is delivered beyond its pattern.
+/// </para>
+/// Not thread-safe: the cluster engine's interest worker owns it.
+/// </remarks>
+internal sealed class InterestCover(int maxKeysPerInbox = 16)
 {
     private readonly Dictionary<CoverKey, int> _keys = [];
     private readonly Dictionary<string, int> _prefixes = new(StringComparer.Ordinal);
+    private readonly Dictionary<string, int> _inboxes = new(StringComparer.Ordinal); // inbox prefix -> distinct keys under it
 
     /// <summary>Distinct keys the local patterns need (before covered ones are left out).</summary>
     public int KeyCount => _keys.Count;
@@ -18,7 +32,13 @@ internal sealed class InterestCover
     public void Add(string pattern)
     {
         CoverKey key = CoverKey.Of(pattern);
-        _keys[key] = _keys.GetValueOrDefault(key) + 1;
+        int count = _keys.GetValueOrDefault(key);
+        _keys[key] = count + 1;
+        if (count == 0 && InboxOf(key.Literal) is { } inbox)
+        {
+            _inboxes[inbox] = _inboxes.GetValueOrDefault(inbox) + 1;
+        }
+
         if (key.IsPrefix)
         {
             _prefixes[key.Literal] = _prefixes.GetValueOrDefault(key.Literal) + 1;
@@ -36,6 +56,10 @@ internal sealed class InterestCover
         if (count == 1)
         {
             _keys.Remove(key);
+            if (InboxOf(key.Literal) is { } inbox)
+            {
+                Decrement(_inboxes, inbox);
+            }
         }
         else
         {
@@ -44,31 +68,55 @@ internal sealed class InterestCover
 
         if (key.IsPrefix)
         {
-            int prefixes = _prefixes[key.Literal];
-            if (prefixes == 1)
-            {
-                _prefixes.Remove(key.Literal);
-            }
-            else
-            {
-                _prefixes[key.Literal] = prefixes - 1;
-            }
+            Decrement(_prefixes, key.Literal);
         }
     }
 
-    /// <summary>The keys no other prefix key covers: O(keys x tokens).</summary>
+    private static void Decrement(Dictionary<string, int> counts, string name)
+    {
+        int count = counts[name];
+        if (count == 1)
+        {
+            counts.Remove(name);
+        }
+        else
+        {
+            counts[name] = count - 1;
+        }
+    }
+
+    /// <summary>
+    /// The keys no other prefix key covers, those under an inbox prefix with more than <c>maxKeysPerInbox</c> keys
+    /// replaced by the prefix's one key: O(keys x tokens).
+    /// </summary>
     public HashSet<CoverKey> Compute()
     {
         var cover = new HashSet<CoverKey>();
         foreach (CoverKey key in _keys.Keys)
         {
-            if (!IsCovered(key))
+            CoverKey needed = InboxOf(key.Literal) is { } inbox && _inboxes[inbox] > maxKeysPerInbox ? new CoverKey(inbox, IsPrefix: true) : key;
+            if (!IsCovered(needed))
             {
-                cover.Add(key);
+                cover.Add(needed);
             }
         }
 
         return cover;
+    }
+
+    /// <summary>
+    /// The inbox prefix <paramref name="literal"/> is under (<c>_INBOX.</c>, a token, <c>.</c>), when it goes past it;
+    /// else null (a topic outside the inbox space, <c>_INBOX.x</c> itself, or the key of <c>_INBOX.&gt;</c>).
+    /// </summary>
+    internal static string? InboxOf(string literal)
+    {
+        if (!literal.StartsWith(ProtocolConstants.InboxPrefix, StringComparison.Ordinal))
+        {
+            return null;
+        }
+
+        int end = literal.IndexOf('.', ProtocolConstants.InboxPrefix.Length);
+        return end > ProtocolConstants.InboxPrefix.Length && end + 1 < literal.Length ? literal[..(end + 1)] : null;
     }
 
     /// <summary>

@@ -5,8 +5,8 @@ namespace Herald.Broker.Sessions;
 
 /// <summary>
 /// What each identity holds across all its clients, on every transport: clients (TCP connections, long-poll
-/// sessions) and live subscriptions, against <see cref="LimitOptions.MaxConnectionsPerIdentity"/> and
-/// <see cref="LimitOptions.MaxSubscriptionsPerIdentity"/>. One identity filling its quota leaves the
+/// sessions) and live subscriptions, against <see cref="LimitOptions.MaxConnectionsPerIdentity"/>,
+/// <see cref="LimitOptions.MaxSubscriptionsPerIdentity"/> and <see cref="LimitOptions.MaxWildcardPatternsPerIdentity"/>. One identity filling its quota leaves the
 /// broker's global limits (<c>MaxConnections</c>, <c>MaxTopics</c>) to the others; those stay as the last
 /// resort. With authentication off every client is the same "anonymous", so its quota is kept per remote
 /// address instead.
@@ -73,6 +73,7 @@ internal sealed class IdentityQuotas
 internal sealed class IdentityUsage
 {
     private int _subscriptions;
+    private int _wildcards;
 
     public IdentityUsage(string key) => Key = key;
 
@@ -83,17 +84,51 @@ internal sealed class IdentityUsage
 
     public int Subscriptions => Volatile.Read(ref _subscriptions);
 
-    /// <summary>Counts one more subscription, unless that would pass <paramref name="max"/> (0: no limit).</summary>
-    public bool TryAddSubscription(int max)
+    /// <summary>Subscriptions held whose pattern has a wildcard (<see cref="LimitOptions.MaxWildcardPatternsPerIdentity"/>).</summary>
+    public int Wildcards => Volatile.Read(ref _wildcards);
+
+    /// <summary>
+    /// Counts one more subscription to <paramref name="pattern"/> (checked) against the identity's quotas
+    /// (<see cref="LimitOptions.MaxSubscriptionsPerIdentity"/>, and <see cref="LimitOptions.MaxWildcardPatternsPerIdentity"/>
+    /// for a pattern with a wildcard, its reply inbox's as any other); null, or why not (nothing counted then).
+    /// </summary>
+    public string? TryAddSubscription(string pattern, LimitOptions limits)
     {
-        if (Interlocked.Increment(ref _subscriptions) <= max || max == 0)
+        if (!TryIncrement(ref _subscriptions, limits.MaxSubscriptionsPerIdentity))
+        {
+            return $"'{Key}' holds its maximum of {limits.MaxSubscriptionsPerIdentity} subscriptions across its connections.";
+        }
+
+        if (HasWildcard(pattern) && !TryIncrement(ref _wildcards, limits.MaxWildcardPatternsPerIdentity))
+        {
+            Interlocked.Decrement(ref _subscriptions);
+            return $"'{Key}' holds its maximum of {limits.MaxWildcardPatternsPerIdentity} wildcard patterns across its connections (those under its reply inbox included).";
+        }
+
+        return null;
+    }
+
+    /// <summary>Gives back a subscription to <paramref name="pattern"/> counted by <see cref="TryAddSubscription"/>.</summary>
+    public void RemoveSubscription(string pattern)
+    {
+        Interlocked.Decrement(ref _subscriptions);
+        if (HasWildcard(pattern))
+        {
+            Interlocked.Decrement(ref _wildcards);
+        }
+    }
+
+    private static bool HasWildcard(string pattern) => pattern.AsSpan().IndexOfAny('*', '>') >= 0;
+
+    /// <summary>Counts one more unless that would pass <paramref name="max"/> (0: no limit).</summary>
+    private static bool TryIncrement(ref int count, int max)
+    {
+        if (Interlocked.Increment(ref count) <= max || max == 0)
         {
             return true;
         }
 
-        Interlocked.Decrement(ref _subscriptions);
+        Interlocked.Decrement(ref count);
         return false;
     }
-
-    public void RemoveSubscriptions(int count) => Interlocked.Add(ref _subscriptions, -count);
 }

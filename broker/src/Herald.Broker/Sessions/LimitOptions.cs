@@ -149,6 +149,16 @@ public sealed class LimitOptions
     [Range(0, 100_000_000)]
     public int MaxSubscriptionsPerIdentity { get; set; } = 100_000;
 
+    /// <summary>
+    /// Most live subscriptions with a wildcard (<c>*</c> or <c>&gt;</c>) one identity holds across all its clients, on
+    /// this node, those under its own reply inbox included (every client that makes requests holds one there); with
+    /// authentication off, one remote address. A wildcard pattern costs more than an exact topic: the router walks it
+    /// for every publication, and in a cluster it may be a Redis glob (spec cluster.md §2). More: a non-fatal
+    /// <c>TooManyTopics</c> that says so. 0: no limit.
+    /// </summary>
+    [Range(0, 100_000_000)]
+    public int MaxWildcardPatternsPerIdentity { get; set; } = 10_000;
+
     /// <summary>Most distinct subscription patterns in the broker; a SUBSCRIBE that would add one more gets <c>TooManyTopics</c>. 0: no limit.</summary>
     [Range(0, 100_000_000)]
     public int MaxTopics { get; set; } = 1_000_000;

@@ -137,7 +137,7 @@ internal abstract partial class ProtocolSession
                 Broker.Router.Remove(subscription);
                 subscription.Held = false; // a cluster resume waiting for it lets it go
                 _subscriptions.Remove(subscription.Sid);
-                _usage?.RemoveSubscriptions(1);
+                _usage?.RemoveSubscription(subscription.Pattern);
             }
 
             Volatile.Write(ref _subscriptionCount, _subscriptions.Count);

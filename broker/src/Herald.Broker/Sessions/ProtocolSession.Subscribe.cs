@@ -278,9 +278,9 @@ internal abstract partial class ProtocolSession
                 return Denied($"Subscribing to '{checkedPattern}' is not permitted for '{Identity.Name}'.");
             }
 
-            if (_usage is { } usage && !usage.TryAddSubscription(Limits.MaxSubscriptionsPerIdentity))
+            if (_usage?.TryAddSubscription(checkedPattern, Limits) is { } overQuota)
             {
-                return Refuse(ErrorCode.TooManyTopics, $"'{usage.Key}' holds its maximum of {Limits.MaxSubscriptionsPerIdentity} subscriptions across its connections.");
+                return Refuse(ErrorCode.TooManyTopics, overQuota);
             }
 
             Subscription subscription = held ?? new Subscription(Backlog, sid, checkedPattern, noEcho, queue, Identity.Name);
@@ -291,7 +291,7 @@ internal abstract partial class ProtocolSession
             }
             catch (ProtocolException e) when (e.Code == ErrorCode.TooManyTopics)
             {
-                _usage?.RemoveSubscriptions(1);
+                _usage?.RemoveSubscription(checkedPattern);
                 return Refuse(e.Code, e.Message); // refused, told; the session stays
             }
 
@@ -314,7 +314,7 @@ internal abstract partial class ProtocolSession
 
             Broker.Router.Remove(subscription);
             subscription.Held = false; // a cluster resume waiting for it lets it go
-            _usage?.RemoveSubscriptions(1);
+            _usage?.RemoveSubscription(subscription.Pattern);
             Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
             _interestChanged = true;
         }

@@ -283,9 +283,9 @@ internal abstract partial class ProtocolSession : INoResponders
                 {
                     Broker.Router.Remove(subscription);
                     subscription.Held = false; // a cluster resume waiting for it lets it go
+                    _usage?.RemoveSubscription(subscription.Pattern);
                 }
 
-                _usage?.RemoveSubscriptions(_subscriptions.Count);
                 _subscriptions.Clear();
             }
 
