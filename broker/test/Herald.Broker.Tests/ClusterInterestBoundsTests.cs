@@ -93,7 +93,8 @@ public sealed class ClusterInterestBoundsTests(ITestOutputHelper output)
 
         await flood1.SendAsync(FrameWriter.WritePing);
         var answers = new List<Frame>();
-        for (Frame frame = await flood1.ReadAsync(); frame.Type != FrameType.Pong; frame = await flood1.ReadAsync())
+        TimeSpan patience = TimeSpan.FromSeconds(60); // a hang bound for a loaded machine, not a time measured
+        for (Frame frame = await flood1.ReadAsync(patience); frame.Type != FrameType.Pong; frame = await flood1.ReadAsync(patience))
         {
             answers.Add(frame);
         }

@@ -22,7 +22,7 @@ namespace Herald.Broker.Cluster;
 /// </remarks>
 internal sealed class InterestCover(int maxKeysPerInbox = 16)
 {
-    private readonly Dictionary<CoverKey, int> _keys = [];
+    private readonly Dictionary<CoverKey, KeyUse> _keys = []; // each key: its patterns, and its inbox prefix (found once)
     private readonly Dictionary<string, int> _prefixes = new(StringComparer.Ordinal);
     private readonly Dictionary<string, int> _inboxes = new(StringComparer.Ordinal); // inbox prefix -> distinct keys under it
 
@@ -32,11 +32,18 @@ internal sealed class InterestCover(int maxKeysPerInbox = 16)
     public void Add(string pattern)
     {
         CoverKey key = CoverKey.Of(pattern);
-        int count = _keys.GetValueOrDefault(key);
-        _keys[key] = count + 1;
-        if (count == 0 && InboxOf(key.Literal) is { } inbox)
+        if (_keys.TryGetValue(key, out KeyUse use))
         {
-            _inboxes[inbox] = _inboxes.GetValueOrDefault(inbox) + 1;
+            _keys[key] = use with { Patterns = use.Patterns + 1 };
+        }
+        else
+        {
+            string? inbox = InboxOf(key.Literal);
+            _keys[key] = new KeyUse(1, inbox);
+            if (inbox is not null)
+            {
+                _inboxes[inbox] = _inboxes.GetValueOrDefault(inbox) + 1;
+            }
         }
 
         if (key.IsPrefix)
@@ -48,22 +55,22 @@ internal sealed class InterestCover(int maxKeysPerInbox = 16)
     public void Remove(string pattern)
     {
         CoverKey key = CoverKey.Of(pattern);
-        if (!_keys.TryGetValue(key, out int count))
+        if (!_keys.TryGetValue(key, out KeyUse use))
         {
             return;
         }
 
-        if (count == 1)
+        if (use.Patterns == 1)
         {
             _keys.Remove(key);
-            if (InboxOf(key.Literal) is { } inbox)
+            if (use.Inbox is { } inbox)
             {
                 Decrement(_inboxes, inbox);
             }
         }
         else
         {
-            _keys[key] = count - 1;
+            _keys[key] = use with { Patterns = use.Patterns - 1 };
         }
 
         if (key.IsPrefix)
@@ -92,9 +99,9 @@ internal sealed class InterestCover(int maxKeysPerInbox = 16)
     public HashSet<CoverKey> Compute()
     {
         var cover = new HashSet<CoverKey>();
-        foreach (CoverKey key in _keys.Keys)
+        foreach ((CoverKey key, KeyUse use) in _keys)
         {
-            CoverKey needed = InboxOf(key.Literal) is { } inbox && _inboxes[inbox] > maxKeysPerInbox ? new CoverKey(inbox, IsPrefix: true) : key;
+            CoverKey needed = use.Inbox is { } inbox && _inboxes[inbox] > maxKeysPerInbox ? new CoverKey(inbox, IsPrefix: true) : key;
             if (!IsCovered(needed))
             {
                 cover.Add(needed);
@@ -145,4 +152,6 @@ internal sealed class InterestCover(int maxKeysPerInbox = 16)
 
         return false;
     }
+
+    private readonly record struct KeyUse(int Patterns, string? Inbox);
 }
