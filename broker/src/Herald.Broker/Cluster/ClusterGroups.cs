@@ -20,15 +20,18 @@ namespace Herald.Broker.Cluster;
 /// <b>This node's groups.</b> The router tells the engine of every member that comes or goes (under its lock: recorded
 /// only). One worker counts them per group and writes what changed into the hash <c>{prefix}g:{id}</c> (field: the
 /// group's key <c>pattern queue identity</c>, value: its members here; <c>version</c>: a number raised at every write),
-/// with an expiry of three heartbeats renewed at each, and announces the new version on <c>{prefix}.groups</c>
-/// (<c>{id} {version}</c>): one transaction per batch of changes, off every client's path.
+/// with an expiry of three heartbeats renewed at each, and announces the new version on <c>{prefix}.groups</c> with
+/// what changed (<c>{id} {version}</c>, then a line <c>{members} {key}</c> per group changed, 0 for one left; the
+/// version alone after a rewrite or for a batch over <see cref="MaxDeltaChars"/>): one transaction per batch of
+/// changes, off every client's path.
 /// </para>
 /// <para>
-/// <b>The others'.</b> The same worker reads a node's hash again when an announcement or a heartbeat (field
-/// <c>groups</c> of its member hash) shows a version it has not read, and gives the router one entry per group and node
-/// (<see cref="Subscription.Elsewhere"/>) weighing as many members as it holds; a node that left the member list
-/// (stopped, or silent for three heartbeats, spec §5) is dropped. Announcements are pub/sub: one lost (a reconnection)
-/// is made up for within two heartbeats (the writer's shows the version, the reader's reads it).
+/// <b>The others'.</b> The same worker applies an announcement's changes when it follows the version last seen of that
+/// node (a delta: what changed is all it costs), and reads the node's whole hash only when it cannot: the node is new to
+/// it, the announcement carries no changes, or versions were skipped (an announcement lost, say across a reconnection:
+/// a heartbeat, field <c>groups</c> of the member hash, that still shows a version not seen one heartbeat later). It
+/// gives the router one entry per group and node (<see cref="Subscription.Elsewhere"/>) weighing as many members as it
+/// holds; a node that left the member list (stopped, or silent for three heartbeats, spec §5) is dropped.
 /// </para>
 /// <para>Not thread-safe but for the calls marked otherwise: the worker owns the tables.</para>
 /// </remarks>
@@ -38,6 +41,9 @@ internal sealed class ClusterGroups
     private readonly ClusterNodes _members;
     private readonly TopicRouter _router;
     private readonly ILogger _log;
+    /// <summary>The longest list of changes an announcement carries (characters); a larger batch is announced by its version alone, and read whole.</summary>
+    internal const int MaxDeltaChars = 16 * 1024;
+
     private readonly string _prefix;
     private readonly RedisKey _own;
     private readonly RedisChannel _announcements;
@@ -87,7 +93,7 @@ internal sealed class ClusterGroups
     private void Record(string group, int change)
     {
         _settle.Requested();
-        _work.Writer.TryWrite(new Work(WorkKind.Member, group, change, 0, 0, null, 0));
+        _work.Writer.TryWrite(new Work(WorkKind.Member, group, change, 0, 0, null, 0, null));
     }
 
     /// <summary>Listens for the others' announcements, reads their groups as they are now, and starts the worker.</summary>
@@ -159,16 +165,16 @@ internal sealed class ClusterGroups
     {
         if (!await db.KeyExpireAsync(_own, 3 * _connection.Options.HeartbeatInterval).ConfigureAwait(false) && Version > 0)
         {
-            _work.Writer.TryWrite(new Work(WorkKind.Lost, null, 0, 0, 0, null, 0));
+            _work.Writer.TryWrite(new Work(WorkKind.Lost, null, 0, 0, 0, null, 0, null));
         }
 
-        _work.Writer.TryWrite(new Work(WorkKind.Members, null, 0, 0, 0, known, takenAt));
+        _work.Writer.TryWrite(new Work(WorkKind.Members, null, 0, 0, 0, known, takenAt, null));
     }
 
     /// <summary>Redis is reachable again: this node's groups are written anew (Redis may have restarted empty). Any thread.</summary>
     public void Resync()
     {
-        _work.Writer.TryWrite(new Work(WorkKind.Lost, null, 0, 0, 0, null, 0));
+        _work.Writer.TryWrite(new Work(WorkKind.Lost, null, 0, 0, 0, null, 0, null));
         _ = ListenAgainAsync();
     }
 
@@ -195,21 +201,24 @@ internal sealed class ClusterGroups
     /// <summary>Lets every waiter go (stopping).</summary>
     public void ReleaseWaiters() => _settle.ReleaseAll();
 
-    /// <summary>Another node's announcement (Redis's thread): its groups are read again if this node has not read that version.</summary>
+    /// <summary>Another node's announcement (Redis's thread): its changes applied, or its groups read again, if this node has not seen that version.</summary>
     private void Announced(RedisValue message)
     {
         string text = message.ToString();
         int space = text.IndexOf(' ', StringComparison.Ordinal);
-        if (space > 0
+        int line = text.IndexOf('\n', StringComparison.Ordinal);
+        int end = line < 0 ? text.Length : line;
+        if (space > 0 && space < end
             && ulong.TryParse(text.AsSpan(0, space), NumberStyles.AllowHexSpecifier, CultureInfo.InvariantCulture, out ulong node)
-            && long.TryParse(text.AsSpan(space + 1), NumberStyles.None, CultureInfo.InvariantCulture, out long version)
+            && long.TryParse(text.AsSpan(space + 1, end - space - 1), NumberStyles.None, CultureInfo.InvariantCulture, out long version)
             && node != _connection.NodeId)
         {
-            _work.Writer.TryWrite(new Work(WorkKind.Announced, null, 0, node, version, null, 0));
+            _work.Writer.TryWrite(new Work(WorkKind.Announced, null, 0, node, version, null, Stopwatch.GetTimestamp(), line < 0 ? null : text[(line + 1)..]));
         }
     }
 
-    private string Announcement(long version) => string.Create(CultureInfo.InvariantCulture, $"{_connection.NodeId:x16} {version}");
+    private string Announcement(long version, string? delta = null) =>
+        delta is null ? string.Create(CultureInfo.InvariantCulture, $"{_connection.NodeId:x16} {version}") : string.Create(CultureInfo.InvariantCulture, $"{_connection.NodeId:x16} {version}\n{delta}");
 
     private async Task WorkAsync(CancellationToken stop)
     {
@@ -243,11 +252,18 @@ internal sealed class ClusterGroups
                             _rewrite = true;
                             break;
                         case WorkKind.Announced:
-                            if (!_nodes.TryGetValue(item.Node, out NodeGroups? seen) || seen.Version < item.Version)
+                            if (_nodes.TryGetValue(item.Node, out NodeGroups? seen) && seen.Version >= item.Version)
                             {
-                                toRead[item.Node] = Stopwatch.GetTimestamp();
+                                break; // read already
                             }
 
+                            if (seen is not null && seen.Version == item.Version - 1 && item.Delta is { } delta && !toRead.ContainsKey(item.Node) && ApplyDelta(item.Node, seen, delta, item.Version))
+                            {
+                                seen.ReadAt = Math.Max(seen.ReadAt, item.TakenAt);
+                                break; // what changed, and nothing more
+                            }
+
+                            toRead[item.Node] = Stopwatch.GetTimestamp(); // new to this node, a version skipped, or no changes carried: read whole
                             break;
                         case WorkKind.Members:
                             members = item;
@@ -299,6 +315,7 @@ internal sealed class ClusterGroups
         long version = Interlocked.Read(ref _version) + 1;
         var set = new List<HashEntry> { new("version", version) };
         var removed = new List<RedisValue>();
+        StringBuilder? delta = _rewrite ? null : new StringBuilder();
         foreach (string group in _rewrite ? (IEnumerable<string>)_local.Keys : _changed)
         {
             if (_local.TryGetValue(group, out int count))
@@ -308,6 +325,12 @@ internal sealed class ClusterGroups
             else
             {
                 removed.Add(group);
+            }
+
+            if (delta is not null)
+            {
+                delta.Append(delta.Length == 0 ? "" : "\n").Append(count.ToString(CultureInfo.InvariantCulture)).Append(' ').Append(group);
+                delta = delta.Length > MaxDeltaChars ? null : delta; // too many changes at once: the others read the record
             }
         }
 
@@ -326,7 +349,7 @@ internal sealed class ClusterGroups
 
             _ = write.HashSetAsync(_own, [.. set]);
             _ = write.KeyExpireAsync(_own, 3 * _connection.Options.HeartbeatInterval);
-            _ = write.PublishAsync(_announcements, Announcement(version));
+            _ = write.PublishAsync(_announcements, Announcement(version, delta?.ToString()));
             if (await write.ExecuteAsync().ConfigureAwait(false))
             {
                 Interlocked.Exchange(ref _version, version);
@@ -357,9 +380,21 @@ internal sealed class ClusterGroups
             }
 
             live.Add(id);
-            if (!_nodes.TryGetValue(id, out NodeGroups? seen) ? node.Groups > 0 : seen.Version < node.Groups)
+            if (!_nodes.TryGetValue(id, out NodeGroups? seen))
             {
-                toRead.TryAdd(id, takenAt);
+                if (node.Groups > 0)
+                {
+                    toRead.TryAdd(id, takenAt); // new to this node
+                }
+            }
+            else
+            {
+                if (seen.Version < seen.Shown)
+                {
+                    toRead.TryAdd(id, takenAt); // a version the previous heartbeat showed, still not announced: one was lost
+                }
+
+                seen.Shown = Math.Max(seen.Shown, node.Groups); // the announcement of a newer one may be on its way: given until the next heartbeat
             }
         }
 
@@ -408,6 +443,51 @@ internal sealed class ClusterGroups
 
         groups.ReadAt = Math.Max(groups.ReadAt, takenAt);
         Apply(node, groups, members, Math.Max(version, groups.Version));
+    }
+
+    /// <summary>
+    /// Applies an announcement's changes (<c>{members} {key}</c> a line, 0 for a group left) to what the router holds for
+    /// <paramref name="node"/>; false, with nothing applied, when a line is not one (the record is read whole instead).
+    /// </summary>
+    private bool ApplyDelta(ulong node, NodeGroups groups, string delta, long version)
+    {
+        var changes = new List<(string Key, int Members)>();
+        foreach (string line in delta.Split('\n'))
+        {
+            int space = line.IndexOf(' ', StringComparison.Ordinal);
+            if (space <= 0 || !int.TryParse(line.AsSpan(0, space), NumberStyles.None, CultureInfo.InvariantCulture, out int count) || !IsGroupKey(line[(space + 1)..]))
+            {
+                return false;
+            }
+
+            changes.Add((line[(space + 1)..], count));
+        }
+
+        groups.Version = version;
+        foreach ((string key, int count) in changes)
+        {
+            if (groups.Entries.TryGetValue(key, out Subscription? entry))
+            {
+                if (count > 0)
+                {
+                    entry.Members = count; // a weight: no cached match changes
+                }
+                else
+                {
+                    _router.RemoveElsewhere(entry);
+                    groups.Entries.Remove(key);
+                }
+            }
+            else if (count > 0)
+            {
+                (string pattern, string queue, string identity) = Parse(key);
+                entry = Subscription.Elsewhere(node, pattern, queue, identity, count);
+                _router.AddElsewhere(entry);
+                groups.Entries[key] = entry;
+            }
+        }
+
+        return true;
     }
 
     /// <summary>Makes the router hold exactly <paramref name="members"/> for <paramref name="node"/>.</summary>
@@ -476,7 +556,8 @@ internal sealed class ClusterGroups
         Lost,
     }
 
-    private readonly record struct Work(WorkKind Kind, string? Group, int Change, ulong Node, long Version, IReadOnlyList<ClusterNode>? Known, long TakenAt);
+    /// <param name="Delta">An announcement's changes, a line each (<see cref="ApplyDelta"/>); null when it carries none.</param>
+    private readonly record struct Work(WorkKind Kind, string? Group, int Change, ulong Node, long Version, IReadOnlyList<ClusterNode>? Known, long TakenAt, string? Delta);
 
     /// <summary>One other node's groups as last read: the router's entries for them.</summary>
     private sealed class NodeGroups
@@ -485,6 +566,9 @@ internal sealed class ClusterGroups
 
         /// <summary>When the member list or announcement that asked for the last read was taken (a list older than it cannot drop the node).</summary>
         public long ReadAt { get; set; }
+
+        /// <summary>The version the last heartbeat showed: still unseen at the next one, the record is read whole.</summary>
+        public long Shown { get; set; }
 
         public Dictionary<string, Subscription> Entries { get; } = new(StringComparer.Ordinal);
     }
