@@ -15,7 +15,7 @@ namespace Herald.Broker.Cluster;
 ///   0      1         2                    10                   18
 ///  +------+---------+--------------------+--------------------+------------------------------------+
 ///  | 0x48 | version | origin: u64 BE     | sequence: u64 BE   | [5, topic, reply_to, flags,         |
-///  | 'H'  | 1       | the node's id      | per origin, from 1 |  payload(, headers)]  MessagePack   |
+///  | 'H'  | 1       | the node's id      | per origin, rising |  payload(, headers)]  MessagePack   |
 ///  +------+---------+--------------------+--------------------+------------------------------------+
 /// </code>
 /// With <c>Herald:Cluster:Secret</c> the version is 2 and a 16-byte tag follows the sequence, before the body:
@@ -79,6 +79,32 @@ internal static class ClusterEnvelope
 
         return bytes;
     }
+
+    /// <summary>Bits of a sequence number that count envelopes; the bits above hold the origin's clock (Unix ms).</summary>
+    public const int CountBits = 20;
+
+    /// <summary>
+    /// The sequence number after <paramref name="previous"/> (0 before the first) at <paramref name="unixMs"/> (spec
+    /// cluster.md §3): the origin's clock in Unix milliseconds in the upper 44 bits (never back: the previous one's, if
+    /// later), and a count of its envelopes modulo 2^20 in the lower 20, so each is greater than the one before, the
+    /// count bits of consecutive ones are consecutive, and a receiver knows when it was stamped (<see cref="StampedAt"/>).
+    /// </summary>
+    public static ulong NextSequence(ulong previous, long unixMs)
+    {
+        const ulong mask = (1UL << CountBits) - 1;
+        ulong count = (previous + 1) & mask;
+        ulong before = previous >> CountBits;
+        ulong at = Math.Max((ulong)Math.Max(unixMs, 0), before);
+        if (count == 0 && at == before)
+        {
+            at++; // a million envelopes in one millisecond: the clock bits move on
+        }
+
+        return (at << CountBits) | count;
+    }
+
+    /// <summary>When the origin stamped <paramref name="sequence"/> (Unix ms, <see cref="NextSequence"/>).</summary>
+    public static long StampedAt(ulong sequence) => (long)(sequence >> CountBits);
 
     /// <summary>Sets the sequence number: the sender does, in the order it hands envelopes to Redis.</summary>
     public static void Stamp(byte[] envelope, ulong sequence) => BinaryPrimitives.WriteUInt64BigEndian(envelope.AsSpan(10), sequence);

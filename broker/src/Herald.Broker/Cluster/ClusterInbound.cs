@@ -18,7 +18,8 @@ namespace Herald.Broker.Cluster;
 /// publication without a publisher (no-echo never applies; reply permissions are granted as for a local request),
 /// encoded once per form for every local subscriber, flushed once per batch read, its queue groups delivered where its
 /// origin gave them. This node's own envelopes, which its globs may bring back, are skipped, but for its history
-/// topics' publications, which Redis positioned and which are delivered here only now. A history publication whose
+/// topics' publications, which Redis positioned and which are delivered here only now. With the cluster's secret, a
+/// signed envelope routed here already, or stamped outside the replay window, is refused (<see cref="ReplayGuard"/>). A history publication whose
 /// offset jumped across a Redis outage waits while what this node missed is read back from the topic's stream.
 /// </summary>
 internal sealed class ClusterInbound
@@ -33,6 +34,8 @@ internal sealed class ClusterInbound
     private readonly ClusterSharedHistory _history;
     private readonly int _maxPayloadBytes;
     private readonly int _maxFrameBytes;
+    private readonly ReplayGuard? _replays;
+    private readonly int _maxInbound;
 
     public ClusterInbound(ClusterConnection connection, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, ClusterMetrics metrics, ClusterNodes nodes, KeptOrigins kept, ClusterSharedHistory history, int maxPayloadBytes, int maxFrameBytes)
     {
@@ -47,6 +50,8 @@ internal sealed class ClusterInbound
         _maxPayloadBytes = maxPayloadBytes;
         _maxFrameBytes = maxFrameBytes;
         History = history.Store;
+        _maxInbound = connection.Options.MaxInboundMessages;
+        _replays = connection.Options.Secret is null ? null : new ReplayGuard(connection.Options.ReplayWindow);
     }
 
     private ulong NodeId => _connection.NodeId;
@@ -63,12 +68,16 @@ internal sealed class ClusterInbound
         using var stop = CancellationTokenSource.CreateLinkedTokenSource(stopping, inbound.Stop.Token);
         try
         {
-            while (true)
+            for (int read = 0; ; read++)
             {
                 if (!inbound.Queue.TryRead(out ChannelMessage message))
                 {
                     Flush(toFlush); // once per batch read, never per message
                     message = await inbound.Queue.ReadAsync(stop.Token).ConfigureAwait(false);
+                }
+                else if ((read & (ShedCheckEvery - 1)) == 0 && _maxInbound > 0 && inbound.Queue.TryGetCount(out int waiting) && waiting > _maxInbound)
+                {
+                    Shed(inbound, waiting - (_maxInbound / 2), toFlush);
                 }
 
                 if (Deliver(inbound, message.Message, toFlush) is { } gap)
@@ -84,6 +93,55 @@ internal sealed class ClusterInbound
         finally
         {
             Flush(toFlush);
+        }
+    }
+
+    /// <summary>How often (in messages read without waiting) a reader looks at how many wait behind it: a power of 2.</summary>
+    private const int ShedCheckEvery = 16;
+
+    /// <summary>
+    /// The reader is <paramref name="count"/> publications over its bound (<c>MaxInboundMessages</c>, spec cluster.md §4):
+    /// they are taken off its queue without being routed, counted, and each subscriber here whose pattern matches one
+    /// is told how many it lost (as <c>DropOldest</c> tells, README §6.3), once for the whole shedding. A queue group's
+    /// members are each told of what one of them would have had. Rare, and cheaper per publication than routing it
+    /// (a decode and a cached match), so a reader that sheds catches up. Caller: the reader.
+    /// </summary>
+    private void Shed(RedisSubscription inbound, int count, List<IMessageSink> toFlush)
+    {
+        var lost = new Dictionary<IMessageSink, long>(ReferenceEqualityComparer.Instance);
+        int shed = 0;
+        for (; shed < count && inbound.Queue.TryRead(out ChannelMessage message); shed++)
+        {
+            ReadOnlyMemory<byte> bytes = message.Message;
+            bool positioned = ClusterHistory.TryReadPositioned(bytes, out _, out _, out ReadOnlyMemory<byte> envelope);
+            if (!ClusterEnvelope.TryRead(positioned ? envelope : bytes, inbound.Signer, out ulong origin, out _, out ReadOnlyMemory<byte> body) || (origin == NodeId && !positioned))
+            {
+                continue; // not one (told nobody), or our own: delivered here already
+            }
+
+            try
+            {
+                foreach (Subscription subscription in _router.Match(ClusterEnvelope.ReadPublish(body).Topic))
+                {
+                    if (subscription.Node == 0)
+                    {
+                        lost[subscription.Sink] = lost.GetValueOrDefault(subscription.Sink) + 1;
+                    }
+                }
+            }
+            catch (ProtocolException)
+            {
+                // Not a PUBLISH: nobody lost it.
+            }
+        }
+
+        _metrics.Shed(shed);
+        foreach ((IMessageSink sink, long missed) in lost)
+        {
+            if ((sink.Lost(missed) & Enqueued.Wake) != 0)
+            {
+                toFlush.Add(sink);
+            }
         }
     }
 
@@ -114,6 +172,12 @@ internal sealed class ClusterInbound
             if (inbound.Skip is { } skip && SkipCopy(inbound, skip, origin, sequence, publish.Topic))
             {
                 _metrics.Duplicate();
+                return null;
+            }
+
+            if (_replays is { } replays && !replays.Admit(origin, sequence, DateTimeOffset.UtcNow.ToUnixTimeMilliseconds()))
+            {
+                _metrics.ReplayedOne(); // routed here already (from whichever channel), or stamped outside the window
                 return null;
             }
 

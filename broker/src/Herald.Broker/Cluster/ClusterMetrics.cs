@@ -19,6 +19,8 @@ internal sealed class ClusterMetrics
     private long _invalid;
     private long _repaired;
     private long _groupsOverflowed;
+    private long _replayed;
+    private long _shed;
 
     public ClusterMetrics(IMeterFactory meterFactory, ClusterEngine engine)
     {
@@ -36,6 +38,8 @@ internal sealed class ClusterMetrics
             "Publications delivered on this node only, not sent to the other nodes: the forward queue was full, or Redis was unreachable.");
         meter.CreateObservableCounter("herald.cluster.duplicates", () => Duplicates, "{message}", "Copies Redis sent twice while this node changed its subscriptions, skipped.");
         meter.CreateObservableCounter("herald.cluster.invalid", () => Invalid, "{message}", "Messages on this cluster's channels that were not a Herald envelope, skipped.");
+        meter.CreateObservableCounter("herald.cluster.inbound.shed", () => InboundShed, "{message}", "Publications from Redis this node took off a subscription's queue unrouted, past Herald:Cluster:MaxInboundMessages; their subscribers here were told how many they lost.");
+        meter.CreateObservableCounter("herald.cluster.replayed", () => Replayed, "{message}", "Signed envelopes refused as replays: one this node had routed already, or older than Herald:Cluster:ReplayWindow (cluster.md §3).");
         meter.CreateObservableCounter("herald.cluster.history.repaired", () => Repaired, "{message}", "History topics' publications this node missed while Redis was unreachable, read back from their streams and routed in order.");
         meter.CreateObservableCounter("herald.cluster.groups.overflowed", () => GroupsOverflowedCount, "{group}", "Queue groups of a publication past the 64 one envelope gives to other nodes, chosen on the publishing node instead (cluster.md §11).");
         meter.CreateObservableCounter("herald.cluster.sessions.taken_over", () => engine.Sessions.TakenOver, "{session}", "Long-poll sessions this node took over from a node whose lease expired or was given up (cluster.md §10).");
@@ -61,7 +65,15 @@ internal sealed class ClusterMetrics
 
     public long Repaired => Interlocked.Read(ref _repaired);
 
+    public long Replayed => Interlocked.Read(ref _replayed);
+
+    public long InboundShed => Interlocked.Read(ref _shed);
+
     public long GroupsOverflowedCount => Interlocked.Read(ref _groupsOverflowed);
+
+    public void Shed(int count) => Interlocked.Add(ref _shed, count);
+
+    public void ReplayedOne() => Interlocked.Increment(ref _replayed);
 
     public void RepairedOne() => Interlocked.Increment(ref _repaired);
 

@@ -38,6 +38,22 @@ public sealed class ClusterOptions
     /// </summary>
     public string? Secret { get; set; }
 
+    /// <summary>
+    /// With <see cref="Secret"/>: how far from this node's clock a signed envelope's stamp may be (spec cluster.md §3);
+    /// older or later, it is refused as a replay and counted (<c>herald.cluster.replayed</c>), as is one this node routed
+    /// already. The nodes' clocks must agree within it.
+    /// </summary>
+    public TimeSpan ReplayWindow { get; set; } = TimeSpan.FromMinutes(1);
+
+    /// <summary>
+    /// Publications from Redis waiting to be routed on this node, per Redis subscription (StackExchange.Redis queues
+    /// them unbounded): when its reader finds more waiting, it sheds the oldest down to half of this without routing
+    /// them, counts them (<c>herald.cluster.inbound.shed</c>) and tells each subscriber here whose pattern matches one
+    /// how many it lost (a non-fatal <c>MessagesDropped</c>, as <c>DropOldest</c> does). 0: no limit.
+    /// </summary>
+    [Range(0, int.MaxValue)]
+    public int MaxInboundMessages { get; set; } = 10_000;
+
     /// <summary>How long the first connection to Redis may take at start before the node starts without it (and keeps trying).</summary>
     public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(5);
 

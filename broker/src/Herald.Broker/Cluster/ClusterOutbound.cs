@@ -267,7 +267,7 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
             return;
         }
 
-        ClusterEnvelope.Stamp(item.Envelope, ++_sequence);
+        ClusterEnvelope.Stamp(item.Envelope, _sequence = ClusterEnvelope.NextSequence(_sequence, DateTimeOffset.UtcNow.ToUnixTimeMilliseconds()));
         _signer?.Sign(item.Envelope);
         try
         {

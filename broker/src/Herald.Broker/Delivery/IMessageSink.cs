@@ -28,4 +28,11 @@ internal interface IMessageSink
 
     /// <summary>As <see cref="Flush"/>, but on the thread pool, so a fan-out spreads over the cores.</summary>
     void ScheduleFlush();
+
+    /// <summary>
+    /// Tells the subscriber that <paramref name="count"/> messages for it were lost before they reached it (a node's
+    /// queue from the cluster shed them): reported as the messages <c>DropOldest</c> drops are. As <see cref="Enqueue"/>,
+    /// <see cref="Enqueued.Wake"/> asks the caller to <see cref="Flush"/>. A sink that reports no losses (a test's) takes none.
+    /// </summary>
+    Enqueued Lost(long count) => Enqueued.Dropped;
 }

@@ -242,6 +242,27 @@ internal sealed class SubscriberBacklog : IMessageSink
     }
 
     /// <inheritdoc/>
+    public Enqueued Lost(long count)
+    {
+        bool wake;
+        lock (_gate)
+        {
+            if (_refusing)
+            {
+                return Enqueued.Dropped;
+            }
+
+            _droppedUnreported += count; // told with the next write, as DropOldest's
+            _droppedTotal += count;
+            wake = !_signalled;
+            _signalled |= wake;
+        }
+
+        _metrics.Dropped(count);
+        return Enqueued.Queued | (wake ? Enqueued.Wake : 0);
+    }
+
+    /// <inheritdoc/>
     public void Flush() => _reader?.Wake(inline: true);
 
     /// <inheritdoc/>

@@ -269,6 +269,7 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
     {
         Check(failures, "Herald:Cluster:ConnectTimeout", cluster.ConnectTimeout, TimeSpan.FromMilliseconds(100), TimeSpan.FromMinutes(5));
         Check(failures, "Herald:Cluster:HeartbeatInterval", cluster.HeartbeatInterval, TimeSpan.FromMilliseconds(100), TimeSpan.FromMinutes(5));
+        Check(failures, "Herald:Cluster:ReplayWindow", cluster.ReplayWindow, TimeSpan.FromSeconds(1), TimeSpan.FromHours(1));
         if (cluster.ChannelPrefix.Any(c => c is '*' or '?' or '[' or ']' or '\\' || c <= ' ' || c > '~'))
         {
             failures.Add($"Herald:Cluster:ChannelPrefix '{cluster.ChannelPrefix}' must be printable ASCII without spaces or glob characters (* ? [ ] \\).");
