@@ -206,6 +206,7 @@ internal sealed class TopicHistory
                 _ when since.Offset > read.Top => new(false, $"Position {since.Offset} is ahead of the topic's last offset {read.Top}", top, 0),
                 _ when since.Offset < read.Top && !continuous => new(false, $"Too old: the history no longer holds offset {needed} (last {read.Top})", top, 0),
                 _ when !bridgeKept => new(false, $"Too old: this node no longer holds offsets {read.Top + 1} to {_last}", top, 0),
+                _ when read.Cut => new(false, $"Too much to replay: more was missed after offset {since.Offset} than this connection may have queued (Herald:Limits:MaxPendingMessages, MaxPendingBytes)", top, 0),
                 _ => new(true, "Recovered", top, (int)(top.Offset - since.Offset)),
             };
 

@@ -193,8 +193,8 @@ internal abstract partial class ProtocolSession
     /// <summary>
     /// A cluster resume (spec cluster.md §9): after the session's <paramref name="earlier"/> resumes, waits for this node's
     /// Redis subscription, reads Redis within what the session's queue has room for (its pending limits, less what is
-    /// queued: <see cref="ISharedHistory.ReadAsync"/> stops there), then queues status and replay under the topic's gate;
-    /// a replay over that room meets the slow-consumer policy, as on one node.
+    /// queued: <see cref="ISharedHistory.ReadAsync"/> stops there), then queues status and replay under the topic's gate.
+    /// A replay that would pass that room is not sent: the status says so (410), and the live stream follows.
     /// </summary>
     private async Task ResumeSharedAsync(TopicHistory history, StreamPosition since, Subscription held, Task earlier)
     {
