@@ -270,6 +270,28 @@ public sealed class StatusPageTests
     }
 
     [Fact]
+    public async Task Statusz_never_names_a_reply_inbox_among_its_top_topics()
+    {
+        await using var broker = await TestBroker.StartAsync();
+        using HttpClient http = Client(broker.MonitoringPort);
+        await using var requester = await ProtocolClient.OpenAsync(broker.Port, "requester");
+        await requester.SubscribeAsync(1, "_INBOX.requester-secret.>");
+        await requester.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "publisher");
+        for (int i = 0; i < 20; i++)
+        {
+            await publisher.PublishAsync("_INBOX.requester-secret.1", "reply"); // the busiest topic by far
+        }
+
+        await publisher.PublishAsync("status.plain", "one");
+        await publisher.PingPongAsync();
+
+        JsonElement status = await EventuallyAsync(http, s => s.GetProperty("top_topics").GetProperty("topics").EnumerateArray().Any(t => t.GetProperty("topic").GetString() == "status.plain"));
+        Assert.DoesNotContain("_INBOX.", status.GetRawText(), StringComparison.Ordinal);
+        Assert.Equal("reply", (await requester.ReadMessageAsync()).Text); // the requester got its replies
+    }
+
+    [Fact]
     public async Task Statusz_names_a_subscriber_that_falls_behind_and_the_compression_of_a_topic()
     {
         await using var broker = await TestBroker.StartAsync(o =>

@@ -1,3 +1,4 @@
+using Herald.Protocol;
 using System.Globalization;
 using Herald.Broker.Compression;
 using Herald.Broker.Engines;
@@ -183,10 +184,16 @@ internal sealed class StatusSampler
         double untrackedRate = Math.Round(Math.Max(0, untracked - _lastUntracked) / seconds, 2);
         _lastUntracked = untracked;
 
-        // A topic counted in two slots (see TopicTraffic) is one row.
+        // A topic counted in two slots (see TopicTraffic) is one row. Reply inboxes (_INBOX., spec §7) are never
+        // listed: their names say who asks whom, and monitoring names no inbox (/subsz only counts them).
         var merged = new Dictionary<string, TopicSample>(_topics.Count, StringComparer.Ordinal);
         foreach (TopicSample sample in _topics)
         {
+            if (sample.Topic.StartsWith(ProtocolConstants.InboxPrefix, StringComparison.Ordinal))
+            {
+                continue;
+            }
+
             merged[sample.Topic] = merged.TryGetValue(sample.Topic, out TopicSample other)
                 ? new TopicSample(sample.Topic, sample.Publications + other.Publications, sample.PublishedSince + other.PublishedSince, sample.DeliveredSince + other.DeliveredSince, sample.BytesSince + other.BytesSince)
                 : sample;
