@@ -129,6 +129,64 @@ public sealed class MonitoringAccessTests
     }
 
     /// <summary>The bystander: a browser client's long-poll session on the HTTP port still gets its CORS answers.</summary>
+    [Fact]
+    public async Task The_monitoring_listener_answers_only_its_own_names_so_a_rebinding_page_reads_nothing()
+    {
+        await using var open = await TestBroker.StartAsync(o => o.Monitoring.AllowedHosts = ["mon.internal"]);
+        await using var guarded = await TestBroker.StartAsync(o => o.Monitoring.Token = Token);
+        await using var subscriber = await ProtocolClient.OpenAsync(open.Port, "secret-client-name");
+        await subscriber.PingPongAsync();
+
+        // A DNS-rebinding page names its own domain: refused (421) on every data and page route, whatever the port.
+        foreach (string path in new[] { "/connz", "/varz", "/subsz", "/statusz", "/metrics", "/" })
+        {
+            foreach (string host in new[] { $"evil.example:{open.MonitoringPort}", "evil.example", "localhost.evil.example" })
+            {
+                using HttpResponseMessage refused = await GetWithHostAsync(open.Monitoring, path, host);
+                Assert.Equal(HttpStatusCode.MisdirectedRequest, refused.StatusCode);
+                Assert.DoesNotContain("secret", await refused.Content.ReadAsStringAsync(), StringComparison.Ordinal);
+            }
+        }
+
+        // Its own names: loopback names, IP addresses, the configured ones (any case).
+        foreach (string host in new[] { $"localhost:{open.MonitoringPort}", $"127.0.0.1:{open.MonitoringPort}", $"[::1]:{open.MonitoringPort}", "MON.internal" })
+        {
+            using HttpResponseMessage connz = await GetWithHostAsync(open.Monitoring, "/connz", host);
+            Assert.Equal(HttpStatusCode.OK, connz.StatusCode);
+            Assert.Contains("secret-client-name", await connz.Content.ReadAsStringAsync(), StringComparison.Ordinal);
+        }
+
+        // The probes answer any name (a kubelet names the pod's address, a HEALTHCHECK what it likes).
+        using (HttpResponseMessage healthz = await GetWithHostAsync(open.Monitoring, "/healthz", "evil.example"))
+        {
+            Assert.Equal(HttpStatusCode.OK, healthz.StatusCode);
+        }
+
+        // With a token, its bearer may name the listener as it likes (a rebinding page cannot carry it); without it, 421.
+        using (var bearer = new HttpRequestMessage(HttpMethod.Get, "/varz"))
+        {
+            bearer.Headers.Host = "herald-1";
+            bearer.Headers.Authorization = new AuthenticationHeaderValue("Bearer", Token);
+            using HttpResponseMessage varz = await guarded.Monitoring.SendAsync(bearer);
+            Assert.Equal(HttpStatusCode.OK, varz.StatusCode);
+        }
+
+        using (HttpResponseMessage refused = await GetWithHostAsync(guarded.Monitoring, "/varz", "herald-1"))
+        {
+            Assert.Equal(HttpStatusCode.MisdirectedRequest, refused.StatusCode);
+        }
+
+        await subscriber.PingPongAsync(); // the client carries on
+        await ClientsKeepTheirCorsAsync(open);
+    }
+
+    private static Task<HttpResponseMessage> GetWithHostAsync(HttpClient http, string path, string host)
+    {
+        var request = new HttpRequestMessage(HttpMethod.Get, path);
+        request.Headers.Host = host;
+        return SendAndDisposeAsync(http, request);
+    }
+
     private static async Task ClientsKeepTheirCorsAsync(TestBroker broker)
     {
         using (HttpResponseMessage preflight = await PreflightAsync(broker.Http, "/poll/sessions"))

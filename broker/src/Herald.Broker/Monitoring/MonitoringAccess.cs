@@ -1,3 +1,4 @@
+using System.Net;
 using Herald.Broker.Transports;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Cors;
@@ -45,7 +46,7 @@ internal static class OperationsEndpointConventions
 
 /// <summary>
 /// Who may reach the operations endpoints, decided per request by the listener it came in on (the local
-/// port of the connection, never the client's <c>Host</c> header) and the endpoint's
+/// port of the connection, never the client's <c>Host</c> header, which is only checked against the listener's names) and the endpoint's
 /// <see cref="OperationsEndpoint"/> mark. Runs after routing and before CORS, so a refusal carries no CORS header:
 /// <list type="bullet">
 /// <item>the monitoring listener serves the operations endpoints and nothing else (no long-poll, no policy files);</item>
@@ -87,6 +88,12 @@ internal sealed class MonitoringAccess
             return Task.CompletedTask;
         }
 
+        if (onMonitoringListener && kind != OperationsEndpoint.Probe && !IsAllowedHost(context.Request.Host) && !_login.HasBearer(context.Request))
+        {
+            context.Response.StatusCode = StatusCodes.Status421MisdirectedRequest; // a name this listener is not (DNS rebinding)
+            return Task.CompletedTask;
+        }
+
         if ((kind == OperationsEndpoint.Guarded || kind == OperationsEndpoint.Page) && _login.Required
             && !_login.HasBearer(context.Request) && !(onMonitoringListener && _login.HasSession(context)))
         {
@@ -96,6 +103,34 @@ internal sealed class MonitoringAccess
         }
 
         return _next(context);
+    }
+
+    /// <summary>
+    /// Whether the <c>Host</c> header names this listener: an IP address (a rebinding page always names its own
+    /// domain), <c>localhost</c>, or one of <see cref="MonitoringOptions.AllowedHosts"/>; no <c>Host</c> (HTTP/1.0) too.
+    /// </summary>
+    private bool IsAllowedHost(HostString host)
+    {
+        if (!host.HasValue)
+        {
+            return true;
+        }
+
+        string name = host.Host;
+        if (IPAddress.TryParse(name.AsSpan().Trim('[').TrimEnd(']'), out _) || name.Equals("localhost", StringComparison.OrdinalIgnoreCase))
+        {
+            return true;
+        }
+
+        foreach (string allowed in _options.AllowedHosts)
+        {
+            if (name.Equals(allowed, StringComparison.OrdinalIgnoreCase))
+            {
+                return true;
+            }
+        }
+
+        return false;
     }
 
     /// <summary>Whether the request's raw target (without its query) is its decoded path, character for character.</summary>

@@ -29,6 +29,15 @@ public sealed class MonitoringOptions
     [MinLength(16)]
     public string? Token { get; set; }
 
+    /// <summary>
+    /// Host names the monitoring listener answers to besides <c>localhost</c> and IP addresses (the <c>Host</c>
+    /// header's name, without its port; case-insensitive): any other name gets 421, unless the request carries the
+    /// monitoring token as a bearer. A page on another site that rebinds its own name to this listener's address
+    /// (DNS rebinding) thus reads nothing from an operator's browser. List the names Prometheus or a proxy uses
+    /// (<c>herald</c> in docker-compose). The probes (<c>/healthz</c>, <c>/readyz</c>) answer any name.
+    /// </summary>
+    public string[] AllowedHosts { get; set; } = [];
+
     /// <summary>Also answer <c>/healthz</c> and <c>/readyz</c> on the client HTTP port (for a load balancer that checks it); they show only status and ports.</summary>
     public bool ProbesOnHttpPort { get; set; }
 
