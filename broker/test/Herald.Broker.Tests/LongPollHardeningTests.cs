@@ -547,6 +547,83 @@ public sealed class LongPollIsolatedHardeningTests
     }
 
     [Fact]
+    public async Task An_sse_access_token_and_any_token_query_parameter_is_in_no_log_line_and_no_span()
+    {
+        const string Alice = "alice-sse-token-0123456789";
+        const string Wrong = "wrong-sse-token-9876543210";
+        const string Other = "other-query-secret-5555";
+        var spans = new List<Activity>();
+        using var listener = new ActivityListener
+        {
+            ShouldListenTo = source => source.Name.StartsWith("Microsoft.AspNetCore", StringComparison.Ordinal),
+            Sample = (ref ActivityCreationOptions<ActivityContext> _) => ActivitySamplingResult.AllDataAndRecorded,
+            ActivityStopped = activity =>
+            {
+                lock (spans)
+                {
+                    spans.Add(activity);
+                }
+            },
+        };
+        ActivitySource.AddActivityListener(listener);
+        TextWriter console = Console.Out;
+        var captured = new StringWriter();
+        Console.SetOut(TextWriter.Synchronized(captured));
+        try
+        {
+            await using var broker = await TestBroker.StartAsync(
+                o =>
+                {
+                    o.Security.Auth.Mode = AuthMode.Token;
+                    o.Security.Auth.FailureDelay = TimeSpan.FromMilliseconds(10);
+                    o.Security.Auth.Tokens.Add(new TokenOptions { Name = "alice", Sha256 = TestTokens.Sha256(Alice), Permissions = { Publish = { "alice.>" }, Subscribe = { "alice.>" } } });
+                    o.Telemetry.Otlp.Enabled = true;
+                    o.Telemetry.Otlp.Traces = true;
+                    o.Telemetry.Otlp.Endpoint = "http://127.0.0.1:9"; // nothing listens: the exporter drops them
+                },
+                ["--Logging:LogLevel:Microsoft.AspNetCore=Information"]);
+            using (HttpResponseMessage refused = await SseClient.SendAsync(broker.HttpPort, $"topic=alice.inbox&access_token={Wrong}"))
+            {
+                Assert.Equal(HttpStatusCode.Unauthorized, refused.StatusCode);
+            }
+
+            await using (SseClient stream = await SseClient.OpenAsync(broker.HttpPort, $"topic=alice.inbox&access_token={Alice}"))
+            {
+                await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "alice-pub", auth: Alice);
+                await publisher.PublishAsync("alice.inbox", "hello");
+                Assert.Equal("hello", (await stream.ReadEventAsync()).Json.GetProperty("text").GetString()); // the stream works
+            }
+
+            (await broker.Http.GetAsync($"/sse?topic=alice.inbox&api%5Fkey=1&Auth={Other}")).Dispose();
+            await Until.True(() => { lock (spans) { return spans.Count(s => s.OperationName.Contains("HttpRequestIn", StringComparison.Ordinal)) >= 3; } }, "three request spans");
+        }
+        finally
+        {
+            Console.SetOut(console);
+        }
+
+        string logs = captured.ToString();
+        Assert.Contains("access_token={redacted}", logs, StringComparison.Ordinal); // the request lines were written, redacted
+        foreach (string secret in new[] { Alice, Wrong, Other })
+        {
+            Assert.DoesNotContain(secret, logs, StringComparison.Ordinal);
+            lock (spans)
+            {
+                foreach (Activity span in spans)
+                {
+                    Assert.DoesNotContain(span.TagObjects, tag => tag.Value?.ToString()?.Contains(secret, StringComparison.Ordinal) == true);
+                    Assert.DoesNotContain(secret, span.DisplayName, StringComparison.Ordinal);
+                }
+            }
+        }
+
+        lock (spans)
+        {
+            Assert.Contains(spans, s => s.GetTagItem("url.query") as string == "topic=alice.inbox&access_token={redacted}");
+        }
+    }
+
+    [Fact]
     public async Task A_body_of_zstd_bombs_is_refused_from_the_declared_sizes_and_tcp_decompresses_one_frame_at_a_time()
     {
         await using var broker = await TestBroker.StartAsync();

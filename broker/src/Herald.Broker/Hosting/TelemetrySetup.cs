@@ -1,4 +1,6 @@
+using System.Buffers;
 using System.Globalization;
+using System.Text;
 using Herald.Broker.Monitoring;
 using Herald.Broker.Telemetry;
 using Herald.Broker.Transports;
@@ -93,13 +95,19 @@ internal static class TelemetrySetup
                 {
                     aspnet.Filter = context => !IsUntraced(context.Request.Path);
 
-                    // A long-poll session token never leaves in a span: url.path names the session as {session}.
+                    // No credential leaves in a span: url.path names a long-poll session as {session}, and url.query
+                    // carries no credential's value (SSE's access_token, any token parameter).
                     aspnet.EnrichWithHttpRequest = (activity, request) =>
                     {
                         string path = request.Path.Value ?? "";
                         if (RedactSessionToken(path) is var redacted && !ReferenceEquals(redacted, path))
                         {
                             activity.SetTag("url.path", redacted);
+                        }
+
+                        if (request.QueryString.Value is { Length: > 1 } query)
+                        {
+                            activity.SetTag("url.query", RedactQueryCredentials(query)[1..]);
                         }
                     };
                 })
@@ -132,8 +140,9 @@ internal static class TelemetrySetup
     }
 
     /// <summary>
-    /// Rewrites every string property of a log event that holds a long-poll session path (ASP.NET Core's
-    /// request lines, the <c>RequestPath</c> scope) so that the session token is never written.
+    /// Rewrites every string property of a log event that holds a long-poll session path or a URL query with a
+    /// credential (ASP.NET Core's request lines, the <c>RequestPath</c> and <c>QueryString</c> properties) so that no
+    /// session token and no credential (SSE's <c>access_token</c>, any token parameter) is ever written.
     /// Log lines are never on the hot path.
     /// </summary>
     private sealed class SessionTokenRedaction : ILogEventEnricher
@@ -143,7 +152,7 @@ internal static class TelemetrySetup
             List<LogEventProperty>? redacted = null;
             foreach (KeyValuePair<string, LogEventPropertyValue> property in logEvent.Properties)
             {
-                if (property.Value is ScalarValue { Value: string text } && RedactSessionToken(text) is var safe && !ReferenceEquals(safe, text))
+                if (property.Value is ScalarValue { Value: string text } && RedactCredentials(text) is var safe && !ReferenceEquals(safe, text))
                 {
                     (redacted ??= []).Add(new LogEventProperty(property.Key, new ScalarValue(safe)));
                 }
@@ -155,6 +164,76 @@ internal static class TelemetrySetup
             }
         }
     }
+
+    /// <summary><paramref name="text"/> with every credential a URL may carry redacted (<see cref="RedactSessionToken"/>, <see cref="RedactQueryCredentials"/>); the same instance when there is none.</summary>
+    internal static string RedactCredentials(string text) => RedactQueryCredentials(RedactSessionToken(text));
+
+    /// <summary>
+    /// <paramref name="text"/> with the value of every query parameter that names a credential (its name, decoded,
+    /// contains <c>token</c>, <c>auth</c>, <c>password</c>, <c>secret</c> or <c>key</c>: SSE's <c>access_token</c>,
+    /// any token parameter) replaced by <c>{redacted}</c>, wherever a query appears in it (a URL, a request line, a
+    /// <c>QueryString</c> property); the same instance when there is none. Logs and traces, never the hot path.
+    /// </summary>
+    internal static string RedactQueryCredentials(string text)
+    {
+        int question = text.IndexOf('?', StringComparison.Ordinal);
+        if (question < 0)
+        {
+            return text;
+        }
+
+        StringBuilder? safe = null;
+        int copied = 0;
+        int at = question + 1;
+        while (at < text.Length)
+        {
+            int end = text.AsSpan(at).IndexOfAny(QueryEnds);
+            end = end < 0 ? text.Length : at + end;
+            int equals = text.AsSpan(at, end - at).IndexOf('=');
+            if (equals > 0 && IsCredentialName(text.AsSpan(at, equals)) && text.AsSpan(at + equals + 1, end - at - equals - 1) is not ("" or Redacted))
+            {
+                safe ??= new StringBuilder(text.Length);
+                safe.Append(text, copied, at + equals + 1 - copied).Append(Redacted);
+                copied = end;
+            }
+
+            if (end < text.Length && text[end] == '&')
+            {
+                at = end + 1;
+                continue;
+            }
+
+            int next = end < text.Length ? text.IndexOf('?', end) : -1; // the query ended: another may follow in the text
+            if (next < 0)
+            {
+                break;
+            }
+
+            at = next + 1;
+        }
+
+        return safe is null ? text : safe.Append(text, copied, text.Length - copied).ToString();
+    }
+
+    private const string Redacted = "{redacted}";
+
+    private static readonly SearchValues<char> QueryEnds = SearchValues.Create("& #\"'\r\n\t");
+
+    private static bool IsCredentialName(ReadOnlySpan<char> name)
+    {
+        string decoded = Uri.UnescapeDataString(name.ToString());
+        foreach (string word in CredentialWords)
+        {
+            if (decoded.Contains(word, StringComparison.OrdinalIgnoreCase))
+            {
+                return true;
+            }
+        }
+
+        return false;
+    }
+
+    private static readonly string[] CredentialWords = ["token", "auth", "password", "secret", "key"];
 
     /// <summary>
     /// <paramref name="text"/> with the session token of a long-poll path replaced by <c>{session}</c>, for
