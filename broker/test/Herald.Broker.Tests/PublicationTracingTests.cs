@@ -61,7 +61,7 @@ public sealed class PublicationTracingTests
         Assert.Equal(Assert.Single(trace, s => s.Name == "checkout").SpanId, send.ParentSpanId);
 
         ReceivedSpan route = Assert.Single(trace, s => s.Scope == BrokerTracing.SourceName);
-        Assert.Equal((TelemetrySetup.ServiceName, "route " + topic, Span.Types.SpanKind.Consumer), (route.Service, route.Name, route.Kind));
+        Assert.Equal((TelemetrySetup.ServiceName, "route", Span.Types.SpanKind.Consumer), (route.Service, route.Name, route.Kind));
         Assert.Equal(send.SpanId, route.ParentSpanId); // the publisher's span, read from the traceparent header
         Assert.Equal("herald", route["messaging.system"]);
         Assert.Equal("process", route["messaging.operation.type"]);
@@ -129,7 +129,7 @@ public sealed class PublicationTracingTests
         ReceivedSpan send = Assert.Single(trace, s => s.Kind == Span.Types.SpanKind.Producer);
         ReceivedSpan[] routes = [.. trace.Where(s => s.Scope == BrokerTracing.SourceName)];
         Assert.Equal(2, routes.Length);
-        Assert.All(routes, r => Assert.Equal((send.SpanId, "route " + topic), (r.ParentSpanId, r.Name)));
+        Assert.All(routes, r => Assert.Equal((send.SpanId, "route"), (r.ParentSpanId, r.Name)));
         ReceivedSpan origin = Assert.Single(routes, r => (string?)r["herald.transport"] == "tcp");
         ReceivedSpan there = Assert.Single(routes, r => (string?)r["herald.transport"] == "cluster");
         Assert.Equal(0L, origin["herald.route.matched"]); // nobody on the publisher's node
@@ -171,6 +171,39 @@ public sealed class PublicationTracingTests
         IReadOnlyList<ReceivedSpan> spans = await FlushUntilAsync(receiver, broker, application: null, s => s.Any(x => x.TraceId == sampledTrace));
         ReceivedSpan route = Assert.Single(spans, s => s.Scope == BrokerTracing.SourceName);
         Assert.Equal(sampledTrace, route.TraceId);
+    }
+
+    [Fact]
+    public async Task A_publisher_that_samples_every_publication_gets_broker_spans_only_as_the_brokers_sampler_allows()
+    {
+        await using var receiver = await OtlpReceiver.StartAsync();
+        await using var broker = await StartTracedBrokerAsync(receiver, o => o.Telemetry.Otlp.RemoteSampledSpansPerSecond = 1);
+        await using var bystander = await ProtocolClient.OpenAsync(broker.Port, "bystander");
+        await bystander.SubscribeAsync(1, "forced.>");
+        await bystander.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "publisher", capabilities: Capabilities.Headers);
+
+        const int Publications = 200;
+        var traces = new HashSet<string>();
+        for (int i = 0; i < Publications; i++)
+        {
+            string traceId = ActivityTraceId.CreateRandom().ToHexString();
+            traces.Add(traceId);
+            await publisher.PublishAsync($"forced.{i}", "x", [new("traceparent", [$"00-{traceId}-{ActivitySpanId.CreateRandom()}-01"])]);
+        }
+
+        await publisher.PingPongAsync(); // every publication routed: any span of theirs ended before the PONG was written
+        for (int i = 0; i < Publications; i++)
+        {
+            Assert.Equal($"forced.{i}", (await bystander.ReadMessageAsync()).Topic); // the bystander got them all, in order
+        }
+
+        _ = await FlushUntilAsync(receiver, broker, application: null, s => s.Any(x => x.Scope == BrokerTracing.SourceName));
+        Assert.True(broker.Services.GetRequiredService<TracerProvider>().ForceFlush(10_000)); // whatever ended is exported
+        List<ReceivedSpan> routes = receiver.Spans.Where(s => s.Scope == BrokerTracing.SourceName).ToList();
+        Assert.All(routes, r => Assert.Contains(r.TraceId, traces));
+        Assert.All(routes, r => Assert.Equal("route", r.Name)); // never the topic: a span name is a label
+        Assert.InRange(routes.Count, 1, Publications / 4); // one a second (a burst of one): far fewer than the 200 the publisher asked for
     }
 
     public static TheoryData<SlowConsumerPolicy> Policies => [SlowConsumerPolicy.DropOldest, SlowConsumerPolicy.Disconnect];

@@ -71,4 +71,13 @@ public sealed class OtlpOptions
     /// broker's span of each publication whose <c>traceparent</c> is sampled (<c>Herald.Broker</c> source).
     /// </summary>
     public bool Traces { get; set; } = true;
+
+    /// <summary>
+    /// Most spans a second the broker records under a caller's sampled context (a publication's <c>traceparent</c>,
+    /// an HTTP request's): a caller's sampled flag is a request, not an order, so no publisher makes the broker trace
+    /// every publication. Beyond it the span is not recorded (the message goes on, its headers as they were).
+    /// 0: never under a caller's context.
+    /// </summary>
+    [System.ComponentModel.DataAnnotations.Range(0, 1_000_000)]
+    public int RemoteSampledSpansPerSecond { get; set; } = 100;
 }

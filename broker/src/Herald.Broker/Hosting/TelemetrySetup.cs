@@ -90,6 +90,7 @@ internal static class TelemetrySetup
         if (otlp.Enabled && otlp.Traces)
         {
             builder.WithTracing(tracing => tracing
+                .SetSampler(RemoteRateSampler.ParentBased(otlp.RemoteSampledSpansPerSecond)) // a caller's sampled flag, within a rate
                 .AddSource(BrokerTracing.SourceName) // a traced publication's route span; nothing while this is off
                 .AddAspNetCoreInstrumentation(aspnet =>
                 {

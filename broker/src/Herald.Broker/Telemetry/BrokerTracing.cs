@@ -6,10 +6,12 @@ using Herald.Protocol;
 namespace Herald.Broker.Telemetry;
 
 /// <summary>
-/// The broker's own span for a traced publication: <c>route &lt;topic&gt;</c>, from the moment the
+/// The broker's own span for a traced publication: <c>route</c> (the topic in <c>messaging.destination.name</c>, never in
+/// the name: a span name is a low-cardinality label), from the moment the
 /// PUBLISH was read until it was queued to every matching subscriber, child of the publisher's context that the
 /// publication carries in its <c>traceparent</c> header (W3C Trace Context), and only when that context is
-/// sampled.
+/// sampled and the broker's sampler agrees (at most <c>Telemetry:Otlp:RemoteSampledSpansPerSecond</c>: a publisher
+/// cannot make the broker trace every publication).
 /// <code>
 /// traceparent: 00-&lt;trace-id: 32 hex&gt;-&lt;parent-id: 16 hex&gt;-&lt;flags: 2 hex&gt;   55 bytes, flags bit 0: sampled
 /// </code>
@@ -19,7 +21,8 @@ namespace Herald.Broker.Telemetry;
 /// producers and consumers only, so the generic rule applies, and the broker's span is the child of an
 /// asynchronous PRODUCER request: kind <see cref="ActivityKind.Consumer"/>, operation type <c>process</c> (the
 /// message is pushed to the broker, which acts on it by routing it), operation name <c>route</c>, span name
-/// <c>{messaging.operation.name} {destination}</c>. The conventions want the creation context attached so
+/// <c>{messaging.operation.name}</c> (the conventions' fallback when the destination is not low-cardinality: topics
+/// are the publishers' to choose). The conventions want the creation context attached so
 /// that intermediaries cannot change it: the broker forwards the header block byte for byte, so subscribers'
 /// spans are children of the publisher's span too, and the broker's span is their sibling.
 /// <para>
@@ -62,7 +65,7 @@ internal static class BrokerTracing
         var parent = new ActivityContext(traceId, spanId, ActivityTraceFlags.Recorded, traceState, isRemote: true);
         string topic = publish.TopicString;
         DateTimeOffset start = receivedAt != 0 ? DateTimeOffset.UtcNow - Stopwatch.GetElapsedTime(receivedAt) : default;
-        Activity? span = Source.StartActivity("route " + topic, ActivityKind.Consumer, parent, startTime: start);
+        Activity? span = Source.StartActivity("route", ActivityKind.Consumer, parent, startTime: start);
         if (span is { IsAllDataRequested: true })
         {
             span.SetTag("messaging.system", "herald");
