@@ -180,6 +180,71 @@ public sealed class MonitoringAccessTests
         await ClientsKeepTheirCorsAsync(open);
     }
 
+    [Fact]
+    public async Task A_wrong_monitoring_token_delays_that_sources_next_try_and_no_other_source()
+    {
+        await using var broker = await TestBroker.StartAsync(o =>
+        {
+            o.Monitoring.Token = Token;
+            o.Monitoring.FailureDelay = TimeSpan.FromMinutes(10); // longer than the test: a try that waits is still waiting at the end
+        });
+        using HttpClient guesser = ClientFrom(broker.MonitoringPort, IPAddress.Parse("127.0.0.1"));
+        using HttpClient other = ClientFrom(broker.MonitoringPort, IPAddress.Parse("127.0.0.2"));
+
+        using (HttpResponseMessage first = await SendAsync(guesser, HttpMethod.Get, "/varz", Token + "x"))
+        {
+            Assert.Equal(HttpStatusCode.Unauthorized, first.StatusCode); // its first guess is answered at once
+        }
+
+        // Its next try waits its turn, even with the right token; the status page's login form too.
+        using var pending = new CancellationTokenSource();
+        Task<HttpResponseMessage> second = guesser.SendAsync(Bearer(HttpMethod.Get, "/varz", Token), pending.Token);
+        using var login = new HttpRequestMessage(HttpMethod.Post, "/login") { Content = new FormUrlEncodedContent([new("token", Token + "y")]) };
+        login.Headers.Add("Origin", $"http://127.0.0.1:{broker.MonitoringPort}");
+        Task<HttpResponseMessage> guess = guesser.SendAsync(login, pending.Token);
+
+        // Another address is answered at once meanwhile, right and then wrong.
+        using (HttpResponseMessage right = await SendAsync(other, HttpMethod.Get, "/varz", Token))
+        {
+            Assert.Equal(HttpStatusCode.OK, right.StatusCode);
+        }
+
+        using (HttpResponseMessage wrong = await SendAsync(other, HttpMethod.Get, "/connz", Token + "z"))
+        {
+            Assert.Equal(HttpStatusCode.Unauthorized, wrong.StatusCode);
+        }
+
+        Assert.False(second.IsCompleted, "the guesser's second try was answered without waiting its turn");
+        Assert.False(guess.IsCompleted, "the guesser's login try was answered without waiting its turn");
+        await pending.CancelAsync();
+        await Assert.ThrowsAnyAsync<OperationCanceledException>(() => second);
+        await Assert.ThrowsAnyAsync<OperationCanceledException>(() => guess);
+    }
+
+    private static HttpRequestMessage Bearer(HttpMethod method, string path, string token)
+    {
+        var request = new HttpRequestMessage(method, path);
+        request.Headers.Authorization = new AuthenticationHeaderValue("Bearer", token);
+        return request;
+    }
+
+    /// <summary>A client whose connections come from <paramref name="local"/> (any 127.x.y.z on Linux loopback): another source address for the broker.</summary>
+    private static HttpClient ClientFrom(int port, IPAddress local) => new(new SocketsHttpHandler
+    {
+        UseCookies = false,
+        ConnectCallback = async (context, cancellationToken) =>
+        {
+            var socket = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+            socket.Bind(new IPEndPoint(local, 0));
+            await socket.ConnectAsync(new IPEndPoint(IPAddress.Loopback, context.DnsEndPoint.Port), cancellationToken);
+            return new System.Net.Sockets.NetworkStream(socket, ownsSocket: true);
+        },
+    })
+    {
+        BaseAddress = new Uri($"http://127.0.0.1:{port}"),
+        Timeout = Timeout.InfiniteTimeSpan,
+    };
+
     private static Task<HttpResponseMessage> GetWithHostAsync(HttpClient http, string path, string host)
     {
         var request = new HttpRequestMessage(HttpMethod.Get, path);

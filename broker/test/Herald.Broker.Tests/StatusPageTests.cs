@@ -199,6 +199,12 @@ public sealed class StatusPageTests
             Assert.Matches("^" + Regex.Escape(name) + "=;.*max-age=0", response.Headers.GetValues("Set-Cookie").Single());
         }
 
+        // ...and ends its session on the broker: a copy of the cookie kept (or stolen) before is no login any more.
+        using (HttpResponseMessage kept = await GetAsync(http, "/statusz", bearer: null, cookie))
+        {
+            Assert.Equal(HttpStatusCode.Unauthorized, kept.StatusCode);
+        }
+
         Assert.Contains(logs.Lines, line => line.Contains("/login", StringComparison.Ordinal)); // the capture sees every request, its path and query
         Assert.DoesNotContain(logs.Lines, line => line.Contains(Token, StringComparison.Ordinal));
     }

@@ -111,6 +111,7 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Check(failures, "Herald:Limits:PingInterval", limits.PingInterval, TimeSpan.FromMilliseconds(10), TimeSpan.FromHours(1));
         Check(failures, "Herald:Limits:ShutdownDrainTimeout", limits.ShutdownDrainTimeout, TimeSpan.Zero, TimeSpan.FromMinutes(10));
         Check(failures, "Herald:Limits:ErrorFlushTimeout", limits.ErrorFlushTimeout, TimeSpan.Zero, TimeSpan.FromMinutes(1));
+        Check(failures, "Herald:Monitoring:FailureDelay", options.Monitoring.FailureDelay, TimeSpan.Zero, TimeSpan.FromHours(1));
         Check(failures, "Herald:Limits:CloseTimeout", limits.CloseTimeout, TimeSpan.FromMilliseconds(1), TimeSpan.FromMinutes(10));
         Check(failures, "Herald:Limits:FrameGracePeriod", limits.FrameGracePeriod, TimeSpan.FromMilliseconds(10), TimeSpan.FromHours(1));
         if (limits.MaxPartialFrameBytesTotal < limits.MaxFrameBytes + 4L)

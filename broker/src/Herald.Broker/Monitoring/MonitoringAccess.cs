@@ -75,7 +75,7 @@ internal sealed class MonitoringAccess
         _login = login;
     }
 
-    public Task InvokeAsync(HttpContext context)
+    public async Task InvokeAsync(HttpContext context)
     {
         OperationsEndpoint? kind = context.GetEndpoint()?.Metadata.GetMetadata<OperationsEndpoint>();
         bool onMonitoringListener = _listeners.MonitoringPort is { } port && context.Connection.LocalPort == port;
@@ -85,24 +85,40 @@ internal sealed class MonitoringAccess
         if (!served)
         {
             context.Response.StatusCode = StatusCodes.Status404NotFound;
-            return Task.CompletedTask;
+            return;
         }
 
-        if (onMonitoringListener && kind != OperationsEndpoint.Probe && !IsAllowedHost(context.Request.Host) && !_login.HasBearer(context.Request))
+        bool needsCredential = (kind == OperationsEndpoint.Guarded || kind == OperationsEndpoint.Page) && _login.Required;
+        bool checksHost = onMonitoringListener && kind != OperationsEndpoint.Probe;
+        bool bearer = false;
+        if ((needsCredential || checksHost) && _login.Required && context.Request.Headers.Authorization.Count > 0)
+        {
+            // A token is tried: a source that guessed wrong before waits its turn (MonitoringLogin.CheckTurnAsync).
+            IPAddress? source = context.Connection.RemoteIpAddress;
+            await _login.CheckTurnAsync(source, context.RequestAborted).ConfigureAwait(false);
+            bearer = _login.HasBearer(context.Request);
+            _login.Checked(source, bearer);
+        }
+
+        if (checksHost && !bearer && !IsAllowedHost(context.Request.Host))
         {
             context.Response.StatusCode = StatusCodes.Status421MisdirectedRequest; // a name this listener is not (DNS rebinding)
-            return Task.CompletedTask;
+            return;
         }
 
-        if ((kind == OperationsEndpoint.Guarded || kind == OperationsEndpoint.Page) && _login.Required
-            && !_login.HasBearer(context.Request) && !(onMonitoringListener && _login.HasSession(context)))
+        if (needsCredential && !bearer && !(onMonitoringListener && _login.HasSession(context)))
         {
             context.Response.StatusCode = StatusCodes.Status401Unauthorized;
             context.Response.Headers.WWWAuthenticate = "Bearer realm=\"herald-monitoring\"";
-            return kind == OperationsEndpoint.Page ? context.RequestServices.GetRequiredService<StatusPage>().WriteLoginAsync(context, failed: false) : Task.CompletedTask;
+            if (kind == OperationsEndpoint.Page)
+            {
+                await context.RequestServices.GetRequiredService<StatusPage>().WriteLoginAsync(context, failed: false).ConfigureAwait(false);
+            }
+
+            return;
         }
 
-        return _next(context);
+        await _next(context).ConfigureAwait(false);
     }
 
     /// <summary>

@@ -38,6 +38,13 @@ public sealed class MonitoringOptions
     /// </summary>
     public string[] AllowedHosts { get; set; } = [];
 
+    /// <summary>
+    /// How long a source address waits before its next try after a wrong monitoring token (a bearer or the login
+    /// form): each failure puts that address's next check this much later, asynchronously, so a guesser gets one try
+    /// per delay while other addresses are answered at once.
+    /// </summary>
+    public TimeSpan FailureDelay { get; set; } = TimeSpan.FromSeconds(1);
+
     /// <summary>Also answer <c>/healthz</c> and <c>/readyz</c> on the client HTTP port (for a load balancer that checks it); they show only status and ports.</summary>
     public bool ProbesOnHttpPort { get; set; }
 

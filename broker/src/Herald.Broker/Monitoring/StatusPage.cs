@@ -140,7 +140,10 @@ internal sealed class StatusPage
 
         IFormCollection form = await context.Request.ReadFormAsync(context.RequestAborted).ConfigureAwait(false);
         StringValues token = form["token"];
-        if (token.Count != 1 || !login.IsToken(token[0]))
+        await login.CheckTurnAsync(context.Connection.RemoteIpAddress, context.RequestAborted).ConfigureAwait(false); // a guesser's next try waits
+        bool valid = token.Count == 1 && login.IsToken(token[0]);
+        login.Checked(context.Connection.RemoteIpAddress, valid);
+        if (!valid)
         {
             await context.RequestServices.GetRequiredService<StatusPage>().WriteLoginAsync(context, failed: true).ConfigureAwait(false);
             return;
@@ -150,7 +153,7 @@ internal sealed class StatusPage
         SeeOther(context);
     }
 
-    /// <summary><c>POST /logout</c>: forgets the cookie, back to the page (303), which asks for the token again.</summary>
+    /// <summary><c>POST /logout</c>: ends the session on the broker and forgets the cookie, back to the page (303), which asks for the token again.</summary>
     private static void Logout(HttpContext context)
     {
         if (!FromThisOrigin(context.Request))
@@ -159,7 +162,7 @@ internal sealed class StatusPage
             return;
         }
 
-        MonitoringLogin.SignOut(context);
+        context.RequestServices.GetRequiredService<MonitoringLogin>().SignOut(context); // the session ends on the broker too
         SeeOther(context);
     }
 
