@@ -57,6 +57,24 @@ public sealed class PubSubTests(ToolFixture tool, OpenBroker fixture) : CliTest(
     }
 
     [Fact]
+    public async Task Sub_prints_a_publishers_control_characters_in_header_values_escaped_never_raw()
+    {
+        string topic = Unique("cli.escape");
+        await using HeraldRun sub = Start(["sub", topic, "--count", "2", "--server", Server]);
+        await sub.WaitForErrorLineAsync("Subscribed to");
+
+        // A title change, a bell, a screen clear and a direction override: a terminal would act on each.
+        AssertExit(0, await RunAsync(["pub", topic, "plain", "-H", "Evil=\u001b]0;pwned\u0007\u001b[2Jgone\u202e", "--server", Server]));
+        AssertExit(0, await RunAsync(["pub", topic, "--server", Server], stdin: Encoding.UTF8.GetBytes("fake\roverwritten")));
+
+        Assert.Equal(0, await sub.WaitForExitAsync());
+        Assert.Equal(
+            $"[#1] {topic} (5 bytes)\nEvil: \\x1b]0;pwned\\x07\\x1b[2Jgone\\u{{202e}}\nplain\n" +
+            $"[#2] {topic} (16 bytes)\n<16 bytes of binary: --output raw or json shows them>\n",
+            sub.Output);
+    }
+
+    [Fact]
     public async Task Raw_output_is_the_payload_bytes_exactly_even_binary_from_stdin()
     {
         string topic = Unique("cli.raw");

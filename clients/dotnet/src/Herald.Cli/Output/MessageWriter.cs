@@ -43,7 +43,7 @@ internal sealed class MessageWriter(Stream output, MessageFormat format)
         var text = new StringBuilder();
         if (number is { } n)
         {
-            text.Append("[#").Append(n).Append("] ").Append(message.Topic).Append(" (").Append(message.Payload.Length).Append(message.Payload.Length == 1 ? " byte" : " bytes");
+            text.Append("[#").Append(n).Append("] ").Append(Escaped(message.Topic)).Append(" (").Append(message.Payload.Length).Append(message.Payload.Length == 1 ? " byte" : " bytes");
             if (message.WasCompressed)
             {
                 text.Append(", zstd");
@@ -51,7 +51,7 @@ internal sealed class MessageWriter(Stream output, MessageFormat format)
 
             if (message.ReplyTo is { } replyTo)
             {
-                text.Append(", reply to ").Append(replyTo);
+                text.Append(", reply to ").Append(Escaped(replyTo));
             }
 
             text.Append(")\n");
@@ -61,7 +61,7 @@ internal sealed class MessageWriter(Stream output, MessageFormat format)
         {
             foreach (string value in values)
             {
-                text.Append(key).Append(": ").Append(value).Append('\n');
+                text.Append(Escaped(key)).Append(": ").Append(Escaped(value)).Append('\n'); // a publisher's bytes never drive the terminal
             }
         }
 
@@ -74,6 +74,42 @@ internal sealed class MessageWriter(Stream output, MessageFormat format)
 
         return text.ToString();
     }
+
+    /// <summary>
+    /// <paramref name="text"/> as it may reach a terminal: every control character (C0, DEL, C1: escape sequences,
+    /// carriage returns, bells) and every invisible direction or line mark as <c>\xNN</c> or <c>\u{NNNN}</c>. The same
+    /// instance when there is none.
+    /// </summary>
+    internal static string Escaped(string text)
+    {
+        int first = 0;
+        while (first < text.Length && !NeedsEscape(text[first]))
+        {
+            first++;
+        }
+
+        if (first == text.Length)
+        {
+            return text;
+        }
+
+        var escaped = new StringBuilder(text.Length + 8).Append(text, 0, first);
+        foreach (char c in text.AsSpan(first))
+        {
+            if (NeedsEscape(c))
+            {
+                escaped.Append(c <= 0xFF ? $"\\x{(int)c:x2}" : $"\\u{{{(int)c:x4}}}");
+            }
+            else
+            {
+                escaped.Append(c);
+            }
+        }
+
+        return escaped.ToString();
+    }
+
+    private static bool NeedsEscape(char c) => char.IsControl(c) || c is '\u2028' or '\u2029' or (>= '\u202A' and <= '\u202E') or (>= '\u2066' and <= '\u2069') or '\u200E' or '\u200F' or '\u061C';
 
     /// <summary>One line: <c>{"topic","reply_to","size","compressed","headers":{key:[values]},"payload"}</c>, <c>payload_base64</c> for binary.</summary>
     private static byte[] Json(HeraldMessage message)
@@ -119,7 +155,7 @@ internal sealed class MessageWriter(Stream output, MessageFormat format)
         return buffer.ToArray();
     }
 
-    /// <summary>The payload as text when it is valid UTF-8 without control characters other than tab and line ends; else null.</summary>
+    /// <summary>The payload as text when it is valid UTF-8 without control characters other than tab and line ends (a carriage return only before a newline; no direction marks: nothing that rewrites what was printed); else null.</summary>
     private static string? AsText(ReadOnlyMemory<byte> payload)
     {
         string text;
@@ -132,9 +168,11 @@ internal sealed class MessageWriter(Stream output, MessageFormat format)
             return null;
         }
 
-        foreach (char c in text)
+        for (int i = 0; i < text.Length; i++)
         {
-            if (char.IsControl(c) && c is not ('\t' or '\n' or '\r'))
+            char c = text[i];
+            bool lineEnd = c == '\n' || c == '\t' || (c == '\r' && i + 1 < text.Length && text[i + 1] == '\n');
+            if (!lineEnd && NeedsEscape(c))
             {
                 return null;
             }
