@@ -1,3 +1,4 @@
+using System.Text;
 using Herald.Cli.Tests.Infrastructure;
 using Herald.Client.Tests.Infrastructure;
 
@@ -71,6 +72,48 @@ public sealed class ContextTests(ToolFixture tool, OpenBroker fixture) : CliTest
         Assert.Contains($"127.0.0.1:{environmentPort}", noFlag.Error, StringComparison.Ordinal);
         AssertExit(3, contextOnly);
         Assert.Contains($"127.0.0.1:{contextPort}", contextOnly.Error, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task A_contexts_token_goes_only_to_the_server_that_context_names()
+    {
+        const string Token = "context-secret-0123456789";
+        using var elsewhere = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
+        elsewhere.Start();
+        string other = $"tcp://127.0.0.1:{((System.Net.IPEndPoint)elsewhere.LocalEndpoint).Port}";
+        AssertExit(0, await RunAsync(["context", "add", "mine", "--server", fixture.Broker.TcpUrl, "--token", Token, "--select"]));
+
+        // A --server and a HERALD_URL from elsewhere: each gets the HELLO, neither the context's token.
+        foreach ((string[] arguments, Dictionary<string, string>? environment) in new[]
+        {
+            (new[] { "pub", "t", "x", "--server", other }, (Dictionary<string, string>?)null),
+            (new[] { "pub", "t", "x" }, new Dictionary<string, string> { ["HERALD_URL"] = other }),
+        })
+        {
+            await using HeraldRun run = Start(arguments, environment);
+            await run.WaitForErrorLineAsync("not sending context 'mine''s token");
+            using System.Net.Sockets.TcpClient accepted = await elsewhere.AcceptTcpClientAsync();
+            byte[] hello = await ReadSomeAsync(accepted.GetStream()); // no broker here: the run is ended when disposed
+            Assert.NotEmpty(hello);
+            Assert.DoesNotContain(Token, Encoding.UTF8.GetString(hello), StringComparison.Ordinal);
+        }
+
+        // To its own server the context's token still goes (a bystander command carries on).
+        string topic = Unique("cli.ctx.token");
+        await using HeraldRun sub = Start(["sub", topic, "--count", "1"]);
+        await sub.WaitForErrorLineAsync($"on {fixture.Broker.TcpUrl}");
+        AssertExit(0, await RunAsync(["pub", topic, "to my own server"]));
+        Assert.Equal(0, await sub.WaitForExitAsync());
+        Assert.DoesNotContain("not sending", sub.Error, StringComparison.Ordinal);
+    }
+
+    /// <summary>What the peer sent first (its HELLO), read until it pauses.</summary>
+    private static async Task<byte[]> ReadSomeAsync(System.Net.Sockets.NetworkStream stream)
+    {
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+        byte[] buffer = new byte[4096];
+        int read = await stream.ReadAsync(buffer, timeout.Token);
+        return buffer[..read];
     }
 
     [Fact]
