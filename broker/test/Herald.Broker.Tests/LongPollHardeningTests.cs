@@ -581,7 +581,7 @@ public sealed class LongPollIsolatedHardeningTests
                     o.Telemetry.Otlp.Traces = true;
                     o.Telemetry.Otlp.Endpoint = "http://127.0.0.1:9"; // nothing listens: the exporter drops them
                 },
-                ["--Logging:LogLevel:Microsoft.AspNetCore=Information"]);
+                ["--Logging:LogLevel:Microsoft.AspNetCore=Information", "--Logging:LogLevel:Microsoft.AspNetCore.Hosting.Diagnostics=Information"]); // ASP.NET's request log on: its lines carry the URL with its query
             using (HttpResponseMessage refused = await SseClient.SendAsync(broker.HttpPort, $"topic=alice.inbox&access_token={Wrong}"))
             {
                 Assert.Equal(HttpStatusCode.Unauthorized, refused.StatusCode);
