@@ -491,59 +491,29 @@ public sealed class LongPollIsolatedHardeningTests
     [Fact]
     public async Task The_session_token_is_in_no_log_line_and_no_span()
     {
-        var spans = new List<Activity>();
-        using var listener = new ActivityListener
-        {
-            ShouldListenTo = source => source.Name.StartsWith("Microsoft.AspNetCore", StringComparison.Ordinal),
-            Sample = (ref ActivityCreationOptions<ActivityContext> _) => ActivitySamplingResult.AllDataAndRecorded,
-            ActivityStopped = activity =>
-            {
-                lock (spans)
-                {
-                    spans.Add(activity);
-                }
-            },
-        };
-        ActivitySource.AddActivityListener(listener);
-        TextWriter console = Console.Out;
-        var captured = new StringWriter();
-        Console.SetOut(TextWriter.Synchronized(captured));
+        using var captured = new CapturedRequestTelemetry();
         string session;
-        try
-        {
-            await using var broker = await TestBroker.StartAsync(
+        await using (var broker = await TestBroker.StartAsync(
                 o =>
                 {
                     o.Telemetry.Otlp.Enabled = true;
                     o.Telemetry.Otlp.Traces = true;
                     o.Telemetry.Otlp.Endpoint = "http://127.0.0.1:9"; // nothing listens: the exporter drops them
                 },
-                ["--Logging:LogLevel:Microsoft.AspNetCore=Information"]);
+                ["--Logging:LogLevel:Microsoft.AspNetCore=Information"]))
+        {
             LongPollClient client = await LongPollClient.CreateAsync(broker.Http);
             session = client.Session;
             await client.SubscribeAsync(1, "t");
             (await client.PublishAsync("t", "x")).Dispose();
             Assert.Single((await client.PollAsync(0, json: true)).Messages);
             (await broker.Http.DeleteAsync(client.Base)).Dispose();
-            await Until.True(() => { lock (spans) { return spans.Count(s => s.OperationName.Contains("HttpRequestIn", StringComparison.Ordinal)) >= 5; } }, "five request spans");
-        }
-        finally
-        {
-            Console.SetOut(console);
+            await Until.True(() => captured.RequestSpans >= 5, "five request spans");
         }
 
-        string logs = captured.ToString();
-        Assert.Contains("/poll/sessions/{session}/messages", logs, StringComparison.Ordinal); // the request lines were written, redacted
-        Assert.DoesNotContain(session, logs, StringComparison.Ordinal);
-        lock (spans)
-        {
-            Assert.Contains(spans, s => s.GetTagItem("url.path") as string == "/poll/sessions/{session}/messages");
-            foreach (Activity span in spans)
-            {
-                Assert.DoesNotContain(span.TagObjects, tag => tag.Value?.ToString()?.Contains(session, StringComparison.Ordinal) == true);
-                Assert.DoesNotContain(session, span.DisplayName, StringComparison.Ordinal);
-            }
-        }
+        Assert.Contains("/poll/sessions/{session}/messages", captured.Logs, StringComparison.Ordinal); // the request lines were written, redacted
+        Assert.Contains(captured.Spans, s => s.GetTagItem("url.path") as string == "/poll/sessions/{session}/messages");
+        captured.AssertNowhere(session);
     }
 
     [Fact]
@@ -552,26 +522,8 @@ public sealed class LongPollIsolatedHardeningTests
         const string Alice = "alice-sse-token-0123456789";
         const string Wrong = "wrong-sse-token-9876543210";
         const string Other = "other-query-secret-5555";
-        var spans = new List<Activity>();
-        using var listener = new ActivityListener
-        {
-            ShouldListenTo = source => source.Name.StartsWith("Microsoft.AspNetCore", StringComparison.Ordinal),
-            Sample = (ref ActivityCreationOptions<ActivityContext> _) => ActivitySamplingResult.AllDataAndRecorded,
-            ActivityStopped = activity =>
-            {
-                lock (spans)
-                {
-                    spans.Add(activity);
-                }
-            },
-        };
-        ActivitySource.AddActivityListener(listener);
-        TextWriter console = Console.Out;
-        var captured = new StringWriter();
-        Console.SetOut(TextWriter.Synchronized(captured));
-        try
-        {
-            await using var broker = await TestBroker.StartAsync(
+        using var captured = new CapturedRequestTelemetry();
+        await using (var broker = await TestBroker.StartAsync(
                 o =>
                 {
                     o.Security.Auth.Mode = AuthMode.Token;
@@ -581,7 +533,8 @@ public sealed class LongPollIsolatedHardeningTests
                     o.Telemetry.Otlp.Traces = true;
                     o.Telemetry.Otlp.Endpoint = "http://127.0.0.1:9"; // nothing listens: the exporter drops them
                 },
-                ["--Logging:LogLevel:Microsoft.AspNetCore=Information", "--Logging:LogLevel:Microsoft.AspNetCore.Hosting.Diagnostics=Information"]); // ASP.NET's request log on: its lines carry the URL with its query
+                ["--Logging:LogLevel:Microsoft.AspNetCore=Information", "--Logging:LogLevel:Microsoft.AspNetCore.Hosting.Diagnostics=Information"])) // ASP.NET's request log on: its lines carry the URL with its query
+        {
             using (HttpResponseMessage refused = await SseClient.SendAsync(broker.HttpPort, $"topic=alice.inbox&access_token={Wrong}"))
             {
                 Assert.Equal(HttpStatusCode.Unauthorized, refused.StatusCode);
@@ -595,31 +548,14 @@ public sealed class LongPollIsolatedHardeningTests
             }
 
             (await broker.Http.GetAsync($"/sse?topic=alice.inbox&api%5Fkey=1&Auth={Other}")).Dispose();
-            await Until.True(() => { lock (spans) { return spans.Count(s => s.OperationName.Contains("HttpRequestIn", StringComparison.Ordinal)) >= 3; } }, "three request spans");
-        }
-        finally
-        {
-            Console.SetOut(console);
+            await Until.True(() => captured.RequestSpans >= 3, "three request spans");
         }
 
-        string logs = captured.ToString();
-        Assert.Contains("access_token={redacted}", logs, StringComparison.Ordinal); // the request lines were written, redacted
+        Assert.Contains("access_token={redacted}", captured.Logs, StringComparison.Ordinal); // the request lines were written, redacted
+        Assert.Contains(captured.Spans, s => s.GetTagItem("url.query") as string == "topic=alice.inbox&access_token={redacted}");
         foreach (string secret in new[] { Alice, Wrong, Other })
         {
-            Assert.DoesNotContain(secret, logs, StringComparison.Ordinal);
-            lock (spans)
-            {
-                foreach (Activity span in spans)
-                {
-                    Assert.DoesNotContain(span.TagObjects, tag => tag.Value?.ToString()?.Contains(secret, StringComparison.Ordinal) == true);
-                    Assert.DoesNotContain(secret, span.DisplayName, StringComparison.Ordinal);
-                }
-            }
-        }
-
-        lock (spans)
-        {
-            Assert.Contains(spans, s => s.GetTagItem("url.query") as string == "topic=alice.inbox&access_token={redacted}");
+            captured.AssertNowhere(secret);
         }
     }
 
@@ -674,4 +610,68 @@ public sealed class LongPollIsolatedHardeningTests
 
     private static ByteArrayContent Frames(byte[] body) =>
         new(body) { Headers = { ContentType = new MediaTypeHeaderValue(LongPollEndpoints.FramesMediaType) } };
+}
+
+/// <summary>
+/// While alive, what the process writes to the console (the brokers' log lines) and ASP.NET Core's request spans, for
+/// the tests that look for a credential in them. The console is the process's: the tests using this run in
+/// <see cref="LongPollIsolatedHardeningTests"/>'s collection, alone.
+/// </summary>
+internal sealed class CapturedRequestTelemetry : IDisposable
+{
+    private readonly List<Activity> _spans = [];
+    private readonly ActivityListener _listener;
+    private readonly TextWriter _console = Console.Out;
+    private readonly StringWriter _captured = new();
+
+    public CapturedRequestTelemetry()
+    {
+        _listener = new ActivityListener
+        {
+            ShouldListenTo = source => source.Name.StartsWith("Microsoft.AspNetCore", StringComparison.Ordinal),
+            Sample = (ref ActivityCreationOptions<ActivityContext> _) => ActivitySamplingResult.AllDataAndRecorded,
+            ActivityStopped = activity =>
+            {
+                lock (_spans)
+                {
+                    _spans.Add(activity);
+                }
+            },
+        };
+        ActivitySource.AddActivityListener(_listener);
+        Console.SetOut(TextWriter.Synchronized(_captured));
+    }
+
+    public string Logs => _captured.ToString();
+
+    /// <summary>The spans stopped so far (a copy).</summary>
+    public List<Activity> Spans
+    {
+        get
+        {
+            lock (_spans)
+            {
+                return [.. _spans];
+            }
+        }
+    }
+
+    public int RequestSpans => Spans.Count(s => s.OperationName.Contains("HttpRequestIn", StringComparison.Ordinal));
+
+    /// <summary>Fails if <paramref name="secret"/> is in a log line, a span's tag or a span's name.</summary>
+    public void AssertNowhere(string secret)
+    {
+        Assert.DoesNotContain(secret, Logs, StringComparison.Ordinal);
+        foreach (Activity span in Spans)
+        {
+            Assert.DoesNotContain(span.TagObjects, tag => tag.Value?.ToString()?.Contains(secret, StringComparison.Ordinal) == true);
+            Assert.DoesNotContain(secret, span.DisplayName, StringComparison.Ordinal);
+        }
+    }
+
+    public void Dispose()
+    {
+        Console.SetOut(_console);
+        _listener.Dispose();
+    }
 }
