@@ -1,5 +1,6 @@
 using System.Diagnostics.Metrics;
 using Herald.Broker.Hosting;
+using Herald.Broker.Sessions;
 using Herald.Broker.Telemetry;
 using Herald.Broker.Transports;
 using Herald.Testing;
@@ -78,12 +79,19 @@ public sealed class TestBroker : IAsyncDisposable
         return _app.StopAsync();
     }
 
+    /// <summary>
+    /// Stops the broker at the end of a test. The test reads its clients no more, so the stop does not give them
+    /// <c>ShutdownDrainTimeout</c> to take what was queued (a long-poll session holding unacknowledged messages
+    /// would keep every such test waiting 5 s for a poll that never comes). A test about shutdown stops the broker
+    /// itself (<see cref="StopAsync"/>), with the drain it configured.
+    /// </summary>
     public async ValueTask DisposeAsync()
     {
         Http.Dispose();
         Monitoring.Dispose();
         if (!_stopped)
         {
+            _app.Services.GetRequiredService<BrokerCore>().Limits.ShutdownDrainTimeout = TimeSpan.Zero;
             await _app.StopAsync();
         }
 
