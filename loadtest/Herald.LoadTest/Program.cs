@@ -3,6 +3,7 @@ using System.CommandLine.Help;
 using System.CommandLine.Invocation;
 using System.CommandLine.Parsing;
 using Herald.LoadTest.Peers.SignalR;
+using Herald.LoadTest.Reporting;
 using Herald.LoadTest.Scenarios;
 using Herald.LoadTest.Targets;
 
@@ -62,6 +63,7 @@ internal static class Program
     /// <summary>Runs one command with its options; the tests call this in-process.</summary>
     public static async Task<int> RunAsync(string[] args, CancellationToken cancellationToken)
     {
+        RunStamp.Begin(args); // what its result file says ran it, and when
         ParseResult parsed = Root.Parse(args);
         if (parsed.Action is ParseErrorAction error)
         {

@@ -3,8 +3,9 @@ using System.Text.Json;
 namespace Herald.LoadTest.Reporting;
 
 /// <summary>
-/// Writes a run's result as JSON (<c>--out result.json</c>) for comparing runs: the scenario, when and
-/// where it ran (machine), then the scenario's own sections.
+/// Writes a run's result as JSON (<c>--out result.json</c>) for comparing runs: the scenario, when it ran,
+/// the command line and source commit that ran it (<see cref="RunStamp"/>), where it ran (machine, with the
+/// load average before and after), then the scenario's own sections.
 /// </summary>
 internal static class ResultFile
 {
@@ -20,9 +21,18 @@ internal static class ResultFile
         using FileStream file = File.Create(path);
         using var json = new Utf8JsonWriter(file, new JsonWriterOptions { Indented = true });
         json.WriteStartObject();
+        RunStamp? run = RunStamp.Current;
         json.WriteString("scenario", scenario);
+        if (run is not null)
+        {
+            json.WriteString("startedUtc", run.StartedUtc);
+        }
+
         json.WriteString("finishedUtc", DateTimeOffset.UtcNow);
-        MachineInfo.Write(json);
+        json.WriteString("commandLine", run?.CommandLine);
+        json.WriteString("sourceCommit", RunStamp.SourceCommit);
+        json.WriteBoolean("sourceDirty", RunStamp.SourceDirty);
+        MachineInfo.Write(json, run?.LoadBefore);
         writeBody(json);
         json.WriteEndObject();
     }
