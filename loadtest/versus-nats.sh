@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# Issue 15's table in one go: every row Herald against nats-server, side by side, each row one `compare`
+# Every row Herald against nats-server, side by side, each row one `compare`
 # run (the tool starts each server, runs the row against it, stops it), then Herald again with isolation on
-# (Auth:Mode=Token, identities restricted to the scenarios' topics: every PUBLISH and SUBSCRIBE checked
-# against permissions, request/reply through another identity's reply permissions, as in auth-cost.sh).
+# (versus.sh's ISOLATION_ENV: Auth:Mode=Token, identities restricted to the scenarios' topics).
 # nats-server runs without authorization in both. Writes loadtest/results/versus-nats/<row>-<auth>.json and
-# prints the table (medians over --repeat, with the spread) as markdown for the README.
+# prints the table (medians over --repeat, with the spread) as markdown. README's table is compare-all.sh's.
 # About 20 minutes on a 2-core machine with the defaults. fanout-tls runs fan-out 1 -> 100 plain and over TLS
 # (--transport tls: each started server given the tool's self-signed certificate) for both brokers in one
 # run, with a 10 s warm-up: the TLS path's code takes longer than the plain one's to reach the JIT's last tier.
@@ -16,23 +15,6 @@
 AUTH=${AUTH:-both}
 OUT=${OUT:-loadtest/results/versus-nats}
 source "$(dirname "$0")/versus.sh" "$@"
-
-# The restricted identities (isolation on): a client identity and, for request/reply, a responder identity.
-CLIENT_TOKEN=versus-nats-client-token
-RESPONDER_TOKEN=versus-nats-responder-token
-sha() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
-auth_env=(
-  Herald__Security__Auth__Mode=Token
-  Herald__Security__Auth__Tokens__0__Name=client Herald__Security__Auth__Tokens__0__Sha256="$(sha $CLIENT_TOKEN)"
-  Herald__Security__Auth__Tokens__1__Name=responder Herald__Security__Auth__Tokens__1__Sha256="$(sha $RESPONDER_TOKEN)"
-)
-for i in 0 1; do
-  j=0
-  for topic in 'bench.>' 'stream.>' 'collab.>' 'idle.>'; do
-    auth_env+=("Herald__Security__Auth__Tokens__${i}__Permissions__Publish__${j}=$topic" "Herald__Security__Auth__Tokens__${i}__Permissions__Subscribe__${j}=$topic")
-    j=$((j + 1))
-  done
-done
 
 # name | targets with isolation off (the scenario: versus.sh's SCENARIO)
 ROWS=(
@@ -55,9 +37,9 @@ for row in "${ROWS[@]}"; do
   fi
   if [ "$AUTH" != off ]; then
     herald=$(tr ',' '\n' <<< "$targets" | grep '^herald' | paste -sd,)
-    responder=(); [[ $scenario == rpc* && $scenario != *oneway* ]] && responder=(--responder-token $RESPONDER_TOKEN)
-    RUN_ENV=("${auth_env[@]}")
-    run_compare "$name-on" "$scenario" "$herald" --token $CLIENT_TOKEN "${responder[@]}"
+    RUN_ENV=("${ISOLATION_ENV[@]}")
+    # shellcheck disable=SC2046
+    run_compare "$name-on" "$scenario" "$herald" $(isolation_args "$scenario")
   fi
 done
 

@@ -1,4 +1,4 @@
-"""What the versus-*.sh tables share: the rows, reading a compare result, finding a target's headline, the cells."""
+"""What the versus-*.sh tables and readme-tables.py share: the rows, reading a compare result, finding a target's headline, the cells."""
 import json
 import os
 
@@ -10,6 +10,7 @@ ROWS = {
     "rpc32": ("request/reply, 32 callers, 1 responder, calls/s", "calls/s"),
     "rpc1": ("request/reply, 1 caller, p50 us", "p50 latency us"),
     "collab": ("collab 100x5 D=1 s, mean ms", "100x5-d1 mean latency ms"),
+    "collab-p99": ("collab 100x5 D=1 s, p99 ms", "100x5-d1 p99 latency ms"),
     "idle-tcp": ("idle TCP connection, server RSS KB", "server RSS per connection"),
     "idle-longpoll": ("idle long-poll session, server RSS KB", "server RSS per connection"),
     "broadcast": ("broadcast, largest M on time at P = 0.1 s", "largest M on time at P=0.1 s"),
