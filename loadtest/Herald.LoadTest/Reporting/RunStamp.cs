@@ -25,8 +25,11 @@ internal sealed partial record RunStamp(string CommandLine, DateTimeOffset Start
     public static bool SourceDirty => Source.Value.Dirty;
 
     /// <summary>Starts the stamp of a command run now with <paramref name="args"/> (as given after the tool's name).</summary>
-    public static void Begin(IEnumerable<string> args) =>
+    public static void Begin(IEnumerable<string> args)
+    {
+        _ = Source.Value; // asked now, on the command's own thread, before any socket is open
         CurrentRun.Value = new RunStamp("herald-loadtest " + string.Join(' ', args.Select(Quote)), DateTimeOffset.UtcNow, MachineInfo.LoadAverage());
+    }
 
     /// <summary>An argument as a POSIX shell reads it back: bare when it is plain, else in single quotes.</summary>
     private static string Quote(string arg) => PlainArgument().IsMatch(arg) ? arg : "'" + arg.Replace("'", "'\\''", StringComparison.Ordinal) + "'";
@@ -37,7 +40,11 @@ internal sealed partial record RunStamp(string CommandLine, DateTimeOffset Start
         return (commit, commit is not null && Git("status --porcelain --untracked-files=no") is { Length: > 0 });
     }
 
-    /// <summary>git's trimmed output, or null when git is missing, fails or takes over 10 s.</summary>
+    /// <summary>
+    /// git's trimmed output, or null when git is missing, fails or takes over 10 s. Read synchronously, after git
+    /// has exited: an async read of its pipe completes on the socket engine's threads, and with the tool's inline
+    /// completions this may be called on one of them, which would then wait on itself.
+    /// </summary>
     private static string? Git(string arguments)
     {
         try
@@ -48,9 +55,13 @@ internal sealed partial record RunStamp(string CommandLine, DateTimeOffset Start
                 return null;
             }
 
-            Task<string> output = git.StandardOutput.ReadToEndAsync();
-            _ = git.StandardError.ReadToEndAsync();
-            return git.WaitForExit(10_000) && git.ExitCode == 0 ? output.Result.Trim() : null;
+            if (!git.WaitForExit(10_000))
+            {
+                git.Kill();
+                return null;
+            }
+
+            return git.ExitCode == 0 ? git.StandardOutput.ReadToEnd().Trim() : null;
         }
         catch (Exception e) when (e is System.ComponentModel.Win32Exception or InvalidOperationException)
         {
