@@ -83,7 +83,7 @@ def render(name, results):
             doc = docs.setdefault(stem + suffix, load(results, stem + suffix))
             figures.append(figure(doc, target, headline))
         if all(f is None for f in figures):
-            continue  # a row no target of this table ran in (e.g. no long-poll in this comparison)
+            continue  # the row did not run (no result file): nothing to show
         lines.append(f"| {label} | " + " | ".join(cell(f) for f in figures) + " | "
                      + " | ".join(ratio(figures[a], figures[b]) for _, (a, b) in ratios) + " |")
     ran = {stem: doc for stem, doc in docs.items() if doc is not None}
@@ -94,28 +94,35 @@ def caption(spec, docs):
     """When, where and how the rows were run, from the result files DOCS (stem -> compare result)."""
     if not docs:
         return "_No result files: run `loadtest/compare-all.sh`._"
-    inner = [t["result"] for d in docs.values() for t in d.get("targets", []) if t.get("result")]
-    started = sorted(d.get("startedUtc") or d["finishedUtc"] for d in docs.values())
-    finished = sorted(d["finishedUtc"] for d in docs.values())
-    day, first, last = started[0][:10], started[0][11:16], finished[-1][11:16]
-    machine = sorted({describe_machine(d["machine"]) for d in docs.values()})
-    loads = [x for d in docs.values() for x in ((d["machine"].get("loadAverageBefore") or [None])[0],
-                                                 (d["machine"].get("loadAverageAfter") or [None])[0]) if x is not None]
+    labels = {target for _, target, _ in spec["columns"]}
+    inner = [t["result"] for d in docs.values() for t in d.get("targets", []) if t.get("result") and t["label"] in labels]
+    started = min(d.get("startedUtc") or d["finishedUtc"] for d in docs.values())
+    finished = max(d["finishedUtc"] for d in docs.values())
+    until = finished[11:16] if finished[:10] == started[:10] else f"{finished[:10]} {finished[11:16]}"
+    machines = [d["machine"] for d in docs.values()]
+    loads = [m.get(k)[0] for m in machines for k in ("loadAverageBefore", "loadAverageAfter") if m.get(k)]
+    cores = min(m["processorCount"] for m in machines)
     commits = sorted({(d.get("sourceCommit") or "unknown")[:10] + (" with uncommitted changes" if d.get("sourceDirty") else "")
                       for d in docs.values()})
     servers = sorted({r["target"]["server"].split(";")[0] for r in inner if r.get("target")})
     reps = sorted({h["repetitions"] for r in inner for h in r.get("headlines", [])})
-    text = [f"{spec['about']}. Run {day} {first}-{last} UTC by `loadtest/compare-all.sh` at commit "
-            f"{', '.join(commits)}, on {'; '.join(machine)}, every server and the tool on the same machine over "
-            f"loopback; load average (1 min) {min(loads):.1f}-{max(loads):.1f} before and after the rows"
-            if loads else f"{spec['about']}. Run {day} {first}-{last} UTC",
-            f"; {', '.join(servers)}. Each cell: the median of {'/'.join(map(str, reps))} repetition(s), ± half their "
-            "min-max spread; ratio > 1: the first did better (higher figures over the second's, lower ones the "
-            "second's over the first's). Runs shorter than a careful measurement (see the commands): compare rows "
-            "of one table, not runs of different days.\n"]
+    busy = (f"load average (1 min) {min(loads):.1f}-{max(loads):.1f} before and after the rows"
+            + (f": above the {cores} cores, so other work shared the machine and the figures are disturbed" if max(loads) > cores else "")
+            if loads else "load average not recorded")
+    text = (f"{spec['about']}. Run {started[:10]} {started[11:16]}-{until} UTC by `loadtest/compare-all.sh` at commit "
+            f"{', '.join(commits)}, on {'; '.join(sorted({describe_machine(m) for m in machines}))}, every server and "
+            f"the tool on that machine over loopback; {busy}. Servers: {', '.join(servers)}. Each cell: the median of "
+            f"{' or '.join(map(str, reps))} repetition(s), ± half their min-max spread (none from one); ratio > 1: the "
+            "first did better (higher figures over the second's, lower ones the second's over the first's). Each "
+            "row's windows are in its command below; the runner's default keeps every row of every table to about "
+            "20 minutes on 2 cores, shorter than a careful measurement.")
+    failed = [f"{t['label']} in `{stem}` ({t['status']}: {t.get('reason') or 'no reason given'})"
+              for stem, d in sorted(docs.items()) for t in d.get("targets", []) if t["label"] in labels and t["status"] != "ok"]
+    if failed:
+        text += " A `-` is a target whose run failed a check or was skipped: " + "; ".join(failed) + "."
     commands = [f"- `{stem}`: `{d.get('commandLine') or 'not recorded'}`" for stem, d in sorted(docs.items())]
-    return ("".join(text) + "\n<details><summary>Commands (herald-loadtest is `dotnet loadtest/Herald.LoadTest/bin/"
-            "Release/net10.0/Herald.LoadTest.dll`; the isolation-on rows add compare-all.sh's token settings)</summary>\n\n"
+    return (text + "\n\n<details><summary>Commands (herald-loadtest is `dotnet loadtest/Herald.LoadTest/bin/Release/"
+            "net10.0/Herald.LoadTest.dll`; an isolation-on row runs with compare-all.sh's token settings)</summary>\n\n"
             + "\n".join(commands) + "\n\n</details>")
 
 

@@ -34,13 +34,13 @@ def figure(doc, label, headline):
 
 
 def cell(h):
-    """The median with half the min-max spread, e.g. `1.23 M ±4%`; `-` when missing."""
+    """The median with half the min-max spread, e.g. `1.23 M ±4%` (no spread from one repetition); `-` when missing."""
     if h is None:
         return "-"
     v = h["value"]
     spread = (h["max"] - h["min"]) / 2 / v * 100 if v else 0
     text = f"{v/1e6:.2f} M" if v >= 1e6 else f"{v/1e3:.1f} k" if v >= 1e4 else f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
-    return f"{text} ±{spread:.0f}%"
+    return f"{text} ±{spread:.0f}%" if h.get("repetitions", 2) > 1 else text
 
 
 def ratio(h, peer):

@@ -56,6 +56,8 @@ public class ConnectionsAndCompareTests
         JsonElement result = Repo.ReadJson(outFile);
         Assert.Equal("connections", result.GetProperty("comparedScenario").GetString());
         JsonElement[] targets = [.. result.GetProperty("targets").EnumerateArray()];
+        AssertStamped(result, "herald-loadtest compare connections ");
+        AssertStamped(targets[2].GetProperty("result"), "herald-loadtest connections "); // each run its own command line, not compare's
         Assert.Equal(["herald/tcp", "herald/websocket", "nats/tcp"], targets.Select(t => t.GetProperty("label").GetString()));
         Assert.All(targets, t => Assert.Equal("ok", t.GetProperty("status").GetString()));
 
@@ -76,6 +78,23 @@ public class ConnectionsAndCompareTests
         Assert.Contains(table.Split('\n'), line => line.StartsWith("| herald/tcp |", StringComparison.Ordinal) && line.EndsWith("| 10 | 1.00x |", StringComparison.Ordinal));
         Assert.Contains(table.Split('\n'), line => line.StartsWith("| herald/websocket |", StringComparison.Ordinal) && line.Contains("| 10 |", StringComparison.Ordinal));
         Assert.Contains(table.Split('\n'), line => line.StartsWith("| nats/tcp |", StringComparison.Ordinal));
+    }
+
+    /// <summary>What a table built from the file needs to name its run: the command line, when, and the machine and its load.</summary>
+    private static void AssertStamped(JsonElement result, string commandStart)
+    {
+        Assert.StartsWith(commandStart, result.GetProperty("commandLine").GetString(), StringComparison.Ordinal);
+        Assert.True(result.GetProperty("startedUtc").GetDateTimeOffset() <= result.GetProperty("finishedUtc").GetDateTimeOffset());
+        Assert.Equal(JsonValueKind.String, result.GetProperty("sourceCommit").ValueKind); // the tests run in a git checkout
+        JsonElement machine = result.GetProperty("machine");
+        Assert.Equal(JsonValueKind.String, machine.GetProperty("runtime").ValueKind);
+        if (OperatingSystem.IsLinux())
+        {
+            Assert.False(string.IsNullOrEmpty(machine.GetProperty("cpuModel").GetString()));
+            Assert.True(machine.GetProperty("memoryBytes").GetInt64() > 0);
+            Assert.Equal(3, machine.GetProperty("loadAverageBefore").GetArrayLength());
+            Assert.Equal(3, machine.GetProperty("loadAverageAfter").GetArrayLength());
+        }
     }
 
     [Fact]
