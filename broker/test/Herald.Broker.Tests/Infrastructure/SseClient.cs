@@ -75,6 +75,28 @@ public sealed class SseClient : IAsyncDisposable
         return new SseClient(http, response, reader) { LastEventId = lastEventId };
     }
 
+    /// <summary>
+    /// Opens a stream, or returns the refusal: a stream when the broker answered 200 <c>text/event-stream</c>,
+    /// otherwise null with the status and RFC 7807 problem body it answered instead (sse §1).
+    /// </summary>
+    public static async Task<(SseClient? Stream, HttpStatusCode Status, JsonElement Problem)> TryOpenAsync(int httpPort, string query, string? lastEventId = null, string? bearer = null, int? receiveBuffer = null)
+    {
+        HttpClient http = NewHttp(receiveBuffer);
+        HttpResponseMessage response = await SendAsync(httpPort, query, lastEventId, bearer: bearer, http: http);
+        if (response.StatusCode != HttpStatusCode.OK)
+        {
+            using (response)
+            using (http)
+            {
+                return (null, response.StatusCode, JsonDocument.Parse(await response.Content.ReadAsStringAsync()).RootElement.Clone());
+            }
+        }
+
+        Assert.Equal("text/event-stream", response.Content.Headers.ContentType?.MediaType);
+        var reader = new StreamReader(await response.Content.ReadAsStreamAsync(), Encoding.UTF8);
+        return (new SseClient(http, response, reader) { LastEventId = lastEventId }, HttpStatusCode.OK, default);
+    }
+
     /// <summary>The next event (comments skipped, counted); fails at the end of the stream or after the timeout.</summary>
     public async Task<SseEvent> ReadEventAsync(TimeSpan? timeout = null) =>
         await ReadEventOrEndAsync(timeout) ?? throw new Xunit.Sdk.XunitException("The event stream ended.");

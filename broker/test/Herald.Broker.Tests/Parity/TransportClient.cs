@@ -34,13 +34,50 @@ public abstract class TransportClient : IAsyncDisposable
     /// <summary>WebSocket at /ws: the TCP frames over binary messages, so the TCP adapter over a WebSocket stream.</summary>
     public const string WebSocket = "websocket";
 
-    public static TheoryData<string> Transports => [Tcp, LongPoll, WebSocket];
+    /// <summary>Server-Sent Events at /sse: receives only, so it publishes through the session-less <c>POST /poll/publish</c> (sse §4).</summary>
+    public const string Sse = "sse";
+
+    public static TheoryData<string> Transports => [Tcp, LongPoll, WebSocket, Sse];
+
+    /// <summary>The transports whose session publishes, unsubscribes and negotiates: all but SSE, whose stream only receives what its URL named (sse §4).</summary>
+    public static TheoryData<string> TwoWayTransports => [Tcp, LongPoll, WebSocket];
+
+    /// <summary>
+    /// The bystander a test runs beside <paramref name="transport"/>: another transport each time (TCP beside
+    /// long-poll, WebSocket beside TCP and SSE, long-poll beside WebSocket), so an attack on one transport is
+    /// shown to leave clients of the others unharmed, each transport being the bystander of one run.
+    /// </summary>
+    public static string BystanderOf(string transport) => transport switch
+    {
+        Tcp => WebSocket,
+        WebSocket => LongPoll,
+        LongPoll => Tcp,
+        Sse => WebSocket,
+        _ => throw new ArgumentOutOfRangeException(nameof(transport)),
+    };
 
     /// <summary>The inbox prefix the broker told this client (TCP: WELCOME; long-poll: the create response), spec §7.</summary>
     public string? InboxPrefix { get; protected init; }
 
     /// <summary>Non-fatal notices received (RateLimited, MessagesDropped), in order.</summary>
     public List<ErrorCode> Notices { get; } = [];
+
+    /// <summary>
+    /// Non-fatal errors the broker sent that were neither an operation's answer nor a notice: an ERROR between
+    /// messages, a second ERROR for one operation, a notice no transport defines. A test asserts this is empty
+    /// (see <see cref="AssertNoneUnexpected"/>), so a broker that reports a refusal nobody asked for fails it.
+    /// </summary>
+    public List<ErrorCode> Unexpected { get; } = [];
+
+    /// <summary>Asserts that no client got an error it was not answered with, nor a notice (pass only clients the test expects no notice for).</summary>
+    public static void AssertNoneUnexpected(params TransportClient[] clients)
+    {
+        foreach (TransportClient client in clients)
+        {
+            Assert.True(client.Unexpected.Count == 0, $"{client.GetType().Name} got errors no operation was answered with: {string.Join(", ", client.Unexpected)}");
+            Assert.True(client.Notices.Count == 0, $"{client.GetType().Name} got notices the test did not expect: {string.Join(", ", client.Notices)}");
+        }
+    }
 
     /// <summary>Messages the broker said were dropped for this client (TCP: MessagesDropped counts; long-poll: Herald-Dropped).</summary>
     public long Dropped { get; protected set; }
@@ -59,6 +96,7 @@ public abstract class TransportClient : IAsyncDisposable
         Tcp => await TcpTransportClient.OpenAsync(broker, token, zstd, receiveBufferSize, headers: headers),
         WebSocket => await TcpTransportClient.OpenAsync(broker, token, zstd, receiveBufferSize, overWebSocket: true, headers: headers),
         LongPoll => await LongPollTransportClient.OpenAsync(broker, token, zstd, headers),
+        Sse => SseTransportClient.Open(broker, token, receiveBufferSize),
         _ => throw new ArgumentOutOfRangeException(nameof(transport)),
     };
 
@@ -81,6 +119,45 @@ public abstract class TransportClient : IAsyncDisposable
     public abstract Task<ErrorCode> EndedWithAsync();
 
     public abstract ValueTask DisposeAsync();
+
+    /// <summary>
+    /// The answer to an HTTP operation (long-poll's session requests, the one-shot <c>POST /poll/publish</c>,
+    /// an SSE stream's open): success, or the problem's code (<c>MalformedRequest</c> read as TCP's
+    /// <c>MalformedFrame</c>), with whether the session still lives asked of <paramref name="ended"/>; a
+    /// <c>Herald-Notice</c> is a notice when it names one (longpoll §3), otherwise unexpected.
+    /// </summary>
+    protected async Task<Answer> AnswerOfAsync(HttpResponseMessage response, Func<Task<bool>> ended)
+    {
+        if (response.Headers.TryGetValues("Herald-Notice", out IEnumerable<string>? notices))
+        {
+            foreach (string notice in notices)
+            {
+                ErrorCode code = Enum.Parse<ErrorCode>(notice);
+                if (code == ErrorCode.RateLimited)
+                {
+                    Notice(code, 0);
+                }
+                else
+                {
+                    Unexpected.Add(code);
+                }
+            }
+        }
+
+        if (response.IsSuccessStatusCode)
+        {
+            return Answer.Ok;
+        }
+
+        JsonElement problem = await response.Content.ReadFromJsonAsync<JsonElement>();
+        return AnswerOf(problem, await ended());
+    }
+
+    protected static Answer AnswerOf(JsonElement problem, bool ended)
+    {
+        string code = problem.GetProperty("code").GetString()!;
+        return new Answer(code == "MalformedRequest" ? ErrorCode.MalformedFrame : Enum.Parse<ErrorCode>(code), ended);
+    }
 
     protected void Notice(ErrorCode code, ulong count)
     {
@@ -138,6 +215,7 @@ internal sealed class TcpTransportClient : TransportClient
             Frame frame = _inbox.Count > 0 ? _inbox.Dequeue() : await NextAsync() ?? throw new Xunit.Sdk.XunitException($"The broker ended the connection ({_endedWith}) before the marker on '{markerTopic}'.");
             if (frame.Type != FrameType.Message)
             {
+                NoteStray(frame);
                 continue;
             }
 
@@ -152,8 +230,9 @@ internal sealed class TcpTransportClient : TransportClient
 
     public override async Task<ErrorCode> EndedWithAsync()
     {
-        while (_endedWith is null && await NextAsync() is not null)
+        while (_endedWith is null && await NextAsync() is { } frame)
         {
+            NoteStray(frame);
         }
 
         return _endedWith ?? throw new Xunit.Sdk.XunitException("The connection closed without a fatal ERROR.");
@@ -179,13 +258,28 @@ internal sealed class TcpTransportClient : TransportClient
                 case FrameType.Message:
                     _inbox.Enqueue(frame);
                     break;
-                case FrameType.Error when !frame.Error!.Value.Fatal && frame.Error.Value.Code is ErrorCode.PermissionDenied or ErrorCode.UnknownSubscription or ErrorCode.TooManyTopics:
-                    answer = new Answer(frame.Error.Value.Code, SessionEnded: false);
+                case FrameType.Error when answer == Answer.Ok && IsRefusal(frame):
+                    answer = new Answer(frame.Error!.Value.Code, SessionEnded: false);
+                    break;
+                default:
+                    NoteStray(frame);
                     break;
             }
         }
 
         return new Answer(_endedWith ?? ErrorCode.None, SessionEnded: true);
+    }
+
+    // A non-fatal ERROR that is not a notice: a refusal (of the operation it answers, else unexpected).
+    private static bool IsRefusal(Frame frame) => frame is { Type: FrameType.Error, Error: { Fatal: false } error } && error.Code is not (ErrorCode.RateLimited or ErrorCode.MessagesDropped);
+
+    // A frame no operation was waiting for: a refusal there is unexpected (notices and the fatal ERROR are noted by NextAsync).
+    private void NoteStray(Frame frame)
+    {
+        if (IsRefusal(frame))
+        {
+            Unexpected.Add(frame.Error!.Value.Code);
+        }
     }
 
     // The next frame, with notices and the fatal ERROR noted; null once the broker closed the connection.
@@ -267,14 +361,6 @@ internal sealed class LongPollTransportClient : TransportClient
         var content = new ByteArrayContent(frames.WrittenMemory.ToArray());
         content.Headers.ContentType = new MediaTypeHeaderValue("application/vnd.herald.frames");
         using HttpResponseMessage response = await _http.PostAsync($"{_base}/publish", content);
-        if (response.Headers.TryGetValues("Herald-Notice", out IEnumerable<string>? notices))
-        {
-            foreach (string notice in notices)
-            {
-                Notice(Enum.Parse<ErrorCode>(notice), 0);
-            }
-        }
-
         return await AnswerOfAsync(response);
     }
 
@@ -356,17 +442,9 @@ internal sealed class LongPollTransportClient : TransportClient
     }
 
     // A refusal is its problem's code; whether the session lives on is asked of the broker (a 410 says it ended).
-    private async Task<Answer> AnswerOfAsync(HttpResponseMessage response)
+    private Task<Answer> AnswerOfAsync(HttpResponseMessage response) => AnswerOfAsync(response, async () =>
     {
-        if (response.IsSuccessStatusCode)
-        {
-            return Answer.Ok;
-        }
-
-        JsonElement problem = await response.Content.ReadFromJsonAsync<JsonElement>();
-        string code = problem.GetProperty("code").GetString()!;
         using HttpResponseMessage probe = await _http.DeleteAsync($"{_base}/subscriptions/4294967295");
-        bool ended = probe.StatusCode == HttpStatusCode.Gone;
-        return new Answer(code == "MalformedRequest" ? ErrorCode.MalformedFrame : Enum.Parse<ErrorCode>(code), ended);
-    }
+        return probe.StatusCode == HttpStatusCode.Gone;
+    });
 }
