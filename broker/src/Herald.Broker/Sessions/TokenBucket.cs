@@ -7,7 +7,11 @@ namespace Herald.Broker.Sessions;
 /// a rate up to a burst, and may go into debt, which its session's transport pays by waiting (TCP stops
 /// reading; long-poll holds its answer). Nothing is refused or dropped.
 /// </summary>
-/// <remarks>Not thread-safe: owned by its session's one caller (a mutable struct, kept in a field).</remarks>
+/// <remarks>
+/// Not thread-safe: owned by its session's one caller (a mutable struct, kept in a field). Time is
+/// <see cref="Stopwatch.GetTimestamp"/>; each operation also takes it as an argument, so a test states
+/// exactly when each one happens instead of sleeping.
+/// </remarks>
 internal struct TokenBucket
 {
     private double _tokens;
@@ -15,9 +19,15 @@ internal struct TokenBucket
     private bool _warned;
 
     public TokenBucket(int burst)
+        : this(burst, Stopwatch.GetTimestamp())
+    {
+    }
+
+    /// <summary>A full bucket at <paramref name="now"/> (a <see cref="Stopwatch.GetTimestamp"/> value).</summary>
+    public TokenBucket(int burst, long now)
     {
         _tokens = burst;
-        _refilledAt = Stopwatch.GetTimestamp();
+        _refilledAt = now;
     }
 
     /// <summary>
@@ -26,9 +36,11 @@ internal struct TokenBucket
     /// episode ends when the bucket is full again (the client kept under the rate long enough), not when a
     /// pause that overshot paid the debt, so a client held at its rate is told once, not after every pause.
     /// </summary>
-    public bool Take(int rate, int burst)
+    public bool Take(int rate, int burst) => Take(rate, burst, Stopwatch.GetTimestamp());
+
+    /// <summary><see cref="Take(int, int)"/> at <paramref name="now"/> (a <see cref="Stopwatch.GetTimestamp"/> value).</summary>
+    public bool Take(int rate, int burst, long now)
     {
-        long now = Stopwatch.GetTimestamp();
         double refilled = Math.Min(burst, _tokens + (Stopwatch.GetElapsedTime(_refilledAt, now).TotalSeconds * rate));
         _tokens = refilled - 1;
         _refilledAt = now;
@@ -56,14 +68,16 @@ internal struct TokenBucket
     /// credited, so a pause that overshot (a late timer on a busy machine) does not end the episode and the
     /// client is not told again; only time the client itself keeps under the rate refills the bucket.
     /// </summary>
-    public void Paid(int rate)
+    public void Paid(int rate) => Paid(rate, Stopwatch.GetTimestamp());
+
+    /// <summary><see cref="Paid(int)"/> at <paramref name="now"/> (a <see cref="Stopwatch.GetTimestamp"/> value).</summary>
+    public void Paid(int rate, long now)
     {
         if (_tokens >= 0)
         {
             return;
         }
 
-        long now = Stopwatch.GetTimestamp();
         _tokens = Math.Min(0, _tokens + (Stopwatch.GetElapsedTime(_refilledAt, now).TotalSeconds * rate));
         _refilledAt = now;
     }
@@ -72,14 +86,17 @@ internal struct TokenBucket
     public void Unwarn() => _warned = false;
 
     /// <summary>How long from now until the debt is paid at <paramref name="rate"/> (0: none, or paid by waiting already); never less.</summary>
-    public readonly TimeSpan Debt(int rate)
+    public readonly TimeSpan Debt(int rate) => Debt(rate, Stopwatch.GetTimestamp());
+
+    /// <summary><see cref="Debt(int)"/> at <paramref name="now"/> (a <see cref="Stopwatch.GetTimestamp"/> value).</summary>
+    public readonly TimeSpan Debt(int rate, long now)
     {
         if (_tokens >= 0)
         {
             return TimeSpan.Zero;
         }
 
-        double owed = -_tokens - (Stopwatch.GetElapsedTime(_refilledAt).TotalSeconds * rate);
+        double owed = -_tokens - (Stopwatch.GetElapsedTime(_refilledAt, now).TotalSeconds * rate);
         return owed > 0 ? TimeSpan.FromMilliseconds(Math.Ceiling(owed * 1000 / rate)) : TimeSpan.Zero; // whole ms, rounded up: timers truncate
     }
 }
