@@ -10,6 +10,7 @@ using Herald.Broker.Hosting;
 using Herald.Broker.Security;
 using Herald.Broker.Tests.Infrastructure;
 using Herald.Protocol;
+using Microsoft.Extensions.Time.Testing;
 using Microsoft.IdentityModel.Tokens;
 
 namespace Herald.Broker.Tests;
@@ -56,11 +57,12 @@ public sealed class ReplyIsolationTests
     public async Task A_responder_answers_a_delivered_request_exactly_as_often_and_as_long_as_granted_and_a_bystander_carries_on()
     {
         TimeSpan expires = TimeSpan.FromSeconds(1);
+        var time = new FakeTimeProvider(); // the broker's clock stands still until the test moves it: the grant's bound is exact
         await using TestBroker broker = await StartAsync(o =>
         {
             o.Security.Responses.MaxMessages = 2;
             o.Security.Responses.Expires = expires;
-        });
+        }, time: time);
         await using ProtocolClient alice = await OpenAsync(broker, AliceToken);   // requester: may publish svc.>
         await using ProtocolClient bob = await OpenAsync(broker, BobToken);       // responder: may subscribe svc.>
         await using ProtocolClient carol = await OpenAsync(broker, CarolToken);   // bystander requester
@@ -88,14 +90,19 @@ public sealed class ReplyIsolationTests
         await ExpectDeniedAsync(bob, w => FrameWriter.WritePublish(w, Encoding.UTF8.GetBytes(aliceInbox + ".r.1"), default, PayloadFlags.None, "reply 3"u8), aliceInbox + ".r.1");
         await ExpectDeniedAsync(bob, w => FrameWriter.WritePublish(w, Encoding.UTF8.GetBytes(aliceInbox + ".r.2"), default, PayloadFlags.None, "not asked"u8), aliceInbox + ".r.2");
 
-        // A request whose grant has expired is no longer answerable.
-        await alice.PublishAsync("svc.echo", "late", replyTo: aliceInbox + ".r.3");
+        // A grant lasts exactly `expires`: answerable one tick before, no longer at it.
+        await alice.PublishAsync("svc.echo", "in time", replyTo: aliceInbox + ".r.3");
+        await alice.PublishAsync("svc.echo", "late", replyTo: aliceInbox + ".r.4");
+        Frame inTime = await bob.ReadMessageAsync();
         Frame late = await bob.ReadMessageAsync();
-        await Task.Delay(expires + TimeSpan.FromMilliseconds(200)); // past the configured bound (TickCount64 on the broker)
+        time.Advance(expires - TimeSpan.FromTicks(1));
+        await bob.PublishAsync(inTime.ReplyTo!, "reply 3");
+        Assert.Empty(await bob.PingPongAsync());
+        time.Advance(TimeSpan.FromTicks(1));
         await ExpectDeniedAsync(bob, w => FrameWriter.WritePublish(w, Encoding.UTF8.GetBytes(late.ReplyTo!), default, PayloadFlags.None, "too late"u8), late.ReplyTo!);
 
-        // Alice got exactly the two granted replies; the bystanders' request/reply carried on throughout.
-        Assert.Equal(["reply 1", "reply 2"], (await alice.PingPongAsync()).Select(f => f.Text));
+        // Alice got exactly the granted replies; the bystanders' request/reply carried on throughout.
+        Assert.Equal(["reply 1", "reply 2", "reply 3"], (await alice.PingPongAsync()).Select(f => f.Text));
         await carol.PublishAsync("svc.time", "now?", replyTo: carolInbox + ".r.1");
         Frame carolRequest = await dave.ReadMessageAsync();
         await dave.PublishAsync(carolRequest.ReplyTo!, "noon");
@@ -272,7 +279,7 @@ public sealed class ReplyIsolationTests
 
     private const string ProtocolSessionMessage = "Authentication failed.";
 
-    private static Task<TestBroker> StartAsync(Action<HeraldOptions>? configure = null, string[]? args = null) => TestBroker.StartAsync(o =>
+    private static Task<TestBroker> StartAsync(Action<HeraldOptions>? configure = null, string[]? args = null, TimeProvider? time = null) => TestBroker.StartAsync(o =>
     {
         o.Security.Auth.Mode = AuthMode.Token;
         o.Security.Auth.FailureDelay = TimeSpan.Zero;
@@ -282,7 +289,7 @@ public sealed class ReplyIsolationTests
         o.Security.Auth.Tokens.Add(Token("dave", DaveToken, publish: [], subscribe: ["svc.time"]));
         o.Security.Auth.Tokens.Add(Token("root", RootToken, publish: [">"], subscribe: [">"]));
         configure?.Invoke(o);
-    }, args);
+    }, args, time);
 
     private static TokenOptions Token(string name, string token, string[] publish, string[] subscribe)
     {

@@ -80,7 +80,7 @@ public sealed class PermissionRulesTests
     public void Checking_a_restricted_publish_and_spending_a_reply_permission_allocate_nothing()
     {
         var p = new Permissions(["bench.>"], ["bench.>"], ["bench.admin.>"], ["bench.secret"], inboxPrefix: "_INBOX.k3J9aZ01pQr7sT2u");
-        var permits = new Herald.Broker.Routing.ReplyPermits(maxMessages: 1_000_000, TimeSpan.FromMinutes(2), maxPermits: 16);
+        var permits = new Herald.Broker.Routing.ReplyPermits(maxMessages: 1_000_000, TimeSpan.FromMinutes(2), maxPermits: 16, TimeProvider.System);
         var inbox = new System.Buffers.ReadOnlySequence<byte>("_INBOX.other0123456789ab.c1"u8.ToArray());
         permits.Grant(inbox); // the first grant of a reply topic keeps its name: the one allocation, per requester
         bool allowed = true;

@@ -20,7 +20,7 @@ public class PermissionBenchmarks
 
     private readonly Permissions _caller = new(["bench.>"], ["bench.>"], [], [], "_INBOX.2bd806c97f0e00af1a1fc332");
     private readonly Permissions _responder = new(["bench.>"], ["bench.>"], [], [], "_INBOX.9c1185a5c5e9fc54612808977");
-    private readonly ReplyPermits _permits = new(1, TimeSpan.FromMinutes(2), 1024);
+    private readonly ReplyPermits _permits = new(1, TimeSpan.FromMinutes(2), 1024, TimeProvider.System);
 
     [Benchmark(Baseline = true)]
     public bool AllowAllCall() => Permissions.AllowAll.IsAllowAll && Permissions.AllowAll.IsAllowAll;

@@ -126,7 +126,8 @@ internal static class HostServices
             sp.GetRequiredService<BrokerMetrics>(),
             sp.GetRequiredService<ClientFaultLog>(),
             sp.GetRequiredService<ClusterSlot>().Engines,
-            sp.GetRequiredService<HistorySlot>().Store));
+            sp.GetRequiredService<HistorySlot>().Store,
+            sp.GetRequiredService<TimeProvider>()));
         services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
     }

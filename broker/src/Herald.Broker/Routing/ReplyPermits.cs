@@ -8,7 +8,8 @@ namespace Herald.Broker.Routing;
 /// MESSAGE with a <c>reply_to</c> delivered to the session lets it publish to that reply topic
 /// <c>maxMessages</c> times within <c>expires</c>. The router records a permission as it delivers (before
 /// the receiver can see the message); the session spends one when it publishes to a topic its permissions
-/// do not grant. Bounded: at most <c>maxPermits</c> at once, the oldest dropped first.
+/// do not grant. Bounded: at most <c>maxPermits</c> at once, the oldest dropped first. Expiry is read from
+/// the broker's <see cref="TimeProvider"/> (the system clock; a test's fake one makes it exact).
 /// </summary>
 /// <remarks>
 /// Threading: publishers (any thread) call <see cref="Grant"/>, the session's one caller calls
@@ -22,13 +23,15 @@ internal sealed class ReplyPermits
     private readonly Dictionary<string, Permit>.AlternateLookup<ReadOnlySpan<char>> _bySpan;
     private readonly Queue<string> _order = new(); // insertion order, for dropping the oldest; may hold used-up names
     private readonly int _maxMessages;
-    private readonly long _expiresMs;
+    private readonly long _expires; // in the clock's timestamp units
     private readonly int _maxPermits;
+    private readonly TimeProvider _time;
 
-    public ReplyPermits(int maxMessages, TimeSpan expires, int maxPermits)
+    public ReplyPermits(int maxMessages, TimeSpan expires, int maxPermits, TimeProvider time)
     {
         _maxMessages = maxMessages;
-        _expiresMs = (long)expires.TotalMilliseconds;
+        _time = time;
+        _expires = (long)Math.Min(expires.TotalSeconds * time.TimestampFrequency, long.MaxValue / 2); // a grant "forever" does not wrap
         _maxPermits = maxPermits;
         _bySpan = _permits.GetAlternateLookup<ReadOnlySpan<char>>();
     }
@@ -50,7 +53,7 @@ internal sealed class ReplyPermits
     {
         Span<char> stack = stackalloc char[TopicChars.StackLength];
         using var name = new TopicChars(replyTo, stack);
-        var permit = new Permit(_maxMessages, Environment.TickCount64 + _expiresMs);
+        var permit = new Permit(_maxMessages, _time.GetTimestamp() + _expires);
         lock (_gate)
         {
             ref Permit slot = ref CollectionsMarshal.GetValueRefOrAddDefault(_bySpan, name.Span, out bool exists);
@@ -73,7 +76,7 @@ internal sealed class ReplyPermits
                 return false;
             }
 
-            bool allowed = Environment.TickCount64 < permit.ExpiresAt;
+            bool allowed = _time.GetTimestamp() < permit.ExpiresAt;
             if (!allowed || --permit.Remaining == 0)
             {
                 _bySpan.Remove(topic);

@@ -12,8 +12,9 @@ namespace Herald.Broker.Sessions;
 /// <summary>What every session shares: the options, the one router, metrics and the log.</summary>
 internal sealed class BrokerCore
 {
-    public BrokerCore(string serverName, LimitOptions limits, SecurityOptions security, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger log, BrokerEngines? engines = null, HistoryStore? history = null)
+    public BrokerCore(string serverName, LimitOptions limits, SecurityOptions security, TopicRouter router, MessageEncoder encoder, Authenticator authenticator, BrokerMetrics metrics, ILogger log, BrokerEngines? engines = null, HistoryStore? history = null, TimeProvider? time = null)
     {
+        Time = time ?? TimeProvider.System;
         engines ??= BrokerEngines.Local;
         Exchange = engines.Exchange;
         Interest = engines.Interest;
@@ -51,6 +52,9 @@ internal sealed class BrokerCore
 
     /// <summary>What every session is held to.</summary>
     public LimitOptions Limits { get; }
+
+    /// <summary>The clock of reply grants' expiry: the host's <see cref="TimeProvider"/> (the system's; a test's fake one makes expiry exact).</summary>
+    public TimeProvider Time { get; }
 
     /// <summary>Whether a refused SUBSCRIBE or PUBLISH also ends the session (spec §10).</summary>
     public bool DisconnectOnPermissionDenied { get; }

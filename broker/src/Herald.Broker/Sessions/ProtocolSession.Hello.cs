@@ -48,7 +48,7 @@ internal abstract partial class ProtocolSession
 
         Volatile.Write(ref _identity, identity);
         _replyPermits = identity.Permissions.IsAllowAll || Broker.Responses is not { } responses ? null
-            : _replyPermits ?? new ReplyPermits(responses.MaxMessages, responses.Expires, responses.MaxPerSession);
+            : _replyPermits ?? new ReplyPermits(responses.MaxMessages, responses.Expires, responses.MaxPerSession, Broker.Time);
         if (IsOpen)
         {
             Reevaluate(identity);

@@ -49,7 +49,8 @@ public sealed class TestBroker : IAsyncDisposable
     /// <summary>A probe of this broker's own counters, from now on (see <see cref="MetricsProbe"/>).</summary>
     public MetricsProbe Metrics() => new(this);
 
-    public static async Task<TestBroker> StartAsync(Action<HeraldOptions>? configure = null, string[]? args = null)
+    /// <param name="time">The broker's clock instead of the system's (a <c>FakeTimeProvider</c> the test moves).</param>
+    public static async Task<TestBroker> StartAsync(Action<HeraldOptions>? configure = null, string[]? args = null, TimeProvider? time = null)
     {
         string[] all = ["--Logging:LogLevel:Default=Warning", "--Logging:LogLevel:Herald=Error", .. args ?? []];
         WebApplication app = HeraldHost.Build(all, options =>
@@ -63,7 +64,14 @@ public sealed class TestBroker : IAsyncDisposable
             options.Monitoring.Host = "127.0.0.1";
             options.Monitoring.Port = 0;
             configure?.Invoke(options);
-        }, QuietCpu.Install);
+        }, services =>
+        {
+            QuietCpu.Install(services);
+            if (time is not null)
+            {
+                services.AddSingleton(time);
+            }
+        });
         await app.StartAsync();
         return new TestBroker(app, app.Services.GetRequiredService<Listeners>());
     }
