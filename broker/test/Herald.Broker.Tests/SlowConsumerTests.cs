@@ -23,6 +23,7 @@ public sealed class SlowConsumerTests
             o.Limits.MaxFrameBytes = 64 * 1024;
             o.Limits.MaxPendingBytes = 256 * 1024;
             o.Limits.SlowConsumerPolicy = SlowConsumerPolicy.Disconnect;
+            o.Limits.ErrorFlushTimeout = TimeSpan.FromMinutes(1); // it reads again only after the whole publishing loop, however long a busy machine takes: its ERROR waits for it
         });
         using MetricsProbe metrics = broker.Metrics();
         await using var stalled = await ProtocolClient.OpenAsync(broker.Port, "stalled", receiveBufferSize: 4096);

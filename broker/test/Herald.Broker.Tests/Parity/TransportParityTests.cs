@@ -271,6 +271,7 @@ public sealed class TransportParityTests
         o.Limits.MaxFrameBytes = 64 * 1024;
         o.Limits.MaxPendingBytes = 256 * 1024;
         o.Limits.SlowConsumerPolicy = policy;
+        o.Limits.ErrorFlushTimeout = TimeSpan.FromMinutes(1); // the stalled client reads again only after the whole publishing loop: its ERROR waits for it
         o.LongPoll.MaxPendingMessagesPerSession = 1_000_000; // the byte limit acts, on long-poll too
         o.LongPoll.SlowConsumerPolicy = policy;
         o.LongPoll.MaxMessagesPerPoll = 100_000;
