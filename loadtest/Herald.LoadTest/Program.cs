@@ -29,6 +29,7 @@ internal static class Program
         new StalledScenario(),
         new CompareCommand(),
         new BroadcastChartCommand(),
+        new AttacksCommand(),
     ];
 
     public static async Task<int> Main(string[] args)

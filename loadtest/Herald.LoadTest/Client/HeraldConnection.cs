@@ -272,17 +272,33 @@ internal sealed class HeraldConnection : IAsyncDisposable
     {
         var frames = new ArrayBufferWriter<byte>(64 + pattern.Length);
         FrameWriter.WriteSubscribe(frames, sid, Topic.EncodePattern(pattern));
-        frames.Write(PingFrame);
-        await SendAsync(frames.WrittenMemory, cancellationToken);
+        await UntilPongAsync(frames.WrittenMemory, cancellationToken, $"subscribing to '{pattern}'");
+    }
+
+    /// <summary>
+    /// Sends <paramref name="frames"/> and a PING, and reads until the PONG: the broker has read every frame before
+    /// it. PINGs are answered, a fatal ERROR throws; every other frame (a MESSAGE, a non-fatal ERROR) is handed to
+    /// <paramref name="onFrame"/> as it comes, or dropped without one. Returns how many non-fatal ERRORs came.
+    /// </summary>
+    /// <exception cref="BrokerErrorException">The broker sent a fatal ERROR.</exception>
+    /// <exception cref="IOException">The broker closed the connection first.</exception>
+    public async Task<int> UntilPongAsync(ReadOnlyMemory<byte> frames, CancellationToken cancellationToken, string doing = "waiting for a PONG", Action<FrameType>? onFrame = null)
+    {
+        var sent = new ArrayBufferWriter<byte>(frames.Length + PingFrame.Length);
+        sent.Write(frames.Span);
+        sent.Write(PingFrame);
+        await SendAsync(sent.WrittenMemory, cancellationToken);
+        int errors = 0;
         while (true)
         {
             while (TryReadFrame(out ReadOnlySequence<byte> body))
             {
                 var reader = new MessagePackReader(body);
-                switch (FrameDecoder.ReadHeader(ref reader, out int elements))
+                FrameType type = FrameDecoder.ReadHeader(ref reader, out int elements);
+                switch (type)
                 {
                     case FrameType.Pong:
-                        return;
+                        return errors;
                     case FrameType.Ping:
                         await SendPongAsync();
                         break;
@@ -293,15 +309,32 @@ internal sealed class HeraldConnection : IAsyncDisposable
                             throw new BrokerErrorException(error);
                         }
 
+                        errors++;
+                        onFrame?.Invoke(type);
+                        break;
+                    default:
+                        onFrame?.Invoke(type);
                         break;
                 }
             }
 
             if (!await ReceiveAsync(cancellationToken))
             {
-                throw new IOException($"{Name}: the broker closed the connection while subscribing to '{pattern}'.");
+                throw new IOException($"{Name}: the broker closed the connection while {doing}.");
             }
         }
+    }
+
+    /// <summary>Over a WebSocket: sends its Close (the closing handshake's first half) and reads nothing; false on any other transport.</summary>
+    public async Task<bool> SendWebSocketCloseAsync(CancellationToken cancellationToken)
+    {
+        if (_stream is not WebSocketFrameStream webSocket)
+        {
+            return false;
+        }
+
+        await webSocket.SendCloseAsync(cancellationToken);
+        return true;
     }
 
     /// <summary>

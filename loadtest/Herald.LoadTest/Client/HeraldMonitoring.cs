@@ -16,15 +16,16 @@ internal static class HeraldMonitoring
     /// <summary>The parsed <c>/varz</c>; null for a target that is not Herald, or when monitoring does not answer.</summary>
     public static async Task<JsonDocument?> VarzAsync(ITarget target, CancellationToken cancellationToken)
     {
-        if (target is not HeraldTarget herald)
-        {
-            return null;
-        }
+        return target is HeraldTarget herald ? await VarzAsync(herald.Endpoints.Host, herald.MonitoringPort, cancellationToken) : null;
+    }
 
+    /// <summary>The parsed <c>/varz</c> of the broker whose monitoring listener is <paramref name="host"/>:<paramref name="port"/>; null when it does not answer.</summary>
+    public static async Task<JsonDocument?> VarzAsync(string host, int port, CancellationToken cancellationToken)
+    {
         try
         {
             return JsonDocument.Parse(await Http.GetStringAsync(
-                new Uri($"http://{herald.Endpoints.Host}:{herald.MonitoringPort.ToString(CultureInfo.InvariantCulture)}/varz"), cancellationToken));
+                new Uri($"http://{host}:{port.ToString(CultureInfo.InvariantCulture)}/varz"), cancellationToken));
         }
         catch (Exception e) when (e is HttpRequestException or JsonException or TaskCanceledException or InvalidOperationException)
         {

@@ -155,6 +155,10 @@ internal sealed class WebSocketFrameStream(WebSocket webSocket) : DuplexStream
         return sent.IsCompletedSuccessfully ? default : AwaitSendAsync(sent);
     }
 
+    /// <summary>Sends a Close (normal closure) and waits for nothing back: the peer's answering close is read, if ever, by <see cref="ReadAsync(Memory{byte}, CancellationToken)"/>.</summary>
+    public Task SendCloseAsync(CancellationToken cancellationToken) =>
+        webSocket.CloseOutputAsync(WebSocketCloseStatus.NormalClosure, "bye", cancellationToken);
+
     public override Task<int> ReadAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) =>
         ReadAsync(buffer.AsMemory(offset, count), cancellationToken).AsTask();
 

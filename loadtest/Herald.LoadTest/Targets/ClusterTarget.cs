@@ -35,10 +35,11 @@ internal sealed class ClusterTarget : ITarget
     private readonly BrokerChild _redis;
     private readonly HeraldNode[] _nodes;
 
-    private ClusterTarget(TargetOptions options, BrokerChild redis, string redisVersion, HeraldNode[] nodes)
+    private ClusterTarget(TargetOptions options, BrokerChild redis, IPEndPoint redisEndPoint, string redisVersion, HeraldNode[] nodes)
     {
         _options = options;
         _redis = redis;
+        RedisEndPoint = redisEndPoint;
         _nodes = nodes;
         ServerDescription = string.Create(CultureInfo.InvariantCulture,
             $"{nodes.Length} x {nodes[0].Description} over redis-server {redisVersion} (pid {redis.Id}); client i on node i % {nodes.Length}; server CPU and RSS: the sum over the {nodes.Length} nodes, redis-server not included");
@@ -64,6 +65,9 @@ internal sealed class ClusterTarget : ITarget
 
     /// <summary>The redis-server between the nodes.</summary>
     public Process RedisProcess => _redis.Process;
+
+    /// <summary>Where that redis-server listens (a port the system picked).</summary>
+    public IPEndPoint RedisEndPoint { get; }
 
     /// <summary>Node <paramref name="node"/>'s options: its ports, the Redis it joins through, then the scenario's own broker arguments.</summary>
     public static TargetOptions NodeOptions(TargetOptions options, int node, IPEndPoint redis)
@@ -107,7 +111,7 @@ internal sealed class ClusterTarget : ITarget
             throw;
         }
 
-        return new ClusterTarget(options, redis, redisVersion, [.. nodes]);
+        return new ClusterTarget(options, redis, redisEndPoint, redisVersion, [.. nodes]);
     }
 
     /// <summary>Client <paramref name="index"/> on node index % N, the (index / N)-th of that node's clients.</summary>
@@ -128,7 +132,7 @@ internal sealed class ClusterTarget : ITarget
     }
 
     /// <summary>A TCP port nobody listens on now on <paramref name="address"/>, picked by the system (for redis-server, which cannot pick its own).</summary>
-    private static int FreePort(IPAddress address)
+    public static int FreePort(IPAddress address)
     {
         using var probe = new Socket(address.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
         probe.Bind(new IPEndPoint(address, 0));
