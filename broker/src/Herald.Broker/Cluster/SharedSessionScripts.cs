@@ -99,7 +99,8 @@ internal static class SharedSessionScripts
     /// <summary>
     /// KEYS: hash, stream. ARGV: ack, max messages, ttl ms, waiter channel ('' : do not hold), generation ('' : a new poll),
     /// token, max bytes. Returns {code, generation, highest ack, highest sent, entries} (code 0) or {-1} unknown,
-    /// {-2, reason} ended, {-3, seq} ack out of range, {-4} replaced by a newer poll. The entries are read one at a
+    /// {-2, reason} ended, {-3, seq} ack out of range, {-4} replaced by a newer poll. With no entries, or only loss
+    /// marks (sid 0), a holding poll's node is named the waiter: the next append wakes it. The entries are read one at a
     /// time and only while the answer has room (at most max messages, and max bytes of frames, at least one): Redis
     /// sends what the poll may answer, never the whole backlog.
     /// </summary>
@@ -139,6 +140,7 @@ internal static class SharedSessionScripts
         local now = redis.call('TIME')
         redis.call('HSET', KEYS[1], 'seen', now[1] * 1000 + math.floor(now[2] / 1000))
         local entries = {}
+        local marks = true
         local bytes, most, budget = 0, tonumber(ARGV[2]), tonumber(ARGV[7])
         local from = (ack + 1) .. '-0'
         while #entries < most do
@@ -151,6 +153,7 @@ internal static class SharedSessionScripts
             if c then redis.call('HSET', KEYS[1], 'bout', c - size) end
           end
           entries[#entries + 1] = entry
+          if field(entry[2], 's') ~= '0' then marks = false end
           bytes = bytes + size
           from = '(' .. entry[1]
         end
@@ -160,8 +163,8 @@ internal static class SharedSessionScripts
           if last > sent then redis.call('HSET', KEYS[1], 'sent', last) end
         else
           if trimmed then redis.call('HSET', KEYS[1], 'bout', h[7] or '0') end
-          if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'waiter', ARGV[4]) end
         end
+        if marks and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'waiter', ARGV[4]) end
         redis.call('PEXPIRE', KEYS[1], ARGV[3])
         redis.call('PEXPIRE', KEYS[2], ARGV[3])
         return {0, gen, acked, sent, entries}

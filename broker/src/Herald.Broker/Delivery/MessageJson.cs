@@ -19,6 +19,7 @@ namespace Herald.Broker.Delivery;
 /// <code>
 /// {"messages":[ {"seq":7,"sid":1,"topic":"chat.room1","replyTo":null,"payload":"aGVsbG8=","text":"hello"}, ... ],
 ///  "dropped":0,"ack":7}           text: only when the payload is valid UTF-8 and not compressed;
+///                                 "gaps":[2] (after "dropped") only when subscriptions may have lost messages;
 ///                                 "zstd":true (then no text) when the payload travelled compressed;
 ///                                 "headers":{"Key":["v"]} only when the message has a header block
 /// </code>
@@ -110,7 +111,7 @@ internal static class MessageJson
     {
         var scratch = new ArrayBufferWriter<byte>(1024);
         using var measure = new Utf8JsonWriter(scratch);
-        long envelope = Envelope(measure, scratch, take.Dropped, Math.Max(ack, take.FirstSequence + take.Count - 1)); // the longest ack
+        long envelope = Envelope(measure, scratch, take, take.AckAfter(take.Count, ack)); // the longest ack
         long messages = 0;
         int count = 0;
         for (; count < take.Count; count++)
@@ -128,7 +129,7 @@ internal static class MessageJson
             messages = next;
         }
 
-        length = messages + Envelope(measure, scratch, take.Dropped, Acked(take, count, ack));
+        length = messages + Envelope(measure, scratch, take, take.AckAfter(count, ack));
         return count;
     }
 
@@ -148,27 +149,36 @@ internal static class MessageJson
             }
         }
 
-        WriteEnd(json, take.Dropped, Acked(take, count, ack));
+        WriteEnd(json, take, take.AckAfter(count, ack));
         await json.FlushAsync().ConfigureAwait(false);
     }
 
-    private static long Acked(WindowTake take, int count, long ack) => count > 0 ? take.FirstSequence + count - 1 : ack;
-
-    private static long Envelope(Utf8JsonWriter json, ArrayBufferWriter<byte> scratch, long dropped, long ack)
+    private static long Envelope(Utf8JsonWriter json, ArrayBufferWriter<byte> scratch, WindowTake take, long ack)
     {
         scratch.ResetWrittenCount();
         json.Reset(scratch);
         json.WriteStartObject();
         json.WriteStartArray("messages"u8);
-        WriteEnd(json, dropped, ack);
+        WriteEnd(json, take, ack);
         json.Flush();
         return scratch.WrittenCount;
     }
 
-    private static void WriteEnd(Utf8JsonWriter json, long dropped, long ack)
+    private static void WriteEnd(Utf8JsonWriter json, WindowTake take, long ack)
     {
         json.WriteEndArray();
-        json.WriteNumber("dropped"u8, dropped);
+        json.WriteNumber("dropped"u8, take.Dropped);
+        if (take.Gaps is { Length: > 0 } gaps)
+        {
+            json.WriteStartArray("gaps"u8);
+            foreach (uint sid in gaps)
+            {
+                json.WriteNumberValue(sid);
+            }
+
+            json.WriteEndArray();
+        }
+
         json.WriteNumber("ack"u8, ack);
         json.WriteEndObject();
     }

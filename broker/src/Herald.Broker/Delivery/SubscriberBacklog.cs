@@ -55,7 +55,7 @@ internal interface IBacklogReader
 /// they happen.
 /// </para>
 /// </remarks>
-internal sealed class SubscriberBacklog : IMessageSink
+internal sealed partial class SubscriberBacklog : IMessageSink
 {
     private const uint ControlSid = FrameCopy.ControlSid;
 
@@ -83,6 +83,7 @@ internal sealed class SubscriberBacklog : IMessageSink
     private bool _closed;
     private MessageBuffer? _final;
     private TaskCompletionSource? _drained;
+    private bool _readsByWindow;
 
     public SubscriberBacklog(BacklogLimits limits, BrokerMetrics metrics, Action onSlowConsumer)
     {
@@ -103,6 +104,15 @@ internal sealed class SubscriberBacklog : IMessageSink
     public IBacklogReader Reader
     {
         set => _reader = value;
+    }
+
+    /// <summary>
+    /// Whether a window reads it (a poll window, or a shared session's pump): a loss it is told of
+    /// (<see cref="Lost"/>) is then kept as a <see cref="LossMark"/> among the messages. Set once, with <see cref="Reader"/>.
+    /// </summary>
+    public bool ReadsByWindow
+    {
+        set => _readsByWindow = value;
     }
 
     /// <summary>
@@ -244,6 +254,11 @@ internal sealed class SubscriberBacklog : IMessageSink
     /// <inheritdoc/>
     public Enqueued Lost(long count)
     {
+        if (_readsByWindow)
+        {
+            return MarkLost(new LossMark(count, []));
+        }
+
         bool wake;
         lock (_gate)
         {
@@ -334,78 +349,6 @@ internal sealed class SubscriberBacklog : IMessageSink
     }
 
     /// <summary>
-    /// Window reading: releases every message at or below <paramref name="ack"/>. Throws
-    /// <see cref="ArgumentOutOfRangeException"/> for an ack above the last sequence assigned or below 0.
-    /// </summary>
-    public void Acknowledge(long ack)
-    {
-        lock (_gate)
-        {
-            long lastAssigned = _headSequence + _ring.Count - 1;
-            if (ack > lastAssigned || ack < 0)
-            {
-                throw new ArgumentOutOfRangeException(nameof(ack), $"ack {ack} is not between 0 and the last sequence assigned, {lastAssigned}.");
-            }
-
-            _highestAck = Math.Max(_highestAck, ack);
-            while (_ring.Count > 0 && _headSequence <= ack)
-            {
-                DropHead();
-            }
-        }
-    }
-
-    /// <summary>
-    /// Window reading: the messages above <paramref name="ack"/> (at most <paramref name="maxMessages"/> and,
-    /// past the first, <paramref name="maxBytes"/>), each retained once for the caller, which releases them
-    /// after use. They stay in the backlog until acknowledged. With nothing above <paramref name="ack"/>,
-    /// returns <c>false</c> and the reader is idle (the next enqueue wakes it).
-    /// </summary>
-    public bool TakeAbove(long ack, int maxMessages, long maxBytes, out WindowTake take)
-    {
-        lock (_gate)
-        {
-            int skip = (int)Math.Max(0, ack + 1 - _headSequence);
-            if (skip >= _ring.Count)
-            {
-                _signalled = false;
-                take = default;
-                return false;
-            }
-
-            int count = 0;
-            long bytes = 0;
-            while (skip + count < _ring.Count && count < maxMessages)
-            {
-                int length = _ring[skip + count].Frame.Length;
-                if (count > 0 && bytes + length > maxBytes)
-                {
-                    break;
-                }
-
-                bytes += length;
-                count++;
-            }
-
-            var frames = new QueuedFrame[count];
-            for (int i = 0; i < count; i++)
-            {
-                frames[i] = _ring[skip + i];
-                frames[i].Frame.Retain(1); // the caller's own reference: an ack may release the backlog's meanwhile
-            }
-
-            // Messages between what the client has ever acknowledged and the head were dropped, not delivered.
-            long first = _headSequence + skip;
-            long dropped = Math.Max(0, first - 1 - Math.Max(_highestAck, ack));
-            bool redelivery = first <= _highestSent;
-            _highestSent = Math.Max(_highestSent, first + count - 1);
-            take = new WindowTake(first, frames, bytes, dropped, redelivery);
-            _slowEpisode = false; // it reads again: a later overflow is a new episode
-            return true;
-        }
-    }
-
-    /// <summary>
     /// Stops accepting frames; a stream reader takes what is queued, then <paramref name="finalFrame"/> (if
     /// any, e.g. a fatal ERROR), and the returned task completes. With <paramref name="discardQueued"/> the
     /// queued messages are dropped first (a protocol error: the client gets its ERROR at once).
@@ -482,7 +425,7 @@ internal sealed class SubscriberBacklog : IMessageSink
         while (_ring.Count > keptControls && IsOverLimits(incoming))
         {
             QueuedFrame entry = _ring[keptControls];
-            if (entry.Sid == ControlSid)
+            if (entry.Sid == ControlSid && (!_readsByWindow || keptControls == 0))
             {
                 keptControls++;
                 continue;
@@ -490,8 +433,18 @@ internal sealed class SubscriberBacklog : IMessageSink
 
             AddPendingBytes(-entry.Frame.Length);
             _pendingMessages--;
+            if (entry.Sid == ControlSid)
+            {
+                // A window's second loss mark at the front joins the first: marks stay as few as the messages between them.
+                MergeKeptMark(ref _ring[keptControls - 1], entry);
+                Volatile.Write(ref _pendingReplies, _pendingReplies - 1);
+            }
+            else
+            {
+                dropped++;
+            }
+
             entry.Frame.Release();
-            dropped++;
 
             // Close the gap: shift the kept control frames one slot towards the back, then drop the front.
             for (int i = keptControls; i > 0; i--)
@@ -554,29 +507,3 @@ internal sealed class SubscriberBacklog : IMessageSink
 
 /// <summary>What one stream take moved: <see cref="Count"/> frames into the batch, drops to report, the final frame.</summary>
 internal readonly record struct StreamTake(int Count, long Dropped, MessageBuffer? Final, bool Idle);
-
-/// <summary>
-/// What one window take holds: consecutive frames from <see cref="FirstSequence"/>, each retained for the
-/// caller; <see cref="Dropped"/> messages were lost to the slow-consumer policy just before them.
-/// </summary>
-internal readonly record struct WindowTake(long FirstSequence, QueuedFrame[] Frames, long Bytes, long Dropped, bool Redelivery)
-{
-    /// <summary>An empty answer to a poll that acknowledged <paramref name="ack"/>.</summary>
-    public static WindowTake Empty(long ack) => new(ack + 1, [], 0, 0, false);
-
-    public int Count => Frames?.Length ?? 0;
-
-    /// <summary>Releases the references taken for the caller, once it has written them.</summary>
-    public void Release()
-    {
-        if (Frames is null)
-        {
-            return;
-        }
-
-        foreach (QueuedFrame frame in Frames)
-        {
-            frame.Frame.Release();
-        }
-    }
-}

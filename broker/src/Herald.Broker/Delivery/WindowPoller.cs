@@ -26,6 +26,7 @@ internal sealed class WindowPoller : IBacklogReader
     {
         _backlog = backlog;
         backlog.Reader = this;
+        backlog.ReadsByWindow = true;
     }
 
     /// <summary>Whether a poll is held right now.</summary>
@@ -76,7 +77,9 @@ internal sealed class WindowPoller : IBacklogReader
 
         replaced?.TrySetResult(PollWake.Replaced);
         PollWake wake = PollWake.Messages;
-        if (!_backlog.TakeAbove(ack, maxMessages, maxBytes, out WindowTake take))
+        // Loss marks alone that a poll took before (its answer was lost, or its client does not ack an empty answer)
+        // are held as nothing would be, then answered with whatever is there: a client never spins on them.
+        if (!_backlog.TakeAbove(ack, maxMessages, maxBytes, out WindowTake take) || (take.Count == 0 && take.Redelivery))
         {
             try
             {
@@ -87,6 +90,7 @@ internal sealed class WindowPoller : IBacklogReader
                 // nothing came, or the client went away: answer empty (or whatever slipped in just now)
             }
 
+            take.Release();
             take = wake == PollWake.Messages && !cancellation.IsCancellationRequested && _backlog.TakeAbove(ack, maxMessages, maxBytes, out WindowTake late) ? late : WindowTake.Empty(ack);
         }
 

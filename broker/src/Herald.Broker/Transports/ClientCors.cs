@@ -30,6 +30,6 @@ internal static class ClientCors
             }
 
             policy.AllowAnyHeader().AllowAnyMethod()
-                .WithExposedHeaders("Herald-First-Sequence", "Herald-Count", "Herald-Dropped", "Herald-Notice", "Retry-After", "Location");
+                .WithExposedHeaders("Herald-First-Sequence", "Herald-Count", "Herald-Dropped", "Herald-Gaps", "Herald-Notice", "Retry-After", "Location");
         }));
 }

@@ -30,6 +30,9 @@ public sealed class LongPollClient
 
     public string Session { get; }
 
+    /// <summary>The client its requests go through (a node of a cluster, with its own credential).</summary>
+    public HttpClient Http => _http;
+
     public string Base => $"/poll/sessions/{Session}";
 
     /// <summary>The create answer's body (longpoll §1.1): what was granted.</summary>

@@ -28,6 +28,9 @@ internal static class LongPollEndpoints
     /// <summary>A non-fatal notice the session raised while carrying the request out (longpoll §3), e.g. <c>RateLimited</c>.</summary>
     public const string NoticeHeader = "Herald-Notice";
 
+    /// <summary>The sids that may have lost messages just before a poll's first one, how many unknown (longpoll §2.1).</summary>
+    public const string GapsHeader = "Herald-Gaps";
+
     public static void MapLongPoll(this IEndpointRouteBuilder app)
     {
         RouteGroupBuilder poll = app.MapGroup("/poll");
@@ -358,7 +361,7 @@ internal static class LongPollEndpoints
     {
         response.ContentType = FramesMediaType;
         response.ContentLength = take.Bytes;
-        SetSequenceHeaders(response, take.FirstSequence, take.Count, take.Dropped);
+        SetSequenceHeaders(response, take, take.Count);
         return (take.Count, take.Bytes);
     }
 
@@ -368,15 +371,20 @@ internal static class LongPollEndpoints
         int count = MessageJson.Fit(take, ack, maxBytes, out long length);
         response.ContentType = "application/json";
         response.ContentLength = length;
-        SetSequenceHeaders(response, take.FirstSequence, count, take.Dropped);
+        SetSequenceHeaders(response, take, count);
         return (count, length);
     }
 
-    private static void SetSequenceHeaders(HttpResponse response, long firstSequence, int count, long dropped)
+    /// <summary>The sequence headers (longpoll §2.1); <c>Herald-Gaps</c> only when a subscription may have lost messages, how many unknown.</summary>
+    private static void SetSequenceHeaders(HttpResponse response, WindowTake take, int count)
     {
-        response.Headers["Herald-First-Sequence"] = firstSequence.ToString(CultureInfo.InvariantCulture);
+        response.Headers["Herald-First-Sequence"] = take.FirstSequence.ToString(CultureInfo.InvariantCulture);
         response.Headers["Herald-Count"] = count.ToString(CultureInfo.InvariantCulture);
-        response.Headers["Herald-Dropped"] = dropped.ToString(CultureInfo.InvariantCulture);
+        response.Headers["Herald-Dropped"] = take.Dropped.ToString(CultureInfo.InvariantCulture);
+        if (take.Gaps is { Length: > 0 } gaps)
+        {
+            response.Headers[GapsHeader] = string.Join(',', gaps);
+        }
     }
 
     /// <summary>

@@ -2,6 +2,7 @@ using System.Buffers;
 using System.Globalization;
 using System.Net;
 using System.Text;
+using Herald.Broker.Delivery;
 using Herald.Broker.Engines;
 using Herald.Broker.Engines.PollSharing;
 using Herald.Broker.Security;
@@ -20,7 +21,9 @@ internal sealed class SessionTakeover(PollSessionStore store, SessionRegistry re
     /// <summary>
     /// Takes over a shared session whose owner's lease expired (spec cluster.md §10): opened here as its identity,
     /// its subscriptions made again, each on a history topic resumed after the last position it delivered, and its
-    /// sequence continued. Null if another node was first (or it ended meanwhile).
+    /// sequence continued. Every subscription that is not resumed may have lost what was published while nobody held it:
+    /// a loss mark naming them (<see cref="LossMark"/>, how many unknown) is appended first, at the next sequence, so
+    /// the next poll through any node reports them (longpoll §2). Null if another node was first (or it ended meanwhile).
     /// </summary>
     public async Task<PollSession?> RunAsync(SharedSession record, Identity identity, EndPoint? remote)
     {
@@ -36,7 +39,10 @@ internal sealed class SessionTakeover(PollSessionStore store, SessionRegistry re
             return store.Find(record.Token);
         }
 
-        var session = new PollSession(store.Broker, store, store.Options, taken.Token, registry.NextId(), remote, store.Budget, shared: shared, baseSequence: taken.Sequence);
+        bool headers = ((Capabilities)taken.Capabilities & Capabilities.Headers) != 0; // as Open grants them
+        StreamPosition?[] resumes = [.. taken.Subscriptions.Select(s => ResumeOf(s, headers))];
+        uint[] gaps = [.. taken.Subscriptions.Where((s, i) => resumes[i] is null).Select(s => s.Sid)];
+        var session = new PollSession(store.Broker, store, store.Options, taken.Token, registry.NextId(), remote, store.Budget, shared: shared, baseSequence: taken.Sequence + (gaps.Length > 0 ? 1 : 0));
         session.Open(identity, taken.Client, (Capabilities)taken.Capabilities);
         Refusal refused = store.Hold(session);
         if (!refused.IsNone)
@@ -50,12 +56,16 @@ internal sealed class SessionTakeover(PollSessionStore store, SessionRegistry re
         await session.Requests.WaitAsync().ConfigureAwait(false);
         try
         {
-            foreach (SharedSubscription subscription in taken.Subscriptions)
+            if (gaps.Length > 0)
             {
-                StreamPosition? since = session.Backlog.AcceptsHeaders && subscription.Position is { } position && position.IndexOf(' ', StringComparison.Ordinal) is > 0 and var space
-                    && ulong.TryParse(position.AsSpan(0, space), CultureInfo.InvariantCulture, out ulong offset)
-                    ? new StreamPosition(offset, position[(space + 1)..])
-                    : null;
+                var mark = new SharedEntry(taken.Sequence + 1, LossMark.Sid, new LossMark(0, gaps).ToBytes(), null);
+                _ = await shared.AppendAsync(taken.Token, [mark], store.Options.MaxPendingMessagesPerSession, session.Backlog.Limits.MaxBytes, store.Options.SlowConsumerPolicy == SlowConsumerPolicy.Disconnect, session.StateTimeToLive).ConfigureAwait(false);
+            }
+
+            for (int i = 0; i < taken.Subscriptions.Count; i++)
+            {
+                SharedSubscription subscription = taken.Subscriptions[i];
+                StreamPosition? since = resumes[i];
                 Refusal answer;
                 try
                 {
@@ -90,4 +100,11 @@ internal sealed class SessionTakeover(PollSessionStore store, SessionRegistry re
         store.Broker.Log.SessionTakenOver(session.Id, taken.Subscriptions.Count);
         return session;
     }
+
+    /// <summary>The position a subscription resumes after (a history topic, on a session with headers, spec §13); null: none, it may have lost messages.</summary>
+    private static StreamPosition? ResumeOf(SharedSubscription subscription, bool headers) =>
+        headers && subscription.Position is { } position && position.IndexOf(' ', StringComparison.Ordinal) is > 0 and var space
+            && ulong.TryParse(position.AsSpan(0, space), CultureInfo.InvariantCulture, out ulong offset)
+            ? new StreamPosition(offset, position[(space + 1)..])
+            : null;
 }

@@ -28,6 +28,7 @@ internal sealed class SharedBacklogPump : IBacklogReader
         _shared = shared;
         BaseSequence = baseSequence;
         session.Backlog.Reader = this;
+        session.Backlog.ReadsByWindow = true; // its loss marks are appended as entries, where they lie
         Completion = Task.Run(RunAsync);
     }
 
@@ -54,7 +55,7 @@ internal sealed class SharedBacklogPump : IBacklogReader
         {
             await Volatile.Read(ref _signal).Task.ConfigureAwait(false);
             Volatile.Write(ref _signal, new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously)); // a wake from now on is seen
-            while (!_stopped && _session.Backlog.TakeAbove(pumped, MaxBatchMessages, MaxBatchBytes, out WindowTake take))
+            while (!_stopped && _session.Backlog.TakeAbove(pumped, MaxBatchMessages, MaxBatchBytes, out WindowTake take, marksAsEntries: true))
             {
                 try
                 {
@@ -63,7 +64,7 @@ internal sealed class SharedBacklogPump : IBacklogReader
                     for (int i = 0; i < take.Count; i++)
                     {
                         QueuedFrame queued = take.Frames[i];
-                        entries[i] = new SharedEntry(BaseSequence + take.FirstSequence + i, queued.Sid, queued.Frame.Span.ToArray(), positions && queued.Sid != FrameCopy.ControlSid ? PositionOf(queued.Frame) : null);
+                        entries[i] = new SharedEntry(BaseSequence + take.FirstSequence + i, queued.Sid, queued.Frame.Span.ToArray(), positions && queued.Sid != LossMark.Sid ? PositionOf(queued.Frame) : null);
                     }
 
                     long appended = await AppendAsync(entries, options).ConfigureAwait(false);

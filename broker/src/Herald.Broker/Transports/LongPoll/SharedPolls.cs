@@ -42,7 +42,10 @@ internal sealed class SharedPolls(PollSessionStore store, SessionRegistry regist
             }
 
             generation = read.Generation;
-            if (read.Entries.Count > 0)
+
+            // Loss marks alone that a poll took before are held as nothing would be, then answered: a client never spins on them.
+            bool marksTakenBefore = read.Entries.Count > 0 && read.Entries.All(e => e.Sid == LossMark.Sid) && read.Entries[^1].Sequence <= read.HighestSent;
+            if (read.Entries.Count > 0 && !marksTakenBefore)
             {
                 store.Broker.Metrics.Poll("messages");
                 return TakeOf(read, ack);
@@ -52,7 +55,7 @@ internal sealed class SharedPolls(PollSessionStore store, SessionRegistry regist
             if (remaining <= 0 || cancellation.IsCancellationRequested || registry.IsStopping)
             {
                 store.Broker.Metrics.Poll("empty");
-                return WindowTake.Empty(ack);
+                return marksTakenBefore && !cancellation.IsCancellationRequested ? TakeOf(read, ack) : WindowTake.Empty(ack);
             }
 
             bool woken = await wake.WaitAsync(TimeSpan.FromMilliseconds(Math.Min(remaining, (long)shared.RenewEvery.TotalMilliseconds)), cancellation).ConfigureAwait(false);
@@ -67,15 +70,28 @@ internal sealed class SharedPolls(PollSessionStore store, SessionRegistry regist
         }
     }
 
-    /// <summary>The consecutive messages read, within <c>MaxBytesPerPoll</c> (at least one); a gap (dropped by the owner's backlog) ends the take, and the next poll reports it.</summary>
+    /// <summary>
+    /// The consecutive messages read, within <c>MaxBytesPerPoll</c> (at least one), after the loss marks that lead
+    /// (reported in the take, as a local window's are); a gap (dropped by the owner's backlog, or an entry left out
+    /// as not a node's) or a later mark ends the take, and the next poll reports it.
+    /// </summary>
     private WindowTake TakeOf(SharedPoll read, long ack)
     {
         var frames = new List<QueuedFrame>(read.Entries.Count);
         long bytes = 0;
-        long first = read.Entries[0].Sequence;
-        foreach ((long sequence, uint sid, byte[] frame) in read.Entries)
+        long dropped = Math.Max(0, read.Entries[0].Sequence - 1 - Math.Max(read.HighestAck, ack));
+        LossMark loss = LossMark.None;
+        int at = 0;
+        for (long next = read.Entries[0].Sequence; at < read.Entries.Count && read.Entries[at] is { Sid: LossMark.Sid } mark && mark.Sequence == next; at++, next++)
         {
-            if (sequence != first + frames.Count || (frames.Count > 0 && bytes + frame.Length > store.Options.MaxBytesPerPoll))
+            loss = loss.Merge(LossMark.Read(mark.Frame));
+        }
+
+        long first = at == 0 ? read.Entries[0].Sequence : read.Entries[at - 1].Sequence + 1;
+        for (; at < read.Entries.Count; at++)
+        {
+            (long sequence, uint sid, byte[] frame) = read.Entries[at];
+            if (sequence != first + frames.Count || sid == LossMark.Sid || (frames.Count > 0 && bytes + frame.Length > store.Options.MaxBytesPerPoll))
             {
                 break;
             }
@@ -84,13 +100,12 @@ internal sealed class SharedPolls(PollSessionStore store, SessionRegistry regist
             bytes += frame.Length;
         }
 
-        long dropped = Math.Max(0, first - 1 - Math.Max(read.HighestAck, ack));
         bool redelivery = first <= read.HighestSent;
         if (redelivery)
         {
             store.Broker.Metrics.Redelivered();
         }
 
-        return new WindowTake(first, [.. frames], bytes, dropped, redelivery);
+        return new WindowTake(first, [.. frames], bytes, dropped + loss.Dropped, redelivery) { Gaps = loss.Gaps };
     }
 }
