@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The whole test suite, one command (README's quick start; .ci/run runs it): every .NET test project and the
+# TypeScript client's suite, from a fresh clone.
+#
+#   1. `dotnet build broker.sln`: restore and build every project once (the benchmarks, samples and load tool
+#      included, so nothing in the solution rots), while `npm ci` installs the TypeScript suite's packages.
+#   2. Then the suites run side by side, each in its own lane, since most of their time is spent waiting on
+#      sockets, timers and child processes rather than on the CPU:
+#        - Herald.Broker.Tests
+#        - Herald.LoadTest.Tests
+#        - the TypeScript suite (`npm test`: it starts the broker and the .NET samples built in step 1)
+#        - the rest, one after another: Herald.Client.Tests, Herald.Client.NetStandard.Tests, Herald.Cli.Tests,
+#          Herald.Protocol.Tests, Herald.Protocol.NetStandard.Tests
+#      Each lane writes its output to TestResults/logs/<lane>.log, printed when every lane is done; each .NET
+#      project its results to TestResults/<project>.trx, the TypeScript suite to
+#      clients/typescript/test-results/junit.xml (what .ci/run counts).
+#
+# Exits non-zero if the build or any lane fails. One project alone: see TESTING.md.
+set -uo pipefail
+cd "$(dirname "$0")"
+
+logs=TestResults/logs
+rm -rf "$logs"
+mkdir -p "$logs"
+started=$SECONDS
+
+elapsed() {
+  local s=$(($SECONDS - $1))
+  printf '%dm %02ds' $((s / 60)) $((s % 60))
+}
+
+# 1. The build, with npm ci beside it.
+npm --prefix clients/typescript ci --no-audit --no-fund >"$logs/typescript.log" 2>&1 &
+npm_ci=$!
+dotnet build broker.sln
+build=$?
+wait "$npm_ci"
+npm_ci_status=$?
+echo "test.sh: build $( [ $build -eq 0 ] && echo done || echo FAILED ) in $(elapsed $started)"
+if [ $build -ne 0 ]; then
+  exit 1
+fi
+
+# 2. The lanes.
+dotnet_test() {
+  dotnet test "$1" --no-build
+}
+
+lane() { # lane NAME COMMAND...: runs the command with its output in the lane's log, then says how it went
+  local name=$1 since=$SECONDS status
+  shift
+  "$@" >>"$logs/$name.log" 2>&1
+  status=$?
+  echo "test.sh: $name $( [ $status -eq 0 ] && echo passed || echo FAILED ) in $(elapsed $since)"
+  echo "$status" >"$logs/$name.status"
+}
+
+typescript() {
+  [ "$npm_ci_status" -eq 0 ] || { echo "npm ci failed (exit $npm_ci_status)"; return 1; }
+  npm --prefix clients/typescript test
+}
+
+clients_and_codec() {
+  local status=0 project
+  for project in clients/dotnet/test/Herald.Client.Tests clients/dotnet/test/Herald.Client.NetStandard.Tests \
+    clients/dotnet/test/Herald.Cli.Tests broker/test/Herald.Protocol.Tests broker/test/Herald.Protocol.NetStandard.Tests; do
+    dotnet_test "$project" || status=1
+  done
+  return $status
+}
+
+lanes=(broker loadtest typescript clients)
+lane broker dotnet_test broker/test/Herald.Broker.Tests &
+lane loadtest dotnet_test loadtest/Herald.LoadTest.Tests &
+lane typescript typescript &
+lane clients clients_and_codec &
+wait
+
+failed=0
+for name in "${lanes[@]}"; do
+  echo
+  echo "===== $name ($logs/$name.log) ====="
+  cat "$logs/$name.log"
+  [ "$(cat "$logs/$name.status" 2>/dev/null)" = 0 ] || failed=1
+done
+echo
+echo "test.sh: $( [ $failed -eq 0 ] && echo 'every lane passed' || echo 'a lane FAILED' ) in $(elapsed $started)"
+exit $failed
