@@ -213,6 +213,62 @@ public sealed class LossMarkTests(ITestOutputHelper output)
         Assert.Empty(after.Gaps);
     }
 
+    [Fact]
+    public async Task The_tcp_websocket_and_sse_clients_of_a_killed_node_see_their_disconnect_while_a_bystander_carries_on()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 1);
+        await using var doomed = BrokerProcess.StartTcpAndHttp($"--Herald:Cluster:Redis={cluster.Redis.Configuration}");
+        int tcpPort = (await doomed.WaitForEventAsync(1001)).GetProperty("First").GetInt32();
+        int httpPort = await doomed.HttpPortAsync();
+        await using ProtocolClient tcp = await ProtocolClient.OpenAsync(tcpPort, "tcp-on-the-doomed-node");
+        await tcp.SubscribeAsync(1, "feed");
+        await tcp.PingPongAsync();
+        await using ProtocolClient ws = await ProtocolClient.ConnectWebSocketAsync(httpPort);
+        await ws.HelloAsync("ws-on-the-doomed-node");
+        await ws.SubscribeAsync(1, "feed");
+        await ws.PingPongAsync();
+        await using SseClient sse = await SseClient.OpenAsync(httpPort, "topic=feed");
+        await using ProtocolClient bystander = await ProtocolClient.OpenAsync(cluster[0].Port, "bystander");
+        await bystander.SubscribeAsync(1, "feed");
+        await bystander.PingPongAsync();
+
+        doomed.Kill();
+
+        // Each sees its connection end (closed or reset), not a silence: the read returns instead of timing out.
+        Assert.Null(await EndAsync(tcp));
+        Assert.Null(await EndAsync(ws));
+        Assert.Null(await SseEndAsync(sse));
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+        await publisher.PublishAsync("feed", "still here");
+        Assert.Equal("still here", (await bystander.ReadMessageAsync()).Text);
+    }
+
+    /// <summary>The next frame, or null once the connection ended or was reset.</summary>
+    private static async Task<Frame?> EndAsync(ProtocolClient client)
+    {
+        try
+        {
+            return await client.TryReadAsync(TimeSpan.FromSeconds(30));
+        }
+        catch (System.Net.WebSockets.WebSocketException)
+        {
+            return null; // reset under the WebSocket
+        }
+    }
+
+    /// <summary>The next SSE event, or null once the stream ended or was reset.</summary>
+    private static async Task<SseEvent?> SseEndAsync(SseClient sse)
+    {
+        try
+        {
+            return await sse.ReadEventOrEndAsync(TimeSpan.FromSeconds(30));
+        }
+        catch (Exception e) when (e is IOException or HttpRequestException)
+        {
+            return null; // reset
+        }
+    }
+
     /// <summary>Subscribes as a client does: again after a 503 (the interest not yet confirmed by Redis on a loaded host, with Retry-After).</summary>
     private static async Task SubscribeAsync(LongPollClient session, uint sid, string pattern)
     {
