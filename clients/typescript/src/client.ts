@@ -338,6 +338,10 @@ export class HeraldClient implements SubscriptionOwner {
         error: (error) => {
           if (gen === this.generation) this.emit("error", error);
         },
+        gap: (sid) => {
+          if (gen !== this.generation) return;
+          this.subs.get(sid)?.reportGap();
+        },
         revoked: (sid, error) => {
           if (gen !== this.generation) return;
           const sub = this.subs.get(sid);

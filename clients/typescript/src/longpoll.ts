@@ -358,6 +358,7 @@ export class LongPollTransport implements Transport {
         }),
       );
     }
+    for (const sid of result.gaps) this.events.gap(sid); // told as a resume that did not recover (spec §13's 410)
     for (const message of result.messages) {
       if (message.seq <= this.ack) continue; // already delivered
       this.ack = message.seq;

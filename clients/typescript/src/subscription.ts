@@ -212,12 +212,29 @@ export class Subscription implements AsyncIterable<Message> {
       this.#position = position;
     }
     if (!resumed) return; // the first answer ("Live") is no news
-    const event: ResumeEvent = Object.freeze({
+    this.tellResume(Object.freeze({
       subscription: this,
       recovered,
       description: message.headers.get(HistoryHeaders.Description) ?? "",
       position,
-    });
+    }));
+  }
+
+  /**
+   * @internal Long-poll: the broker says this subscription may have lost messages (a cluster node took the
+   * session over and could not resume it, longpoll §2 `Herald-Gaps`): told as a resume that did not recover.
+   */
+  reportGap(): void {
+    if (this.ended) return;
+    this.tellResume(Object.freeze({
+      subscription: this,
+      recovered: false,
+      description: "Taken over: messages may have been lost",
+      position: this.#position,
+    }));
+  }
+
+  private tellResume(event: ResumeEvent): void {
     if (this.onResume) {
       try {
         const result = this.onResume(event);

@@ -1,6 +1,7 @@
 /**
  * The binary long-poll answer (longpoll §2.1): MESSAGE frames back to back, numbered from the
- * `Herald-First-Sequence` header, `Herald-Count` of them, `Herald-Dropped` lost just before the first.
+ * `Herald-First-Sequence` header, `Herald-Count` of them, `Herald-Dropped` lost just before the first, and
+ * `Herald-Gaps`, the sids that may have lost an unknown number just before the first (a cluster takeover).
  */
 import { ProtocolError, malformed } from "./errors.js";
 import { DEFAULT_MAX_FRAME, FrameType, decodeFrames, type MessageHeaders } from "./frames.js";
@@ -20,8 +21,10 @@ export interface PolledMessage {
 
 export interface PollResult {
   messages: PolledMessage[];
-  /** Messages the broker dropped (slow consumer) between the poll's ack and the first message. */
+  /** Messages the broker dropped (slow consumer, or shed between cluster nodes) between the poll's ack and the first message. */
   dropped: number;
+  /** The sids that may have lost an unknown number of messages just before the first one (`Herald-Gaps`; longpoll §2). */
+  gaps: number[];
   /** The `ack` for the next poll. */
   ack: number;
 }
@@ -47,6 +50,12 @@ export function parsePollBody(ack: number, headers: HeaderSource, body: Uint8Arr
   const dropped = headerNumber(headers, "Herald-Dropped") ?? 0;
   const first = headerNumber(headers, "Herald-First-Sequence") ?? ack + dropped + 1;
   const count = headerNumber(headers, "Herald-Count");
+  const gapsText = headers.get("Herald-Gaps");
+  const gaps = gapsText === null || gapsText === "" ? [] : gapsText.split(",").map((sid) => {
+    const value = Number(sid.trim());
+    if (!Number.isSafeInteger(value) || value <= 0) throw malformed(`Header Herald-Gaps is not a list of sids: '${gapsText}'.`);
+    return value;
+  });
   const frames = decodeFrames(body, maxFrame);
   if (count !== null && count !== frames.length) {
     throw malformed(`Herald-Count says ${count} messages, the body holds ${frames.length}.`);
@@ -59,5 +68,7 @@ export function parsePollBody(ack: number, headers: HeaderSource, body: Uint8Arr
     if (frame.headers !== undefined) message.headers = frame.headers;
     return message;
   });
-  return { messages, dropped, ack: messages.length > 0 ? first + messages.length - 1 : ack };
+  // The next ack is first + count - 1, also with no message: an answer of loss marks alone moves past them (longpoll §2).
+  const hasFirst = headers.get("Herald-First-Sequence") !== null;
+  return { messages, dropped, gaps, ack: hasFirst ? Math.max(ack, first + messages.length - 1) : messages.length > 0 ? first + messages.length - 1 : ack };
 }
