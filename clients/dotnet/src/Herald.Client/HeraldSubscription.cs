@@ -191,6 +191,22 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
     }
 
     /// <summary>
+    /// Long-poll: the broker says this subscription may have lost messages (a cluster node took its session over and
+    /// could not resume it, longpoll §2 <c>Herald-Gaps</c>): raised as <see cref="Resumed"/> with
+    /// <see cref="HeraldResumeEventArgs.Recovered"/> false, as a resume that did not recover.
+    /// </summary>
+    internal void ReportGap()
+    {
+        StreamPosition? position;
+        lock (_positionGate)
+        {
+            position = _position;
+        }
+
+        RaiseResumed(false, "Taken over: messages may have been lost", position);
+    }
+
+    /// <summary>
     /// Looks at a MESSAGE for this subscription before it is materialized, on the connection's reader, and consumes
     /// the broker's answer to a resume (a <c>Herald-Status</c> MESSAGE with an empty payload: true, it never reaches
     /// the application). A message's own position is kept when it is handed over (<see cref="Track"/>).
@@ -230,21 +246,31 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
             _resuming = false;
         }
 
-        if (told && Resumed is { } resumed)
+        if (told && Resumed is not null)
         {
             Span<byte> description = stackalloc byte[256];
             string why = HeaderBlock.TryCopyFirstValue(frame.Headers, "Herald-Description"u8, description, out int length) ? System.Text.Encoding.UTF8.GetString(description[..length]) : "";
-            try
-            {
-                resumed(this, new HeraldResumeEventArgs(recovered, why, hasPosition ? position : null));
-            }
-            catch (Exception e) when (e is not OutOfMemoryException)
-            {
-                _client.ReportError(new HeraldException($"The Resumed handler of the subscription to '{Pattern}' threw: {e.Message}", e));
-            }
+            RaiseResumed(recovered, why, hasPosition ? position : null);
         }
 
         return true;
+    }
+
+    private void RaiseResumed(bool recovered, string why, StreamPosition? position)
+    {
+        if (Resumed is not { } resumed)
+        {
+            return;
+        }
+
+        try
+        {
+            resumed(this, new HeraldResumeEventArgs(recovered, why, position));
+        }
+        catch (Exception e) when (e is not OutOfMemoryException)
+        {
+            _client.ReportError(new HeraldException($"The Resumed handler of the subscription to '{Pattern}' threw: {e.Message}", e));
+        }
     }
 
     /// <summary>Starts the handler's dispatch loop, on the thread pool.</summary>

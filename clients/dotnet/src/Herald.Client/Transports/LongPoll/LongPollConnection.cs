@@ -278,6 +278,11 @@ internal sealed class LongPollConnection : BrokerConnection
                                 messages.Add(m);
                             }
                         });
+                        foreach (uint sid in page.Gaps)
+                        {
+                            Client.FindSubscription(sid)?.ReportGap(); // told as a resume that did not recover (spec §13's 410)
+                        }
+
                         if (page.Dropped > 0)
                         {
                             Client.ReportError(new HeraldException(ErrorCode.MessagesDropped, $"The broker dropped {page.Dropped} messages of this session (its slow-consumer policy).") { Count = (ulong)page.Dropped });

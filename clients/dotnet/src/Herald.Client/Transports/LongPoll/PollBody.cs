@@ -9,14 +9,29 @@ namespace Herald.Client.Transports.LongPoll;
 /// <summary>What the headers of a binary poll response say (longpoll §2.1).</summary>
 internal readonly record struct PollPage(long FirstSequence, int Count, long Dropped)
 {
-    /// <summary>The <c>ack</c> of the next poll: the last sequence received, or the same ack after an empty poll.</summary>
-    public long NextAck(long ack) => Count > 0 ? FirstSequence + Count - 1 : ack;
+    /// <summary>The sids that may have lost an unknown number of messages just before the first one (<c>Herald-Gaps</c>, longpoll §2), or empty.</summary>
+    public uint[] Gaps { get; init; } = [];
+
+    /// <summary>
+    /// The <c>ack</c> of the next poll: <c>Herald-First-Sequence + Herald-Count - 1</c>, the last sequence received, or
+    /// past the loss marks an answer of no message reported (longpoll §2); never below the ack sent.
+    /// </summary>
+    public long NextAck(long ack) => Math.Max(ack, FirstSequence + Count - 1);
 
     /// <exception cref="ProtocolException">A header is missing or not a number.</exception>
     public static PollPage FromHeaders(HttpResponseHeaders headers) => new(
         Header(headers, "Herald-First-Sequence"),
         checked((int)Header(headers, "Herald-Count")),
-        Header(headers, "Herald-Dropped"));
+        Header(headers, "Herald-Dropped"))
+    {
+        Gaps = headers.TryGetValues("Herald-Gaps", out IEnumerable<string>? values) ? Sids(values.FirstOrDefault() ?? "") : [],
+    };
+
+    private static uint[] Sids(string text) =>
+        [.. text.Split([','], StringSplitOptions.RemoveEmptyEntries).Select(sid =>
+            uint.TryParse(sid.Trim(), NumberStyles.None, CultureInfo.InvariantCulture, out uint value) && value > 0
+                ? value
+                : throw new ProtocolException(ErrorCode.MalformedFrame, $"The poll response's Herald-Gaps is not a list of sids: '{text}'."))];
 
     private static long Header(HttpResponseHeaders headers, string name) =>
         headers.TryGetValues(name, out IEnumerable<string>? values)
