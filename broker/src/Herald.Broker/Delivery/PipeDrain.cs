@@ -44,7 +44,11 @@ internal static class PipeDrain
 /// <remarks>
 /// <para>
 /// At most one drain runs per backlog: the backlog wakes it once when frames start waiting, and it runs
-/// until a take finds nothing (the backlog then marks it idle under its lock, so no wake-up is lost).
+/// until a take finds nothing (the backlog then marks it idle under its lock, so no wake-up is lost). The drain
+/// holds to that itself too: a wake-up that arrives while it runs (a transport that attaches it after frames
+/// were queued and wakes it, while a publisher that queued one of them wakes it late) is counted, not run
+/// beside it, and makes the running drain take once more before it stops. Two drains at once would interleave
+/// their writes into the one output and overwrite each other's batch.
 /// </para>
 /// <para>
 /// A stalled subscriber costs its own queue and nothing more. Each turn takes at most
@@ -72,6 +76,9 @@ internal sealed class PipeDrain<TFormat> : IBacklogReader, IThreadPoolWorkItem
     // Owned by the running drain.
     private QueuedFrame[] _batch = [];
 
+    // Wake-ups asked since the running drain last found nothing: the first one starts it; 0 when no drain runs.
+    private int _wakes;
+
     /// <summary>Becomes <paramref name="backlog"/>'s reader; frames queued before are written at its first wake-up.</summary>
     public PipeDrain(SubscriberBacklog backlog, PipeWriter output, string transport, BrokerMetrics metrics, TFormat format)
     {
@@ -86,6 +93,11 @@ internal sealed class PipeDrain<TFormat> : IBacklogReader, IThreadPoolWorkItem
     /// <inheritdoc/>
     public void Wake(bool inline)
     {
+        if (Interlocked.Increment(ref _wakes) != 1)
+        {
+            return; // a drain runs: it takes again before it stops
+        }
+
         if (inline)
         {
             _ = DrainAsync();
@@ -104,10 +116,16 @@ internal sealed class PipeDrain<TFormat> : IBacklogReader, IThreadPoolWorkItem
         {
             while (true)
             {
+                int wakes = Volatile.Read(ref _wakes);
                 StreamTake take = _backlog.Take(ref _batch, WriteChunkBytes);
                 if (take.Idle)
                 {
-                    return;
+                    if (Interlocked.CompareExchange(ref _wakes, 0, wakes) == wakes)
+                    {
+                        return; // nobody woke it meanwhile: the next wake-up starts a new drain
+                    }
+
+                    continue;
                 }
 
                 if (take.Dropped > 0)

@@ -240,7 +240,7 @@ public sealed class TransportParityTests
     }
 
     [Theory]
-    [MemberData(nameof(TransportClient.TwoWayTransports), MemberType = typeof(TransportClient))] // SSE: not yet; a stalled stream under DropOldest delivers reordered, torn or uncounted events in about one run of three (a broker bug this test found)
+    [MemberData(nameof(TransportClient.Transports), MemberType = typeof(TransportClient))]
     public async Task A_subscriber_over_its_backlog_loses_its_oldest_messages_and_is_told_exactly_how_many(string transport)
     {
         await using TestBroker broker = await StartBacklogBrokerAsync(SlowConsumerPolicy.DropOldest);
