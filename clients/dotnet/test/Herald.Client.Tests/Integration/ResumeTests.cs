@@ -1,3 +1,4 @@
+using System.Text.Json;
 using Herald.Broker.History;
 using Herald.Client.Tests.Infrastructure;
 using Herald.Testing;
@@ -20,8 +21,26 @@ public class ResumeTests
         o.History.Topics.Add(new HistoryRule { Pattern = "feed.>", MaxMessages = 1000 });
         o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
         o.LongPoll.InactivityTimeout = TimeSpan.FromSeconds(1); // a long-poll session behind a cut link is lost soon
+        o.Monitoring.Port = 0; // /varz says when it is
         also?.Invoke(o);
     });
+
+    /// <summary>Waits until the broker holds no long-poll session (its /varz says so): the proof that a session expired, where a sleep proves nothing on a busy machine.</summary>
+    private static async Task SessionsEndedAsync(TestBroker broker)
+    {
+        using var http = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{broker.MonitoringPort}") };
+        CancellationToken deadline = Wait.Token();
+        while (true)
+        {
+            using JsonDocument varz = JsonDocument.Parse(await http.GetStringAsync("/varz", deadline));
+            if (varz.RootElement.GetProperty("long_poll_sessions").GetInt32() == 0)
+            {
+                return;
+            }
+
+            await Task.Delay(20, deadline);
+        }
+    }
 
     [Theory]
     [MemberData(nameof(Transports))]
@@ -60,7 +79,7 @@ public class ResumeTests
         await publisher.FlushAsync(Wait.Token());
         if (transport == HeraldTransport.LongPoll)
         {
-            await Task.Delay(TimeSpan.FromSeconds(2)); // past the inactivity timeout: the session is gone, the client must resume on a new one
+            await SessionsEndedAsync(broker); // the session behind the cut expired: the client must resume on a new one
         }
 
         link.Restore();
