@@ -21,7 +21,10 @@ internal sealed partial record RunStamp(string CommandLine, DateTimeOffset Start
     /// <summary>The commit checked out where the tool runs (<c>git rev-parse HEAD</c>), or null outside a git checkout.</summary>
     public static string? SourceCommit => Source.Value.Commit;
 
-    /// <summary>True when tracked files differ from <see cref="SourceCommit"/>: the figures are of uncommitted code.</summary>
+    /// <summary>
+    /// True when tracked files differ from <see cref="SourceCommit"/>: the figures are of uncommitted code. The result
+    /// files under <c>loadtest/results/</c> do not count: a runner rewrites them between its rows.
+    /// </summary>
     public static bool SourceDirty => Source.Value.Dirty;
 
     /// <summary>Starts the stamp of a command run now with <paramref name="args"/> (as given after the tool's name).</summary>
@@ -37,7 +40,7 @@ internal sealed partial record RunStamp(string CommandLine, DateTimeOffset Start
     private static (string? Commit, bool Dirty) ReadSource()
     {
         string? commit = Git("rev-parse HEAD");
-        return (commit, commit is not null && Git("status --porcelain --untracked-files=no") is { Length: > 0 });
+        return (commit, commit is not null && Git("status --porcelain --untracked-files=no -- :/ :(top,exclude)loadtest/results") is { Length: > 0 });
     }
 
     /// <summary>
