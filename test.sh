@@ -7,10 +7,10 @@
 #   2. Then the suites run side by side, each in its own lane, since most of their time is spent waiting on
 #      sockets, timers and child processes rather than on the CPU:
 #        - Herald.Broker.Tests
-#        - Herald.LoadTest.Tests
+#        - Herald.LoadTest.Tests, then the codec's Herald.Protocol.Tests and Herald.Protocol.NetStandard.Tests
 #        - the TypeScript suite (`npm test`: it starts the broker and the .NET samples built in step 1)
-#        - the rest, one after another: Herald.Client.Tests, Herald.Client.NetStandard.Tests, Herald.Cli.Tests,
-#          Herald.Protocol.Tests, Herald.Protocol.NetStandard.Tests
+#        - the clients, one after another: Herald.Client.Tests, Herald.Client.NetStandard.Tests, Herald.Cli.Tests
+#      (the lanes are balanced by their times on a quiet 2-core machine: TESTING.md)
 #      Each lane writes its output to TestResults/logs/<lane>.log, printed when every lane is done; each .NET
 #      project its results to TestResults/<project>.trx, the TypeScript suite to
 #      clients/typescript/test-results/junit.xml (what .ci/run counts).
@@ -60,10 +60,9 @@ typescript() {
   npm --prefix clients/typescript test
 }
 
-clients_and_codec() {
+one_by_one() { # one_by_one PROJECT...: each project's tests in turn, every one run even after a failure
   local status=0 project
-  for project in clients/dotnet/test/Herald.Client.Tests clients/dotnet/test/Herald.Client.NetStandard.Tests \
-    clients/dotnet/test/Herald.Cli.Tests broker/test/Herald.Protocol.Tests broker/test/Herald.Protocol.NetStandard.Tests; do
+  for project in "$@"; do
     dotnet_test "$project" || status=1
   done
   return $status
@@ -71,9 +70,9 @@ clients_and_codec() {
 
 lanes=(broker loadtest typescript clients)
 lane broker dotnet_test broker/test/Herald.Broker.Tests &
-lane loadtest dotnet_test loadtest/Herald.LoadTest.Tests &
+lane loadtest one_by_one loadtest/Herald.LoadTest.Tests broker/test/Herald.Protocol.Tests broker/test/Herald.Protocol.NetStandard.Tests &
 lane typescript typescript &
-lane clients clients_and_codec &
+lane clients one_by_one clients/dotnet/test/Herald.Client.Tests clients/dotnet/test/Herald.Client.NetStandard.Tests clients/dotnet/test/Herald.Cli.Tests &
 wait
 
 failed=0
