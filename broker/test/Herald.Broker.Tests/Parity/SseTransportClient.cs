@@ -1,7 +1,5 @@
-using System.Buffers;
 using System.Net;
 using System.Net.Http.Headers;
-using System.Text;
 using System.Text.Json;
 using Herald.Broker.Tests.Infrastructure;
 using Herald.Protocol;
@@ -54,14 +52,7 @@ internal sealed class SseTransportClient : TransportClient
 
     public override async Task<Answer> PublishAsync(string topic, IReadOnlyList<byte[]> payloads, PayloadFlags flags = PayloadFlags.None, string? replyTo = null)
     {
-        var frames = new ArrayBufferWriter<byte>();
-        foreach (byte[] payload in payloads)
-        {
-            FrameWriter.WritePublish(frames, Encoding.UTF8.GetBytes(topic), replyTo is null ? default : Encoding.UTF8.GetBytes(replyTo), flags, payload);
-        }
-
-        var content = new ByteArrayContent(frames.WrittenMemory.ToArray());
-        content.Headers.ContentType = new MediaTypeHeaderValue("application/vnd.herald.frames");
+        using ByteArrayContent content = PublishBody(topic, payloads, flags, replyTo);
         using HttpResponseMessage response = await _publisher.PostAsync("/poll/publish", content);
         return await AnswerOfAsync(response, () => Task.FromResult(false)); // a one-shot publish is a session of one request: the stream lives on
     }

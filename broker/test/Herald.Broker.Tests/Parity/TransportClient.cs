@@ -153,6 +153,20 @@ public abstract class TransportClient : IAsyncDisposable
         return AnswerOf(problem, await ended());
     }
 
+    /// <summary>A long-poll publish body (longpoll §1.3): the PUBLISH frames of <paramref name="payloads"/>, back to back.</summary>
+    protected static ByteArrayContent PublishBody(string topic, IReadOnlyList<byte[]> payloads, PayloadFlags flags, string? replyTo)
+    {
+        var frames = new ArrayBufferWriter<byte>();
+        foreach (byte[] payload in payloads)
+        {
+            FrameWriter.WritePublish(frames, Encoding.UTF8.GetBytes(topic), replyTo is null ? default : Encoding.UTF8.GetBytes(replyTo), flags, payload);
+        }
+
+        var content = new ByteArrayContent(frames.WrittenMemory.ToArray());
+        content.Headers.ContentType = new MediaTypeHeaderValue("application/vnd.herald.frames");
+        return content;
+    }
+
     protected static Answer AnswerOf(JsonElement problem, bool ended)
     {
         string code = problem.GetProperty("code").GetString()!;
@@ -352,14 +366,7 @@ internal sealed class LongPollTransportClient : TransportClient
 
     public override async Task<Answer> PublishAsync(string topic, IReadOnlyList<byte[]> payloads, PayloadFlags flags = PayloadFlags.None, string? replyTo = null)
     {
-        var frames = new ArrayBufferWriter<byte>();
-        foreach (byte[] payload in payloads)
-        {
-            FrameWriter.WritePublish(frames, Encoding.UTF8.GetBytes(topic), replyTo is null ? default : Encoding.UTF8.GetBytes(replyTo), flags, payload);
-        }
-
-        var content = new ByteArrayContent(frames.WrittenMemory.ToArray());
-        content.Headers.ContentType = new MediaTypeHeaderValue("application/vnd.herald.frames");
+        using ByteArrayContent content = PublishBody(topic, payloads, flags, replyTo);
         using HttpResponseMessage response = await _http.PostAsync($"{_base}/publish", content);
         return await AnswerOfAsync(response);
     }
