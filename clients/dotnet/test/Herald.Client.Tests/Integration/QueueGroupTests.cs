@@ -114,7 +114,9 @@ public class QueueGroupTests(BrokerFixture fixture) : IClassFixture<BrokerFixtur
             Assert.Contains(Text(i), tally.Of(responder)); // from the responder that handled it
         }
 
-        AssertSharedOnce(tally, Count);
+        // The 50 requests run concurrently (each waits for the client's inbox, then for the write), so they have no
+        // publication order to keep: each once, and none twice, is the claim here.
+        AssertSharedOnce(tally, Count, ordered: false);
     }
 
     [Fact]
@@ -304,8 +306,8 @@ public class QueueGroupTests(BrokerFixture fixture) : IClassFixture<BrokerFixtur
         Assert.Equal(0, output.WrittenCount);
     }
 
-    /// <summary>Every publication of the run went to exactly one member, each member got some, each in publication order.</summary>
-    private static void AssertSharedOnce(Tally tally, int count)
+    /// <summary>Every publication of the run went to exactly one member, each member got some, each (when <paramref name="ordered"/>) in publication order.</summary>
+    private static void AssertSharedOnce(Tally tally, int count, bool ordered = true)
     {
         int[] all = [.. Enumerable.Range(0, tally.Members).SelectMany(tally.Of).Select(t => int.Parse(t, CultureInfo.InvariantCulture)).Order()];
         Assert.Equal(Enumerable.Range(0, count), all); // none missing, none twice
@@ -313,7 +315,10 @@ public class QueueGroupTests(BrokerFixture fixture) : IClassFixture<BrokerFixtur
         {
             int[] got = [.. tally.Of(i).Select(t => int.Parse(t, CultureInfo.InvariantCulture))];
             Assert.True(got.Length > 0, $"Member {i} got none of {count}.");
-            Assert.Equal(got.Order(), got);
+            if (ordered)
+            {
+                Assert.Equal(got.Order(), got);
+            }
         }
     }
 
