@@ -12,17 +12,25 @@ export const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
 export const brokerProject = `${repoRoot}broker/src/Herald.Broker`;
 export const brokerDll = `${brokerProject}/bin/Debug/net10.0/Herald.Broker.dll`;
 
-/** A free TCP port on 127.0.0.1 (listen on port 0, read it, close). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * A TCP port free now on 127.0.0.1, probed by listening on it: a random one in 10000-19999, below the kernel's
+ * ephemeral range (32768-60999 here), so no outgoing connection of another test process takes it between this
+ * probe and the broker's bind (port 0 would hand out an ephemeral one), and away from the .NET suites' 20000-32000.
+ */
+export async function freePort(): Promise<number> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const port = 10_000 + Math.floor(Math.random() * 10_000);
+    if (await canListen(port)) return port;
+  }
+  throw new Error("No free port found in 10000-19999.");
+}
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const server = createServer();
     server.unref();
-    server.on("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
+    server.once("error", () => resolve(false));
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
   });
 }
 
@@ -98,9 +106,17 @@ export class Broker {
 
   static async start(extraArgs: string[] = []): Promise<Broker> {
     ensureBrokerBuilt();
-    const broker = new Broker(await freePort(), await freePort(), await freePort(), extraArgs);
-    await broker.launch();
-    return broker;
+    // Another process may still bind a probed port before the broker does (the suites run side by side): the
+    // broker then exits saying the port is in use, and it starts again on other ports.
+    for (let attempt = 1; ; attempt++) {
+      const broker = new Broker(await freePort(), await freePort(), await freePort(), extraArgs);
+      try {
+        await broker.launch();
+        return broker;
+      } catch (error) {
+        if (attempt >= 5 || !/already in use/.test(broker.log)) throw error;
+      }
+    }
   }
 
   private async launch(): Promise<void> {
