@@ -84,6 +84,25 @@ one_by_one() { # one_by_one PROJECT...: each project's tests in turn, every one 
 }
 
 lanes=(broker loadtest typescript clients)
+
+# Stopped from outside (.ci/run's time cap, Ctrl+C): print what each lane has written so far, so a hung run
+# shows where it hung, then stop every process the lanes started.
+stop_tree() { # stop_tree PID: TERM to the process and all its descendants, children first
+  local child
+  for child in $(pgrep -P "$1"); do stop_tree "$child"; done
+  kill -TERM "$1" 2>/dev/null
+}
+on_stop() {
+  trap - TERM INT
+  echo "test.sh: STOPPED by a signal after $(elapsed $started); each lane's last lines:"
+  for name in "${lanes[@]}"; do
+    echo "===== $name ($logs/$name.log) ====="
+    tail -n 60 "$logs/$name.log" 2>/dev/null
+  done
+  for child in $(pgrep -P $$); do stop_tree "$child"; done
+  exit 124
+}
+trap on_stop TERM INT
 lane broker dotnet_test broker/test/Herald.Broker.Tests &
 lane loadtest one_by_one loadtest/Herald.LoadTest.Tests broker/test/Herald.Protocol.Tests broker/test/Herald.Protocol.NetStandard.Tests &
 lane typescript typescript &
