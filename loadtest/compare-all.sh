@@ -6,18 +6,30 @@
 # Writes $OUT/<row>.json and $OUT/<row>-isolation.json (the compare result: every target's figures,
 # repetitions, versions, command line, machine and load average) with a .log beside each.
 #
-# Usage: loadtest/compare-all.sh [row ...]   rows: fanout stream oneway rpc32 rpc1 collab idle (default: all)
+# Then the parts behind README's other generated figures, each writing its own files into $OUT:
+#   cluster, cluster-longpoll: "Scaling out"'s two tables. `compare` cannot give each target its own `--nodes`, so each cell is one
+#     scenario run (`--target herald`, `cluster --nodes 1`, `cluster --nodes 3`, `redis`, `nats`; the long-poll
+#     table the first three over long-poll), the targets of a row one after the other: $OUT/cluster-ROW-TARGET.json
+#     (the scenario's result: figures, repetitions, command line, machine, load average) and .log. The tool starts
+#     its own redis-server and nodes on loopback. About 7 minutes with SHORT=1.
+#   churn: the "Subscription churn" figures, BenchmarkDotNet's TopicRouterBenchmarks (short job), its JSON export
+#     committed as $OUT/churn-TopicRouterBenchmarks.json with $OUT/churn-run.json (command, times, load average,
+#     commit) beside it. About 5 minutes.
+#
+# Usage: loadtest/compare-all.sh [row ...]   rows: fanout stream oneway rpc32 rpc1 collab idle cluster
+#          cluster-longpoll churn
+#          (default: all)
 #          and, never by default, broadcast: each target's broadcast search (P = 1 s) and the broadcast chart,
 #          about 15 minutes more.
 #        Environment: OUT (loadtest/results/readme, the folder README's tables name; elsewhere README is left
-#          alone), REPEAT (2), SHORT (1: versus.sh's short windows, about 20 minutes on a 2-core machine in all;
-#          0: the full windows, about an hour), BASELINE (versus.sh).
+#          alone), REPEAT (2), SHORT (1: versus.sh's short windows, about 35 minutes on a 2-core machine in all;
+#          0: the full windows, well over an hour), BASELINE (versus.sh).
 # Commit the result files with README: `loadtest/readme-tables.py --check` (a load-tool test) fails when
 # README's tables are not what the committed files give.
 OUT=${OUT:-loadtest/results/readme}
 REPEAT=${REPEAT:-2}
 SHORT=${SHORT:-1}
-[ $# -eq 0 ] && set -- fanout stream oneway rpc32 rpc1 collab idle
+[ $# -eq 0 ] && set -- fanout stream oneway rpc32 rpc1 collab idle cluster cluster-longpoll churn
 source "$(dirname "$0")/versus.sh" "$@"
 ALL=herald/tcp,herald/websocket,herald/longpoll,nats/tcp,redis/tcp,signalr/websockets
 
@@ -30,6 +42,66 @@ for name in fanout stream oneway rpc32 rpc1 collab idle; do
   # shellcheck disable=SC2046
   run_compare "$name-isolation" "${SCENARIO[$name]}" herald/tcp $(isolation_args "${SCENARIO[$name]}")
 done
+
+# run_scenario STEM "SCENARIO OPTIONS": one scenario run against the target its options name, writing $OUT/STEM.json and .log.
+run_scenario() {
+  echo "=== $1: $2 ($(date -u +%H:%M:%S), $(uptime | sed 's/.*load/load/'))"
+  # shellcheck disable=SC2086
+  $LT $2 --repeat "$REPEAT" "${CLUSTER_PORTS[@]}" --out "$OUT/$1.json" > "$OUT/$1.log" 2>&1
+  echo "    exit $?"
+}
+
+if chosen cluster; then
+  # Node k of a cluster listens on the --ports range shifted by k lengths and on HTTP/monitoring port + k, so the
+  # HTTP and monitoring ports sit above the third node's TCP range (22568-22600).
+  CLUSTER_PORTS=(--ports 22502-22534 --http-port 22680 --monitoring-port 22690)
+  for row in fanout rpc1 rpc32; do
+    for t in "herald:--target herald" "cluster1:--target cluster --nodes 1" "cluster3:--target cluster --nodes 3" "redis:--target redis" "nats:--target nats"; do
+      run_scenario "cluster-$row-${t%%:*}" "${SCENARIO[$row]} ${t#*:}"
+    done
+  done
+fi
+
+if chosen cluster-longpoll; then
+  CLUSTER_PORTS=(--ports 22502-22534 --http-port 22680 --monitoring-port 22690)
+  # --grace 10: a session's backlog in Redis may take more than the default 3 s to drain on a busy machine; the
+  # figure is the window's, and the check still fails a delivery that never comes.
+  for row in "fanout:fanout --subscribers 10 --payload 128 $fan --grace 10" "rpc1:rpc --callers 1 --payload small $rpc"; do
+    for t in "herald:--target herald" "cluster1:--target cluster --nodes 1" "cluster3:--target cluster --nodes 3"; do
+      run_scenario "cluster-longpoll-${row%%:*}-${t%%:*}" "${row#*:} --transport longpoll ${t#*:}"
+    done
+  done
+fi
+
+if chosen churn; then
+  # The exported JSON names the job, the machine and every statistic; churn-run.json adds what it does not: the
+  # command, when, the load average around the run and the commit.
+  artifacts=$(mktemp -d)
+  # --buildTimeout: BenchmarkDotNet builds its own copy of the project first, which takes more than its default
+  # 2 minutes on a busy 2-core machine.
+  bench=(--filter '*TopicRouterBenchmarks*' --job short --exporters json --buildTimeout 900)
+  echo "=== churn: TopicRouterBenchmarks ($(date -u +%H:%M:%S), $(uptime | sed 's/.*load/load/'))"
+  started=$(date -u +%Y-%m-%dT%H:%M:%SZ) before=$(cut -d' ' -f1-3 /proc/loadavg)
+  dotnet run -c Release --project broker/bench/Herald.Benchmarks -- "${bench[@]}" --artifacts "$artifacts" > "$OUT/churn.log" 2>&1
+  echo "    exit $?"
+  after=$(cut -d' ' -f1-3 /proc/loadavg)
+  if ! grep -q '"Statistics":{' "$artifacts"/results/*TopicRouterBenchmarks-report-full-compressed.json; then
+    echo "    no benchmark ran: see $OUT/churn.log"; rm -rf "$artifacts"; exit 1
+  fi
+  cp "$artifacts"/results/*TopicRouterBenchmarks-report-full-compressed.json "$OUT/churn-TopicRouterBenchmarks.json" && rm -rf "$artifacts"
+  commit=$(git rev-parse HEAD) dirty=$([ -n "$(git status --porcelain -- broker)" ] && echo true || echo false)
+  cat > "$OUT/churn-run.json" <<JSON
+{
+  "commandLine": "dotnet run -c Release --project broker/bench/Herald.Benchmarks -- --filter '*TopicRouterBenchmarks*' ${bench[*]:2}",
+  "startedUtc": "$started",
+  "finishedUtc": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
+  "sourceCommit": "$commit",
+  "sourceDirty": $dirty,
+  "loadAverageBefore": [${before// /, }],
+  "loadAverageAfter": [${after// /, }]
+}
+JSON
+fi
 
 if chosen broadcast; then # only when named: the default list above leaves it out
   # One target at a time, each with its own result file for the chart; Redis and SignalR capped by the

@@ -10,8 +10,11 @@ and a closing marker:
 
 The script rewrites what is between them: the table (each cell the median over the repetitions, ± half their
 min-max spread), then when the runs were made, on what machine and how busy it was (load average before and
-after), the servers' versions, the source commit, and each row's exact command line. The result files are the
-`compare --out` files `loadtest/compare-all.sh` writes (one per row, every target side by side in one run).
+after), the servers' versions, the source commit, and each row's exact command line. The result files are
+what `loadtest/compare-all.sh` writes: `compare --out` files (one per row, every target side by side in one run)
+for the peer tables; one scenario `--out` file per cell for the cluster tables (`compare` cannot give each
+target its own `--nodes`), the targets of a row run one after the other; and BenchmarkDotNet's JSON export, with
+the run's command and load average beside it, for the router's subscription churn.
 
 Usage: loadtest/readme-tables.py [--check] [--readme README.md] [--results DIR]
   (no option)  rewrite README.md's tables from the result files
@@ -68,9 +71,57 @@ TABLES = {
 
 LABELS = dict(ROWS, idle=("idle connection, server RSS per connection, KB", "server RSS per connection"))
 
+# README's "Scaling out" tables: each cell one scenario run, $DIR/<prefix><row>-<column>.json (compare-all.sh's
+# `cluster` part). A column is (heading, the file's suffix); a ratio column as above.
+CLUSTER_TARGETS = [("herald, 1 node", "herald"), ("cluster, 1 node", "cluster1"), ("cluster, 3 nodes", "cluster3")]
+SCENARIO_TABLES = {
+    "cluster": {
+        "part": "cluster",  # compare-all.sh's part that writes the files
+        "prefix": "cluster-",
+        "rows": [("fanout", "fan-out 1 -> 100, 128 B, deliveries/s", "deliveries/s"),
+                 ("rpc1", "request/reply, 1 caller, p50 us", "p50 latency us"),
+                 ("rpc32", "request/reply, 32 callers, 1 responder, calls/s", "calls/s")],
+        "columns": CLUSTER_TARGETS + [("Redis pub/sub", "redis"), ("NATS", "nats")],
+        "ratios": [("cluster 1 node/herald", (1, 0)), ("cluster 3 nodes/herald", (2, 0))],
+        "about": "Herald on one node (no cluster), a cluster of 1 and of 3 nodes over one redis-server (`--target cluster "
+                 "--nodes N`: client i on node i % N, so with 3 nodes two thirds of the fan-out's deliveries, and the "
+                 "one caller's request and reply, cross Redis), Redis pub/sub itself and nats-server, over TCP; the "
+                 "tool starts every node and its own redis-server. Server CPU and RSS in the result files are the "
+                 "nodes' sum, Redis not included",
+    },
+    "cluster-longpoll": {
+        "part": "cluster-longpoll",
+        "prefix": "cluster-longpoll-",
+        "rows": [("fanout", "fan-out 1 -> 10 sessions, 128 B, deliveries/s", "deliveries/s"),
+                 ("rpc1", "request/reply, 1 caller, p50 us", "p50 latency us")],
+        "columns": CLUSTER_TARGETS,
+        "ratios": [("cluster 1 node/herald", (1, 0)), ("cluster 3 nodes/herald", (2, 0))],
+        "about": "The same targets over long-poll (`--transport longpoll`): in a cluster every message a session is "
+                 "sent is written to a Redis stream before a poll can take it",
+    },
+}
+
+# README's "Subscription churn" table: BenchmarkDotNet's TopicRouterBenchmarks (compare-all.sh's `churn` part),
+# a row per benchmark, a column per match-cache size, each cell the median of the iterations in microseconds.
+BENCHMARK_TABLES = {
+    "churn": {
+        "export": "churn-TopicRouterBenchmarks.json",
+        "run": "churn-run.json",
+        "parameter": "CachedTopics",
+        "rows": [("SubscribeUnsubscribeFanningWildcard", "SUBSCRIBE + UNSUBSCRIBE `device.*.alarm`, us"),
+                 ("SubscribeUnsubscribeWildcard", "SUBSCRIBE + UNSUBSCRIBE `other.*.alarm` (no token shared), us"),
+                 ("SubscribeUnsubscribeExact", "SUBSCRIBE + UNSUBSCRIBE `other.exact`, us"),
+                 ("PublishMatch", "a publisher's match of its cached topic, us")],
+    },
+}
+
 
 def render(name, results):
     """The text between table NAME's markers, from the result files in RESULTS."""
+    if name in SCENARIO_TABLES:
+        return render_scenarios(SCENARIO_TABLES[name], results)
+    if name in BENCHMARK_TABLES:
+        return render_benchmark(BENCHMARK_TABLES[name], results)
     spec = TABLES[name]
     columns, ratios = spec["columns"], spec["ratios"]
     lines = ["| row | " + " | ".join(c[0] for c in columns) + " | " + " | ".join(r[0] for r in ratios) + " |",
@@ -90,10 +141,83 @@ def render(name, results):
     return "\n".join(lines) + "\n\n" + caption(spec, ran) + "\n"
 
 
+def render_scenarios(spec, results):
+    """A table whose every cell is one scenario run's result file (a cluster table)."""
+    columns, ratios = spec["columns"], spec["ratios"]
+    lines = ["| row | " + " | ".join(c[0] for c in columns) + " | " + " | ".join(r[0] for r in ratios) + " |",
+             "|---|" + "---:|" * (len(columns) + len(ratios))]
+    docs = {}
+    for row, label, headline in spec["rows"]:
+        figures = []
+        for _, suffix in columns:
+            stem = f"{spec['prefix']}{row}-{suffix}"
+            doc = docs.setdefault(stem, as_compare(load(results, stem), suffix))
+            figures.append(figure(doc, suffix, headline))
+        if all(f is None for f in figures):
+            continue
+        lines.append(f"| {label} | " + " | ".join(cell(f) for f in figures) + " | "
+                     + " | ".join(ratio(figures[a], figures[b]) for _, (a, b) in ratios) + " |")
+    ran = {stem: doc for stem, doc in docs.items() if doc is not None}
+    spec = dict(spec, columns=[(heading, suffix, "") for heading, suffix in columns])
+    return "\n".join(lines) + "\n\n" + caption(spec, ran) + "\n"
+
+
+def as_compare(doc, label):
+    """One scenario result as a compare result of one target labelled LABEL (None when the cell did not run)."""
+    if doc is None:
+        return None
+    reason = "; ".join(str(f) for f in doc.get("failures") or []) or ("interrupted" if doc.get("interrupted") else None)
+    target = {"label": label, "status": "ok" if doc.get("ok") else "failed", "reason": reason, "result": doc}
+    return dict({k: doc.get(k) for k in ("startedUtc", "finishedUtc", "commandLine", "sourceCommit", "sourceDirty", "machine")},
+                targets=[target])
+
+
+def render_benchmark(spec, results):
+    """A table from BenchmarkDotNet's JSON export: a row per benchmark method, a column per parameter value."""
+    export, run = load(results, spec["export"][:-5]), load(results, spec["run"][:-5])
+    if export is None or run is None:
+        return "_No result files: run `loadtest/compare-all.sh churn`._\n"
+    cells = {}
+    for b in export["Benchmarks"]:
+        value = b["Parameters"].split("=", 1)[1]
+        cells[(b["Method"], value)] = b.get("Statistics")
+    values = sorted({v for _, v in cells}, key=int)
+    lines = [f"| benchmark | " + " | ".join(f"{int(v):,} cached" for v in values) + " |",
+             "|---|" + "---:|" * len(values)]
+    for method, label in spec["rows"]:
+        lines.append(f"| {label} | " + " | ".join(bench_cell(cells.get((method, v))) for v in values) + " |")
+    host = export["HostEnvironmentInfo"]
+    iterations = sorted({s["N"] for s in cells.values() if s})
+    loads = run["loadAverageBefore"][:1] + run["loadAverageAfter"][:1]
+    cores = host.get("LogicalCoreCount") or 0
+    busy = (f"load average (1 min) {min(loads):.1f} before and {loads[-1]:.1f} after the run"
+            + (f": above the {cores} cores, so other work shared the machine and the figures are disturbed" if max(loads) > cores else ""))
+    commit = run["sourceCommit"][:10] + (" with uncommitted changes" if run.get("sourceDirty") else "")
+    text = (f"BenchmarkDotNet's `TopicRouterBenchmarks` (in memory, no sockets; `{spec['parameter']}`: the topics "
+            f"other publishers left in the match cache, `device.N.status`, none subscribed). Run "
+            f"{run['startedUtc'][:10]} {run['startedUtc'][11:16]}-{run['finishedUtc'][11:16]} UTC by "
+            f"`loadtest/compare-all.sh churn` at commit {commit}, on {host['ProcessorName'].strip()} "
+            f"({cores} logical cores), {host['OsVersion']}, {host['RuntimeVersion']}, "
+            f"{host['BenchmarkDotNetCaption']} {host['BenchmarkDotNetVersion']}; {busy}. Each cell: the median of "
+            f"{' or '.join(map(str, iterations))} iterations (`--job short`), ± half their min-max spread. "
+            f"Command: `{run['commandLine']}`.")
+    return "\n".join(lines) + "\n\n" + text + "\n"
+
+
+def bench_cell(stats):
+    """A benchmark's median in microseconds with half its min-max spread; `-` when it did not run."""
+    if not stats:
+        return "-"  # not run, or BenchmarkDotNet could not build or run it
+    us, spread = stats["Median"] / 1000, (stats["Max"] - stats["Min"]) / 2 / stats["Median"] * 100
+    text = f"{us:.3f}" if us < 0.1 else f"{us:.2f}" if us < 10 else f"{us:,.0f}"
+    return f"{text} ±{spread:.0f}%"
+
+
 def caption(spec, docs):
     """When, where and how the rows were run, from the result files DOCS (stem -> compare result)."""
+    part = spec.get("part")
     if not docs:
-        return "_No result files: run `loadtest/compare-all.sh`._"
+        return f"_No result files: run `loadtest/compare-all.sh{' ' + part if part else ''}`._"
     labels = {target for _, target, _ in spec["columns"]}
     inner = [t["result"] for d in docs.values() for t in d.get("targets", []) if t.get("result") and t["label"] in labels]
     started = min(d.get("startedUtc") or d["finishedUtc"] for d in docs.values())
@@ -104,25 +228,27 @@ def caption(spec, docs):
     cores = min(m["processorCount"] for m in machines)
     commits = sorted({(d.get("sourceCommit") or "unknown")[:10] + (" with uncommitted changes" if d.get("sourceDirty") else "")
                       for d in docs.values()})
-    servers = sorted({r["target"]["server"].split(";")[0] for r in inner if r.get("target")})
+    servers = sorted({re.sub(r" \(pid \d+\)", "", r["target"]["server"].split(";")[0]) for r in inner if r.get("target")})
     reps = sorted({h["repetitions"] for r in inner for h in r.get("headlines", [])})
     busy = (f"load average (1 min) {min(loads):.1f}-{max(loads):.1f} before and after the rows"
             + (f": above the {cores} cores, so other work shared the machine and the figures are disturbed" if max(loads) > cores else "")
             if loads else "load average not recorded")
-    text = (f"{spec['about']}. Run {started[:10]} {started[11:16]}-{until} UTC by `loadtest/compare-all.sh` at commit "
+    text = (f"{spec['about']}. Run {started[:10]} {started[11:16]}-{until} UTC by `loadtest/compare-all.sh{' ' + part if part else ''}` at commit "
             f"{', '.join(commits)}, on {'; '.join(sorted({describe_machine(m) for m in machines}))}, every server and "
             f"the tool on that machine over loopback; {busy}. Servers: {', '.join(servers)}. Each cell: the median of "
             f"{' or '.join(map(str, reps))} repetition(s), ± half their min-max spread (none from one); ratio > 1: the "
             "first did better (higher figures over the second's, lower ones the second's over the first's). Each "
-            "row's windows are in its command below; the runner's default keeps every row of every table to about "
-            "20 minutes on 2 cores, shorter than a careful measurement.")
+            "row's windows are in its command below; the runner's default (SHORT=1) keeps them short, so that every "
+            "table fits in about 35 minutes on 2 cores: shorter than a careful measurement.")
     failed = [f"{t['label']} in `{stem}` ({t['status']}: {t.get('reason') or 'no reason given'})"
               for stem, d in sorted(docs.items()) for t in d.get("targets", []) if t["label"] in labels and t["status"] != "ok"]
     if failed:
         text += " A `-` is a target whose run failed a check or was skipped: " + "; ".join(failed) + "."
-    commands = [f"- `{stem}`: `{d.get('commandLine') or 'not recorded'}`" for stem, d in sorted(docs.items())]
+    ordered = docs.items() if part else sorted(docs.items())  # a scenario table's runs in the order they ran
+    commands = [f"- `{stem}`: `{d.get('commandLine') or 'not recorded'}`" for stem, d in ordered]
+    tokens = "" if part else "; an isolation-on row runs with compare-all.sh's token settings"
     return (text + "\n\n<details><summary>Commands (herald-loadtest is `dotnet loadtest/Herald.LoadTest/bin/Release/"
-            "net10.0/Herald.LoadTest.dll`; an isolation-on row runs with compare-all.sh's token settings)</summary>\n\n"
+            f"net10.0/Herald.LoadTest.dll`{tokens})</summary>\n\n"
             + "\n".join(commands) + "\n\n</details>")
 
 
@@ -136,8 +262,9 @@ def rewrite(text, results):
     """TEXT with every marked table regenerated (from RESULTS, or from the folder each marker names)."""
     def table(match):
         folder = results or os.path.join(ROOT, match["dir"])
-        if match["name"] not in TABLES:
-            sys.exit(f"readme-tables: README names an unknown table '{match['name']}' (known: {', '.join(TABLES)})")
+        known = [*TABLES, *SCENARIO_TABLES, *BENCHMARK_TABLES]
+        if match["name"] not in known:
+            sys.exit(f"readme-tables: README names an unknown table '{match['name']}' (known: {', '.join(known)})")
         opening = match.group(0)[:match.start("body") - match.start()]
         return opening + render(match["name"], folder) + "<!-- /table -->"
     return MARKER.sub(table, text)
