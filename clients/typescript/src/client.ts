@@ -753,7 +753,7 @@ export class HeraldClient implements SubscriptionOwner {
     if (this._state === "closed") return this.closed;
     const transport = this.transport;
     if (transport && this._state === "connected") {
-      await Promise.race([transport.flush().catch(() => undefined), sleep(2000)]);
+      await Promise.race([transport.flush().catch(() => undefined), sleep(2000, this.stop.signal)]);
     }
     await this.shutdown(new HeraldError("Closed", "The client was closed."));
   }
