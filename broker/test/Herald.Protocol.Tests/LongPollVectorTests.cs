@@ -10,7 +10,8 @@ namespace Herald.Protocol.Tests;
 /// <summary>
 /// Runs <c>protocol-spec/vectors/longpoll.json</c> (longpoll.md) through the shared codec: binary poll bodies
 /// through <see cref="FrameReader"/> and <see cref="FrameDecoder"/> (whole, split at every byte, one byte per
-/// segment), JSON poll bodies against their binary twins, and frames publish bodies. The <c>requests</c> cases
+/// segment), JSON poll bodies against their binary twins (loss marks included: <c>Herald-Dropped</c>, <c>Herald-Gaps</c>
+/// and the ack that moves past them), poll answers a client must refuse, and frames publish bodies. The <c>requests</c> cases
 /// are replayed over HTTP against the real broker by Herald.Broker.Tests (<c>LongPollRequestVectorTests</c>);
 /// here only their shape is checked, and that they cover what the broker must refuse.
 /// </summary>
@@ -20,7 +21,7 @@ public class LongPollVectorTests
 
     private static readonly string[] Sections =
     [
-        LongPollVectors.PollBinary, LongPollVectors.PollJson, LongPollVectors.Requests, LongPollVectors.FramesValid, LongPollVectors.FramesInvalid,
+        LongPollVectors.PollBinary, LongPollVectors.PollJson, LongPollVectors.PollRefused, LongPollVectors.Requests, LongPollVectors.FramesValid, LongPollVectors.FramesInvalid,
     ];
 
     private static int MaxFrame => VectorCatalog.MaxFrame;
@@ -59,9 +60,10 @@ public class LongPollVectorTests
         byte[] body = LongPollVectors.Hex(c);
         JsonElement[] messages = [.. c.GetProperty("messages").EnumerateArray()];
         JsonElement headers = c.GetProperty("headers");
-        Assert.Equal(["Herald-First-Sequence", "Herald-Count", "Herald-Dropped"], headers.EnumerateObject().Select(h => h.Name));
+        AssertHeaderNames(headers);
         long first = Header(headers, "Herald-First-Sequence");
         long ack = c.GetProperty("ack").GetInt64();
+        uint[] gaps = Gaps(headers);
 
         (List<DecodedFrame> frames, string end) = ReadAll(Sequences.Whole(body));
 
@@ -69,7 +71,8 @@ public class LongPollVectorTests
         Assert.Equal(Header(headers, "Herald-Count"), frames.Count);
         Assert.Equal(messages.Length, frames.Count);
         Assert.True(first > ack, "The first sequence of a poll is above its ack (an empty poll's is ack + 1).");
-        Assert.True(first > ack + Header(headers, "Herald-Dropped") || messages.Length == 0, "Dropped messages lie between ack and the first one returned.");
+        Assert.True((Header(headers, "Herald-Dropped") == 0 && gaps.Length == 0) || first > ack + 1, "A loss takes a sequence number (a dropped message's or a loss mark's) between ack and the first.");
+        Assert.Equal([.. gaps.Order().Distinct()], gaps); // longpoll §2: the broker lists each sid once, in order
         for (int i = 0; i < messages.Length; i++)
         {
             Assert.Equal(first + i, messages[i].GetProperty("seq").GetInt64());
@@ -126,16 +129,29 @@ public class LongPollVectorTests
         JsonElement[] actual = [.. body.GetProperty("messages").EnumerateArray()];
         long ack = json.GetProperty("ack").GetInt64();
 
+        uint[] gaps = Gaps(headers);
+        long dropped = Header(headers, "Herald-Dropped");
+
         Assert.Equal(binary.GetProperty("ack").GetInt64(), ack);
-        Assert.Equal(["ack", "dropped", "messages"], body.EnumerateObject().Select(p => p.Name).Order(StringComparer.Ordinal));
-        Assert.Equal(Header(headers, "Herald-Dropped"), body.GetProperty("dropped").GetInt64());
+        string[] bodyMembers = gaps.Length > 0 ? ["ack", "dropped", "gaps", "messages"] : ["ack", "dropped", "messages"];
+        Assert.Equal(bodyMembers, body.EnumerateObject().Select(p => p.Name).Order(StringComparer.Ordinal));
+        Assert.Equal(dropped, body.GetProperty("dropped").GetInt64());
+        uint[] jsonGaps = body.TryGetProperty("gaps", out JsonElement g) ? [.. g.EnumerateArray().Select(s => s.GetUInt32())] : [];
+        Assert.Equal(gaps, jsonGaps);
         Assert.Equal(expected.Length, actual.Length);
 
-        // ack: the last sequence returned, or the request's own ack when there is none; the same as the
-        // binary client's Herald-First-Sequence + Herald-Count - 1 (longpoll §2.1).
-        long nextAck = actual.Length > 0 ? actual[^1].GetProperty("seq").GetInt64() : ack;
+        // ack: Herald-First-Sequence + Herald-Count - 1 (longpoll §2.1): the last sequence returned; with no message,
+        // the request's own ack (an empty poll) or, when the answer reports loss marks, the sequence just past them.
+        long nextAck = Header(headers, "Herald-First-Sequence") + Header(headers, "Herald-Count") - 1;
         Assert.Equal(nextAck, body.GetProperty("ack").GetInt64());
-        Assert.Equal(Header(headers, "Herald-First-Sequence") + Header(headers, "Herald-Count") - 1, body.GetProperty("ack").GetInt64());
+        if (actual.Length > 0)
+        {
+            Assert.Equal(actual[^1].GetProperty("seq").GetInt64(), nextAck);
+        }
+        else
+        {
+            Assert.True(dropped == 0 && gaps.Length == 0 ? nextAck == ack : nextAck > ack, "An answer of loss marks alone moves the ack past them; an empty one keeps it.");
+        }
 
         for (int i = 0; i < expected.Length; i++)
         {
@@ -164,6 +180,59 @@ public class LongPollVectorTests
                 Assert.Equal(text, a.GetProperty("text").GetString());
             }
         }
+    }
+
+    [Fact]
+    public void Polls_cover_loss_marks_with_and_without_messages()
+    {
+        (JsonElement Binary, JsonElement Json)[] polls = [.. LongPollVectors.Cases(LongPollVectors.PollBinary)
+            .Select(b => (b, LongPollVectors.Find(LongPollVectors.PollJson, b.GetProperty("name").GetString()!).GetProperty("body")))];
+        static bool NoMessage((JsonElement Binary, JsonElement Json) p) => p.Binary.GetProperty("messages").GetArrayLength() == 0;
+        static bool Moves((JsonElement Binary, JsonElement Json) p) => p.Json.GetProperty("ack").GetInt64() > p.Binary.GetProperty("ack").GetInt64();
+
+        Assert.Contains(polls, p => Gaps(p.Binary.GetProperty("headers")).Length > 0 && NoMessage(p) && Moves(p));
+        Assert.Contains(polls, p => Gaps(p.Binary.GetProperty("headers")).Length > 0 && !NoMessage(p));
+        Assert.Contains(polls, p => Gaps(p.Binary.GetProperty("headers")).Length > 1);
+        Assert.Contains(polls, p => Header(p.Binary.GetProperty("headers"), "Herald-Dropped") > 0 && Gaps(p.Binary.GetProperty("headers")).Length == 0 && NoMessage(p) && Moves(p));
+        Assert.Contains(polls, p => NoMessage(p) && !Moves(p));
+    }
+
+    [Theory]
+    [MemberData(nameof(LongPollVectors.PollRefusedIds), MemberType = typeof(LongPollVectors))]
+    public void Poll_refused_breaks_only_the_header_it_names(CaseName id)
+    {
+        JsonElement c = LongPollVectors.Get(id);
+        JsonElement headers = c.GetProperty("headers");
+        string named = c.GetProperty("header").GetString()!;
+        byte[] body = LongPollVectors.Hex(c);
+
+        Assert.Equal("MalformedFrame", c.GetProperty("error").GetString());
+        AssertHeaderNames(headers);
+        foreach (JsonProperty header in headers.EnumerateObject())
+        {
+            string value = header.Value.GetString()!;
+            bool valid = header.Name == "Herald-Gaps" ? LongPollVectors.Gaps(value) is not null : LongPollVectors.IsNumber(value);
+            Assert.True(valid != (header.Name == named), $"{header.Name}: '{value}' is {(valid ? "valid" : "malformed")}.");
+        }
+
+        // The rest is a valid answer: the body holds Herald-Count whole MESSAGE frames, numbered above the ack.
+        (List<DecodedFrame> frames, string end) = ReadAll(Sequences.Whole(body));
+        Assert.Equal(Transcript.NeedMoreData(0), end);
+        Assert.Equal(Header(headers, "Herald-Count"), frames.Count);
+        Assert.All(frames, f => Assert.Equal(FrameType.Message, f.Type));
+        Assert.True(Header(headers, "Herald-First-Sequence") > c.GetProperty("ack").GetInt64());
+    }
+
+    [Fact]
+    public void Refused_polls_cover_a_sid_that_is_not_a_number_sid_0_and_a_malformed_dropped_count()
+    {
+        string[] gaps = [.. LongPollVectors.Cases(LongPollVectors.PollRefused).Where(c => c.GetProperty("header").GetString() == "Herald-Gaps")
+            .Select(c => c.GetProperty("headers").GetProperty("Herald-Gaps").GetString()!)];
+
+        Assert.Contains("0", gaps);
+        Assert.Contains(gaps, g => g.Any(char.IsAsciiLetter));
+        Assert.Contains(gaps, g => g.Length == 0);
+        Assert.Contains(LongPollVectors.Cases(LongPollVectors.PollRefused), c => c.GetProperty("header").GetString() == "Herald-Dropped");
     }
 
     [Fact]
@@ -395,6 +464,21 @@ public class LongPollVectorTests
 
     private static long Header(JsonElement headers, string name) =>
         long.Parse(headers.GetProperty(name).GetString()!, NumberStyles.None, CultureInfo.InvariantCulture);
+
+    /// <summary>The sids of a valid answer's <c>Herald-Gaps</c> (longpoll §2.1), or none when it has no such header.</summary>
+    private static uint[] Gaps(JsonElement headers) =>
+        headers.TryGetProperty("Herald-Gaps", out JsonElement value)
+            ? LongPollVectors.Gaps(value.GetString()!) ?? throw new InvalidDataException($"Herald-Gaps '{value}' is malformed.")
+            : [];
+
+    /// <summary>The headers of a binary poll answer (longpoll §2.1), in the order the broker sets them; <c>Herald-Gaps</c> only when present.</summary>
+    private static void AssertHeaderNames(JsonElement headers)
+    {
+        string[] names = headers.TryGetProperty("Herald-Gaps", out _)
+            ? ["Herald-First-Sequence", "Herald-Count", "Herald-Dropped", "Herald-Gaps"]
+            : ["Herald-First-Sequence", "Herald-Count", "Herald-Dropped"];
+        Assert.Equal(names, headers.EnumerateObject().Select(h => h.Name));
+    }
 
     private static string? TryStrictUtf8(byte[] bytes)
     {

@@ -1,6 +1,8 @@
 using System.Buffers;
+using System.Globalization;
 using System.Text;
 using System.Text.Json;
+using System.Text.RegularExpressions;
 using Xunit;
 
 namespace Herald.Protocol.Tests;
@@ -15,6 +17,7 @@ internal static class LongPollVectors
     /// <summary>The sections of the file that hold cases, each a JSON array of objects with a unique <c>name</c>.</summary>
     public const string PollBinary = "pollBinary";
     public const string PollJson = "pollJson";
+    public const string PollRefused = "pollRefused";
     public const string Requests = "requests";
     public const string FramesValid = "framesBody.valid";
     public const string FramesInvalid = "framesBody.invalid";
@@ -56,6 +59,8 @@ internal static class LongPollVectors
 
     public static TheoryData<CaseName> PollJsonIds => Ids(PollJson);
 
+    public static TheoryData<CaseName> PollRefusedIds => Ids(PollRefused);
+
     public static TheoryData<CaseName> RequestIds => Ids(Requests);
 
     public static TheoryData<CaseName> FramesValidIds => Ids(FramesValid);
@@ -83,6 +88,34 @@ internal static class LongPollVectors
 
     public static JsonElement Find(string section, string name) =>
         Cases(section).Single(c => c.GetProperty("name").GetString() == name);
+
+    /// <summary>
+    /// A <c>Herald-Gaps</c> value as longpoll §2.1 defines it (and openapi's pattern): sids 1 to 4294967295 in decimal,
+    /// no sign or leading zero, separated by a comma and nothing else; <c>null</c> for any other value.
+    /// </summary>
+    public static uint[]? Gaps(string value)
+    {
+        if (!Regex.IsMatch(value, "^[1-9][0-9]*(,[1-9][0-9]*)*\\z", RegexOptions.CultureInvariant))
+        {
+            return null;
+        }
+
+        string[] parts = value.Split(',');
+        var sids = new uint[parts.Length];
+        for (int i = 0; i < parts.Length; i++)
+        {
+            if (!uint.TryParse(parts[i], NumberStyles.None, CultureInfo.InvariantCulture, out sids[i]))
+            {
+                return null;
+            }
+        }
+
+        return sids;
+    }
+
+    /// <summary>A <c>Herald-First-Sequence</c>, <c>Herald-Count</c> or <c>Herald-Dropped</c> value as longpoll §2.1 defines it: decimal digits.</summary>
+    public static bool IsNumber(string value) =>
+        Regex.IsMatch(value, "^[0-9]+\\z", RegexOptions.CultureInvariant) && long.TryParse(value, NumberStyles.None, CultureInfo.InvariantCulture, out _);
 
     public static byte[] Hex(JsonElement item, string property = "hex") => Convert.FromHexString(item.GetProperty(property).GetString()!);
 

@@ -251,6 +251,9 @@ describe("longpoll.json", () => {
       assert.ok(json, "a pollJson case of the same name");
       assert.equal(result.ack, Number(json.body.ack));
       assert.equal(result.dropped, Number(json.body.dropped));
+      // Loss marks (longpoll §2): Herald-Gaps names what JSON's "gaps" does, and an answer of marks alone moves the ack past them.
+      assert.deepEqual(result.gaps, (json.body.gaps ?? []).map(Number));
+      assert.equal(result.ack, Number(v.headers["Herald-First-Sequence"]) + Number(v.headers["Herald-Count"]) - 1);
       const strict = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
       json.body.messages.forEach((j: any, i: number) => {
         const m = result.messages[i]!;
@@ -264,6 +267,15 @@ describe("longpoll.json", () => {
         assert.equal(text, j.text);
         assert.deepEqual(j.headers === undefined ? undefined : Object.entries(j.headers), m.headers, "headers: present exactly when the message has them");
       });
+    });
+  }
+
+  for (const v of lp.pollRefused) {
+    test(`pollRefused: ${v.name}`, () => {
+      assert.throws(
+        () => parsePollBody(Number(v.ack), headersOf(v.headers), unhex(v.hex), limits.max_frame),
+        (e: any) => e.code === v.error && String(e.message).includes(v.header), // refused for that header, not another fault
+      );
     });
   }
 

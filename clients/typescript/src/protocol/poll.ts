@@ -34,12 +34,27 @@ export interface HeaderSource {
   get(name: string): string | null;
 }
 
+/** A `Herald-*` number (longpoll §2.1): decimal digits and nothing else (no sign, exponent, `0x` or spaces). */
 function headerNumber(headers: HeaderSource, name: string): number | null {
   const text = headers.get(name);
   if (text === null) return null;
-  const value = Number(text);
-  if (!Number.isSafeInteger(value) || value < 0) throw malformed(`Header ${name} is not a sequence number: '${text}'.`);
+  const value = /^[0-9]+$/.test(text) ? Number(text) : NaN;
+  if (!Number.isSafeInteger(value)) throw malformed(`Header ${name} is not a sequence number: '${text}'.`);
   return value;
+}
+
+/**
+ * `Herald-Gaps` (longpoll §2.1): sids 1 to 4294967295 in decimal, without sign or leading zero, separated by a
+ * comma and nothing else (`1,3`). Anything else is a malformed answer: a sid misread would tell the wrong
+ * subscription it lost messages.
+ */
+function gapSids(text: string | null): number[] {
+  if (text === null) return [];
+  return text.split(",").map((sid) => {
+    const value = /^[1-9][0-9]*$/.test(sid) ? Number(sid) : NaN;
+    if (!(value <= 0xffffffff)) throw malformed(`Header Herald-Gaps is not a list of sids: '${text}'.`);
+    return value;
+  });
 }
 
 /**
@@ -50,12 +65,7 @@ export function parsePollBody(ack: number, headers: HeaderSource, body: Uint8Arr
   const dropped = headerNumber(headers, "Herald-Dropped") ?? 0;
   const first = headerNumber(headers, "Herald-First-Sequence") ?? ack + dropped + 1;
   const count = headerNumber(headers, "Herald-Count");
-  const gapsText = headers.get("Herald-Gaps");
-  const gaps = gapsText === null || gapsText === "" ? [] : gapsText.split(",").map((sid) => {
-    const value = Number(sid.trim());
-    if (!Number.isSafeInteger(value) || value <= 0) throw malformed(`Header Herald-Gaps is not a list of sids: '${gapsText}'.`);
-    return value;
-  });
+  const gaps = gapSids(headers.get("Herald-Gaps"));
   const frames = decodeFrames(body, maxFrame);
   if (count !== null && count !== frames.length) {
     throw malformed(`Herald-Count says ${count} messages, the body holds ${frames.length}.`);

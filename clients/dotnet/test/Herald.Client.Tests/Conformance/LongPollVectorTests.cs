@@ -14,7 +14,8 @@ namespace Herald.Client.Tests.Conformance;
 /// <summary>
 /// protocol-spec/vectors/longpoll.json as a client sees it: every binary poll body (pollBinary) through
 /// the client's poll reader, with its headers, whole, split at every byte and byte by byte, and the ack
-/// the next poll sends; every valid frames publish body (framesBody.valid) through the client's encoder;
+/// the next poll sends, the loss it reports (<c>Herald-Dropped</c>, <c>Herald-Gaps</c>); every poll answer the
+/// client must refuse (pollRefused); every valid frames publish body (framesBody.valid) through the client's encoder;
 /// and the client's own create and subscribe bodies sent to the real broker, which must take them and act
 /// on every member (and whose accepted subscribe bodies in the requests section use the same member names).
 /// </summary>
@@ -23,6 +24,8 @@ public class LongPollVectorTests
     private static readonly Lazy<JsonElement> Root = new(() => Vectors.File("longpoll.json"));
 
     public static TheoryData<CaseName> PollBinaryIds => Ids("pollBinary");
+
+    public static TheoryData<CaseName> PollRefusedIds => Ids("pollRefused");
 
     public static TheoryData<CaseName> FramesValidIds => Ids("framesBody", "valid");
 
@@ -74,6 +77,22 @@ public class LongPollVectorTests
         // The JSON twin of the same poll states the ack to send next (longpoll §2.2); the binary one implies it (§2.1).
         Assert.Equal(json.GetProperty("body").GetProperty("ack").GetInt64(), page.NextAck(ack));
         Assert.Equal(json.GetProperty("body").GetProperty("dropped").GetInt64(), page.Dropped);
+        uint[] gaps = json.GetProperty("body").TryGetProperty("gaps", out JsonElement g) ? [.. g.EnumerateArray().Select(s => s.GetUInt32())] : [];
+        Assert.Equal(gaps, page.Gaps);
+    }
+
+    [Theory]
+    [MemberData(nameof(PollRefusedIds))]
+    public void A_poll_answer_with_a_malformed_loss_header_is_refused(CaseName id)
+    {
+        JsonElement c = Case(id);
+        byte[] body = Convert.FromHexString(c.GetProperty("hex").GetString()!);
+
+        ProtocolException refused = Assert.Throws<ProtocolException>(() =>
+            PollBody.Read(new ReadOnlySequence<byte>(body), Page(c.GetProperty("headers")), Vectors.MaxFrame, (long _, in PublishFrame _) => { }));
+
+        Assert.Equal(c.GetProperty("error").GetString(), refused.Code.ToString());
+        Assert.Contains(c.GetProperty("header").GetString()!, refused.Message, StringComparison.Ordinal); // refused for that header, not another fault
     }
 
     [Fact]

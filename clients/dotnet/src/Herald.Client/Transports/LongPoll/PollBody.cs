@@ -18,20 +18,27 @@ internal readonly record struct PollPage(long FirstSequence, int Count, long Dro
     /// </summary>
     public long NextAck(long ack) => Math.Max(ack, FirstSequence + Count - 1);
 
-    /// <exception cref="ProtocolException">A header is missing or not a number.</exception>
+    /// <exception cref="ProtocolException">A header is missing or not a number, or <c>Herald-Gaps</c> is not a list of sids.</exception>
     public static PollPage FromHeaders(HttpResponseHeaders headers) => new(
         Header(headers, "Herald-First-Sequence"),
         checked((int)Header(headers, "Herald-Count")),
         Header(headers, "Herald-Dropped"))
     {
-        Gaps = headers.TryGetValues("Herald-Gaps", out IEnumerable<string>? values) ? Sids(values.FirstOrDefault() ?? "") : [],
+        Gaps = headers.TryGetValues("Herald-Gaps", out IEnumerable<string>? values) ? Sids([.. values]) : [],
     };
 
-    private static uint[] Sids(string text) =>
-        [.. text.Split([','], StringSplitOptions.RemoveEmptyEntries).Select(sid =>
-            uint.TryParse(sid.Trim(), NumberStyles.None, CultureInfo.InvariantCulture, out uint value) && value > 0
-                ? value
-                : throw new ProtocolException(ErrorCode.MalformedFrame, $"The poll response's Herald-Gaps is not a list of sids: '{text}'."))];
+    /// <summary>
+    /// <c>Herald-Gaps</c> as longpoll §2.1 writes it: one field of sids 1 to 4294967295 in decimal, without sign or
+    /// leading zero, separated by a comma and nothing else (<c>1,3</c>). Anything else is a malformed answer, not a
+    /// value to guess at: a sid misread would tell the wrong subscription it lost messages.
+    /// </summary>
+    private static uint[] Sids(string[] fields) =>
+        fields.Length == 1
+            ? [.. fields[0].Split(',').Select(sid =>
+                sid.Length > 0 && sid[0] != '0' && uint.TryParse(sid, NumberStyles.None, CultureInfo.InvariantCulture, out uint value)
+                    ? value
+                    : throw new ProtocolException(ErrorCode.MalformedFrame, $"The poll response's Herald-Gaps is not a list of sids: '{fields[0]}'."))]
+            : throw new ProtocolException(ErrorCode.MalformedFrame, $"The poll response has {fields.Length} Herald-Gaps fields; one is sent.");
 
     private static long Header(HttpResponseHeaders headers, string name) =>
         headers.TryGetValues(name, out IEnumerable<string>? values)
