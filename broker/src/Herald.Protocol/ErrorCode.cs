@@ -32,10 +32,12 @@ public enum ErrorCode : uint
     InvalidHeaders = 26,
     FrameTimeout = 27,
     FrameBudgetFull = 28,
+    PresenceFull = 29,
+    PresenceUnavailable = 30,
 }
 
 public static class ErrorCodes
 {
     /// <summary>Whether the broker closes the connection after an ERROR with this code (spec §8).</summary>
-    public static bool IsFatal(ErrorCode code) => code is not (ErrorCode.UnknownSubscription or ErrorCode.MessagesDropped or ErrorCode.PermissionDenied or ErrorCode.RateLimited or ErrorCode.TooManyTopics);
+    public static bool IsFatal(ErrorCode code) => code is not (ErrorCode.UnknownSubscription or ErrorCode.MessagesDropped or ErrorCode.PermissionDenied or ErrorCode.RateLimited or ErrorCode.TooManyTopics or ErrorCode.PresenceFull or ErrorCode.PresenceUnavailable);
 }

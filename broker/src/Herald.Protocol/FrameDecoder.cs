@@ -13,7 +13,7 @@ namespace Herald.Protocol;
 /// server) into a bounded dictionary, unknown trailing elements are skipped with a depth limit, and
 /// strings are strict UTF-8. Every failure is a <see cref="ProtocolException"/> with the spec's code.
 /// </summary>
-public static class FrameDecoder
+public static partial class FrameDecoder
 {
     private static readonly UTF8Encoding StrictUtf8 = new(encoderShouldEmitUTF8Identifier: false, throwOnInvalidBytes: true);
 
@@ -37,7 +37,7 @@ public static class FrameDecoder
             throw; // unreachable
         }
 
-        if (type is 0 or > (uint)FrameType.Error)
+        if (type is 0 or > (uint)FrameType.PresenceReply)
         {
             ThrowHelper.Throw(ErrorCode.UnknownFrameType, $"Unknown frame type {type}.");
         }
@@ -45,7 +45,12 @@ public static class FrameDecoder
         return (FrameType)type;
     }
 
-    public static HelloFrame ReadHello(ref MessagePackReader reader, int elementCount)
+    /// <summary>Reads HELLO (after <see cref="ReadHeader"/>), its <c>info</c> held to the default <c>max_presence_info</c> (spec §4.1, §9).</summary>
+    public static HelloFrame ReadHello(ref MessagePackReader reader, int elementCount) =>
+        ReadHello(ref reader, elementCount, ProtocolConstants.DefaultMaxPresenceInfoBytes);
+
+    /// <summary>Reads HELLO (after <see cref="ReadHeader"/>); an <c>info</c> over <paramref name="maxInfoBytes"/> UTF-8 bytes is <c>MalformedFrame</c> (spec §4.1).</summary>
+    public static HelloFrame ReadHello(ref MessagePackReader reader, int elementCount, int maxInfoBytes)
     {
         try
         {
@@ -59,8 +64,18 @@ public static class FrameDecoder
 
             var caps = (Capabilities)reader.ReadUInt32();
             string? auth = ReadString(ref reader, "auth");
-            SkipRest(ref reader, elementCount - 5);
-            return new HelloFrame(version, name, caps, auth);
+            string? info = null;
+            if (elementCount > 5)
+            {
+                info = ReadString(ref reader, "info");
+                if (info is not null && Encoding.UTF8.GetByteCount(info) > maxInfoBytes)
+                {
+                    ThrowHelper.ThrowMalformed($"HELLO info is longer than max_presence_info, {maxInfoBytes} bytes.");
+                }
+            }
+
+            SkipRest(ref reader, elementCount - 6);
+            return new HelloFrame(version, name, caps, auth) { Info = info };
         }
         catch (Exception e) when (IsDecodeFailure(e))
         {

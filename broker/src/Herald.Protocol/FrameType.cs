@@ -12,4 +12,6 @@ public enum FrameType : byte
     Ping = 7,
     Pong = 8,
     Error = 9,
+    Presence = 10,
+    PresenceReply = 11,
 }

@@ -12,17 +12,28 @@ namespace Herald.Protocol;
 /// </summary>
 public static class FrameWriter
 {
-    public static void WriteHello(IBufferWriter<byte> output, string clientName, Capabilities capabilities, string? auth = null, uint version = ProtocolConstants.Version)
+    /// <param name="info">The client info others see beside this connection's presence (spec §4.1, §15), sent as a sixth element; null sends the five of a HELLO without one.</param>
+    public static void WriteHello(IBufferWriter<byte> output, string clientName, Capabilities capabilities, string? auth = null, uint version = ProtocolConstants.Version, string? info = null)
     {
         ArgumentNullException.ThrowIfNull(clientName);
         int nameBytes = Encoding.UTF8.GetByteCount(clientName);
         int authBytes = auth is null ? 0 : Encoding.UTF8.GetByteCount(auth);
         int body = 1 + 1 + UIntSize(version) + StrSize(nameBytes) + UIntSize((uint)capabilities) + (auth is null ? 1 : StrSize(authBytes));
-        var w = Start(output, body, 5, FrameType.Hello);
+        if (info is not null)
+        {
+            body += StrSize(Encoding.UTF8.GetByteCount(info));
+        }
+
+        var w = Start(output, body, info is null ? 5 : 6, FrameType.Hello);
         w.Write(version);
         w.Write(clientName);
         w.Write((uint)capabilities);
         w.Write(auth);
+        if (info is not null)
+        {
+            w.Write(info);
+        }
+
         w.Flush();
     }
 
@@ -179,6 +190,56 @@ public static class FrameWriter
         w.Flush();
     }
 
+    /// <summary>Writes PRESENCE (spec §15.3): ask for at most <paramref name="limit"/> members of <paramref name="topic"/> after <paramref name="cursor"/> (null: the first page); a limit of 0 asks for the occupancy alone.</summary>
+    public static void WritePresence(IBufferWriter<byte> output, uint requestId, ReadOnlySpan<byte> topic, ulong limit, string? cursor = null)
+    {
+        int body = 1 + 1 + UIntSize(requestId) + StrSize(topic.Length) + UIntSize(limit) + (cursor is null ? 1 : StrSize(Encoding.UTF8.GetByteCount(cursor)));
+        var w = Start(output, body, 5, FrameType.Presence);
+        w.Write(requestId);
+        w.WriteString(topic);
+        w.Write(limit);
+        w.Write(cursor);
+        w.Flush();
+    }
+
+    /// <summary>
+    /// Writes PRESENCE_REPLY (spec §15.3). With a non-zero <paramref name="code"/> the caller passes zero counts, no entries
+    /// and no <paramref name="next"/>: the spec says a refusal carries nothing else.
+    /// <code>
+    /// [ 11, request_id, code, members, identities, [ [client, identity, info], ... ], next ]
+    /// </code>
+    /// </summary>
+    public static void WritePresenceReply(IBufferWriter<byte> output, uint requestId, ErrorCode code, ulong members, ulong identities, IReadOnlyList<PresenceEntry> entries, string? next)
+    {
+        ArgumentNullException.ThrowIfNull(entries);
+        int body = 1 + 1 + UIntSize(requestId) + UIntSize((uint)code) + UIntSize(members) + UIntSize(identities) + ArrayHeaderSize(entries.Count)
+            + (next is null ? 1 : StrSize(Encoding.UTF8.GetByteCount(next)));
+        for (int i = 0; i < entries.Count; i++)
+        {
+            PresenceEntry entry = entries[i];
+            body += 1 + StrSize(Encoding.UTF8.GetByteCount(entry.Client)) + StrSize(Encoding.UTF8.GetByteCount(entry.Identity))
+                + (entry.Info is null ? 1 : StrSize(Encoding.UTF8.GetByteCount(entry.Info)));
+        }
+
+        var w = Start(output, body, 7, FrameType.PresenceReply);
+        w.Write(requestId);
+        w.Write((uint)code);
+        w.Write(members);
+        w.Write(identities);
+        w.WriteArrayHeader(entries.Count);
+        for (int i = 0; i < entries.Count; i++)
+        {
+            PresenceEntry entry = entries[i];
+            w.WriteArrayHeader(3);
+            w.Write(entry.Client);
+            w.Write(entry.Identity);
+            w.Write(entry.Info);
+        }
+
+        w.Write(next);
+        w.Flush();
+    }
+
     /// <summary>Size of an encoded envelope: topic, reply_to (nil when empty), flags, payload.</summary>
     public static int EnvelopeSize(int topicLength, int replyToLength, PayloadFlags flags, int payloadLength) =>
         StrSize(topicLength) + (replyToLength == 0 ? 1 : StrSize(replyToLength)) + UIntSize((uint)flags) + BinSize(payloadLength);
@@ -245,4 +306,6 @@ public static class FrameWriter
     } + length;
 
     private static int MapHeaderSize(int count) => count < 16 ? 1 : count <= ushort.MaxValue ? 3 : 5;
+
+    private static int ArrayHeaderSize(int count) => count < 16 ? 1 : count <= ushort.MaxValue ? 3 : 5;
 }

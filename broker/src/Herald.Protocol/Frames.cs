@@ -4,7 +4,11 @@ using System.Text;
 namespace Herald.Protocol;
 
 /// <summary>HELLO (spec §4.1).</summary>
-public readonly record struct HelloFrame(uint Version, string ClientName, Capabilities Capabilities, string? Auth);
+public readonly record struct HelloFrame(uint Version, string ClientName, Capabilities Capabilities, string? Auth)
+{
+    /// <summary>The optional sixth element (spec §4.1, §15): the client info others see beside this connection's presence; null: none.</summary>
+    public string? Info { get; init; }
+}
 
 /// <summary>WELCOME (spec §4.2). <see cref="InboxPrefix"/> is null from a broker that sends none.</summary>
 public readonly record struct WelcomeFrame(uint Version, string ServerName, ulong ConnectionId, Capabilities Capabilities, IReadOnlyDictionary<string, ulong> Limits, string? InboxPrefix = null);
@@ -63,3 +67,18 @@ public readonly record struct PublishFrame(
 
 /// <summary>ERROR (spec §4.8). <see cref="Sid"/> names the subscription the error ended (0: none).</summary>
 public readonly record struct ErrorFrame(ErrorCode Code, bool Fatal, string Message, ulong Count, uint Sid = 0);
+
+/// <summary>PRESENCE (spec §15.3): who is on <see cref="Topic"/> (a slice of the frame), at most <see cref="Limit"/> of them after <see cref="Cursor"/>.</summary>
+public readonly record struct PresenceFrame(uint RequestId, ReadOnlySequence<byte> Topic, ulong Limit, string? Cursor)
+{
+    public string TopicString => Encoding.UTF8.GetString(Topic);
+}
+
+/// <summary>One member of a topic's presence (spec §15.1): its client id, identity and client info.</summary>
+public readonly record struct PresenceEntry(string Client, string Identity, string? Info);
+
+/// <summary>
+/// PRESENCE_REPLY (spec §15.3): the answer to the PRESENCE of <see cref="RequestId"/>. With a non-zero
+/// <see cref="Code"/> the counts are 0, <see cref="Entries"/> empty and <see cref="Next"/> null.
+/// </summary>
+public readonly record struct PresenceReplyFrame(uint RequestId, ErrorCode Code, ulong Members, ulong Identities, IReadOnlyList<PresenceEntry> Entries, string? Next);

@@ -34,6 +34,15 @@ public static class ProtocolConstants
     /// </summary>
     public static int MaxPayload(int maxFrame, int maxTopic) => maxFrame - MessageOverhead(maxTopic);
 
+    /// <summary>Default longest client info (HELLO's <c>info</c>, <c>max_presence_info</c>), in UTF-8 bytes (spec §4.1, §9).</summary>
+    public const int DefaultMaxPresenceInfoBytes = 256;
+
+    /// <summary>Longest presence client id, in UTF-8 bytes (spec §15.1).</summary>
+    public const int MaxPresenceClientBytes = 64;
+
+    /// <summary>Most members one PRESENCE_REPLY lists: a larger <c>limit</c> is served as this (spec §15.3).</summary>
+    public const int MaxPresencePage = 1000;
+
     /// <summary>Conventional prefix of reply topics (spec §7).</summary>
     public const string InboxPrefix = "_INBOX.";
 }
@@ -57,6 +66,9 @@ public enum Capabilities : uint
 
     /// <summary>SUBSCRIBE may name a queue group (spec §4.3, §14); granted by a broker that routes them.</summary>
     QueueGroups = 16,
+
+    /// <summary>The peer may be present on topics, get join and leave events and ask who is present (spec §15); granted only with <see cref="Headers"/>.</summary>
+    Presence = 32,
 }
 
 /// <summary>Option bits of SUBSCRIBE (spec §4.3).</summary>
@@ -66,6 +78,12 @@ public enum SubscribeOptions : uint
     None = 0,
     /// <summary>Do not deliver this connection's own publications to the subscription.</summary>
     NoEcho = 1,
+
+    /// <summary>The subscription makes its connection present on its topic (spec §15.1); needs the presence capability and a topic without wildcards.</summary>
+    Join = 2,
+
+    /// <summary>The subscription also receives its topic's join and leave events (spec §15.2); needs the presence capability and a topic without wildcards.</summary>
+    PresenceEvents = 4,
 }
 
 /// <summary>Flag bits of PUBLISH and MESSAGE (spec §4.5).</summary>

@@ -8,8 +8,8 @@ namespace Herald.Protocol.Tests;
 
 /// <summary>
 /// A frame as the library sees it: <see cref="Frame"/> is the <see cref="HelloFrame"/>, <see cref="WelcomeFrame"/>,
-/// <see cref="SubscribeFrame"/>, <see cref="UnsubscribeFrame"/>, <see cref="PublishFrame"/> (PUBLISH and MESSAGE) or
-/// <see cref="ErrorFrame"/> that <see cref="FrameDecoder"/> returns; <c>null</c> for PING and PONG.
+/// <see cref="SubscribeFrame"/>, <see cref="UnsubscribeFrame"/>, <see cref="PublishFrame"/> (PUBLISH and MESSAGE),
+/// <see cref="ErrorFrame"/>, <see cref="PresenceFrame"/> or <see cref="PresenceReplyFrame"/> that <see cref="FrameDecoder"/> returns; <c>null</c> for PING and PONG.
 /// </summary>
 internal sealed record DecodedFrame(FrameType Type, object? Frame);
 
@@ -32,12 +32,15 @@ internal static class FrameModel
         FrameType.Publish => ["topic", "reply_to", "flags", "payload"],
         FrameType.Message => ["sid", "topic", "reply_to", "flags", "payload"],
         FrameType.Error => ["code", "fatal", "message", "count"],
+        FrameType.Presence => ["request_id", "topic", "limit", "cursor"],
+        FrameType.PresenceReply => ["request_id", "code", "members", "identities", "entries", "next"],
         _ => [],
     };
 
-    /// <summary>Trailing fields a frame may carry (spec §4.2 <c>inbox_prefix</c>, §4.8 <c>sid</c>); a vector names them only when present.</summary>
+    /// <summary>Trailing fields a frame may carry (spec §4.1 <c>info</c>, §4.2 <c>inbox_prefix</c>, §4.8 <c>sid</c>); a vector names them only when present.</summary>
     public static string[] OptionalFieldNames(FrameType type) => type switch
     {
+        FrameType.Hello => ["info"],
         FrameType.Welcome => ["inbox_prefix"],
         FrameType.Error => ["sid"],
         FrameType.Subscribe => ["since", "queue"],
@@ -74,6 +77,12 @@ internal static class FrameModel
             case FrameType.Error:
                 frame = FrameDecoder.ReadError(ref reader, count);
                 break;
+            case FrameType.Presence:
+                frame = FrameDecoder.ReadPresence(ref reader, count);
+                break;
+            case FrameType.PresenceReply:
+                frame = FrameDecoder.ReadPresenceReply(ref reader, count);
+                break;
             case FrameType.Ping:
             case FrameType.Pong:
                 FrameDecoder.ReadEmpty(ref reader, count);
@@ -92,7 +101,7 @@ internal static class FrameModel
         switch (frame.Frame)
         {
             case HelloFrame h:
-                FrameWriter.WriteHello(output, h.ClientName, h.Capabilities, h.Auth, h.Version);
+                FrameWriter.WriteHello(output, h.ClientName, h.Capabilities, h.Auth, h.Version, h.Info);
                 break;
             case WelcomeFrame w:
                 FrameWriter.WriteWelcome(output, w.ServerName, w.ConnectionId, w.Capabilities, w.Limits, w.Version, w.InboxPrefix);
@@ -111,6 +120,12 @@ internal static class FrameModel
                 break;
             case ErrorFrame e:
                 FrameWriter.WriteError(output, e.Code, e.Fatal, e.Message, e.Count, e.Sid);
+                break;
+            case PresenceFrame q:
+                FrameWriter.WritePresence(output, q.RequestId, q.Topic.ToArray(), q.Limit, q.Cursor);
+                break;
+            case PresenceReplyFrame r:
+                FrameWriter.WritePresenceReply(output, r.RequestId, r.Code, r.Members, r.Identities, r.Entries, r.Next);
                 break;
             case null when frame.Type == FrameType.Ping:
                 FrameWriter.WritePing(output);
@@ -146,7 +161,10 @@ internal static class FrameModel
                 fields.GetProperty("version").GetUInt32(),
                 fields.GetProperty("client_name").GetString()!,
                 (Capabilities)fields.GetProperty("capabilities").GetUInt32(),
-                fields.GetProperty("auth").GetString()),
+                fields.GetProperty("auth").GetString())
+            {
+                Info = fields.TryGetProperty("info", out JsonElement info) ? info.GetString() : null,
+            },
             FrameType.Welcome => new WelcomeFrame(
                 fields.GetProperty("version").GetUInt32(),
                 fields.GetProperty("server_name").GetString()!,
@@ -179,6 +197,18 @@ internal static class FrameModel
                 fields.GetProperty("message").GetString()!,
                 fields.GetProperty("count").GetUInt64(),
                 fields.TryGetProperty("sid", out JsonElement sid) ? sid.GetUInt32() : 0),
+            FrameType.Presence => new PresenceFrame(
+                fields.GetProperty("request_id").GetUInt32(),
+                Utf8(fields.GetProperty("topic"))!.Value,
+                fields.GetProperty("limit").GetUInt64(),
+                fields.GetProperty("cursor").GetString()),
+            FrameType.PresenceReply => new PresenceReplyFrame(
+                fields.GetProperty("request_id").GetUInt32(),
+                (ErrorCode)fields.GetProperty("code").GetUInt32(),
+                fields.GetProperty("members").GetUInt64(),
+                fields.GetProperty("identities").GetUInt64(),
+                [.. fields.GetProperty("entries").EnumerateArray().Select(e => new PresenceEntry(e.GetProperty("client").GetString()!, e.GetProperty("identity").GetString()!, e.GetProperty("info").GetString()))],
+                fields.GetProperty("next").GetString()),
             _ => null,
         };
         return new DecodedFrame(type, frame);
@@ -196,7 +226,7 @@ internal static class FrameModel
     {
         string[] values = frame.Frame switch
         {
-            HelloFrame h => [Num(h.Version), Text(h.ClientName), Num((uint)h.Capabilities), h.Auth is null ? "nil" : Text(h.Auth)],
+            HelloFrame h => [Num(h.Version), Text(h.ClientName), Num((uint)h.Capabilities), h.Auth is null ? "nil" : Text(h.Auth), .. h.Info is { } info ? [Text(info)] : Array.Empty<string>()],
             WelcomeFrame w =>
             [
                 Num(w.Version), Text(w.ServerName), Num(w.ConnectionId), Num((uint)w.Capabilities),
@@ -220,6 +250,13 @@ internal static class FrameModel
                 .. p.HasHeaders ? [DescribeHeaders(p.Headers)] : Array.Empty<string>(),
             ],
             ErrorFrame e => [Num((uint)e.Code), e.Fatal ? "true" : "false", Text(e.Message), Num(e.Count), .. e.Sid != 0 ? [Num(e.Sid)] : Array.Empty<string>()],
+            PresenceFrame q => [Num(q.RequestId), Text(q.Topic), Num(q.Limit), q.Cursor is null ? "nil" : Text(q.Cursor)],
+            PresenceReplyFrame r =>
+            [
+                Num(r.RequestId), Num((uint)r.Code), Num(r.Members), Num(r.Identities),
+                "[" + string.Join(", ", r.Entries.Select(e => $"[{Text(e.Client)}, {Text(e.Identity)}, {(e.Info is null ? "nil" : Text(e.Info))}]")) + "]",
+                r.Next is null ? "nil" : Text(r.Next),
+            ],
             _ => [],
         };
         return frame.Type.ToString().ToUpperInvariant() + " {" + string.Join(", ", FieldNames(frame.Type).Concat(OptionalFieldNames(frame.Type)).Zip(values, (n, v) => $"{n}={v}")) + "}";

@@ -96,7 +96,10 @@ public class FrameSizeTests
         var topic = new ReadOnlySequence<byte>(System.Text.Encoding.UTF8.GetBytes(text));
         ReadOnlySequence<byte>? replyTo = length == 0 ? null : new ReadOnlySequence<byte>(System.Text.Encoding.UTF8.GetBytes(other));
 
-        yield return new DecodedFrame(FrameType.Hello, new HelloFrame((uint)Number(random), text, (Capabilities)(uint)Number(random), random.Next(2) == 0 ? null : other));
+        yield return new DecodedFrame(FrameType.Hello, new HelloFrame((uint)Number(random), text, (Capabilities)(uint)Number(random), random.Next(2) == 0 ? null : other)
+        {
+            Info = random.Next(2) == 0 || length > ProtocolConstants.DefaultMaxPresenceInfoBytes ? null : text,
+        });
         yield return new DecodedFrame(FrameType.Welcome, new WelcomeFrame(
             (uint)Number(random), text, Number(random), (Capabilities)(uint)Number(random),
             new OrderedDictionary<string, ulong> { [other] = Number(random), ["max_frame"] = Number(random) }));
@@ -108,6 +111,9 @@ public class FrameSizeTests
         yield return new DecodedFrame(FrameType.Ping, null);
         yield return new DecodedFrame(FrameType.Pong, null);
         yield return new DecodedFrame(FrameType.Error, new ErrorFrame((ErrorCode)(uint)Number(random), random.Next(2) == 0, text, Number(random)));
+        yield return new DecodedFrame(FrameType.Presence, new PresenceFrame((uint)Number(random), topic, Number(random), random.Next(2) == 0 ? null : other));
+        PresenceEntry[] entries = [.. Enumerable.Range(0, random.Next(4)).Select(i => new PresenceEntry(other, text, i % 2 == 0 ? null : text))];
+        yield return new DecodedFrame(FrameType.PresenceReply, new PresenceReplyFrame((uint)Number(random), (ErrorCode)(uint)Number(random), Number(random), Number(random), entries, random.Next(2) == 0 ? null : other));
     }
 
     /// <summary>A boundary value, or one next to it, or anything.</summary>

@@ -37,6 +37,8 @@ public static class VectorCatalog
         ["ping.json"] = FrameType.Ping,
         ["pong.json"] = FrameType.Pong,
         ["error.json"] = FrameType.Error,
+        ["presence.json"] = FrameType.Presence,
+        ["presence_reply.json"] = FrameType.PresenceReply,
     };
 
     private static readonly Lazy<Catalog> Loaded = new(Load);
@@ -92,7 +94,7 @@ public static class VectorCatalog
         {
             JsonElement root = ParseFile(file);
             string frame = root.GetProperty("frame").GetString()!;
-            if (!string.Equals(frame, type.ToString(), StringComparison.OrdinalIgnoreCase))
+            if (!string.Equals(frame.Replace("_", "", StringComparison.Ordinal), type.ToString(), StringComparison.OrdinalIgnoreCase))
             {
                 throw new InvalidDataException($"{file}: \"frame\" is {frame}, expected {type.ToString().ToUpperInvariant()}.");
             }

@@ -4,7 +4,7 @@ using Herald.Protocol;
 namespace Herald.Client.Protocol;
 
 /// <summary>
-/// The frames a client sends (spec §4.1, §4.3-§4.5, §4.7), encoded by the shared
+/// The frames a client sends (spec §4.1, §4.3-§4.5, §4.7, §15.3), encoded by the shared
 /// <see cref="FrameWriter"/> so they are byte for byte the canonical vectors of protocol-spec/vectors/.
 /// Every frame the client writes goes through here; the conformance tests run the vectors through it.
 /// </summary>
@@ -13,8 +13,9 @@ internal static class ClientFrames
     /// <summary>Bytes of a PING or PONG frame, prefix included.</summary>
     public const int EmptyFrameSize = ProtocolConstants.LengthPrefixSize + 2;
 
-    public static void Hello(IBufferWriter<byte> output, string clientName, Capabilities capabilities, string? auth = null, uint version = ProtocolConstants.Version) =>
-        FrameWriter.WriteHello(output, clientName, capabilities, auth, version);
+    /// <param name="info">The client info others see beside this connection's presence (spec §4.1, §15); null: none.</param>
+    public static void Hello(IBufferWriter<byte> output, string clientName, Capabilities capabilities, string? auth = null, uint version = ProtocolConstants.Version, string? info = null) =>
+        FrameWriter.WriteHello(output, clientName, capabilities, auth, version, info);
 
     /// <param name="since">Resume the topic's history after this position (spec §4.3, §13); null: a live subscription.</param>
     /// <param name="queue">The queue group to join (spec §4.3, §14), its name already checked; empty: none (a plain subscription).</param>
@@ -42,6 +43,10 @@ internal static class ClientFrames
     /// <summary>Bytes of a PUBLISH body (what the broker compares with its <c>max_frame</c>): array header, type, envelope, header block.</summary>
     public static int PublishBodySize(int topicLength, int replyToLength, PayloadFlags flags, int payloadLength, int headersLength = 0) =>
         1 + 1 + FrameWriter.EnvelopeSize(topicLength, replyToLength, flags, payloadLength) + headersLength;
+
+    /// <summary>PRESENCE (spec §15.3): at most <paramref name="limit"/> members of <paramref name="topic"/> after <paramref name="cursor"/>; 0: the occupancy alone.</summary>
+    public static void Presence(IBufferWriter<byte> output, uint requestId, ReadOnlySpan<byte> topic, ulong limit, string? cursor) =>
+        FrameWriter.WritePresence(output, requestId, topic, limit, cursor);
 
     public static void Ping(IBufferWriter<byte> output) => FrameWriter.WritePing(output);
 

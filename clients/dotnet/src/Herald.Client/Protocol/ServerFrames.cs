@@ -17,10 +17,13 @@ internal readonly struct ServerFrame
 
     /// <summary>WELCOME (spec §4.2).</summary>
     public WelcomeFrame Welcome { get; init; }
+
+    /// <summary>PRESENCE_REPLY (spec §15.3).</summary>
+    public PresenceReplyFrame PresenceReply { get; init; }
 }
 
 /// <summary>
-/// Reads the frames a broker sends (WELCOME, MESSAGE, PING, PONG, ERROR) with the shared
+/// Reads the frames a broker sends (WELCOME, MESSAGE, PING, PONG, ERROR, PRESENCE_REPLY) with the shared
 /// <see cref="FrameReader"/> and <see cref="FrameDecoder"/>: the TCP read loop and the long-poll body
 /// reader both go through <see cref="TryRead"/>, and so do the conformance tests.
 /// </summary>
@@ -59,6 +62,8 @@ internal static class ServerFrames
                 return new ServerFrame { Type = type, Error = FrameDecoder.ReadError(ref reader, count) };
             case FrameType.Welcome:
                 return new ServerFrame { Type = type, Welcome = FrameDecoder.ReadWelcome(ref reader, count) };
+            case FrameType.PresenceReply:
+                return new ServerFrame { Type = type, PresenceReply = FrameDecoder.ReadPresenceReply(ref reader, count) };
             default:
                 throw new ProtocolException(ErrorCode.UnexpectedFrame, $"The broker sent a {type} frame, which only clients send.");
         }

@@ -18,6 +18,7 @@ internal static class FrameText
         FrameType.Welcome => Welcome(frame.Welcome.Version, frame.Welcome.ServerName, frame.Welcome.ConnectionId, (uint)frame.Welcome.Capabilities, frame.Welcome.Limits, frame.Welcome.InboxPrefix),
         FrameType.Message => Message(frame.Message.Sid, frame.Message.TopicString, frame.Message.ReplyToString, (uint)frame.Message.Flags, frame.Message.Payload.ToArray(), Headers(frame.Message)),
         FrameType.Error => Error((uint)frame.Error.Code, frame.Error.Fatal, frame.Error.Message, frame.Error.Count, frame.Error.Sid),
+        FrameType.PresenceReply => PresenceReply(frame.PresenceReply.RequestId, (uint)frame.PresenceReply.Code, frame.PresenceReply.Members, frame.PresenceReply.Identities, frame.PresenceReply.Entries, frame.PresenceReply.Next),
         _ => frame.Type.ToString().ToUpperInvariant(),
     };
 
@@ -39,6 +40,13 @@ internal static class FrameText
             Convert.FromHexString(f.GetProperty("payload").GetString()!),
             Headers(f)),
         FrameType.Error => Error(f.GetProperty("code").GetUInt32(), f.GetProperty("fatal").GetBoolean(), f.GetProperty("message").GetString()!, f.GetProperty("count").GetUInt64(), f.TryGetProperty("sid", out JsonElement sid) ? sid.GetUInt32() : 0),
+        FrameType.PresenceReply => PresenceReply(
+            f.GetProperty("request_id").GetUInt32(),
+            f.GetProperty("code").GetUInt32(),
+            f.GetProperty("members").GetUInt64(),
+            f.GetProperty("identities").GetUInt64(),
+            [.. f.GetProperty("entries").EnumerateArray().Select(e => new PresenceEntry(e.GetProperty("client").GetString()!, e.GetProperty("identity").GetString()!, e.GetProperty("info").GetString()))],
+            f.GetProperty("next").GetString()),
         _ => type.ToString().ToUpperInvariant(),
     };
 
@@ -83,6 +91,9 @@ internal static class FrameText
 
     private static string Welcome(uint version, string name, ulong id, uint capabilities, IReadOnlyDictionary<string, ulong> limits, string? inboxPrefix) =>
         $"WELCOME version={version} server_name={name} connection_id={id} capabilities={capabilities} limits={{{string.Join(",", limits.OrderBy(l => l.Key, StringComparer.Ordinal).Select(l => string.Create(CultureInfo.InvariantCulture, $"{l.Key}={l.Value}")))}}} inbox_prefix={inboxPrefix ?? "none"}";
+
+    private static string PresenceReply(uint requestId, uint code, ulong members, ulong identities, IReadOnlyList<PresenceEntry> entries, string? next) =>
+        $"PRESENCE_REPLY request_id={requestId} code={code} members={members} identities={identities} entries={JsonSerializer.Serialize(entries.Select(e => new[] { e.Client, e.Identity, e.Info }))} next={next ?? "nil"}";
 
     private static string Error(uint code, bool fatal, string message, ulong count, uint sid) =>
         $"ERROR code={code} fatal={fatal} message={message} count={count} sid={sid}";

@@ -145,7 +145,13 @@ public class FrameVectorTests
         switch (v.Frame)
         {
             case FrameType.Hello:
-                ClientFrames.Hello(output, f.GetProperty("client_name").GetString()!, (Capabilities)f.GetProperty("capabilities").GetUInt32(), f.GetProperty("auth").GetString(), f.GetProperty("version").GetUInt32());
+                ClientFrames.Hello(
+                    output,
+                    f.GetProperty("client_name").GetString()!,
+                    (Capabilities)f.GetProperty("capabilities").GetUInt32(),
+                    f.GetProperty("auth").GetString(),
+                    f.GetProperty("version").GetUInt32(),
+                    f.TryGetProperty("info", out JsonElement info) ? info.GetString() : null);
                 break;
             case FrameType.Subscribe:
                 WriteSubscribe(output, f);
@@ -161,6 +167,9 @@ public class FrameVectorTests
                     : [];
                 ClientFrames.Publish(output, Utf8(f.GetProperty("topic")), replyTo, (PayloadFlags)f.GetProperty("flags").GetUInt32(), payload, headers);
                 Assert.Equal(v.Bytes.Length, ClientFrames.PublishSize(Utf8(f.GetProperty("topic")).Length, replyTo.Length, (PayloadFlags)f.GetProperty("flags").GetUInt32(), payload.Length, headers.Length));
+                break;
+            case FrameType.Presence:
+                ClientFrames.Presence(output, f.GetProperty("request_id").GetUInt32(), Utf8(f.GetProperty("topic")), f.GetProperty("limit").GetUInt64(), f.GetProperty("cursor").GetString());
                 break;
             case FrameType.Ping:
                 ClientFrames.Ping(output);

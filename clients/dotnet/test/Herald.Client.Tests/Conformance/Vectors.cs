@@ -9,8 +9,8 @@ public sealed record FrameVector(string Id, string File, FrameType Frame, string
 
 /// <summary>
 /// The shared vectors, copied next to the test assembly by the project file. A client decodes what the
-/// broker sends (WELCOME, MESSAGE, ERROR, PING, PONG) and encodes what it sends (HELLO, SUBSCRIBE,
-/// UNSUBSCRIBE, PUBLISH): those are the two sets run here, every case of each.
+/// broker sends (WELCOME, MESSAGE, ERROR, PING, PONG, PRESENCE_REPLY) and encodes what it sends (HELLO,
+/// SUBSCRIBE, UNSUBSCRIBE, PUBLISH, PRESENCE): those are the two sets run here, every case of each.
 /// </summary>
 public static class Vectors
 {
@@ -21,6 +21,7 @@ public static class Vectors
         ["error.json"] = FrameType.Error,
         ["ping.json"] = FrameType.Ping,
         ["pong.json"] = FrameType.Pong,
+        ["presence_reply.json"] = FrameType.PresenceReply,
     };
 
     public static readonly IReadOnlyDictionary<string, FrameType> ClientFiles = new Dictionary<string, FrameType>
@@ -31,6 +32,7 @@ public static class Vectors
         ["publish.json"] = FrameType.Publish,
         ["ping.json"] = FrameType.Ping, // both directions (spec §4.7): the client encodes them too
         ["pong.json"] = FrameType.Pong,
+        ["presence.json"] = FrameType.Presence,
     };
 
     /// <summary>
