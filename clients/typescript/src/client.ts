@@ -6,12 +6,21 @@
  */
 import { HeraldHeaders, headerPairs, outgoing, type HeadersInit } from "./headers.js";
 import { HeraldError, NoRespondersError, RequestTimeoutError } from "./protocol/errors.js";
-import type { ResumeEvent } from "./history.js";
-import type { MessageHeaders } from "./protocol/frames.js";
-import { checkPattern, checkPublishTopic, checkQueueName, checkReplyTo, DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
+import { hasWildcards, type ResumeEvent } from "./history.js";
+import {
+  DEFAULT_PRESENCE_LIMIT,
+  PresenceError,
+  countOf,
+  presenceNotSupported,
+  type Occupancy,
+  type PresenceOptions,
+  type PresencePage,
+} from "./presence.js";
+import type { MessageHeaders, PresenceReplyFrame } from "./protocol/frames.js";
+import { checkPattern, checkPublishTopic, checkQueueName, checkReplyTo, checkTopicName, DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { LongPollTransport } from "./longpoll.js";
 import { FrameSession } from "./session.js";
-import { Message, Subscription, type MessageHandler, type SubscribeOptions, type SubscriptionOwner } from "./subscription.js";
+import { Message, Subscription, type MessageHandler, type SubscribeOptions, type SubscriptionOwner, type SubscriptionPresence } from "./subscription.js";
 import { openTcp } from "./tcp.js";
 import { endSend, injectTrace, startSend } from "./tracing.js";
 import { WebSocketNotOpened, openWebSocket } from "./websocket.js";
@@ -102,6 +111,13 @@ export interface ConnectOptions {
    * `NODE_EXTRA_CA_CERTS=ca.pem` instead (browsers use their own trust store).
    */
   ca?: string | Uint8Array;
+  /**
+   * The client info other clients see beside this client's presence (spec §4.1 HELLO `info`, §15): a display
+   * name, or an object (sent as its JSON text), shown as sent, so never a credential. At most 256 UTF-8 bytes
+   * with the broker's defaults (`max_presence_info`; a longer one is refused when connecting, `MalformedFrame`).
+   * A JWT's `herald_info` claim replaces it. Only used by subscriptions that `join` a topic.
+   */
+  info?: string | object;
 }
 
 export interface PublishOptions {
@@ -221,6 +237,8 @@ export class HeraldClient implements SubscriptionOwner {
   private readonly listeners = new Map<keyof ClientEvents, Set<Listener>>();
   private readonly stop = new AbortController();
   private readonly closedD = deferred<void>();
+  /** HELLO `info` (the `info` option as text), or null. */
+  private readonly infoText: string | null;
   /** @internal resolves on the first connection; rejects if it fails and the client fails fast. */
   readonly opened: Promise<void>;
   private readonly openedD = deferred<void>();
@@ -232,6 +250,11 @@ export class HeraldClient implements SubscriptionOwner {
     if (new TextEncoder().encode(this.options.name).length > 128) {
       throw new HeraldError("ConnectFailed", "The client name is longer than 128 UTF-8 bytes (spec §4.1).");
     }
+    const info = this.options.info;
+    if (info !== undefined && info !== null && typeof info !== "string" && typeof info !== "object") {
+      throw new HeraldError("InvalidOptions", "info must be a string or an object (sent as JSON).");
+    }
+    this.infoText = info === undefined || info === null ? null : typeof info === "string" ? info : JSON.stringify(info);
     this.closed = this.closedD.promise;
     this.opened = quiet(this.openedD.promise);
     this.run(!this.options.waitOnFirstConnect).catch((e) => this.shutdown(asHeraldError(e, "InternalError")));
@@ -321,6 +344,7 @@ export class HeraldClient implements SubscriptionOwner {
       fetch: this.options.fetch,
       retryDelayMs: this.options.reconnectDelayMs,
       maxRetryDelayMs: this.options.maxReconnectDelayMs,
+      info: this.infoText,
     };
   }
 
@@ -489,14 +513,19 @@ export class HeraldClient implements SubscriptionOwner {
     try {
       // With a history position (spec §13) when the subscription resumes: see Subscription.sinceForSubscribe.
       // A queue group member sends its queue on every connection (the transport refuses it where not granted).
-      await transport.subscribe(sub.sid, sub.pattern, sub.noEcho, sub.sinceForSubscribe(transport.info.history === true), sub.queue);
+      // A joined subscription (spec §15.1) joins again: the new connection is a new member.
+      await transport.subscribe(sub.sid, sub.pattern, sub.optionBits, sub.sinceForSubscribe(transport.info.history === true), sub.queue);
       sub.markReady();
     } catch (e) {
       const error = asHeraldError(e);
-      // Only a long-poll 4xx answer, or a queue group the broker did not grant, is a refusal; anything else
-      // means the connection failed, and the subscription is restored on the next one.
+      // Only a long-poll 4xx answer, or a queue group or presence the connection cannot carry, is a refusal;
+      // anything else means the connection failed, and the subscription is restored on the next one. (The
+      // broker's refusal of a join, an ERROR naming the sid, ends the subscription as it arrives.)
       const refused =
-        (error.status !== undefined && error.status >= 400 && error.status < 500) || error.code === "QueueGroupsNotNegotiated";
+        (error.status !== undefined && error.status >= 400 && error.status < 500) ||
+        error.code === "QueueGroupsNotNegotiated" ||
+        error.code === "PresenceNotNegotiated" ||
+        error.code === "PresenceNotSupported";
       if (!refused || sub.isClosed) return;
       // The broker refused it: end it, and say so.
       this.subs.delete(sub.sid);
@@ -614,6 +643,7 @@ export class HeraldClient implements SubscriptionOwner {
         );
       }
     }
+    const presence = this.presenceOf(pattern, options);
     const max = this.transport?.maxSubscriptions ?? Infinity;
     if (this.subs.size >= max) {
       throw new HeraldError("TooManySubscriptions", `The broker allows ${max} subscriptions per connection.`);
@@ -630,10 +660,39 @@ export class HeraldClient implements SubscriptionOwner {
       options.resume !== false,
       options.onResume,
       queue,
+      presence,
     );
     this.subs.set(sid, sub);
     if (this.transport) void this.register(sub, this.transport);
     return sub;
+  }
+
+  /**
+   * What a subscription asks of presence (spec §15.1, §15.2), checked before anything is sent: one topic
+   * (join or events on a pattern with wildcards would close the connection), options that agree, and a
+   * transport that carries presence (not long-poll, yet).
+   */
+  private presenceOf(pattern: string, options: SubscribeOptions): SubscriptionPresence {
+    const join = options.join === true;
+    const onPresence = options.onPresence;
+    if (onPresence !== undefined && typeof onPresence !== "function") throw new HeraldError("InvalidOptions", "onPresence must be a function.");
+    if (onPresence !== undefined && options.presenceEvents === false) {
+      throw new HeraldError("InvalidOptions", `Subscription to '${pattern}': onPresence needs presence events; leave out presenceEvents: false.`);
+    }
+    const events = options.presenceEvents === true || onPresence !== undefined;
+    if (join || events) {
+      const what = join ? "join" : "presence events";
+      if (hasWildcards(pattern)) {
+        throw new HeraldError("InvalidOptions", `Subscription to '${pattern}' with ${what}: presence is of one topic, a pattern with wildcards has none (spec §15.1).`);
+      }
+      if (this.onLongPoll()) throw presenceNotSupported(`Subscription to '${pattern}' with ${what}`);
+    }
+    return { join, events, onPresence };
+  }
+
+  /** Whether this client speaks long-poll: by its address, or after `auto` fell back to it. */
+  private onLongPoll(): boolean {
+    return this.route === "longpoll" || this.webSocketRefused !== null || this.transport?.info.transport === "longpoll";
   }
 
   private allocateSid(): number {
@@ -701,6 +760,51 @@ export class HeraldClient implements SubscriptionOwner {
   }
 
   /**
+   * The members of `topic` (spec §15.3), a page at a time: its occupancy (`members`, distinct `identities`),
+   * up to `limit` members (default 100, at most 1 000) ordered by client id after `cursor`, and the `next`
+   * cursor (`null` on the last page). Pages are read as the topic is then: a member that joins or leaves
+   * between two pages is listed or not, none twice. To follow a topic, subscribe with `presenceEvents` first,
+   * then read, and apply the events that overtake the answer by `client`. Rejects with a {@link PresenceError}
+   * when the broker refuses (`PermissionDenied`: this identity may not read the topic's presence;
+   * `PresenceUnavailable`), `PresenceNotNegotiated` when the broker did not grant presence, and
+   * `PresenceNotSupported` on long-poll (for now). While disconnected it waits for the connection.
+   */
+  async presence(topic: string, options: PresenceOptions = {}): Promise<PresencePage> {
+    const limit = options.limit ?? DEFAULT_PRESENCE_LIMIT;
+    if (!Number.isInteger(limit) || limit < 0 || limit > 0xffffffff) {
+      throw new HeraldError("InvalidOptions", `limit must be an integer from 0 to 1000 (a larger one is served as 1000), got ${limit}.`);
+    }
+    const cursor = options.cursor ?? null;
+    if (cursor !== null && typeof cursor !== "string") throw new HeraldError("InvalidOptions", "cursor must be a string (a page's next) or null.");
+    const reply = await this.askPresence(topic, limit, cursor, options.timeoutMs);
+    return Object.freeze({
+      members: countOf(reply.members),
+      identities: countOf(reply.identities),
+      entries: Object.freeze(reply.entries.map((e) => Object.freeze(e))),
+      next: reply.next,
+    });
+  }
+
+  /**
+   * The number of members of `topic` and of distinct identities among them (spec §15.3: a PRESENCE with limit
+   * 0), the cheap call for large topics. Rejects as {@link presence} does.
+   */
+  async occupancy(topic: string, options: { timeoutMs?: number } = {}): Promise<Occupancy> {
+    const reply = await this.askPresence(topic, 0, null, options.timeoutMs);
+    return Object.freeze({ members: countOf(reply.members), identities: countOf(reply.identities) });
+  }
+
+  private async askPresence(topic: string, limit: number, cursor: string | null, timeoutMs: number | undefined): Promise<PresenceReplyFrame> {
+    if (this._state === "closed") throw new HeraldError("Closed", "The client is closed.");
+    checkTopicName(topic, this.transport?.maxTopic ?? this.lastMaxTopic);
+    if (this.onLongPoll()) throw presenceNotSupported(`Presence query of '${topic}'`);
+    if (!this.transport) await this.waitForState("connected");
+    const reply = await this.transport!.presence(topic, limit, cursor, timeoutMs ?? this.options.requestTimeoutMs);
+    if (reply.code !== 0) throw new PresenceError(reply.code, topic);
+    return reply;
+  }
+
+  /**
    * Resolves when everything published and subscribed before has been processed by the broker (TCP: a
    * PING/PONG round trip; long-poll: every queued request answered).
    */
@@ -742,7 +846,7 @@ export class HeraldClient implements SubscriptionOwner {
     if (!(transport instanceof FrameSession)) return;
     const auth = (await this.resolveCredential())!;
     if (this.transport !== transport) return;
-    await transport.refresh(this.options, auth);
+    await transport.refresh({ ...this.options, info: this.infoText }, auth);
   }
 
   /**

@@ -17,6 +17,8 @@ export type { HeadersInit } from "./headers.js";
 export { headersGetter } from "./tracing.js";
 export type { MessageHandler, SubscribeOptions } from "./subscription.js";
 export type { ResumeEvent } from "./history.js";
+export { PresenceError } from "./presence.js";
+export type { Occupancy, PresenceEntry, PresenceEvent, PresenceEventKind, PresenceLeaveReason, PresenceOptions, PresencePage } from "./presence.js";
 export type { HistoryPosition } from "./protocol/frames.js";
 export type { TransportInfo } from "./transport.js";
 export { HeraldError, ProtocolError, NoRespondersError, RequestTimeoutError, ErrorCode, errorCodeName } from "./protocol/errors.js";

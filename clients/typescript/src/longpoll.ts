@@ -19,10 +19,11 @@
  */
 import { DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, admitHeaders, type HeaderGrant } from "./headers.js";
 import { HeraldError } from "./protocol/errors.js";
-import { PayloadFlags, encodePublish, type HistoryPosition, type MessageHeaders } from "./protocol/frames.js";
+import { PayloadFlags, SubscribeOptions, encodePublish, type HistoryPosition, type MessageHeaders, type PresenceReplyFrame } from "./protocol/frames.js";
 import { parsePollBody, type PollResult } from "./protocol/poll.js";
 import { DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { zstdDecompress } from "./protocol/zstd.js";
+import { presenceNotSupported } from "./presence.js";
 import { queueGroupsNotNegotiated, type PendingPublish, type Transport, type TransportEvents, type TransportInfo, type TransportOptions } from "./transport.js";
 import { backoff, deferred, sleep, type Deferred } from "./util.js";
 
@@ -511,8 +512,12 @@ export class LongPollTransport implements Transport {
   // ---------------------------------------------------------------------------------------------------
   // Transport
 
-  subscribe(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null = null, queue: string | null = null): Promise<void> {
+  subscribe(sid: number, pattern: string, options: number, since: HistoryPosition | null = null, queue: string | null = null): Promise<void> {
     if (this.stopped) return Promise.reject(new HeraldError("ConnectionLost", "The long-poll session has ended."));
+    if ((options & (SubscribeOptions.Join | SubscribeOptions.PresenceEvents)) !== 0) {
+      return Promise.reject(presenceNotSupported(`Subscription to '${pattern}' with presence`));
+    }
+    const noEcho = (options & SubscribeOptions.NoEcho) !== 0;
     // A queue only on a session that said queueGroups: an older broker would take it as a plain subscription.
     if (queue && this.info.queueGroups !== true) return Promise.reject(queueGroupsNotNegotiated(pattern, queue));
     if (queue && since !== null) {
@@ -522,6 +527,10 @@ export class LongPollTransport implements Transport {
     // since only on a session granted headers: any other answers it 400 MalformedRequest (longpoll §1.2).
     this.enqueue({ kind: "sub", sid, pattern, noEcho, since: this.info.history === true ? since : null, queue: queue || null, done });
     return done.promise;
+  }
+
+  presence(topic: string): Promise<PresenceReplyFrame> {
+    return Promise.reject(presenceNotSupported(`Presence query of '${topic}'`));
   }
 
   unsubscribe(sid: number): Promise<void> {

@@ -3,8 +3,9 @@
  * and WebSocket share, as the broker runs one FrameSession for both. A transport only opens a
  * {@link FrameLink} (a socket, a WebSocket) that moves bytes; everything Herald is here: HELLO/WELCOME and
  * the limits it announces, PONG for every PING, client PINGs when the broker is quiet (a dead broker is
- * noticed), PING/PONG as a flush barrier, Zstd, headers, history `since`, queue groups, credential refresh,
- * ERROR frames, and the outgoing batch with its backpressure.
+ * noticed), PING/PONG as a flush barrier, Zstd, headers, history `since`, queue groups, presence (HELLO `info`,
+ * the SUBSCRIBE bits, PRESENCE and its replies), credential refresh, ERROR frames, and the outgoing batch with
+ * its backpressure.
  *
  * Outgoing frames written in one turn of the event loop go to the link together (one corked TCP write, one
  * WebSocket message of at most `max_frame` + 4 bytes, spec §1). A publication resolves once the link has
@@ -20,19 +21,23 @@ import {
   FrameReader,
   FrameType,
   LENGTH_PREFIX_SIZE,
+  PROTOCOL_VERSION,
   PayloadFlags,
   SubscribeOptions,
   decodeFrame,
   encodeHello,
   encodePing,
+  encodePresence,
   encodePong,
   encodePublish,
   encodeSubscribe,
   encodeUnsubscribe,
   type Frame,
   type HistoryPosition,
+  type PresenceReplyFrame,
   type WelcomeFrame,
 } from "./protocol/frames.js";
+import { presenceNotNegotiated } from "./presence.js";
 import { DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { zstdDecompress } from "./protocol/zstd.js";
 import { queueGroupsNotNegotiated, type PendingPublish, type Transport, type TransportEvents, type TransportInfo, type TransportOptions } from "./transport.js";
@@ -75,11 +80,30 @@ export interface FrameLinkEvents {
   closed(detail: string | null): void;
 }
 
-/** HELLO's capability bits for what the client asks for (spec §4.1; no_responders only with headers; queue_groups always). */
+/**
+ * HELLO's capability bits for what the client asks for (spec §4.1; no_responders, history and presence only
+ * with headers; queue_groups always).
+ */
 function helloCapabilities(options: Pick<TransportOptions, "compression" | "headers" | "noResponders">): number {
   let bits = (options.compression ? Capabilities.Zstd : Capabilities.None) | Capabilities.QueueGroups;
-  if (options.headers) bits |= Capabilities.Headers | Capabilities.History | (options.noResponders ? Capabilities.NoResponders : 0);
+  if (options.headers) {
+    bits |= Capabilities.Headers | Capabilities.History | Capabilities.Presence | (options.noResponders ? Capabilities.NoResponders : 0);
+  }
   return bits;
+}
+
+/** HELLO for these options: with the client info as its sixth element when there is one (spec §4.1, §15). */
+function hello(options: Pick<TransportOptions, "name" | "compression" | "headers" | "noResponders" | "info">, auth: string | null): Uint8Array {
+  return encodeHello(options.name, helloCapabilities(options), auth, PROTOCOL_VERSION, options.info ?? undefined);
+}
+
+/** SUBSCRIBE options that need the presence capability (spec §4.3, §15.1). */
+const PRESENCE_OPTIONS = SubscribeOptions.Join | SubscribeOptions.PresenceEvents;
+
+/** A PRESENCE sent and not answered yet (spec §15.3). */
+interface PendingPresence {
+  reply: Deferred<PresenceReplyFrame>;
+  timer: ReturnType<typeof setTimeout>;
 }
 
 function limitNumber(limits: Record<string, number | bigint>, key: string, fallback: number): number {
@@ -120,6 +144,9 @@ export class FrameSession implements Transport {
   private outboxScheduled = false;
   /** Publications the link has taken while it held more than its mark: resolved when it drains. */
   private draining: PendingPublish[] = [];
+  /** PRESENCE queries waiting for their PRESENCE_REPLY, by request id (answers may come in any order, spec §15.3). */
+  private readonly presenceQueries = new Map<number, PendingPresence>();
+  private nextPresenceId = 0;
 
   private constructor(
     private readonly kind: "tcp" | "websocket",
@@ -190,6 +217,7 @@ export class FrameSession implements Transport {
       noResponders: headers && (frame.capabilities & Capabilities.NoResponders) !== 0,
       history: headers && (frame.capabilities & Capabilities.History) !== 0,
       queueGroups: (frame.capabilities & Capabilities.QueueGroups) !== 0,
+      presence: headers && (frame.capabilities & Capabilities.Presence) !== 0,
       limits,
       ...(frame.inboxPrefix === null ? {} : { inboxPrefix: frame.inboxPrefix }),
     };
@@ -203,7 +231,7 @@ export class FrameSession implements Transport {
 
   private onOpened(): void {
     try {
-      this.write(encodeHello(this.options.name, helloCapabilities(this.options), this.options.auth));
+      this.write(hello(this.options, this.options.auth));
     } catch (e) {
       this.fail(new HeraldError("ConnectFailed", `HELLO could not be sent: ${(e as Error).message}`, { cause: e }));
     }
@@ -262,6 +290,15 @@ export class FrameSession implements Transport {
       case FrameType.Pong:
         this.pongWaiters.shift()?.resolve();
         return;
+      case FrameType.PresenceReply: {
+        if (this.welcome) throw new ProtocolError("UnexpectedFrame", "PRESENCE_REPLY before WELCOME.");
+        const pending = this.presenceQueries.get(frame.requestId);
+        if (!pending) return; // the answer to a query that timed out
+        this.presenceQueries.delete(frame.requestId);
+        clearTimeout(pending.timer);
+        pending.reply.resolve(frame);
+        return;
+      }
       case FrameType.Error: {
         const error = new HeraldError(errorCodeName(frame.code), `Broker: ${frame.message}`, {
           fatal: frame.fatal,
@@ -372,6 +409,11 @@ export class FrameSession implements Transport {
     this.link.destroy();
     for (const waiter of this.pongWaiters.splice(0)) waiter?.reject(error);
     for (const waiter of this.refreshWaiters.splice(0)) waiter.reject(error);
+    for (const { reply, timer } of this.presenceQueries.values()) {
+      clearTimeout(timer);
+      reply.reject(error);
+    }
+    this.presenceQueries.clear();
     // Taken by the link but maybe not by the broker: only the caller can tell whether to publish again.
     const lost = new HeraldError("ConnectionLost", `The connection to ${this.address} closed while publishing.`, { cause: error });
     for (const p of this.draining.splice(0)) p.reject(lost);
@@ -390,22 +432,49 @@ export class FrameSession implements Transport {
    * Sends HELLO again with a fresh credential (spec §4.1, authentication on) and resolves on the new
    * WELCOME. A refused credential is a fatal `AuthenticationFailed`: the connection is lost with it.
    */
-  async refresh(options: Pick<TransportOptions, "name" | "compression" | "headers" | "noResponders">, auth: string): Promise<void> {
+  async refresh(options: Pick<TransportOptions, "name" | "compression" | "headers" | "noResponders" | "info">, auth: string): Promise<void> {
     if (this.dead) throw new HeraldError("ConnectionLost", "Not connected.");
     const d = deferred<WelcomeFrame>();
     this.refreshWaiters.push(d);
-    this.write(encodeHello(options.name, helloCapabilities(options), auth));
+    this.write(hello(options, auth));
     await d.promise;
   }
 
-  subscribe(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null = null, queue: string | null = null): Promise<void> {
+  subscribe(sid: number, pattern: string, options: number, since: HistoryPosition | null = null, queue: string | null = null): Promise<void> {
     if (this.dead) return Promise.reject(new HeraldError("ConnectionLost", "Not connected."));
     // A queue only when granted (an older broker would take it as a plain subscription), never with since:
     // from a client that sends it anyway, either is a fatal MalformedFrame (spec §4.3).
     if (queue && this.info.queueGroups !== true) return Promise.reject(queueGroupsNotNegotiated(pattern, queue));
+    // Join and presence events only when granted: from any other client they are a fatal MalformedFrame (spec §15.1).
+    if ((options & PRESENCE_OPTIONS) !== 0 && this.info.presence !== true) {
+      return Promise.reject(presenceNotNegotiated(`Subscription to '${pattern}' with ${(options & SubscribeOptions.Join) !== 0 ? "join" : "presence events"}`));
+    }
     // since only with headers granted: from any other client it is a fatal MalformedFrame (spec §4.3).
-    this.write(encodeSubscribe(sid, pattern, noEcho ? SubscribeOptions.NoEcho : SubscribeOptions.None, this.info.history === true ? since : null, queue));
+    this.write(encodeSubscribe(sid, pattern, options, this.info.history === true ? since : null, queue));
+    // A refusal (PermissionDenied, PresenceFull, PresenceUnavailable for a join: an ERROR naming the sid, spec
+    // §15.1) comes before the PONG and ends the subscription (TransportEvents.revoked).
     return this.flush();
+  }
+
+  /**
+   * PRESENCE (spec §15.3): resolves with the broker's PRESENCE_REPLY (whatever its code), rejects with
+   * `PresenceNotNegotiated` before sending when the broker did not grant presence (it would close the
+   * connection), with the connection's loss, or with `Timeout` after `timeoutMs`.
+   */
+  presence(topic: string, limit: number, cursor: string | null, timeoutMs: number): Promise<PresenceReplyFrame> {
+    if (this.dead) return Promise.reject(new HeraldError("ConnectionLost", "Not connected."));
+    if (this.info.presence !== true) return Promise.reject(presenceNotNegotiated(`Presence query of '${topic}'`));
+    const requestId = this.nextPresenceId;
+    this.nextPresenceId = (this.nextPresenceId + 1) >>> 0;
+    const reply = deferred<PresenceReplyFrame>();
+    const timer = setTimeout(() => {
+      this.presenceQueries.delete(requestId);
+      reply.reject(new HeraldError("Timeout", `No answer to the presence query of '${topic}' within ${timeoutMs} ms.`));
+    }, timeoutMs);
+    unrefTimer(timer);
+    this.presenceQueries.set(requestId, { reply, timer });
+    this.write(encodePresence(requestId, topic, limit, cursor));
+    return reply.promise;
   }
 
   unsubscribe(sid: number): Promise<void> {

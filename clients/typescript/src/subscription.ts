@@ -1,7 +1,8 @@
 import { HeraldHeaders, type HeadersInit } from "./headers.js";
 import { FROM_NOW, HistoryHeaders, hasWildcards, positionOf, type ResumeEvent } from "./history.js";
+import { PresenceEventQueue, PresenceHeaders, presenceEventOf, type PresenceEvent } from "./presence.js";
 import { HeraldError } from "./protocol/errors.js";
-import type { HistoryPosition } from "./protocol/frames.js";
+import { SubscribeOptions as OptionBits, type HistoryPosition } from "./protocol/frames.js";
 import { processTraced } from "./tracing.js";
 import { deferred, quiet, type Deferred } from "./util.js";
 
@@ -92,6 +93,31 @@ export interface SubscribeOptions {
    * `ready` rejects, an `error` event says so) rather than made a plain one.
    */
   queue?: string;
+  /**
+   * Be present on the topic (spec §15.1): while this subscription lives, this connection is a member of the
+   * topic, shown to others with the client's `info`. One topic only (no wildcards: `InvalidOptions` here). The
+   * broker may refuse it (`PermissionDenied` without the join permission, `PresenceFull` past a limit,
+   * `PresenceUnavailable`): the subscription then ends, its `ready` rejects with that error and an `error`
+   * event says so. After a reconnect the new connection joins again (a new member, with a new client id).
+   * TCP and WebSocket only (`PresenceNotSupported` on long-poll, for now).
+   */
+  join?: boolean;
+  /**
+   * Receive the topic's join and leave events (spec §15.2) beside its messages, in order with them: given to
+   * `onPresence` when there is one, else read with `sub.presenceEvents()`. They are never delivered as messages.
+   * Needs the presence permission (a refusal ends the subscription as for `join`). One topic only.
+   * Default: true when `onPresence` is given, else false.
+   */
+  presenceEvents?: boolean;
+  /** Called with each presence event (join, leave, suppressed, resumed) of the topic; implies `presenceEvents`. */
+  onPresence?: (event: PresenceEvent) => void | Promise<void>;
+}
+
+/** @internal What a subscription asks of presence (spec §15): join, events, and where the events go. */
+export interface SubscriptionPresence {
+  readonly join: boolean;
+  readonly events: boolean;
+  readonly onPresence: ((event: PresenceEvent) => void | Promise<void>) | undefined;
 }
 
 /** @internal The client side a subscription talks to. */
@@ -127,6 +153,8 @@ export class Subscription implements AsyncIterable<Message> {
   private noHistory = false;
   /** A SUBSCRIBE with `since` went out on this connection, its status MESSAGE has not come yet. */
   private awaitingStatus: { resumed: boolean } | null = null;
+  /** Presence events for `presenceEvents()`, when they were asked for without an `onPresence` callback. */
+  private readonly presenceQueue: PresenceEventQueue | null;
 
   /** @internal */
   constructor(
@@ -146,9 +174,51 @@ export class Subscription implements AsyncIterable<Message> {
     private readonly onResume?: (event: ResumeEvent) => void | Promise<void>,
     /** The queue group it is a member of (spec §14), or `null` for a plain subscription. */
     readonly queue: string | null = null,
+    private readonly presence: SubscriptionPresence = { join: false, events: false, onPresence: undefined },
   ) {
     this.ready = quiet(this.readyD.promise);
     this.closed = this.closedD.promise;
+    this.presenceQueue =
+      presence.events && presence.onPresence === undefined
+        ? new PresenceEventQueue(maxPending, (dropped) =>
+            owner.reportError(
+              new HeraldError("MessagesDropped", `Subscription ${sid} ('${pattern}') is ${maxPending} presence events behind; dropped ${dropped} so far.`, {
+                count: dropped,
+              }),
+            ),
+          )
+        : null;
+  }
+
+  /** Whether this subscription makes its connection present on the topic (spec §15.1). */
+  get joins(): boolean {
+    return this.presence.join;
+  }
+
+  /** @internal The SUBSCRIBE option bits (spec §4.3): no echo, join, presence events. */
+  get optionBits(): number {
+    return (
+      (this.noEcho ? OptionBits.NoEcho : 0) |
+      (this.presence.join ? OptionBits.Join : 0) |
+      (this.presence.events ? OptionBits.PresenceEvents : 0)
+    );
+  }
+
+  /**
+   * The topic's presence events (join, leave, suppressed, resumed; spec §15.2), in order with its messages,
+   * for one reader: `for await (const event of sub.presenceEvents())`. Events wait here until read (at most
+   * `maxPending`, the oldest dropped beyond); the stream ends with the subscription. Only for a subscription
+   * made with `presenceEvents: true` and no `onPresence` callback (else a TypeError).
+   */
+  presenceEvents(): AsyncIterableIterator<PresenceEvent> {
+    if (this.presenceQueue === null) {
+      throw new TypeError(
+        this.presence.events
+          ? "This subscription gives its presence events to its onPresence callback."
+          : "This subscription did not ask for presence events (the presenceEvents option).",
+      );
+    }
+    return this.presenceQueue;
   }
 
   /** Whether the subscription has ended. */
@@ -185,6 +255,12 @@ export class Subscription implements AsyncIterable<Message> {
    */
   receive(message: Message): void {
     if (this.ended) return;
+    // A presence event (spec §15.2): the broker's, never the application's message (only the broker sets Herald- keys).
+    const presence = message.headers.size === 0 ? null : message.headers.get(PresenceHeaders.Presence);
+    if (presence !== null) {
+      this.takePresence(presence, message);
+      return;
+    }
     if (this.awaitingStatus !== null) {
       const status = message.headers.get(HistoryHeaders.Status);
       if (status !== null) {
@@ -196,6 +272,26 @@ export class Subscription implements AsyncIterable<Message> {
     const position = message.position;
     if (position !== null) this.#position = position;
     this.deliver(message);
+  }
+
+  /** A presence event: to the `onPresence` callback, or to the `presenceEvents()` stream; dropped if neither asked. */
+  private takePresence(kind: string, message: Message): void {
+    if (!this.presence.events) return;
+    const event = presenceEventOf(kind, message.headers, message.topic, message.payload, this);
+    if (event === null) return; // a kind a later broker added: not for this client
+    const onPresence = this.presence.onPresence;
+    if (onPresence === undefined) {
+      this.presenceQueue!.push(event);
+      return;
+    }
+    try {
+      const result = onPresence(event);
+      if (result && typeof (result as Promise<void>).then === "function") {
+        (result as Promise<void>).then(undefined, (e) => this.handlerFailed(e, "onPresence"));
+      }
+    } catch (e) {
+      this.handlerFailed(e, "onPresence");
+    }
   }
 
   /** The broker's answer to a SUBSCRIBE with `since`: the position to go on from, and the application told of a resume. */
@@ -318,6 +414,7 @@ export class Subscription implements AsyncIterable<Message> {
       if (error !== undefined) waiter.reject(error);
       else waiter.resolve({ value: undefined, done: true });
     }
+    this.presenceQueue?.end(error);
     this.closedD.resolve();
   }
 

@@ -4,7 +4,7 @@
  */
 import type { HeaderGrant, OutgoingHeaders } from "./headers.js";
 import { HeraldError } from "./protocol/errors.js";
-import type { HistoryPosition, MessageHeaders } from "./protocol/frames.js";
+import type { HistoryPosition, MessageHeaders, PresenceReplyFrame } from "./protocol/frames.js";
 
 /** A publication waiting to be sent, with the promise returned to the caller. */
 export interface PendingPublish {
@@ -57,6 +57,11 @@ export interface TransportInfo {
   history?: boolean;
   /** Whether the broker granted queue groups (spec §4.1 bit 4, §14; long-poll `queueGroups`): only then may a subscription name one. */
   queueGroups?: boolean;
+  /**
+   * Whether the broker granted presence (spec §4.1 bit 5, §15; only with headers): only then may a
+   * subscription join or ask for presence events, and the client query presence. Never on long-poll (yet).
+   */
+  presence?: boolean;
   /** WELCOME limits (TCP, WebSocket) or the long-poll session's answer. */
   limits: Record<string, number | bigint>;
   /** This client's part of the inbox space (spec §7: WELCOME `inbox_prefix`, long-poll `inboxPrefix`); absent from an older broker. */
@@ -72,12 +77,21 @@ export interface Transport {
   /** Whether this connection may publish headers, and their limits. */
   readonly headerGrant: HeaderGrant;
   /**
-   * Sends a SUBSCRIBE; resolves when the broker has it (live for publications routed after). `since`
-   * (only when headers were granted): resume the topic's history after that position (spec §4.3, §13).
-   * `queue` (only when queue groups were granted, never with a `since`): join that queue group (spec §14);
-   * rejects with `QueueGroupsNotNegotiated` before sending anything when the broker did not grant them.
+   * Sends a SUBSCRIBE; resolves when the broker has it (live for publications routed after). `options`: the
+   * SUBSCRIBE option bits (spec §4.3: no echo, join, presence events); join and presence events only when
+   * presence was granted (else rejects with `PresenceNotNegotiated`, long-poll with `PresenceNotSupported`,
+   * before sending anything). `since` (only when headers were granted): resume the topic's history after that
+   * position (spec §4.3, §13). `queue` (only when queue groups were granted, never with a `since`): join that
+   * queue group (spec §14); rejects with `QueueGroupsNotNegotiated` before sending anything when the broker
+   * did not grant them.
    */
-  subscribe(sid: number, pattern: string, noEcho: boolean, since?: HistoryPosition | null, queue?: string | null): Promise<void>;
+  subscribe(sid: number, pattern: string, options: number, since?: HistoryPosition | null, queue?: string | null): Promise<void>;
+  /**
+   * Asks for a topic's presence (spec §15.3): at most `limit` members after `cursor` (0: the occupancy
+   * alone). Resolves with the broker's answer whatever its code; rejects when it cannot be asked
+   * (`PresenceNotNegotiated`, long-poll `PresenceNotSupported`), the connection is lost, or after `timeoutMs`.
+   */
+  presence(topic: string, limit: number, cursor: string | null, timeoutMs: number): Promise<PresenceReplyFrame>;
   /** Ends a subscription on the broker. */
   unsubscribe(sid: number): Promise<void>;
   /**
@@ -111,6 +125,8 @@ export interface TransportOptions {
   auth: string | null;
   /** TLS (tls://, and wss:// through the `ws` package): PEM certificate(s) to trust besides the system's (e.g. a self-signed one). */
   ca: string | Uint8Array | undefined;
+  /** The client info shown beside this connection's presence (HELLO `info`, spec §4.1, §15), or null for none. */
+  info: string | null;
 }
 
 /**

@@ -18,6 +18,8 @@ import {
   encodeMessage,
   encodePing,
   encodePong,
+  encodePresence,
+  encodePresenceReply,
   encodePublish,
   encodeSubscribe,
   encodeUnsubscribe,
@@ -89,8 +91,9 @@ function normalize(value: unknown): unknown {
   return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, normalize(v)]));
 }
 
-/** Trailing fields a vector names only when the frame carries them (spec §4.2, §4.8), with the value a decoder gives when it does not. */
+/** Trailing fields a vector names only when the frame carries them (spec §4.1, §4.2, §4.8), with the value a decoder gives when it does not. */
 const optionalFields: Record<string, Record<string, unknown>> = {
+  HELLO: { info: null },
   WELCOME: { inbox_prefix: null },
   ERROR: { sid: 0 },
 };
@@ -122,13 +125,16 @@ const frameTypes: Record<string, number> = {
   PING: 7,
   PONG: 8,
   ERROR: 9,
+  PRESENCE: 10,
+  PRESENCE_REPLY: 11,
 };
 
 /** The frame encoded from a vector's fields with this client's encoders. */
 function encode(frame: string, f: any): Uint8Array {
   switch (frame) {
     case "HELLO":
-      return encodeHello(f.client_name, Number(f.capabilities), f.auth, Number(f.version));
+      // info (spec §4.1): the sixth element when the vector names it (nil included), else five elements.
+      return encodeHello(f.client_name, Number(f.capabilities), f.auth, Number(f.version), "info" in f ? f.info : undefined);
     case "WELCOME":
       return encodeWelcome(f.server_name, f.connection_id, Number(f.capabilities), f.limits, Number(f.version), f.inbox_prefix ?? null);
     case "SUBSCRIBE":
@@ -147,6 +153,11 @@ function encode(frame: string, f: any): Uint8Array {
       return encodePong();
     case "ERROR":
       return encodeError(Number(f.code), f.fatal, f.message, f.count, Number(f.sid ?? 0));
+    case "PRESENCE":
+      return encodePresence(Number(f.request_id), f.topic, f.limit, f.cursor);
+    case "PRESENCE_REPLY":
+      // entries (spec §15.3): [client, identity, info] on the wire, objects in the vectors (and decoded).
+      return encodePresenceReply(Number(f.request_id), Number(f.code), f.members, f.identities, f.entries, f.next);
     default:
       throw new Error(`unknown frame ${frame}`);
   }

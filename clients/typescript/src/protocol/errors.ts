@@ -32,6 +32,8 @@ export const ErrorCode = {
   InvalidHeaders: 26,
   FrameTimeout: 27,
   FrameBudgetFull: 28,
+  PresenceFull: 29,
+  PresenceUnavailable: 30,
 } as const;
 
 /** A spec §8 error name such as `"InvalidTopic"`. */
@@ -57,7 +59,9 @@ export type ClientErrorCode =
   | "InvalidHeaders" // publish headers this client refuses before sending (spec §4.9), as the broker would
   | "HeadersNotNegotiated" // publish headers on a connection whose broker did not grant them (spec §4.1)
   | "QueueGroupsNotNegotiated" // a queue group subscription on a connection whose broker did not grant them (spec §4.1, §14)
-  | "InvalidOptions" // options that cannot go together (a queue group with a history resume, spec §4.3)
+  | "PresenceNotNegotiated" // a join, presence events or a presence query on a connection whose broker did not grant presence (spec §4.1, §15)
+  | "PresenceNotSupported" // presence over long-poll, which this client does not speak yet
+  | "InvalidOptions" // options that cannot go together (a queue group with a history resume, spec §4.3; join on a pattern with wildcards, §15.1)
   | "BufferFull" // too much waiting to be sent while disconnected
   | "HandlerFailed" // a subscription's handler threw (reported as an `error` event)
   | "HttpError" // an HTTP answer this client does not understand

@@ -29,11 +29,13 @@ export const FrameType = {
   Ping: 7,
   Pong: 8,
   Error: 9,
+  Presence: 10,
+  PresenceReply: 11,
 } as const;
 export type FrameTypeValue = (typeof FrameType)[keyof typeof FrameType];
 
 /** HELLO/WELCOME capability bits (spec §4.1). */
-export const Capabilities = { None: 0, Zstd: 1, Headers: 2, NoResponders: 4, History: 8, QueueGroups: 16 } as const;
+export const Capabilities = { None: 0, Zstd: 1, Headers: 2, NoResponders: 4, History: 8, QueueGroups: 16, Presence: 32 } as const;
 /**
  * A header block (spec §4.9): keys in encoded order, each with one or more values. Pairs, not an object:
  * an object would reorder keys that look like integers.
@@ -54,8 +56,24 @@ export interface HistoryPosition {
   readonly offset: number | bigint;
   readonly epoch: string;
 }
-/** SUBSCRIBE option bits (spec §4.3). */
-export const SubscribeOptions = { None: 0, NoEcho: 1 } as const;
+/**
+ * SUBSCRIBE option bits (spec §4.3): no echo; join (be present on the topic, §15.1); presence events (receive
+ * its join and leave events, §15.2). Join and presence events need the presence capability and one topic.
+ */
+export const SubscribeOptions = { None: 0, NoEcho: 1, Join: 2, PresenceEvents: 4 } as const;
+/** The broker's default `max_presence_info`: the longest HELLO `info`, in UTF-8 bytes (spec §4.1, §9). */
+export const DEFAULT_MAX_PRESENCE_INFO_BYTES = 256;
+/** Most members one PRESENCE_REPLY lists: a larger `limit` is served as this (spec §15.3). */
+export const MAX_PRESENCE_PAGE = 1000;
+/** One member of a topic's presence (spec §15.1): its client id, identity and client info. */
+export interface PresenceEntry {
+  /** The member's client id: opaque, unique among the broker's connections while it lives. Never its address. */
+  readonly client: string;
+  /** Its identity (a token's name, a JWT's `sub`); `""` when authentication is off. */
+  readonly identity: string;
+  /** The client info it chose (HELLO `info`), or `null`. */
+  readonly info: string | null;
+}
 /** PUBLISH/MESSAGE flag bits (spec §4.5). */
 export const PayloadFlags = { None: 0, Zstd: 1 } as const;
 
@@ -65,6 +83,8 @@ export interface HelloFrame {
   clientName: string;
   capabilities: number;
   auth: string | null;
+  /** The client info shown beside this connection's presence (spec §4.1 sixth element, §15); `null` when nil or absent. */
+  info: string | null;
 }
 export interface WelcomeFrame {
   type: 2;
@@ -127,6 +147,29 @@ export interface ErrorFrame {
   /** The subscription this ERROR ended (spec §4.8: a credential refresh revoked it), or 0. */
   sid: number;
 }
+export interface PresenceFrame {
+  type: 10;
+  requestId: number;
+  topic: string;
+  /** How many members at most the answer lists; 0 asks for the occupancy alone. A `bigint` only above 2^53-1. */
+  limit: number | bigint;
+  /** The previous answer's `next`, or `null` for the first page. */
+  cursor: string | null;
+}
+export interface PresenceReplyFrame {
+  type: 11;
+  requestId: number;
+  /** 0 when answered, else the spec §8 code of why not (`PermissionDenied`, `InvalidTopic`, `PresenceUnavailable`). */
+  code: number;
+  /** The topic's number of members. A `bigint` only above 2^53-1. */
+  members: number | bigint;
+  /** The number of distinct identities among them. A `bigint` only above 2^53-1. */
+  identities: number | bigint;
+  /** Up to `limit` members, ordered by `client` (bytewise), after the cursor. */
+  entries: PresenceEntry[];
+  /** The cursor of the next page, or `null` when this page ends the list. */
+  next: string | null;
+}
 export type Frame =
   | HelloFrame
   | WelcomeFrame
@@ -136,7 +179,9 @@ export type Frame =
   | MessageFrame
   | PingFrame
   | PongFrame
-  | ErrorFrame;
+  | ErrorFrame
+  | PresenceFrame
+  | PresenceReplyFrame;
 
 // ---------------------------------------------------------------------------------------------------------
 // Encoding
@@ -173,19 +218,28 @@ function uint64(name: string, value: number | bigint): number | bigint {
   return value > 0xffffffff ? BigInt(value) : value;
 }
 
-/** HELLO `[1, version, client_name, capabilities, auth]` (spec §4.1). */
+/**
+ * HELLO `[1, version, client_name, capabilities, auth]`, or with `info` (spec §4.1, §15: the client info
+ * other clients see beside this connection's presence) `[1, version, client_name, capabilities, auth, info]`;
+ * an `info` of `null` is sent as nil, `undefined` leaves the element out. Its length is the broker's to judge
+ * (`max_presence_info`, default {@link DEFAULT_MAX_PRESENCE_INFO_BYTES} bytes; more closes the connection).
+ */
 export function encodeHello(
   clientName: string,
   capabilities = 0,
   auth: string | null = null,
   version = PROTOCOL_VERSION,
+  info?: string | null,
 ): Uint8Array {
   checkUint32("version", version);
   checkUint32("capabilities", capabilities);
   if (utf8.encode(clientName).length > MAX_CLIENT_NAME_BYTES) {
     throw new RangeError(`The client name is longer than ${MAX_CLIENT_NAME_BYTES} UTF-8 bytes.`);
   }
-  return encodeFrame([FrameType.Hello, version, clientName, capabilities, auth]);
+  if (info !== undefined && info !== null && typeof info !== "string") throw new TypeError("info must be a string.");
+  const items: unknown[] = [FrameType.Hello, version, clientName, capabilities, auth];
+  if (info !== undefined) items.push(info);
+  return encodeFrame(items);
 }
 
 /** WELCOME (server to client, spec §4.2); for tests and fake servers. */
@@ -333,6 +387,35 @@ export function encodeError(code: number, fatal: boolean, message: string, count
   return encodeFrame(items);
 }
 
+/**
+ * PRESENCE `[10, request_id, topic, limit, cursor]` (spec §15.3): ask for a topic's members, at most `limit`
+ * of them after `cursor` (nil for the first page); `limit` 0 asks for the occupancy alone. Only to a broker
+ * that granted presence (from any other client it is `UnexpectedFrame`). The topic is not checked here.
+ */
+export function encodePresence(requestId: number, topic: string, limit: number | bigint, cursor: string | null = null): Uint8Array {
+  checkUint32("requestId", requestId);
+  if (cursor !== null && typeof cursor !== "string") throw new TypeError("cursor must be a string or null.");
+  return encodeFrame([FrameType.Presence, requestId, topic, uint64("limit", limit), cursor]);
+}
+
+/**
+ * PRESENCE_REPLY `[11, request_id, code, members, identities, [[client, identity, info], ...], next]` (server
+ * to client, spec §15.3); for tests and fake servers.
+ */
+export function encodePresenceReply(
+  requestId: number,
+  code: number,
+  members: number | bigint,
+  identities: number | bigint,
+  entries: readonly PresenceEntry[] = [],
+  next: string | null = null,
+): Uint8Array {
+  checkUint32("requestId", requestId);
+  checkUint32("code", code);
+  const rows = entries.map((e) => [e.client, e.identity, e.info]);
+  return encodeFrame([FrameType.PresenceReply, requestId, code, uint64("members", members), uint64("identities", identities), rows, next]);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Decoding
 
@@ -355,7 +438,7 @@ export function decodeHeader(r: MsgReader): { type: FrameTypeValue; count: numbe
   const count = r.readArrayHeader();
   if (count < 1) throw malformed("Frame body is an empty array; its first element must be the frame type.");
   const type = r.readUint32();
-  if (type === 0 || type > FrameType.Error) {
+  if (type === 0 || type > FrameType.PresenceReply) {
     throw new ProtocolError("UnknownFrameType", `Unknown frame type ${type}.`);
   }
   return { type: type as FrameTypeValue, count };
@@ -378,8 +461,15 @@ export function decodeFrame(body: Uint8Array): Frame {
       }
       const capabilities = r.readUint32();
       const auth = r.readString();
-      skipRest(r, count - 5);
-      return { type, version, clientName, capabilities, auth };
+      let info: string | null = null;
+      if (count > 5) {
+        info = r.readString();
+        if (info !== null && utf8.encode(info).length > DEFAULT_MAX_PRESENCE_INFO_BYTES) {
+          throw malformed(`HELLO info is longer than ${DEFAULT_MAX_PRESENCE_INFO_BYTES} bytes.`);
+        }
+      }
+      skipRest(r, count - 6);
+      return { type, version, clientName, capabilities, auth, info };
     }
     case FrameType.Welcome: {
       require(count, 6, "WELCOME");
@@ -471,7 +561,46 @@ export function decodeFrame(body: Uint8Array): Frame {
       skipRest(r, count - 6);
       return { type, code, fatal, message, count: errorCount, sid };
     }
+    case FrameType.Presence: {
+      require(count, 5, "PRESENCE");
+      const requestId = r.readUint32();
+      const topic = nonNil(r.readString(), "topic");
+      const limit = r.readUnsigned();
+      const cursor = r.readString();
+      skipRest(r, count - 5);
+      return { type, requestId, topic, limit, cursor };
+    }
+    case FrameType.PresenceReply: {
+      require(count, 7, "PRESENCE_REPLY");
+      const requestId = r.readUint32();
+      const code = r.readUint32();
+      const members = r.readUnsigned();
+      const identities = r.readUnsigned();
+      const entries = readPresenceEntries(r);
+      const next = r.readString();
+      skipRest(r, count - 7);
+      return { type, requestId, code, members, identities, entries, next };
+    }
   }
+}
+
+/**
+ * PRESENCE_REPLY's entries (spec §15.3): an array of `[client: str, identity: str, info: nil | str]`. An
+ * entry's elements beyond those three are skipped, as a frame's are (spec §2).
+ */
+function readPresenceEntries(r: MsgReader): PresenceEntry[] {
+  const count = r.readArrayHeader();
+  const entries: PresenceEntry[] = [];
+  for (let i = 0; i < count; i++) {
+    const elements = r.readArrayHeader();
+    if (elements < 3) throw malformed(`A PRESENCE_REPLY entry needs 3 elements (client, identity, info), got ${elements}.`);
+    const client = nonNil(r.readString(), "entry client");
+    const identity = nonNil(r.readString(), "entry identity");
+    const info = r.readString();
+    for (let e = 3; e < elements; e++) r.skip(2);
+    entries.push({ client, identity, info });
+  }
+  return entries;
 }
 
 function readEnvelope(r: MsgReader): { topic: string; replyTo: string | null; flags: number; payload: Uint8Array } {

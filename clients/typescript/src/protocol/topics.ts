@@ -89,6 +89,13 @@ export function checkReplyTo(replyTo: string, maxLength: number): void {
   if (error) throw new HeraldError(error, describe(error, replyTo, maxLength));
 }
 
+/** Throws a {@link HeraldError} unless `topic` is one topic name (no wildcards; `$` allowed: the broker judges it). */
+export function checkTopicName(topic: string, maxLength: number): void {
+  if (typeof topic !== "string") throw new HeraldError("InvalidTopic", "The topic must be a string.");
+  const error = validateTopic(topic, maxLength);
+  if (error) throw new HeraldError(error, describe(error, topic, maxLength));
+}
+
 /** Throws a {@link HeraldError} unless `pattern` is a valid subscription pattern. */
 export function checkPattern(pattern: string, maxLength: number): void {
   if (typeof pattern !== "string") throw new HeraldError("InvalidTopic", "The pattern must be a string.");
