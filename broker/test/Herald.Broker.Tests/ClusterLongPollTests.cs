@@ -1,12 +1,14 @@
-using System.Diagnostics;
 using System.Globalization;
 using System.Net;
 using System.Net.Http.Json;
 using System.Text.Json;
 using Herald.Broker.Cluster;
 using Herald.Broker.Security;
+using Herald.Broker.Transports.LongPoll;
 using Herald.Client;
 using Herald.Broker.Tests.Infrastructure;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Time.Testing;
 
 namespace Herald.Broker.Tests;
 
@@ -323,31 +325,45 @@ public sealed class ClusterLongPollTests
     [Fact]
     public async Task A_session_kept_busy_through_another_node_stays_and_one_left_alone_ends_on_every_node()
     {
-        TimeSpan inactivity = TimeSpan.FromSeconds(2);
-        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o =>
-        {
-            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
-            o.LongPoll.InactivityTimeout = inactivity;
-        });
-        await using var publisher = await ProtocolClient.OpenAsync(cluster[2].Port, "publisher");
+        // Inactivity runs on the nodes' clock, one FakeTimeProvider the test moves a whole timeout at a time. Redis keeps
+        // its own clock (leases and key lifetimes, never reached here), as does a poll's wait (a real 100 ms): a request
+        // through another node reaches the owner with its age on Redis's clock, a few real milliseconds.
+        var time = new FakeTimeProvider();
+        TimeSpan inactivity = TimeSpan.FromMinutes(1);
+        await using TestCluster cluster = await TestCluster.StartAsync(
+            nodes: 3,
+            o =>
+            {
+                o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(100);
+                o.LongPoll.InactivityTimeout = inactivity;
+            },
+            time: time);
         LongPollClient on0 = await LongPollClient.CreateAsync(cluster[0].Http);
         await on0.SubscribeAsync(1, "idle.t");
         LongPollClient on1 = on0.Via(cluster[1].Http);
+        PollSession owned = cluster[0].Services.GetRequiredService<PollSessionStore>().Find(on0.Session)!; // node 0 made it and holds its subscription
 
-        // Busy only through node 1, for three inactivity timeouts: node 0, which made it, hears nothing of it directly.
-        int polls = 0;
-        for (var busy = Stopwatch.StartNew(); busy.Elapsed < 3 * inactivity; polls++)
+        // Busy only through node 1 (empty polls, each answered after its timeout), for four inactivity timeouts: after
+        // each poll node 0 has heard nothing of the session directly for longer than the timeout, so its sweep asks
+        // Redis (waited for: the session's own count of those checks) and must learn of the poll before it may end
+        // it. Each next poll answered 200 shows the check before it kept the session.
+        for (int round = 0; round < 4; round++)
         {
             PollResult poll = await on1.PollAsync(0);
-            Assert.True(poll.Status == HttpStatusCode.OK, $"busy poll {polls} through node 1: {(int)poll.Status} {poll.Problem}");
+            Assert.True(poll.Status == HttpStatusCode.OK && poll.Count == 0, $"busy poll {round} through node 1: {(int)poll.Status} {poll.Problem}");
+            long checks = owned.IdleChecks;
+            time.Advance(inactivity + TimeSpan.FromMilliseconds(1));
+            await Until.True(() => owned.IdleChecks > checks, $"node 0 checked the idle session with Redis (round {round})");
         }
 
-        await publisher.PublishAsync("idle.t", "still here");
-        Received alive = await ReceiveAsync([on0], 1);
-        Assert.Equal(["still here"], alive.Messages.Select(m => m.Text));
-        Assert.True(await VarzSumAsync(cluster, "subscriptions") > 0);
+        Assert.True(await VarzSumAsync(cluster, "subscriptions") > 0, "the last check kept the session");
 
-        // Left alone: it ends with its subscription (watched on the monitoring listeners, which are no requests on the session).
+        // Left alone since its last poll (answered empty: no poll is held anywhere, none was since node 0 last looked):
+        // one more timeout and the first check ends it, with its subscription (watched on the monitoring listeners).
+        long before = owned.IdleChecks;
+        time.Advance(inactivity + TimeSpan.FromMilliseconds(1));
+        await Until.True(() => owned.IdleChecks > before, "node 0 checked the idle session with Redis");
+        Assert.True(owned.IsClosing, "the first check after a timeout with no request anywhere ended the session");
         await Until.True(async () => await VarzSumAsync(cluster, "subscriptions") == 0, "the idle session's subscription is gone from every node");
         await AssertEndedAsync(on0, "StaleConnection");
         await AssertEndedAsync(on1, "StaleConnection");

@@ -297,7 +297,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
         RedisResult result = await Guard(Db.ScriptEvaluateAsync(
             SharedSessionScripts.Poll,
             [Hash(token), Stream(token)],
-            [ack, maxMessages, (long)ttl.TotalMilliseconds, hold ? _wakes.ToString() : "", generation ?? "", token, maxBytes])).ConfigureAwait(false);
+            [ack, maxMessages, (long)ttl.TotalMilliseconds, hold ? _wakes.ToString() : "", generation ?? "", token, maxBytes, _node])).ConfigureAwait(false);
         var items = (RedisResult[])result!;
         long code = (long)items[0];
         switch (code)
@@ -372,8 +372,11 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     public async Task<LeaseState> RenewAsync(string token, TimeSpan ttl)
     {
         var items = (RedisResult[])(await Guard(Db.ScriptEvaluateAsync(SharedSessionScripts.Renew, [Hash(token), LeaseKey(token), Stream(token)], [_node, (long)Lease.TotalMilliseconds, (long)ttl.TotalMilliseconds])).ConfigureAwait(false))!;
-        return new LeaseState((long)items[0] == 1, TimeSpan.FromMilliseconds(Math.Max(0, (long)items[1])), (long)items[2] == 1, (string?)items[3] is { Length: > 0 } ended ? ended : null);
+        return new LeaseState((long)items[0] == 1, TimeSpan.FromMilliseconds(Math.Max(0, (long)items[1])), (long)items[2] == 1, (string?)items[3] is { Length: > 0 } ended ? ended : null, (long)items[4]);
     }
+
+    public Task UnholdAsync(string token, string generation) =>
+        Guard(Db.ScriptEvaluateAsync(SharedSessionScripts.Unhold, [Hash(token)], [_wakes.ToString(), generation]));
 
     /// <summary>Takes over a session whose owner's lease expired; null if it is gone or another node was first.</summary>
     public async Task<SharedSession?> TakeOverAsync(string token)

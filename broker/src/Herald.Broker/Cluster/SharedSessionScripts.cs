@@ -98,9 +98,10 @@ internal static class SharedSessionScripts
 
     /// <summary>
     /// KEYS: hash, stream. ARGV: ack, max messages, ttl ms, waiter channel ('' : do not hold), generation ('' : a new poll),
-    /// token, max bytes. Returns {code, generation, highest ack, highest sent, entries} (code 0) or {-1} unknown,
+    /// token, max bytes, the polling node. Returns {code, generation, highest ack, highest sent, entries} (code 0) or {-1} unknown,
     /// {-2, reason} ended, {-3, seq} ack out of range, {-4} replaced by a newer poll. With no entries, or only loss
-    /// marks (sid 0), a holding poll's node is named the waiter: the next append wakes it. The entries are read one at a
+    /// marks (sid 0), a holding poll's node is named the waiter (and when, <c>waited</c>): the next append wakes it. The
+    /// request is recorded (<c>seen</c>, Redis's clock, and <c>seenby</c>, the node it came through). The entries are read one at a
     /// time and only while the answer has room (at most max messages, and max bytes of frames, at least one): Redis
     /// sends what the poll may answer, never the whole backlog.
     /// </summary>
@@ -138,7 +139,8 @@ internal static class SharedSessionScripts
           redis.call('HSET', KEYS[1], 'ack', acked)
         end
         local now = redis.call('TIME')
-        redis.call('HSET', KEYS[1], 'seen', now[1] * 1000 + math.floor(now[2] / 1000))
+        local nowms = now[1] * 1000 + math.floor(now[2] / 1000)
+        redis.call('HSET', KEYS[1], 'seen', nowms, 'seenby', ARGV[8])
         local entries = {}
         local marks = true
         local bytes, most, budget = 0, tonumber(ARGV[2]), tonumber(ARGV[7])
@@ -164,7 +166,7 @@ internal static class SharedSessionScripts
         else
           if trimmed then redis.call('HSET', KEYS[1], 'bout', h[7] or '0') end
         end
-        if marks and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'waiter', ARGV[4]) end
+        if marks and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'waiter', ARGV[4], 'waited', nowms) end
         redis.call('PEXPIRE', KEYS[1], ARGV[3])
         redis.call('PEXPIRE', KEYS[2], ARGV[3])
         return {0, gen, acked, sent, entries}
@@ -174,20 +176,31 @@ internal static class SharedSessionScripts
     /// KEYS: hash, lease, stream. ARGV: node, lease ms, state ttl ms. Keeps the lease (taken again if it expired and no
     /// other node took it: nobody else holds the session's subscriptions) and the state (while its owner
     /// keeps a session, the session decides its own inactivity). Returns {lease kept (1/0), ms since the last poll on
-    /// any node, a poll held (1/0), ended reason or ''}.
+    /// any node, a poll held (1/0), ended reason or '', the <c>seen</c> of that poll if it came through another node
+    /// (else 0)}. A waiter that has not polled again within a lease (its node died holding it) holds no poll.
     /// </summary>
     public const string Renew = """
         local owner = redis.call('GET', KEYS[2])
-        if owner and owner ~= ARGV[1] then return {0, 0, 0, ''} end
-        local h = redis.call('HMGET', KEYS[1], 'seen', 'waiter', 'ended', 'seq')
-        if h[3] then return {1, 0, 0, h[3]} end
-        if not h[4] then return {0, 0, 0, ''} end
+        if owner and owner ~= ARGV[1] then return {0, 0, 0, '', 0} end
+        local h = redis.call('HMGET', KEYS[1], 'seen', 'waiter', 'ended', 'seq', 'seenby', 'waited')
+        if h[3] then return {1, 0, 0, h[3], 0} end
+        if not h[4] then return {0, 0, 0, '', 0} end
         redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
         redis.call('PEXPIRE', KEYS[1], ARGV[3])
         redis.call('PEXPIRE', KEYS[3], ARGV[3])
         local now = redis.call('TIME')
-        local idle = now[1] * 1000 + math.floor(now[2] / 1000) - tonumber(h[1] or '0')
-        return {1, idle, h[2] and 1 or 0, ''}
+        local nowms = now[1] * 1000 + math.floor(now[2] / 1000)
+        local seen = tonumber(h[1] or '0')
+        local held = h[2] and nowms - tonumber(h[6] or '0') <= tonumber(ARGV[2])
+        return {1, nowms - seen, held and 1 or 0, '', (h[5] and h[5] ~= ARGV[1]) and seen or 0}
+        """;
+
+    /// <summary>KEYS: hash. ARGV: waiter channel, generation. A held poll answered empty is no longer held: its node stops being the waiter, unless a newer poll is.</summary>
+    public const string Unhold = """
+        if redis.call('HGET', KEYS[1], 'waiter') == ARGV[1] and redis.call('HGET', KEYS[1], 'polls') == ARGV[2] then
+          redis.call('HDEL', KEYS[1], 'waiter', 'waited')
+        end
+        return 0
         """;
 
     /// <summary>KEYS: hash, lease. ARGV: node, lease ms. Takes the lease if it is free: {1, fields...}; else {0}.</summary>

@@ -177,11 +177,10 @@ internal static class MonitoringEndpoints
 
         rows.Sort((a, b) => a.Transport != b.Transport ? (a.Transport == TcpConnectionHandler.Transport ? -1 : b.Transport == TcpConnectionHandler.Transport ? 1 : string.CompareOrdinal(a.Transport, b.Transport)) : a.Id.CompareTo(b.Id));
         DateTimeOffset now = DateTimeOffset.UtcNow;
-        long tick = Environment.TickCount64;
         var page = new List<ConnectionInfo>(Math.Max(0, Math.Min(limit, rows.Count - offset)));
         for (int i = offset; i < rows.Count && page.Count < limit; i++)
         {
-            page.Add(Describe(rows[i], now, tick));
+            page.Add(Describe(rows[i], now));
         }
 
         return Results.Json(new Connz(now, rows.Count, offset, limit, page.Count, page), MonitoringJsonContext.Default.Connz);
@@ -225,7 +224,7 @@ internal static class MonitoringEndpoints
     }
 
     /// <summary>One row of <c>/connz</c>: what every session has, and a long-poll session's idle time and held poll.</summary>
-    private static ConnectionInfo Describe(ProtocolSession session, DateTimeOffset now, long tick)
+    private static ConnectionInfo Describe(ProtocolSession session, DateTimeOffset now)
     {
         var poll = session as PollSession;
         IPEndPoint? remote = poll is null ? session.RemoteEndPoint as IPEndPoint : null; // a long-poll session has no one connection
@@ -238,7 +237,7 @@ internal static class MonitoringEndpoints
             remote?.Port,
             poll is null ? session.Since : null,
             poll is null ? Math.Round((now - session.Since).TotalSeconds, 3) : null,
-            poll is null ? null : Math.Round(Math.Max(0, tick - poll.LastActivity) / 1000.0, 3),
+            poll is null ? null : Math.Round(poll.Idle.TotalSeconds, 3),
             poll?.IsPolling,
             session.ClientName,
             session.SubscriptionCount,

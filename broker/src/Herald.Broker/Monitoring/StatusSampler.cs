@@ -117,7 +117,6 @@ internal sealed class StatusSampler
 
         var slow = new List<StatusSlowConsumer>();
         var polls = new List<StatusPollSession>();
-        long tick = Environment.TickCount64;
         foreach (ProtocolSession session in _sessions.Sessions)
         {
             connections[session.Transport] = connections.GetValueOrDefault(session.Transport) + 1;
@@ -132,7 +131,7 @@ internal sealed class StatusSampler
 
             if (session is PollSession poll)
             {
-                polls.Add(new StatusPollSession(poll.Id, poll.ClientName, Math.Round(Math.Max(0, tick - poll.LastActivity) / 1000.0, 1), poll.IsPolling, poll.SubscriptionCount, messages));
+                polls.Add(new StatusPollSession(poll.Id, poll.ClientName, Math.Round(poll.Idle.TotalSeconds, 1), poll.IsPolling, poll.SubscriptionCount, messages));
             }
         }
 

@@ -56,7 +56,7 @@ public sealed class LongPollClient
     public async Task SubscribeAsync(uint sid, string pattern, bool noEcho = false)
     {
         using HttpResponseMessage response = await _http.PostAsJsonAsync($"{Base}/subscriptions", new { sid, pattern, noEcho });
-        Assert.Equal(HttpStatusCode.NoContent, response.StatusCode);
+        Assert.True(response.StatusCode == HttpStatusCode.NoContent, $"subscribe {sid} {pattern}: {(int)response.StatusCode} {await response.Content.ReadAsStringAsync()}");
     }
 
     public Task<HttpResponseMessage> PublishAsync(string topic, string payload) =>

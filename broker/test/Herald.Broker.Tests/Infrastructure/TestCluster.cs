@@ -29,7 +29,8 @@ public sealed class TestCluster : IAsyncDisposable
 
     /// <param name="configureNode">Called after <paramref name="configure"/> with each node's index (0 first).</param>
     /// <param name="redisArguments">More <c>redis-server</c> arguments for a single Redis (<c>--appendonly yes</c>...), run in a directory of its own.</param>
-    public static async Task<TestCluster> StartAsync(int nodes = 3, Action<HeraldOptions>? configure = null, bool redisCluster = false, Action<int, HeraldOptions>? configureNode = null, string[]? redisArguments = null)
+    /// <param name="time">Every node's clock instead of the system's (a <c>FakeTimeProvider</c> the test moves; Redis keeps its own).</param>
+    public static async Task<TestCluster> StartAsync(int nodes = 3, Action<HeraldOptions>? configure = null, bool redisCluster = false, Action<int, HeraldOptions>? configureNode = null, string[]? redisArguments = null, TimeProvider? time = null)
     {
         string? directory = redisArguments is null ? null : Directory.CreateTempSubdirectory("herald-redis-").FullName;
         IAsyncDisposable backplane = redisCluster ? await RedisClusterServers.StartAsync() : await RedisServer.StartAsync(redisArguments, directory);
@@ -45,7 +46,7 @@ public sealed class TestCluster : IAsyncDisposable
                     o.Cluster.Redis = configuration;
                     configure?.Invoke(o);
                     configureNode?.Invoke(node, o);
-                }));
+                }, time: time));
             }
         }
         catch

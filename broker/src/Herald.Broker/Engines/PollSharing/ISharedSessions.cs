@@ -54,6 +54,9 @@ internal interface ISharedSessions
     /// </summary>
     ISessionWake Arm(string token);
 
+    /// <summary>A poll this node held (<paramref name="generation"/>) was answered without a message: it holds no more, unless a newer poll does.</summary>
+    Task UnholdAsync(string token, string generation);
+
     /// <summary>The owner keeps its lease; returns how things stand.</summary>
     Task<LeaseState> RenewAsync(string token, TimeSpan ttl);
 

@@ -36,6 +36,8 @@ internal sealed class LocalSessions : ISharedSessions
 
     public ISessionWake Arm(string token) => throw NotShared();
 
+    public Task UnholdAsync(string token, string generation) => Unshared<bool>();
+
     public Task<LeaseState> RenewAsync(string token, TimeSpan ttl) => Unshared<LeaseState>();
 
     public Task<SharedSession?> TakeOverAsync(string token) => Task.FromResult<SharedSession?>(null);

@@ -38,6 +38,11 @@ internal sealed record SharedPoll(SharedPollStatus Status)
     public IReadOnlyList<(long Sequence, uint Sid, byte[] Frame)> Entries { get; init; } = [];
 }
 
-/// <summary>The owner's lease renewed: whether it is still this node's, how long since the client's last request (on any node), whether a poll is held, and why it ended if it did.</summary>
-internal readonly record struct LeaseState(bool Kept, TimeSpan Idle, bool PollHeld, string? Ended);
+/// <summary>
+/// The owner's lease renewed: whether it is still this node's, how long since the client's last poll (on any node, by
+/// the backplane's clock), whether a poll is held, and why it ended if it did. <see cref="ElsewhereMark"/> names that last
+/// poll if it came through another node (0 if it came through this one): a mark the owner has not seen before is a
+/// request it has not heard of.
+/// </summary>
+internal readonly record struct LeaseState(bool Kept, TimeSpan Idle, bool PollHeld, string? Ended, long ElsewhereMark = 0);
 

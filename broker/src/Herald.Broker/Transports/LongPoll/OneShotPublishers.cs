@@ -36,11 +36,11 @@ internal sealed class OneShotPublishers(PollSessionStore store, SessionRegistry 
     }
 
     /// <summary>Forgets the publishers idle past <c>InactivityTimeout</c> with no request in progress.</summary>
-    public void Sweep(long now)
+    public void Sweep()
     {
         foreach ((string key, PollSession oneShot) in _publishers)
         {
-            if (now - oneShot.LastActivity > (long)store.Options.InactivityTimeout.TotalMilliseconds && oneShot.Requests.CurrentCount == 1)
+            if (oneShot.Idle > store.Options.InactivityTimeout && oneShot.Requests.CurrentCount == 1)
             {
                 _publishers.TryRemove(key, out _);
             }

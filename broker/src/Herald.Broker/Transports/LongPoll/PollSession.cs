@@ -29,7 +29,9 @@ internal sealed class PollSession : ProtocolSession
     private readonly LongPollOptions _options;
     private readonly WindowPoller? _poller;
     private readonly SharedBacklogPump? _pump;
-    private long _lastActivity = Environment.TickCount64;
+    private long _lastActivity; // a timestamp of Broker.Time
+    private long _elsewhereMark; // the last request through another node that RenewAsync heard of
+    private long _idleChecks;
     private int _ended;
     private volatile bool _polledElsewhere;
 
@@ -40,6 +42,7 @@ internal sealed class PollSession : ProtocolSession
     {
         _store = store;
         _options = options;
+        _lastActivity = broker.Time.GetTimestamp();
         Token = token;
         Shared = shared ?? LocalSessions.Instance;
         if (!Shared.IsShared)
@@ -77,9 +80,18 @@ internal sealed class PollSession : ProtocolSession
     /// <summary>Whether a poll is held right now (an idle session is one with none).</summary>
     public bool IsPolling => _poller?.IsPolling ?? _polledElsewhere;
 
-    public long LastActivity => Volatile.Read(ref _lastActivity);
+    /// <summary>
+    /// How long since the client's last request: on the broker's <see cref="TimeProvider"/> (the host's clock; a test's
+    /// fake one makes inactivity exact), as is everything that decides the session's inactivity.
+    /// </summary>
+    public TimeSpan Idle => Broker.Time.GetElapsedTime(Volatile.Read(ref _lastActivity));
 
-    public void Touch() => Volatile.Write(ref _lastActivity, Environment.TickCount64);
+    public void Touch() => Volatile.Write(ref _lastActivity, Broker.Time.GetTimestamp());
+
+    /// <summary>How many times a shared session idle here asked Redis whether another node saw its client (<see cref="ConfirmIdleAsync"/>; tests wait on it).</summary>
+    public long IdleChecks => Interlocked.Read(ref _idleChecks);
+
+    private bool IsInactive => Idle > _options.InactivityTimeout;
 
     /// <summary>
     /// One poll (longpoll §2): applies <paramref name="ack"/> and takes what is waiting above it; if nothing
@@ -148,17 +160,20 @@ internal sealed class PollSession : ProtocolSession
     /// <summary>Closed by shutdown and not yet ended: polls still take what is queued (spec §6.4).</summary>
     private bool IsDraining => CloseCode == ErrorCode.ShuttingDown && Volatile.Read(ref _ended) == 0;
 
-    /// <summary>Inactivity (longpoll §1): no request, and no poll held, for <c>InactivityTimeout</c>.</summary>
+    /// <summary>
+    /// Inactivity (longpoll §1): no request, and no poll held, for <c>InactivityTimeout</c>, on the broker's clock
+    /// (<see cref="Idle"/>), not the sweep's tick <paramref name="now"/>.
+    /// </summary>
     protected override void CheckTransportLiveness(long now)
     {
-        if (now - LastActivity > (long)_options.InactivityTimeout.TotalMilliseconds && !IsPolling)
+        if (Shared.IsShared && IsInactive)
         {
-            if (Shared.IsShared)
-            {
-                _ = ConfirmIdleAsync(); // its client may be served by other nodes: Redis knows
-                return;
-            }
+            _ = ConfirmIdleAsync(); // its client may be served by other nodes, or be polling there now: Redis knows
+            return;
+        }
 
+        if (IsInactive && !IsPolling)
+        {
             Broker.Log.SessionExpired(Id, _options.InactivityTimeout);
             Close(ErrorCode.StaleConnection, $"No request for {_options.InactivityTimeout.TotalSeconds:0.###} s.");
         }
@@ -308,7 +323,7 @@ internal sealed class PollSession : ProtocolSession
         try
         {
             await RenewAsync().ConfigureAwait(false);
-            if (Environment.TickCount64 - LastActivity > (long)_options.InactivityTimeout.TotalMilliseconds && !IsPolling && !IsClosing)
+            if (IsInactive && !IsPolling && !IsClosing)
             {
                 Broker.Log.SessionExpired(Id, _options.InactivityTimeout);
                 Close(ErrorCode.StaleConnection, $"No request for {_options.InactivityTimeout.TotalSeconds:0.###} s.");
@@ -316,13 +331,19 @@ internal sealed class PollSession : ProtocolSession
         }
         finally
         {
+            Interlocked.Increment(ref _idleChecks);
             Volatile.Write(ref _confirming, 0);
         }
     }
 
     private int _confirming;
 
-    /// <summary>The owner keeps its lease (every heartbeat) and learns what the other nodes saw: the last request, a poll held.</summary>
+    /// <summary>
+    /// The owner keeps its lease (every heartbeat) and learns what the other nodes saw: a poll held, and a request it
+    /// had not heard of, placed on this node's clock as long ago as Redis's clock says it was. Only a request through
+    /// another node, and only once: this node's own are counted when they come (<see cref="Touch"/>), and a request
+    /// heard of before must not be placed again (on a clock that moved on without Redis's, a test's, it would look new).
+    /// </summary>
     public async Task RenewAsync()
     {
         LeaseState state;
@@ -348,8 +369,13 @@ internal sealed class PollSession : ProtocolSession
         }
 
         _polledElsewhere = state.PollHeld;
-        long seen = Environment.TickCount64 - (long)state.Idle.TotalMilliseconds;
-        if (seen > LastActivity)
+        if (state.ElsewhereMark == 0 || state.ElsewhereMark == Interlocked.Exchange(ref _elsewhereMark, state.ElsewhereMark))
+        {
+            return;
+        }
+
+        long seen = Broker.Time.GetTimestamp() - (long)(state.Idle.TotalSeconds * Broker.Time.TimestampFrequency);
+        if (seen > Volatile.Read(ref _lastActivity))
         {
             Volatile.Write(ref _lastActivity, seen);
         }

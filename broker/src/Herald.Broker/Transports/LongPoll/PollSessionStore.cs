@@ -231,7 +231,7 @@ internal sealed class PollSessionStore : BackgroundService
             {
                 long now = Environment.TickCount64;
                 _ended.Sweep(now);
-                OneShots.Sweep(now);
+                OneShots.Sweep();
             }
         }
         catch (OperationCanceledException)

@@ -1,4 +1,5 @@
 using Herald.Broker.Delivery;
+using Herald.Broker.Engines;
 using Herald.Broker.Engines.PollSharing;
 using Herald.Broker.Sessions;
 using Microsoft.AspNetCore.Http;
@@ -18,6 +19,18 @@ internal sealed class SharedPolls(PollSessionStore store, SessionRegistry regist
     /// not the owner looks at the owner's lease every heartbeat, and takes the session over once it has expired.
     /// </summary>
     public async Task<WindowTake> PollAsync(PollSessionStore.Located at, string token, long ack, CancellationToken cancellation)
+    {
+        try
+        {
+            return await ReadAsync(at, token, ack, cancellation).ConfigureAwait(false);
+        }
+        finally
+        {
+            at.Local?.Touch(); // the owner counts its own polls (their end too) as they come; Redis tells it of the others'
+        }
+    }
+
+    private async Task<WindowTake> ReadAsync(PollSessionStore.Located at, string token, long ack, CancellationToken cancellation)
     {
         ISharedSessions shared = store.Shared;
         long deadline = Environment.TickCount64 + (long)store.Options.PollTimeout.TotalMilliseconds;
@@ -54,6 +67,7 @@ internal sealed class SharedPolls(PollSessionStore store, SessionRegistry regist
             long remaining = deadline - Environment.TickCount64;
             if (remaining <= 0 || cancellation.IsCancellationRequested || registry.IsStopping)
             {
+                await UnholdAsync(shared, token, read.Generation!).ConfigureAwait(false);
                 store.Broker.Metrics.Poll("empty");
                 return marksTakenBefore && !cancellation.IsCancellationRequested ? TakeOf(read, ack) : WindowTake.Empty(ack);
             }
@@ -67,6 +81,23 @@ internal sealed class SharedPolls(PollSessionStore store, SessionRegistry regist
                     await takeover.RunAsync(record, at.Identity!, null).ConfigureAwait(false); // the owner is gone: messages flow again from here
                 }
             }
+        }
+    }
+
+    /// <summary>
+    /// A held poll answered without a message holds no more: the owner, which reads "a poll is held" from Redis, must not
+    /// take the session for polled (and so never idle) after its client went away. A failure leaves it to the waiter's
+    /// own expiry (a lease after its last read).
+    /// </summary>
+    private static async Task UnholdAsync(ISharedSessions shared, string token, string generation)
+    {
+        try
+        {
+            await shared.UnholdAsync(token, generation).ConfigureAwait(false);
+        }
+        catch (ClusterUnavailableException)
+        {
+            // the owner stops counting the poll as held a lease after its last read
         }
     }
 
