@@ -4,6 +4,7 @@ using System.Net.Http.Json;
 using System.Text.Json;
 using Herald.Broker.Cluster;
 using Herald.Broker.Security;
+using Herald.Broker.Sessions;
 using Herald.Broker.Transports.LongPoll;
 using Herald.Client;
 using Herald.Broker.Tests.Infrastructure;
@@ -368,6 +369,37 @@ public sealed class ClusterLongPollTests
         await AssertEndedAsync(on0, "StaleConnection");
         await AssertEndedAsync(on1, "StaleConnection");
         await AssertEndedAsync(on0.Via(cluster[2].Http), "StaleConnection");
+    }
+
+    [Fact]
+    public async Task A_session_whose_lease_is_renewed_while_its_state_is_still_being_made_is_kept_and_served()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(100));
+        PollSessionStore store = cluster[0].Services.GetRequiredService<PollSessionStore>();
+        BrokerCore broker = cluster[0].Services.GetRequiredService<BrokerCore>();
+        SessionRegistry registry = cluster[0].Services.GetRequiredService<SessionRegistry>();
+
+        // The steps of POST /poll/sessions on node 0 (PollSessionStore.CreateAsync), with the lease renewal a heartbeat
+        // runs for every session the node counts falling between the two, as a busy machine (a process still compiling
+        // its first create) lets it: counted here, renewed while Redis has nothing of it, then made in Redis.
+        string token = System.Buffers.Text.Base64Url.EncodeToString(System.Security.Cryptography.RandomNumberGenerator.GetBytes(32));
+        var session = new PollSession(broker, store, store.Options, token, registry.NextId(), null, store.Budget, shared: store.Shared) { StateMade = false };
+        session.Open(Identity.Anonymous, "racing", Herald.Protocol.Capabilities.None);
+        Assert.True(store.Hold(session).IsNone);
+        await session.RenewAsync();
+        await store.Shared.CreateAsync(token, Identity.Anonymous.Name, "racing", 0, session.StateTimeToLive);
+        session.StateMade = true;
+
+        // Node 0 still holds it: its client subscribes (through node 0 and node 1) and gets what is published.
+        Assert.Same(session, store.Find(token));
+        LongPollClient on0 = LongPollClient.Of(cluster[0].Http, token);
+        await on0.SubscribeAsync(1, "made.t");
+        await on0.Via(cluster[1].Http).SubscribeAsync(2, "made.u");
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
+        await publisher.PublishAsync("made.t", "m1");
+        await publisher.PublishAsync("made.u", "m2");
+        Received got = await ReceiveAsync([on0.Via(cluster[1].Http), on0], 2);
+        Assert.Equal([(1u, "m1"), (2u, "m2")], got.Messages.Select(m => (m.Sid, m.Text)));
     }
 
     [Fact]

@@ -53,6 +53,9 @@ public sealed class LongPollClient
         return new LongPollClient(http, body.GetProperty("session").GetString()!) { Created = body };
     }
 
+    /// <summary>A session the test made by other means than a create request, named by its token.</summary>
+    public static LongPollClient Of(HttpClient http, string session) => new(http, session);
+
     public async Task SubscribeAsync(uint sid, string pattern, bool noEcho = false)
     {
         using HttpResponseMessage response = await _http.PostAsJsonAsync($"{Base}/subscriptions", new { sid, pattern, noEcho });

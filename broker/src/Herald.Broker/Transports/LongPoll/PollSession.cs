@@ -34,6 +34,7 @@ internal sealed class PollSession : ProtocolSession
     private long _idleChecks;
     private int _ended;
     private volatile bool _polledElsewhere;
+    private volatile bool _stateMade = true;
 
     /// <param name="input">A gate shared with others (one-shot publishers, whom the registry does not list); null: its own.</param>
     /// <param name="shared">In a cluster that shares sessions: where the session's state is kept (spec cluster.md §10); this node owns its subscriptions and appends what they deliver, from <paramref name="baseSequence"/> on.</param>
@@ -62,6 +63,17 @@ internal sealed class PollSession : ProtocolSession
     public ISharedSessions Shared { get; }
 
     public LongPollOptions Options => _options;
+
+    /// <summary>
+    /// False while a new shared session's state is being made in Redis (the session is counted here first, for the
+    /// limits): until then there is no lease to renew, and a renewal that found no state would let the session go
+    /// here before its client even learned its token.
+    /// </summary>
+    public bool StateMade
+    {
+        get => _stateMade;
+        set => _stateMade = value;
+    }
 
     public BrokerMetrics Metrics => Broker.Metrics;
 
@@ -346,6 +358,11 @@ internal sealed class PollSession : ProtocolSession
     /// </summary>
     public async Task RenewAsync()
     {
+        if (!StateMade)
+        {
+            return; // nothing to renew yet
+        }
+
         LeaseState state;
         try
         {

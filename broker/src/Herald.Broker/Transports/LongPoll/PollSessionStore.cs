@@ -95,7 +95,7 @@ internal sealed class PollSessionStore : BackgroundService
         }
 
         string token = Base64Url.EncodeToString(RandomNumberGenerator.GetBytes(32)); // 256 random bits: unguessable
-        var session = new PollSession(_broker, this, _options, token, _registry.NextId(), remote, Budget, shared: Shared);
+        var session = new PollSession(_broker, this, _options, token, _registry.NextId(), remote, Budget, shared: Shared) { StateMade = !Shared.IsShared };
         session.Open(identity, clientName, requested);
         Refusal refused = Hold(session); // counted at once: the limits above hold while Redis is asked
         if (!refused.IsNone)
@@ -122,6 +122,7 @@ internal sealed class PollSessionStore : BackgroundService
             throw PollProblems.ClusterUnavailable(e);
         }
 
+        session.StateMade = true;
         return session;
     }
 
