@@ -177,7 +177,9 @@ internal static class SharedSessionScripts
     /// other node took it: nobody else holds the session's subscriptions) and the state (while its owner
     /// keeps a session, the session decides its own inactivity). Returns {lease kept (1/0), ms since the last poll on
     /// any node, a poll held (1/0), ended reason or '', the <c>seen</c> of that poll if it came through another node
-    /// (else 0)}. A waiter that has not polled again within a lease (its node died holding it) holds no poll.
+    /// (else 0)}. A waiter that has not polled again within a lease (its node died holding it) holds no poll. A poll or
+    /// waiter written without <c>seenby</c> or <c>waited</c> (by a node of an earlier version, during a rolling upgrade)
+    /// counts as another node's, and as held.
     /// </summary>
     public const string Renew = """
         local owner = redis.call('GET', KEYS[2])
@@ -191,8 +193,8 @@ internal static class SharedSessionScripts
         local now = redis.call('TIME')
         local nowms = now[1] * 1000 + math.floor(now[2] / 1000)
         local seen = tonumber(h[1] or '0')
-        local held = h[2] and nowms - tonumber(h[6] or '0') <= tonumber(ARGV[2])
-        return {1, nowms - seen, held and 1 or 0, '', (h[5] and h[5] ~= ARGV[1]) and seen or 0}
+        local held = h[2] and (not h[6] or nowms - tonumber(h[6]) <= tonumber(ARGV[2]))
+        return {1, nowms - seen, held and 1 or 0, '', (h[5] ~= ARGV[1]) and seen or 0}
         """;
 
     /// <summary>KEYS: hash. ARGV: waiter channel, generation. A held poll answered empty is no longer held: its node stops being the waiter, unless a newer poll is.</summary>
