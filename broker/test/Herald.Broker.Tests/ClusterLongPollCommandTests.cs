@@ -121,7 +121,7 @@ public sealed class ClusterLongPollCommandTests(ITestOutputHelper output)
         // As a sender that gave up (answered 503) a second ago would have sent it.
         long deadline = DateTimeOffset.UtcNow.ToUnixTimeMilliseconds() - 1000;
         await redis.GetSubscriber().PublishAsync(RedisChannel.Literal("{herald}:.lpc:" + cluster[0].Engine().Sessions.Node), Command(session.Session, "publish", "late-1", frames: Publish("chat.late", "late"), deadline: deadline));
-        JsonElement reply = JsonDocument.Parse((byte[])(await replies.ReadAsync(new CancellationTokenSource(TimeSpan.FromSeconds(10)).Token)).Message!).RootElement;
+        JsonElement reply = JsonDocument.Parse(await ReplyAsync(replies, () => $"node 0 counted {metrics[Refused, "reason", "expired"]} command(s) past their deadline")).RootElement;
         output.WriteLine($"the owner answered a command past its deadline: {reply}; refused as expired: {metrics[Refused, "reason", "expired"]}");
         Assert.Equal(503, reply.GetProperty("Status").GetInt32());
         Assert.Equal(1, metrics[Refused, "reason", "expired"]);
@@ -174,6 +174,24 @@ public sealed class ClusterLongPollCommandTests(ITestOutputHelper output)
         await publisher.PublishAsync("after", "both");
         Assert.Equal(["both"], (await ReceiveAsync([session.Via(cluster[1].Http)], 1, 0)).Texts);
         Assert.Equal(["both"], (await ReceiveAsync([bystander], 1, 0)).Texts);
+    }
+
+    /// <summary>
+    /// The next reply on the test's reply channel, within 30 s; if none comes, the failure says what the owner counted
+    /// (<paramref name="counted"/>): whether the command reached it, to tell a lost message from a slow one.
+    /// </summary>
+    private static async Task<byte[]> ReplyAsync(ChannelMessageQueue replies, Func<string> counted)
+    {
+        using var wait = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+        try
+        {
+            return (byte[])(await replies.ReadAsync(wait.Token)).Message!;
+        }
+        catch (OperationCanceledException)
+        {
+            Assert.Fail($"No reply within 30 s; {counted()}.");
+            throw;
+        }
     }
 
     /// <summary>The id of a node that does not exist: the sender of the test's own commands.</summary>
