@@ -67,7 +67,11 @@ internal sealed class SharedPolls(PollSessionStore store, SessionRegistry regist
             long remaining = deadline - Environment.TickCount64;
             if (remaining <= 0 || cancellation.IsCancellationRequested || registry.IsStopping)
             {
-                await UnholdAsync(shared, token, read.Generation!).ConfigureAwait(false);
+                if (!registry.IsStopping)
+                {
+                    await UnholdAsync(shared, token, read.Generation!).ConfigureAwait(false); // stopping: the answer goes at once, and the waiter expires
+                }
+
                 store.Broker.Metrics.Poll("empty");
                 return marksTakenBefore && !cancellation.IsCancellationRequested ? TakeOf(read, ack) : WindowTake.Empty(ack);
             }
@@ -95,7 +99,7 @@ internal sealed class SharedPolls(PollSessionStore store, SessionRegistry regist
         {
             await shared.UnholdAsync(token, generation).ConfigureAwait(false);
         }
-        catch (ClusterUnavailableException)
+        catch (Exception e) when (e is ClusterUnavailableException or ObjectDisposedException)
         {
             // the owner stops counting the poll as held a lease after its last read
         }
