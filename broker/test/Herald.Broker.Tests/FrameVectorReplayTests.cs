@@ -9,7 +9,7 @@ namespace Herald.Broker.Tests;
 
 /// <summary>
 /// The client-to-broker frame vectors of <c>protocol-spec/vectors</c> (spec §12) replayed over real TCP
-/// against one broker run with <c>limits.json</c>: each frame is the first after HELLO (Zstd and headers negotiated) on a
+/// against one broker run with <c>limits.json</c>: each frame is the first after HELLO (Zstd, headers, queue groups and presence negotiated) on a
 /// fresh connection, or the first frame of all for <c>hello.json</c>. An invalid vector must close the
 /// connection with its <c>error</c>; a valid one must be taken without an ERROR (a valid PUBLISH delivered, as its
 /// <c>fields</c> say, to the connection's own <c>&gt;</c>), or answered with the ERROR its <c>broker</c> member names
@@ -19,7 +19,7 @@ namespace Herald.Broker.Tests;
 public sealed class FrameVectorReplayTests(VectorBroker fixture) : IClassFixture<VectorBroker>
 {
     /// <summary>The files of frames a client sends (spec §3); MESSAGE, WELCOME and ERROR are the broker's.</summary>
-    private static readonly string[] ClientFiles = ["hello.json", "subscribe.json", "unsubscribe.json", "publish.json", "ping.json", "pong.json"];
+    private static readonly string[] ClientFiles = ["hello.json", "subscribe.json", "unsubscribe.json", "publish.json", "ping.json", "pong.json", "presence.json"];
 
     private static readonly Lazy<Dictionary<string, JsonElement>> Cases = new(() =>
     {
@@ -31,11 +31,6 @@ public sealed class FrameVectorReplayTests(VectorBroker fixture) : IClassFixture
             {
                 foreach (JsonElement c in root.GetProperty(kind).EnumerateArray())
                 {
-                    if (AwaitsPresence(file, c))
-                    {
-                        continue;
-                    }
-
                     cases.Add($"{file} / {kind} / {c.GetProperty("name").GetString()}", c);
                 }
             }
@@ -43,10 +38,6 @@ public sealed class FrameVectorReplayTests(VectorBroker fixture) : IClassFixture
 
         return cases;
     });
-
-    /// <summary>SUBSCRIBE rows with the join or presence events bit (spec §15.1): replayed once the broker's presence is in.</summary>
-    private static bool AwaitsPresence(string file, JsonElement c) =>
-        file == "subscribe.json" && c.TryGetProperty("fields", out JsonElement f) && (f.GetProperty("options").GetUInt32() & 6) != 0;
 
     public static TheoryData<string> Ids
     {
@@ -72,7 +63,7 @@ public sealed class FrameVectorReplayTests(VectorBroker fixture) : IClassFixture
         await using var client = await ProtocolClient.ConnectAsync(fixture.Broker.Port);
         if (!hello)
         {
-            await client.HelloAsync("vectors", Capabilities.Zstd | Capabilities.Headers | Capabilities.QueueGroups);
+            await client.HelloAsync("vectors", Capabilities.Zstd | Capabilities.Headers | Capabilities.QueueGroups | Capabilities.Presence);
             await client.SubscribeAsync(uint.MaxValue - 1, ">"); // what a valid PUBLISH routes comes back here
         }
 
@@ -104,6 +95,15 @@ public sealed class FrameVectorReplayTests(VectorBroker fixture) : IClassFixture
 
         Assert.True(ponged, $"{id}: the broker closed the connection instead of answering PING after {string.Join(", ", answers)}");
         Assert.True(errors.Count == 0, $"{id}: expected no ERROR, got {string.Join(", ", answers)}");
+        if (id.StartsWith("presence.json / valid", StringComparison.Ordinal))
+        {
+            // Answered with one PRESENCE_REPLY of its request_id and the vector's reply_code (spec §12, §15.3).
+            JsonElement fields = c.GetProperty("fields");
+            PresenceReplyFrame reply = Assert.Single(answers, f => f.Type == FrameType.PresenceReply).Reply!.Value;
+            Assert.Equal(fields.GetProperty("request_id").GetUInt32(), reply.RequestId);
+            Assert.Equal(c.TryGetProperty("reply_code", out JsonElement code) ? Enum.Parse<ErrorCode>(code.GetString()!) : ErrorCode.None, reply.Code);
+        }
+
         foreach (Frame message in answers.Where(f => f.Type == FrameType.Message))
         {
             // Every frame the broker sends stays within the max_frame its WELCOME advertised (spec §4.2).

@@ -10,4 +10,7 @@ internal sealed record BrokerEngines(IPublicationExchange Exchange, ISharedInter
 {
     /// <summary>A single node's: nothing is shared.</summary>
     public static readonly BrokerEngines Local = new(LocalExchange.Instance, LocalInterest.Instance, LocalHistory.Instance, LocalStatus.Instance, LocalSessions.Instance);
+
+    /// <summary>Presence (spec §15): it keeps state, so each broker has its own (composed by Hosting); null: a default <see cref="LocalPresence"/>.</summary>
+    public IPresence? Presence { get; init; }
 }

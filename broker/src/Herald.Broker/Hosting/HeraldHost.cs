@@ -37,6 +37,7 @@ public static class HeraldHost
         services.AddSecurity();
         services.AddCluster();
         services.AddHistory();
+        services.AddPresence();
         services.AddSessions();
         services.AddLongPoll();
         var listeners = new Listeners();

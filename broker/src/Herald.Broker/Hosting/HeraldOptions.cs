@@ -52,6 +52,9 @@ public sealed class HeraldOptions
     /// <summary>Topics that keep their recent messages, so clients resume after a disconnect (off unless <c>Herald:History:Topics</c> names a pattern).</summary>
     public History.HistoryOptions History { get; set; } = new();
 
+    /// <summary>Who is on a topic, join and leave events, occupancy (spec §15); on by default, not granted by a cluster node yet.</summary>
+    public Engines.PresenceOptions Presence { get; set; } = new();
+
     /// <summary>
     /// A key under <c>Herald:</c> that no setting binds (a typo) stops the start instead of a warning. Off by
     /// default: the broker warns at start, naming the key and the closest known one.

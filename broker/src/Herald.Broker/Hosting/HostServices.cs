@@ -1,5 +1,6 @@
 using Herald.Broker.Cluster;
 using Herald.Broker.Compression;
+using Herald.Broker.Engines;
 using Herald.Broker.History;
 using Herald.Broker.Monitoring;
 using Herald.Broker.Policy;
@@ -113,6 +114,19 @@ internal static class HostServices
             return new HistorySlot(store);
         });
 
+    /// <summary>
+    /// Presence (spec §15): this node's members, in memory. A cluster node does not grant the capability until presence
+    /// is shared through Redis: a client there is never given one node's members as the cluster's.
+    /// </summary>
+    public static void AddPresence(this IServiceCollection services) =>
+        services.AddSingleton<IPresence>(sp =>
+        {
+            HeraldOptions o = sp.GetRequiredService<IOptions<HeraldOptions>>().Value;
+            var presence = new LocalPresence(o.Presence, enabled: o.Presence.Enabled && !o.Cluster.Enabled);
+            PresenceMetrics.Observe(sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), presence);
+            return presence;
+        });
+
     /// <summary>Sessions: what every session shares (the engines included) and the registry of every session of every transport.</summary>
     public static void AddSessions(this IServiceCollection services)
     {
@@ -125,7 +139,7 @@ internal static class HostServices
             sp.GetRequiredService<Authenticator>(),
             sp.GetRequiredService<BrokerMetrics>(),
             sp.GetRequiredService<ClientFaultLog>(),
-            sp.GetRequiredService<ClusterSlot>().Engines,
+            sp.GetRequiredService<ClusterSlot>().Engines with { Presence = sp.GetRequiredService<IPresence>() },
             sp.GetRequiredService<HistorySlot>().Store,
             sp.GetRequiredService<TimeProvider>()));
         services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));

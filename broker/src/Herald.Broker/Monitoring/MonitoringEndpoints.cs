@@ -50,6 +50,17 @@ internal static class MonitoringEndpoints
     }
 
     /// <summary><c>/statusz</c>: the status page's data, compact (see <see cref="StatusSampler"/>).</summary>
+    private static VarzPresence? Presence(Engines.IPresence presence)
+    {
+        if (!presence.Enabled)
+        {
+            return null;
+        }
+
+        Engines.PresenceCounts counts = presence.Counts;
+        return new VarzPresence(counts.Entries, presence.Options.MaxEntries, counts.Topics, counts.Watchers, counts.Events, counts.Suppressed);
+    }
+
     private static IResult Statusz(HttpContext context)
     {
         context.Response.Headers.CacheControl = "no-store";
@@ -129,7 +140,8 @@ internal static class MonitoringEndpoints
             services.GetRequiredService<LongPollOptions>(),
             services.GetRequiredService<CompressionOptions>(),
             broker.ClusterStatus.Snapshot() is { } cluster ? ClusterOf(cluster) : null,
-            broker.History is { } history ? new VarzHistory(history.TopicCount, history.Options.MaxTopics, history.Bytes, history.Options.MaxBytes, history.EvictedTopics, history.Recovered, history.NotRecovered) : null);
+            broker.History is { } history ? new VarzHistory(history.TopicCount, history.Options.MaxTopics, history.Bytes, history.Options.MaxBytes, history.EvictedTopics, history.Recovered, history.NotRecovered) : null,
+            Presence(broker.Presence));
         return Results.Json(varz, MonitoringJsonContext.Default.Varz);
     }
 

@@ -38,7 +38,11 @@ internal sealed record Varz(
     LongPollOptions LongPoll,
     Compression.CompressionOptions Compression,
     VarzCluster? Cluster = null,
-    VarzHistory? History = null);
+    VarzHistory? History = null,
+    VarzPresence? Presence = null);
+
+/// <summary><c>/varz</c> <c>presence</c> (spec §15): counts only, never a member's name; absent when the broker does not grant presence.</summary>
+internal sealed record VarzPresence(long Members, long MaxMembers, long Topics, long EventsSubscriptions, long Events, long EventsSuppressed);
 
 /// <summary><c>/varz</c> <c>history</c>: the topic histories (README "History and resume"), absent when none is configured.</summary>
 internal sealed record VarzHistory(int Topics, int MaxTopics, long Bytes, long MaxBytes, long EvictedTopics, long ResumesRecovered, long ResumesNotRecovered);

@@ -22,7 +22,8 @@ internal sealed class Authenticator
         _options = options;
         _time = time;
         _tokens = _options.Auth.Tokens
-            .Select(t => (Convert.FromHexString(t.Sha256), Create(t.Name, t.Permissions.Publish, t.Permissions.Subscribe, t.Permissions.DenyPublish, t.Permissions.DenySubscribe, null)))
+            .Select(t => (Convert.FromHexString(t.Sha256), Create(t.Name, t.Permissions.Publish, t.Permissions.Subscribe, t.Permissions.DenyPublish, t.Permissions.DenySubscribe, null,
+                new PresenceRights(t.Permissions.Join, t.Permissions.DenyJoin, t.Permissions.Presence, t.Permissions.DenyPresence), info: null)))
             .ToArray();
         if (_options.Auth.Mode == AuthMode.Jwt)
         {
@@ -84,7 +85,9 @@ internal sealed class Authenticator
                 return null;
             }
 
-            return Create(subject, Claims(principal, "herald_pub"), Claims(principal, "herald_sub"), Claims(principal, "herald_deny_pub"), Claims(principal, "herald_deny_sub"), token.ValidTo == DateTime.MinValue ? null : new DateTimeOffset(token.ValidTo, TimeSpan.Zero));
+            var presence = new PresenceRights(Claims(principal, "herald_join"), Claims(principal, "herald_deny_join"), Claims(principal, "herald_presence"), Claims(principal, "herald_deny_presence"));
+            string? info = principal.FindFirst("herald_info")?.Value; // its size is held to Herald:Presence:MaxInfoBytes where it is used
+            return Create(subject, Claims(principal, "herald_pub"), Claims(principal, "herald_sub"), Claims(principal, "herald_deny_pub"), Claims(principal, "herald_deny_sub"), token.ValidTo == DateTime.MinValue ? null : new DateTimeOffset(token.ValidTo, TimeSpan.Zero), presence, info);
         }
         catch (Exception e) when (e is SecurityTokenException or ArgumentException or FormatException)
         {
@@ -187,9 +190,19 @@ internal sealed class Authenticator
     private static IEnumerable<string> Claims(ClaimsPrincipal principal, string type) => principal.FindAll(type).Select(c => c.Value);
 
     /// <summary>An identity named <paramref name="name"/>, with its own inbox prefix (spec §7) granted when inbox replies are on.</summary>
-    private Identity Create(string name, IEnumerable<string> publish, IEnumerable<string> subscribe, IEnumerable<string> denyPublish, IEnumerable<string> denySubscribe, DateTimeOffset? expiresAt)
+    private Identity Create(string name, IEnumerable<string> publish, IEnumerable<string> subscribe, IEnumerable<string> denyPublish, IEnumerable<string> denySubscribe, DateTimeOffset? expiresAt, PresenceRights presence, string? info)
     {
         string inboxPrefix = Identity.InboxPrefixOf(name);
-        return new Identity(name, new Permissions(publish, subscribe, denyPublish, denySubscribe, _options.AllowInboxReplies ? inboxPrefix : null), expiresAt, inboxPrefix);
+        var permissions = new Permissions(publish, subscribe, denyPublish, denySubscribe, _options.AllowInboxReplies ? inboxPrefix : null)
+        {
+            Join = [.. presence.Join],
+            DenyJoin = [.. presence.DenyJoin],
+            Presence = [.. presence.Read],
+            DenyPresence = [.. presence.DenyRead],
+        };
+        return new Identity(name, permissions, expiresAt, inboxPrefix) { Info = info };
     }
+
+    /// <summary>A credential's presence permissions (spec §10): join and read, each allowed and denied.</summary>
+    private readonly record struct PresenceRights(IEnumerable<string> Join, IEnumerable<string> DenyJoin, IEnumerable<string> Read, IEnumerable<string> DenyRead);
 }

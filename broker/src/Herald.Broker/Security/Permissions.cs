@@ -13,7 +13,7 @@ namespace Herald.Broker.Security;
 /// </summary>
 internal sealed class Permissions
 {
-    public static readonly Permissions AllowAll = new([">"], [">"], [], [], inboxPrefix: null);
+    public static readonly Permissions AllowAll = new([">"], [">"], [], [], inboxPrefix: null) { Join = [">"], Presence = [">"] };
 
     private readonly string[] _publish;
     private readonly string[] _subscribe;
@@ -31,6 +31,22 @@ internal sealed class Permissions
         _inbox = inboxPrefix is null ? null : inboxPrefix + ".>";
         IsAllowAll = _publish.Contains(">") && _subscribe.Contains(">") && _denyPublish.Length == 0 && _denySubscribe.Length == 0;
     }
+
+    /// <summary>Topics the identity may be present on (spec §10, §15.1: SUBSCRIBE's join bit); deny wins.</summary>
+    public string[] Join { get; init; } = [];
+
+    public string[] DenyJoin { get; init; } = [];
+
+    /// <summary>Topics whose presence the identity may read (members, occupancy, join and leave events; spec §10, §15); deny wins.</summary>
+    public string[] Presence { get; init; } = [];
+
+    public string[] DenyPresence { get; init; } = [];
+
+    /// <summary>Whether the identity may be present on <paramref name="topic"/> (one topic, no wildcards); subscribing to it is checked apart.</summary>
+    public bool CanJoin(string topic) => !MatchesAny(DenyJoin, topic) && MatchesAny(Join, topic);
+
+    /// <summary>Whether the identity may read <paramref name="topic"/>'s presence (one topic, no wildcards); subscribing to it is checked apart.</summary>
+    public bool CanReadPresence(string topic) => !MatchesAny(DenyPresence, topic) && MatchesAny(Presence, topic);
 
     /// <summary>Nothing to check per publish, and no reply permission to record per delivery.</summary>
     public bool IsAllowAll { get; }
@@ -134,6 +150,9 @@ internal sealed class Permissions
 /// </summary>
 internal sealed record Identity(string Name, Permissions Permissions, DateTimeOffset? ExpiresAt, string InboxPrefix)
 {
+    /// <summary>The client info its credential vouches for (a JWT's <c>herald_info</c>, spec §4.1): replaces HELLO's; null: none.</summary>
+    public string? Info { get; init; }
+
     public static readonly Identity Anonymous = new("anonymous", Permissions.AllowAll, null, "_INBOX");
 
     /// <summary>The inbox prefix of the identity named <paramref name="name"/>.</summary>

@@ -131,12 +131,23 @@ public sealed class PermissionOptions
     public List<string> DenyPublish { get; set; } = [];
 
     public List<string> DenySubscribe { get; set; } = [];
+
+    /// <summary>Topics the identity may be present on (spec §15.1, SUBSCRIBE's join bit); none unless named.</summary>
+    public List<string> Join { get; set; } = [];
+
+    public List<string> DenyJoin { get; set; } = [];
+
+    /// <summary>Topics whose presence the identity may read (members, occupancy, join and leave events; spec §15); none unless named.</summary>
+    public List<string> Presence { get; set; } = [];
+
+    public List<string> DenyPresence { get; set; } = [];
 }
 
 /// <summary>
 /// JWT validation. The identity is the token's <c>sub</c> (required); permissions come from the claims
 /// <c>herald_pub</c>, <c>herald_sub</c>, <c>herald_deny_pub</c> and <c>herald_deny_sub</c> (string or
-/// array of strings).
+/// array of strings), presence's from <c>herald_join</c>, <c>herald_deny_join</c>, <c>herald_presence</c> and
+/// <c>herald_deny_presence</c>; <c>herald_info</c> (a string) is the client info others see, replacing HELLO's.
 /// </summary>
 public sealed class JwtOptions
 {

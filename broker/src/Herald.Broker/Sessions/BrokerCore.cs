@@ -21,6 +21,7 @@ internal sealed class BrokerCore
         SharedHistory = engines.History;
         ClusterStatus = engines.Status;
         SharedSessions = engines.Sessions;
+        Presence = engines.Presence ?? new LocalPresence(new PresenceOptions(), enabled: true);
         History = history;
         ServerName = serverName;
         Limits = limits;
@@ -78,6 +79,9 @@ internal sealed class BrokerCore
 
     /// <summary>Where long-poll sessions' state is kept for every node to serve them (<see cref="LocalSessions"/>: nowhere, on a single node).</summary>
     public ISharedSessions SharedSessions { get; }
+
+    /// <summary>Who is on a topic, its join and leave events and its occupancy (spec §15).</summary>
+    public IPresence Presence { get; }
 
     /// <summary>Topic histories, when <c>Herald:History:Topics</c> names a pattern; null otherwise (one test per publication).</summary>
     public HistoryStore? History { get; }

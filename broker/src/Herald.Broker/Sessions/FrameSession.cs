@@ -336,7 +336,7 @@ internal sealed class FrameSession : ProtocolSession
                 break;
             case FrameType.Subscribe:
                 SubscribeFrame subscribe = FrameDecoder.ReadSubscribe(ref reader, count);
-                Tell(Subscribe(subscribe.Sid, subscribe.Pattern, (subscribe.Options & SubscribeOptions.NoEcho) != 0, subscribe.Since, subscribe.QueueString));
+                Tell(Subscribe(subscribe.Sid, subscribe.Pattern, (subscribe.Options & SubscribeOptions.NoEcho) != 0, subscribe.Since, subscribe.QueueString, subscribe.Options));
                 break;
             case FrameType.Unsubscribe:
                 Tell(Unsubscribe(FrameDecoder.ReadUnsubscribe(ref reader, count).Sid));
@@ -349,7 +349,11 @@ internal sealed class FrameSession : ProtocolSession
                 FrameDecoder.ReadEmpty(ref reader, count);
                 break;
             case FrameType.Hello:
-                Hello(FrameDecoder.ReadHello(ref reader, count));
+                Hello(FrameDecoder.ReadHello(ref reader, count, Broker.Presence.Options.MaxInfoBytes));
+                break;
+            case FrameType.Presence:
+                Control(Presence(FrameDecoder.ReadPresence(ref reader, count), out Refusal notice));
+                Tell(notice);
                 break;
             default:
                 Throw(ErrorCode.UnexpectedFrame, $"{type} frames are sent by the broker, not to it.");
@@ -366,6 +370,7 @@ internal sealed class FrameSession : ProtocolSession
         }
 
         bool refreshing = IsOpen;
+        HelloInfo = hello.Info;
         Capabilities accepted = Open(Authenticate(Broker, hello.Auth, RemoteEndPoint, Transport), hello.ClientName, hello.Capabilities);
         if (!refreshing && ClaimQuota() is { IsNone: false } refused)
         {
@@ -386,7 +391,7 @@ internal sealed class FrameSession : ProtocolSession
     {
         if (!refusal.IsNone)
         {
-            Control(ControlFrames.Error(refusal.Code, refusal.Message!));
+            Control(ControlFrames.Error(refusal.Code, refusal.Message!, sid: refusal.Sid));
         }
     }
 

@@ -1,5 +1,6 @@
 using System.Net;
 using Herald.Broker.Compression;
+using Herald.Broker.Engines;
 using Herald.Broker.Routing;
 using Herald.Broker.Security;
 using Herald.Broker.Telemetry;
@@ -71,6 +72,7 @@ internal abstract partial class ProtocolSession
         accepted |= requested & Capabilities.QueueGroups; // every broker of this version routes them
         GrantsHistory = (accepted & Capabilities.History) != 0;
         GrantsQueueGroups = (accepted & Capabilities.QueueGroups) != 0;
+        accepted |= GrantPresence(requested, accepted);
         Volatile.Write(ref _opened, true);
         return accepted;
     }
@@ -122,7 +124,7 @@ internal abstract partial class ProtocolSession
 
             foreach (Subscription subscription in _subscriptions.Values)
             {
-                if (identity.Permissions.CanSubscribe(subscription.Pattern))
+                if (identity.Permissions.CanSubscribe(subscription.Pattern) && StillPresent(subscription, identity.Permissions))
                 {
                     subscription.Replies = _replyPermits;
                 }
@@ -134,6 +136,7 @@ internal abstract partial class ProtocolSession
 
             foreach (Subscription subscription in revoked ?? [])
             {
+                EndPresence(subscription.Sid, PresenceReason.Revoked);
                 Broker.Router.Remove(subscription);
                 subscription.Held = false; // a cluster resume waiting for it lets it go
                 _subscriptions.Remove(subscription.Sid);

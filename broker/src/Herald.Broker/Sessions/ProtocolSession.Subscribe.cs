@@ -22,12 +22,14 @@ internal abstract partial class ProtocolSession
     /// <param name="since">Resume the topic's history after this position (spec §13): the subscription is answered
     /// with a status MESSAGE, then what it missed, then the live stream. Only for a client granted headers.</param>
     /// <param name="queue">The queue group to join (spec §14), or null: only for a client granted queue_groups, never with <paramref name="since"/>.</param>
-    public Refusal Subscribe(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition? since = null, string? queue = null)
+    /// <param name="presence">SUBSCRIBE's join and presence-events bits (spec §15.1, §15.2); other bits are ignored.</param>
+    public Refusal Subscribe(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition? since = null, string? queue = null, SubscribeOptions presence = SubscribeOptions.None)
     {
         bool overRate = TakeSubscriptionToken();
         try
         {
-            return Answer(overRate, queue is not null ? SubscribeQueue(sid, pattern, noEcho, since, queue)
+            return Answer(overRate, (presence & PresenceBits) != 0 ? SubscribePresent(sid, pattern, noEcho, since, queue, presence & PresenceBits)
+                : queue is not null ? SubscribeQueue(sid, pattern, noEcho, since, queue)
                 : since is { } position ? SubscribeSince(sid, pattern, noEcho, position)
                 : SubscribeCore(sid, pattern, noEcho));
         }
@@ -312,6 +314,7 @@ internal abstract partial class ProtocolSession
                 return Refuse(ErrorCode.UnknownSubscription, $"No live subscription with id {sid}.");
             }
 
+            EndPresence(sid, PresenceReason.Unsubscribe);
             Broker.Router.Remove(subscription);
             subscription.Held = false; // a cluster resume waiting for it lets it go
             _usage?.RemoveSubscription(subscription.Pattern);

@@ -17,6 +17,9 @@ namespace Herald.Broker.Sessions;
 internal readonly record struct Refusal(ErrorCode Code, string? Message)
 {
     public bool IsNone => Code == ErrorCode.None;
+
+    /// <summary>The refused SUBSCRIBE, where the ERROR names it (spec §15.1); 0: none.</summary>
+    public uint Sid { get; init; }
 }
 
 /// <summary>
@@ -281,6 +284,7 @@ internal abstract partial class ProtocolSession : INoResponders
             {
                 foreach (Subscription subscription in _subscriptions.Values)
                 {
+                    EndPresence(subscription.Sid, PresenceReason.Disconnect);
                     Broker.Router.Remove(subscription);
                     subscription.Held = false; // a cluster resume waiting for it lets it go
                     _usage?.RemoveSubscription(subscription.Pattern);

@@ -16,6 +16,9 @@ public sealed record Frame(FrameType Type, uint Sid = 0, string Topic = "", stri
 
     public PayloadFlags Flags { get; init; }
 
+    /// <summary>PRESENCE_REPLY (spec §15.3).</summary>
+    public PresenceReplyFrame? Reply { get; init; }
+
     /// <summary>The MESSAGE's header block (spec §4.9), keys in encoded order; null when it has none.</summary>
     public List<KeyValuePair<string, string[]>>? Headers { get; init; }
 
@@ -36,6 +39,7 @@ public sealed record Frame(FrameType Type, uint Sid = 0, string Topic = "", stri
     {
         FrameType.Message => $"MESSAGE sid={Sid} topic={Topic} payload={Text}",
         FrameType.Error => $"ERROR {Error}",
+        FrameType.PresenceReply => $"PRESENCE_REPLY {Reply!.Value.RequestId} code={Reply.Value.Code} members={Reply.Value.Members} entries={Reply.Value.Entries.Count}",
         _ => Type.ToString(),
     };
 }
@@ -295,6 +299,8 @@ public sealed class ProtocolClient : IAsyncDisposable
             case FrameType.Ping or FrameType.Pong:
                 FrameDecoder.ReadEmpty(ref reader, count);
                 return new Frame(type);
+            case FrameType.PresenceReply:
+                return new Frame(type) { Reply = FrameDecoder.ReadPresenceReply(ref reader, count) };
             default:
                 throw new Xunit.Sdk.XunitException($"The broker sent a {type} frame.");
         }

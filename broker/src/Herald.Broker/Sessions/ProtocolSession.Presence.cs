@@ -1,0 +1,224 @@
+using System.Buffers;
+using System.Globalization;
+using System.Text;
+using Herald.Broker.Delivery;
+using Herald.Broker.Engines;
+using Herald.Broker.Routing;
+using Herald.Protocol;
+
+namespace Herald.Broker.Sessions;
+
+/// <summary>
+/// Presence (spec §15): SUBSCRIBE's join and presence-events bits, the leave of every way a subscription ends, and
+/// PRESENCE answered with PRESENCE_REPLY. The capability and the permissions are checked first, the engine
+/// (<see cref="BrokerCore.Presence"/>) is asked last; nothing here runs per publication.
+/// </summary>
+internal abstract partial class ProtocolSession
+{
+    private const SubscribeOptions PresenceBits = SubscribeOptions.Join | SubscribeOptions.PresenceEvents;
+
+    // What each subscription with presence bits holds in the engine, by sid; guarded by _subscriptionsGate.
+    private Dictionary<uint, PresenceHold>? _presence;
+
+    /// <summary>The client may be present, get events and ask who is present (spec §4.1 bit 5): it asked, with headers, and the broker grants it.</summary>
+    public bool GrantsPresence { get; private set; }
+
+    /// <summary>The client info HELLO sent (spec §4.1); a credential's <c>herald_info</c> wins over it.</summary>
+    protected string? HelloInfo { get; set; }
+
+    /// <summary>This connection's client id (spec §15.1): unique among the broker's sessions while it lives, fixed width so ids sort as numbers.</summary>
+    public string PresenceClient => Id.ToString("x16", CultureInfo.InvariantCulture);
+
+    /// <summary>Grants the presence capability when asked for with headers granted and the broker's presence on (called by <see cref="Open"/>).</summary>
+    private Capabilities GrantPresence(Capabilities requested, Capabilities accepted)
+    {
+        GrantsPresence = (requested & Capabilities.Presence) != 0 && (accepted & Capabilities.Headers) != 0 && Broker.Presence.Enabled;
+        return GrantsPresence ? Capabilities.Presence : Capabilities.None;
+    }
+
+    /// <summary>
+    /// SUBSCRIBE with join or presence events (spec §15.1): one topic, the capability granted, then subscribe, join and
+    /// presence permissions (refused with the SUBSCRIBE's sid, nothing done), then the events, the join (its limits), and
+    /// the subscription itself; a refusal of any step undoes the steps before it.
+    /// </summary>
+    private Refusal SubscribePresent(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition? since, string? queue, SubscribeOptions presence)
+    {
+        if (!GrantsPresence)
+        {
+            Throw(ErrorCode.MalformedFrame, "A SUBSCRIBE asked to join or for presence events without negotiating presence (HELLO's capabilities, with headers).");
+        }
+
+        string topic = CheckSubscribe(sid, pattern);
+        if (HasWildcards(topic))
+        {
+            Throw(ErrorCode.MalformedFrame, $"A SUBSCRIBE asked to join or for presence events on '{topic}', a pattern with wildcards: presence is one topic's.");
+        }
+
+        bool join = (presence & SubscribeOptions.Join) != 0;
+        bool watch = (presence & SubscribeOptions.PresenceEvents) != 0;
+        Security.Permissions permissions = Identity.Permissions;
+        if (!permissions.CanSubscribe(topic) || (join && !permissions.CanJoin(topic)) || (watch && !permissions.CanReadPresence(topic)))
+        {
+            string what = !permissions.CanSubscribe(topic) ? "Subscribing to" : join && !permissions.CanJoin(topic) ? "Joining" : "Reading the presence of";
+            return Denied($"{what} '{topic}' is not permitted for '{Identity.Name}'.") with { Sid = sid };
+        }
+
+        IPresence engine = Broker.Presence;
+        PresenceMember? member = join ? Member() : null;
+        if (watch)
+        {
+            engine.Watch(topic, Backlog, sid, noEcho);
+        }
+
+        if (member is not null && engine.Join(topic, member) is { } full)
+        {
+            Undo(topic, sid, null, watch);
+            return Refuse(ErrorCode.PresenceFull, full) with { Sid = sid };
+        }
+
+        Refusal answer;
+        try
+        {
+            answer = queue is not null ? SubscribeQueue(sid, pattern, noEcho, since, queue)
+                : since is { } position ? SubscribeSince(sid, pattern, noEcho, position)
+                : SubscribeCore(sid, pattern, noEcho);
+        }
+        catch (ProtocolException)
+        {
+            Undo(topic, sid, member, watch);
+            throw;
+        }
+
+        if (!answer.IsNone || !Hold(sid, new PresenceHold(topic, member, watch)))
+        {
+            Undo(topic, sid, member, watch); // refused, or the session closed meanwhile: nothing stays in the engine
+        }
+
+        return answer;
+    }
+
+    /// <summary>Keeps what subscription <paramref name="sid"/> holds in the engine, if it is still live (a close may have ended it).</summary>
+    private bool Hold(uint sid, PresenceHold hold)
+    {
+        lock (_subscriptionsGate)
+        {
+            if (_subscriptionsEnded || _subscriptions?.ContainsKey(sid) != true)
+            {
+                return false;
+            }
+
+            (_presence ??= []).Add(sid, hold);
+            return true;
+        }
+    }
+
+    private void Undo(string topic, uint sid, PresenceMember? member, bool watched)
+    {
+        if (member is not null)
+        {
+            Broker.Presence.Leave(topic, member, PresenceReason.Unsubscribe);
+        }
+
+        if (watched)
+        {
+            Broker.Presence.Unwatch(topic, Backlog, sid);
+        }
+    }
+
+    /// <summary>Subscription <paramref name="sid"/> ended: what it held in the engine goes (its member leaves, with <paramref name="reason"/>). Caller holds <c>_subscriptionsGate</c>.</summary>
+    private void EndPresence(uint sid, PresenceReason reason)
+    {
+        if (_presence is null || !_presence.Remove(sid, out PresenceHold hold))
+        {
+            return;
+        }
+
+        if (hold.Member is not null)
+        {
+            Broker.Presence.Leave(hold.Topic, hold.Member, reason);
+        }
+
+        if (hold.Watching)
+        {
+            Broker.Presence.Unwatch(hold.Topic, Backlog, sid);
+        }
+    }
+
+    /// <summary>Whether a refreshed credential still grants what subscription <paramref name="subscription"/> holds of presence (spec §4.1, §15.1). Caller holds <c>_subscriptionsGate</c>.</summary>
+    private bool StillPresent(Subscription subscription, Security.Permissions permissions) =>
+        _presence is null || !_presence.TryGetValue(subscription.Sid, out PresenceHold hold)
+        || ((hold.Member is null || permissions.CanJoin(hold.Topic)) && (!hold.Watching || permissions.CanReadPresence(hold.Topic)));
+
+    /// <summary>This connection as a member (spec §15.1): its client id, identity (<c>""</c> with authentication off) and info (the credential's, else HELLO's).</summary>
+    private PresenceMember Member()
+    {
+        string? info = Identity.Info ?? HelloInfo;
+        if (info is not null && Encoding.UTF8.GetByteCount(info) > Broker.Presence.Options.MaxInfoBytes)
+        {
+            info = null; // a herald_info claim over the limit is not shown (HELLO's is refused when read)
+        }
+
+        string identity = Broker.Authenticator.Mode == Security.AuthMode.None ? "" : Identity.Name;
+        return new PresenceMember(PresenceClient, identity, info, IdentityQuotas.KeyOf(Identity, RemoteEndPoint), Backlog);
+    }
+
+    /// <summary>
+    /// PRESENCE (spec §15.3): charged as one subscription change, the topic's rules (fatal when broken, as in PUBLISH), a
+    /// topic with wildcards answered <c>InvalidTopic</c>, the permissions (subscribe and presence; refused with nothing
+    /// else in the answer, not even the count), then one page of members, as many as fit in <c>max_frame</c>.
+    /// </summary>
+    public MessageBuffer Presence(in PresenceFrame request, out Refusal notice)
+    {
+        if (!GrantsPresence)
+        {
+            Throw(ErrorCode.UnexpectedFrame, "PRESENCE from a client that did not negotiate presence (HELLO's capabilities).");
+        }
+
+        notice = Answer(TakeSubscriptionToken(), default);
+        ReadOnlySpan<byte> bytes = request.Topic.IsSingleSegment ? request.Topic.FirstSpan : request.Topic.ToArray();
+        ErrorCode broken = Topic.ValidatePattern(bytes, Limits.MaxTopicLength);
+        if (broken != ErrorCode.None)
+        {
+            Throw(broken, Topic.Describe(broken, bytes, Limits.MaxTopicLength));
+        }
+
+        string topic = Encoding.UTF8.GetString(bytes);
+        if (Topic.HasWildcard(bytes))
+        {
+            return Reply(request.RequestId, ErrorCode.InvalidTopic, default);
+        }
+
+        if (!Identity.Permissions.CanSubscribe(topic) || !Identity.Permissions.CanReadPresence(topic))
+        {
+            Broker.Metrics.ProtocolError(ErrorCode.PermissionDenied);
+            return Reply(request.RequestId, ErrorCode.PermissionDenied, default);
+        }
+
+        int limit = (int)Math.Min(request.Limit, (ulong)Broker.Presence.Options.MaxPageSize);
+        return Reply(request.RequestId, ErrorCode.None, Broker.Presence.Read(topic, limit, request.Cursor));
+    }
+
+    /// <summary>A PRESENCE_REPLY within <c>max_frame</c>: entries past what fits are left for the next page.</summary>
+    private MessageBuffer Reply(uint requestId, ErrorCode code, PresencePage page)
+    {
+        IReadOnlyList<PresenceEntry> entries = page.Entries ?? [];
+        string? next = page.Next;
+        var writer = new ArrayBufferWriter<byte>(256);
+        while (true)
+        {
+            FrameWriter.WritePresenceReply(writer, requestId, code, (ulong)page.Occupancy.Members, (ulong)page.Occupancy.Identities, entries, next);
+            if (writer.WrittenCount - ProtocolConstants.LengthPrefixSize <= Limits.MaxFrameBytes || entries.Count == 0)
+            {
+                return MessageBuffer.Copy(writer.WrittenSpan);
+            }
+
+            // Over max_frame: halve the page; its last entry is the cursor of the next.
+            entries = [.. entries.Take(entries.Count / 2)];
+            next = entries.Count > 0 ? entries[^1].Client : null;
+            writer.ResetWrittenCount();
+        }
+    }
+
+    /// <summary>What one subscription holds in the engine: its topic, its member (join) and whether it gets the events.</summary>
+    private readonly record struct PresenceHold(string Topic, PresenceMember? Member, bool Watching);
+}
