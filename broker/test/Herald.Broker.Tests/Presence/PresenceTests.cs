@@ -90,6 +90,34 @@ public sealed class PresenceTests(ITestOutputHelper output)
     }
 
     [Fact]
+    public async Task A_member_closed_as_a_slow_consumer_leaves()
+    {
+        await using TestBroker broker = await TestBroker.StartAsync(o => (o.Limits.MaxPendingBytes, o.Limits.MaxFrameBytes, o.Tcp.SendBufferBytes) = (256 * 1024, 64 * 1024, 4096));
+        await using ProtocolClient watcher = await ProtocolClient.OpenAsync(broker.Port, "watcher", capabilities: Caps);
+        await watcher.SubscribeAsync(1, "room.1", SubscribeOptions.PresenceEvents);
+        await BarrierAsync(watcher);
+        await using ProtocolClient stalled = await ProtocolClient.OpenAsync(broker.Port, "stalled", receiveBufferSize: 4096, capabilities: Caps);
+        await stalled.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
+        await stalled.SubscribeAsync(2, "flood");
+        await BarrierAsync(stalled); // joined; from now on it reads nothing
+        Assert.Equal(["join"], (await watcher.ReadMessageAsync()).Header("Herald-Presence"));
+
+        await using ProtocolClient publisher = await ProtocolClient.OpenAsync(broker.Port, "publisher");
+        List<Frame> seen = await Until.Value(
+            async () =>
+            {
+                await publisher.PublishAsync("flood", new byte[32 * 1024]);
+                await BarrierAsync(publisher);
+                return await BarrierAsync(watcher);
+            },
+            frames => frames.Count > 0,
+            "the stalled member's leave");
+        Frame leave = Assert.Single(seen);
+        Assert.Equal(["leave"], leave.Header("Herald-Presence"));
+        Assert.Equal(["disconnect"], leave.Header("Herald-Reason"));
+    }
+
+    [Fact]
     public async Task Presence_is_read_in_pages_ordered_by_client_and_the_occupancy_alone_for_limit_0()
     {
         await using TestBroker broker = await TestBroker.StartAsync();
