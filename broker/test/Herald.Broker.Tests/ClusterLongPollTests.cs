@@ -105,6 +105,10 @@ public sealed class ClusterLongPollTests
         await Until.True(async () => await VarzSumAsync(cluster, "held_polls") == 0, "no poll is held any more");
         Task<PollResult> older = on1.PollAsync(1);
         await UntilHeldAsync(cluster, older, "the older poll through node 1 is held");
+        // Held counts a poll from its admission, before its read in Redis names node 1 the waiter: until then a newer
+        // poll would find no poll to replace, and node 1's read, coming after it, would be the newer one.
+        await using StackExchange.Redis.ConnectionMultiplexer redis = await StackExchange.Redis.ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
+        await Until.True(async () => await redis.GetDatabase().HashExistsAsync("{herald}:lp:" + on0.Session, "waiter"), "node 1 is the session's waiter in Redis");
         Task<PollResult> newer = on2.PollAsync(1);
         PollResult replaced = await older;
         Assert.Equal((HttpStatusCode.Conflict, "PollReplaced"), (replaced.Status, replaced.Code));
