@@ -38,9 +38,10 @@ internal interface IPresence
     /// <summary>
     /// The occupancy and up to <paramref name="limit"/> members ordered by client id after <paramref name="cursor"/>
     /// (exclusive), read without copying the topic's members; <see cref="PresencePage.Next"/> is the last one listed when
-    /// more follow.
+    /// more follow. The local engine completes at once; a shared one asks its store and raises
+    /// <see cref="ClusterUnavailableException"/> when it cannot (never an empty page passed off as the truth).
     /// </summary>
-    PresencePage Read(string topic, int limit, string? cursor);
+    ValueTask<PresencePage> ReadAsync(string topic, int limit, string? cursor);
 
     /// <summary>Counts for metrics and /varz (never the members' names).</summary>
     PresenceCounts Counts { get; }

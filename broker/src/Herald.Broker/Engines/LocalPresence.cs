@@ -166,6 +166,9 @@ internal sealed class LocalPresence(PresenceOptions options, bool enabled) : IPr
         }
     }
 
+    public ValueTask<PresencePage> ReadAsync(string topic, int limit, string? cursor) => new(Read(topic, limit, cursor));
+
+    /// <summary>The page <see cref="ReadAsync"/> completes with: in memory, under the lock.</summary>
     public PresencePage Read(string topic, int limit, string? cursor)
     {
         lock (_gate)

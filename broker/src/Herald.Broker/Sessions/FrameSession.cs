@@ -102,7 +102,7 @@ internal sealed class FrameSession : ProtocolSession
                     while (FrameReader.TryReadFrame(ref buffer, IsOpen ? maxFrame : maxHelloFrame, out ReadOnlySequence<byte> body))
                     {
                         HandleFrame(body);
-                        if (Throttle.Ticks > 0 || Backlog.PendingReplies >= maxReplies || Input.IsClosed || AwaitsInterest)
+                        if (Throttle.Ticks > 0 || Backlog.PendingReplies >= maxReplies || Input.IsClosed || AwaitsInterest || PresenceUnanswered >= MaxPresenceUnanswered)
                         {
                             heldBack = true; // the rest of the batch waits in the pipe
                             break;
@@ -132,6 +132,7 @@ internal sealed class FrameSession : ProtocolSession
                     ThrottleServed();
 
                     await Backlog.WhenRepliesBelow(maxReplies).ConfigureAwait(false);
+                    await PresenceRoomAsync().ConfigureAwait(false);
                     if (AwaitsInterest)
                     {
                         // Cluster: a subscription change waits until Redis has it, so the PONG after it means
@@ -171,6 +172,43 @@ internal sealed class FrameSession : ProtocolSession
         finally
         {
             await CloseAsync().ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>
+    /// Completes once fewer than <see cref="ProtocolSession.MaxPresenceUnanswered"/> PRESENCE wait for their answer (spec
+    /// §15.3), or the session closes: until then the loop reads nothing more. Caller: the read loop.
+    /// </summary>
+    private async Task PresenceRoomAsync()
+    {
+        while (PresenceUnanswered >= MaxPresenceUnanswered && !IsClosing)
+        {
+            var room = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            Volatile.Write(ref _presenceRoom, room);
+            if (PresenceUnanswered < MaxPresenceUnanswered || IsClosing)
+            {
+                break; // answered (or closed) between the test and the wait's making
+            }
+
+            await room.Task.ConfigureAwait(false);
+        }
+
+        Volatile.Write(ref _presenceRoom, null);
+    }
+
+    // The read loop's wait for a PRESENCE answer (PresenceRoomAsync); completed by PresenceAnswered or a close.
+    private TaskCompletionSource? _presenceRoom;
+
+    /// <inheritdoc/>
+    protected override void PresenceAnswered() => Volatile.Read(ref _presenceRoom)?.TrySetResult();
+
+    /// <summary>A PRESENCE answered after the engine read Redis: queued as a reply (in any order with the others, spec §15.3) and flushed.</summary>
+    private async Task AnswerLaterAsync(ValueTask<MessageBuffer> answer)
+    {
+        MessageBuffer reply = await answer.ConfigureAwait(false);
+        if (Backlog.EnqueueControl(reply))
+        {
+            Backlog.ScheduleFlush();
         }
     }
 
@@ -263,6 +301,7 @@ internal sealed class FrameSession : ProtocolSession
     {
         _connection.Transport.Input.CancelPendingRead();
         Backlog.CancelWait(); // a read loop holding its client back ends too
+        Volatile.Read(ref _presenceRoom)?.TrySetResult();
     }
 
     /// <summary>Handshake timeout, idle PINGs, stale connections (spec §6.2).</summary>
@@ -352,7 +391,16 @@ internal sealed class FrameSession : ProtocolSession
                 Hello(FrameDecoder.ReadHello(ref reader, count, Broker.Presence.Options.MaxInfoBytes));
                 break;
             case FrameType.Presence:
-                Control(Presence(FrameDecoder.ReadPresence(ref reader, count), out Refusal notice));
+                ValueTask<MessageBuffer> answer = PresenceAsync(FrameDecoder.ReadPresence(ref reader, count), out Refusal notice);
+                if (answer.IsCompletedSuccessfully)
+                {
+                    Control(answer.Result);
+                }
+                else
+                {
+                    _ = AnswerLaterAsync(answer); // read from the cluster's store: at most MaxPresenceUnanswered at once
+                }
+
                 Tell(notice);
                 break;
             default:

@@ -162,12 +162,30 @@ internal abstract partial class ProtocolSession
         return new PresenceMember(PresenceClient, identity, info, IdentityQuotas.KeyOf(Identity, RemoteEndPoint), Backlog);
     }
 
+    /// <summary>PRESENCE requests a connection may have unanswered before its input stops (spec §15.3).</summary>
+    public const int MaxPresenceUnanswered = 16;
+
+    // PRESENCE requests read and not yet answered (the engine asks its store); Interlocked.
+    private int _presenceUnanswered;
+
+    /// <summary>PRESENCE requests read from this connection and not yet answered: the transport reads no more while it is <see cref="MaxPresenceUnanswered"/>.</summary>
+    public int PresenceUnanswered => Volatile.Read(ref _presenceUnanswered);
+
+    /// <summary>The most PRESENCE requests this connection ever had unanswered at once (monitoring, tests: never above <see cref="MaxPresenceUnanswered"/>).</summary>
+    public int PresenceUnansweredMost => Volatile.Read(ref _presenceUnansweredMost);
+
+    private int _presenceUnansweredMost;
+
     /// <summary>
     /// PRESENCE (spec §15.3): charged as one subscription change, the topic's rules (fatal when broken, as in PUBLISH), a
     /// topic with wildcards answered <c>InvalidTopic</c>, the permissions (subscribe and presence; refused with nothing
-    /// else in the answer, not even the count), then one page of members, as many as fit in <c>max_frame</c>.
+    /// else in the answer, not even the count), then one page of members, as many as fit in <c>max_frame</c>. The checks
+    /// run now (on the caller's thread, in order with the connection's other frames); the page is read from the engine,
+    /// at once on a single node, from Redis in a cluster: the answer then completes later, counted in
+    /// <see cref="PresenceUnanswered"/> until it does, and a store that cannot be reached is answered
+    /// <c>PresenceUnavailable</c>.
     /// </summary>
-    public MessageBuffer Presence(in PresenceFrame request, out Refusal notice)
+    public ValueTask<MessageBuffer> PresenceAsync(in PresenceFrame request, out Refusal notice)
     {
         if (!GrantsPresence)
         {
@@ -185,17 +203,58 @@ internal abstract partial class ProtocolSession
         string topic = Encoding.UTF8.GetString(bytes);
         if (Topic.HasWildcard(bytes))
         {
-            return Reply(request.RequestId, ErrorCode.InvalidTopic, default);
+            return new(Reply(request.RequestId, ErrorCode.InvalidTopic, default));
         }
 
         if (!Identity.Permissions.CanSubscribe(topic) || !Identity.Permissions.CanReadPresence(topic))
         {
             Broker.Metrics.ProtocolError(ErrorCode.PermissionDenied);
-            return Reply(request.RequestId, ErrorCode.PermissionDenied, default);
+            return new(Reply(request.RequestId, ErrorCode.PermissionDenied, default));
         }
 
         int limit = (int)Math.Min(request.Limit, (ulong)Broker.Presence.Options.MaxPageSize);
-        return Reply(request.RequestId, ErrorCode.None, Broker.Presence.Read(topic, limit, request.Cursor));
+        ValueTask<PresencePage> read;
+        try
+        {
+            read = Broker.Presence.ReadAsync(topic, limit, request.Cursor);
+        }
+        catch (ClusterUnavailableException)
+        {
+            return new(Reply(request.RequestId, ErrorCode.PresenceUnavailable, default));
+        }
+
+        return read.IsCompletedSuccessfully ? new(Reply(request.RequestId, ErrorCode.None, read.Result)) : ReplyLaterAsync(request.RequestId, read);
+    }
+
+    /// <summary>A PRESENCE answer took the connection below <see cref="MaxPresenceUnanswered"/>: a transport whose input waits for that goes on.</summary>
+    protected virtual void PresenceAnswered()
+    {
+    }
+
+    /// <summary>The answer of a PRESENCE whose page the engine reads from its store: counted unanswered until it completes.</summary>
+    private async ValueTask<MessageBuffer> ReplyLaterAsync(uint requestId, ValueTask<PresencePage> read)
+    {
+        int held = Interlocked.Increment(ref _presenceUnanswered);
+        for (int most = PresenceUnansweredMost; held > most; most = PresenceUnansweredMost)
+        {
+            Interlocked.CompareExchange(ref _presenceUnansweredMost, held, most);
+        }
+
+        try
+        {
+            return Reply(requestId, ErrorCode.None, await read.ConfigureAwait(false));
+        }
+        catch (ClusterUnavailableException)
+        {
+            return Reply(requestId, ErrorCode.PresenceUnavailable, default);
+        }
+        finally
+        {
+            if (Interlocked.Decrement(ref _presenceUnanswered) == MaxPresenceUnanswered - 1)
+            {
+                PresenceAnswered();
+            }
+        }
     }
 
     /// <summary>A PRESENCE_REPLY within <c>max_frame</c>: entries past what fits are left for the next page.</summary>
