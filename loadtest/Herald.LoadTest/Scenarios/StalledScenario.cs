@@ -198,7 +198,7 @@ internal sealed class StalledScenario : IScenario
                 stopPublishing, publishing, options.Grace, window.Interrupted, () => fast.Any(s => !s.Counts.Closed && s.Counts.Received < publisher.Published), pollMilliseconds: 10);
             Counters drained = await Counters.ReadAsync(target, CancellationToken.None);
             var memory = new Memory(baselineRss, connectedRss, endRss, TargetReport.ServerRss(target));
-            return StalledRun.From(options, window, fast, publisher, memory, before, after, drained.Connections, drainSeconds);
+            return StalledRun.From(options, window, fast, publisher, memory, before, after, drained, drainSeconds);
         }
         finally
         {
@@ -466,7 +466,7 @@ internal sealed class StalledScenario : IScenario
 
         public ResourceUsage? Resources { get; private init; }
 
-        public static StalledRun From(StalledOptions options, WindowResult<StalledSnapshot> window, FastSubscriber[] fast, PacedPublisher publisher, Memory rss, Counters before, Counters after, long? connectionsAfterDrain, double drainSeconds)
+        public static StalledRun From(StalledOptions options, WindowResult<StalledSnapshot> window, FastSubscriber[] fast, PacedPublisher publisher, Memory rss, Counters before, Counters after, Counters drained, double drainSeconds)
         {
             long published = publisher.Published;
             long? perStalled = rss.Baseline is { } b0 && rss.End is { } b1 && options.Stalled > 0 ? (b1 - b0) / options.Stalled : null;
@@ -486,9 +486,11 @@ internal sealed class StalledScenario : IScenario
                 RssPerStalledIdle = perIdle,
                 SlowConsumers = Counters.Between(before.SlowConsumers, after.SlowConsumers),
                 Dropped = Counters.Between(before.Dropped, after.Dropped),
-                ConnectionsClosed = Counters.Between(before.ClosedConnections, after.ClosedConnections),
+                // a close decided in the window is counted when the connection is gone, which can be after the window
+                // (the broker first tries to tell the stalled client, within its write timeout): read after the drain
+                ConnectionsClosed = Counters.Between(before.ClosedConnections, drained.ClosedConnections),
                 ConnectionsLeft = after.Connections,
-                ConnectionsAfterDrain = connectionsAfterDrain,
+                ConnectionsAfterDrain = drained.Connections,
                 DrainSeconds = drainSeconds,
                 Resources = window.Start is { } s ? ResourceUsage.Between(s.Resources, window.End.Resources) : null,
             };
