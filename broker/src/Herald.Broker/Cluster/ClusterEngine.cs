@@ -18,8 +18,8 @@ namespace Herald.Broker.Cluster;
 /// by the router which patterns the node's clients hold), <b>In</b> (<see cref="ClusterInbound"/>, the other nodes'
 /// publications routed here), the <b>queue groups</b> (<see cref="ClusterGroups"/>), the <b>members</b>
 /// (<see cref="ClusterNodes"/>, kept alive by a heartbeat here), the <b>shared history</b>
-/// (<see cref="ClusterSharedHistory"/>, an <see cref="ISharedHistory"/>) and long-poll's shared sessions
-/// (<see cref="ClusterSharedSessions"/>). It starts and stops them in order, and is the <see cref="IClusterStatus"/> monitoring reads.
+/// (<see cref="ClusterSharedHistory"/>, an <see cref="ISharedHistory"/>), long-poll's shared sessions
+/// (<see cref="ClusterSharedSessions"/>) and presence (<see cref="RedisPresence"/>, an <see cref="IPresence"/>). It starts and stops them in order, and is the <see cref="IClusterStatus"/> monitoring reads.
 /// </summary>
 internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
 {
@@ -33,7 +33,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
     private readonly CancellationTokenSource _stop = new();
     private Task _heartbeat = Task.CompletedTask;
 
-    public ClusterEngine(ClusterOptions options, string serverName, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, int maxFrameBytes, ILogger log, IMeterFactory meters, HistoryStore? history = null)
+    public ClusterEngine(ClusterOptions options, string serverName, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, int maxFrameBytes, ILogger log, IMeterFactory meters, HistoryStore? history = null, PresenceOptions? presence = null)
     {
         _options = options;
         _connection = new ClusterConnection(options);
@@ -45,7 +45,8 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         Groups = new ClusterGroups(_connection, Nodes, router, log);
         _out = new ClusterOutbound(_connection, router, Nodes, Metrics);
         SharedHistory = new ClusterSharedHistory(_connection, _out, history);
-        _in = new ClusterInbound(_connection, router, encoder, brokerMetrics, Metrics, Nodes, _out.KeptOrigins, SharedHistory, maxPayloadBytes, maxFrameBytes);
+        Presence = new RedisPresence(_connection, _out, presence ?? new PresenceOptions());
+        _in = new ClusterInbound(_connection, router, encoder, brokerMetrics, Metrics, Nodes, _out.KeptOrigins, SharedHistory, maxPayloadBytes, maxFrameBytes, Presence);
         _interest = new ClusterInterest(_connection, Nodes, Groups, _in, log);
     }
 
@@ -57,6 +58,9 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
 
     /// <summary>The cluster's topic histories, in Redis.</summary>
     public ClusterSharedHistory SharedHistory { get; }
+
+    /// <summary>The cluster's presence, in Redis (spec §15.5, cluster.md §12).</summary>
+    public RedisPresence Presence { get; }
 
     /// <summary>The cluster's queue groups, as this node's router holds them (spec cluster.md §11).</summary>
     public ClusterGroups Groups { get; }
@@ -143,6 +147,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
             Groups.Resync(); // Redis may have restarted empty: this node's queue groups are written again
             _ = ListenForSessionsAsync();
             _out.Nudge(); // the writer sends what waited for Redis
+            Presence.Reconcile(); // Redis may have lost this node's members, or kept some that left meanwhile
         }).ConfigureAwait(false);
         await ListenForSessionsAsync().ConfigureAwait(false);
         await Groups.StartAsync(_connection.Subscriber, _stop.Token).ConfigureAwait(false); // the others' groups, before this node routes anything
@@ -194,6 +199,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         try
         {
             await Nodes.LeaveAsync(_connection.Database).WaitAsync(TimeSpan.FromSeconds(2), CancellationToken.None).ConfigureAwait(false);
+            await Presence.LeaveAsync().WaitAsync(TimeSpan.FromSeconds(2), CancellationToken.None).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
@@ -236,6 +242,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
                     long takenAt = Stopwatch.GetTimestamp();
                     await Nodes.BeatAsync(_connection.Database).ConfigureAwait(false);
                     await Groups.BeatAsync(_connection.Database, Nodes.Known, takenAt).ConfigureAwait(false);
+                    await Presence.BeatAsync().ConfigureAwait(false);
                     foreach (ClusterNode other in Nodes.NewlyDiffering())
                     {
                         _log.ClusterHistoryRulesDiffer(other.Id, other.Name, other.History, Nodes.HistoryRules);

@@ -37,8 +37,11 @@ internal sealed class ClusterInbound
     private readonly ReplayGuard? _replays;
     private readonly int _maxInbound;
 
-    public ClusterInbound(ClusterConnection connection, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, ClusterMetrics metrics, ClusterNodes nodes, KeptOrigins kept, ClusterSharedHistory history, int maxPayloadBytes, int maxFrameBytes)
+    private readonly RedisPresence? _presence;
+
+    public ClusterInbound(ClusterConnection connection, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, ClusterMetrics metrics, ClusterNodes nodes, KeptOrigins kept, ClusterSharedHistory history, int maxPayloadBytes, int maxFrameBytes, RedisPresence? presence = null)
     {
+        _presence = presence;
         _connection = connection;
         _router = router;
         _encoder = encoder;
@@ -148,6 +151,12 @@ internal sealed class ClusterInbound
     /// <returns>Null, or a history publication held back for the gap before it (<see cref="RepairAsync"/>).</returns>
     private Gap? Deliver(RedisSubscription inbound, ReadOnlyMemory<byte> bytes, List<IMessageSink> toFlush)
     {
+        if (bytes.Length > 1 && bytes.Span[1] == PresenceScripts.EventVersion && bytes.Span[0] == ClusterEnvelope.Magic)
+        {
+            _presence?.Receive(bytes.Span, toFlush); // a join or leave (cluster.md §12), in order with the topic's publications
+            return null;
+        }
+
         bool positioned = ClusterHistory.TryReadPositioned(bytes, out ulong offset, out string epoch, out ReadOnlyMemory<byte> envelope);
         if (!ClusterEnvelope.TryRead(positioned ? envelope : bytes, inbound.Signer, out ulong origin, out ulong sequence, out ReadOnlyMemory<byte> assignments, out ReadOnlyMemory<byte> body))
         {

@@ -76,6 +76,14 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
     /// <summary>Waits, a few seconds at most, until the writer has sent what was queued before <see cref="Close"/>.</summary>
     public Task DrainAsync() => Task.WhenAny(_writer, Task.Delay(TimeSpan.FromSeconds(5), CancellationToken.None));
 
+    /// <summary>
+    /// Queues <paramref name="command"/> among this node's publications: the writer calls it in order with them, with the
+    /// server it publishes through (null while unreachable), and the command sends what it sends before it returns (the
+    /// presence scripts, cluster.md §12: a member's join before its publications, its leave after them). False when
+    /// stopping.
+    /// </summary>
+    public bool Run(Action<IServer?> command) => _running && _outbound.Writer.TryWrite(new Outbound([], [], 0, null, null, Command: command));
+
     /// <summary>Redis is back: the writer sends what waited for it.</summary>
     public void Nudge() => _outbound.Writer.TryWrite(new Outbound([], [], 0, null, null));
 
@@ -220,6 +228,12 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
             while (outbound.TryRead(out Outbound item))
             {
                 SendParked();
+                if (item.Command is { } command)
+                {
+                    command(_connection.PublishServer());
+                    continue;
+                }
+
                 if (item.Envelope.Length == 0)
                 {
                     continue; // the nudge of a restored connection: the parked ones went above
@@ -316,7 +330,7 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
         }
     }
 
-    private readonly record struct Outbound(byte[] Channel, byte[] Envelope, long Size, INoResponders? Request, byte[]? ReplyTo, KeptPublication? Kept = null);
+    private readonly record struct Outbound(byte[] Channel, byte[] Envelope, long Size, INoResponders? Request, byte[]? ReplyTo, KeptPublication? Kept = null, Action<IServer?>? Command = null);
 
     /// <summary>A history topic's publication (spec cluster.md §9): its keys in Redis, its rule's bounds, and who published it (no-echo).</summary>
     private sealed record KeptPublication(RedisKey Hash, RedisKey Stream, int MaxMessages, long TimeToLiveMs, long MaxBytes, IMessageSink Publisher);

@@ -16,12 +16,18 @@ internal interface IPresence
     /// <summary>The limits the engine holds its tables to.</summary>
     PresenceOptions Options { get; }
 
+    /// <summary>What every client id of this broker starts with: nothing on one node, the node's id in a cluster (ids are the cluster's, spec §15.1).</summary>
+    string ClientPrefix { get; }
+
     /// <summary>
     /// Makes <paramref name="member"/> present on <paramref name="topic"/>, or counts one more joined subscription of a
     /// connection already there (one member per connection). Its join event goes to the topic's events subscribers.
-    /// Returns null when joined, or why not (<c>PresenceFull</c>: the limit it would pass, named).
+    /// Completes with null when joined, or why not (<c>PresenceFull</c>: the limit it would pass, named). The local engine
+    /// completes at once; a shared one may complete later (its store decides), after the subscription was made: the
+    /// session then tells the client and ends that subscription's join. Raises <see cref="ClusterUnavailableException"/>
+    /// (at once or later) when the store cannot be reached.
     /// </summary>
-    string? Join(string topic, PresenceMember member);
+    ValueTask<string?> JoinAsync(string topic, PresenceMember member);
 
     /// <summary>One joined subscription of <paramref name="member"/> ended; the last one makes it leave, with its leave event.</summary>
     void Leave(string topic, PresenceMember member, PresenceReason reason);
@@ -31,9 +37,6 @@ internal interface IPresence
 
     /// <summary>Stops what <see cref="Watch"/> started.</summary>
     void Unwatch(string topic, IMessageSink sink, uint sid);
-
-    /// <summary>The topic's number of members and of distinct identities among them: O(1).</summary>
-    PresenceOccupancy Occupancy(string topic);
 
     /// <summary>
     /// The occupancy and up to <paramref name="limit"/> members ordered by client id after <paramref name="cursor"/>

@@ -17,7 +17,7 @@ namespace Herald.Broker.Engines;
 /// subscribers builds nothing. Publications never come here: presence costs a topic's publishers nothing.
 /// Threading: every method takes <c>_gate</c>; flushes are scheduled after it is released.
 /// </remarks>
-/// <param name="enabled">Whether the capability is granted: <see cref="PresenceOptions.Enabled"/>, unless the composition root withholds it (a cluster node, until presence is shared there).</param>
+/// <param name="enabled">Whether the capability is granted (<see cref="PresenceOptions.Enabled"/>).</param>
 internal sealed class LocalPresence(PresenceOptions options, bool enabled) : IPresence
 {
     private const string PresenceHeader = "Herald-Presence";
@@ -47,6 +47,11 @@ internal sealed class LocalPresence(PresenceOptions options, bool enabled) : IPr
         }
     }
 
+    public string ClientPrefix => "";
+
+    public ValueTask<string?> JoinAsync(string topic, PresenceMember member) => new(Join(topic, member));
+
+    /// <summary>The join <see cref="JoinAsync"/> completes with: in memory, under the lock.</summary>
     public string? Join(string topic, PresenceMember member)
     {
         List<IMessageSink>? wake = null;
@@ -158,6 +163,7 @@ internal sealed class LocalPresence(PresenceOptions options, bool enabled) : IPr
         }
     }
 
+    /// <summary>The topic's number of members and of distinct identities among them: O(1).</summary>
     public PresenceOccupancy Occupancy(string topic)
     {
         lock (_gate)
@@ -261,23 +267,7 @@ internal sealed class LocalPresence(PresenceOptions options, bool enabled) : IPr
             return;
         }
 
-        List<KeyValuePair<string, string[]>> headers = [new(PresenceHeader, [kind])];
-        if (member is not null)
-        {
-            headers.Add(new("Herald-Client", [member.Client]));
-            headers.Add(new("Herald-Identity", [member.Identity]));
-            if (kind == "leave")
-            {
-                headers.Add(new("Herald-Reason", [ReasonText(reason)]));
-            }
-        }
-
-        headers.Add(new("Herald-Occupancy", [members.ToString(CultureInfo.InvariantCulture)]));
-        byte[] block = HeaderBlock.Encode(headers);
-        byte[] name = Encoding.UTF8.GetBytes(topic);
-        byte[] payload = kind == "join" && member?.Info is { } info ? Encoding.UTF8.GetBytes(info) : [];
-        MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + FrameWriter.EnvelopeSize(name.Length, 0, PayloadFlags.None, payload.Length) + block.Length);
-        FrameWriter.WriteMessage(new MessageBufferWriter(frame), 0, name, default, PayloadFlags.None, payload, block);
+        MessageBuffer frame = Encode(topic, kind, member?.Client, member?.Identity, kind == "leave" ? ReasonText(reason) : null, kind == "join" ? member?.Info : null, members);
         frame.Retain(receivers - 1);
         foreach (Watcher w in table.Watchers)
         {
@@ -293,6 +283,33 @@ internal sealed class LocalPresence(PresenceOptions options, bool enabled) : IPr
         }
 
         _events += receivers;
+    }
+
+    /// <summary>
+    /// One event MESSAGE (spec §15.2), its sid stamped per subscriber: <c>Herald-Presence</c> <paramref name="kind"/>, the
+    /// member (for a join or leave), the reason (a leave), the occupancy; the payload the member's info on a join.
+    /// </summary>
+    public static MessageBuffer Encode(string topic, string kind, string? client, string? identity, string? reason, string? info, long members)
+    {
+        List<KeyValuePair<string, string[]>> headers = [new(PresenceHeader, [kind])];
+        if (client is not null)
+        {
+            headers.Add(new("Herald-Client", [client]));
+            headers.Add(new("Herald-Identity", [identity ?? ""]));
+        }
+
+        if (reason is not null)
+        {
+            headers.Add(new("Herald-Reason", [reason]));
+        }
+
+        headers.Add(new("Herald-Occupancy", [members.ToString(CultureInfo.InvariantCulture)]));
+        byte[] block = HeaderBlock.Encode(headers);
+        byte[] name = Encoding.UTF8.GetBytes(topic);
+        byte[] payload = info is not null ? Encoding.UTF8.GetBytes(info) : [];
+        MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + FrameWriter.EnvelopeSize(name.Length, 0, PayloadFlags.None, payload.Length) + block.Length);
+        FrameWriter.WriteMessage(new MessageBufferWriter(frame), 0, name, default, PayloadFlags.None, payload, block);
+        return frame;
     }
 
     public static string ReasonText(PresenceReason reason) => reason switch

@@ -9,18 +9,18 @@ namespace Herald.Broker.Engines;
 /// </summary>
 public sealed class PresenceOptions
 {
-    /// <summary>Whether the broker grants the presence capability (HELLO bit 5, with headers). A cluster node does not grant it yet.</summary>
+    /// <summary>Whether the broker grants the presence capability (HELLO bit 5, with headers); in a cluster, every node should say the same.</summary>
     public bool Enabled { get; set; } = true;
 
-    /// <summary>Most members of one topic (<c>max_presence_members</c>); a join past it is refused with <c>PresenceFull</c>.</summary>
+    /// <summary>Most members of one topic (<c>max_presence_members</c>; in a cluster, over all its nodes); a join past it is refused with <c>PresenceFull</c>.</summary>
     [Range(1, 10_000_000)]
     public int MaxMembersPerTopic { get; set; } = 10_000;
 
-    /// <summary>Most presence entries of one identity over all its connections and topics (<c>max_presence_per_identity</c>).</summary>
+    /// <summary>Most presence entries of one identity over all its connections and topics (<c>max_presence_per_identity</c>; in a cluster, on each node).</summary>
     [Range(1, 10_000_000)]
     public int MaxPerIdentity { get; set; } = 1_000;
 
-    /// <summary>Most presence entries of the whole broker (<c>max_presence_entries</c>).</summary>
+    /// <summary>Most presence entries of the whole broker (<c>max_presence_entries</c>; in a cluster, of each node's members).</summary>
     [Range(1, 100_000_000)]
     public int MaxEntries { get; set; } = 1_000_000;
 

@@ -91,7 +91,7 @@ internal static class HostServices
                 return new ClusterSlot(null);
             }
 
-            var engine = new ClusterEngine(cluster, sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName, sp.GetRequiredService<TopicRouter>(), sp.GetRequiredService<MessageEncoder>(), sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxPayloadBytes, sp.GetRequiredService<LimitOptions>().MaxFrameBytes, sp.GetRequiredService<ILogger<ClusterEngine>>(), sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), sp.GetRequiredService<HistorySlot>().Store);
+            var engine = new ClusterEngine(cluster, sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName, sp.GetRequiredService<TopicRouter>(), sp.GetRequiredService<MessageEncoder>(), sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxPayloadBytes, sp.GetRequiredService<LimitOptions>().MaxFrameBytes, sp.GetRequiredService<ILogger<ClusterEngine>>(), sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), sp.GetRequiredService<HistorySlot>().Store, sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Presence);
             return new ClusterSlot(engine);
         });
 
@@ -114,15 +114,12 @@ internal static class HostServices
             return new HistorySlot(store);
         });
 
-    /// <summary>
-    /// Presence (spec §15): this node's members, in memory. A cluster node does not grant the capability until presence
-    /// is shared through Redis: a client there is never given one node's members as the cluster's.
-    /// </summary>
+    /// <summary>Presence (spec §15): this node's members in memory, or, on a cluster node, the cluster's in Redis (spec §15.5).</summary>
     public static void AddPresence(this IServiceCollection services) =>
         services.AddSingleton<IPresence>(sp =>
         {
             HeraldOptions o = sp.GetRequiredService<IOptions<HeraldOptions>>().Value;
-            var presence = new LocalPresence(o.Presence, enabled: o.Presence.Enabled && !o.Cluster.Enabled);
+            IPresence presence = (IPresence?)sp.GetRequiredService<ClusterSlot>().Engine?.Presence ?? new LocalPresence(o.Presence, enabled: o.Presence.Enabled);
             PresenceMetrics.Observe(sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), presence);
             return presence;
         });

@@ -432,6 +432,15 @@ internal sealed class FrameSession : ProtocolSession
     }
 
     /// <inheritdoc/>
+    protected override void JoinRefused(uint sid, ErrorCode code, string message)
+    {
+        if (Backlog.EnqueueControl(ControlFrames.Error(code, message, sid: sid)))
+        {
+            Backlog.ScheduleFlush();
+        }
+    }
+
+    /// <inheritdoc/>
     protected override void Revoked(uint sid, string message) => Control(ControlFrames.Error(ErrorCode.PermissionDenied, message, sid: sid));
 
     /// <summary>A non-fatal refusal or notice becomes an ERROR frame, in order with what is queued.</summary>

@@ -26,8 +26,8 @@ internal abstract partial class ProtocolSession
     /// <summary>The client info HELLO sent (spec §4.1); a credential's <c>herald_info</c> wins over it.</summary>
     protected string? HelloInfo { get; set; }
 
-    /// <summary>This connection's client id (spec §15.1): unique among the broker's sessions while it lives, fixed width so ids sort as numbers.</summary>
-    public string PresenceClient => Id.ToString("x16", CultureInfo.InvariantCulture);
+    /// <summary>This connection's client id (spec §15.1): unique among the broker's (the cluster's: the engine's prefix) sessions while it lives, fixed width so ids sort as numbers.</summary>
+    public string PresenceClient => Broker.Presence.ClientPrefix + Id.ToString("x16", CultureInfo.InvariantCulture);
 
     /// <summary>Grants the presence capability when asked for with headers granted and the broker's presence on (called by <see cref="Open"/>).</summary>
     private Capabilities GrantPresence(Capabilities requested, Capabilities accepted)
@@ -70,10 +70,27 @@ internal abstract partial class ProtocolSession
             engine.Watch(topic, Backlog, sid, noEcho);
         }
 
-        if (member is not null && engine.Join(topic, member) is { } full)
+        Task<string?>? joining = null;
+        if (member is not null)
         {
-            Undo(topic, sid, null, watch);
-            return Refuse(ErrorCode.PresenceFull, full) with { Sid = sid };
+            try
+            {
+                ValueTask<string?> joined = engine.JoinAsync(topic, member);
+                if (!joined.IsCompleted)
+                {
+                    joining = joined.AsTask(); // the cluster's store decides: the subscription is made meanwhile (Joining)
+                }
+                else if (joined.GetAwaiter().GetResult() is { } full)
+                {
+                    Undo(topic, sid, null, watch);
+                    return Refuse(ErrorCode.PresenceFull, full) with { Sid = sid };
+                }
+            }
+            catch (ClusterUnavailableException e)
+            {
+                Undo(topic, sid, null, watch);
+                return Refuse(ErrorCode.PresenceUnavailable, $"Presence is unavailable: {e.Message}") with { Sid = sid };
+            }
         }
 
         Refusal answer;
@@ -93,8 +110,66 @@ internal abstract partial class ProtocolSession
         {
             Undo(topic, sid, member, watch); // refused, or the session closed meanwhile: nothing stays in the engine
         }
+        else if (joining is not null)
+        {
+            Joining(sid, member!, joining);
+        }
 
         return answer;
+    }
+
+    /// <summary>
+    /// A join the engine decides later (a cluster's store, spec §15.5): the transport reads nothing more until it is
+    /// decided (<see cref="AwaitsInterest"/>), so the member's next publication follows its join; a refusal is told
+    /// (<see cref="JoinRefused"/>, naming the sid) and ends that subscription's join, the subscription staying.
+    /// </summary>
+    private void Joining(uint sid, PresenceMember member, Task<string?> joining)
+    {
+        Task decided = JoinDecidedAsync(sid, member, joining);
+        lock (_subscriptionsGate)
+        {
+            _joins = _joins is { IsCompleted: false } earlier ? Task.WhenAll(earlier, decided) : decided;
+        }
+    }
+
+    private async Task JoinDecidedAsync(uint sid, PresenceMember member, Task<string?> joining)
+    {
+        ErrorCode code;
+        string why;
+        try
+        {
+            if (await joining.ConfigureAwait(false) is not { } full)
+            {
+                return;
+            }
+
+            (code, why) = (ErrorCode.PresenceFull, full);
+        }
+        catch (ClusterUnavailableException e)
+        {
+            (code, why) = (ErrorCode.PresenceUnavailable, $"Presence is unavailable: {e.Message}");
+        }
+
+        lock (_subscriptionsGate)
+        {
+            if (_presence is null || !_presence.TryGetValue(sid, out PresenceHold hold) || !ReferenceEquals(hold.Member, member))
+            {
+                return; // the subscription ended meanwhile
+            }
+
+            _presence[sid] = hold with { Member = null };
+        }
+
+        Broker.Metrics.ProtocolError(code);
+        JoinRefused(sid, code, why + " The subscription stays, without its join.");
+    }
+
+    /// <summary>
+    /// The engine refused subscription <paramref name="sid"/>'s join after the subscription was made (spec §15.1, §15.5):
+    /// the transport tells the client (framed: a non-fatal ERROR naming the sid). Any thread.
+    /// </summary>
+    protected virtual void JoinRefused(uint sid, ErrorCode code, string message)
+    {
     }
 
     /// <summary>Keeps what subscription <paramref name="sid"/> holds in the engine, if it is still live (a close may have ended it).</summary>

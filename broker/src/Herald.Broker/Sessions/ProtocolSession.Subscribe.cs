@@ -331,9 +331,9 @@ internal abstract partial class ProtocolSession
     /// <see cref="InterestSettledAsync"/>, so a subscription the client was told of is live on every node.
     /// One test of a field on a single node. Caller: the session's input (one at a time).
     /// </summary>
-    public bool AwaitsInterest => (_interestChanged && !Broker.Interest.IsSettled) || _resumes is { IsCompleted: false };
+    public bool AwaitsInterest => (_interestChanged && !Broker.Interest.IsSettled) || _resumes is { IsCompleted: false } || _joins is { IsCompleted: false };
 
-    /// <summary>Completes when every subscription change made so far is in Redis (at once on a single node), and every cluster resume has queued its replay.</summary>
+    /// <summary>Completes when every subscription change made so far is in Redis (at once on a single node), every cluster resume has queued its replay, and every join is decided.</summary>
     public async Task InterestSettledAsync()
     {
         _interestChanged = false;
@@ -342,6 +342,11 @@ internal abstract partial class ProtocolSession
         if (_resumes is { } resumes)
         {
             await resumes.ConfigureAwait(false);
+        }
+
+        if (_joins is { } joins)
+        {
+            await joins.ConfigureAwait(false); // a member's join is decided before the client is answered (spec §15.5)
         }
     }
 

@@ -63,6 +63,7 @@ internal abstract partial class ProtocolSession : INoResponders
     private Permissions? _checkedTopicGrantedBy;
     private bool _interestChanged; // cluster: this session changed its subscriptions since it last waited for Redis
     private Task? _resumes; // cluster: resumes reading Redis (their replay not yet queued)
+    private Task? _joins; // cluster: joins Redis has not decided yet (ProtocolSession.Presence)
     private GroupAssignments? _groups; // cluster: which node the router gave each queue group of a publication (made at the first)
 
     // Rate limits (publishes; subscription changes), owned by the one caller.
