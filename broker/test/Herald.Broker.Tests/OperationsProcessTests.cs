@@ -166,12 +166,7 @@ public sealed class OperationsProcessTests
         Assert.Equal(0, await broker.WaitForExitAsync());
     }
 
-    private static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port; // closed again at once: nobody listens there
-    }
+    private static int FreePort() => Herald.Testing.TestPorts.Free();
 }
 
 /// <summary>

@@ -97,26 +97,12 @@ public sealed class TlsTests : IDisposable
         return FrameDecoder.ReadHeader(ref reader, out _);
     }
 
-    /// <summary>Two consecutive free ports (a small race with other processes, retried by the OS picking another).</summary>
+    /// <summary>Two consecutive free ports of the broker tests' range (<see cref="Herald.Testing.TestPorts"/>).</summary>
     private static int FreePort(out int next)
     {
-        for (int attempt = 0; ; attempt++)
-        {
-            using var a = new TcpListener(IPAddress.Loopback, 0);
-            a.Start();
-            int port = ((IPEndPoint)a.LocalEndpoint).Port;
-            try
-            {
-                using var b = new TcpListener(IPAddress.Loopback, port + 1);
-                b.Start();
-                b.Stop();
-                next = port + 1;
-                return port;
-            }
-            catch (SocketException) when (attempt < 20)
-            {
-            }
-        }
+        int first = Herald.Testing.TestPorts.Free(2);
+        next = first + 1;
+        return first;
     }
 }
 

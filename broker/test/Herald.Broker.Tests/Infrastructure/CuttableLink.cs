@@ -28,7 +28,7 @@ public sealed class CuttableLink : IAsyncDisposable
     /// Where clients connect: chosen at the first <see cref="Restore"/>, the same after every cut. It is below the
     /// kernel's ephemeral range (32768-60999), so no outgoing connection of a test running beside this one can take
     /// it while the link is cut (a CI run lost a resume test to "Address already in use" on a port chosen by the
-    /// system); in 30000-32699, the range the .NET client tests give their brokers (TESTING.md).
+    /// system): in the test project's range (<see cref="TestPorts"/>).
     /// </summary>
     public int Port { get; private set; }
 
@@ -65,7 +65,7 @@ public sealed class CuttableLink : IAsyncDisposable
         lock (_gate)
         {
             _accepting = new CancellationTokenSource();
-            _listener = Port == 0 ? ListenBelowEphemeral() : Listen(Port);
+            _listener = Port == 0 ? TestPorts.Listen() : Listen(Port);
             Port = ((IPEndPoint)_listener.LocalEndpoint).Port;
             _ = AcceptAsync(_listener, _accepting.Token);
         }
@@ -76,21 +76,6 @@ public sealed class CuttableLink : IAsyncDisposable
         var listener = new TcpListener(IPAddress.Loopback, port);
         listener.Start();
         return listener;
-    }
-
-    private static TcpListener ListenBelowEphemeral()
-    {
-        for (int attempt = 0; ; attempt++)
-        {
-            try
-            {
-                return Listen(Random.Shared.Next(30_000, 32_700));
-            }
-            catch (SocketException) when (attempt < 100)
-            {
-                // taken: try another
-            }
-        }
     }
 
     public ValueTask DisposeAsync()

@@ -37,7 +37,12 @@ public sealed class RedisServer : IAsyncDisposable
             throw new InvalidOperationException($"The cluster tests run against a real Redis: {why}.");
         }
 
-        var server = new RedisServer(FreePort(), extra ?? [], directory);
+        // Its ports are below the ephemeral range, kept free while it is killed and restarted; a Redis Cluster node's bus
+        // port (by default its port + 10000, in the ephemeral range, where another lane's connection took one) is the next.
+        extra ??= [];
+        bool clustered = extra.Contains("--cluster-enabled");
+        int port = Herald.Testing.TestPorts.Free(clustered ? 2 : 1);
+        var server = new RedisServer(port, clustered ? [.. extra, "--cluster-port", (port + 1).ToString(System.Globalization.CultureInfo.InvariantCulture)] : extra, directory);
         await server.LaunchAsync();
         return server;
     }
@@ -146,12 +151,5 @@ public sealed class RedisServer : IAsyncDisposable
         Kill();
         _process?.Dispose();
         return ValueTask.CompletedTask;
-    }
-
-    private static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
     }
 }

@@ -15,7 +15,7 @@ export const brokerDll = `${brokerProject}/bin/Debug/net10.0/Herald.Broker.dll`;
 /**
  * A TCP port free now on 127.0.0.1, probed by listening on it: a random one in 10000-19999, below the kernel's
  * ephemeral range (32768-60999 here), so no outgoing connection of another test process takes it between this
- * probe and the broker's bind (port 0 would hand out an ephemeral one), and away from the .NET suites' 20000-32699.
+ * probe and the broker's bind (port 0 would hand out an ephemeral one), and away from the .NET suites' 20000-32767.
  */
 export async function freePort(): Promise<number> {
   for (let attempt = 0; attempt < 200; attempt++) {

@@ -83,28 +83,6 @@ public sealed class TestBroker : IAsyncDisposable
         await _app.DisposeAsync();
     }
 
-    /// <summary>
-    /// A port that is free now, below the kernel's ephemeral range (so no outgoing connection of another
-    /// test takes it while a broker restarts on it), in 30000-32699: the load tool's tests, which run beside these
-    /// (test.sh), start their servers in 20000-29999 and the TypeScript suite in 10000-19999 (TESTING.md).
-    /// </summary>
-    public static int FreePort()
-    {
-        for (int attempt = 0; attempt < 100; attempt++)
-        {
-            int port = Random.Shared.Next(30_000, 32_700);
-            try
-            {
-                using var probe = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
-                probe.Bind(new IPEndPoint(IPAddress.Loopback, port));
-                return port;
-            }
-            catch (SocketException)
-            {
-                // taken: try another
-            }
-        }
-
-        throw new InvalidOperationException("No free port found.");
-    }
+    /// <summary>A port of the client tests' range (30000-31999, below the kernel's ephemeral range: <see cref="TestPorts"/>) that is free now.</summary>
+    public static int FreePort() => TestPorts.Free();
 }
