@@ -60,8 +60,9 @@ public sealed class HeraldErrorEventArgs : EventArgs
 /// <summary>What the broker told the client about the current connection.</summary>
 public sealed class HeraldServerInfo
 {
-    internal HeraldServerInfo(HeraldTransport transport, string? serverName, ulong? connectionId, int? port, bool compression, IReadOnlyDictionary<string, ulong> limits, string? inboxPrefix = null, bool headers = false, bool noResponders = false, bool history = false, bool queueGroups = false)
+    internal HeraldServerInfo(HeraldTransport transport, string? serverName, ulong? connectionId, int? port, bool compression, IReadOnlyDictionary<string, ulong> limits, string? inboxPrefix = null, bool headers = false, bool noResponders = false, bool history = false, bool queueGroups = false, bool presence = false)
     {
+        Presence = presence;
         QueueGroups = queueGroups;
         History = history;
         Headers = headers;
@@ -114,6 +115,14 @@ public sealed class HeraldServerInfo
     /// fails, rather than becoming a plain subscription.
     /// </summary>
     public bool QueueGroups { get; }
+
+    /// <summary>
+    /// The broker granted presence (spec §4.1 bit 5, §15; only with headers): a subscription may join its topic or ask
+    /// for its join and leave events (<see cref="SubscriptionOptions.Join"/>, <see cref="SubscriptionOptions.PresenceEvents"/>),
+    /// and <see cref="HeraldClient.PresenceAsync"/> may ask who is there. <c>false</c> from a broker with presence off
+    /// (<c>Herald:Presence:Enabled</c>), a client without headers, or a broker before presence.
+    /// </summary>
+    public bool Presence { get; }
 
     /// <summary>
     /// The part of the inbox space that is this client's identity's (spec §7: WELCOME's <c>inbox_prefix</c>,

@@ -300,9 +300,10 @@ public sealed partial class HeraldClient
                     ObjectDisposedException.ThrowIf(_disposed, this);
                     foreach (HeraldSubscription subscription in _subscriptions.Values)
                     {
-                        if (!ReferenceEquals(subscription.SentOn, connection) && connection.QueueRefusal(subscription) is { } refusal)
+                        if (!ReferenceEquals(subscription.SentOn, connection) && connection.Refusal(subscription) is { } refusal)
                         {
-                            // A queue group member, and this broker does not route groups: ended, never made a plain subscription.
+                            // A queue group member where the broker does not route groups (never made a plain subscription), or a
+                            // join or presence events where it does not grant presence (it would close the connection): ended.
                             Remove(subscription);
                             (unsupported ??= []).Add((subscription, refusal));
                         }
@@ -506,9 +507,9 @@ public sealed partial class HeraldClient
         }
     }
 
-    /// <summary>Errors that no reconnect can fix.</summary>
+    /// <summary>Errors that no reconnect can fix: the same HELLO would be refused again.</summary>
     private static bool IsPermanent(Exception e) =>
-        e is HeraldException { ErrorCode: ErrorCode.UnsupportedVersion or ErrorCode.AuthenticationFailed };
+        e is HeraldException { ErrorCode: ErrorCode.UnsupportedVersion or ErrorCode.AuthenticationFailed } or HeraldException { RefusedHello: true };
 
     /// <summary>
     /// Exponential backoff with "equal jitter": the ceiling doubles per attempt up to the maximum, and the

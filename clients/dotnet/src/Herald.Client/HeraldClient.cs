@@ -474,6 +474,18 @@ public sealed partial class HeraldClient : IAsyncDisposable
         string? queue = options?.Queue;
         byte[]? queueBytes = queue is null ? null : ClientTopics.EncodeQueue(queue, nameof(options));
         bool resume = options?.Resumes() ?? true;
+        SubscribeOptions presence = options?.PresenceBits ?? SubscribeOptions.None;
+        if (presence != SubscribeOptions.None)
+        {
+            string what = $"The subscription to '{pattern}' asks for {((presence & SubscribeOptions.Join) != 0 ? "join" : "presence events")}";
+            if (pattern.AsSpan().IndexOfAny('*', '>') >= 0)
+            {
+                throw new ArgumentException($"{what}: presence is of one topic, and a pattern with wildcards has none (spec §15.1). Nothing was subscribed.", nameof(options));
+            }
+
+            ThrowIfPresenceUnsupported(what);
+        }
+
         SynchronizationContext? context = (options?.DeliverOnCapturedContext ?? _options.DeliverOnCapturedContext) && handler is not null ? SynchronizationContext.Current : null;
         await StartAsync(cancellationToken).ConfigureAwait(false);
         return await AddSubscriptionAsync(
@@ -482,14 +494,15 @@ public sealed partial class HeraldClient : IAsyncDisposable
                 sid,
                 pattern,
                 encoded,
-                options?.NoEcho == true ? SubscribeOptions.NoEcho : SubscribeOptions.None,
+                (options?.NoEcho == true ? SubscribeOptions.NoEcho : SubscribeOptions.None) | presence,
                 options?.Capacity ?? _options.SubscriptionCapacity,
                 options?.FullMode ?? _options.SubscriptionFullMode,
                 handler,
                 context,
                 resume,
                 queue,
-                queueBytes),
+                queueBytes,
+                options?.OnPresence),
             cancellationToken).ConfigureAwait(false);
     }
 
@@ -507,10 +520,10 @@ public sealed partial class HeraldClient : IAsyncDisposable
         {
             ThrowIfClosed();
             subscription = create(NextSidLocked());
-            if (_current?.QueueRefusal(subscription) is { } refused)
+            if (_current?.Refusal(subscription) is { } refused)
             {
                 subscription.End(refused);
-                throw refused; // a broker without queue groups would make it a plain subscription: never sent
+                throw refused; // never sent: a plain subscription where a queue was asked, or a connection closed over presence
             }
 
             _subscriptions[subscription.Sid] = subscription;
@@ -731,7 +744,8 @@ public sealed partial class HeraldClient : IAsyncDisposable
     private byte[] EncodePattern(string pattern) => ClientTopics.EncodePattern(pattern, Volatile.Read(ref _maxTopic));
 
     private static bool IsSubscriptionError(ErrorCode code) =>
-        code is ErrorCode.InvalidTopic or ErrorCode.TopicTooLong or ErrorCode.DuplicateSubscription or ErrorCode.TooManySubscriptions or ErrorCode.PermissionDenied or ErrorCode.TooManyTopics;
+        code is ErrorCode.InvalidTopic or ErrorCode.TopicTooLong or ErrorCode.DuplicateSubscription or ErrorCode.TooManySubscriptions or ErrorCode.PermissionDenied or ErrorCode.TooManyTopics
+            or ErrorCode.PresenceFull or ErrorCode.PresenceUnavailable;
 
     private static HeraldClientOptions WithUrl(HeraldClientOptions options, string url)
     {

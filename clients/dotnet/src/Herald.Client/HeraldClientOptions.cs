@@ -46,6 +46,16 @@ public sealed class HeraldClientOptions
     /// <summary>Sent to the broker in HELLO (or when a long-poll session is created); shown in its logs and <c>/connz</c>. At most 128 UTF-8 bytes.</summary>
     public string ClientName { get; set; } = "herald-dotnet";
 
+    /// <summary>
+    /// The client info other clients see beside this client's presence (spec §4.1 HELLO <c>info</c>, §15): a display
+    /// name, a small JSON object, whatever the application chooses to show (never a credential: the broker shows it as
+    /// sent). The broker bounds it (<c>Herald:Presence:MaxInfoBytes</c>, 256 UTF-8 bytes by default): a longer one is
+    /// refused when connecting, <see cref="ErrorCode.MalformedFrame"/>, and the client does not retry it. A JWT's
+    /// <c>herald_info</c> claim replaces it. Shown only where a subscription joins (<see cref="SubscriptionOptions.Join"/>).
+    /// <c>null</c> (the default): none.
+    /// </summary>
+    public string? Info { get; set; }
+
     /// <summary>Ask the broker for Zstd compression (spec §11). Compressed messages are decompressed before you see them.</summary>
     public bool EnableCompression { get; set; } = true;
 
@@ -132,7 +142,10 @@ public sealed class HeraldClientOptions
     internal Capabilities Capabilities =>
         Capabilities.QueueGroups // always asked: a queue is sent only where it was granted
         | (EnableCompression ? Capabilities.Zstd : Capabilities.None)
-        | (EnableHeaders ? Capabilities.Headers | Capabilities.History | (EnableNoResponders ? Capabilities.NoResponders : Capabilities.None) : Capabilities.None);
+        | (EnableHeaders ? Capabilities.Headers | Capabilities.History | Capabilities.Presence | (EnableNoResponders ? Capabilities.NoResponders : Capabilities.None) : Capabilities.None);
+
+    /// <summary>The longest <see cref="Info"/> any broker takes (<c>Herald:Presence:MaxInfoBytes</c> at its highest); the broker's own limit is checked when connecting.</summary>
+    internal const int MaxInfoBytes = 65_536;
 
     internal HeraldClientOptions Clone() => (HeraldClientOptions)MemberwiseClone();
 
@@ -144,6 +157,11 @@ public sealed class HeraldClientOptions
         if (Encoding.UTF8.GetByteCount(ClientName) > ProtocolConstants.MaxClientNameBytes)
         {
             throw new ArgumentException($"ClientName is longer than {ProtocolConstants.MaxClientNameBytes} UTF-8 bytes.", nameof(ClientName));
+        }
+
+        if (Info is not null && Encoding.UTF8.GetByteCount(Info) > MaxInfoBytes)
+        {
+            throw new ArgumentException($"Info is longer than {MaxInfoBytes} UTF-8 bytes, more than any broker takes (spec §4.1 max_presence_info; Herald's default is {ProtocolConstants.DefaultMaxPresenceInfoBytes}).", nameof(Info));
         }
 
         Positive(ConnectTimeout, nameof(ConnectTimeout));
@@ -221,6 +239,39 @@ public sealed class SubscriptionOptions
     /// instead of becoming a plain one. A member does not resume a topic's history (a group shares the live stream).
     /// </summary>
     public string? Queue { get; set; }
+
+    /// <summary>
+    /// Be present on the topic (spec §15.1): while this subscription lives, this client's connection is a member of the
+    /// topic, shown with its <see cref="HeraldClientOptions.Info"/>, and leaves when it is unsubscribed, the client is
+    /// disposed or the connection is lost; after a reconnect it joins again (a new member, with a new client id). Only for
+    /// one topic (no <c>*</c> or <c>&gt;</c>: an <see cref="ArgumentException"/>), over TCP or WebSocket, with a broker
+    /// that grants presence (<see cref="HeraldServerInfo.Presence"/>). The broker may refuse it: subscribing then throws a
+    /// <see cref="HeraldException"/> whose code says why (<see cref="ErrorCode.PermissionDenied"/> without the join
+    /// permission, <see cref="ErrorCode.PresenceFull"/> past a limit, <see cref="ErrorCode.PresenceUnavailable"/>);
+    /// refused on a reconnect, the subscription ends with that error.
+    /// </summary>
+    public bool Join { get; set; }
+
+    /// <summary>
+    /// Also receive the topic's join and leave events (spec §15.2) as <see cref="HeraldPresenceEvent"/>s, never as
+    /// messages: through <see cref="OnPresence"/> when set, else read with
+    /// <see cref="HeraldSubscription.ReadPresenceEventsAsync"/>. Needs the presence permission (a refusal ends the
+    /// subscription as for <see cref="Join"/>). One topic only. Implied by <see cref="OnPresence"/>.
+    /// </summary>
+    public bool PresenceEvents { get; set; }
+
+    /// <summary>
+    /// Called with each presence event of the topic (join, leave, suppressed, resumed); implies <see cref="PresenceEvents"/>.
+    /// On a subscription with a handler it runs on the handler's turn: one call at a time, in order with the messages
+    /// (a member's join before what it publishes after joining, its leave after what it published before leaving). On
+    /// an enumerated subscription it runs on the thread pool, in the events' order. An exception is reported through
+    /// <see cref="HeraldClient.Error"/>.
+    /// </summary>
+    public Action<HeraldPresenceEvent>? OnPresence { get; set; }
+
+    /// <summary>The SUBSCRIBE option bits of presence (spec §4.3): join, events (asked for, or implied by <see cref="OnPresence"/>).</summary>
+    internal SubscribeOptions PresenceBits =>
+        (Join ? SubscribeOptions.Join : SubscribeOptions.None) | (PresenceEvents || OnPresence is not null ? SubscribeOptions.PresenceEvents : SubscribeOptions.None);
 
     /// <summary>The subscription resumes (spec §13); checked against <see cref="Queue"/>.</summary>
     /// <exception cref="ArgumentException"><see cref="Resume"/> set to <c>true</c> together with a <see cref="Queue"/>.</exception>

@@ -43,6 +43,9 @@ public class HeraldException : Exception
     /// <summary>Long-poll: the problem's <c>code</c> (longpoll §3), e.g. <c>SessionExpired</c>.</summary>
     public string? ProblemCode { get; init; }
 
+    /// <summary>The broker refused the HELLO itself (spec §6.1): sent again unchanged, it would be refused again.</summary>
+    internal bool RefusedHello { get; init; }
+
     /// <summary>Long-poll: the HTTP status of the refusal. WebSocket: the status a refused upgrade was answered with.</summary>
     public int? HttpStatus { get; init; }
 }

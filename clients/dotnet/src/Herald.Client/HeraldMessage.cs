@@ -109,6 +109,15 @@ public sealed class HeraldMessage
         return new HeraldMessage(client, subscription, serializer, frame.TopicString, frame.ReplyToString, payload, compressed, headers);
     }
 
+    /// <summary>
+    /// Not a message: a presence event carried through a handler subscription's buffer so that its OnPresence call takes its
+    /// turn among the messages (spec §15.2 order). Never handed to the application as a message.
+    /// </summary>
+    internal HeraldPresenceEvent? PresenceEvent { get; private init; }
+
+    internal static HeraldMessage ForPresence(HeraldPresenceEvent presence) =>
+        new(client: null, presence.Subscription, PayloadSerializer.Default, presence.Topic, replyTo: null, ReadOnlyMemory<byte>.Empty, wasCompressed: false) { PresenceEvent = presence };
+
     /// <summary>The broker's no-responders status (spec §7): an empty message with <c>Herald-Status: 503</c>.</summary>
     internal bool IsNoResponders => Payload.IsEmpty && Headers.Count > 0 && Headers.GetFirstValue("Herald-Status") == "503";
 

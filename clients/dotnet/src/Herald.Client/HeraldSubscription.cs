@@ -32,9 +32,13 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
     private StreamPosition? _position; // the last one received (message or status); guarded by _positionGate
     private bool _resumes; // sends since on every SUBSCRIBE (spec §13): asked for, one topic, and its topic keeps a history as far as known
     private bool _resuming; // the last SUBSCRIBE carried a real position: its status is told (Resumed)
+    private readonly bool _presenceEvents; // SUBSCRIBE's presence-events bit (spec §15.2): MESSAGEs with Herald-Presence are events
+    private readonly Action<HeraldPresenceEvent>? _onPresence;
+    private readonly Channel<HeraldPresenceEvent>? _presence; // events for ReadPresenceEventsAsync, or for OnPresence's loop on an enumerated subscription
+    private long _droppedPresence;
 
     /// <summary>A subscription read by enumeration or dispatched to <paramref name="handler"/>.</summary>
-    internal HeraldSubscription(HeraldClient client, uint sid, string pattern, byte[] patternBytes, SubscribeOptions wireOptions, int capacity, BoundedChannelFullMode fullMode, Func<HeraldMessage, CancellationToken, ValueTask>? handler, SynchronizationContext? context, bool resume = true, string? queue = null, byte[]? queueBytes = null)
+    internal HeraldSubscription(HeraldClient client, uint sid, string pattern, byte[] patternBytes, SubscribeOptions wireOptions, int capacity, BoundedChannelFullMode fullMode, Func<HeraldMessage, CancellationToken, ValueTask>? handler, SynchronizationContext? context, bool resume = true, string? queue = null, byte[]? queueBytes = null, Action<HeraldPresenceEvent>? onPresence = null)
     {
         _client = client;
         _resumes = resume && queue is null && pattern.AsSpan().IndexOfAny('*', '>') < 0; // a queue group member never resumes (spec §4.3)
@@ -49,6 +53,15 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
         _channel = Channel.CreateBounded<HeraldMessage>(
             new BoundedChannelOptions(capacity) { FullMode = fullMode, SingleReader = handler is not null, SingleWriter = false, AllowSynchronousContinuations = false },
             _ => Interlocked.Increment(ref _dropped));
+        _presenceEvents = (wireOptions & SubscribeOptions.PresenceEvents) != 0;
+        _onPresence = onPresence;
+        if (_presenceEvents && (handler is null || onPresence is null))
+        {
+            // Read by the application (or OnPresence's own loop): a reader that falls behind loses the oldest, counted, rather than holding up the messages.
+            _presence = Channel.CreateBounded<HeraldPresenceEvent>(
+                new BoundedChannelOptions(capacity) { FullMode = BoundedChannelFullMode.DropOldest, SingleReader = onPresence is not null, SingleWriter = false, AllowSynchronousContinuations = false },
+                _ => Interlocked.Increment(ref _droppedPresence));
+        }
     }
 
     /// <summary>An internal subscription (the request inbox) whose messages go straight to <paramref name="inline"/> on the reading thread.</summary>
@@ -101,6 +114,12 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
     /// <summary>Messages dropped because the buffer was full (drop modes of <see cref="SubscriptionOptions.FullMode"/> only).</summary>
     public long DroppedMessages => Interlocked.Read(ref _dropped);
 
+    /// <summary>Presence events dropped because <see cref="ReadPresenceEventsAsync"/> fell a whole buffer (<see cref="SubscriptionOptions.Capacity"/>) behind: the oldest go first.</summary>
+    public long DroppedPresenceEvents => Interlocked.Read(ref _droppedPresence);
+
+    /// <summary>This subscription makes its connection a member of its topic (<see cref="SubscriptionOptions.Join"/>, spec §15.1).</summary>
+    public bool Joins => (WireOptions & SubscribeOptions.Join) != 0;
+
     internal byte[] PatternBytes { get; }
 
     internal SubscribeOptions WireOptions { get; }
@@ -137,6 +156,49 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
             yield return message.Deserialize<T>();
         }
     }
+
+    /// <summary>
+    /// The topic's presence events (join, leave, suppressed, resumed; spec §15.2), in order, until the subscription ends:
+    /// <c>await foreach (var e in subscription.ReadPresenceEventsAsync())</c>. Each is handed over after every message
+    /// that preceded it and before any that followed it. For a subscription made with
+    /// <see cref="SubscriptionOptions.PresenceEvents"/> and without <see cref="SubscriptionOptions.OnPresence"/>.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The subscription did not ask for presence events, or gives them to its <see cref="SubscriptionOptions.OnPresence"/>.</exception>
+    public async IAsyncEnumerable<HeraldPresenceEvent> ReadPresenceEventsAsync([EnumeratorCancellation] CancellationToken cancellationToken = default)
+    {
+        ChannelReader<HeraldPresenceEvent> reader = PresenceReader();
+        while (await reader.WaitToReadAsync(cancellationToken).ConfigureAwait(false))
+        {
+            while (reader.TryRead(out HeraldPresenceEvent? presence))
+            {
+                yield return presence;
+            }
+        }
+    }
+
+    /// <summary>Waits for the next presence event (see <see cref="ReadPresenceEventsAsync"/>).</summary>
+    /// <exception cref="ChannelClosedException">The subscription ended and every event was read.</exception>
+    /// <exception cref="HeraldException">The subscription ended with an error (say, the broker refused its join).</exception>
+    public async ValueTask<HeraldPresenceEvent> ReadPresenceEventAsync(CancellationToken cancellationToken = default)
+    {
+        ChannelReader<HeraldPresenceEvent> reader = PresenceReader();
+        while (await reader.WaitToReadAsync(cancellationToken).ConfigureAwait(false))
+        {
+            if (reader.TryRead(out HeraldPresenceEvent? presence))
+            {
+                return presence;
+            }
+        }
+
+        throw new ChannelClosedException($"The subscription to '{Pattern}' has ended.");
+    }
+
+    private ChannelReader<HeraldPresenceEvent> PresenceReader() =>
+        _presence is not null && _onPresence is null
+            ? _presence.Reader
+            : throw new InvalidOperationException(_presenceEvents
+                ? $"The subscription to '{Pattern}' gives its presence events to its OnPresence callback."
+                : $"The subscription to '{Pattern}' did not ask for presence events (SubscriptionOptions.PresenceEvents).");
 
     /// <summary>Waits for the next message.</summary>
     /// <exception cref="ChannelClosedException">The subscription was unsubscribed (or its client disposed) and every message read.</exception>
@@ -204,6 +266,44 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
         }
 
         RaiseResumed(false, "Taken over: messages may have been lost", position);
+    }
+
+    /// <summary>
+    /// A presence event (spec §15.2: a MESSAGE with <c>Herald-Presence</c>, which only the broker may set) on a subscription
+    /// that asked for them, on the connection's reader: true when taken, so it never reaches the application as a message.
+    /// <paramref name="ordered"/> is what goes into the message buffer in its place, for a handler that shares its turn with
+    /// <see cref="SubscriptionOptions.OnPresence"/>; otherwise the event went to its own buffer.
+    /// </summary>
+    internal bool TakePresence(in PublishFrame frame, out HeraldMessage? ordered)
+    {
+        ordered = null;
+        if (!_presenceEvents || !frame.HasHeaders)
+        {
+            return false;
+        }
+
+        Span<byte> kind = stackalloc byte[16];
+        if (!HeaderBlock.TryCopyFirstValue(frame.Headers, "Herald-Presence"u8, kind, out int length))
+        {
+            return false;
+        }
+
+        HeraldPresenceEvent? presence = HeraldPresenceEvent.FromFrame(frame, this, System.Text.Encoding.UTF8.GetString(kind[..length]));
+        if (presence is null || Volatile.Read(ref _ended) != 0)
+        {
+            return true; // a kind a later broker added: not for this client
+        }
+
+        if (_presence is null)
+        {
+            ordered = HeraldMessage.ForPresence(presence);
+        }
+        else
+        {
+            _presence.Writer.TryWrite(presence);
+        }
+
+        return true;
     }
 
     /// <summary>
@@ -280,6 +380,11 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
         {
             _ = Task.Run(DispatchAsync);
         }
+
+        if (_onPresence is not null && _presence is not null)
+        {
+            _ = Task.Run(DispatchPresenceAsync);
+        }
     }
 
     /// <summary>Hands a message over without waiting; <c>false</c> when the buffer is full (mode Wait): call <see cref="DeliverAsync"/>.</summary>
@@ -349,6 +454,7 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
         }
 
         _channel?.Writer.TryComplete(error);
+        _presence?.Writer.TryComplete(error);
         _stop.Cancel();
     }
 
@@ -367,6 +473,12 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
             {
                 while (!stop.IsCancellationRequested && reader.TryRead(out HeraldMessage? message))
                 {
+                    if (message.PresenceEvent is { } presence)
+                    {
+                        await CallOnPresenceAsync(presence, stop).ConfigureAwait(false); // its turn among the messages (spec §15.2 order)
+                        continue;
+                    }
+
                     Activity? activity = ClientTracing.Source.HasListeners() ? ClientTracing.StartProcess(message, Pattern, _client.Identity) : null;
                     try
                     {
@@ -402,6 +514,70 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
         catch (ChannelClosedException)
         {
             // The client closed.
+        }
+    }
+
+    /// <summary>OnPresence's loop for an enumerated subscription: one event at a time, in order.</summary>
+    private async Task DispatchPresenceAsync()
+    {
+        ChannelReader<HeraldPresenceEvent> reader = _presence!.Reader;
+        CancellationToken stop = _stop.Token;
+        try
+        {
+            while (await reader.WaitToReadAsync(stop).ConfigureAwait(false))
+            {
+                while (!stop.IsCancellationRequested && reader.TryRead(out HeraldPresenceEvent? presence))
+                {
+                    await CallOnPresenceAsync(presence, stop).ConfigureAwait(false);
+                }
+            }
+        }
+        catch (OperationCanceledException) when (stop.IsCancellationRequested)
+        {
+            // Unsubscribed.
+        }
+        catch (ChannelClosedException)
+        {
+            // Ended with an error: the subscription's reader or SubscribeAsync reports it.
+        }
+    }
+
+    /// <summary>Calls OnPresence, on the captured context if the subscription has one; what it throws is reported.</summary>
+    private async Task CallOnPresenceAsync(HeraldPresenceEvent presence, CancellationToken stop)
+    {
+        try
+        {
+            if (_context is null)
+            {
+                _onPresence!(presence);
+                return;
+            }
+
+            var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            _context.Post(
+                static state =>
+                {
+                    var (call, e, finished) = ((Action<HeraldPresenceEvent>, HeraldPresenceEvent, TaskCompletionSource))state!;
+                    try
+                    {
+                        call(e);
+                        finished.TrySetResult();
+                    }
+                    catch (Exception failure) when (failure is not OutOfMemoryException)
+                    {
+                        finished.TrySetException(failure);
+                    }
+                },
+                (_onPresence!, presence, done));
+            await done.Task.WaitAsync(stop).ConfigureAwait(false);
+        }
+        catch (OperationCanceledException) when (stop.IsCancellationRequested)
+        {
+            throw;
+        }
+        catch (Exception e) when (e is not OutOfMemoryException)
+        {
+            _client.ReportError(new HeraldException($"The OnPresence callback of the subscription to '{Pattern}' threw on a {presence.Kind} event: {e.Message}", e));
         }
     }
 

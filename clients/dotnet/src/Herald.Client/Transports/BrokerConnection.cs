@@ -39,15 +39,31 @@ internal abstract class BrokerConnection : IAsyncDisposable
     /// <summary>
     /// Why <paramref name="subscription"/> cannot be sent on this connection, or <c>null</c>: a queue group member on a
     /// connection whose broker did not grant queue groups (spec §4.1 bit 4; long-poll's <c>queueGroups</c>). Such a
-    /// broker would take it as a plain subscription (every member would get every message), so it is never sent.
+    /// broker would take it as a plain subscription (every member would get every message), so it is never sent. Or a
+    /// join or presence events where presence was not granted (spec §4.1 bit 5): the broker would close the connection.
     /// </summary>
-    public HeraldException? QueueRefusal(HeraldSubscription subscription) =>
-        subscription.Queue is null || Info.QueueGroups
-            ? null
-            : new HeraldException(
+    public HeraldException? Refusal(HeraldSubscription subscription)
+    {
+        string medium = Info.Transport == HeraldTransport.LongPoll ? "long-poll session" : "connection";
+        if (subscription.Queue is not null && !Info.QueueGroups)
+        {
+            return new HeraldException(
                 ErrorCode.MalformedFrame,
-                $"The subscription to '{subscription.Pattern}' joins the queue group '{subscription.Queue}', and this {(Info.Transport == HeraldTransport.LongPoll ? "long-poll session" : "connection")} did not negotiate queue groups "
+                $"The subscription to '{subscription.Pattern}' joins the queue group '{subscription.Queue}', and this {medium} did not negotiate queue groups "
                 + "(a broker before them; see HeraldServerInfo.QueueGroups). It was not sent: the broker would have made it a plain subscription, delivering every message to every member.");
+        }
+
+        if ((subscription.WireOptions & (SubscribeOptions.Join | SubscribeOptions.PresenceEvents)) != 0 && !Info.Presence)
+        {
+            return new HeraldException(ErrorCode.MalformedFrame, $"The subscription to '{subscription.Pattern}' asks for {(subscription.Joins ? "join" : "presence events")}, and {PresenceNotGranted(medium)} It was not sent.");
+        }
+
+        return null;
+    }
+
+    /// <summary>Why presence cannot be used on this connection, for the exceptions that say so.</summary>
+    protected static string PresenceNotGranted(string medium) =>
+        $"this {medium} did not negotiate presence (spec §4.1 capability bit 5: presence off on the broker, Herald:Presence:Enabled; headers off, HeraldClientOptions.EnableHeaders; or a broker before presence; see HeraldServerInfo.Presence).";
 
     /// <summary>WELCOME's <c>max_headers</c>: most header values one PUBLISH may carry (spec §4.9).</summary>
     public int MaxHeaders { get; protected set; } = int.MaxValue;
@@ -92,6 +108,14 @@ internal abstract class BrokerConnection : IAsyncDisposable
 
     /// <summary>Presents a fresh credential for the same identity (spec §4.1 refresh). Long-poll: a session keeps the identity it was created with.</summary>
     public virtual Task RefreshAsync(string? credential, CancellationToken cancellationToken) => Task.CompletedTask;
+
+    /// <summary>
+    /// Asks for <paramref name="topic"/>'s presence (spec §15.3): at most <paramref name="limit"/> members after
+    /// <paramref name="cursor"/>, 0 for the occupancy alone. The answer as the broker gave it (a refusal is its code).
+    /// </summary>
+    /// <exception cref="HeraldException">Presence was not granted on this connection, or the connection was lost (<see cref="HeraldConnectionException"/>).</exception>
+    public virtual Task<PresenceReplyFrame> PresenceAsync(byte[] topic, ulong limit, string? cursor, CancellationToken cancellationToken) =>
+        throw new NotSupportedException();
 
     /// <summary>Long-poll: subscribes with an HTTP request.</summary>
     public virtual Task SubscribeAsync(HeraldSubscription subscription, CancellationToken cancellationToken) => throw new NotSupportedException();
@@ -153,9 +177,19 @@ internal abstract class BrokerConnection : IAsyncDisposable
     protected HeraldMessage? Materialize(in PublishFrame frame)
     {
         HeraldSubscription? subscription = Client.FindSubscription(frame.Sid);
-        if (subscription is null || subscription.Observe(frame))
+        if (subscription is null)
         {
-            return null; // unknown sid, or the broker's answer to a resume (spec §13)
+            return null; // unknown sid (spec §4.4)
+        }
+
+        if (subscription.TakePresence(frame, out HeraldMessage? ordered))
+        {
+            return ordered; // a presence event (spec §15.2): in the handler's buffer in its turn, or already in its own
+        }
+
+        if (subscription.Observe(frame))
+        {
+            return null; // the broker's answer to a resume (spec §13)
         }
 
         try

@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Collections.Concurrent;
 using System.IO.Pipelines;
 using Herald.Client.Protocol;
 using Herald.Protocol;
@@ -34,6 +35,8 @@ internal sealed class FrameConnection : BrokerConnection
     private Task? _reading;
     private long _lastReadAt;
     private int _pingsOutstanding;
+    private readonly ConcurrentDictionary<uint, TaskCompletionSource<PresenceReplyFrame>> _presence = new(); // PRESENCE waiting for their answer, by request_id; added under _pongGate
+    private int _lastPresence;
 
     /// <param name="open">Opens the link to the broker (the transport's part: connect, TLS, upgrade); bounded by its token.</param>
     public FrameConnection(HeraldClient client, HeraldClientOptions options, Func<CancellationToken, Task<StreamLink>> open)
@@ -48,7 +51,7 @@ internal sealed class FrameConnection : BrokerConnection
         _input = PipeReader.Create(link.Stream, new StreamPipeReaderOptions(bufferSize: ReadBufferSize, minimumReadSize: 4096, leaveOpen: true));
 
         var hello = new ArrayBufferWriter<byte>(64);
-        ClientFrames.Hello(hello, Options.ClientName, Capabilities, credential);
+        ClientFrames.Hello(hello, Options.ClientName, Capabilities, credential, info: Options.Info);
         await link.WriteAsync(hello.WrittenMemory, cancellationToken).ConfigureAwait(false);
         WelcomeFrame welcome = await ReadWelcomeAsync(cancellationToken).ConfigureAwait(false);
 
@@ -68,7 +71,7 @@ internal sealed class FrameConnection : BrokerConnection
 
     public override Task EnqueueSubscribe(HeraldSubscription subscription)
     {
-        if (QueueRefusal(subscription) is { } refused)
+        if (Refusal(subscription) is { } refused)
         {
             return Task.FromException(refused); // never sent as a plain subscription
         }
@@ -79,7 +82,42 @@ internal sealed class FrameConnection : BrokerConnection
 
     /// <summary>HELLO again with <paramref name="credential"/>; the broker answers WELCOME, then the PONG behind it completes this.</summary>
     public override Task RefreshAsync(string? credential, CancellationToken cancellationToken) =>
-        Expect(subscription: null, queue => queue.EnqueueRefresh(Options.ClientName, Capabilities, credential)).WaitAsync(cancellationToken);
+        Expect(subscription: null, queue => queue.EnqueueRefresh(Options.ClientName, Capabilities, credential, Options.Info)).WaitAsync(cancellationToken);
+
+    /// <summary>PRESENCE, matched with its PRESENCE_REPLY by request id (answers may come in any order, spec §15.3).</summary>
+    public override async Task<PresenceReplyFrame> PresenceAsync(byte[] topic, ulong limit, string? cursor, CancellationToken cancellationToken)
+    {
+        if (!Info.Presence)
+        {
+            throw new HeraldException(ErrorCode.UnexpectedFrame, $"Asking who is on '{System.Text.Encoding.UTF8.GetString(topic)}' needs presence, and {PresenceNotGranted("connection")} Nothing was sent.");
+        }
+
+        uint id = unchecked((uint)Interlocked.Increment(ref _lastPresence));
+        var answer = new TaskCompletionSource<PresenceReplyFrame>(TaskCreationOptions.RunContinuationsAsynchronously);
+        lock (_pongGate)
+        {
+            if (Lost.IsCompleted)
+            {
+                throw Lost.Result as HeraldException ?? new HeraldConnectionException("The connection is closed.", Lost.Result);
+            }
+
+            _presence[id] = answer;
+            if (!Outbound.EnqueuePresence(id, topic, limit, cursor))
+            {
+                _presence.TryRemove(id, out _);
+                throw new HeraldConnectionException("The connection is closed.");
+            }
+        }
+
+        try
+        {
+            return await answer.Task.WaitAsync(cancellationToken).ConfigureAwait(false);
+        }
+        finally
+        {
+            _presence.TryRemove(id, out _);
+        }
+    }
 
     private Capabilities Capabilities => Options.Capabilities;
 
@@ -126,7 +164,8 @@ internal sealed class FrameConnection : BrokerConnection
             headers,
             headers && (granted & Capabilities.NoResponders) != 0,
             headers && (granted & Capabilities.History) != 0,
-            (granted & Capabilities.QueueGroups) != 0);
+            (granted & Capabilities.QueueGroups) != 0,
+            headers && (granted & Capabilities.Presence) != 0);
         MaxBody = Limit(welcome, "max_frame");
         MaxTopic = Limit(welcome, "max_topic");
         MaxPayload = Limit(welcome, "max_payload");
@@ -153,6 +192,12 @@ internal sealed class FrameConnection : BrokerConnection
         foreach (PongWaiter? waiter in waiting)
         {
             waiter?.Done.TrySetException(reason);
+        }
+
+        HeraldException lost = reason as HeraldException ?? new HeraldConnectionException($"The connection was lost: {reason.Message}", reason);
+        foreach (TaskCompletionSource<PresenceReplyFrame> answer in _presence.Values)
+        {
+            answer.TrySetException(lost);
         }
     }
 
@@ -190,7 +235,7 @@ internal sealed class FrameConnection : BrokerConnection
                     return frame.Type switch
                     {
                         FrameType.Welcome => frame.Welcome,
-                        FrameType.Error => throw BrokerError(frame.Error),
+                        FrameType.Error => throw BrokerError(frame.Error, hello: true),
                         _ => throw new HeraldException(ErrorCode.UnexpectedFrame, $"The broker answered HELLO with {frame.Type}, not WELCOME."),
                     };
                 }
@@ -299,7 +344,16 @@ internal sealed class FrameConnection : BrokerConnection
 
                 if (frame.Error.Sid != 0)
                 {
-                    Client.Revoke(frame.Error.Sid, error); // a refresh took the right to it away (spec §4.1)
+                    lock (_pongGate)
+                    {
+                        if (_pongs.TryPeek(out PongWaiter? head) && head?.Subscription?.Sid == frame.Error.Sid)
+                        {
+                            head.Refusal ??= error; // the refusal of the SUBSCRIBE being confirmed (a join past a limit, spec §15.1): thrown to its caller
+                            return null;
+                        }
+                    }
+
+                    Client.Revoke(frame.Error.Sid, error); // a refresh took the right to it away (spec §4.1), or a refused join on a reconnect
                     return null;
                 }
 
@@ -320,6 +374,13 @@ internal sealed class FrameConnection : BrokerConnection
             case FrameType.Welcome:
                 Welcomed(frame.Welcome); // the answer to a refreshing HELLO (spec §4.1)
                 return null;
+            case FrameType.PresenceReply:
+                if (_presence.TryRemove(frame.PresenceReply.RequestId, out TaskCompletionSource<PresenceReplyFrame>? answer))
+                {
+                    answer.TrySetResult(frame.PresenceReply);
+                }
+
+                return null; // an answer nobody waits for any more (its caller gave up) is dropped
             default:
                 throw new ProtocolException(ErrorCode.UnexpectedFrame, $"The broker sent {frame.Type} after WELCOME.");
         }
@@ -361,12 +422,14 @@ internal sealed class FrameConnection : BrokerConnection
         }
     }
 
-    internal static HeraldException BrokerError(in ErrorFrame error) =>
-        new(error.Code, $"The broker sent ERROR {error.Code}{(error.Fatal ? " and closed the connection" : "")}: {error.Message}")
+    /// <param name="hello">The answer to HELLO: a <see cref="ErrorCode.MalformedFrame"/> there (say, a client info over the broker's <c>max_presence_info</c>, spec §4.1) is the HELLO's own fault, which no reconnect fixes.</param>
+    internal static HeraldException BrokerError(in ErrorFrame error, bool hello = false) =>
+        new(error.Code, $"The broker sent ERROR {error.Code}{(error.Fatal ? " and closed the connection" : "")}{(hello ? " in answer to HELLO" : "")}: {error.Message}")
         {
             IsFatal = error.Fatal,
             Count = error.Count,
             Sid = error.Sid,
+            RefusedHello = hello && error.Code == ErrorCode.MalformedFrame,
         };
 
     /// <summary><paramref name="what"/>, and what the medium said about the close (a WebSocket's status), if anything.</summary>

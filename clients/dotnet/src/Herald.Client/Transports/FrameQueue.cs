@@ -128,7 +128,7 @@ internal sealed class FrameQueue
     }
 
     /// <summary>HELLO again with a fresh credential (spec §4.1 refresh), then a PING to wait for the broker's answer behind it.</summary>
-    public bool EnqueueRefresh(string clientName, Capabilities capabilities, string? credential)
+    public bool EnqueueRefresh(string clientName, Capabilities capabilities, string? credential, string? info)
     {
         lock (_gate)
         {
@@ -137,8 +137,24 @@ internal sealed class FrameQueue
                 return false;
             }
 
-            ClientFrames.Hello(_pending, clientName, capabilities, credential);
+            ClientFrames.Hello(_pending, clientName, capabilities, credential, info: info);
             ClientFrames.Ping(_pending);
+            WakeWriter();
+            return true;
+        }
+    }
+
+    /// <summary>PRESENCE (spec §15.3); its PRESENCE_REPLY names <paramref name="requestId"/>.</summary>
+    public bool EnqueuePresence(uint requestId, byte[] topic, ulong limit, string? cursor)
+    {
+        lock (_gate)
+        {
+            if (_closed)
+            {
+                return false;
+            }
+
+            ClientFrames.Presence(_pending, requestId, topic, limit, cursor);
             WakeWriter();
             return true;
         }

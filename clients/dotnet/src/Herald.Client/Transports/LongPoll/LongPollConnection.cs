@@ -117,7 +117,7 @@ internal sealed class LongPollConnection : BrokerConnection
 
     public override async Task SubscribeAsync(HeraldSubscription subscription, CancellationToken cancellationToken)
     {
-        if (QueueRefusal(subscription) is { } refused)
+        if (Refusal(subscription) is { } refused)
         {
             throw refused; // never sent as a plain subscription
         }
