@@ -122,9 +122,9 @@ internal sealed class FrameConnection : BrokerConnection
     private Capabilities Capabilities => Options.Capabilities;
 
     /// <summary>Queues frames ending in a PING (after a fence PING when <paramref name="fenced"/>) and returns what completes at its PONG.</summary>
-    private Task Expect(HeraldSubscription? subscription, Func<FrameQueue, bool> enqueue, bool fenced = false)
+    private Task Expect(HeraldSubscription? subscription, Func<FrameQueue, bool> enqueue, bool fenced = false, bool absorbsUnknownSubscription = false)
     {
-        var waiter = new PongWaiter(subscription);
+        var waiter = new PongWaiter(subscription) { AbsorbsUnknownSubscription = absorbsUnknownSubscription };
         lock (_pongGate)
         {
             if (Lost.IsCompleted)
@@ -344,6 +344,11 @@ internal sealed class FrameConnection : BrokerConnection
 
                 if (frame.Error.Sid != 0)
                 {
+                    if (error.ErrorCode is ErrorCode.PresenceFull or ErrorCode.PresenceUnavailable)
+                    {
+                        Forget(frame.Error.Sid);
+                    }
+
                     lock (_pongGate)
                     {
                         if (_pongs.TryPeek(out PongWaiter? head) && head?.Subscription?.Sid == frame.Error.Sid)
@@ -355,6 +360,17 @@ internal sealed class FrameConnection : BrokerConnection
 
                     Client.Revoke(frame.Error.Sid, error); // a refresh took the right to it away (spec §4.1), or a refused join on a reconnect
                     return null;
+                }
+
+                if (error.ErrorCode == ErrorCode.UnknownSubscription)
+                {
+                    lock (_pongGate)
+                    {
+                        if (_pongs.TryPeek(out PongWaiter? head) && head?.AbsorbsUnknownSubscription == true)
+                        {
+                            return null; // the answer to Forget on one node, which made nothing: expected, not the application's concern
+                        }
+                    }
                 }
 
                 if (error.ErrorCode is ErrorCode.PermissionDenied or ErrorCode.TooManyTopics)
@@ -385,6 +401,16 @@ internal sealed class FrameConnection : BrokerConnection
                 throw new ProtocolException(ErrorCode.UnexpectedFrame, $"The broker sent {frame.Type} after WELCOME.");
         }
     }
+
+    /// <summary>
+    /// Ends at the broker what may be left of a SUBSCRIBE whose join was refused with <see cref="ErrorCode.PresenceFull"/> or
+    /// <see cref="ErrorCode.PresenceUnavailable"/>: one node made nothing, but a cluster node keeps the subscription without
+    /// its join (spec §15.5), which the client, having ended it, would never read. UNSUBSCRIBE between two PINGs, so that
+    /// one node's <see cref="ErrorCode.UnknownSubscription"/> answer is recognized and absorbed.
+    /// </summary>
+    private void Forget(uint sid) =>
+        _ = Expect(subscription: null, queue => queue.EnqueueFencedUnsubscribe(sid), fenced: true, absorbsUnknownSubscription: true)
+            .ContinueWith(static t => _ = t.Exception, CancellationToken.None, TaskContinuationOptions.OnlyOnFaulted | TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
 
     /// <summary>PINGs the broker after <see cref="HeraldClientOptions.PingInterval"/> of silence; gives up after <see cref="HeraldClientOptions.MaxPingsOutstanding"/> unanswered ones.</summary>
     private async Task PingLoopAsync()
@@ -447,5 +473,8 @@ internal sealed class FrameConnection : BrokerConnection
 
         /// <summary>Caller holds <c>_pongGate</c>.</summary>
         public HeraldException? Refusal { get; set; }
+
+        /// <summary>Waits behind a <see cref="Forget"/>: an <see cref="ErrorCode.UnknownSubscription"/> before its PONG is that UNSUBSCRIBE's answer.</summary>
+        public bool AbsorbsUnknownSubscription { get; init; }
     }
 }

@@ -160,6 +160,24 @@ internal sealed class FrameQueue
         }
     }
 
+    /// <summary>PING, UNSUBSCRIBE, PING in one go: the two PONGs bracket the broker's answer to this UNSUBSCRIBE alone (spec §4.7).</summary>
+    public bool EnqueueFencedUnsubscribe(uint sid)
+    {
+        lock (_gate)
+        {
+            if (_closed)
+            {
+                return false;
+            }
+
+            ClientFrames.Ping(_pending);
+            ClientFrames.Unsubscribe(_pending, sid);
+            ClientFrames.Ping(_pending);
+            WakeWriter();
+            return true;
+        }
+    }
+
     public bool EnqueueUnsubscribe(uint sid) => EnqueueControl(static (w, sid, _, _, _) => ClientFrames.Unsubscribe(w, sid), sid, null, SubscribeOptions.None, null);
 
     /// <summary>Completes once every frame queued before this call has been written (long-poll: POSTed and accepted).</summary>
