@@ -23,8 +23,26 @@ internal abstract partial class ProtocolSession
     /// <summary>The client may be present, get events and ask who is present (spec §4.1 bit 5): it asked, with headers, and the broker grants it.</summary>
     public bool GrantsPresence { get; private set; }
 
-    /// <summary>The client info HELLO sent (spec §4.1); a credential's <c>herald_info</c> wins over it.</summary>
-    protected string? HelloInfo { get; set; }
+    /// <summary>
+    /// The client info the client chose (spec §4.1): HELLO's, a long-poll session's <c>"info"</c>, an SSE stream's
+    /// <c>info</c> parameter, each held to <see cref="CheckedInfo"/>; a credential's <c>herald_info</c> wins over it.
+    /// </summary>
+    public string? HelloInfo { get; set; }
+
+    /// <summary>
+    /// Client info a transport without HELLO received (a long-poll create, an SSE URL), held to <c>max_presence_info</c>
+    /// as HELLO's is: over it is <c>MalformedFrame</c> (over HTTP, 400 <c>MalformedRequest</c>), before anything is made.
+    /// </summary>
+    public static string? CheckedInfo(BrokerCore broker, string? info)
+    {
+        int max = broker.Presence.Options.MaxInfoBytes;
+        if (info is not null && Encoding.UTF8.GetByteCount(info) is var bytes && bytes > max)
+        {
+            Throw(ErrorCode.MalformedFrame, $"The client info is {bytes} bytes; at most {max} are allowed (Herald:Presence:MaxInfoBytes).");
+        }
+
+        return info;
+    }
 
     /// <summary>This connection's client id (spec §15.1): unique among the broker's (the cluster's: the engine's prefix) sessions while it lives, fixed width so ids sort as numbers.</summary>
     public string PresenceClient => Broker.Presence.ClientPrefix + Id.ToString("x16", CultureInfo.InvariantCulture);
@@ -45,7 +63,7 @@ internal abstract partial class ProtocolSession
     {
         if (!GrantsPresence)
         {
-            Throw(ErrorCode.MalformedFrame, "A SUBSCRIBE asked to join or for presence events without negotiating presence (HELLO's capabilities, with headers).");
+            Throw(ErrorCode.MalformedFrame, "A SUBSCRIBE asked to join or for presence events without negotiating presence (HELLO's capabilities with headers, or long-poll's \"headers\": true).");
         }
 
         string topic = CheckSubscribe(sid, pattern);
@@ -252,13 +270,11 @@ internal abstract partial class ProtocolSession
     private int _presenceUnansweredMost;
 
     /// <summary>
-    /// PRESENCE (spec §15.3): charged as one subscription change, the topic's rules (fatal when broken, as in PUBLISH), a
-    /// topic with wildcards answered <c>InvalidTopic</c>, the permissions (subscribe and presence; refused with nothing
-    /// else in the answer, not even the count), then one page of members, as many as fit in <c>max_frame</c>. The checks
-    /// run now (on the caller's thread, in order with the connection's other frames); the page is read from the engine,
-    /// at once on a single node, from Redis in a cluster: the answer then completes later, counted in
-    /// <see cref="PresenceUnanswered"/> until it does, and a store that cannot be reached is answered
-    /// <c>PresenceUnavailable</c>.
+    /// PRESENCE (spec §15.3) on a framed transport: the checks every transport shares (<see cref="CheckPresenceQuery"/>),
+    /// then one page of members, as many as fit in <c>max_frame</c>. The checks run now (on the caller's thread, in order
+    /// with the connection's other frames); the page is read from the engine, at once on a single node, from Redis in a
+    /// cluster: the answer then completes later, counted in <see cref="PresenceUnanswered"/> until it does, and a store
+    /// that cannot be reached is answered <c>PresenceUnavailable</c>.
     /// </summary>
     public ValueTask<MessageBuffer> PresenceAsync(in PresenceFrame request, out Refusal notice)
     {
@@ -267,31 +283,17 @@ internal abstract partial class ProtocolSession
             Throw(ErrorCode.UnexpectedFrame, "PRESENCE from a client that did not negotiate presence (HELLO's capabilities).");
         }
 
-        notice = Answer(TakeSubscriptionToken(), default);
         ReadOnlySpan<byte> bytes = request.Topic.IsSingleSegment ? request.Topic.FirstSpan : request.Topic.ToArray();
-        ErrorCode broken = Topic.ValidatePattern(bytes, Limits.MaxTopicLength);
-        if (broken != ErrorCode.None)
+        PresenceQuery query = CheckPresenceQuery(bytes, request.Limit, out notice);
+        if (query.Code != ErrorCode.None)
         {
-            Throw(broken, Topic.Describe(broken, bytes, Limits.MaxTopicLength));
+            return new(Reply(request.RequestId, query.Code, default));
         }
 
-        string topic = Encoding.UTF8.GetString(bytes);
-        if (Topic.HasWildcard(bytes))
-        {
-            return new(Reply(request.RequestId, ErrorCode.InvalidTopic, default));
-        }
-
-        if (!Identity.Permissions.CanSubscribe(topic) || !Identity.Permissions.CanReadPresence(topic))
-        {
-            Broker.Metrics.ProtocolError(ErrorCode.PermissionDenied);
-            return new(Reply(request.RequestId, ErrorCode.PermissionDenied, default));
-        }
-
-        int limit = (int)Math.Min(request.Limit, (ulong)Broker.Presence.Options.MaxPageSize);
         ValueTask<PresencePage> read;
         try
         {
-            read = Broker.Presence.ReadAsync(topic, limit, request.Cursor);
+            read = Broker.Presence.ReadAsync(query.Topic, query.Limit, request.Cursor);
         }
         catch (ClusterUnavailableException)
         {
@@ -299,6 +301,37 @@ internal abstract partial class ProtocolSession
         }
 
         return read.IsCompletedSuccessfully ? new(Reply(request.RequestId, ErrorCode.None, read.Result)) : ReplyLaterAsync(request.RequestId, read);
+    }
+
+    /// <summary>
+    /// What every reading of a topic's presence is held to (spec §15.3), on every transport (PRESENCE, HTTP's
+    /// <c>GET /presence</c>): charged as one subscription change (<paramref name="notice"/>: <c>RateLimited</c>, the
+    /// transport pauses), the topic's rules (thrown, as in PUBLISH), a topic with wildcards answered <c>InvalidTopic</c>,
+    /// the permissions (subscribe and presence; refused with nothing else, not even the count), and the page capped at
+    /// <see cref="PresenceOptions.MaxPageSize"/>. The caller reads the engine only when the code is <c>None</c>.
+    /// </summary>
+    public PresenceQuery CheckPresenceQuery(ReadOnlySpan<byte> topic, ulong limit, out Refusal notice)
+    {
+        notice = Answer(TakeSubscriptionToken(), default);
+        ErrorCode broken = Topic.ValidatePattern(topic, Limits.MaxTopicLength);
+        if (broken != ErrorCode.None)
+        {
+            Throw(broken, Topic.Describe(broken, topic, Limits.MaxTopicLength));
+        }
+
+        string name = Encoding.UTF8.GetString(topic);
+        if (Topic.HasWildcard(topic))
+        {
+            return new PresenceQuery(ErrorCode.InvalidTopic, name, 0);
+        }
+
+        if (!Identity.Permissions.CanSubscribe(name) || !Identity.Permissions.CanReadPresence(name))
+        {
+            Broker.Metrics.ProtocolError(ErrorCode.PermissionDenied);
+            return new PresenceQuery(ErrorCode.PermissionDenied, name, 0);
+        }
+
+        return new PresenceQuery(ErrorCode.None, name, (int)Math.Min(limit, (ulong)Broker.Presence.Options.MaxPageSize));
     }
 
     /// <summary>A PRESENCE answer took the connection below <see cref="MaxPresenceUnanswered"/>: a transport whose input waits for that goes on.</summary>
@@ -352,6 +385,9 @@ internal abstract partial class ProtocolSession
             writer.ResetWrittenCount();
         }
     }
+
+    /// <summary>A checked presence read (<see cref="CheckPresenceQuery"/>): <see cref="ErrorCode.None"/> and the page to read, or why not.</summary>
+    public readonly record struct PresenceQuery(ErrorCode Code, string Topic, int Limit);
 
     /// <summary>What one subscription holds in the engine: its topic, its member (join) and whether it gets the events.</summary>
     private readonly record struct PresenceHold(string Topic, PresenceMember? Member, bool Watching);

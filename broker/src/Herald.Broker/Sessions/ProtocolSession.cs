@@ -274,9 +274,10 @@ internal abstract partial class ProtocolSession : INoResponders
     /// <summary>
     /// Takes every subscription out of the router; nothing more is routed to this session. Gives back the identity's
     /// connection slot too, unless <paramref name="keepQuota"/> (a connection the registry counts until its socket is
-    /// gone keeps it until then).
+    /// gone keeps it until then). Its members leave with <paramref name="reason"/> (spec §15.2: <c>expired</c> for a
+    /// long-poll or SSE session that expired, else <c>disconnect</c>).
     /// </summary>
-    protected void EndSubscriptions(bool keepQuota = false)
+    protected void EndSubscriptions(bool keepQuota = false, PresenceReason reason = PresenceReason.Disconnect)
     {
         lock (_subscriptionsGate)
         {
@@ -285,7 +286,7 @@ internal abstract partial class ProtocolSession : INoResponders
             {
                 foreach (Subscription subscription in _subscriptions.Values)
                 {
-                    EndPresence(subscription.Sid, PresenceReason.Disconnect);
+                    EndPresence(subscription.Sid, reason);
                     Broker.Router.Remove(subscription);
                     subscription.Held = false; // a cluster resume waiting for it lets it go
                     _usage?.RemoveSubscription(subscription.Pattern);

@@ -221,10 +221,10 @@ internal static class HttpExchange
     {
         ErrorCode.PermissionDenied => StatusCodes.Status403Forbidden,
         ErrorCode.UnknownSubscription => StatusCodes.Status404NotFound,
-        ErrorCode.TooManyTopics => StatusCodes.Status409Conflict,
+        ErrorCode.TooManyTopics or ErrorCode.PresenceFull => StatusCodes.Status409Conflict,
         ErrorCode.AuthenticationFailed => StatusCodes.Status401Unauthorized,
         ErrorCode.SlowConsumer or ErrorCode.StaleConnection => StatusCodes.Status410Gone,
-        ErrorCode.ShuttingDown or ErrorCode.TooManyConnections => StatusCodes.Status503ServiceUnavailable,
+        ErrorCode.ShuttingDown or ErrorCode.TooManyConnections or ErrorCode.PresenceUnavailable => StatusCodes.Status503ServiceUnavailable,
         _ => StatusCodes.Status400BadRequest,
     };
 

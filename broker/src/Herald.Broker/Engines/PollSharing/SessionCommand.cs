@@ -31,6 +31,12 @@ internal sealed class SessionCommand
     /// <summary>Subscribe: the queue group to join (spec §14), or null.</summary>
     public string? Queue { get; set; }
 
+    /// <summary>Subscribe: be present on the topic (spec §15.1).</summary>
+    public bool Join { get; set; }
+
+    /// <summary>Subscribe: receive the topic's join and leave events (spec §15.2).</summary>
+    public bool PresenceEvents { get; set; }
+
     /// <summary>publish: the PUBLISH frames.</summary>
     public byte[]? Frames { get; set; }
 }

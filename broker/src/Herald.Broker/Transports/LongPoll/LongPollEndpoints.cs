@@ -42,6 +42,7 @@ internal static class LongPollEndpoints
         poll.MapPost("/sessions/{session}/publish", (HttpContext c, string session) => InSession(c, session, ReadPublishAsync));
         poll.MapGet("/sessions/{session}/messages", Poll);
         poll.MapPost("/publish", PublishOneShot);
+        app.MapPresence(); // GET /presence: for every HTTP client, with its own credential (longpoll §6)
     }
 
     /// <summary>Create (longpoll §1.1): the credential from the headers first; only then a pending slot and the body.</summary>
@@ -56,13 +57,16 @@ internal static class LongPollEndpoints
             request = await HttpExchange.ReadJsonAsync(context, options.MaxBodyBytes, LongPollJsonContext.Default.CreateSessionRequest).ConfigureAwait(false);
         }
 
+        string? info = ProtocolSession.CheckedInfo(store.Broker, request?.Info); // over the limit: 400, nothing made
+
         // The admission bounds bodies being read; a cluster's Redis round trip (making the session's state) comes after it.
         Capabilities requested = (request?.Zstd == true ? Capabilities.Zstd : Capabilities.None)
             | (request?.Headers == true ? Capabilities.Headers : Capabilities.None)
             | (request?.NoResponders == true ? Capabilities.NoResponders : Capabilities.None)
             | (request?.History == true ? Capabilities.History : Capabilities.None)
-            | Capabilities.QueueGroups; // a session's subscribe may always name one (longpoll §1.2); the answer says so
-        PollSession session = await store.CreateAsync(identity, request?.Client, requested, HttpExchange.RemoteOf(context)).ConfigureAwait(false);
+            | Capabilities.QueueGroups // a session's subscribe may always name one (longpoll §1.2); the answer says so
+            | Capabilities.Presence; // granted with headers (spec §4.1 bit 5); the answer says so
+        PollSession session = await store.CreateAsync(identity, request?.Client, requested, HttpExchange.RemoteOf(context), info).ConfigureAwait(false);
 
         context.Response.StatusCode = StatusCodes.Status201Created;
         context.Response.Headers.Location = $"/poll/sessions/{session.Token}";
@@ -83,7 +87,9 @@ internal static class LongPollEndpoints
                 store.Broker.Limits.MaxHeaders,
                 store.Broker.Limits.MaxHeaderBytes,
                 session.GrantsHistory,
-                session.GrantsQueueGroups),
+                session.GrantsQueueGroups,
+                session.GrantsPresence,
+                store.Broker.Presence.Options.MaxInfoBytes),
             LongPollJsonContext.Default.CreateSessionResponse).ConfigureAwait(false);
     });
 
@@ -104,7 +110,7 @@ internal static class LongPollEndpoints
             { Offset: { } offset, Epoch: { } epoch } when Encoding.UTF8.GetByteCount(epoch) <= StreamPosition.MaxEpochBytes => new StreamPosition(offset, epoch),
             _ => throw HttpProblem.Malformed($"since must be {{\"offset\": <unsigned integer>, \"epoch\": <string of at most {StreamPosition.MaxEpochBytes} bytes>}}."),
         };
-        return new SessionCommand { Op = Ops.Subscribe, Sid = (uint)sid, Pattern = pattern, NoEcho = request.NoEcho ?? false, SinceOffset = since?.Offset, SinceEpoch = since?.Epoch, Queue = request.Queue is { Length: > 0 } queue ? queue : null };
+        return new SessionCommand { Op = Ops.Subscribe, Sid = (uint)sid, Pattern = pattern, NoEcho = request.NoEcho ?? false, SinceOffset = since?.Offset, SinceEpoch = since?.Epoch, Queue = request.Queue is { Length: > 0 } queue ? queue : null, Join = request.Join ?? false, PresenceEvents = request.Presence ?? false };
     }
 
     /// <summary>A publish request's body (longpoll §1.3) as PUBLISH frames: a raw payload (topic from the query) is framed here.</summary>
@@ -137,7 +143,8 @@ internal static class LongPollEndpoints
                     return new SessionReply { Status = StatusCodes.Status204NoContent };
                 case Ops.Subscribe:
                     StreamPosition? since = command.SinceOffset is { } offset ? new StreamPosition(offset, command.SinceEpoch ?? "") : null;
-                    refusal = owner.Subscribe(command.Sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(command.Pattern ?? "")), command.NoEcho, since, command.Queue);
+                    SubscribeOptions presence = (command.Join ? SubscribeOptions.Join : SubscribeOptions.None) | (command.PresenceEvents ? SubscribeOptions.PresenceEvents : SubscribeOptions.None);
+                    refusal = owner.Subscribe(command.Sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(command.Pattern ?? "")), command.NoEcho, since, command.Queue, presence);
                     owner.FlushTouched(); // a resume queued its status and what was missed: a held poll takes them now
                     status = StatusCodes.Status204NoContent;
                     if (owner.Shared is { IsShared: true } shared && refusal.Code is ErrorCode.None or ErrorCode.RateLimited)
@@ -206,7 +213,7 @@ internal static class LongPollEndpoints
     /// Over one of the session's rates, the answer waits its <see cref="ProtocolSession.Throttle"/> (as TCP stops
     /// reading); in a cluster, a subscription change is answered once Redis has it (as TCP's PONG).
     /// </summary>
-    private static async Task HoldAsync(PollSession owner, CancellationToken cancellation)
+    internal static async Task HoldAsync(PollSession owner, CancellationToken cancellation)
     {
         while (owner.Throttle is { Ticks: > 0 } pause) // again if a timer fired early: never before the debt is paid
         {

@@ -255,9 +255,13 @@ internal sealed class PollSession : ProtocolSession
         }
         else
         {
-            EndSubscriptions();
+            EndSubscriptions(reason: LeaveReason(code));
         }
     }
+
+    /// <summary>Why its members leave (spec §15.2): <c>expired</c> when the session expired (inactivity, its credential), else <c>disconnect</c> (closed by its client, a slow consumer, shutdown).</summary>
+    private static PresenceReason LeaveReason(ErrorCode code) =>
+        code is ErrorCode.StaleConnection or ErrorCode.AuthenticationFailed ? PresenceReason.Expired : PresenceReason.Disconnect;
 
     /// <summary>Completes once every node knows the session ended (a shared session's end is written to Redis).</summary>
     public Task SharedEnd { get; private set; } = Task.CompletedTask;

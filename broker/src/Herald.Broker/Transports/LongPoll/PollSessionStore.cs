@@ -81,8 +81,8 @@ internal sealed class PollSessionStore : BackgroundService
     /// <summary>The sessions this node holds.</summary>
     public ICollection<PollSession> Sessions => _sessions.Values;
 
-    /// <summary>Creates and opens a session for <paramref name="identity"/> (within an <see cref="PollAdmission.Admit"/>); in a cluster, its state is made in Redis first.</summary>
-    public async Task<PollSession> CreateAsync(Identity identity, string? clientName, Capabilities requested, EndPoint? remote)
+    /// <summary>Creates and opens a session for <paramref name="identity"/> with its client <paramref name="info"/> (checked); in a cluster, its state is made in Redis first.</summary>
+    public async Task<PollSession> CreateAsync(Identity identity, string? clientName, Capabilities requested, EndPoint? remote, string? info = null)
     {
         if (_sessions.Count >= _options.MaxSessions)
         {
@@ -97,6 +97,7 @@ internal sealed class PollSessionStore : BackgroundService
         string token = Base64Url.EncodeToString(RandomNumberGenerator.GetBytes(32)); // 256 random bits: unguessable
         var session = new PollSession(_broker, this, _options, token, _registry.NextId(), remote, Budget, shared: Shared) { StateMade = !Shared.IsShared };
         session.Open(identity, clientName, requested);
+        session.HelloInfo = info;
         Refusal refused = Hold(session); // counted at once: the limits above hold while Redis is asked
         if (!refused.IsNone)
         {

@@ -61,6 +61,7 @@ internal static class SseEndpoint
             var other => throw HttpProblem.Malformed($"format '{other}' is not json or base64."),
         };
 
+        SubscribeOptions[] presence = PresenceOf(topics, context.Request.Query["join"], context.Request.Query["presence"]);
         StreamPosition?[] resumeFrom = new StreamPosition?[topics.Count];
         string? lastEventId = context.Request.Headers["Last-Event-ID"];
         bool resuming = !string.IsNullOrEmpty(lastEventId);
@@ -72,8 +73,10 @@ internal static class SseEndpoint
         BrokerCore broker = services.GetRequiredService<BrokerCore>();
         SessionRegistry sessions = services.GetRequiredService<SessionRegistry>();
         Identity identity = await HttpExchange.AuthenticateAsync(context, broker, SseSession.TransportName, context.Request.Query[TokenParameter]).ConfigureAwait(false);
+        string? info = ProtocolSession.CheckedInfo(broker, context.Request.Query["info"].FirstOrDefault()); // over the limit: 400, nothing made
         var session = new SseSession(broker, sessions.NextId(), HttpExchange.RemoteOf(context), options);
-        session.Open(identity, context.Request.Query["client"], Capabilities.Headers | Capabilities.History);
+        session.Open(identity, context.Request.Query["client"], Capabilities.Headers | Capabilities.History | Capabilities.Presence);
+        session.HelloInfo = info;
         Refusal admitted = sessions.Add(session);
         try
         {
@@ -83,7 +86,7 @@ internal static class SseEndpoint
                 HttpExchange.Outcome(admitted, StatusCodes.Status200OK); // throws its problem
             }
 
-            bool[] tracked = Subscribe(session, broker, topics, resuming, resumeFrom);
+            bool[] tracked = Subscribe(session, broker, topics, presence, resuming, resumeFrom);
             session.SubscriptionsMade();
             if (session.AwaitsInterest)
             {
@@ -120,9 +123,10 @@ internal static class SseEndpoint
     /// Subscription <c>i + 1</c> to topic <c>i</c>. Fresh, an exact topic that keeps a history is asked from an
     /// empty position, so its status ("Live") gives the stream its position before any message; resumed, every
     /// topic is asked from its <c>Last-Event-ID</c> entry, so each says what was recovered or missed (spec §13).
-    /// Returns which topics' positions the event id carries.
+    /// Each topic named by <c>join</c> or <c>presence</c> is subscribed with those bits (spec §15.1, §15.2). Returns which
+    /// topics' positions the event id carries.
     /// </summary>
-    private static bool[] Subscribe(SseSession session, BrokerCore broker, StringValues topics, bool resuming, StreamPosition?[] resumeFrom)
+    private static bool[] Subscribe(SseSession session, BrokerCore broker, StringValues topics, SubscribeOptions[] presence, bool resuming, StreamPosition?[] resumeFrom)
     {
         var tracked = new bool[topics.Count];
         for (int i = 0; i < topics.Count; i++)
@@ -131,7 +135,7 @@ internal static class SseEndpoint
             tracked[i] = topic.AsSpan().IndexOfAny('*', '>') < 0 && broker.History is { } history && history.Keeps(topic); // asks, makes nothing
             StreamPosition? since = resuming ? resumeFrom[i] ?? new StreamPosition(0, NoPosition)
                 : tracked[i] ? new StreamPosition(0, "") : null;
-            Refusal refused = session.Subscribe((uint)(i + 1), new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(topic)), noEcho: false, since);
+            Refusal refused = session.Subscribe((uint)(i + 1), new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(topic)), noEcho: false, since, presence: presence[i]);
             if (refused.Code != ErrorCode.RateLimited)
             {
                 HttpExchange.Outcome(refused, StatusCodes.Status200OK); // a refusal throws its problem
@@ -139,6 +143,32 @@ internal static class SseEndpoint
         }
 
         return tracked;
+    }
+
+    /// <summary>
+    /// Per topic, the presence bits the URL asks for (sse.md §1): <c>join=T</c> makes the stream present on topic
+    /// <c>T</c>, <c>presence=T</c> sends it <c>T</c>'s join and leave events; each must name one of the stream's topics.
+    /// </summary>
+    private static SubscribeOptions[] PresenceOf(StringValues topics, StringValues joins, StringValues watches)
+    {
+        var bits = new SubscribeOptions[topics.Count];
+        Mark(joins, SubscribeOptions.Join, "join");
+        Mark(watches, SubscribeOptions.PresenceEvents, "presence");
+        return bits;
+
+        void Mark(StringValues named, SubscribeOptions bit, string parameter)
+        {
+            foreach (string? topic in named)
+            {
+                int at = Array.IndexOf(topics.ToArray(), topic);
+                if (at < 0)
+                {
+                    throw HttpProblem.Malformed($"{parameter}='{topic}' names no topic of this stream: name it as a topic too.");
+                }
+
+                bits[at] |= bit;
+            }
+        }
     }
 
     /// <summary>The first topic or pattern the URL names twice (exactly the same), or null.</summary>

@@ -94,6 +94,12 @@ internal sealed class SseFormat : IDrainFormat, IDisposable
             }
         }
 
+        if (found.IsPresence)
+        {
+            WritePresence(output, message, sid);
+            return;
+        }
+
         if (found.Status != 0)
         {
             output.Write("event: status\n"u8);
@@ -133,6 +139,53 @@ internal sealed class SseFormat : IDrainFormat, IDisposable
             _json.Flush();
         }
 
+        output.Write("\n\n"u8);
+    }
+
+    /// <summary>
+    /// A join or leave event (spec §15.2) as <c>event: presence</c> (sse.md §2), in either format: JSON <c>{"sid", "topic",
+    /// "presence", "client", "identity", "reason", "occupancy", "info"}</c> read from the event's headers and payload (the
+    /// member's info on a join). Only presence events come here: a topic's membership changes, never its messages.
+    /// </summary>
+    private void WritePresence(PipeWriter output, in PublishFrame message, uint sid)
+    {
+        output.Write("event: presence\n"u8);
+        WriteId(output);
+        output.Write("data: "u8);
+        _json.Reset(output);
+        _json.WriteStartObject();
+        _json.WriteNumber("sid"u8, sid);
+        _json.WriteString("topic"u8, message.Topic.FirstSpan);
+        foreach (KeyValuePair<string, string[]> header in HeaderBlock.Read(message.Headers))
+        {
+            string? value = header.Value.Length > 0 ? header.Value[^1] : null;
+            switch (header.Key)
+            {
+                case "Herald-Presence":
+                    _json.WriteString("presence"u8, value);
+                    break;
+                case "Herald-Client":
+                    _json.WriteString("client"u8, value);
+                    break;
+                case "Herald-Identity":
+                    _json.WriteString("identity"u8, value);
+                    break;
+                case "Herald-Reason":
+                    _json.WriteString("reason"u8, value);
+                    break;
+                case "Herald-Occupancy" when long.TryParse(value, NumberStyles.None, CultureInfo.InvariantCulture, out long occupancy):
+                    _json.WriteNumber("occupancy"u8, occupancy);
+                    break;
+            }
+        }
+
+        if (!message.Payload.IsEmpty)
+        {
+            _json.WriteString("info"u8, message.Payload.FirstSpan); // the member's info, UTF-8 (spec §15.1)
+        }
+
+        _json.WriteEndObject();
+        _json.Flush();
         output.Write("\n\n"u8);
     }
 
@@ -232,9 +285,12 @@ internal sealed class SseFormat : IDrainFormat, IDisposable
     }
 
     /// <summary>What the broker's own header values say (spec §13): a resume's status, and a position (its epoch as the block's bytes).</summary>
-    private readonly ref struct Positions(int status, string? description, ulong? offset, ReadOnlySpan<byte> epoch, bool hasEpoch)
+    private readonly ref struct Positions(int status, string? description, ulong? offset, ReadOnlySpan<byte> epoch, bool hasEpoch, bool presence)
     {
         private readonly ReadOnlySpan<byte> _epoch = epoch;
+
+        /// <summary>A join or leave event (spec §15.2: it carries <c>Herald-Presence</c>).</summary>
+        public bool IsPresence { get; } = presence;
 
         public int Status { get; } = status;
 
@@ -267,7 +323,7 @@ internal sealed class SseFormat : IDrainFormat, IDisposable
         }
     }
 
-    /// <summary>The broker's keys in a header block the decoder has checked: <c>Herald-Status</c>, <c>-Description</c>, <c>-Offset</c>, <c>-Epoch</c> (last value of each).</summary>
+    /// <summary>The broker's keys in a header block the decoder has checked: <c>Herald-Status</c>, <c>-Description</c>, <c>-Offset</c>, <c>-Epoch</c> (last value of each), and whether it has <c>Herald-Presence</c>.</summary>
     private static Positions Find(in ReadOnlySequence<byte> block)
     {
         var reader = new MessagePackReader(block);
@@ -276,6 +332,7 @@ internal sealed class SseFormat : IDrainFormat, IDisposable
         ulong? offset = null;
         ReadOnlySpan<byte> epoch = default;
         bool hasEpoch = false;
+        bool presence = false;
         int keys = reader.ReadMapHeader();
         for (int i = 0; i < keys; i++)
         {
@@ -309,8 +366,12 @@ internal sealed class SseFormat : IDrainFormat, IDisposable
             {
                 description = Encoding.UTF8.GetString(value);
             }
+            else if (key.SequenceEqual("Herald-Presence"u8))
+            {
+                presence = true;
+            }
         }
 
-        return new Positions(status, description, offset, epoch, hasEpoch);
+        return new Positions(status, description, offset, epoch, hasEpoch, presence);
     }
 }

@@ -59,8 +59,8 @@ internal sealed class SseSession : ProtocolSession
             await _closed.Task.ConfigureAwait(false);
         }
 
-        EndSubscriptions();
         ErrorCode code = CloseCode;
+        EndSubscriptions(reason: code == ErrorCode.AuthenticationFailed ? Engines.PresenceReason.Expired : Engines.PresenceReason.Disconnect); // spec §15.2
         if (code == ErrorCode.None)
         {
             Backlog.Abandon(); // the client left: nobody to write to
