@@ -19,7 +19,7 @@ internal sealed class SseTransportClient : TransportClient
     private readonly string? _token;
     private readonly int? _receiveBuffer;
     private readonly HttpClient _publisher;
-    private readonly List<(uint Sid, string Topic, string? Since)> _topics = [];
+    private readonly List<(uint Sid, string Topic, string? Since, bool Join)> _topics = [];
     private SseClient? _stream;
     private ErrorCode? _endedWith;
 
@@ -46,6 +46,10 @@ internal sealed class SseTransportClient : TransportClient
 
     public override Task<Answer> ResumeAsync(uint sid, string topic, StreamPosition since) =>
         ReopenWithAsync(sid, topic, $"{since.Offset}:{since.Epoch}");
+
+    public override Task<Answer> JoinAsync(uint sid, string topic) => ReopenWithAsync(sid, topic, since: null, join: true);
+
+    public override Task<(Answer Answer, long Members)> OccupancyAsync(string topic) => OccupancyOverHttpAsync(_publisher, topic);
 
     public override Task<Answer> UnsubscribeAsync(uint sid) =>
         throw new NotSupportedException("An SSE stream's subscriptions are fixed by its URL: there is no UNSUBSCRIBE (sse §4).");
@@ -93,10 +97,10 @@ internal sealed class SseTransportClient : TransportClient
 
     // Opens the stream of every topic so far plus this one (resumed ones with their Last-Event-ID entry, the
     // others '-'); the old stream is closed only once the new one is live.
-    private async Task<Answer> ReopenWithAsync(uint sid, string topic, string? since)
+    private async Task<Answer> ReopenWithAsync(uint sid, string topic, string? since, bool join = false)
     {
-        List<(uint Sid, string Topic, string? Since)> topics = [.. _topics, (sid, topic, since)];
-        string query = string.Join('&', topics.Select(t => "topic=" + Uri.EscapeDataString(t.Topic))) + "&client=parity";
+        List<(uint Sid, string Topic, string? Since, bool Join)> topics = [.. _topics, (sid, topic, since, join)];
+        string query = string.Join('&', topics.Select(t => "topic=" + Uri.EscapeDataString(t.Topic) + (t.Join ? "&join=" + Uri.EscapeDataString(t.Topic) : ""))) + "&client=parity";
         string? lastEventId = topics.Any(t => t.Since is not null) ? string.Join(',', topics.Select(t => t.Since ?? "-")) : null;
         (SseClient? stream, HttpStatusCode _, JsonElement problem) = await SseClient.TryOpenAsync(_httpPort, query, lastEventId, _token, _receiveBuffer);
         if (stream is null)
@@ -110,7 +114,7 @@ internal sealed class SseTransportClient : TransportClient
         }
 
         _stream = stream;
-        _topics.Add((sid, topic, since));
+        _topics.Add((sid, topic, since, join));
         return Answer.Ok;
     }
 

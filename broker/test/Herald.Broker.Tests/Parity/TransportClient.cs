@@ -120,6 +120,25 @@ public abstract class TransportClient : IAsyncDisposable
 
     public abstract ValueTask DisposeAsync();
 
+    /// <summary>Subscribes to <paramref name="topic"/> as a member (spec §15.1: SUBSCRIBE's join bit, long-poll's <c>"join"</c>, SSE's <c>join=</c>); needs a client opened with headers.</summary>
+    public abstract Task<Answer> JoinAsync(uint sid, string topic);
+
+    /// <summary>The topic's number of members (spec §15.3 with limit 0: PRESENCE on a framed transport, <c>GET /presence</c> over HTTP), or the refusal with 0.</summary>
+    public abstract Task<(Answer Answer, long Members)> OccupancyAsync(string topic);
+
+    /// <summary><c>GET /presence?topic=T&amp;limit=0</c> (longpoll §6) with the client's own credential: the members, or the problem's code and 0.</summary>
+    protected async Task<(Answer Answer, long Members)> OccupancyOverHttpAsync(HttpClient http, string topic)
+    {
+        using HttpResponseMessage response = await http.GetAsync($"/presence?topic={Uri.EscapeDataString(topic)}&limit=0");
+        using JsonDocument body = JsonDocument.Parse(await response.Content.ReadAsStringAsync());
+        if (!response.IsSuccessStatusCode)
+        {
+            return (AnswerOf(body.RootElement, ended: false), body.RootElement.TryGetProperty("members", out _) ? -1 : 0); // a refusal tells no count
+        }
+
+        return (await AnswerOfAsync(response, () => Task.FromResult(false)), body.RootElement.GetProperty("members").GetInt64()); // its notices noted
+    }
+
     /// <summary>
     /// The answer to an HTTP operation (long-poll's session requests, the one-shot <c>POST /poll/publish</c>,
     /// an SSE stream's open): success, or the problem's code (<c>MalformedRequest</c> read as TCP's
@@ -189,6 +208,7 @@ internal sealed class TcpTransportClient : TransportClient
     private readonly ProtocolClient _client;
     private readonly Queue<Frame> _inbox = new();
     private ErrorCode? _endedWith;
+    private uint _presenceRequests;
 
     private TcpTransportClient(ProtocolClient client) => _client = client;
 
@@ -197,7 +217,7 @@ internal sealed class TcpTransportClient : TransportClient
     public static async Task<TransportClient> OpenAsync(TestBroker broker, string? token, bool zstd, int? receiveBufferSize, bool overWebSocket = false, bool headers = false)
     {
         ProtocolClient client = overWebSocket ? await ProtocolClient.ConnectWebSocketAsync(broker.HttpPort) : await ProtocolClient.ConnectAsync(broker.Port, receiveBufferSize);
-        Capabilities capabilities = (zstd ? Capabilities.Zstd : Capabilities.None) | (headers ? Capabilities.Headers : Capabilities.None);
+        Capabilities capabilities = (zstd ? Capabilities.Zstd : Capabilities.None) | (headers ? Capabilities.Headers | Capabilities.Presence : Capabilities.None);
         await client.SendAsync(w => FrameWriter.WriteHello(w, "parity", capabilities, token));
         Frame welcome = await client.ReadAsync();
         Assert.True(welcome.Type == FrameType.Welcome, $"Expected WELCOME, got {welcome}");
@@ -211,6 +231,33 @@ internal sealed class TcpTransportClient : TransportClient
         SendAndBarrierAsync(w => FrameWriter.WriteSubscribe(w, sid, Encoding.UTF8.GetBytes(topic), since: since));
 
     public override Task<Answer> UnsubscribeAsync(uint sid) => SendAndBarrierAsync(w => FrameWriter.WriteUnsubscribe(w, sid));
+
+    public override Task<Answer> JoinAsync(uint sid, string topic) =>
+        SendAndBarrierAsync(w => FrameWriter.WriteSubscribe(w, sid, Encoding.UTF8.GetBytes(topic), SubscribeOptions.Join));
+
+    public override async Task<(Answer Answer, long Members)> OccupancyAsync(string topic)
+    {
+        uint request = ++_presenceRequests;
+        await _client.SendAsync(w => FrameWriter.WritePresence(w, request, Encoding.UTF8.GetBytes(topic), 0));
+        while (await NextAsync() is { } frame)
+        {
+            if (frame is { Type: FrameType.PresenceReply, Reply: { } reply } && reply.RequestId == request)
+            {
+                return (reply.Code == ErrorCode.None ? Answer.Ok : new Answer(reply.Code, SessionEnded: false), (long)reply.Members);
+            }
+
+            if (frame.Type == FrameType.Message)
+            {
+                _inbox.Enqueue(frame);
+            }
+            else
+            {
+                NoteStray(frame);
+            }
+        }
+
+        return (new Answer(_endedWith ?? ErrorCode.None, SessionEnded: true), 0);
+    }
 
     public override Task<Answer> PublishAsync(string topic, IReadOnlyList<byte[]> payloads, PayloadFlags flags = PayloadFlags.None, string? replyTo = null) =>
         SendAndBarrierAsync(w =>
@@ -363,6 +410,14 @@ internal sealed class LongPollTransportClient : TransportClient
         using HttpResponseMessage response = await _http.DeleteAsync($"{_base}/subscriptions/{sid}");
         return await AnswerOfAsync(response);
     }
+
+    public override async Task<Answer> JoinAsync(uint sid, string topic)
+    {
+        using HttpResponseMessage response = await _http.PostAsJsonAsync($"{_base}/subscriptions", new { sid, pattern = topic, join = true });
+        return await AnswerOfAsync(response);
+    }
+
+    public override Task<(Answer Answer, long Members)> OccupancyAsync(string topic) => OccupancyOverHttpAsync(_http, topic);
 
     public override async Task<Answer> PublishAsync(string topic, IReadOnlyList<byte[]> payloads, PayloadFlags flags = PayloadFlags.None, string? replyTo = null)
     {

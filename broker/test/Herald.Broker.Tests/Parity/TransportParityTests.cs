@@ -347,11 +347,31 @@ public sealed class TransportParityTests
         TransportClient.AssertNoneUnexpected(guest, rival, owner);
     }
 
+    [Theory]
+    [MemberData(nameof(TransportClient.Transports), MemberType = typeof(TransportClient))]
+    public async Task A_member_joined_on_any_transport_is_counted_by_every_transports_query_and_a_guest_may_neither_join_nor_read(string transport)
+    {
+        await using TestBroker broker = await StartWithIdentitiesAsync();
+        await using TransportClient member = await TransportClient.OpenAsync(transport, broker, OwnerToken, headers: true);
+        await using TransportClient guest = await TransportClient.OpenAsync(transport, broker, GuestToken, headers: true);
+        await using TransportClient bystander = await TransportClient.OpenAsync(TransportClient.BystanderOf(transport), broker, OwnerToken, headers: true);
+
+        Assert.Equal(Answer.Ok, await member.JoinAsync(1, "room.parity"));
+        Assert.Equal((Answer.Ok, 1L), await member.OccupancyAsync("room.parity"));
+        Assert.Equal((Answer.Ok, 1L), await bystander.OccupancyAsync("room.parity"));
+
+        Assert.Equal(new Answer(ErrorCode.PermissionDenied, SessionEnded: false), await guest.JoinAsync(2, "guest.room")); // may subscribe, not join
+        Assert.Equal((new Answer(ErrorCode.PermissionDenied, SessionEnded: false), 0L), await guest.OccupancyAsync("guest.room")); // may subscribe, not read presence
+        Assert.Equal((new Answer(ErrorCode.PermissionDenied, SessionEnded: false), 0L), await guest.OccupancyAsync("room.parity"));
+        Assert.Equal((Answer.Ok, 1L), await bystander.OccupancyAsync("room.parity"));
+        TransportClient.AssertNoneUnexpected(member, guest, bystander);
+    }
+
     private static Task<TestBroker> StartWithIdentitiesAsync(Action<HeraldOptions>? configure = null) => TestBroker.StartAsync(o =>
     {
         o.Security.Auth.Mode = AuthMode.Token;
         o.Security.Auth.FailureDelay = TimeSpan.Zero;
-        o.Security.Auth.Tokens.Add(new TokenOptions { Name = "owner", Sha256 = TestTokens.Sha256(OwnerToken), Permissions = { Publish = { ">" }, Subscribe = { ">" } } });
+        o.Security.Auth.Tokens.Add(new TokenOptions { Name = "owner", Sha256 = TestTokens.Sha256(OwnerToken), Permissions = { Publish = { ">" }, Subscribe = { ">" }, Join = { ">" }, Presence = { ">" } } });
         o.Security.Auth.Tokens.Add(new TokenOptions { Name = "guest", Sha256 = TestTokens.Sha256(GuestToken), Permissions = { Publish = { "guest.>" }, Subscribe = { "guest.>" } } });
         configure?.Invoke(o);
     });
