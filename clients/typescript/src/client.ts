@@ -11,7 +11,6 @@ import {
   DEFAULT_PRESENCE_LIMIT,
   PresenceError,
   countOf,
-  presenceNotSupported,
   type Occupancy,
   type PresenceOptions,
   type PresencePage,
@@ -518,14 +517,13 @@ export class HeraldClient implements SubscriptionOwner {
       sub.markReady();
     } catch (e) {
       const error = asHeraldError(e);
-      // Only a long-poll 4xx answer, or a queue group or presence the connection cannot carry, is a refusal;
+      // Only a long-poll 4xx answer, or a queue group or presence the broker did not grant, is a refusal;
       // anything else means the connection failed, and the subscription is restored on the next one. (The
       // broker's refusal of a join, an ERROR naming the sid, ends the subscription as it arrives.)
       const refused =
         (error.status !== undefined && error.status >= 400 && error.status < 500) ||
         error.code === "QueueGroupsNotNegotiated" ||
-        error.code === "PresenceNotNegotiated" ||
-        error.code === "PresenceNotSupported";
+        error.code === "PresenceNotNegotiated";
       if (!refused || sub.isClosed) return;
       // The broker refused it: end it, and say so.
       this.subs.delete(sub.sid);
@@ -669,8 +667,8 @@ export class HeraldClient implements SubscriptionOwner {
 
   /**
    * What a subscription asks of presence (spec §15.1, §15.2), checked before anything is sent: one topic
-   * (join or events on a pattern with wildcards would close the connection), options that agree, and a
-   * transport that carries presence (not long-poll, yet).
+   * (join or events on a pattern with wildcards would close the connection) and options that agree; the
+   * transport refuses it when the broker did not grant presence.
    */
   private presenceOf(pattern: string, options: SubscribeOptions): SubscriptionPresence {
     const join = options.join === true;
@@ -685,14 +683,8 @@ export class HeraldClient implements SubscriptionOwner {
       if (hasWildcards(pattern)) {
         throw new HeraldError("InvalidOptions", `Subscription to '${pattern}' with ${what}: presence is of one topic, a pattern with wildcards has none (spec §15.1).`);
       }
-      if (this.onLongPoll()) throw presenceNotSupported(`Subscription to '${pattern}' with ${what}`);
     }
     return { join, events, onPresence };
-  }
-
-  /** Whether this client speaks long-poll: by its address, or after `auto` fell back to it. */
-  private onLongPoll(): boolean {
-    return this.route === "longpoll" || this.webSocketRefused !== null || this.transport?.info.transport === "longpoll";
   }
 
   private allocateSid(): number {
@@ -766,8 +758,8 @@ export class HeraldClient implements SubscriptionOwner {
    * between two pages is listed or not, none twice. To follow a topic, subscribe with `presenceEvents` first,
    * then read, and apply the events that overtake the answer by `client`. Rejects with a {@link PresenceError}
    * when the broker refuses (`PermissionDenied`: this identity may not read the topic's presence;
-   * `PresenceUnavailable`), `PresenceNotNegotiated` when the broker did not grant presence, and
-   * `PresenceNotSupported` on long-poll (for now). While disconnected it waits for the connection.
+   * `PresenceUnavailable`), and `PresenceNotNegotiated` when the broker did not grant presence. On long-poll it
+   * is `GET /presence` (longpoll §6) with the client's credential. While disconnected it waits for the connection.
    */
   async presence(topic: string, options: PresenceOptions = {}): Promise<PresencePage> {
     const limit = options.limit ?? DEFAULT_PRESENCE_LIMIT;
@@ -797,7 +789,6 @@ export class HeraldClient implements SubscriptionOwner {
   private async askPresence(topic: string, limit: number, cursor: string | null, timeoutMs: number | undefined): Promise<PresenceReplyFrame> {
     if (this._state === "closed") throw new HeraldError("Closed", "The client is closed.");
     checkTopicName(topic, this.transport?.maxTopic ?? this.lastMaxTopic);
-    if (this.onLongPoll()) throw presenceNotSupported(`Presence query of '${topic}'`);
     if (!this.transport) await this.waitForState("connected");
     const reply = await this.transport!.presence(topic, limit, cursor, timeoutMs ?? this.options.requestTimeoutMs);
     if (reply.code !== 0) throw new PresenceError(reply.code, topic);

@@ -18,12 +18,12 @@
  *   CORS preflight.
  */
 import { DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, admitHeaders, type HeaderGrant } from "./headers.js";
-import { HeraldError } from "./protocol/errors.js";
-import { PayloadFlags, SubscribeOptions, encodePublish, type HistoryPosition, type MessageHeaders, type PresenceReplyFrame } from "./protocol/frames.js";
+import { ErrorCode, HeraldError } from "./protocol/errors.js";
+import { PayloadFlags, SubscribeOptions, encodePublish, type HistoryPosition, type MessageHeaders, type PresenceEntry, type PresenceReplyFrame } from "./protocol/frames.js";
 import { parsePollBody, type PollResult } from "./protocol/poll.js";
 import { DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { zstdDecompress } from "./protocol/zstd.js";
-import { presenceNotSupported } from "./presence.js";
+import { presenceNotNegotiated } from "./presence.js";
 import { queueGroupsNotNegotiated, type PendingPublish, type Transport, type TransportEvents, type TransportInfo, type TransportOptions } from "./transport.js";
 import { backoff, deferred, sleep, type Deferred } from "./util.js";
 
@@ -34,7 +34,7 @@ const REQUEST_TIMEOUT_MS = 30_000;
 const MAX_PUBLISHES_PER_REQUEST = 1000;
 
 type Op =
-  | { kind: "sub"; sid: number; pattern: string; noEcho: boolean; since: HistoryPosition | null; queue: string | null; done: Deferred<void> }
+  | { kind: "sub"; sid: number; pattern: string; options: number; since: HistoryPosition | null; queue: string | null; done: Deferred<void> }
   | { kind: "unsub"; sid: number; done: Deferred<void> }
   | { kind: "pub"; p: PendingPublish; size: number; headers: MessageHeaders | undefined }
   | { kind: "flush"; done: Deferred<void> };
@@ -56,12 +56,32 @@ interface SessionInfo {
   queueGroups?: boolean;
   maxHeaders?: number;
   maxHeaderBytes?: number;
+  presence?: boolean;
+  maxPresenceInfo?: number;
 }
+
+/** `GET /presence`'s answer (longpoll §6): spec §15.3's PRESENCE_REPLY as JSON. */
+interface PresenceAnswer {
+  members?: number;
+  identities?: number;
+  entries?: { client?: string; identity?: string; info?: string | null }[];
+  next?: string | null;
+}
+
+/** The refusals of `GET /presence` a PRESENCE_REPLY carries as its code (longpoll §6); any other is thrown. */
+const PRESENCE_REFUSALS: Readonly<Record<string, number>> = {
+  PermissionDenied: ErrorCode.PermissionDenied,
+  InvalidTopic: ErrorCode.InvalidTopic,
+  PresenceUnavailable: ErrorCode.PresenceUnavailable,
+};
 
 type FetchFn = typeof fetch;
 
-/** Turns a non-2xx answer into a HeraldError with the problem's `code` (longpoll §3). */
-async function problem(res: Response, what: string): Promise<HeraldError> {
+/**
+ * Turns a non-2xx answer into a HeraldError with the problem's `code` (longpoll §3); a refused subscribe names
+ * its `sid`, as TCP's ERROR does (spec §15.1).
+ */
+async function problem(res: Response, what: string, sid?: number): Promise<HeraldError> {
   let code = `Http${res.status}`;
   let detail = res.statusText;
   try {
@@ -75,6 +95,7 @@ async function problem(res: Response, what: string): Promise<HeraldError> {
   return new HeraldError(code, `${what}: HTTP ${res.status} ${code}${detail ? `: ${detail}` : ""}`, {
     status: res.status,
     retryAfterMs: Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter * 1000 : undefined,
+    ...(sid !== undefined ? { sid } : {}),
   });
 }
 
@@ -87,13 +108,19 @@ function isTransient(e: HeraldError): boolean {
 }
 
 /**
- * The subscribe request's body (longpoll §1.2): `{"sid", "pattern", "noEcho"}`, with `"since": {"offset",
- * "epoch"}` to resume (README §13), or `"queue": "<name>"` to join a queue group (README §14; never both).
- * The offset is written as JSON digits, exact even above 2^53.
+ * The subscribe request's body (longpoll §1.2): `{"sid", "pattern", "noEcho"}`, with `"join"` and `"presence"`
+ * when the options ask to be present or for the topic's events (README §15), `"since": {"offset", "epoch"}` to
+ * resume (README §13), or `"queue": "<name>"` to join a queue group (README §14; never both). The offset is
+ * written as JSON digits, exact even above 2^53.
  */
-function subscribeBody(sid: number, pattern: string, noEcho: boolean, since: HistoryPosition | null, queue: string | null): string {
-  if (queue !== null) return JSON.stringify({ sid, pattern, noEcho, queue });
-  const body = JSON.stringify({ sid, pattern, noEcho });
+function subscribeBody(sid: number, pattern: string, options: number, since: HistoryPosition | null, queue: string | null): string {
+  const noEcho = (options & SubscribeOptions.NoEcho) !== 0;
+  const presence = {
+    ...((options & SubscribeOptions.Join) !== 0 ? { join: true } : {}),
+    ...((options & SubscribeOptions.PresenceEvents) !== 0 ? { presence: true } : {}),
+  };
+  if (queue !== null) return JSON.stringify({ sid, pattern, noEcho, ...presence, queue });
+  const body = JSON.stringify({ sid, pattern, noEcho, ...presence });
   if (since === null) return body;
   return `${body.slice(0, -1)},"since":{"offset":${String(since.offset)},"epoch":${JSON.stringify(since.epoch)}}}`;
 }
@@ -153,6 +180,7 @@ export class LongPollTransport implements Transport {
   private readonly stop = new AbortController();
   private readonly troubled = new Set<"poll" | "ops">();
   private readonly sessionUrl: string;
+  private readonly base: string;
 
   private constructor(
     base: string,
@@ -161,6 +189,7 @@ export class LongPollTransport implements Transport {
     private readonly options: TransportOptions,
     private readonly events: TransportEvents,
   ) {
+    this.base = base;
     this.sessionUrl = `${base}poll/sessions/${encodeURIComponent(session.session)}`;
     this.maxTopic = session.maxTopicLength ?? DEFAULT_MAX_TOPIC;
     this.maxBodyBytes = session.maxBodyBytes ?? 1024 * 1024;
@@ -181,6 +210,7 @@ export class LongPollTransport implements Transport {
       noResponders: headers && session.noResponders === true,
       history: headers && session.history === true,
       queueGroups: session.queueGroups === true,
+      presence: headers && session.presence === true,
       limits,
       ...(typeof session.inboxPrefix === "string" ? { inboxPrefix: session.inboxPrefix } : {}),
     };
@@ -208,6 +238,8 @@ export class LongPollTransport implements Transport {
             headers: options.headers,
             noResponders: options.headers && options.noResponders,
             history: options.headers,
+            // README §15.1: what others see beside this session's presence; granted presence needs headers.
+            ...(options.info !== null && options.info !== undefined ? { info: options.info } : {}),
           }),
         },
         options.connectTimeoutMs,
@@ -404,8 +436,8 @@ export class LongPollTransport implements Transport {
           if (op.kind === "sub") {
             await this.send("POST", "/subscriptions", "Subscribing", {
               headers: { "Content-Type": "application/json" },
-              body: subscribeBody(op.sid, op.pattern, op.noEcho, op.since, op.queue),
-            });
+              body: subscribeBody(op.sid, op.pattern, op.options, op.since, op.queue),
+            }, op.sid);
           } else if (op.kind === "unsub") {
             try {
               await this.send("DELETE", `/subscriptions/${op.sid}`, "Unsubscribing", {});
@@ -494,8 +526,8 @@ export class LongPollTransport implements Transport {
     return batch.length;
   }
 
-  /** One request on the session; anything but 2xx throws the problem as a HeraldError. */
-  private async send(method: string, path: string, what: string, init: RequestInit): Promise<void> {
+  /** One request on the session; anything but 2xx throws the problem as a HeraldError (naming `sid`, for a subscribe). */
+  private async send(method: string, path: string, what: string, init: RequestInit, sid?: number): Promise<void> {
     const call = await timedFetch(this.fetchFn, this.sessionUrl + path, owned({ ...init, method }, this.options.auth), REQUEST_TIMEOUT_MS, this.stop.signal);
     this.lastAnswer = Date.now();
     try {
@@ -503,7 +535,7 @@ export class LongPollTransport implements Transport {
         await call.res.arrayBuffer().catch(() => undefined);
         return;
       }
-      throw await problem(call.res, what);
+      throw await problem(call.res, what, sid);
     } finally {
       call.done();
     }
@@ -514,10 +546,10 @@ export class LongPollTransport implements Transport {
 
   subscribe(sid: number, pattern: string, options: number, since: HistoryPosition | null = null, queue: string | null = null): Promise<void> {
     if (this.stopped) return Promise.reject(new HeraldError("ConnectionLost", "The long-poll session has ended."));
-    if ((options & (SubscribeOptions.Join | SubscribeOptions.PresenceEvents)) !== 0) {
-      return Promise.reject(presenceNotSupported(`Subscription to '${pattern}' with presence`));
+    // Presence only on a session that was granted it (created with headers, README §15): any other answers 400.
+    if ((options & (SubscribeOptions.Join | SubscribeOptions.PresenceEvents)) !== 0 && this.info.presence !== true) {
+      return Promise.reject(presenceNotNegotiated(`Subscription to '${pattern}' with presence`));
     }
-    const noEcho = (options & SubscribeOptions.NoEcho) !== 0;
     // A queue only on a session that said queueGroups: an older broker would take it as a plain subscription.
     if (queue && this.info.queueGroups !== true) return Promise.reject(queueGroupsNotNegotiated(pattern, queue));
     if (queue && since !== null) {
@@ -525,12 +557,34 @@ export class LongPollTransport implements Transport {
     }
     const done = deferred<void>();
     // since only on a session granted headers: any other answers it 400 MalformedRequest (longpoll §1.2).
-    this.enqueue({ kind: "sub", sid, pattern, noEcho, since: this.info.history === true ? since : null, queue: queue || null, done });
+    this.enqueue({ kind: "sub", sid, pattern, options, since: this.info.history === true ? since : null, queue: queue || null, done });
     return done.promise;
   }
 
-  presence(topic: string): Promise<PresenceReplyFrame> {
-    return Promise.reject(presenceNotSupported(`Presence query of '${topic}'`));
+  /**
+   * A topic's presence over HTTP (longpoll §6): `GET /presence` with the session's credential, answered as the
+   * PRESENCE_REPLY it stands for. Its refusals (`403 PermissionDenied`, `400 InvalidTopic`, `503
+   * PresenceUnavailable`) become the reply's code, as on TCP; any other failure rejects.
+   */
+  async presence(topic: string, limit: number, cursor: string | null, timeoutMs: number): Promise<PresenceReplyFrame> {
+    if (this.stopped) throw new HeraldError("ConnectionLost", "The long-poll session has ended.");
+    if (this.info.presence !== true) throw presenceNotNegotiated(`Presence query of '${topic}'`);
+    const query = new URLSearchParams({ topic, limit: String(limit) });
+    if (cursor !== null) query.set("cursor", cursor);
+    const call = await timedFetch(this.fetchFn, `${this.base}presence?${query.toString()}`, owned({ method: "GET" }, this.options.auth), timeoutMs, this.stop.signal);
+    try {
+      if (call.res.status !== 200) {
+        const refused = await problem(call.res, `Presence query of '${topic}'`);
+        const code = PRESENCE_REFUSALS[refused.code];
+        if (code === undefined) throw refused;
+        return { type: 11, requestId: 0, code, members: 0, identities: 0, entries: [], next: null };
+      }
+      const answer = (await call.res.json()) as PresenceAnswer;
+      const entries: PresenceEntry[] = (answer.entries ?? []).map((e) => ({ client: String(e.client ?? ""), identity: String(e.identity ?? ""), info: typeof e.info === "string" ? e.info : null }));
+      return { type: 11, requestId: 0, code: 0, members: answer.members ?? 0, identities: answer.identities ?? 0, entries, next: typeof answer.next === "string" ? answer.next : null };
+    } finally {
+      call.done();
+    }
   }
 
   unsubscribe(sid: number): Promise<void> {

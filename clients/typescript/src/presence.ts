@@ -121,11 +121,6 @@ export function presenceNotNegotiated(what: string): HeraldError {
   );
 }
 
-/** Presence over long-poll, which this client does not speak yet (TCP and WebSocket only). */
-export function presenceNotSupported(what: string): HeraldError {
-  return new HeraldError("PresenceNotSupported", `${what}: presence is not supported on long-poll yet (use TCP or WebSocket).`);
-}
-
 const KINDS: ReadonlySet<string> = new Set<PresenceEventKind>(["join", "leave", "suppressed", "resumed"]);
 const DECIMAL = /^(0|[1-9][0-9]{0,15})$/;
 const utf8 = new TextDecoder();

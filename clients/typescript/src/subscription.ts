@@ -99,7 +99,7 @@ export interface SubscribeOptions {
    * broker may refuse it (`PermissionDenied` without the join permission, `PresenceFull` past a limit,
    * `PresenceUnavailable`): the subscription then ends, its `ready` rejects with that error and an `error`
    * event says so. After a reconnect the new connection joins again (a new member, with a new client id).
-   * TCP and WebSocket only (`PresenceNotSupported` on long-poll, for now).
+   * On long-poll the session joins (`"join"`, longpoll §1.2) and leaves `expired` if it times out.
    */
   join?: boolean;
   /**

@@ -59,7 +59,8 @@ export interface TransportInfo {
   queueGroups?: boolean;
   /**
    * Whether the broker granted presence (spec §4.1 bit 5, §15; only with headers): only then may a
-   * subscription join or ask for presence events, and the client query presence. Never on long-poll (yet).
+   * subscription join or ask for presence events, and the client query presence. Long-poll: the session's
+   * `presence`, granted to a session created with headers (longpoll §1.1).
    */
   presence?: boolean;
   /** WELCOME limits (TCP, WebSocket) or the long-poll session's answer. */
@@ -79,8 +80,7 @@ export interface Transport {
   /**
    * Sends a SUBSCRIBE; resolves when the broker has it (live for publications routed after). `options`: the
    * SUBSCRIBE option bits (spec §4.3: no echo, join, presence events); join and presence events only when
-   * presence was granted (else rejects with `PresenceNotNegotiated`, long-poll with `PresenceNotSupported`,
-   * before sending anything). `since` (only when headers were granted): resume the topic's history after that
+   * presence was granted (else rejects with `PresenceNotNegotiated` before sending anything). `since` (only when headers were granted): resume the topic's history after that
    * position (spec §4.3, §13). `queue` (only when queue groups were granted, never with a `since`): join that
    * queue group (spec §14); rejects with `QueueGroupsNotNegotiated` before sending anything when the broker
    * did not grant them.
@@ -89,7 +89,8 @@ export interface Transport {
   /**
    * Asks for a topic's presence (spec §15.3): at most `limit` members after `cursor` (0: the occupancy
    * alone). Resolves with the broker's answer whatever its code; rejects when it cannot be asked
-   * (`PresenceNotNegotiated`, long-poll `PresenceNotSupported`), the connection is lost, or after `timeoutMs`.
+   * (`PresenceNotNegotiated`), the connection is lost, or after `timeoutMs`. Long-poll asks `GET /presence`
+   * (longpoll §6) and gives its refusals as the answer's code.
    */
   presence(topic: string, limit: number, cursor: string | null, timeoutMs: number): Promise<PresenceReplyFrame>;
   /** Ends a subscription on the broker. */

@@ -1,5 +1,5 @@
 /**
- * Presence (spec §15) against the real broker, over TCP and WebSocket: joining, join and leave events in order
+ * Presence (spec §15) against the real broker, over TCP, WebSocket and long-poll (longpoll.md §1.2, §6): joining, join and leave events in order
  * with the topic's messages, paged queries and the occupancy, the fresh join a client sees of its own after a
  * reconnect, a large topic's events suppressed and resumed, a join past the topic's limit refused, and an
  * identity without the presence permissions refused (it learns nothing, a bystander goes on). One broker with
@@ -11,7 +11,7 @@ import { createConnection, createServer, type Socket } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { HeraldError, PresenceError, connect, type ConnectOptions, type HeraldClient, type PresenceEvent, type Subscription } from "@herald/client";
 import { Broker } from "./helpers/broker.js";
-import { OpenClients, reach, type Kind } from "./helpers/clients.js";
+import { KINDS, OpenClients, reach, type Kind } from "./helpers/clients.js";
 import { nextMessage, once, uniqueTopic, until } from "./helpers/wait.js";
 
 const sha256 = (text: string): string => createHash("sha256").update(text).digest("hex");
@@ -75,7 +75,7 @@ function collect(): { events: PresenceEvent[]; onPresence: (e: PresenceEvent) =>
 
 const shown = (e: PresenceEvent) => ({ kind: e.kind, client: e.client, identity: e.identity, info: e.info, reason: e.reason, occupancy: e.occupancy });
 
-for (const kind of ["tcp", "websocket"] as const) {
+for (const kind of KINDS) {
   describe(`presence over ${kind}`, () => {
     test("a join is seen by a watcher before the member's messages, listed by presence(), counted by occupancy(), and its leave after", async () => {
       const topic = uniqueTopic("pres.room");
@@ -269,8 +269,8 @@ describe("presence across a reconnect (TCP)", () => {
   });
 });
 
-describe("presence refused (TCP, WebSocket)", () => {
-  for (const kind of ["tcp", "websocket"] as const) {
+describe("presence refused (TCP, WebSocket, long-poll)", () => {
+  for (const kind of KINDS) {
     test(`${kind}: an identity without the join or presence permission is refused and learns nothing; a bystander goes on`, async () => {
       const topic = uniqueTopic("pres.secret");
       const bystander = await as("alice", kind);

@@ -566,18 +566,4 @@ describe("presence on the wire (scripted server)", () => {
       server.close();
     }
   });
-
-  test("long-poll: presence options and queries throw PresenceNotSupported (TCP and WebSocket only, for now)", async () => {
-    const client = createClient("http://127.0.0.1:9/", { transport: "longpoll", reconnectDelayMs: 60_000, fetch: () => Promise.reject(new TypeError("no network")) });
-    try {
-      assert.throws(() => client.subscribe("room.1", { join: true }), (e: HeraldError) => e.code === "PresenceNotSupported" && /long-poll/.test(e.message));
-      assert.throws(() => client.subscribe("room.1", { presenceEvents: true }), { code: "PresenceNotSupported" });
-      assert.throws(() => client.subscribe("room.1", { onPresence: () => undefined }), { code: "PresenceNotSupported" });
-      await assert.rejects(client.presence("room.1"), { code: "PresenceNotSupported" });
-      await assert.rejects(client.occupancy("room.1"), { code: "PresenceNotSupported" });
-      client.subscribe("room.1"); // a plain subscription is fine
-    } finally {
-      await client.close();
-    }
-  });
 });

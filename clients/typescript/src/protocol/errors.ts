@@ -60,7 +60,6 @@ export type ClientErrorCode =
   | "HeadersNotNegotiated" // publish headers on a connection whose broker did not grant them (spec §4.1)
   | "QueueGroupsNotNegotiated" // a queue group subscription on a connection whose broker did not grant them (spec §4.1, §14)
   | "PresenceNotNegotiated" // a join, presence events or a presence query on a connection whose broker did not grant presence (spec §4.1, §15)
-  | "PresenceNotSupported" // presence over long-poll, which this client does not speak yet
   | "InvalidOptions" // options that cannot go together (a queue group with a history resume, spec §4.3; join on a pattern with wildcards, §15.1)
   | "BufferFull" // too much waiting to be sent while disconnected
   | "HandlerFailed" // a subscription's handler threw (reported as an `error` event)
