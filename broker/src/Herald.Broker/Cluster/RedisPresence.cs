@@ -165,8 +165,10 @@ internal sealed class RedisPresence : IPresence
 
             entry.Outcome.TrySetResult(null);
         }
-        catch (Exception e) when (e is RedisException or TimeoutException or InvalidCastException)
+        catch (Exception e)
         {
+            // Any failure (Redis's, or an answer that is not the script's) is "unavailable": the join must complete, since
+            // its session reads nothing more from the client until it does.
             Drop(entry);
             entry.Outcome.TrySetException(new ClusterUnavailableException(e.Message, e));
         }
