@@ -39,6 +39,12 @@ public sealed class ClusterVectorTests
 
     public static TheoryData<string> PositionedValid => Names("positioned.valid", "name");
 
+    public static TheoryData<string> PresenceEventsValid => Names("presence_events.valid", "name");
+
+    public static TheoryData<string> PresenceEventsInvalid => Names("presence_events.invalid", "name");
+
+    public static TheoryData<string> PresenceKeys => Names("presence_keys", "topic");
+
     public static TheoryData<string> PositionedInvalid => Names("positioned.invalid", "name");
 
     private static string Secret => Root.Value.GetProperty("signed").GetProperty("secret").GetString()!;
@@ -260,6 +266,42 @@ public sealed class ClusterVectorTests
         public void ScheduleFlush()
         {
         }
+    }
+
+    [Theory]
+    [MemberData(nameof(PresenceEventsValid))]
+    public void A_presence_event_reads_to_its_fields(string name)
+    {
+        JsonElement vector = Find("presence_events.valid", "name", name);
+        Assert.True(PresenceScripts.TryRead(Convert.FromHexString(vector.GetProperty("hex").GetString()!), out PresenceEvent read));
+        Assert.Equal(
+            new PresenceEvent(
+                vector.GetProperty("state").GetString()![0],
+                vector.GetProperty("reason").GetString()![0],
+                vector.GetProperty("members").GetInt64(),
+                vector.GetProperty("origin").GetString()!,
+                vector.GetProperty("topic").GetString()!,
+                vector.GetProperty("client").GetString()!,
+                vector.GetProperty("identity").GetString()!,
+                vector.GetProperty("info").GetString()),
+            read);
+    }
+
+    [Theory]
+    [MemberData(nameof(PresenceEventsInvalid))]
+    public void What_is_not_a_presence_event_is_not_read_as_one(string name) =>
+        Assert.False(PresenceScripts.TryRead(Convert.FromHexString(Find("presence_events.invalid", "name", name).GetProperty("hex").GetString()!), out _));
+
+    [Theory]
+    [MemberData(nameof(PresenceKeys))]
+    public void A_topics_presence_has_its_keys_and_a_member_its_entry(string topic)
+    {
+        JsonElement vector = Find("presence_keys", "topic", topic);
+        string node = vector.GetProperty("node").GetString()!;
+        Assert.Equal(
+            (vector.GetProperty("members").GetString(), vector.GetProperty("entries").GetString(), vector.GetProperty("identities").GetString(), vector.GetProperty("node_topics").GetString(), vector.GetProperty("nodes").GetString()),
+            ((string?)PresenceScripts.Members(Prefix, topic), (string?)PresenceScripts.Entries(Prefix, topic), (string?)PresenceScripts.Identities(Prefix, topic), (string?)PresenceScripts.NodeTopics(Prefix, node), (string?)PresenceScripts.Nodes(Prefix)));
+        Assert.Equal(vector.GetProperty("entry").GetString(), PresenceScripts.Entry(vector.GetProperty("entry_identity").GetString()!, vector.GetProperty("entry_info").GetString()));
     }
 
     private static JsonElement.ArrayEnumerator Cases(string path)
