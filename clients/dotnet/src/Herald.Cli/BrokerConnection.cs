@@ -10,7 +10,8 @@ internal static class BrokerConnection
     /// A client connected now, so that an unreachable broker or a refused token fails here with its own exit
     /// code rather than at the first publication.
     /// </summary>
-    public static async Task<HeraldClient> OpenAsync(ConnectionSettings settings, string clientName, CancellationToken cancellationToken)
+    /// <param name="info">The client info others see beside this client's presence (<c>sub --info</c>), or <c>null</c>.</param>
+    public static async Task<HeraldClient> OpenAsync(ConnectionSettings settings, string clientName, CancellationToken cancellationToken, string? info = null)
     {
         TrustedCa? ca = TrustedCa.From(settings.TlsCa);
         HeraldClient client;
@@ -21,12 +22,13 @@ internal static class BrokerConnection
                 Url = settings.Server,
                 Credential = settings.Token,
                 ClientName = clientName,
+                Info = info,
                 ServerCertificateValidation = ca is null ? null : ca.Validate,
             });
         }
         catch (ArgumentException e)
         {
-            throw new CliException(ExitCodes.Usage, $"'{settings.Server}' is not a broker address: {e.Message}");
+            throw new CliException(ExitCodes.Usage, e.ParamName == nameof(HeraldClientOptions.Info) ? $"--info: {e.Message}" : $"'{settings.Server}' is not a broker address: {e.Message}");
         }
 
         try

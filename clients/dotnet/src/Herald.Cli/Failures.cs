@@ -35,11 +35,13 @@ internal static class Failures
         HeraldException { ErrorCode: ErrorCode.PermissionDenied } e => (ExitCodes.Refused, $"permission denied: {e.Message}"),
         HeraldException { ErrorCode: ErrorCode.TooManyConnections } e => (ExitCodes.Refused, $"refused: {e.Message}"),
         HeraldException { ErrorCode: ErrorCode.InvalidTopic or ErrorCode.ReservedTopic or ErrorCode.TopicTooLong } e => (ExitCodes.Usage, e.Message),
+        HeraldException { ErrorCode: ErrorCode.MalformedFrame, IsFatal: true } e when e.Message.Contains("max_presence_info", StringComparison.Ordinal) => (ExitCodes.Usage, $"--info is longer than the broker takes: {e.Message}"),
         HeraldException e => (ExitCodes.Failure, $"{e.ErrorCode}: {e.Message}"),
         HttpRequestException { InnerException: SocketException or AuthenticationException or IOException } e => (ExitCodes.CannotConnect, $"cannot connect: {e.Message}"),
         HttpRequestException e when e.StatusCode is null => (ExitCodes.CannotConnect, $"cannot connect: {e.Message}"),
         TaskCanceledException or TimeoutException => (ExitCodes.CannotConnect, "cannot connect: no answer in time"),
         ArgumentException e => (ExitCodes.Usage, e.Message),
+        NotSupportedException e => (ExitCodes.Usage, e.Message),
         _ => (ExitCodes.Failure, $"unexpected {exception.GetType().Name}: {exception.Message} (HERALD_DEBUG=1 prints where)"),
     };
 }

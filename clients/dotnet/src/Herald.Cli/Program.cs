@@ -3,6 +3,7 @@
 //   herald sub 'chat.>'                       herald pub chat.room1 hello
 //   herald reply svc.echo                     herald req svc.echo hi
 //   herald server info                        herald context add local --server tcp://localhost:4502 --select
+//   herald presence room.1                     herald sub room.1 --join --info Ada --presence-events
 //
 // Exit codes (ExitCodes.cs): 0 ok, 1 failure, 2 usage, 3 cannot connect, 4 refused, 5 no reply, 130 interrupted.
 using System.CommandLine;
@@ -25,6 +26,7 @@ root.Subcommands.Add(PubCommand.Create(globals));
 root.Subcommands.Add(SubCommand.Create(globals));
 root.Subcommands.Add(ReqCommand.Create(globals));
 root.Subcommands.Add(ReplyCommand.Create(globals));
+root.Subcommands.Add(PresenceCommand.Create(globals));
 root.Subcommands.Add(ServerCommand.Create(globals));
 root.Subcommands.Add(ContextCommand.Create(globals));
 

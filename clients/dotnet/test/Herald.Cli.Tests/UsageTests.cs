@@ -14,7 +14,7 @@ public sealed class UsageTests(ToolFixture tool) : CliTest(tool)
         HeraldRun version = await RunAsync(["--version"]);
 
         AssertExit(0, help);
-        foreach (string command in new[] { "pub", "sub", "req", "reply", "server", "context" })
+        foreach (string command in new[] { "pub", "sub", "req", "reply", "presence", "server", "context" })
         {
             Assert.Contains($"\n  {command} ", help.Output, StringComparison.Ordinal);
         }

@@ -10,7 +10,9 @@ namespace Herald.Cli.Commands;
 /// <summary>
 /// <c>herald sub PATTERN...</c>: prints what arrives on stdout until <c>--count</c> messages or Ctrl+C; says on
 /// stderr when it is subscribed (the broker has every subscription), and what the client surfaces meanwhile:
-/// messages the broker dropped for it (slow consumer), a lost connection and the reconnect.
+/// messages the broker dropped for it (slow consumer), a lost connection and the reconnect. With <c>--join</c> it is
+/// present on its topics (spec §15, shown with <c>--info</c>); with <c>--presence-events</c> it also prints their join
+/// and leave events, in their turn among the messages, marked as events (never as messages; not counted by <c>--count</c>).
 /// </summary>
 internal static class SubCommand
 {
@@ -24,14 +26,17 @@ internal static class SubCommand
         Option<int> count = MessageOptions.Count("Exit after N messages (0: never)", 0);
         Option<MessageFormat> output = MessageOptions.Output();
         Option<string?> queue = MessageOptions.Queue();
-        var command = new Command("sub", "Subscribe and print messages") { patterns, count, output, queue };
+        var join = new Option<bool>("--join") { Description = "Be present on the topics (no wildcards) while subscribed: others see this client in 'herald presence'" };
+        var info = new Option<string?>("--info") { Description = "The client info others see beside this client's presence (at most 256 bytes by default)", HelpName = "text" };
+        var presenceEvents = new Option<bool>("--presence-events") { Description = "Also print the topics' join and leave events (no wildcards), marked [presence]" };
+        var command = new Command("sub", "Subscribe and print messages") { patterns, count, output, queue, join, info, presenceEvents };
         command.SetAction((parse, cancellationToken) => CommandRun.RunAsync(async () =>
         {
             int limit = parse.GetValue(count);
-            await using HeraldClient client = await BrokerConnection.OpenAsync(CommandRun.Settings(parse, globals), "herald-sub", cancellationToken);
+            await using HeraldClient client = await BrokerConnection.OpenAsync(CommandRun.Settings(parse, globals), "herald-sub", cancellationToken, parse.GetValue(info));
 
-            // Handlers hand messages to the one writer, in order; a full channel holds the handler back (no loss).
-            var received = Channel.CreateBounded<HeraldMessage>(new BoundedChannelOptions(256) { SingleReader = true });
+            // Handlers hand messages (and presence events, in their turn) to the one writer, in order; a full channel holds the handler back (no loss).
+            var received = Channel.CreateBounded<object>(new BoundedChannelOptions(256) { SingleReader = true });
             Exception? closed = null;
             client.Error += (_, e) => CommandRun.Notice(Describe(e.Exception));
             client.StateChanged += (_, e) =>
@@ -51,7 +56,18 @@ internal static class SubCommand
                 }
             };
 
-            var options = new SubscriptionOptions { Queue = parse.GetValue(queue) };
+            var options = new SubscriptionOptions { Queue = parse.GetValue(queue), Join = parse.GetValue(join) };
+            if (parse.GetValue(presenceEvents))
+            {
+                options.OnPresence = e =>
+                {
+                    if (!received.Writer.TryWrite(e))
+                    {
+                        received.Writer.WriteAsync(e, cancellationToken).AsTask().GetAwaiter().GetResult(); // its turn among the messages: wait for room as they do
+                    }
+                };
+            }
+
             var subscriptions = new List<HeraldSubscription>();
             try
             {
@@ -61,15 +77,21 @@ internal static class SubCommand
                 }
 
                 string names = string.Join(", ", subscriptions.Select(s => $"'{s.Pattern}'"));
-                CommandRun.Notice($"Subscribed to {names} on {client.Url}" + (limit > 0 ? $"; exiting after {limit} message(s)" : "; Ctrl+C to stop"));
+                CommandRun.Notice($"Subscribed to {names} on {client.Url}" + (options.Join ? " and present there" : "") + (limit > 0 ? $"; exiting after {limit} message(s)" : "; Ctrl+C to stop"));
 
                 var writer = new MessageWriter(Console.OpenStandardOutput(), parse.GetValue(output));
                 long number = 0;
                 try
                 {
-                    await foreach (HeraldMessage message in received.Reader.ReadAllAsync(cancellationToken))
+                    await foreach (object item in received.Reader.ReadAllAsync(cancellationToken))
                     {
-                        await writer.WriteAsync(message, ++number, cancellationToken);
+                        if (item is HeraldPresenceEvent presence)
+                        {
+                            await writer.WriteAsync(presence, cancellationToken);
+                            continue;
+                        }
+
+                        await writer.WriteAsync((HeraldMessage)item, ++number, cancellationToken);
                         if (number == limit)
                         {
                             return ExitCodes.Ok;

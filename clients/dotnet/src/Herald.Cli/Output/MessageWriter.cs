@@ -34,6 +34,83 @@ internal sealed class MessageWriter(Stream output, MessageFormat format)
     }
 
     /// <summary>
+    /// Writes a presence event (sub <c>--presence-events</c>), marked so that it is never read as a message: text,
+    /// <c>[presence] join room.1 c-1 (alice) info Ada; 1 member</c>; json, an object with <c>presence</c> where a message
+    /// has <c>payload</c>; raw (stdout carries payloads only), the text line on stderr.
+    /// </summary>
+    public async Task WriteAsync(HeraldPresenceEvent presence, CancellationToken cancellationToken)
+    {
+        if (format == MessageFormat.Raw)
+        {
+            await Console.Error.WriteAsync(Text(presence));
+            return;
+        }
+
+        byte[] bytes = format == MessageFormat.Json ? Json(presence) : Encoding.UTF8.GetBytes(Text(presence));
+        await output.WriteAsync(bytes, cancellationToken);
+        await output.FlushAsync(cancellationToken);
+    }
+
+    private static string Text(HeraldPresenceEvent presence)
+    {
+        var text = new StringBuilder("[presence] ").Append(presence.Kind.ToString().ToLowerInvariant()).Append(' ').Append(Escaped(presence.Topic));
+        if (presence.Client is { } client)
+        {
+            text.Append(' ').Append(Escaped(client)).Append(" (").Append(presence.Identity is { Length: > 0 } identity ? Escaped(identity) : "-").Append(')');
+        }
+
+        if (presence.Info is { } info)
+        {
+            text.Append(" info ").Append(Escaped(info)); // another client's text: escaped as a publisher's
+        }
+
+        if (presence.Reason is { } reason)
+        {
+            text.Append(' ').Append(Escaped(reason));
+        }
+
+        if (presence.Occupancy is { } occupancy)
+        {
+            text.Append("; ").Append(occupancy).Append(occupancy == 1 ? " member" : " members");
+        }
+
+        return text.Append('\n').ToString();
+    }
+
+    /// <summary>One line: <c>{"presence","topic","client","identity","info","reason","occupancy"}</c>, absent members left out.</summary>
+    private static byte[] Json(HeraldPresenceEvent presence)
+    {
+        var buffer = new MemoryStream();
+        using (var json = new Utf8JsonWriter(buffer, JsonOptions))
+        {
+            json.WriteStartObject();
+            json.WriteString("presence", presence.Kind.ToString().ToLowerInvariant());
+            json.WriteString("topic", presence.Topic);
+            WriteIfSet(json, "client", presence.Client);
+            WriteIfSet(json, "identity", presence.Identity);
+            WriteIfSet(json, "info", presence.Info);
+            WriteIfSet(json, "reason", presence.Reason);
+            if (presence.Occupancy is { } occupancy)
+            {
+                json.WriteNumber("occupancy", occupancy);
+            }
+
+            json.WriteEndObject();
+        }
+
+        buffer.WriteByte((byte)'\n');
+        return buffer.ToArray();
+    }
+
+    private static void WriteIfSet(Utf8JsonWriter json, string name, string? value)
+    {
+        if (value is not null)
+        {
+            json.WriteString(name, value);
+        }
+    }
+
+    /// <summary>
     /// With a number (sub): <c>[#1] chat.room1 (5 bytes, zstd, reply to _INBOX.x)</c>; then a <c>Key: value</c>
     /// line per header value, then the payload as UTF-8 text (or how many bytes of binary it was). Without one
     /// (req's reply): the headers and the payload only.
