@@ -434,7 +434,7 @@ internal sealed class FrameSession : ProtocolSession
     /// <inheritdoc/>
     protected override void JoinRefused(uint sid, ErrorCode code, string message)
     {
-        if (Backlog.EnqueueControl(ControlFrames.Error(code, message, sid: sid)))
+        if (Backlog.EnqueueControl(ControlFrames.Error(code, message + " The subscription stays, without its join.", sid: sid)))
         {
             Backlog.ScheduleFlush();
         }

@@ -179,15 +179,48 @@ internal abstract partial class ProtocolSession
         }
 
         Broker.Metrics.ProtocolError(code);
-        JoinRefused(sid, code, why + " The subscription stays, without its join.");
+        JoinRefused(sid, code, why);
     }
 
     /// <summary>
     /// The engine refused subscription <paramref name="sid"/>'s join after the subscription was made (spec §15.1, §15.5):
-    /// the transport tells the client (framed: a non-fatal ERROR naming the sid). Any thread.
+    /// the transport tells the client (framed: a non-fatal ERROR naming the sid). By default it is kept for
+    /// <see cref="JoinDecidedAsync"/>, which an HTTP transport awaits before it answers the subscription. Any thread.
     /// </summary>
     protected virtual void JoinRefused(uint sid, ErrorCode code, string message)
     {
+        lock (_subscriptionsGate)
+        {
+            (_refusedJoins ??= [])[sid] = new Refusal(code, message) { Sid = sid };
+        }
+    }
+
+    // Joins refused after their subscription was made, until an HTTP transport takes them (one per joined sid at most); guarded by _subscriptionsGate.
+    private Dictionary<uint, Refusal>? _refusedJoins;
+
+    /// <summary>
+    /// For a transport that answers a subscription once (long-poll, SSE): waits until subscription <paramref name="sid"/>'s
+    /// join is decided; refused (a cluster's topic is full, or its store unreachable), the subscription is ended, so the
+    /// answer means what a refusal at once means (nothing subscribed), and the refusal is returned.
+    /// </summary>
+    public async Task<Refusal> JoinDecidedAsync(uint sid)
+    {
+        if (_joins is { } joins)
+        {
+            await joins.ConfigureAwait(false);
+        }
+
+        Refusal refused;
+        lock (_subscriptionsGate)
+        {
+            if (_refusedJoins is null || !_refusedJoins.Remove(sid, out refused))
+            {
+                return default;
+            }
+        }
+
+        UnsubscribeCore(sid);
+        return refused;
     }
 
     /// <summary>Keeps what subscription <paramref name="sid"/> holds in the engine, if it is still live (a close may have ended it).</summary>

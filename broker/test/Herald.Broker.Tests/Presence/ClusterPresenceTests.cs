@@ -1,3 +1,5 @@
+using System.Net;
+using System.Net.Http.Json;
 using System.Text;
 using Herald.Broker.Hosting;
 using Herald.Broker.Security;
@@ -271,6 +273,35 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         await third.UnsubscribeAsync(4);
         await BarrierAsync(third);
         Assert.Equal(2ul, (await QueryAsync(first, 2, "room.1", 0)).Members); // no leave for a join that never was
+    }
+
+    [Fact]
+    public async Task A_long_poll_or_sse_join_past_the_clusters_topic_limit_is_409_with_nothing_subscribed()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Presence.MaxMembersPerTopic = 1);
+        await using ProtocolClient first = await ProtocolClient.OpenAsync(cluster[0].Port, "first", capabilities: Caps);
+        await first.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
+        Assert.Empty(await BarrierAsync(first));
+
+        LongPollClient poller = await LongPollClient.CreateAsync(cluster[1].Http, new { headers = true });
+        using (HttpResponseMessage refused = await poller.Http.PostAsJsonAsync($"{poller.Base}/subscriptions", new { sid = 1, pattern = "room.1", join = true }))
+        {
+            string body = await refused.Content.ReadAsStringAsync();
+            output.WriteLine($"long-poll: {(int)refused.StatusCode} {body}");
+            Assert.Equal(HttpStatusCode.Conflict, refused.StatusCode);
+            Assert.Contains("PresenceFull", body, StringComparison.Ordinal);
+        }
+
+        using (HttpResponseMessage again = await poller.Http.PostAsJsonAsync($"{poller.Base}/subscriptions", new { sid = 1, pattern = "room.1" }))
+        {
+            Assert.Equal(HttpStatusCode.NoContent, again.StatusCode); // sid 1 is free: nothing was subscribed
+        }
+
+        (SseClient? stream, HttpStatusCode status, System.Text.Json.JsonElement problem) = await SseClient.TryOpenAsync(cluster[1].HttpPort, "topic=room.1&join=room.1");
+        Assert.Null(stream);
+        output.WriteLine($"sse: {(int)status} {problem}");
+        Assert.Equal(HttpStatusCode.Conflict, status);
+        Assert.Equal(1ul, (await QueryAsync(first, 1, "room.1", 0)).Members);
     }
 
     [Fact]

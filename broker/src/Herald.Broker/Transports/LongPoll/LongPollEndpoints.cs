@@ -147,6 +147,12 @@ internal static class LongPollEndpoints
                     refusal = owner.Subscribe(command.Sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(command.Pattern ?? "")), command.NoEcho, since, command.Queue, presence);
                     owner.FlushTouched(); // a resume queued its status and what was missed: a held poll takes them now
                     status = StatusCodes.Status204NoContent;
+                    if (command.Join && refusal.Code is ErrorCode.None or ErrorCode.RateLimited && await owner.JoinDecidedAsync(command.Sid).WaitAsync(cancellation).ConfigureAwait(false) is { IsNone: false } late)
+                    {
+                        refusal = late; // a cluster refused the join after the subscription was made: ended, nothing subscribed
+                        break;
+                    }
+
                     if (owner.Shared is { IsShared: true } shared && refusal.Code is ErrorCode.None or ErrorCode.RateLimited)
                     {
                         await Recorded(owner, shared.SubscriptionAsync(owner.Token, command.Sid, command.Pattern, command.NoEcho, since is { } at ? $"{at.Offset} {at.Epoch}" : null, command.Queue)).ConfigureAwait(false);

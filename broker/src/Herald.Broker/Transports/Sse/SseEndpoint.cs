@@ -93,6 +93,14 @@ internal static class SseEndpoint
                 await session.InterestSettledAsync().ConfigureAwait(false); // cluster: live on every node before the client is told
             }
 
+            for (int i = 0; i < presence.Length; i++)
+            {
+                if ((presence[i] & SubscribeOptions.Join) != 0 && await session.JoinDecidedAsync((uint)(i + 1)).ConfigureAwait(false) is { IsNone: false } late)
+                {
+                    HttpExchange.Outcome(late, StatusCodes.Status200OK); // a cluster refused a join after its subscription: the stream is refused
+                }
+            }
+
             HttpResponse response = context.Response;
             response.StatusCode = StatusCodes.Status200OK;
             response.ContentType = MediaType;
