@@ -359,18 +359,32 @@ public class LongPollVectorTests
         Assert.True(given.Length == 0 || endpoint == "subscribe", "Only a subscribe case is given earlier subscriptions.");
         Assert.All(given, b => Assert.True(IsJson(b), "A given subscription is a JSON body."));
 
-        Assert.Equal("POST", c.GetProperty("method").GetString());
-        Assert.Equal(endpoint switch
+        string path = c.GetProperty("path").GetString()!;
+        if (endpoint == "presence")
         {
-            "create" => "/poll/sessions",
-            "subscribe" => "/poll/sessions/{session}/subscriptions",
-            _ => throw new InvalidDataException($"{id}: unknown endpoint {endpoint}."),
-        }, c.GetProperty("path").GetString());
+            // GET /presence?topic=&limit=&cursor= (longpoll.md): a query, no body
+            Assert.Equal("GET", c.GetProperty("method").GetString());
+            Assert.StartsWith("/presence", path, StringComparison.Ordinal);
+            Assert.True(path == "/presence" || path.StartsWith("/presence?", StringComparison.Ordinal), $"{id}: {path}");
+            Assert.Equal(JsonValueKind.Null, contentType.ValueKind);
+            Assert.Equal("", body);
+        }
+        else
+        {
+            Assert.Equal("POST", c.GetProperty("method").GetString());
+            Assert.Equal(endpoint switch
+            {
+                "create" => "/poll/sessions",
+                "subscribe" => "/poll/sessions/{session}/subscriptions",
+                _ => throw new InvalidDataException($"{id}: unknown endpoint {endpoint}."),
+            }, path);
+        }
+
         Assert.True(contentType.ValueKind == JsonValueKind.Null || contentType.GetString() == "application/json");
         Assert.True(contentType.ValueKind == JsonValueKind.String || body.Length == 0, "A body is sent as application/json.");
         if (code is null)
         {
-            Assert.Equal(endpoint == "create" ? 201 : 204, status);
+            Assert.Equal(endpoint switch { "create" => 201, "presence" => 200, _ => 204 }, status);
         }
         else
         {
