@@ -196,7 +196,7 @@ internal sealed class StalledScenario : IScenario
             Counters after = await Counters.ReadAsync(target, CancellationToken.None);
             double drainSeconds = await ScenarioSkeleton.StopAndDrainAsync(
                 stopPublishing, publishing, options.Grace, window.Interrupted, () => fast.Any(s => !s.Counts.Closed && s.Counts.Received < publisher.Published), pollMilliseconds: 10);
-            Counters drained = await Counters.ReadAsync(target, CancellationToken.None);
+            Counters drained = await Counters.SettledAsync(target, before, options.Policy == "disconnect");
             var memory = new Memory(baselineRss, connectedRss, endRss, TargetReport.ServerRss(target));
             return StalledRun.From(options, window, fast, publisher, memory, before, after, drained, drainSeconds);
         }
@@ -309,6 +309,27 @@ internal sealed class StalledScenario : IScenario
                 HeraldMonitoring.Number(varz, "messages", "dropped"),
                 HeraldMonitoring.Number(varz, "connections"),
                 HeraldMonitoring.Number(varz, "closed_connections"));
+        }
+
+        /// <summary>
+        /// The counters after the drain. Under Disconnect, a close the policy decided is counted once the connection is
+        /// gone, after the broker has tried to tell the stalled client (its ErrorFlushTimeout, 2 s by default), which
+        /// a loaded machine can put past the drain: read again until every action's close is counted, at most 15 s.
+        /// </summary>
+        public static async Task<Counters> SettledAsync(ITarget target, Counters before, bool closes)
+        {
+            long deadline = Stopwatch.GetTimestamp() + (15 * Stopwatch.Frequency);
+            while (true)
+            {
+                Counters now = await ReadAsync(target, CancellationToken.None);
+                if (!closes || Between(before.ClosedConnections, now.ClosedConnections) is not { } closed
+                    || closed >= Between(before.SlowConsumers, now.SlowConsumers) || Stopwatch.GetTimestamp() > deadline)
+                {
+                    return now;
+                }
+
+                await Task.Delay(100, CancellationToken.None);
+            }
         }
 
         public static long? Between(long? before, long? after) => before is { } b && after is { } a ? a - b : null;
@@ -486,8 +507,7 @@ internal sealed class StalledScenario : IScenario
                 RssPerStalledIdle = perIdle,
                 SlowConsumers = Counters.Between(before.SlowConsumers, after.SlowConsumers),
                 Dropped = Counters.Between(before.Dropped, after.Dropped),
-                // a close decided in the window is counted when the connection is gone, which can be after the window
-                // (the broker first tries to tell the stalled client, within its write timeout): read after the drain
+                // a close decided in the window is counted when the connection is gone, after the window (SettledAsync)
                 ConnectionsClosed = Counters.Between(before.ClosedConnections, drained.ClosedConnections),
                 ConnectionsLeft = after.Connections,
                 ConnectionsAfterDrain = drained.Connections,
