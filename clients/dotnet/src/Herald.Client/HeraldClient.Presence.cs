@@ -81,7 +81,6 @@ public sealed partial class HeraldClient
     /// </summary>
     private async Task<PresenceReplyFrame> AskPresenceAsync(string topic, ulong limit, string? cursor, CancellationToken cancellationToken)
     {
-        ThrowIfPresenceUnsupported($"Asking who is on '{topic}'");
         byte[] encoded = EncodeTopic(topic);
         TimeSpan wait = _options.RequestTimeout;
         using var deadline = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
@@ -118,16 +117,6 @@ public sealed partial class HeraldClient
         }
 
         return reply;
-    }
-
-    /// <summary>Presence over a transport that cannot carry it, refused before anything is sent.</summary>
-    /// <exception cref="NotSupportedException">A long-poll client (<c>http://</c>, <c>https://</c>).</exception>
-    private void ThrowIfPresenceUnsupported(string what)
-    {
-        if (_address.Transport == HeraldTransport.LongPoll)
-        {
-            throw new NotSupportedException($"{what}: presence is not supported over HTTP long-poll by this client yet; use a tcp://, tls://, ws:// or wss:// address (the same broker's TCP or WebSocket port). Nothing was sent.");
-        }
     }
 
     private static string Why(ErrorCode code) => code switch

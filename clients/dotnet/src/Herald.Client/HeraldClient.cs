@@ -482,8 +482,6 @@ public sealed partial class HeraldClient : IAsyncDisposable
             {
                 throw new ArgumentException($"{what}: presence is of one topic, and a pattern with wildcards has none (spec §15.1). Nothing was subscribed.", nameof(options));
             }
-
-            ThrowIfPresenceUnsupported(what);
         }
 
         SynchronizationContext? context = (options?.DeliverOnCapturedContext ?? _options.DeliverOnCapturedContext) && handler is not null ? SynchronizationContext.Current : null;

@@ -244,7 +244,7 @@ public sealed class SubscriptionOptions
     /// Be present on the topic (spec §15.1): while this subscription lives, this client's connection is a member of the
     /// topic, shown with its <see cref="HeraldClientOptions.Info"/>, and leaves when it is unsubscribed, the client is
     /// disposed or the connection is lost; after a reconnect it joins again (a new member, with a new client id). Only for
-    /// one topic (no <c>*</c> or <c>&gt;</c>: an <see cref="ArgumentException"/>), over TCP or WebSocket, with a broker
+    /// one topic (no <c>*</c> or <c>&gt;</c>: an <see cref="ArgumentException"/>), with a broker
     /// that grants presence (<see cref="HeraldServerInfo.Presence"/>). The broker may refuse it: subscribing then throws a
     /// <see cref="HeraldException"/> whose code says why (<see cref="ErrorCode.PermissionDenied"/> without the join
     /// permission, <see cref="ErrorCode.PresenceFull"/> past a limit, <see cref="ErrorCode.PresenceUnavailable"/>);

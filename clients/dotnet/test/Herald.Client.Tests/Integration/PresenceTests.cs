@@ -14,10 +14,10 @@ using Xunit.Abstractions;
 namespace Herald.Client.Tests.Integration;
 
 /// <summary>
-/// Presence (spec §15, CLIENTS.md step 13) through the SDK against the real broker, over TCP and WebSocket: a join seen
+/// Presence (spec §15, CLIENTS.md step 13) through the SDK against the real broker, over TCP, WebSocket and long-poll: a join seen
 /// by another client's query and events, pages over more members than one page holds, events in their turn among the
 /// messages, a leave on dispose, a join again after a network cut, and the refusals: an identity without the rights,
-/// a topic full, a client info over the broker's bound, a broker without presence, long-poll.
+/// a topic full, a client info over the broker's bound, a broker without presence.
 /// </summary>
 /// <remarks>
 /// Nothing here waits on a clock: what must arrive is read (bounded by <see cref="Wait"/>), and what the broker holds is
@@ -25,7 +25,7 @@ namespace Herald.Client.Tests.Integration;
 /// </remarks>
 public class PresenceTests(ITestOutputHelper output)
 {
-    public static TheoryData<HeraldTransport> Framed => new() { HeraldTransport.Tcp, HeraldTransport.WebSocket };
+    public static TheoryData<HeraldTransport> Transports => PubSubTests.Transports;
 
     private static Task<TestBroker> StartAsync(Action<HeraldOptions>? also = null) => TestBroker.StartAsync(o =>
     {
@@ -34,7 +34,7 @@ public class PresenceTests(ITestOutputHelper output)
     });
 
     [Theory]
-    [MemberData(nameof(Framed))]
+    [MemberData(nameof(Transports))]
     public async Task A_join_is_seen_by_another_clients_query_and_occupancy_and_the_member_leaves_when_it_unsubscribes(HeraldTransport transport)
     {
         await using TestBroker broker = await StartAsync();
@@ -62,7 +62,7 @@ public class PresenceTests(ITestOutputHelper output)
     }
 
     [Theory]
-    [MemberData(nameof(Framed))]
+    [MemberData(nameof(Transports))]
     public async Task Events_take_their_turn_among_the_messages_and_never_arrive_as_messages(HeraldTransport transport)
     {
         await using TestBroker broker = await StartAsync();
@@ -91,6 +91,7 @@ public class PresenceTests(ITestOutputHelper output)
         HeraldSubscription joined = await member.SubscribeAsync(topic, new SubscriptionOptions { Join = true });
         await member.PublishAsync(topic, "hi");
         await member.PublishAsync(topic, "bye");
+        await member.FlushAsync(Wait.Token()); // long-poll: the publications' POST answered before the DELETE goes (TCP: in order anyway)
         await joined.UnsubscribeAsync();
         await all.Task.Within();
 
@@ -99,7 +100,7 @@ public class PresenceTests(ITestOutputHelper output)
     }
 
     [Theory]
-    [MemberData(nameof(Framed))]
+    [MemberData(nameof(Transports))]
     public async Task An_enumerated_subscription_reads_typed_events_and_a_member_that_disposes_leaves_with_reason_disconnect(HeraldTransport transport)
     {
         await using TestBroker broker = await StartAsync();
@@ -204,13 +205,14 @@ public class PresenceTests(ITestOutputHelper output)
         Assert.Equal(again.Client, now.Client);
     }
 
-    [Fact]
-    public async Task A_join_past_the_topics_limit_throws_PresenceFull_ends_only_that_subscription_and_the_connection_stays()
+    [Theory]
+    [MemberData(nameof(Transports))]
+    public async Task A_join_past_the_topics_limit_throws_PresenceFull_ends_only_that_subscription_and_the_connection_stays(HeraldTransport transport)
     {
         await using TestBroker broker = await StartAsync(o => o.Presence.MaxMembersPerTopic = 1);
         string topic = Topics.Unique("small");
         await using var first = new HeraldClient(broker.TcpUrl);
-        await using var second = new HeraldClient(broker.TcpUrl);
+        await using var second = new HeraldClient(broker.Url(transport));
         await first.SubscribeAsync(topic, new SubscriptionOptions { Join = true });
         HeraldSubscription plain = await second.SubscribeAsync(topic);
 
@@ -259,20 +261,30 @@ public class PresenceTests(ITestOutputHelper output)
         Assert.Equal("still connected", (await plain.ReadAsync(Wait.Token())).GetString());
     }
 
-    [Fact]
-    public async Task Wildcards_are_refused_locally_and_long_poll_refuses_presence_as_not_supported()
+    [Theory]
+    [MemberData(nameof(Transports))]
+    public async Task Wildcards_are_refused_locally_and_nothing_is_sent_that_would_close_the_connection(HeraldTransport transport)
     {
         await using TestBroker broker = await StartAsync();
-        await using var client = new HeraldClient(broker.TcpUrl);
-        await using var polling = new HeraldClient(broker.HttpUrl);
+        await using var client = new HeraldClient(broker.Url(transport));
         await client.ConnectAsync();
 
         await Assert.ThrowsAsync<ArgumentException>(() => client.SubscribeAsync("room.*", new SubscriptionOptions { Join = true }));
         await Assert.ThrowsAsync<ArgumentException>(() => client.SubscribeAsync("room.>", new SubscriptionOptions { OnPresence = _ => { } }));
         Assert.Equal(ErrorCode.InvalidTopic, (await Assert.ThrowsAsync<HeraldException>(() => client.PresenceAsync("room.*"))).ErrorCode);
-        await Assert.ThrowsAsync<NotSupportedException>(() => polling.SubscribeAsync("room.1", new SubscriptionOptions { Join = true }));
-        await Assert.ThrowsAsync<NotSupportedException>(() => polling.OccupancyAsync("room.1"));
-        Assert.Equal(ConnectionState.Connected, client.State); // nothing was sent that would close it
+        Assert.Equal(ConnectionState.Connected, client.State);
+        Assert.True(client.ServerInfo!.Presence);
+    }
+
+    [Fact]
+    public async Task Over_long_poll_a_client_info_over_the_brokers_bound_is_refused_when_the_session_is_created_and_not_retried()
+    {
+        await using TestBroker broker = await StartAsync();
+        await using var over = new HeraldClient(broker.HttpUrl, new HeraldClientOptions { Info = new string('i', ProtocolConstants.DefaultMaxPresenceInfoBytes + 1) });
+
+        var e = await Assert.ThrowsAsync<HeraldException>(() => over.ConnectAsync());
+
+        Assert.Equal((400, "MalformedRequest"), (e.HttpStatus, e.ProblemCode));
     }
 
     /// <summary>
@@ -325,8 +337,9 @@ public class PresencePermissionTests(ITestOutputHelper output)
     private const string Alice = "alice-presence-token-0123456789";
     private const string Eve = "eve-presence-token-0123456789";
 
-    [Fact]
-    public async Task An_identity_without_the_presence_rights_is_refused_learns_nothing_and_a_bystander_carries_on()
+    [Theory]
+    [MemberData(nameof(PresenceTests.Transports), MemberType = typeof(PresenceTests))]
+    public async Task An_identity_without_the_presence_rights_is_refused_learns_nothing_and_a_bystander_carries_on(HeraldTransport transport)
     {
         await using TestBroker broker = await TestBroker.StartAsync(o =>
         {
@@ -343,7 +356,7 @@ public class PresencePermissionTests(ITestOutputHelper output)
         });
         string topic = "room." + Guid.NewGuid().ToString("N");
         await using var alice = new HeraldClient(broker.TcpUrl, new HeraldClientOptions { Credential = Alice, Info = "alice's info" });
-        await using var eve = new HeraldClient(broker.TcpUrl, new HeraldClientOptions { Credential = Eve });
+        await using var eve = new HeraldClient(broker.Url(transport), new HeraldClientOptions { Credential = Eve });
         HeraldSubscription aliceIn = await alice.SubscribeAsync(topic, new SubscriptionOptions { Join = true });
         long before = await PresenceTests.VarzMembersAsync(broker);
 
@@ -352,6 +365,7 @@ public class PresencePermissionTests(ITestOutputHelper output)
         var join = await Assert.ThrowsAsync<HeraldException>(() => eve.SubscribeAsync(topic, new SubscriptionOptions { Join = true }));
         var events = await Assert.ThrowsAsync<HeraldException>(() => eve.SubscribeAsync(topic, new SubscriptionOptions { PresenceEvents = true }));
         await eve.PublishAsync(topic, "eve is still connected");
+        await eve.FlushAsync(Wait.Token());
         long after = await PresenceTests.VarzMembersAsync(broker);
 
         Assert.Equal([ErrorCode.PermissionDenied, ErrorCode.PermissionDenied, ErrorCode.PermissionDenied, ErrorCode.PermissionDenied], new[] { read, count, join, events }.Select(e => e.ErrorCode));
@@ -360,7 +374,7 @@ public class PresencePermissionTests(ITestOutputHelper output)
         Assert.Equal(("alice", "alice's info"), (only.Identity, only.Info));
         Assert.Equal((1L, 1L), (before, after)); // eve's refused join made the broker hold nothing
         Assert.Equal(ConnectionState.Connected, eve.State);
-        output.WriteLine($"broker presence entries before eve: {before}, after eve's 4 refused calls: {after}");
+        output.WriteLine($"{transport}: broker presence entries before eve: {before}, after eve's 4 refused calls: {after}");
     }
 
     private static string Sha256(string token) => Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(token)));

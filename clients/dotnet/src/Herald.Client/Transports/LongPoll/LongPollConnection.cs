@@ -3,6 +3,7 @@ using System.Globalization;
 using System.Net;
 using System.Net.Http.Headers;
 using System.Net.Http.Json;
+using System.Text;
 using System.Text.Json;
 using Herald.Protocol;
 
@@ -69,6 +70,7 @@ internal sealed class LongPollConnection : BrokerConnection
             Headers = (asked & Capabilities.Headers) != 0,
             NoResponders = (asked & Capabilities.NoResponders) != 0,
             History = (asked & Capabilities.History) != 0,
+            Info = Options.Info,
         };
         using HttpResponseMessage response = await SendAsync(
             () =>
@@ -79,7 +81,7 @@ internal sealed class LongPollConnection : BrokerConnection
             cancellationToken).ConfigureAwait(false);
         if (response.StatusCode != HttpStatusCode.Created)
         {
-            throw await RefusedAsync(response, "creating a session", cancellationToken).ConfigureAwait(false);
+            throw await RefusedAsync(response, "creating a session", cancellationToken, creating: true).ConfigureAwait(false);
         }
 
         CreateSessionResponse session = await response.Content.ReadFromJsonAsync(LongPollJsonContext.Default.CreateSessionResponse, cancellationToken).ConfigureAwait(false)
@@ -107,7 +109,7 @@ internal sealed class LongPollConnection : BrokerConnection
             ["maxHeaderBytes"] = (ulong)Math.Max(session.MaxHeaderBytes, 0),
         };
         bool headers = session.Headers && body.Headers;
-        Info = new HeraldServerInfo(HeraldTransport.LongPoll, serverName: null, connectionId: null, port: null, session.Zstd && body.Zstd, limits, session.InboxPrefix, headers, headers && session.NoResponders && body.NoResponders, headers && session.History && body.History, session.QueueGroups);
+        Info = new HeraldServerInfo(HeraldTransport.LongPoll, serverName: null, connectionId: null, port: null, session.Zstd && body.Zstd, limits, session.InboxPrefix, headers, headers && session.NoResponders && body.NoResponders, headers && session.History && body.History, session.QueueGroups, headers && session.Presence);
         MaxHeaders = session.MaxHeaders is > 0 and <= int.MaxValue ? (int)session.MaxHeaders : int.MaxValue;
         MaxHeaderBytes = session.MaxHeaderBytes is > 0 and <= int.MaxValue ? (int)session.MaxHeaderBytes : int.MaxValue;
 
@@ -130,6 +132,8 @@ internal sealed class LongPollConnection : BrokerConnection
             NoEcho = (subscription.WireOptions & SubscribeOptions.NoEcho) != 0,
             Since = subscription.SinceFor(Info.History) is { } since ? new SinceBody { Offset = since.Offset, Epoch = since.Epoch } : null,
             Queue = subscription.Queue,
+            Join = (subscription.WireOptions & SubscribeOptions.Join) != 0,
+            Presence = (subscription.WireOptions & SubscribeOptions.PresenceEvents) != 0,
         };
         if (body.Since is not null && body.Queue is not null)
         {
@@ -156,6 +160,45 @@ internal sealed class LongPollConnection : BrokerConnection
         {
             throw await RefusedAsync(response, $"unsubscribing sid {sid}", cancellationToken).ConfigureAwait(false);
         }
+    }
+
+    /// <summary>
+    /// A topic's presence over HTTP (longpoll §6): <c>GET /presence</c> with the session's credential, answered as the
+    /// PRESENCE_REPLY it stands for. Its refusals (403 <c>PermissionDenied</c>, 400 <c>InvalidTopic</c>, 503
+    /// <c>PresenceUnavailable</c>) become the reply's code, as on TCP; any other failure is thrown.
+    /// </summary>
+    public override async Task<PresenceReplyFrame> PresenceAsync(byte[] topic, ulong limit, string? cursor, CancellationToken cancellationToken)
+    {
+        string name = Encoding.UTF8.GetString(topic);
+        if (!Info.Presence)
+        {
+            throw new HeraldException(ErrorCode.UnexpectedFrame, $"Asking who is on '{name}' needs presence, and {PresenceNotGranted("long-poll session")} Nothing was sent.");
+        }
+
+        string query = $"presence?topic={Uri.EscapeDataString(name)}&limit={limit.ToString(CultureInfo.InvariantCulture)}" + (cursor is null ? "" : "&cursor=" + Uri.EscapeDataString(cursor));
+        using HttpResponseMessage response = await SendAsync(() => new HttpRequestMessage(HttpMethod.Get, new Uri(_base, query)), $"Asking who is on '{name}'", cancellationToken).ConfigureAwait(false);
+        if (response.StatusCode != HttpStatusCode.OK)
+        {
+            HeraldException refused = await RefusedAsync(response, $"the presence query of '{name}'", cancellationToken).ConfigureAwait(false);
+            ErrorCode code = refused.ProblemCode switch
+            {
+                "PermissionDenied" => ErrorCode.PermissionDenied,
+                "InvalidTopic" => ErrorCode.InvalidTopic,
+                "PresenceUnavailable" => ErrorCode.PresenceUnavailable,
+                _ => throw refused,
+            };
+            return new PresenceReplyFrame(0, code, 0, 0, [], null);
+        }
+
+        PresenceAnswer answer = await response.Content.ReadFromJsonAsync(LongPollJsonContext.Default.PresenceAnswer, cancellationToken).ConfigureAwait(false)
+            ?? throw new HeraldException($"The broker answered the presence query of '{name}' with no body.");
+        var entries = new List<PresenceEntry>(answer.Entries?.Count ?? 0);
+        foreach (PresenceAnswerEntry entry in answer.Entries ?? [])
+        {
+            entries.Add(new PresenceEntry(entry.Client ?? "", entry.Identity ?? "", entry.Info));
+        }
+
+        return new PresenceReplyFrame(0, ErrorCode.None, answer.Members, answer.Identities, entries, answer.Next);
     }
 
     /// <summary>A publish request is answered once its frames are routed: waiting for the writer is a flush.</summary>
@@ -358,9 +401,11 @@ internal sealed class LongPollConnection : BrokerConnection
     /// <summary>
     /// The exception for a refusal (longpoll §3): the problem's <c>code</c> as an <see cref="ErrorCode"/>
     /// where the protocol has one; a <see cref="HeraldConnectionException"/> when the session is gone (404,
-    /// 410) or the broker is stopping or full (503), which the client answers by reconnecting.
+    /// 410) or the broker is stopping or full (503), which the client answers by reconnecting. A 503
+    /// <c>PresenceUnavailable</c> refuses the one request (a join, a presence query), not the session.
     /// </summary>
-    private static async Task<HeraldException> RefusedAsync(HttpResponseMessage response, string what, CancellationToken cancellationToken)
+    /// <param name="creating">The answer to creating the session: a 400 there (say, a client info over the broker's bound) is the request's own fault, which no reconnect fixes.</param>
+    private static async Task<HeraldException> RefusedAsync(HttpResponseMessage response, string what, CancellationToken cancellationToken, bool creating = false)
     {
         Problem? problem = null;
         try
@@ -378,13 +423,13 @@ internal sealed class LongPollConnection : BrokerConnection
         int status = (int)response.StatusCode;
         string code = problem?.Code ?? problem?.Title ?? response.StatusCode.ToString();
         string message = $"The broker refused {what}: {status} {code}{(problem?.Detail is { Length: > 0 } detail ? ": " + detail : "")}";
-        if (!IsTransient(code) && response.StatusCode is HttpStatusCode.NotFound or HttpStatusCode.Gone or HttpStatusCode.ServiceUnavailable)
+        if (!IsTransient(code) && code != "PresenceUnavailable" && response.StatusCode is HttpStatusCode.NotFound or HttpStatusCode.Gone or HttpStatusCode.ServiceUnavailable)
         {
             return new HeraldConnectionException(message) { ProblemCode = code, HttpStatus = status };
         }
 
         ErrorCode errorCode = Enum.TryParse(code, ignoreCase: false, out ErrorCode parsed) && Enum.IsDefined(parsed) && !int.TryParse(code, out _) ? parsed : ErrorCode.None;
-        return new HeraldException(errorCode, message) { ProblemCode = code, HttpStatus = status };
+        return new HeraldException(errorCode, message) { ProblemCode = code, HttpStatus = status, RefusedHello = creating && status == 400 };
     }
 
     /// <summary>The pause before the <paramref name="attempt"/>-th retry of a poll: the reconnect delay, doubling, capped, jittered (half to all).</summary>

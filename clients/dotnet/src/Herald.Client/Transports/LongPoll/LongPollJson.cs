@@ -14,6 +14,10 @@ internal sealed class CreateSessionRequest
     public bool NoResponders { get; init; }
 
     public bool History { get; init; }
+
+    /// <summary>The session's client info (longpoll §1.1, spec §15.1): what others see beside its presence; omitted when null.</summary>
+    [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingNull)]
+    public string? Info { get; init; }
 }
 
 /// <summary><c>201</c> answer to <c>POST /poll/sessions</c> (longpoll §1.1).</summary>
@@ -54,6 +58,9 @@ internal sealed class CreateSessionResponse
     public long MaxHeaders { get; init; }
 
     public long MaxHeaderBytes { get; init; }
+
+    /// <summary>Presence granted (longpoll §1.1, spec §15; with headers); absent (false) from a broker before it.</summary>
+    public bool Presence { get; init; }
 }
 
 /// <summary><c>POST .../subscriptions</c> body (longpoll §1.2).</summary>
@@ -72,6 +79,36 @@ internal sealed class SubscribeRequest
     /// <summary>The queue group the subscription joins (spec §14); omitted when null (a plain subscription).</summary>
     [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingNull)]
     public string? Queue { get; init; }
+
+    /// <summary>Be present on the topic (longpoll §1.2, spec §15.1); omitted when false.</summary>
+    [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingDefault)]
+    public bool Join { get; init; }
+
+    /// <summary>Receive the topic's join and leave events (longpoll §1.2, spec §15.2); omitted when false.</summary>
+    [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingDefault)]
+    public bool Presence { get; init; }
+}
+
+/// <summary><c>GET /presence</c>'s answer (longpoll §6): PRESENCE_REPLY (spec §15.3) as JSON.</summary>
+internal sealed class PresenceAnswer
+{
+    public ulong Members { get; init; }
+
+    public ulong Identities { get; init; }
+
+    public List<PresenceAnswerEntry>? Entries { get; init; }
+
+    public string? Next { get; init; }
+}
+
+/// <summary>One member in <see cref="PresenceAnswer"/>.</summary>
+internal sealed class PresenceAnswerEntry
+{
+    public string? Client { get; init; }
+
+    public string? Identity { get; init; }
+
+    public string? Info { get; init; }
 }
 
 /// <summary>A subscribe body's <c>since</c>.</summary>
@@ -98,4 +135,5 @@ internal sealed class Problem
 [JsonSerializable(typeof(CreateSessionResponse))]
 [JsonSerializable(typeof(SubscribeRequest))]
 [JsonSerializable(typeof(Problem))]
+[JsonSerializable(typeof(PresenceAnswer))]
 internal sealed partial class LongPollJsonContext : JsonSerializerContext;
