@@ -87,6 +87,27 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
     }
 
     [Fact]
+    public async Task On_a_Redis_Cluster_every_node_answers_the_same_and_events_cross_with_the_messages()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, redisCluster: true);
+        await using ProtocolClient watcher = await ProtocolClient.OpenAsync(cluster[1].Port, "watcher", capabilities: Caps);
+        await watcher.SubscribeAsync(1, "room.1", SubscribeOptions.PresenceEvents);
+        await BarrierAsync(watcher);
+        await using ProtocolClient member = await ProtocolClient.OpenAsync(cluster[0].Port, "member", capabilities: Caps);
+        await member.SubscribeAsync(7, "room.1", SubscribeOptions.Join);
+        await member.PublishAsync("room.1", "hello");
+        Assert.DoesNotContain(await BarrierAsync(member), f => f.Type == FrameType.Error); // joined: its own "hello" only
+
+        Assert.Equal(["join"], (await watcher.ReadMessageAsync()).Header("Herald-Presence"));
+        Assert.Equal("hello", (await watcher.ReadMessageAsync()).Text);
+        await using ProtocolClient reader = await ProtocolClient.OpenAsync(cluster[1].Port, "reader", capabilities: Caps);
+        Assert.Equal((ErrorCode.None, 1ul), ((await QueryAsync(reader, 1, "room.1", 10)) is var page ? (page.Code, page.Members) : default));
+        await member.UnsubscribeAsync(7);
+        await BarrierAsync(member);
+        Assert.Equal(["leave"], (await watcher.ReadMessageAsync()).Header("Herald-Presence"));
+    }
+
+    [Fact]
     public async Task Events_reach_another_node_in_order_with_the_members_publications()
     {
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2);
