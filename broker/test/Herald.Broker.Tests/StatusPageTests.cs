@@ -10,6 +10,7 @@ using Herald.Broker.Telemetry;
 using Herald.Broker.Tests.Infrastructure;
 using Herald.Broker.Transports.LongPoll;
 using Herald.Protocol;
+using Xunit.Abstractions;
 
 namespace Herald.Broker.Tests;
 
@@ -19,7 +20,7 @@ namespace Herald.Broker.Tests;
 /// a bearer or as the login cookie), that its numbers are this broker's traffic, and what it never serves.
 /// The browser side (the page drawing those numbers) is clients/typescript/test/status-page.test.ts.
 /// </summary>
-public sealed class StatusPageTests
+public sealed class StatusPageTests(ITestOutputHelper output)
 {
     private const string Token = "status-page-token-0123456789";
 
@@ -295,6 +296,58 @@ public sealed class StatusPageTests
         JsonElement status = await EventuallyAsync(http, s => s.GetProperty("top_topics").GetProperty("topics").EnumerateArray().Any(t => t.GetProperty("topic").GetString() == "status.plain"));
         Assert.DoesNotContain("_INBOX.", status.GetRawText(), StringComparison.Ordinal);
         Assert.Equal("reply", (await requester.ReadMessageAsync()).Text); // the requester got its replies
+    }
+
+    [Fact]
+    public async Task Statusz_and_varz_rank_the_ten_topics_with_the_most_members_beside_the_presence_counts_and_never_an_inbox()
+    {
+        await using var broker = await TestBroker.StartAsync();
+        using HttpClient http = Client(broker.MonitoringPort);
+        const Capabilities presence = Capabilities.Headers | Capabilities.Presence;
+        await using var a = await ProtocolClient.OpenAsync(broker.Port, "a", capabilities: presence);
+        await using var b = await ProtocolClient.OpenAsync(broker.Port, "b", capabilities: presence);
+        await using var c = await ProtocolClient.OpenAsync(broker.Port, "c", capabilities: presence);
+        await using var d = await ProtocolClient.OpenAsync(broker.Port, "d", capabilities: presence);
+        (ProtocolClient Client, string[] Topics)[] joins =
+        [
+            (a, ["room.big", "room.mid", .. Enumerable.Range(0, 12).Select(i => $"spread.{i:D2}"), "_INBOX.secret.1"]),
+            (b, ["room.big", "room.mid", "_INBOX.secret.1"]),
+            (c, ["room.big", "_INBOX.secret.1"]),
+            (d, ["_INBOX.secret.1"]), // the most members of all, but an inbox's name is its owner's reply address
+        ];
+        uint sid = 0;
+        foreach ((ProtocolClient client, string[] topics) in joins)
+        {
+            foreach (string topic in topics)
+            {
+                await client.SubscribeAsync(++sid, topic, SubscribeOptions.Join);
+            }
+
+            Assert.DoesNotContain((await client.PingPongAsync()).Select(f => f.Type), t => t == FrameType.Error); // every join taken
+        }
+
+        JsonElement status = await EventuallyAsync(http, s => s.TryGetProperty("presence", out JsonElement p) && p.GetProperty("members").GetInt64() == 21);
+        string[] expected = ["room.big", "room.mid", .. Enumerable.Range(0, 8).Select(i => $"spread.{i:D2}")]; // ten at most, ties by name
+        using HttpResponseMessage varzResponse = await http.GetAsync("/varz");
+        using JsonDocument varz = JsonDocument.Parse(await varzResponse.Content.ReadAsStringAsync());
+        foreach (JsonElement counts in new[] { status.GetProperty("presence"), varz.RootElement.GetProperty("presence") })
+        {
+            JsonElement[] busiest = [.. counts.GetProperty("busiest").EnumerateArray()];
+            output.WriteLine(string.Join(", ", busiest.Select(t => $"{t.GetProperty("topic").GetString()}={t.GetProperty("members").GetInt64()}")));
+            Assert.Equal(expected, busiest.Select(t => t.GetProperty("topic").GetString()));
+            Assert.Equal([3L, 2L, .. Enumerable.Repeat(1L, 8)], busiest.Select(t => t.GetProperty("members").GetInt64()));
+            Assert.All(busiest, t => Assert.Equal(1, t.GetProperty("identities").GetInt64())); // authentication off: every member is ""
+            Assert.Equal(21, counts.GetProperty("members").GetInt64());
+            Assert.Equal(15, counts.GetProperty("topics").GetInt64());
+        }
+
+        Assert.DoesNotContain("_INBOX.", status.GetRawText(), StringComparison.Ordinal);
+        Assert.DoesNotContain("secret", varz.RootElement.GetProperty("presence").GetRawText(), StringComparison.Ordinal);
+
+        // A member that leaves is no longer counted: the ranking is made when asked.
+        await a.DisposeAsync();
+        JsonElement after = await EventuallyAsync(http, s => s.GetProperty("presence").GetProperty("members").GetInt64() == 6);
+        Assert.Equal(["room.big", "room.mid"], after.GetProperty("presence").GetProperty("busiest").EnumerateArray().Select(t => t.GetProperty("topic").GetString()));
     }
 
     [Fact]

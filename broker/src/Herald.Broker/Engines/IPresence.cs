@@ -48,6 +48,13 @@ internal interface IPresence
 
     /// <summary>Counts for metrics and /varz (never the members' names).</summary>
     PresenceCounts Counts { get; }
+
+    /// <summary>
+    /// The <paramref name="count"/> topics with the most members, most first (ties by name), for the status page and
+    /// /varz: ranked when asked, one pass over the topics with members and nothing kept per join; reply inboxes are
+    /// never ranked (monitoring names no inbox). An engine that cannot rank its topics cheaply lists none.
+    /// </summary>
+    IReadOnlyList<PresenceTopic> Busiest(int count) => [];
 }
 
 /// <summary>A connection present on a topic: its client id, identity, the info it joined with, whose quota it counts against (<see cref="PresenceOptions.MaxPerIdentity"/>: the identity, or an anonymous client's address), and its queue (no-echo).</summary>
@@ -64,6 +71,9 @@ internal enum PresenceReason
 }
 
 internal readonly record struct PresenceOccupancy(long Members, long Identities);
+
+/// <summary>A topic and its occupancy, as <see cref="IPresence.Busiest"/> ranks it.</summary>
+internal readonly record struct PresenceTopic(string Topic, PresenceOccupancy Occupancy);
 
 internal readonly record struct PresencePage(PresenceOccupancy Occupancy, IReadOnlyList<PresenceEntry> Entries, string? Next);
 

@@ -24,6 +24,10 @@ internal sealed class LocalPresence(PresenceOptions options, bool enabled) : IPr
 
     private static readonly IComparer<Member> ClientOrder = Comparer<Member>.Create(static (a, b) => string.CompareOrdinal(a.Who.Client, b.Who.Client));
 
+    /// <summary>Fewer members first; among equals, the later name (so that the busiest list ties by name).</summary>
+    private static readonly Comparer<PresenceTopic> LeastBusyFirst = Comparer<PresenceTopic>.Create(static (a, b) =>
+        a.Occupancy.Members != b.Occupancy.Members ? a.Occupancy.Members.CompareTo(b.Occupancy.Members) : string.CompareOrdinal(b.Topic, a.Topic));
+
     private readonly Lock _gate = new();
     private readonly Dictionary<string, TopicPresence> _topics = new(StringComparer.Ordinal);
     private readonly Dictionary<string, int> _perQuota = new(StringComparer.Ordinal);
@@ -217,6 +221,45 @@ internal sealed class LocalPresence(PresenceOptions options, bool enabled) : IPr
 
             return new PresencePage(table.Occupancy, entries, more ? last : null);
         }
+    }
+
+    public IReadOnlyList<PresenceTopic> Busiest(int count)
+    {
+        if (count <= 0)
+        {
+            return [];
+        }
+
+        // A heap of the count busiest so far, the least busy on top: O(topics x log count), nothing allocated per topic.
+        var busiest = new PriorityQueue<PresenceTopic, PresenceTopic>(count + 1, LeastBusyFirst);
+        lock (_gate)
+        {
+            foreach ((string topic, TopicPresence table) in _topics)
+            {
+                if (table.ByClient.Count == 0 || topic.StartsWith(ProtocolConstants.InboxPrefix, StringComparison.Ordinal))
+                {
+                    continue;
+                }
+
+                var ranked = new PresenceTopic(topic, table.Occupancy);
+                if (busiest.Count < count)
+                {
+                    busiest.Enqueue(ranked, ranked);
+                }
+                else if (LeastBusyFirst.Compare(ranked, busiest.Peek()) > 0)
+                {
+                    busiest.DequeueEnqueue(ranked, ranked);
+                }
+            }
+        }
+
+        var top = new PresenceTopic[busiest.Count];
+        for (int i = top.Length - 1; i >= 0; i--)
+        {
+            top[i] = busiest.Dequeue();
+        }
+
+        return top;
     }
 
     private static Member Probe(string client) => new(new PresenceMember(client, "", null, "", NoSink.Instance));

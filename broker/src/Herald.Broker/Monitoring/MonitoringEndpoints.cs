@@ -49,18 +49,20 @@ internal static class MonitoringEndpoints
         StatusPage.MapStatusPage(app);
     }
 
-    /// <summary><c>/statusz</c>: the status page's data, compact (see <see cref="StatusSampler"/>).</summary>
-    private static VarzPresence? Presence(Engines.IPresence presence)
+    /// <summary>Presence's counts and busiest topics, for <c>/varz</c> and <c>/statusz</c>; null when the broker does not grant presence.</summary>
+    internal static VarzPresence? Presence(IPresence presence)
     {
         if (!presence.Enabled)
         {
             return null;
         }
 
-        Engines.PresenceCounts counts = presence.Counts;
-        return new VarzPresence(counts.Entries, presence.Options.MaxEntries, counts.Topics, counts.Watchers, counts.Events, counts.Suppressed);
+        PresenceCounts counts = presence.Counts;
+        List<PresenceTopicInfo> busiest = [.. presence.Busiest(StatusSampler.Rows).Select(t => new PresenceTopicInfo(t.Topic, t.Occupancy.Members, t.Occupancy.Identities))];
+        return new VarzPresence(counts.Entries, presence.Options.MaxEntries, counts.Topics, counts.Watchers, counts.Events, counts.Suppressed, busiest);
     }
 
+    /// <summary><c>/statusz</c>: the status page's data, compact (see <see cref="StatusSampler"/>).</summary>
     private static IResult Statusz(HttpContext context)
     {
         context.Response.Headers.CacheControl = "no-store";

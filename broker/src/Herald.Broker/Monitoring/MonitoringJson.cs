@@ -41,8 +41,15 @@ internal sealed record Varz(
     VarzHistory? History = null,
     VarzPresence? Presence = null);
 
-/// <summary><c>/varz</c> <c>presence</c> (spec §15): counts only, never a member's name; absent when the broker does not grant presence.</summary>
-internal sealed record VarzPresence(long Members, long MaxMembers, long Topics, long EventsSubscriptions, long Events, long EventsSuppressed);
+/// <summary>
+/// <c>/varz</c> and <c>/statusz</c> <c>presence</c> (spec §15): the counts, and the <see cref="StatusSampler.Rows"/> topics
+/// with the most members (topic names, as the top topics by rate show them; never a member's name, never an inbox);
+/// absent when the broker does not grant presence.
+/// </summary>
+internal sealed record VarzPresence(long Members, long MaxMembers, long Topics, long EventsSubscriptions, long Events, long EventsSuppressed, IReadOnlyList<PresenceTopicInfo> Busiest);
+
+/// <summary>A topic's occupancy: its members and the distinct identities among them.</summary>
+internal sealed record PresenceTopicInfo(string Topic, long Members, long Identities);
 
 /// <summary><c>/varz</c> <c>history</c>: the topic histories (README "History and resume"), absent when none is configured.</summary>
 internal sealed record VarzHistory(int Topics, int MaxTopics, long Bytes, long MaxBytes, long EvictedTopics, long ResumesRecovered, long ResumesNotRecovered);
@@ -137,7 +144,8 @@ internal sealed record Statusz(
     StatusLongPoll LongPoll,
     StatusCompression Compression,
     StatusProcess Process,
-    StatusCluster? Cluster = null);
+    StatusCluster? Cluster = null,
+    VarzPresence? Presence = null);
 
 /// <summary>Totals since start: publications received here, deliveries queued, frames sent, drops, slow-consumer episodes, connections opened.</summary>
 internal sealed record StatusCounts(long Published, long PublishedBytes, long Delivered, long Sent, long SentBytes, long Dropped, long SlowConsumers, long ConnectionsOpened);

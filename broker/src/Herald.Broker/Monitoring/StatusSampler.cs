@@ -15,8 +15,8 @@ namespace Herald.Broker.Monitoring;
 /// What <c>/statusz</c> answers: the broker's counters and tables read once, and rates computed here from
 /// the previous sample, so every viewer sees the same rates and the page stays a thin reader. A sample is
 /// taken when asked and at most every <see cref="MinInterval"/>; a request sooner gets the last one. Nothing
-/// here runs on the message path: a sample walks the session table and the topic counters
-/// (<see cref="TopicTraffic"/>, 2,048 slots) under this class's lock.
+/// here runs on the message path: a sample walks the session table, the topic counters
+/// (<see cref="TopicTraffic"/>, 2,048 slots) and presence's topics (<see cref="IPresence.Busiest"/>) under this class's lock.
 /// </summary>
 internal sealed class StatusSampler
 {
@@ -165,7 +165,8 @@ internal sealed class StatusSampler
             new StatusLongPoll(_polls.Count, _polls.HeldPolls, Take(polls, Rows)),
             new StatusCompression(_compressionOptions.Enabled, bytesIn, bytesOut, compressed),
             process,
-            _broker.ClusterStatus.Snapshot() is { } cluster ? ClusterOf(cluster) : null);
+            _broker.ClusterStatus.Snapshot() is { } cluster ? ClusterOf(cluster) : null,
+            MonitoringEndpoints.Presence(_broker.Presence));
 
         double Rate(long delta) => Math.Round(Math.Max(0, delta) / seconds, 2);
     }

@@ -343,6 +343,17 @@
       cell(tr, number(p.pending_messages), "num");
     });
 
+    const presence = s.presence; // absent when the broker does not grant presence
+    $("presence-panel").hidden = !presence;
+    if (presence) {
+      text("presence-note", `${number(presence.members)} members (at most ${number(presence.max_members)}) · ${number(presence.events)} events sent, ${number(presence.events_suppressed)} suppressed`);
+      fillTable("presence", presence.busiest, (tr, t) => {
+        cell(tr, t.topic, "topic").title = t.topic;
+        cell(tr, number(t.members), "num");
+        cell(tr, number(t.identities), "num");
+      });
+    }
+
     const cluster = s.cluster;
     $("cluster-panel").hidden = !cluster || cluster.nodes.length < 2;
     if (cluster && cluster.nodes.length > 1) {
