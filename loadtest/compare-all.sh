@@ -12,12 +12,15 @@
 #     table the first three over long-poll), the targets of a row one after the other: $OUT/cluster-ROW-TARGET.json
 #     (the scenario's result: figures, repetitions, command line, machine, load average) and .log. The tool starts
 #     its own redis-server and nodes on loopback. About 7 minutes with SHORT=1.
+#   presence: "What presence costs": the presence scenario (plain vs joined subscriptions, memory per member, a
+#     10,000-member topic's events and queries) on one node and on a cluster of 3 nodes, each one run:
+#     $OUT/presence-TARGET.json and .log. About 5 minutes with REPEAT=3.
 #   churn: the "Subscription churn" figures, BenchmarkDotNet's TopicRouterBenchmarks (short job), its JSON export
 #     committed as $OUT/churn-TopicRouterBenchmarks.json with $OUT/churn-run.json (command, times, load average,
 #     commit) beside it. About 5 minutes.
 #
 # Usage: loadtest/compare-all.sh [row ...]   rows: fanout stream oneway rpc32 rpc1 collab idle cluster
-#          cluster-longpoll churn
+#          cluster-longpoll presence churn
 #          (default: all)
 #          and, never by default, broadcast: each target's broadcast search (P = 1 s) and the broadcast chart,
 #          about 15 minutes more.
@@ -29,7 +32,7 @@
 OUT=${OUT:-loadtest/results/readme}
 REPEAT=${REPEAT:-2}
 SHORT=${SHORT:-1}
-[ $# -eq 0 ] && set -- fanout stream oneway rpc32 rpc1 collab idle cluster cluster-longpoll churn
+[ $# -eq 0 ] && set -- fanout stream oneway rpc32 rpc1 collab idle cluster cluster-longpoll presence churn
 source "$(dirname "$0")/versus.sh" "$@"
 ALL=herald/tcp,herald/websocket,herald/longpoll,nats/tcp,redis/tcp,signalr/websockets
 
@@ -70,6 +73,15 @@ if chosen cluster-longpoll; then
     for t in "herald:--target herald" "cluster1:--target cluster --nodes 1" "cluster3:--target cluster --nodes 3"; do
       run_scenario "cluster-longpoll-${row%%:*}-${t%%:*}" "${row#*:} --transport longpoll ${t#*:}"
     done
+  done
+fi
+
+if chosen presence; then
+  # A cluster node grants presence only once presence is shared across nodes: until then its run fails at the first
+  # connection's WELCOME (the table shows `-` and says so).
+  CLUSTER_PORTS=(--ports 22502-22534 --http-port 22680 --monitoring-port 22690)
+  for t in "herald:--target herald" "cluster3:--target cluster --nodes 3"; do
+    run_scenario "presence-${t%%:*}" "presence ${t#*:}"
   done
 fi
 

@@ -13,7 +13,7 @@ min-max spread), then when the runs were made, on what machine and how busy it w
 after), the servers' versions, the source commit, and each row's exact command line. The result files are
 what `loadtest/compare-all.sh` writes: `compare --out` files (one per row, every target side by side in one run)
 for the peer tables; one scenario `--out` file per cell for the cluster tables (`compare` cannot give each
-target its own `--nodes`), the targets of a row run one after the other; and BenchmarkDotNet's JSON export, with
+target its own `--nodes`), the targets of a row run one after the other (the presence table: one scenario run per column, a row per headline); and BenchmarkDotNet's JSON export, with
 the run's command and load average beside it, for the router's subscription churn.
 
 Usage: loadtest/readme-tables.py [--check] [--readme README.md] [--results DIR]
@@ -99,6 +99,31 @@ SCENARIO_TABLES = {
         "about": "The same targets over long-poll (`--transport longpoll`): in a cluster every message a session is "
                  "sent is written to a Redis stream before a poll can take it",
     },
+    "presence": {
+        "part": "presence",
+        "file": "presence-{column}",  # one run per column: every row is a headline of that run
+        "rows": [("plain", "subscribe without join, subscriptions/s", "subscribe/s, plain"),
+                 ("join", "subscribe with join, subscriptions/s", "subscribe/s, with join"),
+                 ("ratio", "with join / without, subscribe rate", "join/plain subscribe rate"),
+                 ("heap-plain", "GC heap per plain subscription, bytes", "GC heap per plain subscription"),
+                 ("heap-member", "GC heap per member (a joined subscription less a plain one), bytes", "GC heap per member"),
+                 ("rss-member", "RSS per member (the same), bytes", "RSS per member"),
+                 ("watched", "joins/s into a topic with 10 events subscribers", "joins/s into a watched topic"),
+                 ("events", "join events each events subscriber got (then one `suppressed`)", "join events per watcher"),
+                 ("suppressed", "events suppressed above 1,000 members (`/varz`)", "events suppressed"),
+                 ("occupancy-p50", "occupancy of a 10,000-member topic, p50 us", "occupancy p50 latency us"),
+                 ("occupancy-p99", "occupancy of a 10,000-member topic, p99 us", "occupancy p99 latency us"),
+                 ("read", "read all 10,000 members (10 pages of 1,000), ms", "full read ms")],
+        "columns": [("one node", "herald"), ("cluster, 3 nodes", "cluster3")],
+        "ratios": [("3 nodes/one node", (1, 0))],
+        "about": "The load tool's `presence` scenario over TCP, each column one run against brokers it starts fresh for "
+                 "every repetition (subscription rate and per-address limits off, presence limits above what the run "
+                 "holds): 200 connections x 500 single-topic subscriptions without the join bit and as many with it (the "
+                 "two phases swap order every other repetition), the broker's GC heap (at its last collection) and RSS "
+                 "growth over each; then one topic joined by 10,000 connections while 10 subscriptions take its events, "
+                 "1,000 occupancy calls one after another and 5 full paged reads. Relative costs: the machine is shared",
+        "windows": "Each column's sizes are in its command below.",
+    },
 }
 
 # README's "Subscription churn" table: BenchmarkDotNet's TopicRouterBenchmarks (compare-all.sh's `churn` part),
@@ -150,7 +175,7 @@ def render_scenarios(spec, results):
     for row, label, headline in spec["rows"]:
         figures = []
         for _, suffix in columns:
-            stem = f"{spec['prefix']}{row}-{suffix}"
+            stem = spec["file"].format(column=suffix) if "file" in spec else f"{spec['prefix']}{row}-{suffix}"
             doc = docs.setdefault(stem, as_compare(load(results, stem), suffix))
             figures.append(figure(doc, suffix, headline))
         if all(f is None for f in figures):
@@ -237,9 +262,9 @@ def caption(spec, docs):
             f"{', '.join(commits)}, on {'; '.join(sorted({describe_machine(m) for m in machines}))}, every server and "
             f"the tool on that machine over loopback; {busy}. Servers: {', '.join(servers)}. Each cell: the median of "
             f"{' or '.join(map(str, reps))} repetition(s), ± half their min-max spread (none from one); ratio > 1: the "
-            "first did better (higher figures over the second's, lower ones the second's over the first's). Each "
-            "row's windows are in its command below; the runner's default (SHORT=1) keeps them short, so that every "
-            "table fits in about 35 minutes on 2 cores: shorter than a careful measurement.")
+            "first did better (higher figures over the second's, lower ones the second's over the first's). "
+            + spec.get("windows", "Each row's windows are in its command below; the runner's default (SHORT=1) keeps them "
+                       "short, so that every table fits in about 35 minutes on 2 cores: shorter than a careful measurement."))
     failed = [f"{t['label']} in `{stem}` ({t['status']}: {t.get('reason') or 'no reason given'})"
               for stem, d in sorted(docs.items()) for t in d.get("targets", []) if t["label"] in labels and t["status"] != "ok"]
     if failed:

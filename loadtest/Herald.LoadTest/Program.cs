@@ -27,6 +27,7 @@ internal static class Program
         new StreamScenario(),
         new ConnectionsScenario(),
         new StalledScenario(),
+        new PresenceScenario(),
         new CompareCommand(),
         new BroadcastChartCommand(),
         new AttacksCommand(),

@@ -33,6 +33,33 @@ internal static class HeraldMonitoring
         }
     }
 
+    /// <summary>
+    /// <c>/varz</c>'s number at <paramref name="path"/> summed over the target's brokers (one, or a cluster's nodes), e.g. the
+    /// GC heap; null for a target that is not Herald, or when a broker does not answer or does not say.
+    /// </summary>
+    public static async Task<long?> SumAsync(ITarget target, CancellationToken cancellationToken, params string[] path)
+    {
+        (string Host, int Port)[] monitors = target switch
+        {
+            HeraldTarget herald => [(herald.Endpoints.Host, herald.MonitoringPort)],
+            ClusterTarget cluster => [.. cluster.Nodes.Select(node => (node.Endpoints.Host, node.MonitoringPort))],
+            _ => [],
+        };
+        long? sum = null;
+        foreach ((string host, int port) in monitors)
+        {
+            using JsonDocument? varz = await VarzAsync(host, port, cancellationToken);
+            if (Number(varz, path) is not { } value)
+            {
+                return null;
+            }
+
+            sum = (sum ?? 0) + value;
+        }
+
+        return sum;
+    }
+
     /// <summary><c>/varz</c>'s number at <paramref name="path"/> (e.g. <c>process</c>, <c>gc_heap_bytes</c>), or null when it is not there.</summary>
     public static long? Number(JsonDocument? varz, params ReadOnlySpan<string> path)
     {

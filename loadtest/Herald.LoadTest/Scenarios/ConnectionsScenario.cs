@@ -449,12 +449,9 @@ internal sealed class ConnectionsRun : IScenarioRun
         Array.Clear(clients);
     }
 
-    /// <summary>Herald's managed heap (GC heap size at its last collection) from <c>/varz</c> on its monitoring listener; null for other targets or when monitoring is off.</summary>
-    private static async Task<long?> GcHeapAsync(ITarget target, CancellationToken cancellationToken)
-    {
-        using JsonDocument? varz = await HeraldMonitoring.VarzAsync(target, cancellationToken);
-        return HeraldMonitoring.Number(varz, "process", "gc_heap_bytes");
-    }
+    /// <summary>Herald's managed heap (GC heap size at its last collection; a cluster's: the nodes' sum) from <c>/varz</c>; null for other targets or when monitoring is off.</summary>
+    private static Task<long?> GcHeapAsync(ITarget target, CancellationToken cancellationToken) =>
+        HeraldMonitoring.SumAsync(target, cancellationToken, "process", "gc_heap_bytes");
 
     private static string Mb(long? bytes) => bytes is { } b ? (b / 1e6).ToString("F1", CultureInfo.InvariantCulture) : "?";
 

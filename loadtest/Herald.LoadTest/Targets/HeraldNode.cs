@@ -172,7 +172,9 @@ internal sealed class HeraldNode : IAsyncDisposable
             TcpReceiveBufferSize.Value ?? HeraldConnection.DefaultReceiveBufferSize,
             Sources.For(slot / Endpoints.PortCount),
             credential,
-            (Options.Headers ? Capabilities.Headers : Capabilities.None) | Capabilities.QueueGroups, // asked, so a queue subscription may be made
+            // Queue groups asked, so a queue subscription may be made; presence with headers (it is granted only with them)
+            // for the presence scenario, a capability bit that changes nothing for a client that never joins.
+            (Options.Headers ? Capabilities.Headers | Capabilities.Presence : Capabilities.None) | Capabilities.QueueGroups,
             Endpoints);
     }
 

@@ -9,7 +9,7 @@ namespace Herald.LoadTest.Targets;
 /// <summary>
 /// <see cref="IPubSubClient"/> over one Herald connection (<see cref="HeraldConnection"/>: TCP, or TLS or a
 /// WebSocket over it, the same frames and the same code whatever the byte stream): SUBSCRIBE
-/// with a PING/PONG barrier (spec §4.7), PUBLISH frames encoded straight into the batched writer, and a
+/// with a PING/PONG barrier (spec §4.7), PRESENCE answered by request id (spec §15.3), PUBLISH frames encoded straight into the batched writer, and a
 /// receive loop that parses MESSAGE frames in place (<see cref="FramePeek.TryReadMessage"/>) and calls the
 /// subscription's handler by sid. The rest is <see cref="SocketPubSubClient"/>.
 /// </summary>
@@ -20,6 +20,8 @@ internal sealed class HeraldTcpClient : SocketPubSubClient
 
     private readonly HeraldConnection _connection;
     private readonly TopicCache _topics = new();
+    private readonly System.Collections.Concurrent.ConcurrentDictionary<uint, TaskCompletionSource<PresenceReplyFrame>> _presenceReplies = new();
+    private int _lastRequest;
 
     private HeraldTcpClient(HeraldConnection connection)
         : base(connection.SendAsync)
@@ -44,10 +46,54 @@ internal sealed class HeraldTcpClient : SocketPubSubClient
         return new HeraldTcpClient(connection);
     }
 
-    protected override void WriteSubscribeAndPing(IBufferWriter<byte> buffer, string topic, string? queue, uint sid)
+    /// <summary>
+    /// As <see cref="SocketPubSubClient.SubscribeAsync(string, DeliveryHandler, CancellationToken)"/> with SUBSCRIBE's
+    /// <paramref name="options"/>: present on the topic (join), its join and leave events (spec §15), needing a
+    /// broker that granted presence (<see cref="Welcome"/>). Live, and joined, once its PING's PONG is back; a
+    /// refused join is a non-fatal ERROR (<see cref="IPubSubClient.Errors"/>).
+    /// </summary>
+    public Task SubscribeAsync(string topic, SubscribeOptions options, DeliveryHandler handler, CancellationToken cancellationToken) =>
+        SubscribeAsync((buffer, sid) => WriteSubscribeAndPing(buffer, topic, null, options, sid), handler, cancellationToken);
+
+    /// <summary>
+    /// Asks for <paramref name="topic"/>'s presence (PRESENCE, spec §15.3): at most <paramref name="limit"/> members after
+    /// <paramref name="cursor"/>, or with 0 the occupancy alone; completes with its PRESENCE_REPLY.
+    /// </summary>
+    public async Task<PresenceReplyFrame> PresenceAsync(string topic, ulong limit, string? cursor, CancellationToken cancellationToken)
     {
-        FrameWriter.WriteSubscribe(buffer, sid, Topic.EncodePattern(topic), queue: queue is null ? default : System.Text.Encoding.UTF8.GetBytes(queue));
+        uint id = (uint)Interlocked.Increment(ref _lastRequest);
+        var reply = new TaskCompletionSource<PresenceReplyFrame>(TaskCreationOptions.RunContinuationsAsynchronously);
+        _presenceReplies[id] = reply;
+        try
+        {
+            using (BatchedWriter.AppendScope scope = Writer.BeginAppend())
+            {
+                FrameWriter.WritePresence(scope.Buffer, id, _topics.Get(topic), limit, cursor);
+            }
+
+            return await reply.Task.WaitAsync(cancellationToken);
+        }
+        finally
+        {
+            _presenceReplies.TryRemove(id, out _);
+        }
+    }
+
+    protected override void WriteSubscribeAndPing(IBufferWriter<byte> buffer, string topic, string? queue, uint sid) =>
+        WriteSubscribeAndPing(buffer, topic, queue, SubscribeOptions.None, sid);
+
+    private static void WriteSubscribeAndPing(IBufferWriter<byte> buffer, string topic, string? queue, SubscribeOptions options, uint sid)
+    {
+        FrameWriter.WriteSubscribe(buffer, sid, Topic.EncodePattern(topic), options, queue: queue is null ? default : System.Text.Encoding.UTF8.GetBytes(queue));
         buffer.Write(Ping);
+    }
+
+    protected override void Failed(string why)
+    {
+        foreach (TaskCompletionSource<PresenceReplyFrame> waiter in _presenceReplies.Values)
+        {
+            waiter.TrySetException(new IOException(why));
+        }
     }
 
     protected override void WritePublish(IBufferWriter<byte> buffer, string topic, ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers) =>
@@ -89,6 +135,14 @@ internal sealed class HeraldTcpClient : SocketPubSubClient
                 break;
             case FrameType.Pong:
                 PongReceived();
+                break;
+            case FrameType.PresenceReply:
+                PresenceReplyFrame reply = FrameDecoder.ReadPresenceReply(ref reader, elements);
+                if (_presenceReplies.TryRemove(reply.RequestId, out TaskCompletionSource<PresenceReplyFrame>? waiter))
+                {
+                    waiter.TrySetResult(reply);
+                }
+
                 break;
             case FrameType.Error:
                 ErrorFrame error = FrameDecoder.ReadError(ref reader, elements);

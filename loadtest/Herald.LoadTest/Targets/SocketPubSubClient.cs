@@ -44,7 +44,14 @@ internal abstract class SocketPubSubClient : IPubSubClient
     public Task SubscribeAsync(string topic, DeliveryHandler handler, CancellationToken cancellationToken) =>
         SubscribeAsync(topic, queue: null, handler, cancellationToken);
 
-    public async Task SubscribeAsync(string topic, string? queue, DeliveryHandler handler, CancellationToken cancellationToken)
+    public Task SubscribeAsync(string topic, string? queue, DeliveryHandler handler, CancellationToken cancellationToken) =>
+        SubscribeAsync((buffer, sid) => WriteSubscribeAndPing(buffer, topic, queue, sid), handler, cancellationToken);
+
+    /// <summary>
+    /// Gives <paramref name="handler"/> the next sid, appends what <paramref name="writeSubscribeAndPing"/> writes for
+    /// it (a SUBSCRIBE and a PING) and completes when that PING's PONG is back: the subscription is then live.
+    /// </summary>
+    protected async Task SubscribeAsync(Action<IBufferWriter<byte>, uint> writeSubscribeAndPing, DeliveryHandler handler, CancellationToken cancellationToken)
     {
         uint sid;
         lock (_subscribeGate)
@@ -57,7 +64,7 @@ internal abstract class SocketPubSubClient : IPubSubClient
         var pong = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
         using (BatchedWriter.AppendScope scope = Writer.BeginAppend())
         {
-            WriteSubscribeAndPing(scope.Buffer, topic, queue, sid);
+            writeSubscribeAndPing(scope.Buffer, sid);
             _pongWaiters.Enqueue(pong); // inside the writer's lock: the waiters queue in the order the PINGs are written
         }
 
@@ -198,5 +205,12 @@ internal abstract class SocketPubSubClient : IPubSubClient
         {
             waiter.TrySetException(new IOException(why));
         }
+
+        Failed(why);
+    }
+
+    /// <summary>The connection ended (<paramref name="why"/>): a derived client fails what it still waits for.</summary>
+    protected virtual void Failed(string why)
+    {
     }
 }
