@@ -18,6 +18,9 @@ namespace Herald.LoadTest.Scenarios;
 /// </summary>
 internal sealed class PresenceRun : IScenarioRun
 {
+    /// <summary>Subscriptions of each kind per connection before the measured phases.</summary>
+    private const int WarmupSubscriptions = 50;
+
     private static readonly DeliveryHandler Idle = static (_, _, _) => { };
 
     private readonly PresenceOptions _options;
@@ -49,6 +52,11 @@ internal sealed class PresenceRun : IScenarioRun
     public double? JoinRss { get; private set; }
 
     public double? WatchedJoinRate { get; private set; }
+
+    /// <summary>GC heap and RSS growth while every member joined the large topic (a subscription and a member each), in bytes.</summary>
+    public double? LargeTopicHeap { get; private set; }
+
+    public double? LargeTopicRss { get; private set; }
 
     /// <summary>The fewest join events a watcher got.</summary>
     public double? JoinEventsPerWatcher { get; private set; }
@@ -110,14 +118,16 @@ internal sealed class PresenceRun : IScenarioRun
                 return false;
             }
 
+            // A warm-up of both kinds first (JIT, pools, the tables' first growth), so neither measured phase pays for it.
+            int warmup = Math.Min(_options.Subscriptions, WarmupSubscriptions);
+            await SubscribeEachAsync(clients, $"{prefix}warm.plain.", warmup, SubscribeOptions.None, cancellationToken);
+            await SubscribeEachAsync(clients, $"{prefix}warm.join.", warmup, SubscribeOptions.Join, cancellationToken);
             (long? heap, long? rss) = await MemoryAsync(target, cancellationToken);
             bool[] phases = JoinFirst ? [true, false] : [false, true];
             foreach (bool join in phases)
             {
-                string kind = join ? "join" : "plain";
                 long start = Stopwatch.GetTimestamp();
-                await Bounded(token => Task.WhenAll(clients.Select((client, c) => Task.WhenAll(Enumerable.Range(0, _options.Subscriptions).Select(i =>
-                    client.SubscribeAsync($"{prefix}{kind}.{c}.{i}", join ? SubscribeOptions.Join : SubscribeOptions.None, Idle, token))))), cancellationToken);
+                await SubscribeEachAsync(clients, $"{prefix}{(join ? "join" : "plain")}.", _options.Subscriptions, join ? SubscribeOptions.Join : SubscribeOptions.None, cancellationToken);
                 double rate = Subscriptions / Stopwatch.GetElapsedTime(start).TotalSeconds;
                 (long? heapAfter, long? rssAfter) = await MemoryAsync(target, cancellationToken);
                 if (join)
@@ -148,6 +158,11 @@ internal sealed class PresenceRun : IScenarioRun
         }
     }
 
+    /// <summary>Every client subscribes to <paramref name="count"/> topics of its own under <paramref name="prefix"/>, each pipelining its SUBSCRIBEs.</summary>
+    private Task SubscribeEachAsync(HeraldTcpClient[] clients, string prefix, int count, SubscribeOptions options, CancellationToken cancellationToken) =>
+        Bounded(token => Task.WhenAll(clients.Select((client, c) => Task.WhenAll(Enumerable.Range(0, count).Select(i =>
+            client.SubscribeAsync($"{prefix}{c}.{i}", options, Idle, token))))), cancellationToken);
+
     /// <summary>One topic: watchers first, then every member joins it; the events, the occupancy calls, the full reads.</summary>
     private async Task LargeTopicAsync(ITarget target, string topic, CancellationToken cancellationToken)
     {
@@ -161,10 +176,13 @@ internal sealed class PresenceRun : IScenarioRun
             _suppressedEvents = new long[watchers.Length];
             await Bounded(token => Task.WhenAll(watchers.Select((w, i) => w.SubscribeAsync(topic, SubscribeOptions.PresenceEvents, (_, _, headers) => Count(i, headers), token))), cancellationToken);
             joiners = await ConnectAsync(target, _options.Connections + watchers.Length, members, cancellationToken);
+            (long? heap, long? rss) = await MemoryAsync(target, cancellationToken);
 
             long start = Stopwatch.GetTimestamp();
             await Bounded(token => ScenarioClients.SubscribeAllAsync(members, (i, t) => joiners[i].SubscribeAsync(topic, SubscribeOptions.Join, Idle, t), token), cancellationToken);
             WatchedJoinRate = members / Stopwatch.GetElapsedTime(start).TotalSeconds;
+            (long? heapAfter, long? rssAfter) = await MemoryAsync(target, cancellationToken);
+            (LargeTopicHeap, LargeTopicRss) = (heapAfter - heap, rssAfter - rss);
 
             // Every watcher gets a join per member up to maxEvents, then one `suppressed` (spec §15.2).
             long joinsExpected = Math.Min(members, maxEvents);
@@ -314,7 +332,7 @@ internal sealed class PresenceRun : IScenarioRun
         output.WriteLine();
         output.WriteLine(string.Create(c, $"  subscribe, {Subscriptions:N0} per phase ({(JoinFirst ? "joined first" : "plain first")}): plain {PlainRate:N0}/s, with join {JoinRate:N0}/s"));
         output.WriteLine(string.Create(c, $"  growth per subscription: GC heap plain {PlainHeap / Subscriptions:N0} B, joined {JoinHeap / Subscriptions:N0} B; RSS plain {PlainRss / Subscriptions:N0} B, joined {JoinRss / Subscriptions:N0} B"));
-        output.WriteLine(string.Create(c, $"  {_options.Members:N0} joins into a topic under {_options.Watchers} watchers: {WatchedJoinRate:N0}/s; join events per watcher {JoinEventsPerWatcher:N0}; suppressed (/varz) {Suppressed:N0}, sent {EventsSent:N0}"));
+        output.WriteLine(string.Create(c, $"  {_options.Members:N0} joins into a topic under {_options.Watchers} watchers: {WatchedJoinRate:N0}/s, GC heap {LargeTopicHeap / _options.Members:N0} B and RSS {LargeTopicRss / _options.Members:N0} B per join; join events per watcher {JoinEventsPerWatcher:N0}; suppressed (/varz) {Suppressed:N0}, sent {EventsSent:N0}"));
         output.WriteLine(string.Create(c, $"  occupancy: {Occupancy.Describe()}"));
         output.WriteLine(string.Create(c, $"  full read: {MembersRead:N0} members in {Pages} pages, median {FullReadMs:F1} ms of {_options.Reads}"));
         Outcome.PrintFailures(Failures);
@@ -333,6 +351,8 @@ internal sealed class PresenceRun : IScenarioRun
         ResultFile.WriteNumberOrNull(json, "plainRssGrowthBytes", PlainRss);
         ResultFile.WriteNumberOrNull(json, "joinedRssGrowthBytes", JoinRss);
         ResultFile.WriteNumberOrNull(json, "watchedJoinsPerSecond", WatchedJoinRate);
+        ResultFile.WriteNumberOrNull(json, "largeTopicGcHeapGrowthBytes", LargeTopicHeap);
+        ResultFile.WriteNumberOrNull(json, "largeTopicRssGrowthBytes", LargeTopicRss);
         ResultFile.WriteNumberOrNull(json, "joinEventsPerWatcher", JoinEventsPerWatcher);
         json.WriteNumber("suppressedEventsReceived", _suppressedEvents.Sum());
         ResultFile.WriteNumberOrNull(json, "eventsSuppressed", Suppressed);

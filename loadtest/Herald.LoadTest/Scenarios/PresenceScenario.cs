@@ -13,12 +13,13 @@ namespace Herald.LoadTest.Scenarios;
 /// <list type="number">
 /// <item>subscribing: <c>--connections</c> x <c>--subscriptions</c> single-topic subscriptions without the join bit and as
 /// many with it (each connection pipelining its own; the two phases swap order every other repetition), subscriptions/s
-/// of each and their ratio;</item>
+/// of each and their ratio, after a warm-up of both kinds;</item>
 /// <item>memory: the broker's GC heap (<c>/varz</c>) and RSS after each phase, less before it, per subscription; a
 /// member's cost is a joined subscription's less a plain one's;</item>
 /// <item>a topic of <c>--members</c> members (one connection each: a member is a connection on a topic) joined while
 /// <c>--watchers</c> subscriptions take its events: joins/s, the join events each watcher got and the events
-/// suppressed above <c>--max-events-members</c> (<c>/varz</c>);</item>
+/// suppressed above <c>--max-events-members</c> (<c>/varz</c>), and the GC heap each join added there (one shared topic:
+/// a subscription and a member per connection);</item>
 /// <item>queries on that topic: <c>--queries</c> occupancy calls one after another (p50, p99) and <c>--reads</c> reads
 /// of every member in pages of 1,000 (time, pages).</item>
 /// </list>
@@ -104,6 +105,7 @@ internal sealed class PresenceScenario : IScenario
             Of("GC heap per member", "bytes", false, r => (r.JoinHeap - r.PlainHeap) / r.Subscriptions),
             Of("RSS per member", "bytes", false, r => (r.JoinRss - r.PlainRss) / r.Subscriptions),
             Of("joins/s into a watched topic", "joins/s", true, r => r.WatchedJoinRate),
+            Of("GC heap per join of the large topic", "bytes", false, r => r.LargeTopicHeap / options.Members),
             Of("join events per watcher", "events", true, r => r.JoinEventsPerWatcher),
             Of("events suppressed", "events", false, r => r.Suppressed),
             Of("occupancy p50 latency us", "us", false, r => r.Occupancy.Percentile(50)),
