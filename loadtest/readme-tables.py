@@ -195,7 +195,8 @@ def as_compare(doc, label):
     """One scenario result as a compare result of one target labelled LABEL (None when the cell did not run)."""
     if doc is None:
         return None
-    reason = "; ".join(str(f) for f in doc.get("failures") or []) or ("interrupted" if doc.get("interrupted") else None)
+    failures = dict.fromkeys(re.sub(r"^repetition \d+: ", "", str(f)) for f in doc.get("failures") or [])  # each once, not per repetition
+    reason = "; ".join(failures) or ("interrupted" if doc.get("interrupted") else None)
     target = {"label": label, "status": "ok" if doc.get("ok") else "failed", "reason": reason, "result": doc}
     return dict({k: doc.get(k) for k in ("startedUtc", "finishedUtc", "commandLine", "sourceCommit", "sourceDirty", "machine")},
                 targets=[target])
@@ -258,7 +259,7 @@ def caption(spec, docs):
     commits = sorted({(d.get("sourceCommit") or "unknown")[:10] + (" with uncommitted changes" if d.get("sourceDirty") else "")
                       for d in docs.values()})
     servers = sorted({re.sub(r" \(pid \d+\)", "", r["target"]["server"].split(";")[0]) for r in inner if r.get("target")})
-    reps = sorted({h["repetitions"] for r in inner for h in r.get("headlines", [])})
+    reps = sorted({h["repetitions"] for r in inner for h in r.get("headlines", []) if h["repetitions"]})
     busy = (f"load average (1 min) {min(loads):.1f}-{max(loads):.1f} before and after the rows"
             + (f": above the {cores} cores, so other work shared the machine and the figures are disturbed" if max(loads) > cores else "")
             if loads else "load average not recorded")
