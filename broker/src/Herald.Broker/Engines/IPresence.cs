@@ -52,9 +52,10 @@ internal interface IPresence
     /// <summary>
     /// The <paramref name="count"/> topics with the most members, most first (ties by name), for the status page and
     /// /varz: ranked when asked, one pass over the topics with members and nothing kept per join; reply inboxes are
-    /// never ranked (monitoring names no inbox). An engine that cannot rank its topics cheaply lists none.
+    /// never ranked (monitoring names no inbox). Null from an engine that cannot rank its topics cheaply (the cluster's,
+    /// whose members are counted in Redis): monitoring then says the ranking is not kept rather than list none.
     /// </summary>
-    IReadOnlyList<PresenceTopic> Busiest(int count) => [];
+    IReadOnlyList<PresenceTopic>? Busiest(int count) => null;
 }
 
 /// <summary>A connection present on a topic: its client id, identity, the info it joined with, whose quota it counts against (<see cref="PresenceOptions.MaxPerIdentity"/>: the identity, or an anonymous client's address), and its queue (no-echo).</summary>

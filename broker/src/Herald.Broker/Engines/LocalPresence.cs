@@ -223,7 +223,7 @@ internal sealed class LocalPresence(PresenceOptions options, bool enabled) : IPr
         }
     }
 
-    public IReadOnlyList<PresenceTopic> Busiest(int count)
+    public IReadOnlyList<PresenceTopic>? Busiest(int count)
     {
         if (count <= 0)
         {

@@ -58,7 +58,7 @@ internal static class MonitoringEndpoints
         }
 
         PresenceCounts counts = presence.Counts;
-        List<PresenceTopicInfo> busiest = [.. presence.Busiest(StatusSampler.Rows).Select(t => new PresenceTopicInfo(t.Topic, t.Occupancy.Members, t.Occupancy.Identities))];
+        List<PresenceTopicInfo>? busiest = presence.Busiest(StatusSampler.Rows)?.Select(t => new PresenceTopicInfo(t.Topic, t.Occupancy.Members, t.Occupancy.Identities)).ToList();
         return new VarzPresence(counts.Entries, presence.Options.MaxEntries, counts.Topics, counts.Watchers, counts.Events, counts.Suppressed, busiest);
     }
 

@@ -43,10 +43,10 @@ internal sealed record Varz(
 
 /// <summary>
 /// <c>/varz</c> and <c>/statusz</c> <c>presence</c> (spec §15): the counts, and the <see cref="StatusSampler.Rows"/> topics
-/// with the most members (topic names, as the top topics by rate show them; never a member's name, never an inbox);
-/// absent when the broker does not grant presence.
+/// with the most members (topic names, as the top topics by rate show them; never a member's name, never an inbox;
+/// absent on a cluster node, whose engine does not rank them); absent when the broker does not grant presence.
 /// </summary>
-internal sealed record VarzPresence(long Members, long MaxMembers, long Topics, long EventsSubscriptions, long Events, long EventsSuppressed, IReadOnlyList<PresenceTopicInfo> Busiest);
+internal sealed record VarzPresence(long Members, long MaxMembers, long Topics, long EventsSubscriptions, long Events, long EventsSuppressed, IReadOnlyList<PresenceTopicInfo>? Busiest);
 
 /// <summary>A topic's occupancy: its members and the distinct identities among them.</summary>
 internal sealed record PresenceTopicInfo(string Topic, long Members, long Identities);

@@ -347,7 +347,8 @@
     $("presence-panel").hidden = !presence;
     if (presence) {
       text("presence-note", `${number(presence.members)} members (at most ${number(presence.max_members)}) · ${number(presence.events)} events sent, ${number(presence.events_suppressed)} suppressed`);
-      fillTable("presence", presence.busiest, (tr, t) => {
+      text("presence-empty", presence.busiest ? "Nobody is present on any topic." : "Topics are not ranked by members on a cluster node.");
+      fillTable("presence", presence.busiest || [], (tr, t) => {
         cell(tr, t.topic, "topic").title = t.topic;
         cell(tr, number(t.members), "num");
         cell(tr, number(t.identities), "num");
