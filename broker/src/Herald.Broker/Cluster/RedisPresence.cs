@@ -40,6 +40,7 @@ internal sealed class RedisPresence : IPresence
     private readonly Dictionary<string, int> _perQuota = new(StringComparer.Ordinal);
     private readonly Dictionary<string, List<Watcher>> _watchers = new(StringComparer.Ordinal);
     private long _watcherCount;
+    private long _confirmed; // members whose join Redis confirmed: the heartbeat's test of a lost table counts only these
     private long _events;
     private long _suppressed;
     private long _swept;
@@ -158,6 +159,15 @@ internal sealed class RedisPresence : IPresence
                 return;
             }
 
+            lock (_gate)
+            {
+                if (_members.TryGetValue((entry.Topic, entry.Member.Client), out Joined? held) && ReferenceEquals(held, entry))
+                {
+                    entry.Confirmed = true;
+                    _confirmed++;
+                }
+            }
+
             if ((byte[]?)result[1] is { Length: > 0 } joined)
             {
                 DeliverHere(joined, entry.Member.Sink); // this node's events subscribers, before the member goes on
@@ -190,6 +200,10 @@ internal sealed class RedisPresence : IPresence
     private void Forget(Joined entry)
     {
         _members.Remove((entry.Topic, entry.Member.Client));
+        if (entry.Confirmed)
+        {
+            _confirmed--;
+        }
         if (--_perQuota[entry.Member.Quota] == 0)
         {
             _perQuota.Remove(entry.Member.Quota);
@@ -422,10 +436,10 @@ internal sealed class RedisPresence : IPresence
             return;
         }
 
-        int held;
+        long held;
         lock (_gate)
         {
-            held = _members.Count;
+            held = _confirmed; // a join still on its way is not missing from Redis: no needless rewrite
         }
 
         RedisResult lost = await server.ExecuteAsync("EVAL", [PresenceScripts.Beat, 2, PresenceScripts.Nodes(_prefix), PresenceScripts.NodeTopics(_prefix, _node), _prefix, _node, _timeToLiveMs, held]).ConfigureAwait(false);
@@ -491,6 +505,9 @@ internal sealed class RedisPresence : IPresence
         public PresenceMember Member { get; } = member;
 
         public int Joins { get; set; } = 1;
+
+        /// <summary>Redis confirmed the join. Guarded by <c>_gate</c>.</summary>
+        public bool Confirmed { get; set; }
 
         public TaskCompletionSource<string?> Outcome { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
     }
