@@ -173,6 +173,42 @@ internal static class PresenceScripts
         return {removed, 1}
         """;
 
+    /// <summary>
+    /// A node writes its table again, in one script (no reader sees it half-written). KEYS: pnodes, pn (the node's). ARGV:
+    /// prefix, the node's id, time to live (ms), max events members, then per member: topic, client, entry. What Redis
+    /// holds of the node and it no longer has goes quietly; every member it has is there afterwards (no limit, no event).
+    /// </summary>
+    public const string Restore = LeaveFunction + """
+        local prefix, node, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+        local keep = {}
+        for i = 5, #ARGV, 3 do keep[ARGV[i] .. '\0' .. ARGV[i + 1]] = true end
+        for _, topic in ipairs(redis.call('HKEYS', KEYS[2])) do
+          local pm, pe, pi = prefix .. 'pm:' .. topic, prefix .. 'pe:' .. topic, prefix .. 'pi:' .. topic
+          for _, client in ipairs(redis.call('ZRANGEBYLEX', pm, '[' .. node, '(' .. node .. '\255')) do
+            if not keep[topic .. '\0' .. client] then leave(prefix, topic, pm, pe, pi, client, 'd', ARGV[4], node, true) end
+          end
+        end
+        redis.call('DEL', KEYS[2])
+        for i = 5, #ARGV, 3 do
+          local topic, client, entry = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+          local pm, pe, pi = prefix .. 'pm:' .. topic, prefix .. 'pe:' .. topic, prefix .. 'pi:' .. topic
+          if not redis.call('ZSCORE', pm, client) then
+            redis.call('ZADD', pm, 0, client)
+            redis.call('HSET', pe, client, entry)
+            local colon = string.find(entry, ':', 1, true)
+            redis.call('HINCRBY', pi, string.sub(entry, colon + 1, colon + tonumber(string.sub(entry, 1, colon - 1))), 1)
+          end
+          redis.call('HINCRBY', KEYS[2], topic, 1)
+          redis.call('PEXPIRE', pm, ttl)
+          redis.call('PEXPIRE', pe, ttl)
+          redis.call('PEXPIRE', pi, ttl)
+        end
+        redis.call('PEXPIRE', KEYS[2], ttl * 2)
+        local t = redis.call('TIME')
+        redis.call('ZADD', KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), node)
+        return 1
+        """;
+
     public static RedisKey Members(string prefix, string topic) => prefix + "pm:" + topic;
 
     public static RedisKey Entries(string prefix, string topic) => prefix + "pe:" + topic;

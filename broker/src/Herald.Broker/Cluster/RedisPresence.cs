@@ -461,9 +461,10 @@ internal sealed class RedisPresence : IPresence
     }
 
     /// <summary>
-    /// Writes this node's table into Redis again, after Redis came back or lost it: what Redis holds of this node goes
-    /// (quietly), then every member here is written (quietly: they never left). Queued with the node's publications, so
-    /// joins and leaves before it are in Redis first and the ones after it follow.
+    /// Writes this node's table into Redis again, after Redis came back or lost it, in one script
+    /// (<see cref="PresenceScripts.Restore"/>): what Redis holds of this node and it no longer has goes (quietly), every
+    /// member here is there afterwards (quietly: they never left). Queued with the node's publications, so joins and
+    /// leaves before it are in Redis first and the ones after it follow.
     /// </summary>
     public void Reconcile() => _out.Run(server =>
     {
@@ -472,19 +473,20 @@ internal sealed class RedisPresence : IPresence
             return;
         }
 
-        List<Joined> members;
+        var arguments = new List<object> { PresenceScripts.Restore, 2, PresenceScripts.Nodes(_prefix), PresenceScripts.NodeTopics(_prefix, _node), _prefix, _node, _timeToLiveMs, _options.MaxEventsMembers };
         lock (_gate)
         {
-            members = [.. _members.Values];
+            foreach (Joined entry in _members.Values)
+            {
+                arguments.Add(entry.Topic);
+                arguments.Add(entry.Member.Client);
+                arguments.Add(PresenceScripts.Entry(entry.Member.Identity, entry.Member.Info));
+            }
         }
 
         try
         {
-            Observe(server.ExecuteAsync("EVAL", [PresenceScripts.Sweep, 1, PresenceScripts.Nodes(_prefix), _prefix, 0, _options.MaxEventsMembers, int.MaxValue, _node, "1"]));
-            foreach (Joined entry in members)
-            {
-                Observe(server.ExecuteAsync("EVAL", JoinArguments(entry.Topic, entry.Member, quiet: true)));
-            }
+            Observe(server.ExecuteAsync("EVAL", [.. arguments])); // one script: no reader sees the table half-written
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
