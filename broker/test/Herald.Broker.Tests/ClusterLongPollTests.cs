@@ -391,7 +391,7 @@ public sealed class ClusterLongPollTests
         session.Open(Identity.Anonymous, "racing", Herald.Protocol.Capabilities.None);
         Assert.True(store.Hold(session).IsNone);
         await session.RenewAsync();
-        await store.Shared.CreateAsync(token, Identity.Anonymous.Name, "racing", 0, session.StateTimeToLive);
+        await store.Shared.CreateAsync(token, Identity.Anonymous.Name, "racing", 0, null, session.StateTimeToLive);
         session.StateMade = true;
 
         // Node 0 still holds it: its client subscribes (through node 0 and node 1) and gets what is published.

@@ -2,8 +2,9 @@ using System.Collections.Concurrent;
 using System.Globalization;
 using System.Security.Cryptography;
 using System.Text.Json;
-using Herald.Broker.Engines;
 using Herald.Broker.Engines.PollSharing;
+using Herald.Broker.Engines;
+using Herald.Protocol;
 using StackExchange.Redis;
 
 namespace Herald.Broker.Cluster;
@@ -153,11 +154,12 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     private RedisKey LeaseKey(string token) => _prefix + "lo:" + token;
 
     /// <summary>A new session, owned by this node.</summary>
-    public async Task CreateAsync(string token, string identity, string? client, int capabilities, TimeSpan ttl)
+    public async Task CreateAsync(string token, string identity, string? client, int capabilities, string? info, TimeSpan ttl)
     {
         IDatabase db = Db;
         ITransaction create = db.CreateTransaction();
-        _ = create.HashSetAsync(Hash(token), [new("identity", identity), new("client", client ?? ""), new("caps", capabilities), new("seq", 0), new("ack", 0), new("sent", 0), new("polls", 0)]);
+        HashEntry[] fields = [new("identity", identity), new("client", client ?? ""), new("caps", capabilities), new("seq", 0), new("ack", 0), new("sent", 0), new("polls", 0)];
+        _ = create.HashSetAsync(Hash(token), info is null ? fields : [.. fields, new("info", info)]);
         _ = create.KeyExpireAsync(Hash(token), ttl);
         _ = create.StringSetAsync(LeaseKey(token), _node, Lease);
         await Guard(create.ExecuteAsync()).ConfigureAwait(false);
@@ -408,11 +410,11 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     /// resume asked for (a takeover resumes after it until a message of the subscription is appended). False if
     /// this node no longer holds the session's lease: another node took it over, and the change must be made there.
     /// </summary>
-    public async Task<bool> SubscriptionAsync(string token, uint sid, string? pattern, bool noEcho, string? since = null, string? queue = null) =>
+    public async Task<bool> SubscriptionAsync(string token, uint sid, string? pattern, SubscribeOptions options, string? since = null, string? queue = null) =>
         (long)await Guard(Db.ScriptEvaluateAsync(
             SharedSessionScripts.Subscription,
             [Hash(token), LeaseKey(token)],
-            [_node, sid, pattern is null ? "" : (noEcho ? "1 " : "0 ") + pattern + (queue is null ? "" : " " + queue), since ?? ""])).ConfigureAwait(false) == 1;
+            [_node, sid, pattern is null ? "" : SharedSessionRecord.Subscription(options, pattern, queue), since ?? ""])).ConfigureAwait(false) == 1;
 
     /// <summary>Ends the session (as its owner: <paramref name="asOwner"/>; or for a node that found its owner gone); its token is answered as ended for <paramref name="memory"/>.</summary>
     public Task EndAsync(string token, string reason, TimeSpan memory, bool asOwner) =>

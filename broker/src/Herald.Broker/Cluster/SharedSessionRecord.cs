@@ -1,6 +1,7 @@
 using System.Globalization;
 using System.Text.Json.Serialization;
 using Herald.Broker.Engines.PollSharing;
+using Herald.Protocol;
 using StackExchange.Redis;
 
 namespace Herald.Broker.Cluster;
@@ -12,7 +13,7 @@ internal static class SharedSessionRecord
     public static SharedSession Read(string token, HashEntry[] hash, string? owner)
     {
         string identity = "", ended = "";
-        string? client = null;
+        string? client = null, info = null;
         int caps = 0;
         long seq = 0;
         var subscriptions = new Dictionary<uint, SharedSubscription>();
@@ -28,6 +29,9 @@ internal static class SharedSessionRecord
                 case "client":
                     client = entry.Value is { IsNullOrEmpty: false } c ? (string?)c : null;
                     break;
+                case "info":
+                    info = entry.Value!;
+                    break;
                 case "caps":
                     caps = (int)entry.Value;
                     break;
@@ -41,9 +45,14 @@ internal static class SharedSessionRecord
                     if (name.StartsWith("sub:", StringComparison.Ordinal) && uint.TryParse(name.AsSpan(4), CultureInfo.InvariantCulture, out uint sid))
                     {
                         string value = entry.Value!;
-                        // "<no-echo 0|1> <pattern>[ <queue>]": neither a pattern nor a queue name holds a space (spec §5, §4.3)
+                        // "<options 0-7> <pattern>[ <queue>]" (Subscription): neither a pattern nor a queue name holds a space (spec §5, §4.3)
                         string[] parts = value[2..].Split(' ', 2);
-                        subscriptions[sid] = new SharedSubscription(sid, parts[0], value[0] == '1', null) { Queue = parts.Length > 1 ? parts[1] : null };
+                        var options = (SubscribeOptions)(value[0] is >= '0' and <= '7' ? value[0] - '0' : 0);
+                        subscriptions[sid] = new SharedSubscription(sid, parts[0], (options & SubscribeOptions.NoEcho) != 0, null)
+                        {
+                            Queue = parts.Length > 1 ? parts[1] : null,
+                            Presence = options & (SubscribeOptions.Join | SubscribeOptions.PresenceEvents),
+                        };
                     }
                     else if (name.StartsWith("pos:", StringComparison.Ordinal) && uint.TryParse(name.AsSpan(4), CultureInfo.InvariantCulture, out uint at))
                     {
@@ -62,8 +71,15 @@ internal static class SharedSessionRecord
             seq,
             owner,
             ended.Length > 0 ? ended : null,
-            [.. subscriptions.Values.OrderBy(s => s.Sid).Select(s => positions.TryGetValue(s.Sid, out string? p) ? s with { Position = p } : s)]);
+            [.. subscriptions.Values.OrderBy(s => s.Sid).Select(s => positions.TryGetValue(s.Sid, out string? p) ? s with { Position = p } : s)])
+        {
+            Info = info,
+        };
     }
+
+    /// <summary>A subscription's field value: its SUBSCRIBE options as one digit (no-echo 1, join 2, presence events 4: spec §4.3), its pattern and its queue group.</summary>
+    public static string Subscription(SubscribeOptions options, string pattern, string? queue) =>
+        string.Create(CultureInfo.InvariantCulture, $"{(uint)(options & (SubscribeOptions.NoEcho | SubscribeOptions.Join | SubscribeOptions.PresenceEvents))} {pattern}{(queue is null ? "" : " " + queue)}");
 
     /// <summary>
     /// A poll's entries of the session's stream, as <c>XRANGE</c> gave them: sequence (the id's first part), sid and

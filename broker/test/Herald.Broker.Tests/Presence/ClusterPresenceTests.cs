@@ -326,6 +326,48 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
     }
 
     [Fact]
+    public async Task A_long_poll_member_whose_node_stops_is_a_member_again_with_its_info_once_another_node_takes_the_session_over()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o => o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500));
+        LongPollClient on0 = await LongPollClient.CreateAsync(cluster[0].Http, new { headers = true, info = "Polly" });
+        using (HttpResponseMessage joined = await on0.Http.PostAsJsonAsync($"{on0.Base}/subscriptions", new { sid = 1, pattern = "room.1", join = true, presence = true }))
+        {
+            Assert.Equal(HttpStatusCode.NoContent, joined.StatusCode);
+        }
+
+        await using ProtocolClient reader = await ProtocolClient.OpenAsync(cluster[2].Port, "reader", capabilities: Caps);
+        PresenceReplyFrame before = await QueryAsync(reader, 1, "room.1", 10);
+        Assert.Equal((1ul, "Polly"), (before.Members, Assert.Single(before.Entries).Info));
+        Assert.StartsWith(cluster[0].Engine().Presence.ClientPrefix, before.Entries[0].Client, StringComparison.Ordinal);
+
+        await cluster[0].StopAsync(); // as SIGTERM: the session's lease is given up, its member leaves with its node's connections
+
+        // The next request, on node 1, takes the session over: its subscription is made again with its join (and its
+        // events) and the session's info, so the session is a member again, now of node 1.
+        LongPollClient on1 = on0.Via(cluster[1].Http);
+        _ = await on1.PollAsync(0);
+        uint request = 2;
+        PresenceReplyFrame after = default!;
+        await Until.True(async () => (after = await QueryAsync(reader, request++, "room.1", 10)).Members == 1
+            && after.Entries[0].Client.StartsWith(cluster[1].Engine().Presence.ClientPrefix, StringComparison.Ordinal), "the session is a member again, through node 1");
+        output.WriteLine($"before: {before.Entries[0].Client}, after the takeover: {after.Entries[0].Client}");
+        Assert.Equal("Polly", Assert.Single(after.Entries).Info);
+
+        // and it still gets the topic's events: another member's join reaches the taken-over session
+        await using ProtocolClient other = await ProtocolClient.OpenAsync(cluster[2].Port, "other", capabilities: Caps);
+        await other.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
+        Assert.Empty(await BarrierAsync(other));
+        string node2 = cluster[2].Engine().Presence.ClientPrefix;
+        long ack = 0;
+        await Until.True(async () =>
+        {
+            PollResult polled = await on1.PollAsync(ack);
+            ack = Math.Max(ack, polled.LastSequence);
+            return polled.Messages.Any(m => m.Header("Herald-Presence").SequenceEqual(["join"]) && m.Header("Herald-Client").Single().StartsWith(node2, StringComparison.Ordinal));
+        }, "the taken-over session polls the other member's join");
+    }
+
+    [Fact]
     public async Task An_identity_without_presence_rights_on_another_node_learns_nothing_not_even_the_count()
     {
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, Tokens);

@@ -1,3 +1,5 @@
+using Herald.Protocol;
+
 namespace Herald.Broker.Engines.PollSharing;
 
 /// <summary>
@@ -27,8 +29,8 @@ internal interface ISharedSessions
     /// </summary>
     void Serve(Func<SessionCommand, Task<SessionReply>> handler, Func<int> owned);
 
-    /// <summary>A new session, owned by this node.</summary>
-    Task CreateAsync(string token, string identity, string? client, int capabilities, TimeSpan ttl);
+    /// <summary>A new session, owned by this node, with the client info it joins topics with (spec §15.1; null: none).</summary>
+    Task CreateAsync(string token, string identity, string? client, int capabilities, string? info, TimeSpan ttl);
 
     /// <summary>What a node not owning the session needs to serve a request for it; null: no such session.</summary>
     Task<SharedSession?> FindAsync(string token);
@@ -67,11 +69,12 @@ internal interface ISharedSessions
     Task ReleaseAsync(string token);
 
     /// <summary>
-    /// Records a subscription the owner made (or, with <paramref name="pattern"/> null, ended), with the position a
-    /// resume asked for (a takeover resumes after it until a message of the subscription is appended). False if
-    /// this node no longer holds the session's lease: another node took it over, and the change must be made there.
+    /// Records a subscription the owner made (or, with <paramref name="pattern"/> null, ended) with its SUBSCRIBE options
+    /// (no-echo, join, presence events: a takeover makes it again with them), and the position a resume asked for (a
+    /// takeover resumes after it until a message of the subscription is appended). False if this node no longer holds
+    /// the session's lease: another node took it over, and the change must be made there.
     /// </summary>
-    Task<bool> SubscriptionAsync(string token, uint sid, string? pattern, bool noEcho, string? since = null, string? queue = null);
+    Task<bool> SubscriptionAsync(string token, uint sid, string? pattern, SubscribeOptions options, string? since = null, string? queue = null);
 
     /// <summary>Ends the session (as its owner: <paramref name="asOwner"/>; or for a node that found its owner gone); its token is answered as ended for <paramref name="memory"/>.</summary>
     Task EndAsync(string token, string reason, TimeSpan memory, bool asOwner);

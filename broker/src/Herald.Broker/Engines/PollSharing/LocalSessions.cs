@@ -1,3 +1,5 @@
+using Herald.Protocol;
+
 namespace Herald.Broker.Engines.PollSharing;
 
 /// <summary>
@@ -26,7 +28,7 @@ internal sealed class LocalSessions : ISharedSessions
         // no other node sends requests
     }
 
-    public Task CreateAsync(string token, string identity, string? client, int capabilities, TimeSpan ttl) => Task.CompletedTask;
+    public Task CreateAsync(string token, string identity, string? client, int capabilities, string? info, TimeSpan ttl) => Task.CompletedTask;
 
     public Task<SharedSession?> FindAsync(string token) => Task.FromResult<SharedSession?>(null);
 
@@ -44,7 +46,7 @@ internal sealed class LocalSessions : ISharedSessions
 
     public Task ReleaseAsync(string token) => Task.CompletedTask;
 
-    public Task<bool> SubscriptionAsync(string token, uint sid, string? pattern, bool noEcho, string? since = null, string? queue = null) => Unshared<bool>();
+    public Task<bool> SubscriptionAsync(string token, uint sid, string? pattern, SubscribeOptions options, string? since = null, string? queue = null) => Unshared<bool>();
 
     public Task EndAsync(string token, string reason, TimeSpan memory, bool asOwner) => Task.CompletedTask;
 

@@ -1,13 +1,22 @@
+using Herald.Protocol;
+
 namespace Herald.Broker.Engines.PollSharing;
 
 /// <summary>A shared session as a node that does not own it reads it: who it is, its last sequence, its owner (null: the lease expired), why it ended, its subscriptions.</summary>
-internal sealed record SharedSession(string Token, string Identity, string? Client, int Capabilities, long Sequence, string? Owner, string? Ended, IReadOnlyList<SharedSubscription> Subscriptions);
+internal sealed record SharedSession(string Token, string Identity, string? Client, int Capabilities, long Sequence, string? Owner, string? Ended, IReadOnlyList<SharedSubscription> Subscriptions)
+{
+    /// <summary>The client info the session joins topics with (spec §15.1), or null.</summary>
+    public string? Info { get; init; }
+}
 
 /// <summary>A subscription of a shared session; <see cref="Position"/>: "&lt;offset&gt; &lt;epoch&gt;" last delivered on a history topic.</summary>
 internal sealed record SharedSubscription(uint Sid, string Pattern, bool NoEcho, string? Position)
 {
     /// <summary>The queue group the subscription is in (spec §14), or null.</summary>
     public string? Queue { get; init; }
+
+    /// <summary>Its presence options (join, presence events: spec §15), made again with it by a takeover.</summary>
+    public SubscribeOptions Presence { get; init; }
 }
 
 /// <summary>One message the owner appends: its session sequence, sid, the MESSAGE frame, and its stream position ("offset epoch") if it has one.</summary>

@@ -155,7 +155,7 @@ internal static class LongPollEndpoints
 
                     if (owner.Shared is { IsShared: true } shared && refusal.Code is ErrorCode.None or ErrorCode.RateLimited)
                     {
-                        await Recorded(owner, shared.SubscriptionAsync(owner.Token, command.Sid, command.Pattern, command.NoEcho, since is { } at ? $"{at.Offset} {at.Epoch}" : null, command.Queue)).ConfigureAwait(false);
+                        await Recorded(owner, shared.SubscriptionAsync(owner.Token, command.Sid, command.Pattern, presence | (command.NoEcho ? SubscribeOptions.NoEcho : SubscribeOptions.None), since is { } at ? $"{at.Offset} {at.Epoch}" : null, command.Queue)).ConfigureAwait(false);
                     }
 
                     break;
@@ -164,7 +164,7 @@ internal static class LongPollEndpoints
                     status = StatusCodes.Status204NoContent;
                     if (owner.Shared is { IsShared: true } sharing && refusal.Code is ErrorCode.None or ErrorCode.RateLimited)
                     {
-                        await Recorded(owner, sharing.SubscriptionAsync(owner.Token, command.Sid, null, false)).ConfigureAwait(false);
+                        await Recorded(owner, sharing.SubscriptionAsync(owner.Token, command.Sid, null, SubscribeOptions.None)).ConfigureAwait(false);
                     }
 
                     break;

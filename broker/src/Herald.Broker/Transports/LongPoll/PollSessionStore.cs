@@ -115,7 +115,7 @@ internal sealed class PollSessionStore : BackgroundService
 
         try
         {
-            await Shared.CreateAsync(token, identity.Name, clientName, (int)requested, session.StateTimeToLive).ConfigureAwait(false);
+            await Shared.CreateAsync(token, identity.Name, clientName, (int)requested, info, session.StateTimeToLive).ConfigureAwait(false);
         }
         catch (ClusterUnavailableException e)
         {

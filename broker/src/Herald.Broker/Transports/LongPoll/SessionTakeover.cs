@@ -44,6 +44,7 @@ internal sealed class SessionTakeover(PollSessionStore store, SessionRegistry re
         uint[] gaps = [.. taken.Subscriptions.Where((s, i) => resumes[i] is null).Select(s => s.Sid)];
         var session = new PollSession(store.Broker, store, store.Options, taken.Token, registry.NextId(), remote, store.Budget, shared: shared, baseSequence: taken.Sequence + (gaps.Length > 0 ? 1 : 0));
         session.Open(identity, taken.Client, (Capabilities)taken.Capabilities);
+        session.HelloInfo = taken.Info; // its members join again with the info it was created with
         Refusal refused = store.Hold(session);
         if (!refused.IsNone)
         {
@@ -69,7 +70,7 @@ internal sealed class SessionTakeover(PollSessionStore store, SessionRegistry re
                 Refusal answer;
                 try
                 {
-                    answer = session.Subscribe(subscription.Sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(subscription.Pattern)), subscription.NoEcho, since, subscription.Queue);
+                    answer = session.Subscribe(subscription.Sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(subscription.Pattern)), subscription.NoEcho, since, subscription.Queue, subscription.Presence);
                 }
                 catch (ProtocolException e)
                 {
@@ -78,7 +79,7 @@ internal sealed class SessionTakeover(PollSessionStore store, SessionRegistry re
 
                 if (!answer.IsNone && answer.Code != ErrorCode.RateLimited)
                 {
-                    _ = await shared.SubscriptionAsync(taken.Token, subscription.Sid, null, false).ConfigureAwait(false); // no longer allowed: gone
+                    _ = await shared.SubscriptionAsync(taken.Token, subscription.Sid, null, SubscribeOptions.None).ConfigureAwait(false); // no longer allowed: gone
                 }
             }
 
