@@ -231,6 +231,7 @@ export class HeraldClient implements SubscriptionOwner {
   private bufferedBytes = 0;
   private inboxPrefix: string | null = null; // <the broker's inbox prefix>.<random>, fixed on the first request
   private inbox: Subscription | null = null;
+  private unsubscribingRefused = 0; // refused joins being UNSUBSCRIBEd between fences (unsubscribeRefused)
   private requestCounter = 0;
   private readonly requests = new Map<string, { reply: Deferred<Message>; timer: ReturnType<typeof setTimeout>; topic: string }>();
   private readonly listeners = new Map<keyof ClientEvents, Set<Listener>>();
@@ -359,6 +360,7 @@ export class HeraldClient implements SubscriptionOwner {
           if (gen === this.generation) this.dispatch(sid, topic, replyTo, payload, headers);
         },
         error: (error) => {
+          if (error.code === "UnknownSubscription" && this.unsubscribingRefused > 0) return; // one node's answer to unsubscribeRefused
           if (gen === this.generation) this.emit("error", error);
         },
         gap: (sid) => {
@@ -372,6 +374,9 @@ export class HeraldClient implements SubscriptionOwner {
             this.subs.delete(sid);
             sub.end(error); // its iterator throws the PermissionDenied
             if (sub === this.inbox) this.inbox = null;
+            if ((error.code === "PresenceFull" || error.code === "PresenceUnavailable") && this.transport) {
+              void this.unsubscribeRefused(this.transport, sid);
+            }
           }
           this.emit("error", error);
         },
@@ -499,6 +504,28 @@ export class HeraldClient implements SubscriptionOwner {
         transport.info.fallback = refused;
         return transport;
       }
+    }
+  }
+
+  /**
+   * A cluster node keeps a subscription whose join it refused (PresenceFull, PresenceUnavailable: without its join,
+   * spec §15.5), one node makes nothing (CLIENTS.md step 13): the ended subscription is UNSUBSCRIBEd between two
+   * fences, and an UnknownSubscription between them is one node's answer, not an error to report.
+   */
+  private async unsubscribeRefused(transport: Transport, sid: number): Promise<void> {
+    try {
+      await transport.flush(); // the opening fence: an UnknownSubscription before it answers something else
+    } catch {
+      return; // the connection is gone, and the subscription with it
+    }
+    this.unsubscribingRefused++;
+    try {
+      await transport.unsubscribe(sid);
+      await transport.flush();
+    } catch {
+      // the connection is gone, and the subscription with it
+    } finally {
+      this.unsubscribingRefused--;
     }
   }
 

@@ -426,12 +426,21 @@ describe("presence on the wire (scripted server)", () => {
       ["room.full", ErrorCode.PresenceFull],
       ["room.down", ErrorCode.PresenceUnavailable],
     ]);
+    const refusedSids = new Map<number, string>();
     const server = await ScriptedServer.start({
       capabilities: PRESENCE_BROKER,
       answer: (frame, s) => {
+        if (frame.type === FrameType.Unsubscribe) {
+          // as one node answers an UNSUBSCRIBE of what it never made (a cluster node keeps it, without its join)
+          s.write(encodeError(ErrorCode.UnknownSubscription, false, `No live subscription with id ${frame.sid}.`, 0, 0));
+          return;
+        }
         if (frame.type !== FrameType.Subscribe) return;
         const code = codes.get(frame.pattern);
-        if (code !== undefined) s.write(encodeError(code, false, `Refused: ${errorCodeName(code)} on '${frame.pattern}'.`, 0, frame.sid));
+        if (code !== undefined) {
+          refusedSids.set(frame.sid, frame.pattern);
+          s.write(encodeError(code, false, `Refused: ${errorCodeName(code)} on '${frame.pattern}'.`, 0, frame.sid));
+        }
       },
     });
     try {
@@ -448,6 +457,13 @@ describe("presence on the wire (scripted server)", () => {
         await assert.rejects(sub.next(), { code: errorCodeName(code) });
         await assert.rejects(sub.presenceEvents().next(), { code: errorCodeName(code) });
       }
+      // A join refused PresenceFull or PresenceUnavailable is UNSUBSCRIBEd (a cluster node kept the subscription
+      // without its join, spec §15.5); a PermissionDenied one is not (nothing was made); one node's UnknownSubscription
+      // answer is absorbed, never reported.
+      await client.flush();
+      await client.flush();
+      const unsubscribed = server.frames(FrameType.Unsubscribe).map((f) => refusedSids.get(f.sid)).sort();
+      assert.deepEqual(unsubscribed, ["room.down", "room.full"]);
       assert.deepEqual(errors.map((e) => e.code).sort(), ["PermissionDenied", "PresenceFull", "PresenceUnavailable"]);
       assert.equal(client.state, "connected");
       assert.equal(ok.isClosed, false);
