@@ -192,6 +192,39 @@ public sealed class ProtocolClient : IAsyncDisposable
         }
     }
 
+    /// <summary>
+    /// PING, then every frame up to its PONG but PINGs (ERRORs included, where <see cref="PingPongAsync"/> expects only
+    /// messages): all the frames sent before it were handled (spec §4.7), and this is what they answered.
+    /// </summary>
+    public async Task<List<Frame>> BarrierAsync()
+    {
+        await SendAsync(FrameWriter.WritePing);
+        var frames = new List<Frame>();
+        for (Frame frame = await ReadAsync(); frame.Type != FrameType.Pong; frame = await ReadAsync())
+        {
+            if (frame.Type != FrameType.Ping)
+            {
+                frames.Add(frame);
+            }
+        }
+
+        return frames;
+    }
+
+    /// <summary>PRESENCE (spec §15.3), then the PRESENCE_REPLY with its request id (other frames read on the way are dropped).</summary>
+    public async Task<PresenceReplyFrame> PresenceAsync(uint request, string topic, ulong limit, string? cursor = null)
+    {
+        await SendAsync(w => FrameWriter.WritePresence(w, request, Encoding.UTF8.GetBytes(topic), limit, cursor));
+        while (true)
+        {
+            Frame frame = await ReadAsync();
+            if (frame.Type == FrameType.PresenceReply && frame.Reply!.Value.RequestId == request)
+            {
+                return frame.Reply.Value;
+            }
+        }
+    }
+
     /// <summary>Encodes frames into one buffer and sends them with one write.</summary>
     public async Task SendAsync(Action<IBufferWriter<byte>> write)
     {

@@ -37,21 +37,21 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
                 WelcomeFrame welcome = (await m.ReadAsync()).Welcome!.Value;
                 Assert.True((welcome.Capabilities & Capabilities.Presence) != 0, "a cluster node grants presence");
                 await m.SubscribeAsync(1, "doc.42", SubscribeOptions.Join);
-                Assert.Empty(await BarrierAsync(m));
+                Assert.Empty(await m.BarrierAsync());
             }
 
             var pages = new List<string>();
             for (int node = 0; node < 3; node++)
             {
                 await using ProtocolClient reader = await ProtocolClient.OpenAsync(cluster[node].Port, "reader", capabilities: Caps);
-                PresenceReplyFrame occupancy = await QueryAsync(reader, 1, "doc.42", 0);
+                PresenceReplyFrame occupancy = await reader.PresenceAsync(1, "doc.42", 0);
                 Assert.Equal((ErrorCode.None, 5ul, 1ul, 0), (occupancy.Code, occupancy.Members, occupancy.Identities, occupancy.Entries.Count));
                 var seen = new List<string>();
                 string? cursor = null;
                 uint request = 2;
                 do
                 {
-                    PresenceReplyFrame page = await QueryAsync(reader, request++, "doc.42", 2, cursor);
+                    PresenceReplyFrame page = await reader.PresenceAsync(request++, "doc.42", 2, cursor);
                     Assert.True(page.Entries.Count <= 2);
                     seen.AddRange(page.Entries.Select(e => $"{e.Client}={e.Info}"));
                     cursor = page.Next;
@@ -92,18 +92,18 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, redisCluster: true);
         await using ProtocolClient watcher = await ProtocolClient.OpenAsync(cluster[1].Port, "watcher", capabilities: Caps);
         await watcher.SubscribeAsync(1, "room.1", SubscribeOptions.PresenceEvents);
-        await BarrierAsync(watcher);
+        await watcher.BarrierAsync();
         await using ProtocolClient member = await ProtocolClient.OpenAsync(cluster[0].Port, "member", capabilities: Caps);
         await member.SubscribeAsync(7, "room.1", SubscribeOptions.Join);
         await member.PublishAsync("room.1", "hello");
-        Assert.DoesNotContain(await BarrierAsync(member), f => f.Type == FrameType.Error); // joined: its own "hello" only
+        Assert.DoesNotContain(await member.BarrierAsync(), f => f.Type == FrameType.Error); // joined: its own "hello" only
 
         Assert.Equal(["join"], (await watcher.ReadMessageAsync()).Header("Herald-Presence"));
         Assert.Equal("hello", (await watcher.ReadMessageAsync()).Text);
         await using ProtocolClient reader = await ProtocolClient.OpenAsync(cluster[1].Port, "reader", capabilities: Caps);
-        Assert.Equal((ErrorCode.None, 1ul), ((await QueryAsync(reader, 1, "room.1", 10)) is var page ? (page.Code, page.Members) : default));
+        Assert.Equal((ErrorCode.None, 1ul), ((await reader.PresenceAsync(1, "room.1", 10)) is var page ? (page.Code, page.Members) : default));
         await member.UnsubscribeAsync(7);
-        await BarrierAsync(member);
+        await member.BarrierAsync();
         Assert.Equal(["leave"], (await watcher.ReadMessageAsync()).Header("Herald-Presence"));
     }
 
@@ -113,7 +113,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2);
         await using ProtocolClient watcher = await ProtocolClient.OpenAsync(cluster[1].Port, "watcher", capabilities: Caps);
         await watcher.SubscribeAsync(1, "room.1", SubscribeOptions.PresenceEvents);
-        await BarrierAsync(watcher);
+        await watcher.BarrierAsync();
 
         await using ProtocolClient member = await ProtocolClient.ConnectAsync(cluster[0].Port);
         await member.SendAsync(w => FrameWriter.WriteHello(w, "member", Caps, info: "Alice"));
@@ -122,7 +122,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         await member.PublishAsync("room.1", "hello");
         await member.PublishAsync("room.1", "bye");
         await member.UnsubscribeAsync(7);
-        await BarrierAsync(member);
+        await member.BarrierAsync();
 
         Frame join = await watcher.ReadMessageAsync();
         Assert.Equal(["join"], join.Header("Herald-Presence"));
@@ -137,7 +137,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         Assert.Equal([client], leave.Header("Herald-Client"));
         Assert.Equal(["unsubscribe"], leave.Header("Herald-Reason"));
         Assert.Equal(["0"], leave.Header("Herald-Occupancy"));
-        Assert.Empty(await BarrierAsync(watcher));
+        Assert.Empty(await watcher.BarrierAsync());
     }
 
     [Fact]
@@ -146,7 +146,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Presence.MaxEventsMembers = 2);
         await using ProtocolClient watcher = await ProtocolClient.OpenAsync(cluster[1].Port, "watcher", capabilities: Caps);
         await watcher.SubscribeAsync(1, "hall", SubscribeOptions.PresenceEvents);
-        await BarrierAsync(watcher);
+        await watcher.BarrierAsync();
         var members = new List<ProtocolClient>();
         try
         {
@@ -156,7 +156,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
                 ProtocolClient m = await ProtocolClient.OpenAsync(cluster[i % 2].Port, "m", capabilities: Caps); // alternately on each node
                 members.Add(m);
                 await m.SubscribeAsync(1, "hall", SubscribeOptions.Join);
-                Assert.Empty(await BarrierAsync(m));
+                Assert.Empty(await m.BarrierAsync());
                 if (expected[i].Length > 0)
                 {
                     Frame e = await watcher.ReadMessageAsync(); // each event before the next join: the two nodes' events take different paths here
@@ -167,12 +167,12 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
             for (int i = 0; i < 3; i++)
             {
                 await members[i].UnsubscribeAsync(1);
-                await BarrierAsync(members[i]);
+                await members[i].BarrierAsync();
             }
 
             Frame resumed = await watcher.ReadMessageAsync();
             Assert.Equal("resumed@1", $"{resumed.Header("Herald-Presence").Single()}@{resumed.Header("Herald-Occupancy").Single()}");
-            Assert.Empty(await BarrierAsync(watcher)); // the 4th join and the leaves to 3 and 2 were not sent
+            Assert.Empty(await watcher.BarrierAsync()); // the 4th join and the leaves to 3 and 2 were not sent
             output.WriteLine($"suppressed on node 1: {cluster[1].Engine().Presence.Counts.Suppressed}");
         }
         finally
@@ -196,14 +196,14 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
             ProtocolClient w = await ProtocolClient.OpenAsync(node.Port, "watcher", capabilities: Caps);
             watchers.Add(w);
             await w.SubscribeAsync(1, "room.1", SubscribeOptions.PresenceEvents);
-            await BarrierAsync(w);
+            await w.BarrierAsync();
         }
 
         try
         {
             await using ProtocolClient member = await ProtocolClient.OpenAsync(doomedPort, "doomed-member", capabilities: Caps);
             await member.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
-            Assert.Empty(await BarrierAsync(member));
+            Assert.Empty(await member.BarrierAsync());
             foreach (ProtocolClient w in watchers)
             {
                 Assert.Equal(["join"], (await w.ReadMessageAsync()).Header("Herald-Presence"));
@@ -211,21 +211,21 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
 
             await using ProtocolClient survivor = await ProtocolClient.OpenAsync(cluster[1].Port, "survivor", capabilities: Caps);
             await survivor.SubscribeAsync(2, "room.1", SubscribeOptions.Join);
-            Assert.Empty(await BarrierAsync(survivor));
+            Assert.Empty(await survivor.BarrierAsync());
             await using ProtocolClient reader0 = await ProtocolClient.OpenAsync(cluster[0].Port, "reader", capabilities: Caps);
             await using ProtocolClient reader1 = await ProtocolClient.OpenAsync(cluster[1].Port, "reader", capabilities: Caps);
-            Assert.Equal(2ul, (await QueryAsync(reader0, 1, "room.1", 10)).Members);
+            Assert.Equal(2ul, (await reader0.PresenceAsync(1, "room.1", 10)).Members);
 
             doomed.Kill();
             uint request = 10;
-            await Until.True(async () => (await QueryAsync(reader0, request++, "room.1", 10)).Members == 1, "node 0 no longer lists the dead node's member");
-            PresenceReplyFrame left = await QueryAsync(reader1, request++, "room.1", 10);
+            await Until.True(async () => (await reader0.PresenceAsync(request++, "room.1", 10)).Members == 1, "node 0 no longer lists the dead node's member");
+            PresenceReplyFrame left = await reader1.PresenceAsync(request++, "room.1", 10);
             Assert.Equal(1ul, left.Members);
             Assert.StartsWith(cluster[1].Engine().Presence.ClientPrefix, Assert.Single(left.Entries).Client, StringComparison.Ordinal);
 
             foreach (ProtocolClient w in watchers)
             {
-                List<Frame> events = [.. (await BarrierAsync(w)).Where(f => f.Type == FrameType.Message)];
+                List<Frame> events = [.. (await w.BarrierAsync()).Where(f => f.Type == FrameType.Message)];
                 List<string> kinds = [.. events.Select(e => $"{e.Header("Herald-Presence").Single()}:{string.Join("", e.Header("Herald-Reason"))}")];
                 output.WriteLine(string.Join(", ", kinds));
                 Assert.Equal(["join:", "leave:node"], kinds); // the survivor's join, then the dead member's one leave
@@ -249,26 +249,26 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(500));
         await using ProtocolClient member = await ProtocolClient.OpenAsync(cluster[0].Port, "member", capabilities: Caps);
         await member.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
-        Assert.Empty(await BarrierAsync(member));
+        Assert.Empty(await member.BarrierAsync());
         await using ProtocolClient other = await ProtocolClient.OpenAsync(cluster[1].Port, "other", capabilities: Caps);
-        Assert.Equal(1ul, (await QueryAsync(other, 1, "room.1", 10)).Members);
+        Assert.Equal(1ul, (await other.PresenceAsync(1, "room.1", 10)).Members);
 
         cluster.Redis.Kill();
         await Until.True(() => !cluster[1].Engine().IsConnected, "node 1 sees Redis gone");
-        PresenceReplyFrame during = await QueryAsync(other, 2, "room.1", 10);
+        PresenceReplyFrame during = await other.PresenceAsync(2, "room.1", 10);
         Assert.Equal((ErrorCode.PresenceUnavailable, 0ul, 0), (during.Code, during.Members, during.Entries.Count));
         await other.SubscribeAsync(5, "room.1", SubscribeOptions.Join);
-        Frame refused = Assert.Single(await BarrierAsync(other));
+        Frame refused = Assert.Single(await other.BarrierAsync());
         Assert.Equal((ErrorCode.PresenceUnavailable, 5u), (refused.Error!.Value.Code, refused.Error.Value.Sid));
 
         await cluster.Redis.RestartAsync(); // empty: node 0 writes its member again
         await Until.True(() => cluster[0].Engine().IsConnected && cluster[1].Engine().IsConnected, "both nodes back on Redis");
         uint request = 10;
-        PresenceReplyFrame after = await Until.Value(() => QueryAsync(other, request++, "room.1", 10), r => r.Code == ErrorCode.None && r.Members == 1, "node 0's member back in Redis");
+        PresenceReplyFrame after = await Until.Value(() => other.PresenceAsync(request++, "room.1", 10), r => r.Code == ErrorCode.None && r.Members == 1, "node 0's member back in Redis");
         Assert.StartsWith(cluster[0].Engine().Presence.ClientPrefix, Assert.Single(after.Entries).Client, StringComparison.Ordinal);
         await other.SubscribeAsync(6, "room.1", SubscribeOptions.Join);
-        Assert.Empty(await BarrierAsync(other));
-        Assert.Equal(2ul, (await QueryAsync(other, 99, "room.1", 0)).Members);
+        Assert.Empty(await other.BarrierAsync());
+        Assert.Equal(2ul, (await other.PresenceAsync(99, "room.1", 0)).Members);
     }
 
     [Fact]
@@ -277,23 +277,23 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o => o.Presence.MaxMembersPerTopic = 2);
         await using ProtocolClient first = await ProtocolClient.OpenAsync(cluster[0].Port, "first", capabilities: Caps);
         await first.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
-        Assert.Empty(await BarrierAsync(first));
+        Assert.Empty(await first.BarrierAsync());
         await using ProtocolClient second = await ProtocolClient.OpenAsync(cluster[1].Port, "second", capabilities: Caps);
         await second.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
-        Assert.Empty(await BarrierAsync(second));
+        Assert.Empty(await second.BarrierAsync());
 
         await using ProtocolClient third = await ProtocolClient.OpenAsync(cluster[2].Port, "third", capabilities: Caps);
         await third.SubscribeAsync(4, "room.1", SubscribeOptions.Join);
-        Frame full = Assert.Single(await BarrierAsync(third));
+        Frame full = Assert.Single(await third.BarrierAsync());
         Assert.Equal((ErrorCode.PresenceFull, 4u), (full.Error!.Value.Code, full.Error.Value.Sid));
         output.WriteLine(full.Error.Value.Message);
-        Assert.Equal(2ul, (await QueryAsync(third, 1, "room.1", 10)).Members);
+        Assert.Equal(2ul, (await third.PresenceAsync(1, "room.1", 10)).Members);
 
         await first.PublishAsync("room.1", "still subscribed");
         Assert.Equal("still subscribed", (await third.ReadMessageAsync()).Text); // the subscription stays, without its join
         await third.UnsubscribeAsync(4);
-        await BarrierAsync(third);
-        Assert.Equal(2ul, (await QueryAsync(first, 2, "room.1", 0)).Members); // no leave for a join that never was
+        await third.BarrierAsync();
+        Assert.Equal(2ul, (await first.PresenceAsync(2, "room.1", 0)).Members); // no leave for a join that never was
     }
 
     [Fact]
@@ -302,7 +302,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.Presence.MaxMembersPerTopic = 1);
         await using ProtocolClient first = await ProtocolClient.OpenAsync(cluster[0].Port, "first", capabilities: Caps);
         await first.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
-        Assert.Empty(await BarrierAsync(first));
+        Assert.Empty(await first.BarrierAsync());
 
         LongPollClient poller = await LongPollClient.CreateAsync(cluster[1].Http, new { headers = true });
         using (HttpResponseMessage refused = await poller.Http.PostAsJsonAsync($"{poller.Base}/subscriptions", new { sid = 1, pattern = "room.1", join = true }))
@@ -322,7 +322,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         Assert.Null(stream);
         output.WriteLine($"sse: {(int)status} {problem}");
         Assert.Equal(HttpStatusCode.Conflict, status);
-        Assert.Equal(1ul, (await QueryAsync(first, 1, "room.1", 0)).Members);
+        Assert.Equal(1ul, (await first.PresenceAsync(1, "room.1", 0)).Members);
     }
 
     [Fact]
@@ -336,7 +336,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         }
 
         await using ProtocolClient reader = await ProtocolClient.OpenAsync(cluster[2].Port, "reader", capabilities: Caps);
-        PresenceReplyFrame before = await QueryAsync(reader, 1, "room.1", 10);
+        PresenceReplyFrame before = await reader.PresenceAsync(1, "room.1", 10);
         Assert.Equal((1ul, "Polly"), (before.Members, Assert.Single(before.Entries).Info));
         Assert.StartsWith(cluster[0].Engine().Presence.ClientPrefix, before.Entries[0].Client, StringComparison.Ordinal);
 
@@ -348,7 +348,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         _ = await on1.PollAsync(0);
         uint request = 2;
         PresenceReplyFrame after = default!;
-        await Until.True(async () => (after = await QueryAsync(reader, request++, "room.1", 10)).Members == 1
+        await Until.True(async () => (after = await reader.PresenceAsync(request++, "room.1", 10)).Members == 1
             && after.Entries[0].Client.StartsWith(cluster[1].Engine().Presence.ClientPrefix, StringComparison.Ordinal), "the session is a member again, through node 1");
         output.WriteLine($"before: {before.Entries[0].Client}, after the takeover: {after.Entries[0].Client}");
         Assert.Equal("Polly", Assert.Single(after.Entries).Info);
@@ -356,7 +356,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         // and it still gets the topic's events: another member's join reaches the taken-over session
         await using ProtocolClient other = await ProtocolClient.OpenAsync(cluster[2].Port, "other", capabilities: Caps);
         await other.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
-        Assert.Empty(await BarrierAsync(other));
+        Assert.Empty(await other.BarrierAsync());
         string node2 = cluster[2].Engine().Presence.ClientPrefix;
         long ack = 0;
         await Until.True(async () =>
@@ -370,21 +370,21 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
     [Fact]
     public async Task An_identity_without_presence_rights_on_another_node_learns_nothing_not_even_the_count()
     {
-        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, Tokens);
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, PresenceIdentities.Configure);
         await using ProtocolClient alice = await ProtocolClient.OpenAsync(cluster[0].Port, "alice", capabilities: Caps, auth: "alice-token");
         await alice.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
-        Assert.Empty(await BarrierAsync(alice));
+        Assert.Empty(await alice.BarrierAsync());
         await using ProtocolClient eve = await ProtocolClient.OpenAsync(cluster[1].Port, "eve", capabilities: Caps, auth: "eve-token");
 
-        PresenceReplyFrame read = await QueryAsync(eve, 5, "room.1", 100);
+        PresenceReplyFrame read = await eve.PresenceAsync(5, "room.1", 100);
         Assert.Equal((ErrorCode.PermissionDenied, 0ul, 0ul, 0, (string?)null), (read.Code, read.Members, read.Identities, read.Entries.Count, read.Next));
-        PresenceReplyFrame count = await QueryAsync(eve, 6, "room.1", 0);
+        PresenceReplyFrame count = await eve.PresenceAsync(6, "room.1", 0);
         Assert.Equal((ErrorCode.PermissionDenied, 0ul), (count.Code, count.Members));
         await eve.SubscribeAsync(9, "room.1", SubscribeOptions.PresenceEvents);
-        Assert.Equal([(ErrorCode.PermissionDenied, 9u)], (await BarrierAsync(eve)).Select(f => (f.Error!.Value.Code, f.Error.Value.Sid)));
+        Assert.Equal([(ErrorCode.PermissionDenied, 9u)], (await eve.BarrierAsync()).Select(f => (f.Error!.Value.Code, f.Error.Value.Sid)));
 
         await using ProtocolClient bob = await ProtocolClient.OpenAsync(cluster[1].Port, "bob", capabilities: Caps, auth: "bob-token");
-        PresenceReplyFrame bystander = await QueryAsync(bob, 1, "room.1", 100);
+        PresenceReplyFrame bystander = await bob.PresenceAsync(1, "room.1", 100);
         Assert.Equal((ErrorCode.None, 1ul, "alice"), (bystander.Code, bystander.Members, Assert.Single(bystander.Entries).Identity));
     }
 
@@ -393,7 +393,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
     {
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
         {
-            Tokens(o);
+            PresenceIdentities.Configure(o);
             o.Presence.MaxPerIdentity = 3;
         });
         await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
@@ -412,12 +412,12 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
                     await mallory.SubscribeAsync((uint)(i + 1), $"room.{i}", SubscribeOptions.Join);
                 }
 
-                refused += (await BarrierAsync(mallory)).Count(f => f.Error?.Code == ErrorCode.PresenceFull);
+                refused += (await mallory.BarrierAsync()).Count(f => f.Error?.Code == ErrorCode.PresenceFull);
             }
 
             await using ProtocolClient bob = await ProtocolClient.OpenAsync(cluster[1].Port, "bob", capabilities: Caps, auth: "bob-token");
             await bob.SubscribeAsync(1, "room.0", SubscribeOptions.Join);
-            Assert.Empty(await BarrierAsync(bob)); // the bystander joins
+            Assert.Empty(await bob.BarrierAsync()); // the bystander joins
 
             long members = 0;
             long bytes = 0;
@@ -435,7 +435,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
             Assert.Equal((2 * Topics) - 6, refused); // 3 per identity on each node
             Assert.Equal(7, members); // mallory's 3 on each node, and bob
             Assert.True(bytes < 7 * 400, $"{bytes} bytes for 7 members");
-            Assert.Equal(3ul, (await QueryAsync(bob, 2, "room.0", 10)).Members); // mallory from each node, and bob
+            Assert.Equal(3ul, (await bob.PresenceAsync(2, "room.0", 10)).Members); // mallory from each node, and bob
         }
         finally
         {
@@ -452,7 +452,7 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         await using TestCluster cluster = await TestCluster.StartAsync(nodes: 1);
         await using ProtocolClient member = await ProtocolClient.OpenAsync(cluster[0].Port, "member", capabilities: Caps);
         await member.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
-        Assert.Empty(await BarrierAsync(member));
+        Assert.Empty(await member.BarrierAsync());
         await using ProtocolClient asker = await ProtocolClient.OpenAsync(cluster[0].Port, "asker", capabilities: Caps);
         const int Count = 100;
         await asker.SendAsync(w =>
@@ -476,57 +476,5 @@ public sealed class ClusterPresenceTests(ITestOutputHelper output)
         ProtocolSession session = cluster[0].Services.GetRequiredService<SessionRegistry>().Sessions.Single(s => s.ClientName == "asker");
         output.WriteLine($"most PRESENCE unanswered at once: {session.PresenceUnansweredMost}");
         Assert.InRange(session.PresenceUnansweredMost, 1, ProtocolSession.MaxPresenceUnanswered);
-    }
-
-    private static void Tokens(HeraldOptions o)
-    {
-        o.Security.Auth.Mode = AuthMode.Token;
-        o.Security.Auth.FailureDelay = TimeSpan.Zero;
-        o.Security.Auth.Tokens.Add(new TokenOptions
-        {
-            Name = "alice",
-            Sha256 = TestTokens.Sha256("alice-token"),
-            Permissions = { Publish = { "room.>" }, Subscribe = { "room.>" }, Join = { "room.>" }, Presence = { "room.>" } },
-        });
-        o.Security.Auth.Tokens.Add(new TokenOptions
-        {
-            Name = "bob",
-            Sha256 = TestTokens.Sha256("bob-token"),
-            Permissions = { Subscribe = { "room.>" }, Join = { "room.>" }, Presence = { "room.>" } },
-        });
-        o.Security.Auth.Tokens.Add(new TokenOptions
-        {
-            Name = "eve",
-            Sha256 = TestTokens.Sha256("eve-token"),
-            Permissions = { Publish = { "room.>" }, Subscribe = { "room.>" }, Join = { "lobby" }, DenyPresence = { "room.>" } },
-        });
-    }
-
-    private static async Task<List<Frame>> BarrierAsync(ProtocolClient client)
-    {
-        await client.SendAsync(FrameWriter.WritePing);
-        var frames = new List<Frame>();
-        for (Frame frame = await client.ReadAsync(); frame.Type != FrameType.Pong; frame = await client.ReadAsync())
-        {
-            if (frame.Type != FrameType.Ping)
-            {
-                frames.Add(frame);
-            }
-        }
-
-        return frames;
-    }
-
-    private static async Task<PresenceReplyFrame> QueryAsync(ProtocolClient client, uint request, string topic, ulong limit, string? cursor = null)
-    {
-        await client.SendAsync(w => FrameWriter.WritePresence(w, request, Encoding.UTF8.GetBytes(topic), limit, cursor));
-        while (true)
-        {
-            Frame frame = await client.ReadAsync();
-            if (frame.Type == FrameType.PresenceReply && frame.Reply!.Value.RequestId == request)
-            {
-                return frame.Reply.Value;
-            }
-        }
     }
 }

@@ -35,7 +35,7 @@ public sealed class HttpPresenceTests(ITestOutputHelper output)
         await using ProtocolClient tcp = await ProtocolClient.ConnectAsync(broker.Port);
         await tcp.SendAsync(w => FrameWriter.WriteHello(w, "t", Caps, info: "Tess"));
         Assert.Equal(FrameType.Welcome, (await tcp.ReadAsync()).Type);
-        PresenceReplyFrame seen = await QueryAsync(tcp, 1, "room.1", 10);
+        PresenceReplyFrame seen = await tcp.PresenceAsync(1, "room.1", 10);
         Assert.Equal((1ul, "Polly", ""), (seen.Members, Assert.Single(seen.Entries).Info, seen.Entries[0].Identity));
 
         await tcp.SubscribeAsync(1, "room.2", SubscribeOptions.Join);
@@ -214,7 +214,7 @@ public sealed class HttpPresenceTests(ITestOutputHelper output)
     [Fact]
     public async Task Another_identity_without_the_presence_right_gets_403_and_not_even_the_count_and_cannot_join()
     {
-        await using TestBroker broker = await TokenBrokerAsync();
+        await using TestBroker broker = await PresenceIdentities.StartBrokerAsync();
         using HttpClient alice = Client(broker, "alice-token");
         using HttpClient eve = Client(broker, "eve-token");
         using HttpClient bob = Client(broker, "bob-token");
@@ -290,7 +290,7 @@ public sealed class HttpPresenceTests(ITestOutputHelper output)
     {
         const int Burst = 10;
         const int Flood = 40;
-        await using TestBroker broker = await TokenBrokerAsync(o => (o.Limits.SubscriptionRatePerSecond, o.Limits.SubscriptionBurst) = (400, Burst));
+        await using TestBroker broker = await PresenceIdentities.StartBrokerAsync(o => (o.Limits.SubscriptionRatePerSecond, o.Limits.SubscriptionBurst) = (400, Burst));
         using MetricsProbe metrics = broker.Metrics();
         using HttpClient alice = Client(broker, "alice-token");
         using HttpClient bob = Client(broker, "bob-token");
@@ -380,48 +380,10 @@ public sealed class HttpPresenceTests(ITestOutputHelper output)
         return frames;
     }
 
-    private static async Task<PresenceReplyFrame> QueryAsync(ProtocolClient client, uint request, string topic, ulong limit)
-    {
-        await client.SendAsync(w => FrameWriter.WritePresence(w, request, Encoding.UTF8.GetBytes(topic), limit));
-        while (true)
-        {
-            Frame frame = await client.ReadAsync();
-            if (frame.Type == FrameType.PresenceReply && frame.Reply!.Value.RequestId == request)
-            {
-                return frame.Reply.Value;
-            }
-        }
-    }
-
     private static HttpClient Client(TestBroker broker, string token)
     {
         var http = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{broker.HttpPort}/") };
         http.DefaultRequestHeaders.Authorization = new AuthenticationHeaderValue("Bearer", token);
         return http;
     }
-
-    private static Task<TestBroker> TokenBrokerAsync(Action<HeraldOptions>? more = null) => TestBroker.StartAsync(o =>
-    {
-        o.Security.Auth.Mode = AuthMode.Token;
-        o.Security.Auth.FailureDelay = TimeSpan.Zero;
-        o.Security.Auth.Tokens.Add(new TokenOptions
-        {
-            Name = "alice",
-            Sha256 = TestTokens.Sha256("alice-token"),
-            Permissions = { Publish = { "room.>" }, Subscribe = { "room.>" }, Join = { "room.>" }, Presence = { "room.>" } },
-        });
-        o.Security.Auth.Tokens.Add(new TokenOptions
-        {
-            Name = "bob",
-            Sha256 = TestTokens.Sha256("bob-token"),
-            Permissions = { Publish = { "room.>" }, Subscribe = { "room.>" }, Join = { "room.>" }, Presence = { "room.>" } },
-        });
-        o.Security.Auth.Tokens.Add(new TokenOptions
-        {
-            Name = "eve",
-            Sha256 = TestTokens.Sha256("eve-token"),
-            Permissions = { Publish = { "room.>" }, Subscribe = { "room.>" }, Join = { "lobby" }, DenyPresence = { "room.>" } },
-        });
-        more?.Invoke(o);
-    });
 }

@@ -34,7 +34,7 @@ public sealed class PresenceTests(ITestOutputHelper output)
         WelcomeFrame welcome = await watcher.HelloAsync("watcher", Caps);
         Assert.True((welcome.Capabilities & Capabilities.Presence) != 0, "presence granted with headers");
         await watcher.SubscribeAsync(1, "room.1", SubscribeOptions.PresenceEvents);
-        await BarrierAsync(watcher);
+        await watcher.BarrierAsync();
 
         await using ProtocolClient member = await ConnectAsync(broker, transport);
         await member.SendAsync(w => FrameWriter.WriteHello(w, "member", Caps, info: "Alice"));
@@ -43,7 +43,7 @@ public sealed class PresenceTests(ITestOutputHelper output)
         await member.PublishAsync("room.1", "hello");
         await member.PublishAsync("room.1", "bye");
         await member.UnsubscribeAsync(7);
-        await BarrierAsync(member);
+        await member.BarrierAsync();
 
         Frame join = await watcher.ReadMessageAsync();
         Assert.Equal(["join"], join.Header("Herald-Presence"));
@@ -59,7 +59,7 @@ public sealed class PresenceTests(ITestOutputHelper output)
         Assert.Equal([client], leave.Header("Herald-Client"));
         Assert.Equal(["unsubscribe"], leave.Header("Herald-Reason"));
         Assert.Equal(["0"], leave.Header("Herald-Occupancy"));
-        Assert.Empty(await BarrierAsync(watcher));
+        Assert.Empty(await watcher.BarrierAsync());
     }
 
     [Theory]
@@ -69,24 +69,24 @@ public sealed class PresenceTests(ITestOutputHelper output)
         await using TestBroker broker = await TestBroker.StartAsync();
         await using ProtocolClient watcher = await ProtocolClient.OpenAsync(broker.Port, "watcher", capabilities: Caps);
         await watcher.SubscribeAsync(1, "room.1", SubscribeOptions.PresenceEvents);
-        await BarrierAsync(watcher);
+        await watcher.BarrierAsync();
 
         ProtocolClient member = await ConnectAsync(broker, transport);
         await member.HelloAsync("member", Caps);
         await member.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
         await member.SubscribeAsync(2, "room.1", SubscribeOptions.Join);
         await member.UnsubscribeAsync(1); // still a member through sid 2
-        await BarrierAsync(member);
+        await member.BarrierAsync();
         Frame join = await watcher.ReadMessageAsync();
         Assert.Equal(["join"], join.Header("Herald-Presence"));
-        PresenceReplyFrame during = await QueryAsync(watcher, 1, "room.1", 10);
+        PresenceReplyFrame during = await watcher.PresenceAsync(1, "room.1", 10);
         Assert.Equal(1ul, during.Members);
         await member.DisposeAsync();
 
         Frame leave = await watcher.ReadMessageAsync();
         Assert.Equal(["leave"], leave.Header("Herald-Presence"));
         Assert.Equal(["disconnect"], leave.Header("Herald-Reason"));
-        Assert.Equal(0ul, (await QueryAsync(watcher, 2, "room.1", 10)).Members);
+        Assert.Equal(0ul, (await watcher.PresenceAsync(2, "room.1", 10)).Members);
     }
 
     [Fact]
@@ -95,11 +95,11 @@ public sealed class PresenceTests(ITestOutputHelper output)
         await using TestBroker broker = await TestBroker.StartAsync(o => (o.Limits.MaxPendingBytes, o.Limits.MaxFrameBytes, o.Tcp.SendBufferBytes) = (256 * 1024, 64 * 1024, 4096));
         await using ProtocolClient watcher = await ProtocolClient.OpenAsync(broker.Port, "watcher", capabilities: Caps);
         await watcher.SubscribeAsync(1, "room.1", SubscribeOptions.PresenceEvents);
-        await BarrierAsync(watcher);
+        await watcher.BarrierAsync();
         await using ProtocolClient stalled = await ProtocolClient.OpenAsync(broker.Port, "stalled", receiveBufferSize: 4096, capabilities: Caps);
         await stalled.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
         await stalled.SubscribeAsync(2, "flood");
-        await BarrierAsync(stalled); // joined; from now on it reads nothing
+        await stalled.BarrierAsync(); // joined; from now on it reads nothing
         Assert.Equal(["join"], (await watcher.ReadMessageAsync()).Header("Herald-Presence"));
 
         await using ProtocolClient publisher = await ProtocolClient.OpenAsync(broker.Port, "publisher");
@@ -107,8 +107,8 @@ public sealed class PresenceTests(ITestOutputHelper output)
             async () =>
             {
                 await publisher.PublishAsync("flood", new byte[32 * 1024]);
-                await BarrierAsync(publisher);
-                return await BarrierAsync(watcher);
+                await publisher.BarrierAsync();
+                return await watcher.BarrierAsync();
             },
             frames => frames.Count > 0,
             "the stalled member's leave");
@@ -131,11 +131,11 @@ public sealed class PresenceTests(ITestOutputHelper output)
                 await m.SendAsync(w => FrameWriter.WriteHello(w, "m", Caps, info: $"member {i}"));
                 await m.ReadAsync();
                 await m.SubscribeAsync(1, "doc.42", SubscribeOptions.Join);
-                await BarrierAsync(m);
+                await m.BarrierAsync();
             }
 
             await using ProtocolClient reader = await ProtocolClient.OpenAsync(broker.Port, "reader", capabilities: Caps);
-            PresenceReplyFrame occupancy = await QueryAsync(reader, 1, "doc.42", 0);
+            PresenceReplyFrame occupancy = await reader.PresenceAsync(1, "doc.42", 0);
             Assert.Equal((5ul, 1ul, 0, (string?)null), (occupancy.Members, occupancy.Identities, occupancy.Entries.Count, occupancy.Next));
 
             var seen = new List<string>();
@@ -143,7 +143,7 @@ public sealed class PresenceTests(ITestOutputHelper output)
             uint request = 2;
             do
             {
-                PresenceReplyFrame page = await QueryAsync(reader, request++, "doc.42", 2, cursor);
+                PresenceReplyFrame page = await reader.PresenceAsync(request++, "doc.42", 2, cursor);
                 Assert.True(page.Entries.Count <= 2);
                 seen.AddRange(page.Entries.Select(e => e.Client));
                 Assert.All(page.Entries, e => Assert.StartsWith("member ", e.Info, StringComparison.Ordinal));
@@ -154,7 +154,7 @@ public sealed class PresenceTests(ITestOutputHelper output)
             Assert.Equal(5, seen.Count);
             Assert.Equal(seen.Order(StringComparer.Ordinal), seen);
             Assert.Equal(seen.Count, seen.Distinct().Count());
-            Assert.Equal(ErrorCode.InvalidTopic, (await QueryAsync(reader, 99, "doc.*", 10)).Code);
+            Assert.Equal(ErrorCode.InvalidTopic, (await reader.PresenceAsync(99, "doc.*", 10)).Code);
         }
         finally
         {
@@ -172,23 +172,23 @@ public sealed class PresenceTests(ITestOutputHelper output)
         IPresence presence = broker.Services.GetRequiredService<IPresence>();
         await using ProtocolClient watcher = await ProtocolClient.OpenAsync(broker.Port, "watcher", capabilities: Caps);
         await watcher.SubscribeAsync(1, "hall", SubscribeOptions.PresenceEvents);
-        await BarrierAsync(watcher);
+        await watcher.BarrierAsync();
         var members = new List<ProtocolClient>();
         for (int i = 0; i < 6; i++)
         {
             ProtocolClient m = await ProtocolClient.OpenAsync(broker.Port, "m", capabilities: Caps);
             members.Add(m);
             await m.SubscribeAsync(1, "hall", SubscribeOptions.Join);
-            await BarrierAsync(m);
+            await m.BarrierAsync();
         }
 
         for (int i = 0; i < 4; i++)
         {
             await members[i].UnsubscribeAsync(1);
-            await BarrierAsync(members[i]);
+            await members[i].BarrierAsync();
         }
 
-        List<Frame> events = await BarrierAsync(watcher);
+        List<Frame> events = await watcher.BarrierAsync();
         string[] kinds = [.. events.Select(e => e.Header("Herald-Presence").Single() + "@" + e.Header("Herald-Occupancy").Single())];
         output.WriteLine(string.Join(", ", kinds));
         // Joins to 4 sent; the 5th says suppressed; the 6th join and the leaves down to 3 are not sent; at 2 (half of 4): resumed.
@@ -206,47 +206,47 @@ public sealed class PresenceTests(ITestOutputHelper output)
     [Fact]
     public async Task An_identity_without_presence_rights_is_refused_and_learns_nothing_not_even_the_count()
     {
-        await using TestBroker broker = await TokenBrokerAsync();
+        await using TestBroker broker = await PresenceIdentities.StartBrokerAsync();
         await using ProtocolClient alice = await ProtocolClient.OpenAsync(broker.Port, "alice", capabilities: Caps, auth: "alice-token");
         await alice.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
-        await BarrierAsync(alice);
+        await alice.BarrierAsync();
         await using ProtocolClient eve = await ProtocolClient.OpenAsync(broker.Port, "eve", capabilities: Caps, auth: "eve-token");
 
-        PresenceReplyFrame read = await QueryAsync(eve, 5, "room.1", 100);
+        PresenceReplyFrame read = await eve.PresenceAsync(5, "room.1", 100);
         Assert.Equal((ErrorCode.PermissionDenied, 0ul, 0ul, 0, (string?)null), (read.Code, read.Members, read.Identities, read.Entries.Count, read.Next));
-        PresenceReplyFrame count = await QueryAsync(eve, 6, "room.1", 0);
+        PresenceReplyFrame count = await eve.PresenceAsync(6, "room.1", 0);
         Assert.Equal((ErrorCode.PermissionDenied, 0ul), (count.Code, count.Members));
 
         await eve.SubscribeAsync(8, "room.1", SubscribeOptions.Join);
         await eve.SubscribeAsync(9, "room.1", SubscribeOptions.PresenceEvents);
-        List<Frame> refusals = await BarrierAsync(eve);
+        List<Frame> refusals = await eve.BarrierAsync();
         Assert.Equal([(ErrorCode.PermissionDenied, 8u), (ErrorCode.PermissionDenied, 9u)], refusals.Select(f => (f.Error!.Value.Code, f.Error.Value.Sid)));
-        Assert.Equal(1ul, (await QueryAsync(alice, 1, "room.1", 100)).Members); // eve is not there
+        Assert.Equal(1ul, (await alice.PresenceAsync(1, "room.1", 100)).Members); // eve is not there
         await eve.PublishAsync("room.1", "still connected");
-        await BarrierAsync(eve);
+        await eve.BarrierAsync();
     }
 
     [Fact]
     public async Task An_identity_at_MaxPerIdentity_gets_PresenceFull_while_another_identity_still_joins()
     {
-        await using TestBroker broker = await TokenBrokerAsync(o => o.Presence.MaxPerIdentity = 3);
+        await using TestBroker broker = await PresenceIdentities.StartBrokerAsync(o => o.Presence.MaxPerIdentity = 3);
         await using ProtocolClient alice = await ProtocolClient.OpenAsync(broker.Port, "alice", capabilities: Caps, auth: "alice-token");
         await using ProtocolClient alice2 = await ProtocolClient.OpenAsync(broker.Port, "alice", capabilities: Caps, auth: "alice-token");
         await alice.SubscribeAsync(1, "room.1", SubscribeOptions.Join);
         await alice.SubscribeAsync(2, "room.2", SubscribeOptions.Join);
-        Assert.Empty(await BarrierAsync(alice)); // both joined before the other connection goes on (connections run concurrently)
+        Assert.Empty(await alice.BarrierAsync()); // both joined before the other connection goes on (connections run concurrently)
         await alice2.SubscribeAsync(3, "room.3", SubscribeOptions.Join);
 
         await alice2.SubscribeAsync(4, "room.4", SubscribeOptions.Join); // the identity's 4th entry, on its other connection
-        Frame full = Assert.Single(await BarrierAsync(alice2));
+        Frame full = Assert.Single(await alice2.BarrierAsync());
         Assert.Equal((ErrorCode.PresenceFull, false, 4u), (full.Error!.Value.Code, full.Error.Value.Fatal, full.Error.Value.Sid));
         Assert.Contains("MaxPerIdentity", full.Error.Value.Message, StringComparison.Ordinal);
-        Assert.Empty(await BarrierAsync(alice));
+        Assert.Empty(await alice.BarrierAsync());
 
         await using ProtocolClient bob = await ProtocolClient.OpenAsync(broker.Port, "bob", capabilities: Caps, auth: "bob-token");
         await bob.SubscribeAsync(1, "room.4", SubscribeOptions.Join);
-        Assert.Empty(await BarrierAsync(bob));
-        PresenceReplyFrame room4 = await QueryAsync(bob, 1, "room.4", 10);
+        Assert.Empty(await bob.BarrierAsync());
+        PresenceReplyFrame room4 = await bob.PresenceAsync(1, "room.4", 10);
         Assert.Equal(["bob"], room4.Entries.Select(e => e.Identity));
         Assert.Equal(4, broker.Services.GetRequiredService<IPresence>().Counts.Entries);
     }
@@ -262,15 +262,15 @@ public sealed class PresenceTests(ITestOutputHelper output)
         });
         await using ProtocolClient watcher = await ProtocolClient.OpenAsync(broker.Port, "w", capabilities: Caps, auth: Jwt("watcher", join: false, info: null));
         await watcher.SubscribeAsync(1, "room.1", SubscribeOptions.PresenceEvents);
-        await BarrierAsync(watcher);
+        await watcher.BarrierAsync();
         await using ProtocolClient member = await ProtocolClient.ConnectAsync(broker.Port);
         await member.SendAsync(w => FrameWriter.WriteHello(w, "m", Caps, Jwt("alice", join: true, info: "Alice (verified)"), info: "I am Bob"));
         Assert.Equal(FrameType.Welcome, (await member.ReadAsync()).Type);
         await member.SubscribeAsync(3, "room.1", SubscribeOptions.Join);
-        await BarrierAsync(member);
+        await member.BarrierAsync();
 
         await member.SendAsync(w => FrameWriter.WriteHello(w, "m", Caps, Jwt("alice", join: false, info: null)));
-        List<Frame> answers = await BarrierAsync(member);
+        List<Frame> answers = await member.BarrierAsync();
         Assert.Contains(answers, f => f.Type == FrameType.Error && f.Error!.Value.Code == ErrorCode.PermissionDenied && f.Error.Value.Sid == 3);
 
         Frame join = await watcher.ReadMessageAsync();
@@ -288,8 +288,8 @@ public sealed class PresenceTests(ITestOutputHelper output)
         await watcher.SubscribeAsync(1, "storm", SubscribeOptions.PresenceEvents);
         await using ProtocolClient bystander = await ProtocolClient.OpenAsync(broker.Port, "bystander");
         await bystander.SubscribeAsync(1, "news");
-        await BarrierAsync(bystander);
-        await BarrierAsync(watcher);
+        await bystander.BarrierAsync();
+        await watcher.BarrierAsync();
 
         const int Connections = 4;
         const int Rounds = 2_500; // 4 x 2,500 = 10,000 joins and as many leaves
@@ -307,20 +307,20 @@ public sealed class PresenceTests(ITestOutputHelper output)
                 await s.UnsubscribeAsync(r);
             }
 
-            await BarrierAsync(s);
+            await s.BarrierAsync();
         }))];
         int delivered = 0;
         for (int i = 0; i < 50; i++)
         {
             await bystander.PublishAsync("news", $"n{i}");
-            delivered += (await BarrierAsync(bystander)).Count(f => f.Type == FrameType.Message);
+            delivered += (await bystander.BarrierAsync()).Count(f => f.Type == FrameType.Message);
         }
 
         await Task.WhenAll(storm);
         List<Frame> events = [];
         await Until.True(async () =>
         {
-            events.AddRange(await BarrierAsync(watcher));
+            events.AddRange(await watcher.BarrierAsync());
             return events.Count == 2 * Connections * Rounds;
         }, "every join and leave reached the events subscriber");
 
@@ -330,7 +330,7 @@ public sealed class PresenceTests(ITestOutputHelper output)
         Assert.Equal(Connections * Rounds, events.Count(e => e.Header("Herald-Presence").Single() == "join"));
         Assert.Equal(0, counts.Entries);
         Assert.Equal(1, counts.Topics); // the watcher's topic; no member left behind
-        Assert.Equal(0ul, (await QueryAsync(watcher, 1, "storm", 0)).Members);
+        Assert.Equal(0ul, (await watcher.PresenceAsync(1, "storm", 0)).Members);
         foreach (ProtocolClient s in stormers)
         {
             await s.DisposeAsync();
@@ -354,62 +354,8 @@ public sealed class PresenceTests(ITestOutputHelper output)
         Assert.Equal(Capabilities.None, welcome.Capabilities & Capabilities.Presence); // only with headers
     }
 
-    /// <summary>PING, then every frame up to its PONG: all the frames sent before it were handled (spec §4.7).</summary>
-    private static async Task<List<Frame>> BarrierAsync(ProtocolClient client)
-    {
-        await client.SendAsync(FrameWriter.WritePing);
-        var frames = new List<Frame>();
-        for (Frame frame = await client.ReadAsync(); frame.Type != FrameType.Pong; frame = await client.ReadAsync())
-        {
-            if (frame.Type != FrameType.Ping)
-            {
-                frames.Add(frame);
-            }
-        }
-
-        return frames;
-    }
-
     private static Task<ProtocolClient> ConnectAsync(TestBroker broker, string transport) =>
         transport == "websocket" ? ProtocolClient.ConnectWebSocketAsync(broker.HttpPort) : ProtocolClient.ConnectAsync(broker.Port);
-
-    private static async Task<PresenceReplyFrame> QueryAsync(ProtocolClient client, uint request, string topic, ulong limit, string? cursor = null)
-    {
-        await client.SendAsync(w => FrameWriter.WritePresence(w, request, Encoding.UTF8.GetBytes(topic), limit, cursor));
-        while (true)
-        {
-            Frame frame = await client.ReadAsync();
-            if (frame.Type == FrameType.PresenceReply && frame.Reply!.Value.RequestId == request)
-            {
-                return frame.Reply.Value;
-            }
-        }
-    }
-
-    private static Task<TestBroker> TokenBrokerAsync(Action<HeraldOptions>? more = null) => TestBroker.StartAsync(o =>
-    {
-        o.Security.Auth.Mode = AuthMode.Token;
-        o.Security.Auth.FailureDelay = TimeSpan.Zero;
-        o.Security.Auth.Tokens.Add(new TokenOptions
-        {
-            Name = "alice",
-            Sha256 = TestTokens.Sha256("alice-token"),
-            Permissions = { Publish = { "room.>" }, Subscribe = { "room.>" }, Join = { "room.>" }, Presence = { "room.>" } },
-        });
-        o.Security.Auth.Tokens.Add(new TokenOptions
-        {
-            Name = "bob",
-            Sha256 = TestTokens.Sha256("bob-token"),
-            Permissions = { Subscribe = { "room.>" }, Join = { "room.>" }, Presence = { "room.>" } },
-        });
-        o.Security.Auth.Tokens.Add(new TokenOptions
-        {
-            Name = "eve",
-            Sha256 = TestTokens.Sha256("eve-token"),
-            Permissions = { Publish = { "room.>" }, Subscribe = { "room.>" }, Join = { "lobby" }, DenyPresence = { "room.>" } },
-        });
-        more?.Invoke(o);
-    });
 
     private static string Jwt(string subject, bool join, string? info)
     {
