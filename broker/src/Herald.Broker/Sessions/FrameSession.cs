@@ -205,11 +205,7 @@ internal sealed class FrameSession : ProtocolSession
     /// <summary>A PRESENCE answered after the engine read Redis: queued as a reply (in any order with the others, spec §15.3) and flushed.</summary>
     private async Task AnswerLaterAsync(ValueTask<MessageBuffer> answer)
     {
-        MessageBuffer reply = await answer.ConfigureAwait(false);
-        if (Backlog.EnqueueControl(reply))
-        {
-            Backlog.ScheduleFlush();
-        }
+        ControlNow(await answer.ConfigureAwait(false));
     }
 
     /// <summary>
@@ -341,10 +337,7 @@ internal sealed class FrameSession : ProtocolSession
 
         Interlocked.Increment(ref _pingsOutstanding);
         _lastPingAt = now;
-        if (Backlog.EnqueueControl(ControlFrames.Ping()))
-        {
-            Backlog.ScheduleFlush();
-        }
+        ControlNow(ControlFrames.Ping());
     }
 
     private void HandleFrame(in ReadOnlySequence<byte> body)
@@ -434,10 +427,7 @@ internal sealed class FrameSession : ProtocolSession
     /// <inheritdoc/>
     protected override void JoinRefused(uint sid, ErrorCode code, string message)
     {
-        if (Backlog.EnqueueControl(ControlFrames.Error(code, message + " The subscription stays, without its join.", sid: sid)))
-        {
-            Backlog.ScheduleFlush();
-        }
+        ControlNow(ControlFrames.Error(code, message + " The subscription stays, without its join.", sid: sid));
     }
 
     /// <inheritdoc/>

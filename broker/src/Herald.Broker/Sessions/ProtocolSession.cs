@@ -200,6 +200,15 @@ internal abstract partial class ProtocolSession : INoResponders
         }
     }
 
+    /// <summary>Queues a control frame from off the read loop (a timer, an answer read elsewhere) and flushes it at once.</summary>
+    protected void ControlNow(MessageBuffer frame)
+    {
+        if (Backlog.EnqueueControl(frame))
+        {
+            Backlog.ScheduleFlush();
+        }
+    }
+
     /// <summary>
     /// Ends the session with <paramref name="code"/> (<see cref="ErrorCode.None"/>: the client left). Any
     /// thread; the first call wins and returns <c>true</c>. The transport then tells the client in its medium

@@ -93,9 +93,6 @@ internal sealed class SseSession : ProtocolSession
         }
 
         Volatile.Write(ref _lastBeat, now);
-        if (Backlog.EnqueueControl(SseFormat.Heartbeat()))
-        {
-            Backlog.ScheduleFlush();
-        }
+        ControlNow(SseFormat.Heartbeat());
     }
 }
