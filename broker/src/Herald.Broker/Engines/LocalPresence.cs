@@ -262,7 +262,7 @@ internal sealed class LocalPresence(PresenceOptions options, bool enabled) : IPr
         return top;
     }
 
-    private static Member Probe(string client) => new(new PresenceMember(client, "", null, "", NoSink.Instance));
+    private static Member Probe(string client) => new(new PresenceMember(client, "", null, "", DiscardingSink.Instance));
 
     /// <summary>A join or leave: its event to the events subscribers, or, above <see cref="PresenceOptions.MaxEventsMembers"/>, one <c>suppressed</c> (or, back at half, one <c>resumed</c>) instead. Caller holds <c>_gate</c>.</summary>
     private void Changed(string topic, TopicPresence table, PresenceMember member, bool joined, PresenceReason reason, ref List<IMessageSink>? wake)
@@ -411,29 +411,5 @@ internal sealed class LocalPresence(PresenceOptions options, bool enabled) : IPr
         public bool Suppressed { get; set; }
 
         public PresenceOccupancy Occupancy => new(ByClient.Count, Identities.Count);
-    }
-
-    /// <summary>The sink of a paging probe: never queued to.</summary>
-    private sealed class NoSink : IMessageSink
-    {
-        public static readonly NoSink Instance = new();
-
-        public bool AcceptsZstd => false;
-
-        public bool AcceptsHeaders => false;
-
-        public Enqueued Enqueue(MessageBuffer frame, uint sid)
-        {
-            frame.Release();
-            return Enqueued.Dropped;
-        }
-
-        public void Flush()
-        {
-        }
-
-        public void ScheduleFlush()
-        {
-        }
     }
 }
