@@ -219,6 +219,8 @@ export class HeraldClient implements SubscriptionOwner {
   private readonly route: "tcp" | TransportChoice;
   /** `auto` only: why the WebSocket could not be opened, once long-poll worked instead (kept for the reconnects). */
   private webSocketRefused: string | null = null;
+  /** `auto` only: whether a WebSocket has opened in this client (a later failed upgrade is then tried once more). */
+  private webSocketWorked = false;
   private _state: ConnectionState = "connecting";
   private transport: Transport | null = null;
   private lastInfo: TransportInfo | null = null;
@@ -472,7 +474,8 @@ export class HeraldClient implements SubscriptionOwner {
    * Opens the next connection. `auto`: the WebSocket first; when it cannot be opened, long-poll, and once
    * long-poll has worked the client keeps to it (the network between here and the broker does not carry
    * WebSockets: trying again on every reconnect would make each wait for the failed upgrade). A WebSocket
-   * that was lost is tried again first. A failure after the upgrade (an ERROR to HELLO) is no reason to
+   * that was lost is tried again first, and once more after long-poll answered (the broker may have been
+   * starting when the upgrade failed). A failure after the upgrade (an ERROR to HELLO) is no reason to
    * fall back and is reported as it is.
    */
   private async openTransport(options: TransportOptions, events: TransportEvents): Promise<Transport> {
@@ -487,7 +490,9 @@ export class HeraldClient implements SubscriptionOwner {
         let refused = this.webSocketRefused;
         if (refused === null) {
           try {
-            return await openWebSocket(this.url, options, events);
+            const socket = await openWebSocket(this.url, options, events);
+            this.webSocketWorked = true;
+            return socket;
           } catch (e) {
             if (!(e instanceof WebSocketNotOpened) || this.isClosed()) throw e;
             refused = e.message;
@@ -499,6 +504,22 @@ export class HeraldClient implements SubscriptionOwner {
         } catch (e) {
           const error = asHeraldError(e, "ConnectFailed");
           throw new HeraldError(error.code, `${error.message} (after: ${refused})`, { cause: e, status: error.status, retryAfterMs: error.retryAfterMs });
+        }
+        if (this.webSocketRefused === null && this.webSocketWorked) {
+          // A WebSocket worked on this network before: its failed upgrade may have been the broker still
+          // starting (nothing listening), which long-poll, a moment later, no longer met. Now that the broker
+          // answers, the WebSocket is tried once more before the client settles on long-poll.
+          try {
+            const socket = await openWebSocket(this.url, options, events);
+            await transport.close();
+            return socket;
+          } catch (e) {
+            if (!(e instanceof WebSocketNotOpened) || this.isClosed()) {
+              await transport.close();
+              throw e;
+            }
+            refused = e.message;
+          }
         }
         this.webSocketRefused = refused;
         transport.info.fallback = refused;

@@ -48,8 +48,8 @@ async function watch(topic: string, target = broker): Promise<Subscription> {
   return sub;
 }
 
-/** How the HTTP front answers a WebSocket upgrade. */
-type UpgradeAnswer = "404" | "strip" | "silence";
+/** How the HTTP front answers a WebSocket upgrade (`"pass"`: carried to the broker byte for byte). */
+type UpgradeAnswer = "404" | "strip" | "silence" | "pass";
 
 interface HttpFront {
   url: string;
@@ -57,6 +57,10 @@ interface HttpFront {
   upgrades: number;
   /** Long-poll session creations it forwarded. */
   sessions: number;
+  /** How the next upgrades are answered, one each, before the front's own `answer`. */
+  next: UpgradeAnswer[];
+  /** Drops every WebSocket it carries (`"pass"`), as a network that went away would. */
+  dropWebSockets(): void;
 }
 
 /**
@@ -75,7 +79,16 @@ async function httpFront(target: Broker, answer: UpgradeAnswer): Promise<HttpFro
     if (body) body.pipe(upstream);
     else upstream.end();
   };
-  const front: HttpFront = { url: "", upgrades: 0, sessions: 0 };
+  const carried = new Set<Socket>();
+  const front: HttpFront = {
+    url: "",
+    upgrades: 0,
+    sessions: 0,
+    next: [],
+    dropWebSockets: () => {
+      for (const socket of carried) socket.destroy();
+    },
+  };
   const server = createHttpServer((req, res) => {
     if (req.method === "POST" && req.url === "/poll/sessions") front.sessions++;
     forward(req.method ?? "GET", req.url ?? "/", req.headers, (status, _message, headers, body) => {
@@ -83,14 +96,29 @@ async function httpFront(target: Broker, answer: UpgradeAnswer): Promise<HttpFro
       body.pipe(res);
     }, req);
   });
-  server.on("upgrade", (req, socket: Socket) => {
+  server.on("upgrade", (req, socket: Socket, head: Buffer) => {
     front.upgrades++;
     held.add(socket);
     socket.on("error", () => undefined);
     socket.on("close", () => held.delete(socket));
-    if (answer === "404") {
+    const how = front.next.shift() ?? answer;
+    if (how === "pass") {
+      carried.add(socket);
+      const upstream = createConnection({ host: "127.0.0.1", port: target.httpPort }, () => {
+        const lines = [];
+        for (let i = 0; i < req.rawHeaders.length; i += 2) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+        upstream.write(`${req.method} ${req.url} HTTP/1.1\r\n${lines.join("\r\n")}\r\n\r\n`, "latin1");
+        upstream.write(head);
+        socket.pipe(upstream).pipe(socket);
+      });
+      upstream.on("error", () => socket.destroy());
+      socket.on("close", () => {
+        carried.delete(socket);
+        upstream.destroy();
+      });
+    } else if (how === "404") {
       socket.end("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-    } else if (answer === "strip") {
+    } else if (how === "strip") {
       const headers = { ...req.headers };
       delete headers.upgrade;
       delete headers.connection;
@@ -261,6 +289,36 @@ describe("auto: the fallback to long-poll", () => {
       assert.equal((await nextMessage(own)).text(), "after the reconnect");
     });
   }
+
+  test("a lost WebSocket whose next upgrade fails while long-poll answers (a broker still starting): the upgrade is tried once more, and the client stays on the WebSocket", async () => {
+    const front = await httpFront(broker, "pass");
+    const web = await open(front.url, { name: "ws-tried-again" });
+    assert.equal(web.info?.transport, "websocket");
+    const topic = uniqueTopic("ws.again");
+    const own = web.subscribe(topic, { resume: false });
+    await own.ready;
+
+    front.next.push("404"); // the first upgrade after the loss fails; long-poll, right after, works
+    const back = once(web, "reconnect");
+    front.dropWebSockets();
+    await back;
+    assert.equal(web.info?.transport, "websocket", "not settled on long-poll for one failed upgrade");
+    assert.equal(web.info?.fallback, undefined);
+    assert.equal(front.upgrades, 3, "the first, the one that failed, the one tried again");
+    assert.equal(front.sessions, 1, "the long-poll session that answered (then closed)");
+    const watcher = await watch(topic);
+    await web.publish(topic, "over the WebSocket again");
+    assert.equal((await nextMessage(watcher)).text(), "over the WebSocket again");
+    assert.equal((await nextMessage(own)).text(), "over the WebSocket again");
+
+    // Failing twice in a row (the upgrade, then again once long-poll answered) is a front that does not carry it.
+    front.next.push("404", "404");
+    const fellBack = once(web, "reconnect");
+    front.dropWebSockets();
+    await fellBack;
+    assert.equal(web.info?.transport, "longpoll");
+    assert.match(web.info?.fallback ?? "", /404/);
+  });
 
   test("a front that never answers the upgrade: long-poll once connectTimeoutMs has passed", async () => {
     const front = await httpFront(broker, "silence");
