@@ -47,6 +47,8 @@ public sealed class ClusterVectorTests
 
     public static TheoryData<string> PositionedInvalid => Names("positioned.invalid", "name");
 
+    public static TheoryData<string> Shards => Names("shards", "key");
+
     private static string Secret => Root.Value.GetProperty("signed").GetProperty("secret").GetString()!;
 
     [Theory]
@@ -180,6 +182,19 @@ public sealed class ClusterVectorTests
         string prefix = Root.Value.GetProperty("channel_prefix").GetString()!;
         Assert.Equal(vector.GetProperty("hash").GetString(), (string?)ClusterHistory.HashKey(prefix, System.Text.Encoding.ASCII.GetBytes(topic)));
         Assert.Equal(vector.GetProperty("stream").GetString(), (string?)ClusterHistory.StreamKey(prefix, System.Text.Encoding.ASCII.GetBytes(topic)));
+    }
+
+    [Theory]
+    [MemberData(nameof(Shards))]
+    public void A_topic_or_token_lives_on_the_shard_its_hash_names(string key)
+    {
+        JsonElement vector = Find("shards", "key", key);
+        byte[] utf8 = System.Text.Encoding.UTF8.GetBytes(key);
+        Assert.Equal(vector.GetProperty("xxhash64").GetString(), System.IO.Hashing.XxHash64.HashToUInt64(utf8).ToString("x16", System.Globalization.CultureInfo.InvariantCulture));
+        foreach (JsonProperty count in vector.GetProperty("shards").EnumerateObject())
+        {
+            Assert.Equal(count.Value.GetInt32(), ClusterShards.ShardOf(utf8, int.Parse(count.Name, System.Globalization.CultureInfo.InvariantCulture)));
+        }
     }
 
     [Theory]

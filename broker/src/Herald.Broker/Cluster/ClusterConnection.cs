@@ -7,9 +7,11 @@ using StackExchange.Redis;
 namespace Herald.Broker.Cluster;
 
 /// <summary>
-/// This node's one connection to the cluster's Redis, and what names the node on it: every part of the cluster engine
-/// (out, interest, in, queue groups, members, shared history and sessions) is given this, not the engine. It connects
-/// (<see cref="ConnectAsync"/>), says whether Redis is reachable, and finds the one server this node publishes through.
+/// This node's connection to one shard of the cluster (spec cluster.md §13; the only one, without
+/// <c>Herald:Cluster:Shards</c>), and what names the node and the shard on it: the parts of the cluster engine
+/// (out, interest, in, queue groups, members, shared history and sessions) find it through <see cref="ClusterShards"/>.
+/// It connects (<see cref="ConnectAsync"/>), says whether the shard is reachable, and finds the one server this node
+/// publishes through there.
 /// </summary>
 internal sealed class ClusterConnection : IAsyncDisposable
 {
@@ -18,19 +20,40 @@ internal sealed class ClusterConnection : IAsyncDisposable
     private IServer? _publishVia;
     private long _restores;
 
-    public ClusterConnection(ClusterOptions options)
+    public ClusterConnection(ClusterOptions options, int index, ClusterShardOptions shard, ulong nodeId)
     {
         Options = options;
-        ChannelPrefix = System.Text.Encoding.ASCII.GetBytes(options.ChannelPrefix);
-        NodeId = BitConverter.ToUInt64(RandomNumberGenerator.GetBytes(8)) | 1; // never 0
+        Index = index;
+        Redis = shard.Redis!;
+        Prefix = shard.ChannelPrefix ?? options.ChannelPrefix;
+        ChannelPrefix = System.Text.Encoding.ASCII.GetBytes(Prefix);
+        NodeId = nodeId;
     }
 
+    /// <summary>A connection to the one Redis of <paramref name="options"/> (<c>Herald:Cluster:Redis</c>), as shard 0 (tests).</summary>
+    public ClusterConnection(ClusterOptions options)
+        : this(options, 0, options.ShardList[0], NewNodeId())
+    {
+    }
+
+    /// <summary>A node id: 64 random bits, never 0, new at every start (spec cluster.md §1).</summary>
+    public static ulong NewNodeId() => BitConverter.ToUInt64(RandomNumberGenerator.GetBytes(8)) | 1;
+
     public ClusterOptions Options { get; }
+
+    /// <summary>This shard's place in <c>Herald:Cluster:Shards</c> (0 for the one <c>Herald:Cluster:Redis</c>).</summary>
+    public int Index { get; }
+
+    /// <summary>This shard's StackExchange.Redis configuration string.</summary>
+    public string Redis { get; }
+
+    /// <summary>What this shard's channels and keys start with (its own, or <see cref="ClusterOptions.ChannelPrefix"/>).</summary>
+    public string Prefix { get; }
 
     /// <summary>This node's id in the cluster: random at every start, so a restarted node's sequence starts afresh.</summary>
     public ulong NodeId { get; }
 
-    /// <summary><see cref="ClusterOptions.ChannelPrefix"/> in ASCII, which every channel of the cluster starts with.</summary>
+    /// <summary><see cref="Prefix"/> in ASCII, which every channel of this shard starts with.</summary>
     public byte[] ChannelPrefix { get; }
 
     public IDatabase Database => _redis!.GetDatabase();
@@ -43,7 +66,7 @@ internal sealed class ClusterConnection : IAsyncDisposable
     public long Restores => Interlocked.Read(ref _restores);
 
     /// <summary>The Redis endpoints of the configuration (never its password or other options).</summary>
-    public IReadOnlyList<string> Endpoints => [.. ConfigurationOptions.Parse(Options.Redis!).EndPoints.Select(e => e.ToString() ?? "")];
+    public IReadOnlyList<string> Endpoints => [.. ConfigurationOptions.Parse(Redis).EndPoints.Select(e => e.ToString() ?? "")];
 
     /// <summary>
     /// Connects, without waiting for Redis to be reachable (local traffic is served meanwhile, and the connection keeps
@@ -51,11 +74,11 @@ internal sealed class ClusterConnection : IAsyncDisposable
     /// </summary>
     public async Task ConnectAsync(ILogger log, Action restored)
     {
-        ConfigurationOptions config = ConfigurationOptions.Parse(Options.Redis!);
+        ConfigurationOptions config = ConfigurationOptions.Parse(Redis);
         config.AbortOnConnectFail = false; // start without Redis and keep trying: local traffic is served meanwhile
         config.BacklogPolicy = BacklogPolicy.FailFast; // unreachable: fail now (counted), never queue behind a dead link
         config.ConnectTimeout = (int)Options.ConnectTimeout.TotalMilliseconds;
-        config.ClientName ??= $"herald-{NodeId:x16}";
+        config.ClientName ??= $"herald-{NodeId:x16}-{Index}";
         ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(config).ConfigureAwait(false);
         _redis = redis;
         redis.ConnectionFailed += (_, e) =>
@@ -75,7 +98,7 @@ internal sealed class ClusterConnection : IAsyncDisposable
         _subscriber = redis.GetSubscriber();
         if (!redis.IsConnected)
         {
-            log.ClusterRedisLost(Options.Redis, "NotConnectedAtStart", null);
+            log.ClusterRedisLost(string.Join(",", Endpoints), "NotConnectedAtStart", null);
         }
     }
 
@@ -98,7 +121,7 @@ internal sealed class ClusterConnection : IAsyncDisposable
 
         try
         {
-            EndPoint? endpoint = _redis.GetDatabase().IdentifyEndpoint(Options.ChannelPrefix, CommandFlags.DemandMaster);
+            EndPoint? endpoint = _redis.GetDatabase().IdentifyEndpoint(Prefix, CommandFlags.DemandMaster);
             _publishVia = endpoint is null ? null : _redis.GetServer(endpoint);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)

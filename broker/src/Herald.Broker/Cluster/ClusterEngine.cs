@@ -24,6 +24,7 @@ namespace Herald.Broker.Cluster;
 internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
 {
     private readonly ClusterOptions _options;
+    private readonly ClusterShards _shards;
     private readonly ClusterConnection _connection;
     private readonly TopicRouter _router;
     private readonly ILogger _log;
@@ -36,7 +37,8 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
     public ClusterEngine(ClusterOptions options, string serverName, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, int maxFrameBytes, ILogger log, IMeterFactory meters, HistoryStore? history = null, PresenceOptions? presence = null)
     {
         _options = options;
-        _connection = new ClusterConnection(options);
+        _shards = new ClusterShards(options);
+        _connection = _shards.First; // the parts take their shard from _shards as they learn to spread (cluster.md §13)
         _router = router;
         _log = log;
         Metrics = new ClusterMetrics(meters, this);
@@ -111,7 +113,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         ClusterGroups.GroupsView groups = Groups.View;
         return new ClusterSnapshot(
             NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture),
-            _connection.Endpoints,
+            [.. _shards.All.SelectMany(shard => shard.Endpoints)],
             IsConnected,
             _options.ChannelPrefix,
             RedisSubscriptions,
@@ -213,7 +215,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
     public async ValueTask DisposeAsync()
     {
         _stop.Cancel();
-        await _connection.DisposeAsync().ConfigureAwait(false);
+        await _shards.DisposeAsync().ConfigureAwait(false);
         _out.Dispose();
         _stop.Dispose();
     }

@@ -64,7 +64,7 @@ internal sealed class ClusterGroups
         _members = nodes;
         _router = router;
         _log = log;
-        _prefix = connection.Options.ChannelPrefix;
+        _prefix = connection.Prefix;
         _own = KeyOf(_prefix, connection.NodeId);
         _announcements = RedisChannel.Literal(AnnouncementsChannel(_prefix));
     }

@@ -94,18 +94,43 @@ public sealed class ClusterOptions
     [Range(1, 1_000_000)]
     public int MaxSessionCommands { get; set; } = 1_000;
 
-    public bool Enabled => !string.IsNullOrWhiteSpace(Redis);
+    /// <summary>
+    /// Several independent Redis shards instead of the one <see cref="Redis"/> (spec cluster.md §13): each topic lives on
+    /// one of them (a jump consistent hash of the topic), with its channel, history and presence, and each long-poll
+    /// session on the one its token hashes to, so no one Redis carries the whole cluster. Every node lists the same
+    /// shards in the same order. Empty: the one shard <see cref="Redis"/>. Not with <see cref="Redis"/>.
+    /// </summary>
+    public List<ClusterShardOptions> Shards { get; set; } = [];
+
+    public bool Enabled => !string.IsNullOrWhiteSpace(Redis) || Shards.Count > 0;
+
+    /// <summary>The shards this node connects to, in order: <see cref="Shards"/>, or <see cref="Redis"/> alone.</summary>
+    internal IReadOnlyList<ClusterShardOptions> ShardList =>
+        Shards.Count > 0 ? Shards : [new ClusterShardOptions { Redis = Redis }];
 
     /// <summary>What is wrong with <paramref name="redis"/> as <see cref="Redis"/> (not a StackExchange.Redis configuration string, or one without an endpoint); null: nothing.</summary>
-    internal static string? RedisProblem(string redis)
+    internal static string? RedisProblem(string redis, string key = "Herald:Cluster:Redis")
     {
         try
         {
-            return StackExchange.Redis.ConfigurationOptions.Parse(redis).EndPoints.Count == 0 ? "Herald:Cluster:Redis names no Redis endpoint (host:port)." : null;
+            return StackExchange.Redis.ConfigurationOptions.Parse(redis).EndPoints.Count == 0 ? $"{key} names no Redis endpoint (host:port)." : null;
         }
         catch (ArgumentException e)
         {
-            return $"Herald:Cluster:Redis is not a StackExchange.Redis configuration string: {e.Message}";
+            return $"{key} is not a StackExchange.Redis configuration string: {e.Message}";
         }
     }
+}
+
+/// <summary><c>Herald:Cluster:Shards:N</c>: one shard of the cluster (spec cluster.md §13).</summary>
+public sealed class ClusterShardOptions
+{
+    /// <summary>The shard's StackExchange.Redis configuration string: one Redis, or the masters of a Redis Cluster.</summary>
+    public string? Redis { get; set; }
+
+    /// <summary>
+    /// This shard's channel and key prefix; null: <see cref="ClusterOptions.ChannelPrefix"/>. Two shards on one Redis
+    /// (say, the masters of one Redis Cluster) must differ by it, and their hash tags place them on its masters.
+    /// </summary>
+    public string? ChannelPrefix { get; set; }
 }

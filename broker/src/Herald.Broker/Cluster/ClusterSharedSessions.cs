@@ -53,7 +53,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     public ClusterSharedSessions(ClusterConnection engine)
     {
         _engine = engine;
-        _prefix = engine.Options.ChannelPrefix;
+        _prefix = engine.Prefix;
         _node = engine.NodeId.ToString("x16", CultureInfo.InvariantCulture);
         _wakes = RedisChannel.Literal(_prefix + ".lpw:" + _node);
         _commands = RedisChannel.Literal(_prefix + ".lpc:" + _node);

@@ -50,7 +50,7 @@ internal sealed class RedisPresence : IPresence
         _connection = connection;
         _out = outbound;
         _options = options;
-        _prefix = connection.Options.ChannelPrefix;
+        _prefix = connection.Prefix;
         _node = connection.NodeId.ToString("x16", CultureInfo.InvariantCulture);
         _timeToLiveMs = (long)(connection.Options.HeartbeatInterval.TotalMilliseconds * 6); // outlives a dead node's detection (3), so its leaves are still sent
     }

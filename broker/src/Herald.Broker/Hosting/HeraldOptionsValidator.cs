@@ -271,16 +271,7 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Check(failures, "Herald:Cluster:ConnectTimeout", cluster.ConnectTimeout, TimeSpan.FromMilliseconds(100), TimeSpan.FromMinutes(5));
         Check(failures, "Herald:Cluster:HeartbeatInterval", cluster.HeartbeatInterval, TimeSpan.FromMilliseconds(100), TimeSpan.FromMinutes(5));
         Check(failures, "Herald:Cluster:ReplayWindow", cluster.ReplayWindow, TimeSpan.FromSeconds(1), TimeSpan.FromHours(1));
-        if (cluster.ChannelPrefix.Any(c => c is '*' or '?' or '[' or ']' or '\\' || c <= ' ' || c > '~'))
-        {
-            failures.Add($"Herald:Cluster:ChannelPrefix '{cluster.ChannelPrefix}' must be printable ASCII without spaces or glob characters (* ? [ ] \\).");
-        }
-
-        int open = cluster.ChannelPrefix.IndexOf('{', StringComparison.Ordinal);
-        if (open < 0 || cluster.ChannelPrefix.IndexOf('}', open + 1) is var close && (close < 0 || close == open + 1))
-        {
-            failures.Add($"Herald:Cluster:ChannelPrefix '{cluster.ChannelPrefix}' must hold a Redis hash tag, such as {{herald}}: (so on Redis Cluster all of a cluster's channels share one slot, in order).");
-        }
+        CheckPrefix(failures, "Herald:Cluster:ChannelPrefix", cluster.ChannelPrefix);
 
         if (cluster.Secret is { Length: < 16 })
         {
@@ -292,9 +283,58 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
             return;
         }
 
-        if (Cluster.ClusterOptions.RedisProblem(cluster.Redis!) is { } problem)
+        if (!string.IsNullOrWhiteSpace(cluster.Redis) && cluster.Shards.Count > 0)
         {
-            failures.Add(problem);
+            failures.Add("Herald:Cluster:Redis and Herald:Cluster:Shards name the cluster's Redis twice: set one (Shards for several).");
+            return;
+        }
+
+        if (cluster.Shards.Count > 1)
+        {
+            failures.Add("Herald:Cluster:Shards: more than one shard is not served yet (cluster.md §13); name one.");
+        }
+
+        var places = new HashSet<string>(StringComparer.Ordinal);
+        for (int i = 0; i < cluster.ShardList.Count; i++)
+        {
+            Cluster.ClusterShardOptions shard = cluster.ShardList[i];
+            string key = cluster.Shards.Count > 0 ? $"Herald:Cluster:Shards:{i}:Redis" : "Herald:Cluster:Redis";
+            if (string.IsNullOrWhiteSpace(shard.Redis))
+            {
+                failures.Add($"{key} is empty: every shard names its Redis.");
+                continue;
+            }
+
+            if (Cluster.ClusterOptions.RedisProblem(shard.Redis, key) is { } problem)
+            {
+                failures.Add(problem);
+                continue;
+            }
+
+            string prefix = shard.ChannelPrefix ?? cluster.ChannelPrefix;
+            if (shard.ChannelPrefix is not null)
+            {
+                CheckPrefix(failures, $"Herald:Cluster:Shards:{i}:ChannelPrefix", prefix);
+            }
+
+            if (!places.Add($"{shard.Redis}\n{prefix}"))
+            {
+                failures.Add($"Herald:Cluster:Shards:{i} is another shard's Redis with the same prefix: shards on one Redis differ by ChannelPrefix.");
+            }
+        }
+    }
+
+    private static void CheckPrefix(List<string> failures, string key, string prefix)
+    {
+        if (prefix.Any(c => c is '*' or '?' or '[' or ']' or '\\' || c <= ' ' || c > '~'))
+        {
+            failures.Add($"{key} '{prefix}' must be printable ASCII without spaces or glob characters (* ? [ ] \\).");
+        }
+
+        int open = prefix.IndexOf('{', StringComparison.Ordinal);
+        if (open < 0 || prefix.IndexOf('}', open + 1) is var close && (close < 0 || close == open + 1))
+        {
+            failures.Add($"{key} '{prefix}' must hold a Redis hash tag, such as {{herald}}: (so on Redis Cluster all of a shard's channels share one slot, in order).");
         }
     }
 
