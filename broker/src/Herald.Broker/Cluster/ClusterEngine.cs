@@ -45,7 +45,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         Nodes = new ClusterNodes(options, NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), serverName, ClusterSharedHistory.RulesOf(history));
         Sessions = new ClusterSharedSessions(_connection);
         Groups = new ClusterGroups(_connection, Nodes, router, log);
-        _out = new ClusterOutbound(_connection, router, Nodes, Metrics);
+        _out = new ClusterOutbound(_shards, router, Nodes, Metrics);
         SharedHistory = new ClusterSharedHistory(_connection, _out, history);
         Presence = new RedisPresence(_connection, _out, presence ?? new PresenceOptions());
         _in = new ClusterInbound(_connection, router, encoder, brokerMetrics, Metrics, Nodes, _out.KeptOrigins, SharedHistory, maxPayloadBytes, maxFrameBytes, Presence);
@@ -142,15 +142,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
 
     public async Task StartAsync(CancellationToken cancellationToken)
     {
-        await _connection.ConnectAsync(_log, () =>
-        {
-            Metrics.Reconnected();
-            _interest.Resync(); // subscriptions that failed meanwhile are made again
-            Groups.Resync(); // Redis may have restarted empty: this node's queue groups are written again
-            _ = ListenForSessionsAsync();
-            _out.Nudge(); // the writer sends what waited for Redis
-            Presence.Reconcile(); // Redis may have lost this node's members, or kept some that left meanwhile
-        }).ConfigureAwait(false);
+        await Task.WhenAll(_shards.All.Select(shard => shard.ConnectAsync(_log, () => Restored(shard)))).ConfigureAwait(false);
         await ListenForSessionsAsync().ConfigureAwait(false);
         await Groups.StartAsync(_connection.Subscriber, _stop.Token).ConfigureAwait(false); // the others' groups, before this node routes anything
         _interest.Start(_stop.Token);
@@ -158,6 +150,22 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         _out.Start();
         _heartbeat = Task.Run(HeartbeatLoopAsync, CancellationToken.None);
         _log.ClusterStarted(NodeId, _options.ChannelPrefix, _connection.IsConnected);
+    }
+
+    /// <summary>A shard's connection came back: what it lost is made again there, and what waited for it is sent.</summary>
+    private void Restored(ClusterConnection shard)
+    {
+        Metrics.Reconnected();
+        _out.Nudge(shard); // its writer sends what waited for it
+        if (shard != _connection)
+        {
+            return;
+        }
+
+        _interest.Resync(); // subscriptions that failed meanwhile are made again
+        Groups.Resync(); // Redis may have restarted empty: this node's queue groups are written again
+        _ = ListenForSessionsAsync();
+        Presence.Reconcile(); // Redis may have lost this node's members, or kept some that left meanwhile
     }
 
     /// <summary>The shared sessions' channels (wakes, commands, replies): at start, and again after Redis comes back if that failed.</summary>

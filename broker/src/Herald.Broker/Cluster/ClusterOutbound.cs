@@ -10,44 +10,42 @@ using StackExchange.Redis;
 namespace Herald.Broker.Cluster;
 
 /// <summary>
-/// <b>Out</b> (spec cluster.md §1, §3): this node's publications to the other nodes. A publication routed on this node
-/// is copied once into an envelope (<see cref="ClusterEnvelope"/>) and queued; one writer task stamps each with this
-/// node's next sequence number and PUBLISHes it to <c>{prefix}{topic}</c>, in that order, on one connection, so Redis
-/// receives a node's publications in sequence order. The queue is bounded in bytes; past it, or while Redis is
-/// unreachable, the publication stays local and is counted. A history topic's publication (spec cluster.md §9) goes
-/// through a script that positions and keeps it, and waits for Redis in order while it is unreachable. A request
-/// nobody here took is answered "no responders" unless another node's subscriptions cover it. Queue groups (spec
-/// cluster.md §11) are chosen among every node's members and what was chosen travels in the envelope: no Redis call
-/// on a publication's path.
+/// <b>Out</b> (spec cluster.md §1, §3, §13): this node's publications to the other nodes. A publication routed on this node
+/// is copied once into an envelope (<see cref="ClusterEnvelope"/>) and queued for its topic's shard
+/// (<see cref="ClusterShards.For(ReadOnlySpan{byte})"/>); each shard has one writer task (<see cref="ShardWriter"/>) that
+/// stamps each with this node's next sequence number and PUBLISHes it to <c>{prefix}{topic}</c> on that shard, in that
+/// order, on one connection, so each shard receives a node's publications in sequence order. One counter numbers them
+/// all (the origin's sequence, §3): each shard's stream of them rises. The queues are bounded together in bytes; past
+/// it, or while a topic's shard is unreachable, the publication stays local and is counted (for that shard). A history
+/// topic's publication (spec cluster.md §9) goes through a script that positions and keeps it, and waits for its shard in
+/// order while it is unreachable. A request nobody here took is answered "no responders" unless another node's
+/// subscriptions on the topic's shard cover it. Queue groups (spec cluster.md §11) are chosen among every node's members
+/// and what was chosen travels in the envelope: no Redis call on a publication's path.
 /// </summary>
-internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
+internal sealed partial class ClusterOutbound : IPublicationExchange, IDisposable
 {
-    private readonly ClusterConnection _connection;
+    private readonly ClusterShards _shards;
     private readonly ClusterOptions _options;
-    private readonly byte[] _channelPrefix;
     private readonly TopicRouter _router;
     private readonly ClusterNodes _nodes;
     private readonly ClusterMetrics _metrics;
-    private readonly Channel<Outbound> _outbound = Channel.CreateUnbounded<Outbound>(new UnboundedChannelOptions { SingleReader = true });
-    private readonly EnvelopeSigner? _signer; // the writer's
-    private readonly Queue<Outbound> _parked = new(); // history publications waiting for Redis; the writer's
-    private Task _writer = Task.CompletedTask;
+    private readonly ShardWriter[] _writers;
     private long _forwardBytes;
-    private ulong _sequence; // the writer's
+    private ulong _sequence; // the last stamped, by any writer (Stamp)
     private volatile bool _running;
 
-    public ClusterOutbound(ClusterConnection connection, TopicRouter router, ClusterNodes nodes, ClusterMetrics metrics)
+    public ClusterOutbound(ClusterShards shards, TopicRouter router, ClusterNodes nodes, ClusterMetrics metrics)
     {
-        _connection = connection;
-        _options = connection.Options;
-        _channelPrefix = connection.ChannelPrefix;
+        _shards = shards;
+        _options = shards.First.Options;
         _router = router;
         _nodes = nodes;
         _metrics = metrics;
-        _signer = _options.Secret is { } secret ? new EnvelopeSigner(secret) : null;
+        _writers = [.. shards.All.Select(shard => new ShardWriter(this, shard))];
     }
 
-    private ulong NodeId => _connection.NodeId;
+    private ulong NodeId => _shards.NodeId;
+
 
     /// <summary>
     /// Who published this node's history publications in flight (by sequence number), for their no-echo subscriptions when they come back.
@@ -63,29 +61,41 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
     public void Start()
     {
         _running = true;
-        _writer = Task.Run(WriteLoopAsync, CancellationToken.None);
+        foreach (ShardWriter writer in _writers)
+        {
+            writer.Start();
+        }
     }
 
     /// <summary>Accepts no more publications (the first step of stopping, before anything else stops).</summary>
     public void Close()
     {
         _running = false;
-        _outbound.Writer.TryComplete();
+        foreach (ShardWriter writer in _writers)
+        {
+            writer.Close();
+        }
     }
 
     /// <summary>Waits, a few seconds at most, until the writer has sent what was queued before <see cref="Close"/>.</summary>
-    public Task DrainAsync() => Task.WhenAny(_writer, Task.Delay(TimeSpan.FromSeconds(5), CancellationToken.None));
+    public Task DrainAsync() => Task.WhenAny(Task.WhenAll(_writers.Select(writer => writer.Done)), Task.Delay(TimeSpan.FromSeconds(5), CancellationToken.None));
 
     /// <summary>
-    /// Queues <paramref name="command"/> among this node's publications: the writer calls it in order with them, with the
-    /// server it publishes through (null while unreachable), and the command sends what it sends before it returns (the
-    /// presence scripts, cluster.md §12: a member's join before its publications, its leave after them). False when
-    /// stopping.
+    /// Queues <paramref name="command"/> among this node's publications on <paramref name="shard"/>: that shard's writer
+    /// calls it in order with them, with the server it publishes through there (null while unreachable), and the
+    /// command sends what it sends before it returns (the presence scripts, cluster.md §12: a member's join before its
+    /// publications on the topic's shard, its leave after them). False when stopping.
     /// </summary>
-    public bool Run(Action<IServer?> command) => _running && _outbound.Writer.TryWrite(new Outbound([], [], 0, null, null, Command: command));
+    public bool Run(ClusterConnection shard, Action<IServer?> command) => _running && _writers[shard.Index].TryWrite(new Outbound([], [], 0, null, null, Command: command));
 
-    /// <summary>Redis is back: the writer sends what waited for it.</summary>
-    public void Nudge() => _outbound.Writer.TryWrite(new Outbound([], [], 0, null, null));
+    /// <summary><paramref name="shard"/> is back: its writer sends what waited for it.</summary>
+    public void Nudge(ClusterConnection shard) => _writers[shard.Index].TryWrite(new Outbound([], [], 0, null, null));
+
+    /// <summary>Publications sent to <paramref name="shard"/> (monitoring, <c>/varz</c> <c>cluster.shards</c>).</summary>
+    public long SentTo(int shard) => _writers[shard].Sent;
+
+    /// <summary>Publications on <paramref name="shard"/>'s topics that stayed local: it was unreachable, or the queue full (monitoring).</summary>
+    public long DroppedFor(int shard) => _writers[shard].Dropped;
 
     /// <summary>
     /// What a publisher on this node (a session) hands the router, then <see cref="Forward"/>, for
@@ -102,9 +112,10 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
             return null;
         }
 
+        ClusterConnection shard = _shards.For(publish.Topic);
         long most = ClusterEnvelope.HeaderSize + ClusterEnvelope.TagSize + 1 + (GroupAssignments.Max * GroupAssignments.Size) + 2
-            + publish.Envelope.Length + publish.Headers.Length + _channelPrefix.Length + publish.Topic.Length;
-        if (!_running || !_connection.IsConnected || Interlocked.Read(ref _forwardBytes) + most > _options.MaxForwardQueueBytes)
+            + publish.Envelope.Length + publish.Headers.Length + shard.ChannelPrefix.Length + publish.Topic.Length;
+        if (!_running || !shard.IsConnected || Interlocked.Read(ref _forwardBytes) + most > _options.MaxForwardQueueBytes)
         {
             return null;
         }
@@ -127,20 +138,23 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
         }
 
         CountOverflow(groups);
+        ShardWriter writer = _writers[_shards.For(publish.Topic).Index];
+        byte[] prefix = writer.Shard.ChannelPrefix;
         byte[] envelope = ClusterEnvelope.Write(publish, NodeId, signed: _options.Secret is not null, groups);
-        long size = envelope.Length + _channelPrefix.Length + publish.Topic.Length;
+        long size = envelope.Length + prefix.Length + publish.Topic.Length;
         if (!TryReserve(size))
         {
             _metrics.DroppedQueueFull();
+            writer.CountDropped();
             request?.NoResponders(publish.ReplyTo!.Value.ToArray()); // nothing will reach the other nodes
             return true;
         }
 
-        byte[] channel = new byte[_channelPrefix.Length + publish.Topic.Length];
-        _channelPrefix.CopyTo(channel, 0);
-        publish.Topic.CopyTo(channel.AsSpan(_channelPrefix.Length));
+        byte[] channel = new byte[prefix.Length + publish.Topic.Length];
+        prefix.CopyTo(channel, 0);
+        publish.Topic.CopyTo(channel.AsSpan(prefix.Length));
         byte[]? replyTo = request is null ? null : publish.ReplyTo!.Value.ToArray();
-        if (!_outbound.Writer.TryWrite(new Outbound(channel, envelope, size, request, replyTo)))
+        if (!writer.TryWrite(new Outbound(channel, envelope, size, request, replyTo)))
         {
             Interlocked.Add(ref _forwardBytes, -size); // stopping
         }
@@ -167,20 +181,23 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
 
         _router.ChooseGroups(publish.Topic, publisher, chosen);
         CountOverflow(chosen);
+        ShardWriter writer = _writers[_shards.For(publish.Topic).Index];
+        byte[] prefix = writer.Shard.ChannelPrefix;
         byte[] envelope = ClusterEnvelope.Write(publish, NodeId, signed: _options.Secret is not null, chosen);
-        long size = envelope.Length + (2 * (_channelPrefix.Length + publish.Topic.Length + 2)) + _channelPrefix.Length + publish.Topic.Length;
+        long size = envelope.Length + (2 * (prefix.Length + publish.Topic.Length + 2)) + prefix.Length + publish.Topic.Length;
         if (!TryReserve(size))
         {
             _metrics.DroppedQueueFull();
+            writer.CountDropped();
             return false;
         }
 
         byte[] topic = publish.Topic.ToArray();
-        byte[] channel = new byte[_channelPrefix.Length + topic.Length];
-        _channelPrefix.CopyTo(channel, 0);
-        topic.CopyTo(channel, _channelPrefix.Length);
-        var kept = new KeptPublication(ClusterHistory.HashKey(_options.ChannelPrefix, topic), ClusterHistory.StreamKey(_options.ChannelPrefix, topic), history.Rule.MaxMessages, ClusterHistory.TimeToLiveMs(history.Rule), history.Rule.MaxBytes, publisher);
-        if (!_outbound.Writer.TryWrite(new Outbound(channel, envelope, size, null, null, kept)))
+        byte[] channel = new byte[prefix.Length + topic.Length];
+        prefix.CopyTo(channel, 0);
+        topic.CopyTo(channel, prefix.Length);
+        var kept = new KeptPublication(ClusterHistory.HashKey(writer.Shard.Prefix, topic), ClusterHistory.StreamKey(writer.Shard.Prefix, topic), history.Rule.MaxMessages, ClusterHistory.TimeToLiveMs(history.Rule), history.Rule.MaxBytes, publisher);
+        if (!writer.TryWrite(new Outbound(channel, envelope, size, null, null, kept)))
         {
             Interlocked.Add(ref _forwardBytes, -size); // stopping
             return false;
@@ -220,120 +237,40 @@ internal sealed class ClusterOutbound : IPublicationExchange, IDisposable
         return false;
     }
 
-    private async Task WriteLoopAsync()
-    {
-        ChannelReader<Outbound> outbound = _outbound.Reader;
-        while (await outbound.WaitToReadAsync().ConfigureAwait(false))
-        {
-            while (outbound.TryRead(out Outbound item))
-            {
-                SendParked();
-                if (item.Command is { } command)
-                {
-                    command(_connection.PublishServer());
-                    continue;
-                }
-
-                if (item.Envelope.Length == 0)
-                {
-                    continue; // the nudge of a restored connection: the parked ones went above
-                }
-
-                if (item.Kept is not null && (_parked.Count > 0 || _connection.PublishServer() is null))
-                {
-                    _parked.Enqueue(item); // a history topic's publication waits for Redis, in order, still counted in the queue's bytes
-                    continue;
-                }
-
-                Interlocked.Add(ref _forwardBytes, -item.Size);
-                Send(item);
-            }
-        }
-
-        while (_parked.TryDequeue(out Outbound left))
-        {
-            Interlocked.Add(ref _forwardBytes, -left.Size); // stopping: what never reached Redis is gone with the node
-            _metrics.DroppedDisconnected();
-        }
-    }
-
     /// <summary>
-    /// Sends the history publications that waited for Redis (spec cluster.md §9: recoverable, unlike the others, which
-    /// are delivered here only), oldest first, while it is reachable. Caller: the writer.
+    /// This node's next sequence number (spec cluster.md §3), for whichever shard's writer sends next: one counter for the
+    /// node, so a writer's numbers rise (each shard receives them in order) and no two envelopes share one.
     /// </summary>
-    private void SendParked()
+    private ulong NextSequence()
     {
-        while (_parked.Count > 0 && _connection.PublishServer() is not null)
+        long now = DateTimeOffset.UtcNow.ToUnixTimeMilliseconds();
+        ulong last = Volatile.Read(ref _sequence);
+        while (true)
         {
-            Outbound item = _parked.Dequeue();
-            Interlocked.Add(ref _forwardBytes, -item.Size);
-            Send(item);
-        }
-    }
-
-    // Caller: the writer, one at a time, in queue order: the sequence numbers go to Redis in order.
-    private void Send(Outbound item)
-    {
-        if (_connection.PublishServer() is not { } server)
-        {
-            _metrics.DroppedDisconnected();
-            item.Request?.NoResponders(item.ReplyTo!);
-            return;
-        }
-
-        ClusterEnvelope.Stamp(item.Envelope, _sequence = ClusterEnvelope.NextSequence(_sequence, DateTimeOffset.UtcNow.ToUnixTimeMilliseconds()));
-        _signer?.Sign(item.Envelope);
-        try
-        {
-            if (item.Kept is { } kept)
+            ulong next = ClusterEnvelope.NextSequence(last, now);
+            ulong seen = Interlocked.CompareExchange(ref _sequence, next, last);
+            if (seen == last)
             {
-                KeptOrigins.Put(_sequence, kept.Publisher);
-                server.Execute("EVAL", [ClusterHistory.PublishScript, 2, kept.Hash, kept.Stream, item.Channel, item.Envelope, ClusterSharedHistory.NewEpoch(), kept.MaxMessages, kept.TimeToLiveMs, kept.MaxBytes], CommandFlags.FireAndForget);
-                _metrics.SentOne();
-                return;
+                return next;
             }
 
-            server.Execute("PUBLISH", [item.Channel, item.Envelope], CommandFlags.FireAndForget);
-            _metrics.SentOne();
-            if (item.Request is not null)
-            {
-                _ = AnswerAsync(item); // a request nobody here took: does another node's interest cover it?
-            }
-        }
-        catch (Exception e) when (e is RedisException or TimeoutException)
-        {
-            _metrics.DroppedDisconnected();
-            item.Request?.NoResponders(item.ReplyTo!);
+            last = seen;
         }
     }
 
-    /// <summary>
-    /// Tells the requester "no responders" unless another node's Redis subscriptions cover the topic (the covers
-    /// every node keeps in Redis before it confirms a subscription, spec cluster.md §4). PUBLISH's receiver count
-    /// cannot say it: on Redis Cluster it counts one shard's subscribers only.
-    /// </summary>
-    private async Task AnswerAsync(Outbound item)
-    {
-        bool covered;
-        try
-        {
-            covered = await _nodes.OthersCoverAsync(_connection.Database, item.Channel.AsMemory(_channelPrefix.Length)).ConfigureAwait(false);
-        }
-        catch (Exception e) when (e is RedisException or TimeoutException)
-        {
-            covered = false; // unreachable: the publication did not reach anyone either
-        }
-
-        if (!covered)
-        {
-            item.Request!.NoResponders(item.ReplyTo!);
-        }
-    }
+    /// <summary>A queued item left the queue (sent, dropped or parked no longer): its bytes are free.</summary>
+    private void Release(long size) => Interlocked.Add(ref _forwardBytes, -size);
 
     private readonly record struct Outbound(byte[] Channel, byte[] Envelope, long Size, INoResponders? Request, byte[]? ReplyTo, KeptPublication? Kept = null, Action<IServer?>? Command = null);
 
     /// <summary>A history topic's publication (spec cluster.md §9): its keys in Redis, its rule's bounds, and who published it (no-echo).</summary>
     private sealed record KeptPublication(RedisKey Hash, RedisKey Stream, int MaxMessages, long TimeToLiveMs, long MaxBytes, IMessageSink Publisher);
 
-    public void Dispose() => _signer?.Dispose();
+    public void Dispose()
+    {
+        foreach (ShardWriter writer in _writers)
+        {
+            writer.Dispose();
+        }
+    }
 }

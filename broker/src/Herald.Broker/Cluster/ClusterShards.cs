@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.IO.Hashing;
 using System.Text;
 
@@ -39,6 +40,24 @@ internal sealed class ClusterShards : IAsyncDisposable
 
     /// <summary>The shard that holds <paramref name="topic"/> (UTF-8): its channel, history and presence.</summary>
     public ClusterConnection For(ReadOnlySpan<byte> topic) => _shards.Length == 1 ? _shards[0] : _shards[ShardOf(topic, _shards.Length)];
+
+    /// <summary>The shard that holds <paramref name="topic"/> (a frame's slice): no copy unless it spans segments.</summary>
+    public ClusterConnection For(in ReadOnlySequence<byte> topic)
+    {
+        if (_shards.Length == 1)
+        {
+            return _shards[0];
+        }
+
+        if (topic.IsSingleSegment)
+        {
+            return For(topic.FirstSpan);
+        }
+
+        Span<byte> bytes = topic.Length <= 256 ? stackalloc byte[(int)topic.Length] : new byte[topic.Length];
+        topic.CopyTo(bytes);
+        return For(bytes);
+    }
 
     /// <summary>The shard that holds <paramref name="name"/> (a topic, or a long-poll session's token).</summary>
     public ClusterConnection For(string name)

@@ -109,7 +109,7 @@ internal sealed class RedisPresence : IPresence
             _topics[topic] = _topics.GetValueOrDefault(topic) + 1;
         }
 
-        if (!_out.Run(server => JoinIn(server, entry)))
+        if (!_out.Run(_connection, server => JoinIn(server, entry)))
         {
             Drop(entry);
             entry.Outcome.TrySetException(new ClusterUnavailableException("The node is stopping."));
@@ -229,7 +229,7 @@ internal sealed class RedisPresence : IPresence
 
         // After the member's publications (queued before), so its leave follows them on every node. Redis unreachable:
         // the entry stays there until this node writes its table again (Reconcile) or it expires.
-        _out.Run(server =>
+        _out.Run(_connection, server =>
         {
             try
             {
@@ -466,7 +466,7 @@ internal sealed class RedisPresence : IPresence
     /// member here is there afterwards (quietly: they never left). Queued with the node's publications, so joins and
     /// leaves before it are in Redis first and the ones after it follow.
     /// </summary>
-    public void Reconcile() => _out.Run(server =>
+    public void Reconcile() => _out.Run(_connection, server =>
     {
         if (server is null)
         {
