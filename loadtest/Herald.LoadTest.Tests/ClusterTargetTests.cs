@@ -15,7 +15,7 @@ public class ClusterTargetTests
     private static readonly HttpClient Http = new() { Timeout = TimeSpan.FromSeconds(10) };
 
     /// <summary>Two nodes, one TCP port each: node k on TCP first + k, HTTP first + 2 + k, monitoring first + 4 + k.</summary>
-    private static string[] ClusterArgs(out int first)
+    internal static string[] ClusterArgs(out int first)
     {
         first = Repo.FreePorts(6);
         CultureInfo c = CultureInfo.InvariantCulture;
@@ -65,7 +65,7 @@ public class ClusterTargetTests
             Assert.Equal(2, started.ServerProcesses.Count);
             Assert.Equal(started.ServerProcess?.Id, started.ServerProcesses[0].Id);
             Assert.Contains("--Herald:Cluster:Redis=127.0.0.1:", started.ServerCommandLine, StringComparison.Ordinal);
-            pids = [.. started.ServerProcesses.Select(p => p.Id), cluster.RedisProcess.Id];
+            pids = [.. started.ServerProcesses.Select(p => p.Id), .. cluster.RedisProcesses.Select(p => p.Id)];
 
             using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
             IPubSubClient[] clients = await Task.WhenAll(Enumerable.Range(0, 5).Select(i => started.ConnectAsync(i, timeout.Token)));
@@ -99,6 +99,9 @@ public class ClusterTargetTests
     [InlineData("--target", "cluster", "--nodes", "two")]
     [InlineData("--target", "herald", "--nodes", "2")]
     [InlineData("--target", "redis", "--nodes", "1")]
+    [InlineData("--target", "herald", "--shards", "2")]
+    [InlineData("--target", "cluster", "--shards", "0")]
+    [InlineData("--target", "cluster", "--shards", "17")]
     [InlineData("--target", "cluster", "--server", "external")]
     [InlineData("--target", "cluster", "--nodes", "32", "--ports", "65000-65100")]
     [InlineData("--target", "nats", "--history", ">")]

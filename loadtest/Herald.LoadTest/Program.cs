@@ -28,6 +28,7 @@ internal static class Program
         new ConnectionsScenario(),
         new StalledScenario(),
         new PresenceScenario(),
+        new ShardsScenario(),
         new CompareCommand(),
         new BroadcastChartCommand(),
         new AttacksCommand(),

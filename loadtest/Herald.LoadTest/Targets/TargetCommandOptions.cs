@@ -10,7 +10,7 @@ namespace Herald.LoadTest.Targets;
 internal static class TargetCommandOptions
 {
     public static readonly Option<string> Target = OptionKinds.Choice("target", "herald", TargetOptions.Targets,
-        "cluster: N Herald nodes over one redis-server, all started by the tool; client i on node i % N (loadtest/docs/cluster.md)");
+        "cluster: N Herald nodes over one redis-server (or --shards S), all started by the tool; client i on node i % N (loadtest/docs/cluster.md)");
 
     public static readonly Option<string> Transport = OptionKinds.Choice("transport", "tcp", ["tcp", "tls", "websocket", "longpoll"],
         "Herald (and cluster) TCP or HTTP long-poll; SignalR WebSockets (tcp) or long polling (longpoll); NATS and Redis: tcp. "
@@ -20,6 +20,9 @@ internal static class TargetCommandOptions
 
     public static readonly Option<int> Nodes = OptionKinds.Integer("nodes", ClusterTarget.DefaultNodes, 1, ClusterTarget.MaxNodes,
         "cluster: how many Herald nodes; node k on the --ports range shifted by k lengths, --http-port + k, --monitoring-port + k");
+
+    public static readonly Option<int> Shards = OptionKinds.Integer("shards", ClusterTarget.DefaultShards, 1, ClusterTarget.MaxShards,
+        "cluster: how many redis-servers the topics are spread over (Herald:Cluster:Shards:i:Redis; 1: Herald:Cluster:Redis)");
 
     public static readonly Option<string> Server = OptionKinds.Choice("server", "start", ["start", "external"],
         "start the server for this run and stop it after, or use one that is already running at --host/--port");
@@ -73,5 +76,5 @@ internal static class TargetCommandOptions
     }
 
     /// <summary>Every target option, in the order help lists them.</summary>
-    public static readonly Option[] All = [Target, Transport, Nodes, Server, Host, Port, Ports, HttpPort, MonitoringPort, ServerCpus, ClientCpus, ServerPid, BrokerDll, SetupTimeout, Token, History];
+    public static readonly Option[] All = [Target, Transport, Nodes, Shards, Server, Host, Port, Ports, HttpPort, MonitoringPort, ServerCpus, ClientCpus, ServerPid, BrokerDll, SetupTimeout, Token, History];
 }

@@ -28,7 +28,8 @@ internal sealed record TargetOptions(
     IReadOnlyList<string>? ServerArguments = null,
     string? Token = null,
     bool Headers = false,
-    int? Nodes = null)
+    int? Nodes = null,
+    int Shards = 1)
 {
     public static readonly string[] Targets = ["herald", "nats", "redis", "signalr", "cluster"];
 
@@ -88,18 +89,19 @@ internal sealed record TargetOptions(
             options.GetValue(TargetCommandOptions.MonitoringPort),
             ServerArguments: history,
             Token: options.GetValue(TargetCommandOptions.Token),
-            Nodes: nodes);
+            Nodes: nodes,
+            Shards: nodes is null ? 1 : options.GetValue(TargetCommandOptions.Shards));
     }
 
     /// <summary><c>--nodes</c> for the cluster target (default <see cref="ClusterTarget.DefaultNodes"/>), null for every other.</summary>
-    /// <exception cref="UsageException"><c>--nodes</c> with another target, out of range, ports past 65535, or a cluster the tool would not start.</exception>
+    /// <exception cref="UsageException"><c>--nodes</c> or <c>--shards</c> with another target, out of range, ports past 65535, or a cluster the tool would not start.</exception>
     private static int? ReadNodes(ParseResult options, string target, string server, int firstPort, int lastPort)
     {
         if (target != "cluster")
         {
-            if (options.Given(TargetCommandOptions.Nodes))
+            if (options.Given(TargetCommandOptions.Nodes) || options.Given(TargetCommandOptions.Shards))
             {
-                throw new UsageException($"--nodes goes with --target cluster, not {target}.");
+                throw new UsageException($"--{(options.Given(TargetCommandOptions.Nodes) ? "nodes" : "shards")} goes with --target cluster, not {target}.");
             }
 
             return null;
@@ -123,7 +125,7 @@ internal sealed record TargetOptions(
     /// <summary>The port to use for <paramref name="target"/>: <c>--port</c>, else its usual one.</summary>
     public int PortOr(int usual) => Port ?? usual;
 
-    public string Describe() => string.Create(CultureInfo.InvariantCulture, $"{Target}/{Transport} ({(StartServer ? "started by the tool" : "external")}{(ServerCpus is null ? "" : $", server on CPUs {ServerCpus}")}{(ClientCpus is null ? "" : $", tool on CPUs {ClientCpus}")}{(Token is null ? "" : ", with a token")}{(Nodes is { } n ? $", {n} nodes" : "")}{(ServerArguments?.FirstOrDefault(a => a.StartsWith(HistoryArgument, StringComparison.Ordinal)) is { } h ? $", history on {h[HistoryArgument.Length..]}" : "")})");
+    public string Describe() => string.Create(CultureInfo.InvariantCulture, $"{Target}/{Transport} ({(StartServer ? "started by the tool" : "external")}{(ServerCpus is null ? "" : $", server on CPUs {ServerCpus}")}{(ClientCpus is null ? "" : $", tool on CPUs {ClientCpus}")}{(Token is null ? "" : ", with a token")}{(Nodes is { } n ? $", {n} nodes" : "")}{(Shards > 1 ? $", {Shards} shards" : "")}{(ServerArguments?.FirstOrDefault(a => a.StartsWith(HistoryArgument, StringComparison.Ordinal)) is { } h ? $", history on {h[HistoryArgument.Length..]}" : "")})");
 
     private const string HistoryArgument = "--Herald:History:Topics:0:Pattern=";
 }
