@@ -15,12 +15,14 @@
 #   presence: "What presence costs": the presence scenario (plain vs joined subscriptions, memory per member, a
 #     10,000-member topic's events and queries) on one node and on a cluster of 3 nodes, each one run:
 #     $OUT/presence-TARGET.json and .log. About 8 minutes with REPEAT=3.
+#   shards: "Sharding": Redis CPU seconds per million cluster publications on each shard (the `shards` scenario), a
+#     cluster of 2 nodes over 1, 2 and 4 redis-servers, one run each: $OUT/shards-S.json and .log. About 3 minutes.
 #   churn: the "Subscription churn" figures, BenchmarkDotNet's TopicRouterBenchmarks (short job), its JSON export
 #     committed as $OUT/churn-TopicRouterBenchmarks.json with $OUT/churn-run.json (command, times, load average,
 #     commit) beside it. About 5 minutes.
 #
 # Usage: loadtest/compare-all.sh [row ...]   rows: fanout stream oneway rpc32 rpc1 collab idle cluster
-#          cluster-longpoll presence churn
+#          cluster-longpoll presence shards churn
 #          (default: all)
 #          and, never by default, broadcast: each target's broadcast search (P = 1 s) and the broadcast chart,
 #          about 15 minutes more.
@@ -32,7 +34,7 @@
 OUT=${OUT:-loadtest/results/readme}
 REPEAT=${REPEAT:-2}
 SHORT=${SHORT:-1}
-[ $# -eq 0 ] && set -- fanout stream oneway rpc32 rpc1 collab idle cluster cluster-longpoll presence churn
+[ $# -eq 0 ] && set -- fanout stream oneway rpc32 rpc1 collab idle cluster cluster-longpoll presence shards churn
 source "$(dirname "$0")/versus.sh" "$@"
 ALL=herald/tcp,herald/websocket,herald/longpoll,nats/tcp,redis/tcp,signalr/websockets
 
@@ -83,6 +85,14 @@ if chosen presence; then
   CLUSTER_PORTS=(--ports 22502-22534 --http-port 22680 --monitoring-port 22690)
   for t in "herald:--target herald" "cluster3:--target cluster --nodes 3 --connections 40 --subscriptions 50 --setup-timeout 300"; do
     run_scenario "presence-${t%%:*}" "presence ${t#*:}"
+  done
+fi
+
+if chosen shards; then
+  # One run per shard count (a column each); the same 1,000 topics spread over the shards by the nodes' placement.
+  CLUSTER_PORTS=(--ports 22502-22534 --http-port 22680 --monitoring-port 22690)
+  for s in 1 2 4; do
+    run_scenario "shards-$s" "shards --target cluster --nodes 2 --shards $s --topics 1000 --publications 1000000"
   done
 fi
 

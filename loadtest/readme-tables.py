@@ -13,7 +13,7 @@ min-max spread), then when the runs were made, on what machine and how busy it w
 after), the servers' versions, the source commit, and each row's exact command line. The result files are
 what `loadtest/compare-all.sh` writes: `compare --out` files (one per row, every target side by side in one run)
 for the peer tables; one scenario `--out` file per cell for the cluster tables (`compare` cannot give each
-target its own `--nodes`), the targets of a row run one after the other (the presence table: one scenario run per column, a row per headline); and BenchmarkDotNet's JSON export, with
+target its own `--nodes`), the targets of a row run one after the other (the presence and shards tables: one scenario run per column, a row per headline); and BenchmarkDotNet's JSON export, with
 the run's command and load average beside it, for the router's subscription churn.
 
 Usage: loadtest/readme-tables.py [--check] [--readme README.md] [--results DIR]
@@ -129,6 +129,28 @@ SCENARIO_TABLES = {
                  "rows are within the noise of three nodes' GC heaps and RSS, and its GC heap and RSS are the nodes' sum, "
                  "Redis not included. Read them as relative costs (a figure beside "
                  "the same work without presence); the load average below says how busy the machine was",
+        "windows": "Each column's sizes are in its command below.",
+    },
+    "shards": {
+        "part": "shards",
+        "file": "shards-{column}",  # one run per shard count: every row is a headline of that run
+        "rows": [(f"cpu{i}", f"shard {i}: Redis CPU s per million cluster publications", f"Redis CPU s per M publications, shard {i}")
+                 for i in range(4)]
+                + [("cpu", "all shards together: Redis CPU s per million", "Redis CPU s per M publications, all shards"),
+                   ("share", "busiest shard's share of the PUBLISH calls, %", "busiest shard's share of PUBLISH %"),
+                   ("rate", "publications/s measured (nodes, shards and tool on the same cores)", "publications/s"),
+                   ("projected", "projection: publications/s with one core per shard, busiest shard saturated", "projected publications/s, one core per shard")],
+        "columns": [("1 shard", "1"), ("2 shards", "2"), ("4 shards", "4")],
+        "ratios": [("2 shards/1", (1, 0)), ("4 shards/1", (2, 0))],
+        "about": "The load tool's `shards` scenario (cluster.md §13), one run per column: a cluster of 2 nodes over 1, 2 and 4 "
+                 "redis-servers (`--target cluster --nodes 2 --shards S`); client 0 (node 0) publishes 128 B round-robin over "
+                 "1,000 topics that client 1 (node 1) subscribes to, so each publication is one PUBLISH on its topic's shard and "
+                 "one delivery to node 1; each shard's `INFO cpu` (used_cpu_sys + used_cpu_user) and PUBLISH calls read before "
+                 "and after the measured publications, after a warm-up. A shard's row is its Redis CPU per million of the "
+                 "cluster's publications (all shards'), so with S shards each should carry about 1/S. The projection is "
+                 "arithmetic, not a measurement: a million over the busiest shard's cost, the rate at which that shard would "
+                 "fill one core (Redis runs commands on one thread), assuming the cost stays linear in the rate and the nodes "
+                 "keep up; the measured rate is bound by the nodes and the tool sharing the machine's cores",
         "windows": "Each column's sizes are in its command below.",
     },
 }
