@@ -46,11 +46,14 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         Sessions = new ClusterSharedSessions(_connection);
         Groups = new ClusterGroups(_connection, Nodes, router, log);
         _out = new ClusterOutbound(_shards, router, Nodes, Metrics);
-        SharedHistory = new ClusterSharedHistory(_connection, _out, history);
-        Presence = new RedisPresence(_connection, _out, presence ?? new PresenceOptions());
+        SharedHistory = new ClusterSharedHistory(_shards, _out, history);
+        Presence = new RedisPresence(_shards, _out, presence ?? new PresenceOptions());
         _in = new ClusterInbound(_connection, router, encoder, brokerMetrics, Metrics, Nodes, _out.KeptOrigins, SharedHistory, maxPayloadBytes, maxFrameBytes, Presence);
         _interest = new ClusterInterest(_connection, Nodes, Groups, _in, log);
     }
+
+    /// <summary>This node's connections to the cluster's shards (spec cluster.md §13).</summary>
+    internal ClusterShards Shards => _shards;
 
     /// <summary>Where sessions hand this node's publications (Out).</summary>
     public IPublicationExchange Exchange => _out;
@@ -157,6 +160,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
     {
         Metrics.Reconnected();
         _out.Nudge(shard); // its writer sends what waited for it
+        Presence.Reconcile(shard); // the shard may have lost this node's members of its topics, or kept some that left meanwhile
         if (shard != _connection)
         {
             return;
@@ -165,7 +169,6 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         _interest.Resync(); // subscriptions that failed meanwhile are made again
         Groups.Resync(); // Redis may have restarted empty: this node's queue groups are written again
         _ = ListenForSessionsAsync();
-        Presence.Reconcile(); // Redis may have lost this node's members, or kept some that left meanwhile
     }
 
     /// <summary>The shared sessions' channels (wakes, commands, replies): at start, and again after Redis comes back if that failed.</summary>
@@ -252,7 +255,6 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
                     long takenAt = Stopwatch.GetTimestamp();
                     await Nodes.BeatAsync(_connection.Database).ConfigureAwait(false);
                     await Groups.BeatAsync(_connection.Database, Nodes.Known, takenAt).ConfigureAwait(false);
-                    await Presence.BeatAsync().ConfigureAwait(false);
                     foreach (ClusterNode other in Nodes.NewlyDiffering())
                     {
                         _log.ClusterHistoryRulesDiffer(other.Id, other.Name, other.History, Nodes.HistoryRules);
@@ -263,6 +265,8 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
                     // Unreachable now: the next beat tries again (the loss itself is logged by the connection events).
                 }
             }
+
+            await Presence.BeatAsync().ConfigureAwait(false); // on every shard reachable, each on its own
         }
         while (await timer.WaitForNextTickAsync(_stop.Token).ConfigureAwait(false));
     }

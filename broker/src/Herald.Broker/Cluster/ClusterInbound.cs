@@ -335,7 +335,7 @@ internal sealed class ClusterInbound
         if ((publish.Flags & PayloadFlags.Zstd) == 0)
         {
             var routing = new PublishContext(in publish, toFlush) { Origin = publisher, Encoder = _encoder, Tally = tally, Groups = groups };
-            return histories.PublishAt(_router, in routing, offset, epoch, _maxFrameBytes, _connection.Restores, repaired, out gapAfter);
+            return histories.PublishAt(_router, in routing, offset, epoch, _maxFrameBytes, _history.Restores(publish.Topic), repaired, out gapAfter);
         }
 
         int length = Zstd.Decompress(publish.Payload, _maxPayloadBytes - (int)publish.Headers.Length, out byte[] plain);
@@ -349,7 +349,7 @@ internal sealed class ClusterInbound
                 Tally = tally,
                 Groups = groups,
             };
-            return histories.PublishAt(_router, in routing, offset, epoch, _maxFrameBytes, _connection.Restores, repaired, out gapAfter);
+            return histories.PublishAt(_router, in routing, offset, epoch, _maxFrameBytes, _history.Restores(publish.Topic), repaired, out gapAfter);
         }
         finally
         {

@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.Security.Cryptography;
 using Herald.Broker.Delivery;
 using Herald.Broker.Engines;
@@ -9,14 +10,14 @@ using StackExchange.Redis;
 namespace Herald.Broker.Cluster;
 
 /// <summary>
-/// The cluster's topic histories (spec cluster.md §9), kept in Redis (<see cref="ClusterHistory"/>'s scripts and keys):
-/// a history topic's publication is sent there first (by <see cref="ClusterOutbound"/>, in order with the others), and
-/// a resume on any node reads the topic's stream. A Redis that does not answer raises <see cref="ClusterUnavailableException"/>.
+/// The cluster's topic histories (spec cluster.md §9), kept in Redis (<see cref="ClusterHistory"/>'s scripts and keys),
+/// each on its topic's shard (§13, <see cref="ClusterShards.For(string)"/>): a history topic's publication is sent there
+/// first (by <see cref="ClusterOutbound"/>, in order with the others), and a resume on any node reads the topic's stream
+/// there. A shard that does not answer raises <see cref="ClusterUnavailableException"/> for its topics only.
 /// </summary>
-internal sealed class ClusterSharedHistory(ClusterConnection connection, ClusterOutbound outbound, HistoryStore? store) : ISharedHistory
+internal sealed class ClusterSharedHistory(ClusterShards shards, ClusterOutbound outbound, HistoryStore? store) : ISharedHistory
 {
-    private readonly ClusterOptions _options = connection.Options;
-    private readonly ClusterConnection _connection = connection;
+    private readonly ClusterOptions _options = shards.First.Options;
 
     /// <summary>This node's topic histories (shared, in a cluster: their positions come from Redis).</summary>
     public HistoryStore? Store { get; } = store;
@@ -42,13 +43,14 @@ internal sealed class ClusterSharedHistory(ClusterConnection connection, Cluster
     /// <exception cref="ClusterUnavailableException">Redis is unreachable or did not answer in time.</exception>
     public async Task<SharedRead> ReadAsync(TopicHistory history, Herald.Protocol.StreamPosition since, int maxEntries, long maxBytes)
     {
-        IServer server = _connection.PublishServer() ?? throw new ClusterUnavailableException("Redis is unreachable.");
-        byte[] topic = System.Text.Encoding.ASCII.GetBytes(history.Topic);
+        ClusterConnection shard = shards.For(history.Topic);
+        IServer server = shard.PublishServer() ?? throw new ClusterUnavailableException($"Redis shard {shard.Index} is unreachable.");
+        byte[] topic = System.Text.Encoding.UTF8.GetBytes(history.Topic);
         try
         {
             RedisResult result = await server.ExecuteAsync(
                 "EVAL",
-                [ClusterHistory.ReadScript, 2, ClusterHistory.HashKey(_options.ChannelPrefix, topic), ClusterHistory.StreamKey(_options.ChannelPrefix, topic),
+                [ClusterHistory.ReadScript, 2, ClusterHistory.HashKey(shard.Prefix, topic), ClusterHistory.StreamKey(shard.Prefix, topic),
                  since.IsNone ? 0ul : since.Offset, Math.Min(maxEntries, history.Rule.MaxMessages), NewEpoch(), ClusterHistory.TimeToLiveMs(history.Rule), maxBytes]).ConfigureAwait(false);
             return ClusterHistory.Parse(result);
         }
@@ -57,6 +59,13 @@ internal sealed class ClusterSharedHistory(ClusterConnection connection, Cluster
             throw new ClusterUnavailableException(e.Message, e);
         }
     }
+
+    /// <summary>
+    /// How many times the connection to <paramref name="topic"/>'s shard was restored so far: a gap in the topic's offsets
+    /// after that may be the outage's, read back from its stream (spec cluster.md §9). Per shard, since one shard's outage
+    /// leaves the others' topics whole. Caller: an inbound reader, per history publication.
+    /// </summary>
+    public long Restores(in ReadOnlySequence<byte> topic) => shards.For(topic).Restores;
 
     /// <summary>
     /// A stream entry's envelope as its PUBLISH, checked as one from Redis's channels is (its signature with a secret); null when it is not one.

@@ -8,30 +8,33 @@ namespace Herald.Broker.Cluster;
 
 /// <summary>
 /// The cluster's presence (spec §15.5, cluster.md §12): every node's members of a topic in Redis
-/// (<see cref="PresenceScripts"/>), so every node answers the same members and occupancy.
+/// (<see cref="PresenceScripts"/>), on the topic's shard (§13, <see cref="ClusterShards.For(string)"/>), so every node
+/// answers the same members and occupancy and no one Redis holds every topic's.
 /// </summary>
 /// <remarks>
-/// A join or leave is one script, queued with this node's publications (<see cref="ClusterOutbound.Run"/>) and so sent
-/// on the same connection in the same order: the script checks the cluster-wide <see cref="PresenceOptions.MaxMembersPerTopic"/>,
+/// A join or leave is one script on the topic's shard, queued with this node's publications to that shard
+/// (<see cref="ClusterOutbound.Run"/>) and so sent on the same connection in the same order: the script checks the cluster-wide <see cref="PresenceOptions.MaxMembersPerTopic"/>,
 /// changes the tables, counts the occupancy and PUBLISHes the event on the topic's channel, where the other nodes read
 /// it in order with this node's publications (<see cref="Receive"/>); it returns the same event, which this node
 /// delivers to its own events subscribers before the join completes (the session reads nothing more meanwhile, so the
 /// member's next publication follows its join everywhere). A join the script refuses completes with why; the session
 /// tells the client and ends that subscription's join. <see cref="PresenceOptions.MaxPerIdentity"/> and
 /// <see cref="PresenceOptions.MaxEntries"/> bound this node's members (its memory and its share of Redis), checked here
-/// before anything is sent. At every heartbeat (<see cref="BeatAsync"/>) the node renews its keys' time to live and
-/// removes the members of a node silent for three heartbeats (one script per dead node, which publishes their leaves:
-/// the first node to run it does). Redis unreachable: a join or a read raises <see cref="ClusterUnavailableException"/>.
+/// before anything is sent. Each shard keeps its own table of this node's topics (<c>pn</c>) and of the live nodes
+/// (<c>pnodes</c>): at every heartbeat (<see cref="BeatAsync()"/>) the node renews its keys' time to live on every shard
+/// and removes there the members of a node silent on that shard for three heartbeats (one script per dead node, which
+/// publishes their leaves: the first node to run it does); a shard that comes back, or lost the table, gets this node's
+/// members of its topics again (<see cref="Reconcile"/>). A shard unreachable: a join or a read of one of its topics
+/// raises <see cref="ClusterUnavailableException"/>; the other shards' topics are served as before.
 /// Threading: the tables take <c>_gate</c>; flushes are scheduled after it is released.
 /// </remarks>
 internal sealed class RedisPresence : IPresence
 {
     private const int SweepBudget = 1_000;
 
-    private readonly ClusterConnection _connection;
+    private readonly ClusterShards _shards;
     private readonly ClusterOutbound _out;
     private readonly PresenceOptions _options;
-    private readonly string _prefix;
     private readonly string _node;
     private readonly long _timeToLiveMs;
     private readonly Lock _gate = new();
@@ -40,19 +43,19 @@ internal sealed class RedisPresence : IPresence
     private readonly Dictionary<string, int> _perQuota = new(StringComparer.Ordinal);
     private readonly Dictionary<string, List<Watcher>> _watchers = new(StringComparer.Ordinal);
     private long _watcherCount;
-    private long _confirmed; // members whose join Redis confirmed: the heartbeat's test of a lost table counts only these
+    private readonly long[] _confirmed; // per shard, members whose join it confirmed: the heartbeat's test of a lost table counts only these
     private long _events;
     private long _suppressed;
     private long _swept;
 
-    public RedisPresence(ClusterConnection connection, ClusterOutbound outbound, PresenceOptions options)
+    public RedisPresence(ClusterShards shards, ClusterOutbound outbound, PresenceOptions options)
     {
-        _connection = connection;
+        _shards = shards;
         _out = outbound;
         _options = options;
-        _prefix = connection.Prefix;
-        _node = connection.NodeId.ToString("x16", CultureInfo.InvariantCulture);
-        _timeToLiveMs = (long)(connection.Options.HeartbeatInterval.TotalMilliseconds * 6); // outlives a dead node's detection (3), so its leaves are still sent
+        _node = shards.NodeId.ToString("x16", CultureInfo.InvariantCulture);
+        _confirmed = new long[shards.Count];
+        _timeToLiveMs = (long)(shards.First.Options.HeartbeatInterval.TotalMilliseconds * 6); // outlives a dead node's detection (3), so its leaves are still sent
     }
 
     public bool Enabled => _options.Enabled;
@@ -98,18 +101,19 @@ internal sealed class RedisPresence : IPresence
                 return new($"This node holds its maximum of {_options.MaxEntries} presence entries (Herald:Presence:MaxEntries).");
             }
 
-            if (!_connection.IsConnected)
+            ClusterConnection shard = _shards.For(topic);
+            if (!shard.IsConnected)
             {
-                throw new ClusterUnavailableException("Redis is unreachable.");
+                throw new ClusterUnavailableException($"Redis shard {shard.Index} (of topic '{topic}') is unreachable.");
             }
 
-            entry = new Joined(topic, member);
+            entry = new Joined(topic, member, shard);
             _members.Add((topic, member.Client), entry);
             _perQuota[member.Quota] = held + 1;
             _topics[topic] = _topics.GetValueOrDefault(topic) + 1;
         }
 
-        if (!_out.Run(_connection, server => JoinIn(server, entry)))
+        if (!Queue(entry.Shard, server => JoinIn(server, entry)))
         {
             Drop(entry);
             entry.Outcome.TrySetException(new ClusterUnavailableException("The node is stopping."));
@@ -130,7 +134,7 @@ internal sealed class RedisPresence : IPresence
                 return;
             }
 
-            _ = AfterJoinAsync(server.ExecuteAsync("EVAL", JoinArguments(entry.Topic, entry.Member, quiet: false)), entry);
+            _ = AfterJoinAsync(server.ExecuteAsync("EVAL", JoinArguments(entry.Shard.Prefix, entry.Topic, entry.Member)), entry);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
@@ -139,13 +143,19 @@ internal sealed class RedisPresence : IPresence
         }
     }
 
-    private object[] JoinArguments(string topic, PresenceMember member, bool quiet) =>
+    private object[] JoinArguments(string prefix, string topic, PresenceMember member) =>
     [
-        PresenceScripts.Join, 5, PresenceScripts.Members(_prefix, topic), PresenceScripts.Entries(_prefix, topic), PresenceScripts.Identities(_prefix, topic),
-        PresenceScripts.NodeTopics(_prefix, _node), PresenceScripts.Nodes(_prefix),
-        _prefix, topic, member.Client, PresenceScripts.Entry(member.Identity, member.Info), _options.MaxMembersPerTopic, _timeToLiveMs,
-        _options.MaxEventsMembers, _node, quiet ? "1" : "0",
+        PresenceScripts.Join, 5, PresenceScripts.Members(prefix, topic), PresenceScripts.Entries(prefix, topic), PresenceScripts.Identities(prefix, topic),
+        PresenceScripts.NodeTopics(prefix, _node), PresenceScripts.Nodes(prefix),
+        prefix, topic, member.Client, PresenceScripts.Entry(member.Identity, member.Info), _options.MaxMembersPerTopic, _timeToLiveMs,
+        _options.MaxEventsMembers, _node, "0",
     ];
+
+    /// <summary>
+    /// Queues <paramref name="command"/> with this node's publications to <paramref name="shard"/>: the writer calls it in
+    /// order with them, with that shard's server (null while it is unreachable). False when stopping.
+    /// </summary>
+    private bool Queue(ClusterConnection shard, Action<IServer?> command) => _out.Run(shard, command);
 
     private async Task AfterJoinAsync(Task<RedisResult> call, Joined entry)
     {
@@ -164,7 +174,7 @@ internal sealed class RedisPresence : IPresence
                 if (_members.TryGetValue((entry.Topic, entry.Member.Client), out Joined? held) && ReferenceEquals(held, entry))
                 {
                     entry.Confirmed = true;
-                    _confirmed++;
+                    _confirmed[entry.Shard.Index]++;
                 }
             }
 
@@ -202,8 +212,9 @@ internal sealed class RedisPresence : IPresence
         _members.Remove((entry.Topic, entry.Member.Client));
         if (entry.Confirmed)
         {
-            _confirmed--;
+            _confirmed[entry.Shard.Index]--;
         }
+
         if (--_perQuota[entry.Member.Quota] == 0)
         {
             _perQuota.Remove(entry.Member.Quota);
@@ -217,9 +228,10 @@ internal sealed class RedisPresence : IPresence
 
     public void Leave(string topic, PresenceMember member, PresenceReason reason)
     {
+        Joined? entry;
         lock (_gate)
         {
-            if (!_members.TryGetValue((topic, member.Client), out Joined? entry) || --entry.Joins > 0)
+            if (!_members.TryGetValue((topic, member.Client), out entry) || --entry.Joins > 0)
             {
                 return;
             }
@@ -227,9 +239,10 @@ internal sealed class RedisPresence : IPresence
             Forget(entry);
         }
 
-        // After the member's publications (queued before), so its leave follows them on every node. Redis unreachable:
+        // After the member's publications (queued before), so its leave follows them on every node. The shard unreachable:
         // the entry stays there until this node writes its table again (Reconcile) or it expires.
-        _out.Run(_connection, server =>
+        string prefix = entry.Shard.Prefix;
+        Queue(entry.Shard, server =>
         {
             try
             {
@@ -237,8 +250,8 @@ internal sealed class RedisPresence : IPresence
                 {
                     _ = AfterLeaveAsync(server.ExecuteAsync("EVAL",
                     [
-                        PresenceScripts.Leave, 4, PresenceScripts.Members(_prefix, topic), PresenceScripts.Entries(_prefix, topic), PresenceScripts.Identities(_prefix, topic),
-                        PresenceScripts.NodeTopics(_prefix, _node), _prefix, topic, member.Client, PresenceScripts.ReasonCode(reason), _options.MaxEventsMembers, _node,
+                        PresenceScripts.Leave, 4, PresenceScripts.Members(prefix, topic), PresenceScripts.Entries(prefix, topic), PresenceScripts.Identities(prefix, topic),
+                        PresenceScripts.NodeTopics(prefix, _node), prefix, topic, member.Client, PresenceScripts.ReasonCode(reason), _options.MaxEventsMembers, _node,
                     ]), member.Sink);
                 }
             }
@@ -297,13 +310,15 @@ internal sealed class RedisPresence : IPresence
 
     public async ValueTask<PresencePage> ReadAsync(string topic, int limit, string? cursor)
     {
-        IServer server = _connection.PublishServer() ?? throw new ClusterUnavailableException("Redis is unreachable.");
+        ClusterConnection shard = _shards.For(topic);
+        IServer server = shard.PublishServer() ?? throw new ClusterUnavailableException($"Redis shard {shard.Index} (of topic '{topic}') is unreachable.");
+        string prefix = shard.Prefix;
         RedisResult[] result;
         try
         {
             result = (RedisResult[])(await server.ExecuteAsync("EVAL",
             [
-                PresenceScripts.Read, 3, PresenceScripts.Members(_prefix, topic), PresenceScripts.Entries(_prefix, topic), PresenceScripts.Identities(_prefix, topic),
+                PresenceScripts.Read, 3, PresenceScripts.Members(prefix, topic), PresenceScripts.Entries(prefix, topic), PresenceScripts.Identities(prefix, topic),
                 cursor is null ? "-" : "(" + cursor, Math.Max(0, limit),
             ]).ConfigureAwait(false))!;
         }
@@ -425,13 +440,29 @@ internal sealed class RedisPresence : IPresence
     };
 
     /// <summary>
-    /// At every heartbeat: this node is alive and its keys live on (a Redis that lost its table gets it again), then the
-    /// members of nodes silent for three heartbeats leave, a bounded number per script. Throws what Redis throws (the
-    /// caller retries at the next beat).
+    /// At every heartbeat, on every shard reachable now, each on its own (a shard that fails leaves the others' beats
+    /// whole): this node is alive there and its keys there live on (a shard that lost its table gets it again), then the
+    /// members of nodes silent there for three heartbeats leave, a bounded number per script.
     /// </summary>
     public async Task BeatAsync()
     {
-        if (_connection.PublishServer() is not { } server)
+        foreach (ClusterConnection shard in _shards.All)
+        {
+            try
+            {
+                await BeatAsync(shard).ConfigureAwait(false);
+            }
+            catch (Exception e) when (e is RedisException or TimeoutException)
+            {
+                // This shard is unreachable now: the next beat tries again (the loss itself is logged by the connection events).
+            }
+        }
+    }
+
+    /// <summary>One shard's heartbeat (<see cref="BeatAsync()"/>). Throws what Redis throws.</summary>
+    private async Task BeatAsync(ClusterConnection shard)
+    {
+        if (shard.PublishServer() is not { } server)
         {
             return;
         }
@@ -439,19 +470,20 @@ internal sealed class RedisPresence : IPresence
         long held;
         lock (_gate)
         {
-            held = _confirmed; // a join still on its way is not missing from Redis: no needless rewrite
+            held = _confirmed[shard.Index]; // a join still on its way is not missing from Redis: no needless rewrite
         }
 
-        RedisResult lost = await server.ExecuteAsync("EVAL", [PresenceScripts.Beat, 2, PresenceScripts.Nodes(_prefix), PresenceScripts.NodeTopics(_prefix, _node), _prefix, _node, _timeToLiveMs, held]).ConfigureAwait(false);
+        string prefix = shard.Prefix;
+        RedisResult lost = await server.ExecuteAsync("EVAL", [PresenceScripts.Beat, 2, PresenceScripts.Nodes(prefix), PresenceScripts.NodeTopics(prefix, _node), prefix, _node, _timeToLiveMs, held]).ConfigureAwait(false);
         if ((long)lost == 1)
         {
-            Reconcile();
+            Reconcile(shard);
         }
 
-        long silence = (long)(_connection.Options.HeartbeatInterval.TotalMilliseconds * 3); // dead as in the member list (cluster.md §5)
+        long silence = (long)(shard.Options.HeartbeatInterval.TotalMilliseconds * 3); // dead as in the member list (cluster.md §5)
         for (int i = 0; i < 64; i++)
         {
-            var swept = (RedisResult[])(await server.ExecuteAsync("EVAL", [PresenceScripts.Sweep, 1, PresenceScripts.Nodes(_prefix), _prefix, silence, _options.MaxEventsMembers, SweepBudget, "", "0"]).ConfigureAwait(false))!;
+            var swept = (RedisResult[])(await server.ExecuteAsync("EVAL", [PresenceScripts.Sweep, 1, PresenceScripts.Nodes(prefix), prefix, silence, _options.MaxEventsMembers, SweepBudget, "", "0"]).ConfigureAwait(false))!;
             Interlocked.Add(ref _swept, (long)swept[0]);
             if ((long)swept[1] == 1 && (long)swept[0] == 0)
             {
@@ -461,26 +493,31 @@ internal sealed class RedisPresence : IPresence
     }
 
     /// <summary>
-    /// Writes this node's table into Redis again, after Redis came back or lost it, in one script
-    /// (<see cref="PresenceScripts.Restore"/>): what Redis holds of this node and it no longer has goes (quietly), every
-    /// member here is there afterwards (quietly: they never left). Queued with the node's publications, so joins and
-    /// leaves before it are in Redis first and the ones after it follow.
+    /// Writes this node's table of <paramref name="shard"/> (its members of the topics that live there) into that shard
+    /// again, after it came back or lost it, in one script (<see cref="PresenceScripts.Restore"/>): what the shard holds of
+    /// this node and it no longer has goes (quietly), every member here of its topics is there afterwards (quietly: they
+    /// never left). Queued with the node's publications to that shard, so joins and leaves before it are there first and
+    /// the ones after it follow.
     /// </summary>
-    public void Reconcile() => _out.Run(_connection, server =>
+    public void Reconcile(ClusterConnection shard) => Queue(shard, server =>
     {
         if (server is null)
         {
             return;
         }
 
-        var arguments = new List<object> { PresenceScripts.Restore, 2, PresenceScripts.Nodes(_prefix), PresenceScripts.NodeTopics(_prefix, _node), _prefix, _node, _timeToLiveMs, _options.MaxEventsMembers };
+        string prefix = shard.Prefix;
+        var arguments = new List<object> { PresenceScripts.Restore, 2, PresenceScripts.Nodes(prefix), PresenceScripts.NodeTopics(prefix, _node), prefix, _node, _timeToLiveMs, _options.MaxEventsMembers };
         lock (_gate)
         {
             foreach (Joined entry in _members.Values)
             {
-                arguments.Add(entry.Topic);
-                arguments.Add(entry.Member.Client);
-                arguments.Add(PresenceScripts.Entry(entry.Member.Identity, entry.Member.Info));
+                if (ReferenceEquals(entry.Shard, shard))
+                {
+                    arguments.Add(entry.Topic);
+                    arguments.Add(entry.Member.Client);
+                    arguments.Add(PresenceScripts.Entry(entry.Member.Identity, entry.Member.Info));
+                }
             }
         }
 
@@ -496,15 +533,18 @@ internal sealed class RedisPresence : IPresence
 
     private static void Observe(Task task) => task.ContinueWith(static t => _ = t.Exception, CancellationToken.None, TaskContinuationOptions.OnlyOnFaulted | TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
 
-    /// <summary>At a graceful stop: this node is no longer counted alive (its members left with its sessions).</summary>
-    public Task LeaveAsync() => _connection.Database.SortedSetRemoveAsync(PresenceScripts.Nodes(_prefix), _node);
+    /// <summary>At a graceful stop: this node is no longer counted alive on any shard (its members left with its sessions).</summary>
+    public Task LeaveAsync() => Task.WhenAll(_shards.All.Where(shard => shard.IsConnected).Select(shard => shard.Database.SortedSetRemoveAsync(PresenceScripts.Nodes(shard.Prefix), _node)));
 
     /// <summary>One connection present on a topic from this node, with its joined subscriptions and the outcome of its join in Redis.</summary>
-    private sealed class Joined(string topic, PresenceMember member)
+    private sealed class Joined(string topic, PresenceMember member, ClusterConnection shard)
     {
         public string Topic { get; } = topic;
 
         public PresenceMember Member { get; } = member;
+
+        /// <summary>The shard the topic lives on, where this member is kept.</summary>
+        public ClusterConnection Shard { get; } = shard;
 
         public int Joins { get; set; } = 1;
 
