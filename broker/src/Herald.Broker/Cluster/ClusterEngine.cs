@@ -11,8 +11,8 @@ using StackExchange.Redis;
 namespace Herald.Broker.Cluster;
 
 /// <summary>
-/// The cluster engine (spec cluster.md): this node's side of the cluster, over one Redis connection
-/// (<see cref="ClusterConnection"/>), put together from its parts, each an engine of its own: <b>Out</b>
+/// The cluster engine (spec cluster.md): this node's side of the cluster, over one Redis connection per shard
+/// (<see cref="ClusterShards"/>, <see cref="ClusterConnection"/>, spec cluster.md §13), put together from its parts, each an engine of its own: <b>Out</b>
 /// (<see cref="ClusterOutbound"/>, the <see cref="IPublicationExchange"/> sessions hand what they published to),
 /// <b>Interest</b> (<see cref="ClusterInterest"/>, the <see cref="ISharedInterest"/> a subscription settles through, told
 /// by the router which patterns the node's clients hold), <b>In</b> (<see cref="ClusterInbound"/>, the other nodes'
@@ -38,18 +38,19 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
     {
         _options = options;
         _shards = new ClusterShards(options);
-        _connection = _shards.First; // the parts take their shard from _shards as they learn to spread (cluster.md §13)
+        _sessionsListening = new int[_shards.Count];
+        _connection = _shards.First; // queue groups, shared history, sessions and presence: shard 0 until they spread (cluster.md §13)
         _router = router;
         _log = log;
-        Metrics = new ClusterMetrics(meters, this);
+        Metrics = new ClusterMetrics(meters, this, _shards.Count);
         Nodes = new ClusterNodes(options, NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), serverName, ClusterSharedHistory.RulesOf(history));
         Sessions = new ClusterSharedSessions(_connection);
         Groups = new ClusterGroups(_connection, Nodes, router, log);
         _out = new ClusterOutbound(_shards, router, Nodes, Metrics);
         SharedHistory = new ClusterSharedHistory(_shards, _out, history);
         Presence = new RedisPresence(_shards, _out, presence ?? new PresenceOptions());
-        _in = new ClusterInbound(_connection, router, encoder, brokerMetrics, Metrics, Nodes, _out.KeptOrigins, SharedHistory, maxPayloadBytes, maxFrameBytes, Presence);
-        _interest = new ClusterInterest(_connection, Nodes, Groups, _in, log);
+        _in = new ClusterInbound(_shards, router, encoder, brokerMetrics, Metrics, Nodes, _out.KeptOrigins, SharedHistory, maxPayloadBytes, maxFrameBytes, Presence);
+        _interest = new ClusterInterest(_shards, Nodes, Groups, _in, log);
     }
 
     /// <summary>This node's connections to the cluster's shards (spec cluster.md §13).</summary>
@@ -83,9 +84,25 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
 
     public ClusterOptions Options => _options;
 
-    public bool IsConnected => _connection.IsConnected;
+    /// <summary>Whether every shard is reachable now (<c>/readyz</c> says "redis unreachable" otherwise).</summary>
+    public bool IsConnected => _shards.AllConnected;
 
     bool? IClusterStatus.Connected => IsConnected;
+
+    /// <summary>Whether <paramref name="shard"/> is reachable now.</summary>
+    public bool ConnectedTo(int shard) => _shards.All[shard].IsConnected;
+
+    /// <summary>Publications sent to <paramref name="shard"/>.</summary>
+    public long SentTo(int shard) => _out.SentTo(shard);
+
+    /// <summary>Publications on <paramref name="shard"/>'s topics that stayed local (unreachable, or the queue full).</summary>
+    public long DroppedFor(int shard) => _out.DroppedFor(shard);
+
+    /// <summary>Redis channels and globs this node subscribes to on <paramref name="shard"/>.</summary>
+    public long RedisSubscriptionsOn(int shard) => _interest.RedisSubscriptionsOn(shard);
+
+    /// <summary>Publications received from <paramref name="shard"/> and not yet routed here.</summary>
+    public long InboundQueuedOn(int shard) => _interest.InboundQueuedOn(shard);
 
     /// <summary>Redis channels and globs this node subscribes to now.</summary>
     public int RedisSubscriptions => _interest.RedisSubscriptions;
@@ -131,8 +148,21 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
             [.. Nodes.Known.Select(node => MemberOf(node, groups))],
             Nodes.HistoryRulesMatch,
             Sessions.TakenOver,
-            Sessions.CommandsSent);
+            Sessions.CommandsSent,
+            [.. _shards.All.Select(ShardStatus)]);
     }
+
+    /// <summary>One shard as this node sees it now (<c>/varz</c> <c>cluster.shards</c>, spec cluster.md §13).</summary>
+    private ClusterShardStatus ShardStatus(ClusterConnection shard) => new(
+        shard.Index,
+        shard.Endpoints,
+        shard.Prefix,
+        shard.IsConnected,
+        SentTo(shard.Index),
+        Metrics.ReceivedOn(shard.Index),
+        DroppedFor(shard.Index),
+        RedisSubscriptionsOn(shard.Index),
+        InboundQueuedOn(shard.Index));
 
     /// <summary>A member of the cluster with the queue groups this node knows it holds (cluster.md §11).</summary>
     private static ClusterMember MemberOf(ClusterNode node, ClusterGroups.GroupsView groups)
@@ -146,51 +176,60 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
     public async Task StartAsync(CancellationToken cancellationToken)
     {
         await Task.WhenAll(_shards.All.Select(shard => shard.ConnectAsync(_log, () => Restored(shard)))).ConfigureAwait(false);
-        await ListenForSessionsAsync().ConfigureAwait(false);
+        await Task.WhenAll(_shards.All.Select(ListenForSessionsAsync)).ConfigureAwait(false);
         await Groups.StartAsync(_connection.Subscriber, _stop.Token).ConfigureAwait(false); // the others' groups, before this node routes anything
         _interest.Start(_stop.Token);
         _router.Listen(_interest); // every pattern subscribed so far, then every change
         _out.Start();
         _heartbeat = Task.Run(HeartbeatLoopAsync, CancellationToken.None);
         _log.ClusterStarted(NodeId, _options.ChannelPrefix, _connection.IsConnected);
+        if (_shards.Count > 1)
+        {
+            foreach (ClusterConnection shard in _shards.All)
+            {
+                _log.ClusterShard(shard.Index, _shards.Count, string.Join(",", shard.Endpoints), shard.Prefix, shard.IsConnected);
+            }
+        }
     }
 
     /// <summary>A shard's connection came back: what it lost is made again there, and what waited for it is sent.</summary>
     private void Restored(ClusterConnection shard)
     {
         Metrics.Reconnected();
+        _interest.Resync(shard); // subscriptions that failed meanwhile are made again there, and its cover written whole
+        _ = ListenForSessionsAsync(shard);
         _out.Nudge(shard); // its writer sends what waited for it
         Presence.Reconcile(shard); // the shard may have lost this node's members of its topics, or kept some that left meanwhile
-        if (shard != _connection)
+        if (shard == _connection)
         {
-            return;
+            Groups.Resync(); // Redis may have restarted empty: this node's queue groups are written again
         }
-
-        _interest.Resync(); // subscriptions that failed meanwhile are made again
-        Groups.Resync(); // Redis may have restarted empty: this node's queue groups are written again
-        _ = ListenForSessionsAsync();
     }
 
-    /// <summary>The shared sessions' channels (wakes, commands, replies): at start, and again after Redis comes back if that failed.</summary>
-    private async Task ListenForSessionsAsync()
+    /// <summary>
+    /// The shared sessions' channels (wakes, commands, replies: this node's own, §2) on <paramref name="shard"/>: every
+    /// shard is listened to (a session's messages travel through its token's shard, §13), at start, and again after the
+    /// shard comes back if that failed.
+    /// </summary>
+    private async Task ListenForSessionsAsync(ClusterConnection shard)
     {
-        if (!_connection.IsConnected || Interlocked.CompareExchange(ref _sessionsListening, 1, 0) != 0)
+        if (!shard.IsConnected || Interlocked.CompareExchange(ref _sessionsListening[shard.Index], 1, 0) != 0)
         {
             return; // listening (StackExchange.Redis makes its subscriptions again after a reconnect), or being made
         }
 
         try
         {
-            await Sessions.StartAsync(_connection.Subscriber).ConfigureAwait(false);
+            await Sessions.StartAsync(shard.Subscriber).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
-            Sessions.StopListening(_connection.Subscriber); // those made, so that the next try makes each once
-            Volatile.Write(ref _sessionsListening, 0); // unreachable: tried again when the connection is restored
+            Sessions.StopListening(shard.Subscriber); // those made, so that the next try makes each once
+            Volatile.Write(ref _sessionsListening[shard.Index], 0); // unreachable: tried again when the shard is restored
         }
     }
 
-    private int _sessionsListening;
+    private readonly int[] _sessionsListening;
 
     public async Task StopAsync(CancellationToken cancellationToken)
     {
@@ -209,9 +248,9 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
 
         _stop.Cancel();
         await Task.WhenAny(Task.WhenAll(_interest.Worker, _heartbeat), Task.Delay(TimeSpan.FromSeconds(5), CancellationToken.None)).ConfigureAwait(false);
+        await Task.WhenAll(_shards.All.Select(LeaveAsync)).ConfigureAwait(false);
         try
         {
-            await Nodes.LeaveAsync(_connection.Database).WaitAsync(TimeSpan.FromSeconds(2), CancellationToken.None).ConfigureAwait(false);
             await Presence.LeaveAsync().WaitAsync(TimeSpan.FromSeconds(2), CancellationToken.None).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
@@ -221,6 +260,19 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
 
         _interest.ReleaseAll();
         Groups.ReleaseWaiters();
+    }
+
+    /// <summary>Leaves the member list of <paramref name="shard"/> (a graceful stop); unreachable, the others drop this node after three silent intervals.</summary>
+    private async Task LeaveAsync(ClusterConnection shard)
+    {
+        try
+        {
+            await Nodes.LeaveAsync(shard).WaitAsync(TimeSpan.FromSeconds(2), CancellationToken.None).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            // Unreachable.
+        }
     }
 
     public async ValueTask DisposeAsync()
@@ -248,16 +300,20 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
     {
         do
         {
-            if (_connection.IsConnected)
+            if (_shards.AnyConnected)
             {
                 try
                 {
                     long takenAt = Stopwatch.GetTimestamp();
-                    await Nodes.BeatAsync(_connection.Database).ConfigureAwait(false);
-                    await Groups.BeatAsync(_connection.Database, Nodes.Known, takenAt).ConfigureAwait(false);
+                    await Nodes.BeatAsync(_shards.All).ConfigureAwait(false); // on every shard: the members are the union
                     foreach (ClusterNode other in Nodes.NewlyDiffering())
                     {
                         _log.ClusterHistoryRulesDiffer(other.Id, other.Name, other.History, Nodes.HistoryRules);
+                    }
+
+                    if (_connection.IsConnected)
+                    {
+                        await Groups.BeatAsync(_connection.Database, Nodes.Known, takenAt).ConfigureAwait(false); // queue groups: shard 0's
                     }
                 }
                 catch (Exception e) when (e is RedisException or TimeoutException)

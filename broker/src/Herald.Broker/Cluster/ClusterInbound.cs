@@ -20,11 +20,13 @@ namespace Herald.Broker.Cluster;
 /// origin gave them. This node's own envelopes, which its globs may bring back, are skipped, but for its history
 /// topics' publications, which Redis positioned and which are delivered here only now. With the cluster's secret, a
 /// signed envelope routed here already, or stamped outside the replay window, is refused (<see cref="ReplayGuard"/>). A history publication whose
-/// offset jumped across a Redis outage waits while what this node missed is read back from the topic's stream.
+/// offset jumped across a Redis outage waits while what this node missed is read back from the topic's stream. With
+/// several shards (spec cluster.md §13) every shard's subscriptions are read into the same router; an envelope is routed
+/// only from the shard its topic lives on, and the replay guard is kept per shard and origin.
 /// </summary>
 internal sealed class ClusterInbound
 {
-    private readonly ClusterConnection _connection;
+    private readonly ClusterShards _shards;
     private readonly TopicRouter _router;
     private readonly MessageEncoder _encoder;
     private readonly BrokerMetrics _brokerMetrics;
@@ -34,15 +36,15 @@ internal sealed class ClusterInbound
     private readonly ClusterSharedHistory _history;
     private readonly int _maxPayloadBytes;
     private readonly int _maxFrameBytes;
-    private readonly ReplayGuard? _replays;
+    private readonly ReplayGuard[]? _replays; // per shard: an origin's numbers rise on each shard, not across them
     private readonly int _maxInbound;
 
     private readonly RedisPresence? _presence;
 
-    public ClusterInbound(ClusterConnection connection, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, ClusterMetrics metrics, ClusterNodes nodes, KeptOrigins kept, ClusterSharedHistory history, int maxPayloadBytes, int maxFrameBytes, RedisPresence? presence = null)
+    public ClusterInbound(ClusterShards shards, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, ClusterMetrics metrics, ClusterNodes nodes, KeptOrigins kept, ClusterSharedHistory history, int maxPayloadBytes, int maxFrameBytes, RedisPresence? presence = null)
     {
         _presence = presence;
-        _connection = connection;
+        _shards = shards;
         _router = router;
         _encoder = encoder;
         _brokerMetrics = brokerMetrics;
@@ -53,11 +55,12 @@ internal sealed class ClusterInbound
         _maxPayloadBytes = maxPayloadBytes;
         _maxFrameBytes = maxFrameBytes;
         History = history.Store;
-        _maxInbound = connection.Options.MaxInboundMessages;
-        _replays = connection.Options.Secret is null ? null : new ReplayGuard(connection.Options.ReplayWindow);
+        ClusterOptions options = shards.First.Options;
+        _maxInbound = options.MaxInboundMessages;
+        _replays = options.Secret is null ? null : [.. shards.All.Select(_ => new ReplayGuard(options.ReplayWindow))];
     }
 
-    private ulong NodeId => _connection.NodeId;
+    private ulong NodeId => _shards.NodeId;
 
     /// <summary>This node's topic histories: the other nodes' publications go through them too (spec §13).</summary>
     private HistoryStore? History { get; }
@@ -178,13 +181,19 @@ internal sealed class ClusterInbound
         try
         {
             PublishFrame publish = ClusterEnvelope.ReadPublish(body);
+            if (_shards.Count > 1 && _shards.For(publish.Topic) != inbound.Shard)
+            {
+                _metrics.InvalidOne(); // another shard's topic: never published here by a node (a copy, or a forgery)
+                return null;
+            }
+
             if (inbound.Skip is { } skip && SkipCopy(inbound, skip, origin, sequence, publish.Topic))
             {
                 _metrics.Duplicate();
                 return null;
             }
 
-            if (_replays is { } replays && !replays.Admit(origin, sequence, DateTimeOffset.UtcNow.ToUnixTimeMilliseconds()))
+            if (_replays is { } replays && !replays[inbound.Shard.Index].Admit(origin, sequence, DateTimeOffset.UtcNow.ToUnixTimeMilliseconds()))
             {
                 _metrics.ReplayedOne(); // routed here already (from whichever channel), or stamped outside the window
                 return null;
@@ -216,7 +225,7 @@ internal sealed class ClusterInbound
                 span.Dispose();
             }
 
-            _metrics.ReceivedOne();
+            _metrics.ReceivedOne(inbound.Shard.Index);
             _brokerMetrics.Delivered(deliveries, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
         }
         catch (ProtocolException)
@@ -320,7 +329,7 @@ internal sealed class ClusterInbound
         }
 
         int deliveries = RoutePositioned(History!, gap.Publish, gap.Offset, gap.Epoch, gap.Publisher, toFlush, tally: null, repaired: true, inbound.Groups.Apply(gap.Origin, gap.Assignments), out _);
-        _metrics.ReceivedOne();
+        _metrics.ReceivedOne(inbound.Shard.Index);
         _brokerMetrics.Delivered(deliveries, ProtocolConstants.MessageHeaderSize + (int)(gap.Publish.Envelope.Length + gap.Publish.Headers.Length));
     }
 

@@ -18,10 +18,14 @@ namespace Herald.Broker.Cluster;
 /// the topics it covered: the copies Redis sent on both while both were subscribed). <see cref="WhenSettledAsync"/>
 /// completes once every change so far is in Redis, and every queue group member change is written and announced: a
 /// client's PING or long-poll subscribe waits for it, so its subscription is live on every node when it is told so.
+/// With several shards (spec cluster.md §13) the cover is split: an exact key is subscribed on its topic's shard only, a
+/// prefix key on every shard (what is left on each is prefix-free too); each shard's change is made as above, all at
+/// once, and a change is settled once every shard has made it (or failed: a shard unreachable fails fast, and is made
+/// again when it is back).
 /// </summary>
 internal sealed class ClusterInterest : ISharedInterest, IInterestListener
 {
-    private readonly ClusterConnection _connection;
+    private readonly ClusterShards _shards;
     private readonly ClusterOptions _options;
     private readonly ClusterNodes _nodes;
     private readonly ClusterGroups _groups;
@@ -32,18 +36,17 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
 
     // Owned by the worker.
     private readonly InterestCover _cover;
-    private readonly Dictionary<CoverKey, RedisSubscription> _inbound = [];
+    private readonly ShardSubscriptions[] _perShard;
 
-    private volatile RedisSubscription[] _readers = []; // what _inbound holds, for readers on other threads (monitoring)
     private volatile bool _running;
-    private bool _coverWritten; // the interest worker's: false until this node's cover is in Redis whole (again, after a resync)
     private Task _worker = Task.CompletedTask;
     private CancellationToken _stop;
 
-    public ClusterInterest(ClusterConnection connection, ClusterNodes nodes, ClusterGroups groups, ClusterInbound inbound, ILogger log)
+    public ClusterInterest(ClusterShards shards, ClusterNodes nodes, ClusterGroups groups, ClusterInbound inbound, ILogger log)
     {
-        _connection = connection;
-        _options = connection.Options;
+        _shards = shards;
+        _options = shards.First.Options;
+        _perShard = [.. shards.All.Select(shard => new ShardSubscriptions(shard))];
         _nodes = nodes;
         _groups = groups;
         _in = inbound;
@@ -51,39 +54,42 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         _cover = new InterestCover(_options.MaxRedisSubscriptionsPerInbox);
     }
 
-    /// <summary>Redis channels and globs this node subscribes to now.</summary>
-    public int RedisSubscriptions => _readers.Length;
+    /// <summary>Redis channels and globs this node subscribes to now, on every shard.</summary>
+    public int RedisSubscriptions => _perShard.Sum(shard => shard.Readers.Length);
 
-    /// <summary>What this node subscribes to in Redis now, as channel and glob names (monitoring).</summary>
-    public IReadOnlyList<string> Covering => [.. _readers.Select(inbound => inbound.Key.RedisName(_options.ChannelPrefix))];
+    /// <summary>Redis channels and globs this node subscribes to now on <paramref name="shard"/>.</summary>
+    public int RedisSubscriptionsOn(int shard) => _perShard[shard].Readers.Length;
+
+    /// <summary>What this node subscribes to in Redis now, as channel and glob names, shard after shard (monitoring).</summary>
+    public IReadOnlyList<string> Covering => [.. _perShard.SelectMany(shard => shard.Readers.Select(inbound => inbound.Key.RedisName(shard.Shard.Prefix)))];
 
     /// <summary>
     /// Publications received from Redis and not yet routed here, over every subscription: this node's lag behind
     /// the others (StackExchange.Redis queues what it reads; a node short of CPU shows it here first). Counted
     /// when asked (monitoring), never on the message path.
     /// </summary>
-    public long InboundQueued
-    {
-        get
-        {
-            long queued = 0;
-            foreach (RedisSubscription inbound in _readers)
-            {
-                if (inbound.Queue.TryGetCount(out int count))
-                {
-                    queued += count;
-                }
-            }
+    public long InboundQueued => _perShard.Sum(shard => InboundQueuedOn(shard.Shard.Index));
 
-            return queued;
+    /// <summary>Publications received from <paramref name="shard"/> and not yet routed here: this node's lag on that shard (monitoring).</summary>
+    public long InboundQueuedOn(int shard)
+    {
+        long queued = 0;
+        foreach (RedisSubscription inbound in _perShard[shard].Readers)
+        {
+            if (inbound.Queue.TryGetCount(out int count))
+            {
+                queued += count;
+            }
         }
+
+        return queued;
     }
 
     /// <summary>
     /// Origins the subscriptions remember the last sequence of, together (bounded: <see cref="ClusterInbound.MaxOriginsKept"/> each, past that only
     /// members). Read when quiet (tests).
     /// </summary>
-    internal int OriginsRemembered => _inbound.Values.Sum(inbound => inbound.LastDelivered.Count);
+    internal int OriginsRemembered => _perShard.Sum(shard => shard.Inbound.Values.Sum(inbound => inbound.LastDelivered.Count));
 
     /// <summary>Pattern changes queued and not yet in Redis.</summary>
     public long PendingInterest => _settle.Pending;
@@ -100,8 +106,8 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         _worker = Task.Run(InterestLoopAsync, CancellationToken.None);
     }
 
-    /// <summary>Redis is back: subscriptions that failed meanwhile are made again.</summary>
-    public void Resync() => _changes.Writer.TryWrite(InterestChange.Resync);
+    /// <summary><paramref name="shard"/> is back: subscriptions that failed meanwhile are made again there.</summary>
+    public void Resync(ClusterConnection shard) => _changes.Writer.TryWrite(InterestChange.Resync(shard.Index));
 
     /// <summary>Takes no more changes; the worker ends when the node's stop token is cancelled.</summary>
     public void Close()
@@ -158,7 +164,7 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
                 {
                     if (change.Pattern is null)
                     {
-                        _coverWritten = false; // resync: the pass below makes what is missing, and writes the cover whole (Redis may be empty)
+                        _perShard[change.Shard].CoverWritten = false; // resync: the pass below makes what is missing, and writes the cover whole (Redis may be empty)
                         continue;
                     }
 
@@ -173,15 +179,8 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
                     }
                 }
 
-                try
-                {
-                    await ApplyAsync(_options.ReceiveAll ? _cover.All() : _cover.Compute()).ConfigureAwait(false);
-                }
-                catch (Exception e) when (e is not OperationCanceledException)
-                {
-                    _log.ClusterInterestFailed(e);
-                }
-
+                HashSet<CoverKey> cover = _options.ReceiveAll ? _cover.All() : _cover.Compute();
+                await Task.WhenAll(_perShard.Select(shard => ApplyOnAsync(shard, cover))).ConfigureAwait(false);
                 _settle.Applied(taken);
             }
         }
@@ -192,25 +191,48 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
     }
 
     /// <summary>
-    /// Makes Redis hold exactly <paramref name="cover"/>, without a gap or a duplicate (see the remarks). Caller: the interest worker.
+    /// The part of the node's <paramref name="cover"/> that <paramref name="shard"/> holds (spec cluster.md §13): the exact
+    /// keys of the topics that live there, and every prefix key, made there (<see cref="ApplyAsync"/>). A failure is
+    /// logged, never thrown: the other shards' changes go on. Caller: the interest worker.
     /// </summary>
-    private async Task ApplyAsync(HashSet<CoverKey> cover)
+    private async Task ApplyOnAsync(ShardSubscriptions shard, HashSet<CoverKey> cover)
     {
-        List<CoverKey> added = [.. cover.Where(key => !_inbound.ContainsKey(key))];
-        List<CoverKey> removed = [.. _inbound.Keys.Where(key => !cover.Contains(key))];
-        if (added.Count == 0 && removed.Count == 0 && _coverWritten)
+        try
+        {
+            await ApplyAsync(shard, _shards.Count == 1 ? cover : [.. cover.Where(key => key.IsPrefix || _shards.For(key.Literal) == shard.Shard)]).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is not OperationCanceledException)
+        {
+            _log.ClusterInterestFailed(e);
+        }
+    }
+
+    /// <summary>
+    /// Makes <paramref name="shard"/> hold exactly <paramref name="cover"/>, without a gap or a duplicate (see the remarks). Caller: the interest worker.
+    /// </summary>
+    private async Task ApplyAsync(ShardSubscriptions shard, HashSet<CoverKey> cover)
+    {
+        Dictionary<CoverKey, RedisSubscription> current = shard.Inbound;
+        List<CoverKey> added = [.. cover.Where(key => !current.ContainsKey(key))];
+        List<CoverKey> removed = [.. current.Keys.Where(key => !cover.Contains(key))];
+        if (added.Count == 0 && removed.Count == 0 && shard.CoverWritten)
         {
             return;
         }
 
         // 1. The new subscriptions, confirmed by Redis; not read yet. (All at once: one round trip, not one each.)
-        ChannelMessageQueue?[] queues = await Task.WhenAll(added.Select(SubscribeAsync)).ConfigureAwait(false);
+        ChannelMessageQueue?[] queues = await Task.WhenAll(added.Select(key => SubscribeAsync(shard.Shard, key))).ConfigureAwait(false);
         var fresh = new List<RedisSubscription>(added.Count);
         for (int i = 0; i < added.Count; i++)
         {
             if (queues[i] is { } queue)
             {
-                fresh.Add(new RedisSubscription(added[i], queue) { Signer = _options.Secret is { } secret ? new EnvelopeSigner(secret) : null, Groups = new GroupAssignments(_connection.NodeId) });
+                fresh.Add(new RedisSubscription(added[i], queue)
+                {
+                    Shard = shard.Shard,
+                    Signer = _options.Secret is { } secret ? new EnvelopeSigner(secret) : null,
+                    Groups = new GroupAssignments(_shards.NodeId),
+                });
             }
         }
 
@@ -218,8 +240,8 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         var old = new List<RedisSubscription>(removed.Count);
         foreach (CoverKey key in removed)
         {
-            old.Add(_inbound[key]);
-            _inbound.Remove(key);
+            old.Add(current[key]);
+            current.Remove(key);
         }
 
         await Task.WhenAll(old.Select(EndAsync)).ConfigureAwait(false);
@@ -238,22 +260,22 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
             }
 
             inbound.Skip = handover;
-            _inbound[inbound.Key] = inbound;
+            current[inbound.Key] = inbound;
             inbound.Reader = Task.Run(() => _in.ReadLoopAsync(inbound, _stop));
         }
 
-        _readers = [.. _inbound.Values];
+        shard.Readers = [.. current.Values];
         try
         {
             // Before the change is confirmed to anyone. What was not subscribed (Redis unreachable) is left out, and
             // written at the resync that makes it.
-            await _nodes.PublishCoverAsync(_connection.Database, _inbound.Keys, fresh.Select(inbound => inbound.Key), removed, whole: !_coverWritten).ConfigureAwait(false);
-            _coverWritten = true;
+            await _nodes.PublishCoverAsync(shard.Shard, current.Keys, fresh.Select(inbound => inbound.Key), removed, whole: !shard.CoverWritten).ConfigureAwait(false);
+            shard.CoverWritten = true;
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
-            _coverWritten = false; // what Redis holds of it is unknown: written whole next time
-            _log.ClusterSubscribeFailed(_options.ChannelPrefix + "covers", e.Message);
+            shard.CoverWritten = false; // what Redis holds of it is unknown: written whole next time
+            _log.ClusterSubscribeFailed(shard.Shard.Prefix + "covers", e.Message);
         }
     }
 
@@ -266,7 +288,7 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
-            _log.ClusterSubscribeFailed(inbound.Key.RedisName(_options.ChannelPrefix), e.Message); // gone locally; Redis drops it with the connection
+            _log.ClusterSubscribeFailed(inbound.Key.RedisName(inbound.Shard.Prefix), e.Message); // gone locally; Redis drops it with the connection
         }
 
         if (await Task.WhenAny(inbound.Reader, Task.Delay(TimeSpan.FromSeconds(5), _stop)).ConfigureAwait(false) != inbound.Reader)
@@ -279,13 +301,13 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         inbound.Signer?.Dispose();
     }
 
-    private async Task<ChannelMessageQueue?> SubscribeAsync(CoverKey key)
+    private async Task<ChannelMessageQueue?> SubscribeAsync(ClusterConnection shard, CoverKey key)
     {
-        string name = key.RedisName(_options.ChannelPrefix);
+        string name = key.RedisName(shard.Prefix);
         RedisChannel channel = key.IsPrefix ? RedisChannel.Pattern(name) : RedisChannel.Literal(name);
         try
         {
-            return await _connection.Subscriber.SubscribeAsync(channel).ConfigureAwait(false);
+            return await shard.Subscriber.SubscribeAsync(channel).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
@@ -293,7 +315,7 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
             _log.ClusterSubscribeFailed(name, e.Message);
             try
             {
-                await _connection.Subscriber.UnsubscribeAsync(channel, handler: null, CommandFlags.FireAndForget).ConfigureAwait(false);
+                await shard.Subscriber.UnsubscribeAsync(channel, handler: null, CommandFlags.FireAndForget).ConfigureAwait(false);
             }
             catch (Exception again) when (again is RedisException or TimeoutException)
             {
@@ -304,8 +326,24 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         }
     }
 
-    private readonly record struct InterestChange(string? Pattern, bool Added)
+    private readonly record struct InterestChange(string? Pattern, bool Added, int Shard = 0)
     {
-        public static InterestChange Resync => new(null, false);
+        public static InterestChange Resync(int shard) => new(null, false, shard);
+    }
+
+    /// <summary>What this node subscribes to on one shard: the worker's, but <see cref="Readers"/> (any thread).</summary>
+    private sealed class ShardSubscriptions(ClusterConnection shard)
+    {
+        public ClusterConnection Shard { get; } = shard;
+
+        public Dictionary<CoverKey, RedisSubscription> Inbound { get; } = [];
+
+        /// <summary>What <see cref="Inbound"/> holds, for readers on other threads (monitoring).</summary>
+        public RedisSubscription[] Readers { get => _readers; set => _readers = value; }
+
+        private volatile RedisSubscription[] _readers = [];
+
+        /// <summary>False until this node's cover on the shard is in Redis whole (again, after a resync).</summary>
+        public bool CoverWritten { get; set; }
     }
 }

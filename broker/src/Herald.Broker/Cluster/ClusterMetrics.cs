@@ -6,13 +6,15 @@ namespace Herald.Broker.Cluster;
 /// <summary>
 /// The cluster engine's instruments, on the broker's one meter (as Compression/ has its own). Per-message
 /// counts are running totals read when the exporter collects (one interlocked add per publication, none
-/// per subscriber); <c>/varz</c> reads the same totals.
+/// per subscriber); <c>/varz</c> reads the same totals. What is per shard (spec cluster.md §13: received, connected,
+/// subscriptions, inbound queue; sent and dropped are counted by each shard's writer) carries a <c>shard</c> tag, the
+/// shard's index.
 /// </summary>
 internal sealed class ClusterMetrics
 {
     private readonly Counter<long> _reconnects;
     private long _sent;
-    private long _received;
+    private readonly long[] _receivedOn;
     private long _droppedQueueFull;
     private long _droppedDisconnected;
     private long _duplicates;
@@ -22,11 +24,12 @@ internal sealed class ClusterMetrics
     private long _replayed;
     private long _shed;
 
-    public ClusterMetrics(IMeterFactory meterFactory, ClusterEngine engine)
+    public ClusterMetrics(IMeterFactory meterFactory, ClusterEngine engine, int shards = 1)
     {
+        _receivedOn = new long[shards];
         Meter meter = meterFactory.Create(BrokerMetrics.MeterName);
-        meter.CreateObservableCounter("herald.cluster.messages.sent", () => Sent, "{message}", "Publications this node sent to Redis for the other nodes.");
-        meter.CreateObservableCounter("herald.cluster.messages.received", () => Received, "{message}", "Publications of other nodes this node received from Redis and routed.");
+        meter.CreateObservableCounter("herald.cluster.messages.sent", () => PerShard(shards, engine.SentTo), "{message}", "Publications this node sent to Redis for the other nodes, per shard.");
+        meter.CreateObservableCounter("herald.cluster.messages.received", () => PerShard(shards, ReceivedOn), "{message}", "Publications of other nodes this node received from Redis and routed, per shard.");
         meter.CreateObservableCounter(
             "herald.cluster.forward.dropped",
             () => new[]
@@ -47,15 +50,42 @@ internal sealed class ClusterMetrics
         meter.CreateObservableCounter("herald.cluster.sessions.refused", () => (Measurement<long>[])[new(engine.Sessions.CommandsForged, new KeyValuePair<string, object?>("reason", "forged")), new(engine.Sessions.CommandsReplayed, new KeyValuePair<string, object?>("reason", "replayed")), new(engine.Sessions.CommandsExpired, new KeyValuePair<string, object?>("reason", "expired")), new(engine.Sessions.CommandsBusy, new KeyValuePair<string, object?>("reason", "busy")), new(engine.Sessions.EntriesForged, new KeyValuePair<string, object?>("reason", "entry"))], "{message}", "Long-poll session commands (forged, replayed, past their deadline, over MaxSessionCommands) and backlog entries (untagged or mis-tagged) refused (cluster.md §10).");
         meter.CreateObservableGauge("herald.cluster.sessions.owned", () => engine.Sessions.Owned, "{session}", "Long-poll sessions whose subscriptions this node holds (whose lease it keeps).");
         _reconnects = meter.CreateCounter<long>("herald.cluster.reconnects", "{connection}", "Times the connection to Redis was restored after a failure.");
-        meter.CreateObservableGauge("herald.cluster.redis.connected", () => engine.IsConnected ? 1 : 0, "1", "1 while this node is connected to Redis.");
-        meter.CreateObservableGauge("herald.cluster.subscriptions", () => engine.RedisSubscriptions, "{subscription}", "Redis channels and patterns this node subscribes to.");
-        meter.CreateObservableGauge("herald.cluster.forward.queue", () => engine.ForwardQueueBytes, "By", "Bytes of publications waiting to be sent to Redis.");
-        meter.CreateObservableGauge("herald.cluster.inbound.queue", () => engine.InboundQueued, "{message}", "Publications received from Redis and not yet routed on this node: its lag behind the others.");
+        meter.CreateObservableGauge("herald.cluster.redis.connected", () => PerShard(shards, shard => engine.ConnectedTo(shard) ? 1 : 0), "1", "1 while this node is connected to the shard's Redis.");
+        meter.CreateObservableGauge("herald.cluster.subscriptions", () => PerShard(shards, shard => engine.RedisSubscriptionsOn(shard)), "{subscription}", "Redis channels and patterns this node subscribes to, per shard.");
+        meter.CreateObservableGauge("herald.cluster.forward.queue", () => engine.ForwardQueueBytes, "By", "Bytes of publications waiting to be sent to Redis (every shard's: one bound).");
+        meter.CreateObservableGauge("herald.cluster.inbound.queue", () => PerShard(shards, engine.InboundQueuedOn), "{message}", "Publications received from a shard and not yet routed on this node: its lag behind the others there.");
+    }
+
+    /// <summary>One measurement per shard, tagged with its index.</summary>
+    private static Measurement<long>[] PerShard(int shards, Func<int, long> value)
+    {
+        var measurements = new Measurement<long>[shards];
+        for (int i = 0; i < shards; i++)
+        {
+            measurements[i] = new(value(i), new KeyValuePair<string, object?>("shard", i));
+        }
+
+        return measurements;
     }
 
     public long Sent => Interlocked.Read(ref _sent);
 
-    public long Received => Interlocked.Read(ref _received);
+    public long Received
+    {
+        get
+        {
+            long received = 0;
+            for (int i = 0; i < _receivedOn.Length; i++)
+            {
+                received += ReceivedOn(i);
+            }
+
+            return received;
+        }
+    }
+
+    /// <summary>Publications of other nodes received from <paramref name="shard"/> and routed.</summary>
+    public long ReceivedOn(int shard) => Interlocked.Read(ref _receivedOn[shard]);
 
     public long Dropped => Interlocked.Read(ref _droppedQueueFull) + Interlocked.Read(ref _droppedDisconnected);
 
@@ -81,7 +111,7 @@ internal sealed class ClusterMetrics
 
     public void SentOne() => Interlocked.Increment(ref _sent);
 
-    public void ReceivedOne() => Interlocked.Increment(ref _received);
+    public void ReceivedOne(int shard) => Interlocked.Increment(ref _receivedOn[shard]);
 
     public void DroppedQueueFull() => Interlocked.Increment(ref _droppedQueueFull);
 

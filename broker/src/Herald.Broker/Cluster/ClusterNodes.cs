@@ -12,16 +12,14 @@ internal sealed record ClusterNode(string Id, string Name, string Host, DateTime
 /// The cluster's members, kept in Redis by every node (spec cluster.md §5): a sorted set
 /// <c>{prefix}nodes</c> of node ids scored by their last heartbeat (Unix ms), and per node a hash
 /// <c>{prefix}node:{id}</c> (name, host, start) that expires unless renewed. Every
-/// <see cref="ClusterOptions.HeartbeatInterval"/> a node renews its own entry, drops the ones silent for
-/// three intervals, and reads the rest: <c>/varz</c> shows that list, at most one interval old. Nothing
-/// here is on the message path.
+/// <see cref="ClusterOptions.HeartbeatInterval"/> a node renews its own entry on every shard it reaches, drops the ones
+/// silent for three intervals, and reads the rest: the members are the union over the shards that answered (spec
+/// cluster.md §13), so a shard down makes no node vanish. <c>/varz</c> shows that list, at most one interval old.
+/// Nothing here is on the message path.
 /// </summary>
 internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string serverName, string historyRules = "")
 {
     private readonly HashSet<string> _toldDiffering = [];
-    private readonly RedisKey _members = options.ChannelPrefix + "nodes";
-    private readonly RedisKey _self = options.ChannelPrefix + "node:" + nodeId;
-    private readonly RedisKey _covers = options.ChannelPrefix + "covers";
     private readonly DateTimeOffset _started = DateTimeOffset.UtcNow;
     private volatile ClusterNode[] _known = [];
 
@@ -60,18 +58,72 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
         }
     }
 
-    /// <summary>Renews this node's entry and reads the others'. Throws what Redis throws (the caller logs and retries next beat).</summary>
-    public async Task BeatAsync(IDatabase redis)
+    /// <summary>
+    /// Renews this node's entry on every shard reachable and reads the others' there: the members are the union of what
+    /// the shards that answered hold (a node writes itself on each), the latest heartbeat of each. Throws what Redis
+    /// throws when no shard answered (the caller retries next beat; the list stays as it was, as it does when none is reachable).
+    /// </summary>
+    public async Task BeatAsync(IReadOnlyList<ClusterConnection> shards)
     {
         DateTimeOffset now = DateTimeOffset.UtcNow;
+        var union = new Dictionary<string, ClusterNode>();
+        Exception? failed = null;
+        bool answered = false;
+        foreach (ClusterConnection shard in shards)
+        {
+            if (!shard.IsConnected)
+            {
+                continue;
+            }
+
+            try
+            {
+                foreach (ClusterNode node in await BeatAsync(shard, now).ConfigureAwait(false))
+                {
+                    if (!union.TryGetValue(node.Id, out ClusterNode? seen) || seen.LastSeen < node.LastSeen)
+                    {
+                        union[node.Id] = node;
+                    }
+                }
+
+                answered = true;
+            }
+            catch (Exception e) when (e is RedisException or TimeoutException)
+            {
+                failed = e;
+            }
+        }
+
+        if (!answered)
+        {
+            if (failed is not null)
+            {
+                System.Runtime.ExceptionServices.ExceptionDispatchInfo.Throw(failed);
+            }
+
+            return; // no shard reachable: the list stays as it was
+        }
+
+        List<ClusterNode> known = [Self(now), .. union.Values.Where(n => n.Id != nodeId).OrderBy(n => n.LastSeen)];
+        _known = [.. known];
+        MemberIds = [.. known.Select(n => ulong.TryParse(n.Id, NumberStyles.HexNumber, CultureInfo.InvariantCulture, out ulong id) ? id : 0).Where(id => id != 0)];
+    }
+
+    /// <summary>Renews this node's entry on <paramref name="shard"/> and reads the members it holds (this node's included).</summary>
+    private async Task<List<ClusterNode>> BeatAsync(ClusterConnection shard, DateTimeOffset now)
+    {
+        IDatabase redis = shard.Database;
+        RedisKey members = shard.Prefix + "nodes";
+        RedisKey self = shard.Prefix + "node:" + nodeId;
+        RedisKey covers = shard.Prefix + "covers";
         TimeSpan expiry = options.HeartbeatInterval * 3;
-        await redis.HashSetAsync(_self, [new("name", serverName), new("host", Environment.MachineName), new("started", _started.ToUnixTimeMilliseconds()), new("history", historyRules), new("groups", GroupsVersion)]).ConfigureAwait(false);
-        await redis.KeyExpireAsync(_self, expiry).ConfigureAwait(false);
-        await redis.SortedSetAddAsync(_members, nodeId, now.ToUnixTimeMilliseconds()).ConfigureAwait(false);
-        await redis.SortedSetRemoveRangeByScoreAsync(_members, double.NegativeInfinity, (now - expiry).ToUnixTimeMilliseconds()).ConfigureAwait(false);
+        await redis.HashSetAsync(self, [new("name", serverName), new("host", Environment.MachineName), new("started", _started.ToUnixTimeMilliseconds()), new("history", historyRules), new("groups", GroupsVersion)]).ConfigureAwait(false);
+        await redis.KeyExpireAsync(self, expiry).ConfigureAwait(false);
+        await redis.SortedSetAddAsync(members, nodeId, now.ToUnixTimeMilliseconds()).ConfigureAwait(false);
+        await redis.SortedSetRemoveRangeByScoreAsync(members, double.NegativeInfinity, (now - expiry).ToUnixTimeMilliseconds()).ConfigureAwait(false);
 
         var known = new List<ClusterNode> { Self(now) };
-        foreach (SortedSetEntry member in await redis.SortedSetRangeByRankWithScoresAsync(_members).ConfigureAwait(false))
+        foreach (SortedSetEntry member in await redis.SortedSetRangeByRankWithScoresAsync(members).ConfigureAwait(false))
         {
             string id = member.Element.ToString();
             if (id == nodeId)
@@ -79,7 +131,7 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
                 continue;
             }
 
-            HashEntry[] fields = await redis.HashGetAllAsync(options.ChannelPrefix + "node:" + id).ConfigureAwait(false);
+            HashEntry[] fields = await redis.HashGetAllAsync(shard.Prefix + "node:" + id).ConfigureAwait(false);
             Dictionary<string, string> values = fields.ToDictionary(f => f.Name.ToString(), f => f.Value.ToString());
             DateTimeOffset started = long.TryParse(values.GetValueOrDefault("started"), NumberStyles.None, CultureInfo.InvariantCulture, out long ms) ? DateTimeOffset.FromUnixTimeMilliseconds(ms) : default;
             long groups = long.TryParse(values.GetValueOrDefault("groups"), NumberStyles.None, CultureInfo.InvariantCulture, out long version) ? version : 0;
@@ -88,17 +140,16 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
 
         // Covers of nodes no longer members (killed): they would make requests wait instead of failing fast.
         // Dropped before the new list is shown, so a node seen gone has no cover left.
-        foreach (RedisValue field in await redis.HashKeysAsync(_covers).ConfigureAwait(false))
+        foreach (RedisValue field in await redis.HashKeysAsync(covers).ConfigureAwait(false))
         {
             if (!known.Any(n => n.Id == field.ToString()))
             {
-                await redis.HashDeleteAsync(_covers, field).ConfigureAwait(false);
-                await redis.KeyDeleteAsync(CoverKeyOf(field.ToString())).ConfigureAwait(false);
+                await redis.HashDeleteAsync(covers, field).ConfigureAwait(false);
+                await redis.KeyDeleteAsync(CoverKeyOf(shard, field.ToString())).ConfigureAwait(false);
             }
         }
 
-        _known = [.. known];
-        MemberIds = [.. known.Select(n => ulong.TryParse(n.Id, NumberStyles.HexNumber, CultureInfo.InvariantCulture, out ulong id) ? id : 0).Where(id => id != 0)];
+        return known;
     }
 
     /// <summary>
@@ -109,10 +160,10 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
     /// came back, maybe empty) writes the cover afresh. One transaction: a reader sees the cover before or after.
     /// Caller: the interest worker, before it confirms a change.
     /// </summary>
-    public async Task PublishCoverAsync(IDatabase redis, IReadOnlyCollection<CoverKey> cover, IEnumerable<CoverKey> added, IEnumerable<CoverKey> removed, bool whole)
+    public async Task PublishCoverAsync(ClusterConnection shard, IReadOnlyCollection<CoverKey> cover, IEnumerable<CoverKey> added, IEnumerable<CoverKey> removed, bool whole)
     {
-        ITransaction write = redis.CreateTransaction();
-        RedisKey own = CoverKeyOf(nodeId);
+        ITransaction write = shard.Database.CreateTransaction();
+        RedisKey own = CoverKeyOf(shard, nodeId);
         if (whole)
         {
             _ = write.KeyDeleteAsync(own);
@@ -133,10 +184,10 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
             _ = write.HashSetAsync(own, fields);
         }
 
-        _ = write.HashSetAsync(_covers, nodeId, cover.Count);
+        _ = write.HashSetAsync(shard.Prefix + "covers", nodeId, cover.Count);
 
         // A member from now on, if its first heartbeat is still to come: a heartbeat drops the covers of non-members.
-        _ = write.SortedSetAddAsync(_members, nodeId, DateTimeOffset.UtcNow.ToUnixTimeMilliseconds());
+        _ = write.SortedSetAddAsync(shard.Prefix + "nodes", nodeId, DateTimeOffset.UtcNow.ToUnixTimeMilliseconds());
         await write.ExecuteAsync().ConfigureAwait(false);
     }
 
@@ -144,18 +195,20 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
     /// Whether another node's Redis subscriptions cover <paramref name="topic"/> (ASCII), read from Redis now: the
     /// list of nodes with a cover, then from each only the fields that could match the topic (its exact key, and the
     /// prefix key of each of its token boundaries). What Redis sends is bounded by the number of nodes and the
-    /// topic's tokens, never by the size of the covers.
+    /// topic's tokens, never by the size of the covers. <paramref name="shard"/> is the topic's: every node keeps there
+    /// the keys that bring it the topic's publications (spec cluster.md §13).
     /// </summary>
-    public async Task<bool> OthersCoverAsync(IDatabase redis, ReadOnlyMemory<byte> topic)
+    public async Task<bool> OthersCoverAsync(ClusterConnection shard, ReadOnlyMemory<byte> topic)
     {
-        RedisValue[] nodes = await redis.HashKeysAsync(_covers).ConfigureAwait(false);
+        IDatabase redis = shard.Database;
+        RedisValue[] nodes = await redis.HashKeysAsync(shard.Prefix + "covers").ConfigureAwait(false);
         if (nodes.Length == 0 || (nodes.Length == 1 && nodes[0] == nodeId))
         {
             return false;
         }
 
         RedisValue[] candidates = CandidatesOf(topic.Span);
-        Task<RedisValue[]>[] reads = [.. nodes.Where(node => node != nodeId).Select(node => redis.HashGetAsync(CoverKeyOf(node.ToString()), candidates))];
+        Task<RedisValue[]>[] reads = [.. nodes.Where(node => node != nodeId).Select(node => redis.HashGetAsync(CoverKeyOf(shard, node.ToString()), candidates))];
         foreach (RedisValue[] found in await Task.WhenAll(reads).ConfigureAwait(false))
         {
             if (found.Any(value => !value.IsNull))
@@ -192,14 +245,15 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
 
     private static RedisValue FieldOf(CoverKey key) => (key.IsPrefix ? "*" : "=") + key.Literal;
 
-    private RedisKey CoverKeyOf(string node) => options.ChannelPrefix + "cover:" + node;
+    private static RedisKey CoverKeyOf(ClusterConnection shard, string node) => shard.Prefix + "cover:" + node;
 
-    /// <summary>At a graceful stop: this node leaves the list at once instead of after three silent intervals.</summary>
-    public async Task LeaveAsync(IDatabase redis)
+    /// <summary>At a graceful stop: this node leaves the list of <paramref name="shard"/> at once instead of after three silent intervals.</summary>
+    public async Task LeaveAsync(ClusterConnection shard)
     {
-        await redis.SortedSetRemoveAsync(_members, nodeId).ConfigureAwait(false);
-        await redis.KeyDeleteAsync(_self).ConfigureAwait(false);
-        await redis.HashDeleteAsync(_covers, nodeId).ConfigureAwait(false);
-        await redis.KeyDeleteAsync(CoverKeyOf(nodeId)).ConfigureAwait(false);
+        IDatabase redis = shard.Database;
+        await redis.SortedSetRemoveAsync(shard.Prefix + "nodes", nodeId).ConfigureAwait(false);
+        await redis.KeyDeleteAsync(shard.Prefix + "node:" + nodeId).ConfigureAwait(false);
+        await redis.HashDeleteAsync(shard.Prefix + "covers", nodeId).ConfigureAwait(false);
+        await redis.KeyDeleteAsync(CoverKeyOf(shard, nodeId)).ConfigureAwait(false);
     }
 }

@@ -151,7 +151,7 @@ internal sealed partial class ClusterOutbound
             bool covered;
             try
             {
-                covered = await owner._nodes.OthersCoverAsync(Shard.Database, item.Channel.AsMemory(Shard.ChannelPrefix.Length)).ConfigureAwait(false);
+                covered = await owner._nodes.OthersCoverAsync(Shard, item.Channel.AsMemory(Shard.ChannelPrefix.Length)).ConfigureAwait(false);
             }
             catch (Exception e) when (e is RedisException or TimeoutException)
             {

@@ -17,6 +17,9 @@ internal sealed class RedisSubscription(CoverKey key, ChannelMessageQueue queue)
 {
     public CoverKey Key { get; } = key;
 
+    /// <summary>The shard it is made on (spec cluster.md §13): only its topics' envelopes are routed from it.</summary>
+    public required ClusterConnection Shard { get; init; }
+
     public ChannelMessageQueue Queue { get; } = queue;
 
     public Task Reader { get; set; } = Task.CompletedTask;

@@ -46,7 +46,15 @@ internal sealed record ClusterSnapshot(
     IReadOnlyList<ClusterMember> Members,
     bool HistoryRulesMatch,
     long SessionsTakenOver,
-    long SessionRequestsForwarded);
+    long SessionRequestsForwarded,
+    IReadOnlyList<ClusterShardStatus>? Shards = null);
+
+/// <summary>
+/// One shard of the cluster (spec cluster.md §13) as this node sees it: its place, endpoints (never a password) and
+/// prefix, whether it is reachable, what this node sent there and received from there, dropped for its topics, how
+/// many Redis subscriptions it holds there and what waits from it unrouted (this node's lag on that shard).
+/// </summary>
+internal sealed record ClusterShardStatus(int Index, IReadOnlyList<string> Endpoints, string Prefix, bool Connected, long Sent, long Received, long Dropped, long Subscriptions, long InboundQueued);
 
 /// <summary>
 /// A member of the cluster as this node last saw it, with the queue groups it knows the member holds (cluster.md §11); <see cref="Self"/>: this node.

@@ -289,11 +289,6 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
             return;
         }
 
-        if (cluster.Shards.Count > 1)
-        {
-            failures.Add("Herald:Cluster:Shards: more than one shard is not served yet (cluster.md §13); name one.");
-        }
-
         var places = new HashSet<string>(StringComparer.Ordinal);
         for (int i = 0; i < cluster.ShardList.Count; i++)
         {

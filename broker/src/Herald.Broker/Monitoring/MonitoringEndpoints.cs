@@ -164,7 +164,12 @@ internal static class MonitoringEndpoints
         [.. cluster.Members.Select(NodeOf)],
         cluster.HistoryRulesMatch,
         cluster.SessionsTakenOver,
-        cluster.SessionRequestsForwarded);
+        cluster.SessionRequestsForwarded,
+        ShardsOf(cluster));
+
+    /// <summary>The cluster's shards (spec cluster.md §13) as <c>/varz</c> and <c>/statusz</c> show them.</summary>
+    internal static IReadOnlyList<VarzShard>? ShardsOf(ClusterSnapshot cluster) =>
+        cluster.Shards is { } shards ? [.. shards.Select(s => new VarzShard(s.Index, s.Endpoints, s.Prefix, s.Connected, s.Sent, s.Received, s.Dropped, s.Subscriptions, s.InboundQueued))] : null;
 
     /// <summary>A member of the cluster with the queue groups this node knows it holds (cluster.md §11).</summary>
     internal static VarzNode NodeOf(ClusterMember node) =>

@@ -77,7 +77,15 @@ internal sealed record VarzCluster(
     IReadOnlyList<VarzNode> Nodes,
     bool HistoryRulesMatch = true,
     long SessionsTakenOver = 0,
-    long SessionRequestsForwarded = 0);
+    long SessionRequestsForwarded = 0,
+    IReadOnlyList<VarzShard>? Shards = null);
+
+/// <summary>
+/// One shard of the cluster (spec cluster.md §13): its index, endpoints (never a password), prefix, whether it is
+/// reachable, publications sent there, received from there and dropped for its topics, Redis subscriptions held
+/// there and publications from it waiting to be routed (this node's lag on it).
+/// </summary>
+internal sealed record VarzShard(int Index, IReadOnlyList<string> Endpoints, string Prefix, bool Connected, long Sent, long Received, long Dropped, long Subscriptions, long InboundQueued);
 
 /// <summary>A member of the cluster as this node last saw it (heartbeats in Redis, spec cluster.md §5); <see cref="Self"/>: this node.</summary>
 internal sealed record VarzNode(string Id, string Name, string Host, DateTimeOffset Started, DateTimeOffset LastSeen, bool Self, string History = "", int Groups = 0, int GroupMembers = 0, long GroupsVersion = 0);
@@ -182,7 +190,7 @@ internal sealed record StatusTopicRatio(string Topic, double Ratio, long Samples
 internal sealed record StatusProcess(double CpuPercent, long WorkingSetBytes, long GcHeapBytes);
 
 /// <summary>A cluster node's view: itself, whether it reaches Redis, and every node it knows (heartbeats).</summary>
-internal sealed record StatusCluster(string Node, bool Connected, IReadOnlyList<VarzNode> Nodes);
+internal sealed record StatusCluster(string Node, bool Connected, IReadOnlyList<VarzNode> Nodes, IReadOnlyList<VarzShard>? Shards = null);
 
 /// <summary>Source-generated JSON for the monitoring endpoints: snake_case as NATS's, indented for people and curl, nulls left out.</summary>
 [JsonSourceGenerationOptions(

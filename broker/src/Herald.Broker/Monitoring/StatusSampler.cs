@@ -222,7 +222,7 @@ internal sealed class StatusSampler
         return Math.Max(0, percent);
     }
 
-    private static StatusCluster ClusterOf(ClusterSnapshot cluster) => new(cluster.Node, cluster.Connected, [.. cluster.Members.Select(MonitoringEndpoints.NodeOf)]);
+    private static StatusCluster ClusterOf(ClusterSnapshot cluster) => new(cluster.Node, cluster.Connected, [.. cluster.Members.Select(MonitoringEndpoints.NodeOf)], MonitoringEndpoints.ShardsOf(cluster));
 
     private static double Share(long used, long limit) => limit <= 0 ? 0 : (double)used / limit;
 

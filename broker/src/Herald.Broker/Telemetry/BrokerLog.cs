@@ -95,6 +95,9 @@ internal static partial class BrokerLog
     [LoggerMessage(7001, LogLevel.Information, "Cluster node {NodeId:x16} started on Redis channels '{ChannelPrefix}...' (connected: {Connected}).")]
     public static partial void ClusterStarted(this ILogger logger, ulong nodeId, string channelPrefix, bool connected);
 
+    [LoggerMessage(7007, LogLevel.Information, "Cluster shard {Shard} of {Shards}: Redis {EndPoints}, channels '{ChannelPrefix}...' (connected: {Connected}).")]
+    public static partial void ClusterShard(this ILogger logger, int shard, int shards, string endPoints, string channelPrefix, bool connected);
+
     [LoggerMessage(7002, LogLevel.Warning, "Cluster: Redis {EndPoint} unreachable ({FailureType}): {Reason}. This node serves its own clients and keeps trying; publications meanwhile stay on it (herald.cluster.forward.dropped).")]
     public static partial void ClusterRedisLost(this ILogger logger, string? endPoint, string failureType, string? reason);
 

@@ -6,7 +6,8 @@ namespace Herald.Broker.Tests.Infrastructure;
 
 /// <summary>
 /// N real Herald nodes on loopback, each its own broker with its own ports, all on one real Redis: a single
-/// <c>redis-server</c> (<see cref="Redis"/>), or a Redis Cluster of three masters (<see cref="RedisCluster"/>).
+/// <c>redis-server</c> (<see cref="Redis"/>), or a Redis Cluster of three masters (<see cref="RedisCluster"/>); or on
+/// several shards, each a <c>redis-server</c> of its own (<see cref="Shards"/>, cluster.md §13).
 /// </summary>
 public sealed class TestCluster : IAsyncDisposable
 {
@@ -22,6 +23,55 @@ public sealed class TestCluster : IAsyncDisposable
     public RedisServer Redis => _backplane as RedisServer ?? throw new InvalidOperationException("This cluster runs on a Redis Cluster.");
 
     public RedisClusterServers RedisCluster => _backplane as RedisClusterServers ?? throw new InvalidOperationException("This cluster runs on a single Redis.");
+
+    /// <summary>The shards' Redis, in <c>Herald:Cluster:Shards</c> order (<see cref="StartShardedAsync"/>).</summary>
+    public RedisServer[] Shards => (_backplane as ShardServers)?.Servers ?? throw new InvalidOperationException("This cluster runs on one Redis.");
+
+    /// <summary>
+    /// <paramref name="nodes"/> nodes on <paramref name="shards"/> shards (cluster.md §13), each shard a <c>redis-server</c> of its own.
+    /// </summary>
+    public static async Task<TestCluster> StartShardedAsync(int shards, int nodes = 2, Action<HeraldOptions>? configure = null)
+    {
+        var servers = new ShardServers(await Task.WhenAll(Enumerable.Range(0, shards).Select(_ => RedisServer.StartAsync(null, null))));
+        var started = new List<TestBroker>();
+        try
+        {
+            for (int i = 0; i < nodes; i++)
+            {
+                started.Add(await TestBroker.StartAsync(o =>
+                {
+                    o.Cluster.Shards = [.. servers.Servers.Select(server => new ClusterShardOptions { Redis = server.Configuration })];
+                    configure?.Invoke(o);
+                }));
+            }
+        }
+        catch
+        {
+            foreach (TestBroker node in started)
+            {
+                await node.DisposeAsync();
+            }
+
+            await servers.DisposeAsync();
+            throw;
+        }
+
+        return new TestCluster(servers, [.. started]);
+    }
+
+    /// <summary>The shards' <c>redis-server</c>s, disposed together.</summary>
+    private sealed class ShardServers(RedisServer[] servers) : IAsyncDisposable
+    {
+        public RedisServer[] Servers { get; } = servers;
+
+        public async ValueTask DisposeAsync()
+        {
+            foreach (RedisServer server in Servers)
+            {
+                await server.DisposeAsync();
+            }
+        }
+    }
 
     public TestBroker[] Nodes { get; }
 

@@ -356,9 +356,26 @@
     }
 
     const cluster = s.cluster;
-    $("cluster-panel").hidden = !cluster || cluster.nodes.length < 2;
-    if (cluster && cluster.nodes.length > 1) {
-      text("cluster-note", `${cluster.nodes.length} nodes · Redis ${cluster.connected ? "connected" : "unreachable"}`);
+    const shards = (cluster && cluster.shards) || [];
+    $("cluster-panel").hidden = !cluster || (cluster.nodes.length < 2 && shards.length < 2);
+    $("shards").hidden = shards.length < 2;
+    if (shards.length > 1) {
+      fillTable("shards", shards, (tr, sh) => {
+        cell(tr, `${sh.index}`, "num");
+        cell(tr, sh.endpoints.join(", "), "mono");
+        cell(tr, sh.connected ? "connected" : "unreachable");
+        cell(tr, number(sh.sent), "num");
+        cell(tr, number(sh.received), "num");
+        cell(tr, number(sh.dropped), "num");
+        cell(tr, number(sh.subscriptions), "num");
+        cell(tr, number(sh.inbound_queued), "num");
+      });
+    }
+    if (cluster && (cluster.nodes.length > 1 || shards.length > 1)) {
+      const reachable = shards.filter(sh => sh.connected).length;
+      text("cluster-note", `${cluster.nodes.length} nodes · ` + (shards.length > 1
+        ? `${reachable} of ${shards.length} shards connected`
+        : `Redis ${cluster.connected ? "connected" : "unreachable"}`));
       const body = $("cluster").tBodies[0];
       const rows = document.createDocumentFragment();
       for (const n of cluster.nodes) {
