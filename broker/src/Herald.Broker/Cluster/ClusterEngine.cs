@@ -300,6 +300,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
     {
         do
         {
+            Task presence = Presence.BeatAsync(); // on every shard reachable, each on its own, beside the member list's beat
             if (_shards.AnyConnected)
             {
                 try
@@ -322,7 +323,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
                 }
             }
 
-            await Presence.BeatAsync().ConfigureAwait(false); // on every shard reachable, each on its own
+            await presence.ConfigureAwait(false);
         }
         while (await timer.WaitForNextTickAsync(_stop.Token).ConfigureAwait(false));
     }

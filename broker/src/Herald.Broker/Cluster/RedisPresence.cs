@@ -113,7 +113,7 @@ internal sealed class RedisPresence : IPresence
             _topics[topic] = _topics.GetValueOrDefault(topic) + 1;
         }
 
-        if (!Queue(entry.Shard, server => JoinIn(server, entry)))
+        if (!_out.Run(entry.Shard, server => JoinIn(server, entry)))
         {
             Drop(entry);
             entry.Outcome.TrySetException(new ClusterUnavailableException("The node is stopping."));
@@ -150,12 +150,6 @@ internal sealed class RedisPresence : IPresence
         prefix, topic, member.Client, PresenceScripts.Entry(member.Identity, member.Info), _options.MaxMembersPerTopic, _timeToLiveMs,
         _options.MaxEventsMembers, _node, "0",
     ];
-
-    /// <summary>
-    /// Queues <paramref name="command"/> with this node's publications to <paramref name="shard"/>: the writer calls it in
-    /// order with them, with that shard's server (null while it is unreachable). False when stopping.
-    /// </summary>
-    private bool Queue(ClusterConnection shard, Action<IServer?> command) => _out.Run(shard, command);
 
     private async Task AfterJoinAsync(Task<RedisResult> call, Joined entry)
     {
@@ -242,7 +236,7 @@ internal sealed class RedisPresence : IPresence
         // After the member's publications (queued before), so its leave follows them on every node. The shard unreachable:
         // the entry stays there until this node writes its table again (Reconcile) or it expires.
         string prefix = entry.Shard.Prefix;
-        Queue(entry.Shard, server =>
+        _out.Run(entry.Shard, server =>
         {
             try
             {
@@ -440,22 +434,22 @@ internal sealed class RedisPresence : IPresence
     };
 
     /// <summary>
-    /// At every heartbeat, on every shard reachable now, each on its own (a shard that fails leaves the others' beats
-    /// whole): this node is alive there and its keys there live on (a shard that lost its table gets it again), then the
-    /// members of nodes silent there for three heartbeats leave, a bounded number per script.
+    /// At every heartbeat, on every shard reachable now, all at once and each on its own (a shard that fails or stalls
+    /// neither fails nor delays the others' beats, so no node is taken for dead on a shard it still reaches): this node is
+    /// alive there and its keys there live on (a shard that lost its table gets it again), then the members of nodes
+    /// silent there for three heartbeats leave, a bounded number per script.
     /// </summary>
-    public async Task BeatAsync()
+    public Task BeatAsync() => _shards.Count == 1 ? BeatOrSkipAsync(_shards.First) : Task.WhenAll(_shards.All.Select(BeatOrSkipAsync));
+
+    private async Task BeatOrSkipAsync(ClusterConnection shard)
     {
-        foreach (ClusterConnection shard in _shards.All)
+        try
         {
-            try
-            {
-                await BeatAsync(shard).ConfigureAwait(false);
-            }
-            catch (Exception e) when (e is RedisException or TimeoutException)
-            {
-                // This shard is unreachable now: the next beat tries again (the loss itself is logged by the connection events).
-            }
+            await BeatAsync(shard).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            // This shard is unreachable now: the next beat tries again (the loss itself is logged by the connection events).
         }
     }
 
@@ -499,7 +493,7 @@ internal sealed class RedisPresence : IPresence
     /// never left). Queued with the node's publications to that shard, so joins and leaves before it are there first and
     /// the ones after it follow.
     /// </summary>
-    public void Reconcile(ClusterConnection shard) => Queue(shard, server =>
+    public void Reconcile(ClusterConnection shard) => _out.Run(shard, server =>
     {
         if (server is null)
         {
