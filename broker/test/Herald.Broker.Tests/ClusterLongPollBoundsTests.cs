@@ -51,8 +51,8 @@ public sealed class ClusterLongPollBoundsTests(ITestOutputHelper output)
             await publisher.PublishAsync("flood", payload);
             published++;
             int n = i;
-            await Until.True(async () => await db.StreamLengthAsync(stream) >= n || await db.HashExistsAsync(hash, "ended"), $"publication {n} reached the victim's stream");
-            long bytes = (long?)await db.ExecuteAsync("MEMORY", "USAGE", stream, "SAMPLES", "0") ?? 0;
+            await Until.True(async () => (long?)await db.HashGetAsync(hash, "seq") >= n || await db.HashExistsAsync(hash, "ended"), $"publication {n} reached the victim's stream");
+            long bytes = await BacklogBytesAsync(redis, stream);
             most = Math.Max(most, bytes);
             output.WriteLine($"after {n} x {Payload} B: stream {bytes} B, {await db.StreamLengthAsync(stream)} entries, used_memory {await UsedMemoryAsync(db)} B");
             if (await db.HashExistsAsync(hash, "ended"))
@@ -106,7 +106,7 @@ public sealed class ClusterLongPollBoundsTests(ITestOutputHelper output)
             await publisher.PublishAsync("flood", $"{i}:" + new string('x', Payload));
             long n = i + 1;
             await Until.True(async () => (long?)await db.HashGetAsync(hash, "seq") >= n, $"publication {n} appended");
-            long bytes = (long?)await db.ExecuteAsync("MEMORY", "USAGE", stream, "SAMPLES", "0") ?? 0;
+            long bytes = await BacklogBytesAsync(redis, stream);
             most = Math.Max(most, bytes);
             output.WriteLine($"after {n} x {Payload} B: stream {bytes} B, {await db.StreamLengthAsync(stream)} entries");
         }
@@ -155,8 +155,8 @@ public sealed class ClusterLongPollBoundsTests(ITestOutputHelper output)
             await publisher.PublishAsync("big", i.ToString(CultureInfo.InvariantCulture) + new string('x', Payload));
         }
 
-        RedisKey stream = "{herald}:lq:" + session.Session;
-        await Until.True(async () => await db.StreamLengthAsync(stream) == Count, "the six are in the session's stream");
+        RedisKey hash = "{herald}:lp:" + session.Session;
+        await Until.True(async () => (long?)await db.HashGetAsync(hash, "seq") == Count, "the six are in the session's stream");
 
         long ack = 0;
         var texts = new List<char>();
@@ -186,6 +186,19 @@ public sealed class ClusterLongPollBoundsTests(ITestOutputHelper output)
         PollResult poll = await via.PollAsync(0);
         Assert.Equal((HttpStatusCode.Gone, "SessionExpired"), (poll.Status, poll.Code));
         Assert.Equal(reason, poll.Problem!.Value.GetProperty("reason").GetString());
+    }
+
+    /// <summary>What a session's backlog makes Redis hold: its stream, and every append's frames (<c>lf:</c>; here the session's, and a few bytes of a bystander's).</summary>
+    internal static async Task<long> BacklogBytesAsync(ConnectionMultiplexer redis, RedisKey stream)
+    {
+        IDatabase db = redis.GetDatabase();
+        long bytes = (long?)await db.ExecuteAsync("MEMORY", "USAGE", stream, "SAMPLES", "0") ?? 0;
+        foreach (RedisKey frames in redis.GetServers()[0].Keys(pattern: "{herald}:lf:*"))
+        {
+            bytes += (long?)await db.ExecuteAsync("MEMORY", "USAGE", frames, "SAMPLES", "0") ?? 0;
+        }
+
+        return bytes;
     }
 
     private static async Task<long> OutputBytesAsync(IDatabase db) => long.Parse(Field(await InfoAsync(db, "stats"), "total_net_output_bytes"), CultureInfo.InvariantCulture);

@@ -44,7 +44,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         _log = log;
         Metrics = new ClusterMetrics(meters, this, _shards.Count);
         Nodes = new ClusterNodes(options, NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture), serverName, ClusterSharedHistory.RulesOf(history));
-        Sessions = new ClusterSharedSessions(_connection);
+        Sessions = new ClusterSharedSessions(_shards);
         Groups = new ClusterGroups(_connection, Nodes, router, log);
         _out = new ClusterOutbound(_shards, router, Nodes, Metrics);
         SharedHistory = new ClusterSharedHistory(_shards, _out, history);
@@ -220,11 +220,11 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
 
         try
         {
-            await Sessions.StartAsync(shard.Subscriber).ConfigureAwait(false);
+            await Sessions.StartAsync([shard]).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
-            Sessions.StopListening(shard.Subscriber); // those made, so that the next try makes each once
+            Sessions.StopListening([shard]); // those made, so that the next try makes each once
             Volatile.Write(ref _sessionsListening[shard.Index], 0); // unreachable: tried again when the shard is restored
         }
     }

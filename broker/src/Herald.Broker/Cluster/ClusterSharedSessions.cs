@@ -17,11 +17,14 @@ namespace Herald.Broker.Cluster;
 /// (<c>polls</c>), the node holding a poll (<c>waiter</c>), the last request (<c>seen</c>, Redis's clock), each
 /// subscription (<c>sub:&lt;sid&gt;</c>) and the last position it delivered on a history topic
 /// (<c>pos:&lt;sid&gt;</c>), and why it ended (<c>ended</c>);</item>
-/// <item><c>P lq:&lt;token&gt;</c>, a stream: the backlog, one entry per message (id <c>&lt;seq&gt;-0</c>, fields <c>s</c> the
-/// sid and <c>m</c> the MESSAGE frame);</item>
+/// <item><c>P lq:&lt;token&gt;</c>, a stream: the backlog, one entry per append (id <c>&lt;first seq&gt;-0</c>), naming its
+/// messages' sids and their frames in the append call's frame hash <c>P lf:&lt;node&gt;:&lt;n&gt;</c>, which holds each frame
+/// once, whatever the number of sessions it went to (<see cref="SharedSessionScripts"/>);</item>
 /// <item><c>P lo:&lt;token&gt;</c>, the owner's lease: the id of the node whose router holds the session's
 /// subscriptions, expiring after three heartbeats unless renewed.</item>
 /// </list>
+/// A session's keys are on the shard its token hashes to (<see cref="ClusterShards.For(string)"/>, spec §13); this node's
+/// wake, command and reply channels are listened to on every shard, and a command and its reply go through the session's.
 /// The owner appends what its router delivers; any node reads and trims on a poll; any other request is sent
 /// to the owner on its command channel, or, when the lease has expired, the node takes the session over. A Redis
 /// call that fails or times out raises <see cref="ClusterUnavailableException"/> (with Redis's message).
@@ -31,12 +34,10 @@ namespace Herald.Broker.Cluster;
 /// </summary>
 internal sealed class ClusterSharedSessions : ISharedSessions
 {
-    private readonly ClusterConnection _engine;
-    private readonly string _prefix;
+    private readonly ClusterShards _shards;
+    private readonly ClusterOptions _options;
     private readonly string _node;
-    private readonly RedisChannel _wakes;
-    private readonly RedisChannel _commands;
-    private readonly RedisChannel _replies;
+    private readonly SharedSessionAppends _appends;
     private readonly ConcurrentDictionary<string, TaskCompletionSource> _waiters = new(StringComparer.Ordinal);
     private readonly ConcurrentDictionary<long, TaskCompletionSource<SessionReply>> _pending = new();
     private readonly string? _secret;
@@ -50,16 +51,14 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     private long _busy;
     private long _forgedEntries;
 
-    public ClusterSharedSessions(ClusterConnection engine)
+    public ClusterSharedSessions(ClusterShards shards)
     {
-        _engine = engine;
-        _prefix = engine.Prefix;
-        _node = engine.NodeId.ToString("x16", CultureInfo.InvariantCulture);
-        _wakes = RedisChannel.Literal(_prefix + ".lpw:" + _node);
-        _commands = RedisChannel.Literal(_prefix + ".lpc:" + _node);
-        _replies = RedisChannel.Literal(_prefix + ".lpr:" + _node);
-        _secret = engine.Options.Secret;
+        _shards = shards;
+        _options = shards.First.Options;
+        _node = shards.NodeId.ToString("x16", CultureInfo.InvariantCulture);
+        _secret = _options.Secret;
         _signer = _secret is null ? null : new EnvelopeSigner(_secret);
+        _appends = new SharedSessionAppends(shards, _node, Lease, _secret);
     }
 
     /// <summary>Commands and replies refused for their tag or shape (a writer that is not a node; monitoring).</summary>
@@ -83,10 +82,10 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     public string Node => _node;
 
     /// <summary>How long an owner's lease lasts unrenewed: three heartbeats, as a member's.</summary>
-    public TimeSpan Lease => 3 * _engine.Options.HeartbeatInterval;
+    public TimeSpan Lease => 3 * _options.HeartbeatInterval;
 
     /// <summary>Renew each lease this often.</summary>
-    public TimeSpan RenewEvery => _engine.Options.HeartbeatInterval;
+    public TimeSpan RenewEvery => _options.HeartbeatInterval;
 
     /// <summary>Runs a command another node sent for a session this node owns (<see cref="Serve"/>).</summary>
     private Func<SessionCommand, Task<SessionReply>>? _handler;
@@ -112,22 +111,36 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     private long _takenOver;
     private long _commandsSent;
 
-    private IDatabase Db => _engine.Database;
+    /// <summary>The shard holding the session <paramref name="token"/> names.</summary>
+    private ClusterConnection ShardOf(string token) => _shards.For(token);
 
-    /// <summary>Listens on this node's wake, command and reply channels (at the cluster's start).</summary>
-    public async Task StartAsync(ISubscriber subscriber)
+    private RedisChannel Wakes(ClusterConnection shard) => RedisChannel.Literal(shard.Prefix + ".lpw:" + _node);
+
+    private RedisChannel Commands(ClusterConnection shard) => RedisChannel.Literal(shard.Prefix + ".lpc:" + _node);
+
+    private RedisChannel Replies(ClusterConnection shard) => RedisChannel.Literal(shard.Prefix + ".lpr:" + _node);
+
+    /// <summary>Listens on this node's wake, command and reply channels on each of <paramref name="shards"/> (at the cluster's start).</summary>
+    public async Task StartAsync(IReadOnlyList<ClusterConnection> shards)
     {
-        await subscriber.SubscribeAsync(_wakes, (channel, token) => Woken(token!)).ConfigureAwait(false);
-        await subscriber.SubscribeAsync(_commands, (channel, body) => Received(subscriber, body)).ConfigureAwait(false);
-        await subscriber.SubscribeAsync(_replies, (channel, body) => Replied(body)).ConfigureAwait(false);
+        foreach (ClusterConnection shard in shards)
+        {
+            ISubscriber subscriber = shard.Subscriber;
+            await subscriber.SubscribeAsync(Wakes(shard), (channel, token) => Woken(token!)).ConfigureAwait(false);
+            await subscriber.SubscribeAsync(Commands(shard), (channel, body) => Received(shard, body)).ConfigureAwait(false);
+            await subscriber.SubscribeAsync(Replies(shard), (channel, body) => Replied(body)).ConfigureAwait(false);
+        }
     }
 
     /// <summary>Undoes a <see cref="StartAsync"/> that failed part way.</summary>
-    public void StopListening(ISubscriber subscriber)
+    public void StopListening(IReadOnlyList<ClusterConnection> shards)
     {
-        foreach (RedisChannel channel in (RedisChannel[])[_wakes, _commands, _replies])
+        foreach (ClusterConnection shard in shards)
         {
-            subscriber.Unsubscribe(channel, handler: null, CommandFlags.FireAndForget);
+            foreach (RedisChannel channel in (RedisChannel[])[Wakes(shard), Commands(shard), Replies(shard)])
+            {
+                shard.Subscriber.Unsubscribe(channel, handler: null, CommandFlags.FireAndForget);
+            }
         }
     }
 
@@ -145,18 +158,18 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     }
 
     /// <summary>A Redis failure as the seam raises it; its message is Redis's (clients see it in the 503's text).</summary>
-    private static Exception Unavailable(Exception e) => e is RedisException or TimeoutException ? new ClusterUnavailableException(e.Message, e) : e;
+    public static Exception Unavailable(Exception e) => e is RedisException or TimeoutException ? new ClusterUnavailableException(e.Message, e) : e;
 
-    private RedisKey Hash(string token) => _prefix + "lp:" + token;
+    private RedisKey Hash(string token) => SharedSessionKeys.Hash(ShardOf(token), token);
 
-    private RedisKey Stream(string token) => _prefix + "lq:" + token;
+    private RedisKey Stream(string token) => SharedSessionKeys.Stream(ShardOf(token), token);
 
-    private RedisKey LeaseKey(string token) => _prefix + "lo:" + token;
+    private RedisKey LeaseKey(string token) => SharedSessionKeys.Lease(ShardOf(token), token);
 
     /// <summary>A new session, owned by this node.</summary>
     public async Task CreateAsync(string token, string identity, string? client, int capabilities, string? info, TimeSpan ttl)
     {
-        IDatabase db = Db;
+        IDatabase db = ShardOf(token).Database;
         ITransaction create = db.CreateTransaction();
         HashEntry[] fields = [new("identity", identity), new("client", client ?? ""), new("caps", capabilities), new("seq", 0), new("ack", 0), new("sent", 0), new("polls", 0)];
         _ = create.HashSetAsync(Hash(token), info is null ? fields : [.. fields, new("info", info)]);
@@ -168,7 +181,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     /// <summary>What a node not owning the session needs to serve a request for it; null: no such session.</summary>
     public async Task<SharedSession?> FindAsync(string token)
     {
-        IDatabase db = Db;
+        IDatabase db = ShardOf(token).Database;
         Task<HashEntry[]> fields = db.HashGetAllAsync(Hash(token));
         Task<RedisValue> owner = db.StringGetAsync(LeaseKey(token));
         HashEntry[] hash = await Guard(fields).ConfigureAwait(false);
@@ -178,116 +191,11 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     /// <summary>
     /// Appends what the owner's router delivered to a session, its stream bounded in messages and bytes
     /// (<see cref="SharedSessionScripts.Append"/>); returns messages dropped (DropOldest), -1 lease lost or session
-    /// ended, -2 ended as a slow consumer. The appends of all this node's sessions waiting at the moment go to
-    /// Redis together, in one script (at most <see cref="MaxAppendsInFlight"/> calls in flight): one call per batch
-    /// of sessions, not per session. A session's pump has one append in flight at a time, so its order holds.
+    /// ended, -2 ended as a slow consumer. Gathered with the appends of this node's other sessions, each frame written once
+    /// (<see cref="SharedSessionAppends"/>).
     /// </summary>
-    public Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, long maxPendingBytes, bool disconnect, TimeSpan ttl)
-    {
-        var append = new PendingAppend(token, entries, maxPending, maxPendingBytes, disconnect, (long)ttl.TotalMilliseconds);
-        _appends.Enqueue(append);
-        SendAppends();
-        return append.Done.Task;
-    }
-
-    /// <summary>Calls to Redis with appends in flight at once, at most: while they are out, the next appends gather into one.</summary>
-    private const int MaxAppendsInFlight = 4;
-
-    /// <summary>Sessions in one append call, at most; and about this many bytes of frames.</summary>
-    private const int MaxSessionsPerAppend = 256;
-
-    private const long MaxBytesPerAppend = 4 * 1024 * 1024;
-
-    private readonly ConcurrentQueue<PendingAppend> _appends = new();
-    private int _appendsInFlight;
-
-    /// <summary>Sends what waits, while there is room in flight. Called after every enqueue and every completion, so nothing waits with room free.</summary>
-    private void SendAppends()
-    {
-        while (!_appends.IsEmpty)
-        {
-            int inFlight = Volatile.Read(ref _appendsInFlight);
-            if (inFlight >= MaxAppendsInFlight)
-            {
-                return; // a completion sends it
-            }
-
-            if (Interlocked.CompareExchange(ref _appendsInFlight, inFlight + 1, inFlight) != inFlight)
-            {
-                continue;
-            }
-
-            var batch = new List<PendingAppend>();
-            long bytes = 0;
-            while (batch.Count < MaxSessionsPerAppend && bytes < MaxBytesPerAppend && _appends.TryDequeue(out PendingAppend? next))
-            {
-                batch.Add(next);
-                bytes += next.Entries.Sum(e => (long)e.Frame.Length);
-            }
-
-            if (batch.Count == 0)
-            {
-                Interlocked.Decrement(ref _appendsInFlight);
-                continue;
-            }
-
-            _ = SendAsync(batch);
-        }
-    }
-
-    private async Task SendAsync(List<PendingAppend> batch)
-    {
-        try
-        {
-            using EnvelopeSigner? signer = _secret is null ? null : new EnvelopeSigner(_secret);
-            var keys = new RedisKey[3 * batch.Count];
-            var args = new List<RedisValue>(2 + batch.Sum(a => 6 + (5 * a.Entries.Count))) { _node, (long)Lease.TotalMilliseconds };
-            for (int s = 0; s < batch.Count; s++)
-            {
-                PendingAppend append = batch[s];
-                keys[3 * s] = Hash(append.Token);
-                keys[(3 * s) + 1] = Stream(append.Token);
-                keys[(3 * s) + 2] = LeaseKey(append.Token);
-                args.Add(append.Token);
-                args.Add(append.TtlMs);
-                args.Add(append.MaxPending);
-                args.Add(append.MaxPendingBytes);
-                args.Add(append.Disconnect ? 1 : 0);
-                args.Add(append.Entries.Count);
-                foreach (SharedEntry entry in append.Entries)
-                {
-                    args.Add(entry.Sequence);
-                    args.Add(entry.Sid);
-                    args.Add(entry.Frame);
-                    args.Add(entry.Position ?? "");
-                    args.Add(signer is null ? RedisValue.EmptyString : SessionSignatures.TagEntry(signer, append.Token, entry.Sequence, entry.Sid, entry.Frame));
-                }
-            }
-
-            var results = (RedisResult[])(await Db.ScriptEvaluateAsync(SharedSessionScripts.Append, keys, [.. args]).ConfigureAwait(false))!;
-            for (int s = 0; s < batch.Count; s++)
-            {
-                batch[s].Done.TrySetResult((long)results[s]);
-            }
-        }
-        catch (Exception e)
-        {
-            foreach (PendingAppend append in batch)
-            {
-                append.Done.TrySetException(Unavailable(e));
-            }
-        }
-        finally
-        {
-            Interlocked.Decrement(ref _appendsInFlight);
-            SendAppends();
-        }
-    }
-
-    private sealed record PendingAppend(string Token, IReadOnlyList<SharedEntry> Entries, int MaxPending, long MaxPendingBytes, bool Disconnect, long TtlMs)
-    {
-        public TaskCompletionSource<long> Done { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
-    }
+    public Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, long maxPendingBytes, bool disconnect, TimeSpan ttl) =>
+        _appends.AppendAsync(token, entries, maxPending, maxPendingBytes, disconnect, ttl);
 
     /// <summary>
     /// One read of a poll (any node): acknowledges, then what is above the ack, read in Redis one entry at a time while
@@ -296,10 +204,10 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     /// </summary>
     public async Task<SharedPoll> PollAsync(string token, long ack, int maxMessages, int maxBytes, TimeSpan ttl, bool hold, string? generation)
     {
-        RedisResult result = await Guard(Db.ScriptEvaluateAsync(
+        RedisResult result = await Guard(ShardOf(token).Database.ScriptEvaluateAsync(
             SharedSessionScripts.Poll,
             [Hash(token), Stream(token)],
-            [ack, maxMessages, (long)ttl.TotalMilliseconds, hold ? _wakes.ToString() : "", generation ?? "", token, maxBytes, _node])).ConfigureAwait(false);
+            [ack, maxMessages, (long)ttl.TotalMilliseconds, hold ? Wakes(ShardOf(token)).ToString() : "", generation ?? "", token, maxBytes, _node])).ConfigureAwait(false);
         var items = (RedisResult[])result!;
         long code = (long)items[0];
         switch (code)
@@ -373,17 +281,17 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     /// <summary>The owner keeps its lease; returns how things stand.</summary>
     public async Task<LeaseState> RenewAsync(string token, TimeSpan ttl)
     {
-        var items = (RedisResult[])(await Guard(Db.ScriptEvaluateAsync(SharedSessionScripts.Renew, [Hash(token), LeaseKey(token), Stream(token)], [_node, (long)Lease.TotalMilliseconds, (long)ttl.TotalMilliseconds])).ConfigureAwait(false))!;
+        var items = (RedisResult[])(await Guard(ShardOf(token).Database.ScriptEvaluateAsync(SharedSessionScripts.Renew, [Hash(token), LeaseKey(token), Stream(token)], [_node, (long)Lease.TotalMilliseconds, (long)ttl.TotalMilliseconds])).ConfigureAwait(false))!;
         return new LeaseState((long)items[0] == 1, TimeSpan.FromMilliseconds(Math.Max(0, (long)items[1])), (long)items[2] == 1, (string?)items[3] is { Length: > 0 } ended ? ended : null, (long)items[4]);
     }
 
     public Task UnholdAsync(string token, string generation) =>
-        Guard(Db.ScriptEvaluateAsync(SharedSessionScripts.Unhold, [Hash(token)], [_wakes.ToString(), generation]));
+        Guard(ShardOf(token).Database.ScriptEvaluateAsync(SharedSessionScripts.Unhold, [Hash(token)], [Wakes(ShardOf(token)).ToString(), generation]));
 
     /// <summary>Takes over a session whose owner's lease expired; null if it is gone or another node was first.</summary>
     public async Task<SharedSession?> TakeOverAsync(string token)
     {
-        var items = (RedisResult[])(await Guard(Db.ScriptEvaluateAsync(SharedSessionScripts.TakeOver, [Hash(token), LeaseKey(token)], [_node, (long)Lease.TotalMilliseconds])).ConfigureAwait(false))!;
+        var items = (RedisResult[])(await Guard(ShardOf(token).Database.ScriptEvaluateAsync(SharedSessionScripts.TakeOver, [Hash(token), LeaseKey(token)], [_node, (long)Lease.TotalMilliseconds])).ConfigureAwait(false))!;
         if ((long)items[0] != 1)
         {
             return null;
@@ -402,7 +310,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
 
     /// <summary>Gives the lease up (a graceful stop): the next request, on any node, takes the session over at once.</summary>
     public Task ReleaseAsync(string token) =>
-        Guard(Db.ScriptEvaluateAsync("if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end return 0", [LeaseKey(token)], [_node]));
+        Guard(ShardOf(token).Database.ScriptEvaluateAsync("if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end return 0", [LeaseKey(token)], [_node]));
 
 
     /// <summary>
@@ -411,14 +319,14 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     /// this node no longer holds the session's lease: another node took it over, and the change must be made there.
     /// </summary>
     public async Task<bool> SubscriptionAsync(string token, uint sid, string? pattern, SubscribeOptions options, string? since = null, string? queue = null) =>
-        (long)await Guard(Db.ScriptEvaluateAsync(
+        (long)await Guard(ShardOf(token).Database.ScriptEvaluateAsync(
             SharedSessionScripts.Subscription,
             [Hash(token), LeaseKey(token)],
             [_node, sid, pattern is null ? "" : SharedSessionRecord.Subscription(options, pattern, queue), since ?? ""])).ConfigureAwait(false) == 1;
 
     /// <summary>Ends the session (as its owner: <paramref name="asOwner"/>; or for a node that found its owner gone); its token is answered as ended for <paramref name="memory"/>.</summary>
     public Task EndAsync(string token, string reason, TimeSpan memory, bool asOwner) =>
-        Guard(Db.ScriptEvaluateAsync(SharedSessionScripts.End, [Hash(token), Stream(token), LeaseKey(token)], [reason, Math.Max(1, (long)memory.TotalMilliseconds), asOwner ? _node : "", token]));
+        Guard(ShardOf(token).Database.ScriptEvaluateAsync(SharedSessionScripts.End, [Hash(token), Stream(token), LeaseKey(token)], [reason, Math.Max(1, (long)memory.TotalMilliseconds), asOwner ? _node : "", token]));
 
     /// <summary>Sends a request to the session's owner and waits for its answer; null if none came within <paramref name="timeout"/> (it may have been carried out).</summary>
     public async Task<SessionReply?> SendAsync(string owner, SessionCommand command, TimeSpan timeout, CancellationToken cancellation)
@@ -433,12 +341,13 @@ internal sealed class ClusterSharedSessions : ISharedSessions
             command.Nonce = Convert.ToHexString(RandomNumberGenerator.GetBytes(16));
             command.Deadline = DateTimeOffset.UtcNow.ToUnixTimeMilliseconds() + (long)(timeout - DeadlineMargin(timeout)).TotalMilliseconds;
             Interlocked.Increment(ref _commandsSent);
-            string channel = _prefix + ".lpc:" + owner;
+            ClusterConnection shard = ShardOf(command.Token);
+            string channel = shard.Prefix + ".lpc:" + owner;
             byte[] body = SessionSignatures.Seal(_signer, "lpc:" + owner, JsonSerializer.SerializeToUtf8Bytes(command, SharedSessionsJson.Default.SessionCommand));
             // PUBLISH's receiver count is no answer (on Redis Cluster it counts one shard's subscribers): only a reply is.
             try
             {
-                await _engine.Subscriber.PublishAsync(RedisChannel.Literal(channel), body).ConfigureAwait(false);
+                await shard.Subscriber.PublishAsync(RedisChannel.Literal(channel), body).ConfigureAwait(false);
             }
             catch (RedisException e)
             {
@@ -468,7 +377,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     /// it was not run before, and fewer than <see cref="ClusterOptions.MaxSessionCommands"/> are running; each refusal
     /// is counted, and one past its deadline or over the bound is answered 503 (a real sender may still wait).
     /// </summary>
-    private void Received(ISubscriber subscriber, RedisValue body)
+    private void Received(ClusterConnection shard, RedisValue body)
     {
         SessionCommand? command = null;
         if (SessionSignatures.TryOpen(_signer, "lpc:" + _node, (byte[])body!, out ReadOnlyMemory<byte> json))
@@ -498,7 +407,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
         if (now > command.Deadline)
         {
             Interlocked.Increment(ref _expired);
-            _ = ReplyAsync(subscriber, command, new SessionReply { Status = 503, Code = "OwnerUnavailable", Message = "The request reached the session's node after its deadline and was not carried out; try again.", RetryAfter = 1 });
+            _ = ReplyAsync(shard, command, new SessionReply { Status = 503, Code = "OwnerUnavailable", Message = "The request reached the session's node after its deadline and was not carried out; try again.", RetryAfter = 1 });
             return;
         }
 
@@ -508,18 +417,18 @@ internal sealed class ClusterSharedSessions : ISharedSessions
             return;
         }
 
-        if (Interlocked.Increment(ref _running) > _engine.Options.MaxSessionCommands)
+        if (Interlocked.Increment(ref _running) > _options.MaxSessionCommands)
         {
             Interlocked.Decrement(ref _running);
             Interlocked.Increment(ref _busy);
-            _ = ReplyAsync(subscriber, command, new SessionReply { Status = 503, Code = "OwnerUnavailable", Message = $"The session's node is busy: it is carrying out {_engine.Options.MaxSessionCommands} requests from other nodes; try again.", RetryAfter = 1 });
+            _ = ReplyAsync(shard, command, new SessionReply { Status = 503, Code = "OwnerUnavailable", Message = $"The session's node is busy: it is carrying out {_options.MaxSessionCommands} requests from other nodes; try again.", RetryAfter = 1 });
             return;
         }
 
-        _ = RunCommandAsync(subscriber, command, handler);
+        _ = RunCommandAsync(shard, command, handler);
     }
 
-    private async Task RunCommandAsync(ISubscriber subscriber, SessionCommand command, Func<SessionCommand, Task<SessionReply>> handler)
+    private async Task RunCommandAsync(ClusterConnection shard, SessionCommand command, Func<SessionCommand, Task<SessionReply>> handler)
     {
         SessionReply reply;
         try
@@ -535,16 +444,16 @@ internal sealed class ClusterSharedSessions : ISharedSessions
             Interlocked.Decrement(ref _running);
         }
 
-        await ReplyAsync(subscriber, command, reply).ConfigureAwait(false);
+        await ReplyAsync(shard, command, reply).ConfigureAwait(false);
     }
 
-    private async Task ReplyAsync(ISubscriber subscriber, SessionCommand command, SessionReply reply)
+    private async Task ReplyAsync(ClusterConnection shard, SessionCommand command, SessionReply reply)
     {
         reply.Id = command.Id;
-        string channel = _prefix + ".lpr:" + command.From;
+        string channel = shard.Prefix + ".lpr:" + command.From;
         try
         {
-            await subscriber.PublishAsync(RedisChannel.Literal(channel), SessionSignatures.Seal(_signer, "lpr:" + command.From, JsonSerializer.SerializeToUtf8Bytes(reply, SharedSessionsJson.Default.SessionReply))).ConfigureAwait(false);
+            await shard.Subscriber.PublishAsync(RedisChannel.Literal(channel), SessionSignatures.Seal(_signer, "lpr:" + command.From, JsonSerializer.SerializeToUtf8Bytes(reply, SharedSessionsJson.Default.SessionReply))).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {

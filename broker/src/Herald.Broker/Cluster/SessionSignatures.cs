@@ -67,27 +67,30 @@ internal static class SessionSignatures
         return valid;
     }
 
-    /// <summary>The tag of a backlog entry (caller owns <paramref name="signer"/>: not thread-safe).</summary>
-    public static byte[] TagEntry(EnvelopeSigner signer, string token, long sequence, uint sid, ReadOnlySpan<byte> frame)
-    {
-        byte[] tag = new byte[TagSize];
-        signer.Tag(EntryPath, EntryData(token, sequence, sid, frame), tag);
-        return tag;
-    }
+    /// <summary>
+    /// Writes the tag of a backlog message into <paramref name="tag"/>, from its frame's SHA-256
+    /// (<paramref name="frameHash"/>: a frame going to many sessions is hashed once). Caller owns <paramref name="signer"/>.
+    /// </summary>
+    public static void TagEntry(EnvelopeSigner signer, string token, long sequence, uint sid, ReadOnlySpan<byte> frameHash, Span<byte> tag) =>
+        signer.Tag(EntryPath, EntryData(token, sequence, sid, frameHash), tag);
 
-    /// <summary>Whether a backlog entry's tag is the one the secret gives (caller owns <paramref name="signer"/>).</summary>
-    public static bool VerifyEntry(EnvelopeSigner signer, string token, long sequence, uint sid, ReadOnlySpan<byte> frame, ReadOnlySpan<byte> tag) =>
-        signer.Check(EntryPath, EntryData(token, sequence, sid, frame), tag);
+    /// <summary>Whether a backlog message's tag is the one the secret gives (caller owns <paramref name="signer"/>).</summary>
+    public static bool VerifyEntry(EnvelopeSigner signer, string token, long sequence, uint sid, ReadOnlySpan<byte> frame, ReadOnlySpan<byte> tag)
+    {
+        Span<byte> hash = stackalloc byte[SHA256.HashSizeInBytes];
+        SHA256.HashData(frame, hash);
+        return signer.Check(EntryPath, EntryData(token, sequence, sid, hash), tag);
+    }
 
     private const string EntryPath = "lq";
 
-    /// <summary>What an entry's tag covers: <c>&lt;token&gt;\0&lt;seq&gt;\0&lt;sid&gt;\0</c> then the SHA-256 of the frame (so the frame is read once, never copied).</summary>
-    private static byte[] EntryData(string token, long sequence, uint sid, ReadOnlySpan<byte> frame)
+    /// <summary>What a message's tag covers: <c>&lt;token&gt;\0&lt;seq&gt;\0&lt;sid&gt;\0</c> then the SHA-256 of the frame (so the frame is read once, never copied).</summary>
+    private static byte[] EntryData(string token, long sequence, uint sid, ReadOnlySpan<byte> frameHash)
     {
         byte[] label = Encoding.UTF8.GetBytes(string.Create(CultureInfo.InvariantCulture, $"{token}\0{sequence}\0{sid}\0"));
         byte[] data = new byte[label.Length + SHA256.HashSizeInBytes];
         label.CopyTo(data, 0);
-        SHA256.HashData(frame, data.AsSpan(label.Length));
+        frameHash.CopyTo(data.AsSpan(label.Length));
         return data;
     }
 }

@@ -82,41 +82,22 @@ internal static class SharedSessionRecord
         string.Create(CultureInfo.InvariantCulture, $"{(uint)(options & (SubscribeOptions.NoEcho | SubscribeOptions.Join | SubscribeOptions.PresenceEvents))} {pattern}{(queue is null ? "" : " " + queue)}");
 
     /// <summary>
-    /// A poll's entries of the session's stream, as <c>XRANGE</c> gave them: sequence (the id's first part), sid and
-    /// frame. With a <paramref name="secret"/>, an entry whose tag is missing or not the one the secret gives for this
-    /// session, sequence, sid and frame is left out and counted in <paramref name="forged"/>.
+    /// A poll's messages, as <see cref="SharedSessionScripts.Poll"/> gave them (flat, four items each: sequence, sid,
+    /// frame, tag). With a <paramref name="secret"/>, a message whose tag is missing or not the one the secret gives for
+    /// this session, sequence, sid and frame is left out and counted in <paramref name="forged"/>.
     /// </summary>
     public static List<(long Sequence, uint Sid, byte[] Frame)> ReadEntries(string token, RedisResult[] raw, string? secret, out int forged)
     {
         forged = 0;
-        var entries = new List<(long Sequence, uint Sid, byte[] Frame)>(raw.Length);
+        var entries = new List<(long Sequence, uint Sid, byte[] Frame)>(raw.Length / 4);
         using EnvelopeSigner? signer = secret is null || raw.Length == 0 ? null : new EnvelopeSigner(secret);
-        foreach (RedisResult item in raw)
+        for (int at = 0; at + 3 < raw.Length; at += 4)
         {
-            var entry = (RedisResult[])item!;
-            string id = (string)entry[0]!;
-            var fields = (RedisResult[])entry[1]!;
-            uint sid = 0;
-            byte[] frame = [];
-            byte[]? tag = null;
-            for (int f = 0; f + 1 < fields.Length; f += 2)
-            {
-                switch ((string?)fields[f])
-                {
-                    case "s":
-                        sid = (uint)(long)fields[f + 1];
-                        break;
-                    case "m":
-                        frame = (byte[])fields[f + 1]!;
-                        break;
-                    case "t":
-                        tag = (byte[])fields[f + 1]!;
-                        break;
-                }
-            }
-
-            long sequence = long.Parse(id.AsSpan(0, id.IndexOf('-')), CultureInfo.InvariantCulture);
-            if (signer is not null && (tag is null || !SessionSignatures.VerifyEntry(signer, token, sequence, sid, frame, tag)))
+            long sequence = (long)raw[at];
+            uint sid = uint.TryParse((string?)raw[at + 1], NumberStyles.None, CultureInfo.InvariantCulture, out uint s) ? s : uint.MaxValue;
+            byte[] frame = (byte[]?)raw[at + 2] ?? [];
+            byte[] tag = (byte[]?)raw[at + 3] ?? [];
+            if (sid == uint.MaxValue || (signer is not null && (tag.Length != SessionSignatures.TagSize || !SessionSignatures.VerifyEntry(signer, token, sequence, sid, frame, tag))))
             {
                 forged++;
                 continue;
@@ -127,6 +108,22 @@ internal static class SharedSessionRecord
 
         return entries;
     }
+}
+
+/// <summary>
+/// Where a shared session's keys are (spec cluster.md §10, §13): on the shard its token hashes to, under that shard's
+/// prefix; and the frame hash of one append call, on the shard the call went to.
+/// </summary>
+internal static class SharedSessionKeys
+{
+    public static RedisKey Hash(ClusterConnection shard, string token) => shard.Prefix + "lp:" + token;
+
+    public static RedisKey Stream(ClusterConnection shard, string token) => shard.Prefix + "lq:" + token;
+
+    public static RedisKey Lease(ClusterConnection shard, string token) => shard.Prefix + "lo:" + token;
+
+    /// <summary>The frames of <paramref name="node"/>'s append call number <paramref name="call"/> (<c>P lf:&lt;node&gt;:&lt;call&gt;</c>).</summary>
+    public static RedisKey Frames(ClusterConnection shard, string node, long call) => shard.Prefix + "lf:" + node + ":" + call.ToString(CultureInfo.InvariantCulture);
 }
 
 /// <summary>How a <see cref="SessionCommand"/> and its <see cref="SessionReply"/> travel between nodes (on the command and reply channels).</summary>

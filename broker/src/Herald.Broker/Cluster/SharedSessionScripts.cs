@@ -7,81 +7,188 @@ namespace Herald.Broker.Cluster;
 internal static class SharedSessionScripts
 {
     /// <summary>
-    /// The appends of several sessions in one call (a node's pumps, batched: spec cluster.md §10). KEYS: per session its
-    /// hash, stream and lease. ARGV: node, lease ms, then per session its token, ttl ms, max pending messages, max
-    /// pending bytes, disconnect (1/0), message count, and per message seq, sid, frame, position, tag ('' : unsigned).
-    /// Returns per session the messages dropped (DropOldest), -1 (lease another node's, or the session ended) or -2
-    /// (ended as a slow consumer). An append renews the lease too (an owner busy delivering keeps its sessions), taking
-    /// it again if it expired while no other node took it (after a Redis outage, say).
+    /// What the scripts that move a session's messages share (spec cluster.md §10). An entry of a session's stream is
+    /// one append of one batch: id <c>&lt;first seq&gt;-*</c>, fields <c>n</c> (its messages, of consecutive sequences),
+    /// <c>s</c> their sids and <c>i</c> their frames' fields in the frame hash <c>f</c> (comma lists), <c>z</c> their
+    /// frames' sizes, and with a secret <c>t</c> their tags (16 bytes each, in order). The frame hash holds each frame
+    /// once (field <c>&lt;i&gt;</c>), whatever the number of sessions it went to, with the references left to it
+    /// (<c>r&lt;i&gt;</c>): a message that leaves a session (acknowledged, dropped, the session ended) gives its reference
+    /// back, and the last one deletes the frame. An entry without <c>n</c> is not a node's (or of an earlier
+    /// version): one message, its frame inline (<c>m</c>), never charged. The hash's <c>gone</c> is the highest
+    /// sequence that left the stream (acknowledged or dropped), <c>bin</c>/<c>bout</c> the bytes of frames appended and
+    /// gone.
+    /// </summary>
+    private const string Common = """
+        local function split(s)
+          local out = {}
+          if s then for v in string.gmatch(s, '[^,]+') do out[#out + 1] = v end end
+          return out
+        end
+        local function fieldsOf(raw)
+          local t = {}
+          for f = 1, #raw - 1, 2 do t[raw[f]] = raw[f + 1] end
+          return t
+        end
+        local function release(stream, gone, upto, bout, dec)
+          while gone < upto do
+            local raw = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
+            if not raw then return upto, bout end
+            local first = tonumber(string.match(raw[1], '^(%d+)'))
+            local e = fieldsOf(raw[2])
+            local last = first + tonumber(e.n or '1') - 1
+            local from, to = math.max(first, gone + 1), math.min(last, upto)
+            if e.n and e.f and to >= from then
+              local idx, sz = split(e.i), split(e.z)
+              local counts = dec[e.f] or {}
+              dec[e.f] = counts
+              for k = from - first + 1, to - first + 1 do
+                if idx[k] then counts[idx[k]] = (counts[idx[k]] or 0) + 1 end
+                bout = bout + tonumber(sz[k] or '0')
+              end
+            end
+            if last > upto then return upto, bout end
+            redis.call('XDEL', stream, raw[1])
+            if last > gone then gone = last end
+          end
+          return gone, bout
+        end
+        local function settle(dec)
+          for blob, counts in pairs(dec) do
+            local names, order = {}, {}
+            for idx, _ in pairs(counts) do
+              names[#names + 1] = 'r' .. idx
+              order[#order + 1] = idx
+            end
+            for c = 1, #names, 500 do
+              local last = math.min(c + 499, #names)
+              local refs = redis.call('HMGET', blob, unpack(names, c, last))
+              local set, del = {}, {}
+              for j = c, last do
+                local r = tonumber(refs[j - c + 1] or '0') - counts[order[j]]
+                if r > 0 then
+                  set[#set + 1] = names[j]
+                  set[#set + 1] = r
+                else
+                  del[#del + 1] = order[j]
+                  del[#del + 1] = names[j]
+                end
+              end
+              if #set > 0 then redis.call('HSET', blob, unpack(set)) end
+              if #del > 0 then redis.call('HDEL', blob, unpack(del)) end
+            end
+          end
+        end
+
+        """;
+
+    /// <summary>
+    /// The appends of several sessions in one call (a node's pumps, batched: spec cluster.md §10), each frame written
+    /// once. KEYS: the call's frame hash, then per session its hash, stream and lease. ARGV: node, lease ms, the frame
+    /// hash's ttl ms, the number of frames F, then per frame its bytes, and the frame hash and field an earlier call of
+    /// this node still in flight wrote it to ('' ''): a frame still there is referenced there, not written again; then per session its token, ttl ms, max pending messages,
+    /// max pending bytes, disconnect (1/0), first sequence, message count, sids and frame numbers (comma lists, frames
+    /// numbered from 1), tags ('' : unsigned), the number of positions and that many pairs of sid and position (the
+    /// last each sid's messages carry). Returns per session the messages dropped (DropOldest), -1 (lease another
+    /// node's, or the session ended) or -2 (ended as a slow consumer). An append renews the lease too (an owner busy
+    /// delivering keeps its sessions), taking it again if it expired while no other node took it (after a Redis
+    /// outage, say).
     /// <para>
-    /// The stream is bounded in messages and in bytes, and an entry is charged before it is written: the hash counts
-    /// the bytes of frames ever appended (<c>bin</c>) and those of the entries already gone (<c>bout</c>, from the
-    /// running total <c>c</c> each entry carries), so <c>bin - bout</c> is what the stream holds. An entry that would
-    /// take it past either limit first drops the oldest (DropOldest) or ends the session (Disconnect: the stream is
-    /// deleted at once and the entry never written). An entry's id is <c>&lt;seq&gt;-*</c>: <c>&lt;seq&gt;-0</c> unless
-    /// something else wrote that id first (only a writer that is not a node can), which a poll then skips as unsigned;
-    /// a stream such a writer took past the session's sequence is given up (-1), never written under.
+    /// The stream is bounded in messages and in bytes, and a message is charged before it is written: one that would
+    /// take it past either limit first drops the oldest (DropOldest: from the stream, then from the batch itself) or
+    /// ends the session (Disconnect: the stream is deleted at once, its references given back, the batch never
+    /// written). A session pins frames only through its own messages, so within its own limits. A stream such a writer
+    /// took past the session's sequence is given up (-1), never written under.
     /// </para>
     /// </summary>
-    public const string Append = """
-        local function total(fields)
-          for f = 1, #fields - 1, 2 do
-            if fields[f] == 'c' then return tonumber(fields[f + 1]) end
+    public const string Append = Common + """
+        local blob = KEYS[1]
+        local nframes = tonumber(ARGV[4])
+        local sizes, where, field = {}, {}, {}
+        for j = 1, nframes do
+          local at = 2 + 3 * j
+          sizes[j] = #ARGV[at]
+          if ARGV[at + 1] ~= '' and redis.call('HEXISTS', ARGV[at + 1], ARGV[at + 2]) == 1 then
+            where[j], field[j] = ARGV[at + 1], ARGV[at + 2]
+          else
+            where[j], field[j] = blob, tostring(j)
           end
-          return nil
         end
-        local results = {}
-        local a = 3
-        for s = 1, #KEYS / 3 do
-          local hash, stream, lease = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
-          local token, ttl, maxp, maxb, disconnect, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4], tonumber(ARGV[a + 5])
-          local i = a + 6
-          a = i + 5 * n
+        local refs, dec, results = {}, {}, {}
+        local a = 5 + 3 * nframes
+        for s = 1, (#KEYS - 1) / 3 do
+          local hash, stream, lease = KEYS[3 * s - 1], KEYS[3 * s], KEYS[3 * s + 1]
+          local token, ttl, maxp, maxb, disconnect = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4] == '1'
+          local first, n, sids, idx, tags, npos = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), split(ARGV[a + 7]), split(ARGV[a + 8]), ARGV[a + 9], tonumber(ARGV[a + 10])
+          local p = a + 11
+          a = p + 2 * npos
           local owner = redis.call('GET', lease)
-          local h = redis.call('HMGET', hash, 'seq', 'ended', 'bin', 'bout')
+          local h = redis.call('HMGET', hash, 'seq', 'ended', 'bin', 'bout', 'gone', 'ack')
           if (owner and owner ~= ARGV[1]) or not h[1] or h[2] then
             results[s] = -1
           else
             redis.call('SET', lease, ARGV[1], 'PX', ARGV[2])
             local top, bin, bout = tonumber(h[1]), tonumber(h[3] or '0'), tonumber(h[4] or '0')
-            local held = redis.call('XLEN', stream)
+            local stored = top
+            local gone = tonumber(h[5] or h[6] or '0')
+            local k = math.max(1, top - first + 2)
+            local from = k
             local result = 0
-            while i < a do
-              local seq = tonumber(ARGV[i])
-              if seq > top then
-                local size = #ARGV[i + 2]
-                while (held + 1 > maxp or bin - bout + size > maxb) and held > 0 and disconnect ~= '1' do
-                  local oldest = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
-                  redis.call('XDEL', stream, oldest[1])
-                  bout = total(oldest[2]) or bout
-                  held = held - 1
-                  result = result + 1
+            while k <= n do
+              local size = sizes[tonumber(idx[k])]
+              while (top - gone + 1 > maxp or bin - bout + size > maxb) and top - gone > 0 and not disconnect do
+                if gone < stored then
+                  gone, bout = release(stream, gone, gone + 1, bout, dec)
+                else
+                  bout = bout + sizes[tonumber(idx[from])]
+                  gone = first + from - 1
+                  from = from + 1
                 end
-                if held + 1 > maxp or bin - bout + size > maxb then
-                  result = -2
-                  break
+                result = result + 1
+              end
+              if top - gone + 1 > maxp or bin - bout + size > maxb then
+                result = -2
+                break
+              end
+              bin = bin + size
+              top = first + k - 1
+              k = k + 1
+            end
+            if result == -2 then
+              gone, bout = release(stream, gone, stored, bout, dec)
+              redis.call('DEL', stream)
+              redis.call('HSET', hash, 'ended', 'SlowConsumer', 'gone', gone, 'bout', bout)
+            else
+              local run = from
+              while run < k and result ~= -1 do
+                local frames = where[tonumber(idx[run])]
+                local es, ei, ez = {}, {}, {}
+                local m = run
+                while m < k and where[tonumber(idx[m])] == frames do
+                  local j = tonumber(idx[m])
+                  es[#es + 1] = sids[m]
+                  ei[#ei + 1] = field[j]
+                  ez[#ez + 1] = sizes[j]
+                  m = m + 1
                 end
                 local added
-                if ARGV[i + 4] == '' then
-                  added = redis.pcall('XADD', stream, ARGV[i] .. '-*', 's', ARGV[i + 1], 'c', bin + size, 'm', ARGV[i + 2])
+                if tags == '' then
+                  added = redis.pcall('XADD', stream, (first + run - 1) .. '-*', 'n', m - run, 's', table.concat(es, ','), 'f', frames, 'i', table.concat(ei, ','), 'z', table.concat(ez, ','))
                 else
-                  added = redis.pcall('XADD', stream, ARGV[i] .. '-*', 's', ARGV[i + 1], 'c', bin + size, 'm', ARGV[i + 2], 't', ARGV[i + 4])
+                  added = redis.pcall('XADD', stream, (first + run - 1) .. '-*', 'n', m - run, 's', table.concat(es, ','), 'f', frames, 'i', table.concat(ei, ','), 'z', table.concat(ez, ','), 't', string.sub(tags, 16 * (run - 1) + 1, 16 * (m - 1)))
                 end
                 if type(added) == 'table' and added.err then
                   result = -1
-                  break
+                else
+                  for q = run, m - 1 do refs[idx[q]] = (refs[idx[q]] or 0) + 1 end
                 end
-                bin = bin + size
-                if ARGV[i + 3] ~= '' then redis.call('HSET', hash, 'pos:' .. ARGV[i + 1], ARGV[i + 3]) end
-                held = held + 1
-                top = seq
+                run = m
               end
-              i = i + 5
-            end
-            redis.call('HSET', hash, 'seq', top, 'bin', bin, 'bout', bout)
-            if result == -2 then
-              redis.call('HSET', hash, 'ended', 'SlowConsumer')
-              redis.call('DEL', stream)
+              if result == -1 then
+                redis.call('HSET', hash, 'gone', math.min(gone, stored), 'bout', bout)
+              else
+                for q = p, a - 1, 2 do redis.call('HSET', hash, 'pos:' .. ARGV[q], ARGV[q + 1]) end
+                redis.call('HSET', hash, 'seq', top, 'bin', bin, 'bout', bout, 'gone', gone)
+              end
             end
             redis.call('PEXPIRE', hash, ttl)
             redis.call('PEXPIRE', stream, ttl)
@@ -93,26 +200,43 @@ internal static class SharedSessionScripts
             results[s] = result
           end
         end
+        local fields = {}
+        for j, r in pairs(refs) do
+          local n = tonumber(j)
+          if where[n] == blob then
+            fields[#fields + 1] = j
+            fields[#fields + 1] = ARGV[2 + 3 * n]
+            fields[#fields + 1] = 'r' .. j
+            fields[#fields + 1] = r
+            if #fields >= 400 then
+              redis.call('HSET', blob, unpack(fields))
+              fields = {}
+            end
+          else
+            redis.call('HINCRBY', where[n], 'r' .. field[n], r)
+            redis.call('PEXPIRE', where[n], ARGV[3])
+          end
+        end
+        if #fields > 0 then redis.call('HSET', blob, unpack(fields)) end
+        if redis.call('EXISTS', blob) == 1 then redis.call('PEXPIRE', blob, ARGV[3]) end
+        settle(dec)
         return results
         """;
 
     /// <summary>
     /// KEYS: hash, stream. ARGV: ack, max messages, ttl ms, waiter channel ('' : do not hold), generation ('' : a new poll),
-    /// token, max bytes, the polling node. Returns {code, generation, highest ack, highest sent, entries} (code 0) or {-1} unknown,
-    /// {-2, reason} ended, {-3, seq} ack out of range, {-4} replaced by a newer poll. With no entries, or only loss
-    /// marks (sid 0), a holding poll's node is named the waiter (and when, <c>waited</c>): the next append wakes it. The
-    /// request is recorded (<c>seen</c>, Redis's clock, and <c>seenby</c>, the node it came through). The entries are read one at a
-    /// time and only while the answer has room (at most max messages, and max bytes of frames, at least one): Redis
-    /// sends what the poll may answer, never the whole backlog.
+    /// token, max bytes, the polling node. Returns {code, generation, highest ack, highest sent, messages} (code 0; the
+    /// messages flat, four items each: sequence, sid, frame, tag) or {-1} unknown, {-2, reason} ended, {-3, seq} ack out
+    /// of range, {-4} replaced by a newer poll. The ack gives back what it acknowledges (its entries deleted, its frames'
+    /// references returned). With no messages, or only loss marks (sid 0), a holding poll's node is named the waiter
+    /// (and when, <c>waited</c>): the next append wakes it. The request is recorded (<c>seen</c>, Redis's clock, and
+    /// <c>seenby</c>, the node it came through). Messages are read an entry at a time and only while the answer has
+    /// room (at most max messages, and max bytes of frames, at least one), each frame fetched from its frame hash (whose
+    /// expiry the read renews): Redis sends what the poll may answer, never the whole backlog. A frame no longer there
+    /// (its hash expired) is left out: the poll reports the gap.
     /// </summary>
-    public const string Poll = """
-        local function field(fields, name)
-          for f = 1, #fields - 1, 2 do
-            if fields[f] == name then return fields[f + 1] end
-          end
-          return nil
-        end
-        local h = redis.call('HMGET', KEYS[1], 'seq', 'ended', 'ack', 'sent', 'polls', 'waiter', 'bin')
+    public const string Poll = Common + """
+        local h = redis.call('HMGET', KEYS[1], 'seq', 'ended', 'ack', 'sent', 'polls', 'waiter', 'gone', 'bout')
         if not h[1] then
           if h[2] then return {-2, h[2]} end
           return {-1}
@@ -132,44 +256,83 @@ internal static class SharedSessionScripts
         local ack = tonumber(ARGV[1])
         if ack > seq or ack < 0 then return {-3, seq} end
         local acked = tonumber(h[3] or '0')
-        local trimmed = ack > acked
-        if trimmed then
-          redis.call('XTRIM', KEYS[2], 'MINID', (ack + 1) .. '-0')
+        local gone = tonumber(h[7] or h[3] or '0')
+        if ack > acked then
           acked = ack
+          if ack > gone then
+            local dec = {}
+            local bout
+            gone, bout = release(KEYS[2], gone, ack, tonumber(h[8] or '0'), dec)
+            settle(dec)
+            redis.call('HSET', KEYS[1], 'gone', gone, 'bout', bout)
+          end
           redis.call('HSET', KEYS[1], 'ack', acked)
         end
         local now = redis.call('TIME')
         local nowms = now[1] * 1000 + math.floor(now[2] / 1000)
         redis.call('HSET', KEYS[1], 'seen', nowms, 'seenby', ARGV[8])
-        local entries = {}
-        local marks = true
-        local bytes, most, budget = 0, tonumber(ARGV[2]), tonumber(ARGV[7])
-        local from = (ack + 1) .. '-0'
-        while #entries < most do
-          local entry = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 1)[1]
-          if not entry then break end
-          local size = #(field(entry[2], 'm') or '')
-          if #entries > 0 and bytes + size > budget then break end
-          if #entries == 0 and trimmed then
-            local c = tonumber(field(entry[2], 'c') or '')
-            if c then redis.call('HSET', KEYS[1], 'bout', c - size) end
+        local out, touched = {}, {}
+        local marks, full = true, false
+        local count, bytes, most, budget = 0, 0, tonumber(ARGV[2]), tonumber(ARGV[7])
+        local from = '-'
+        while not full do
+          local raw = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 1)[1]
+          if not raw then break end
+          from = '(' .. raw[1]
+          local first = tonumber(string.match(raw[1], '^(%d+)'))
+          local e = fieldsOf(raw[2])
+          if e.n and e.f then
+            local sids, idx, sz = split(e.s), split(e.i), split(e.z)
+            local want, at = {}, {}
+            for k = math.max(1, gone - first + 2), tonumber(e.n) do
+              local size = tonumber(sz[k] or '0')
+              if count >= most or (count > 0 and bytes + size > budget) or not idx[k] then
+                full = true
+                break
+              end
+              count = count + 1
+              bytes = bytes + size
+              want[#want + 1] = idx[k]
+              at[#at + 1] = k
+            end
+            if #want > 0 then
+              local frames = redis.call('HMGET', e.f, unpack(want))
+              if not touched[e.f] then
+                touched[e.f] = true
+                redis.call('PEXPIRE', e.f, ARGV[3])
+              end
+              for j = 1, #at do
+                local k = at[j]
+                if frames[j] then
+                  out[#out + 1] = first + k - 1
+                  out[#out + 1] = sids[k] or '0'
+                  out[#out + 1] = frames[j]
+                  out[#out + 1] = e.t and string.sub(e.t, 16 * (k - 1) + 1, 16 * k) or ''
+                  if sids[k] ~= '0' then marks = false end
+                end
+              end
+            end
+          elseif first > gone then
+            local size = #(e.m or '')
+            if count >= most or (count > 0 and bytes + size > budget) then break end
+            count = count + 1
+            bytes = bytes + size
+            out[#out + 1] = first
+            out[#out + 1] = e.s or '0'
+            out[#out + 1] = e.m or ''
+            out[#out + 1] = e.t or ''
+            if e.s ~= '0' then marks = false end
           end
-          entries[#entries + 1] = entry
-          if field(entry[2], 's') ~= '0' then marks = false end
-          bytes = bytes + size
-          from = '(' .. entry[1]
         end
         local sent = tonumber(h[4] or '0')
-        if #entries > 0 then
-          local last = tonumber(string.match(entries[#entries][1], '^(%d+)'))
-          if last > sent then redis.call('HSET', KEYS[1], 'sent', last) end
-        else
-          if trimmed then redis.call('HSET', KEYS[1], 'bout', h[7] or '0') end
+        if #out > 0 and out[#out - 3] > sent then
+          sent = out[#out - 3]
+          redis.call('HSET', KEYS[1], 'sent', sent)
         end
         if marks and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'waiter', ARGV[4], 'waited', nowms) end
         redis.call('PEXPIRE', KEYS[1], ARGV[3])
         redis.call('PEXPIRE', KEYS[2], ARGV[3])
-        return {0, gen, acked, sent, entries}
+        return {0, gen, acked, sent, out}
         """;
 
     /// <summary>
@@ -213,18 +376,24 @@ internal static class SharedSessionScripts
         return {1, redis.call('HGETALL', KEYS[1])}
         """;
 
-    /// <summary>KEYS: hash, stream, lease. ARGV: reason, memory ms, node ('' : whoever owns it). Ends the session; its token is remembered as ended.</summary>
-    public const string End = """
+    /// <summary>
+    /// KEYS: hash, stream, lease. ARGV: reason, memory ms, node ('' : whoever owns it), token. Ends the session, its
+    /// messages' frame references given back; its token is remembered as ended.
+    /// </summary>
+    public const string End = Common + """
         if ARGV[3] ~= '' then
           local owner = redis.call('GET', KEYS[3])
           if owner and owner ~= ARGV[3] then return 0 end
         end
-        if not redis.call('HGET', KEYS[1], 'seq') then return 0 end
-        local waiter = redis.call('HGET', KEYS[1], 'waiter')
+        local h = redis.call('HMGET', KEYS[1], 'seq', 'waiter', 'gone', 'ack', 'bout')
+        if not h[1] then return 0 end
+        local dec = {}
+        release(KEYS[2], tonumber(h[3] or h[4] or '0'), tonumber(h[1]), tonumber(h[5] or '0'), dec)
+        settle(dec)
         redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
         redis.call('HSET', KEYS[1], 'ended', ARGV[1])
         redis.call('PEXPIRE', KEYS[1], ARGV[2])
-        if waiter then redis.call('PUBLISH', waiter, ARGV[4]) end
+        if h[2] then redis.call('PUBLISH', h[2], ARGV[4]) end
         return 1
         """;
 

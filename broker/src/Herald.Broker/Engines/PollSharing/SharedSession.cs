@@ -19,8 +19,11 @@ internal sealed record SharedSubscription(uint Sid, string Pattern, bool NoEcho,
     public SubscribeOptions Presence { get; init; }
 }
 
-/// <summary>One message the owner appends: its session sequence, sid, the MESSAGE frame, and its stream position ("offset epoch") if it has one.</summary>
-internal readonly record struct SharedEntry(long Sequence, uint Sid, byte[] Frame, string? Position);
+/// <summary>
+/// One message the owner appends: its session sequence, sid, the MESSAGE frame (the router's buffer, shared by every
+/// session that got the message: the same memory is one frame), and its stream position ("offset epoch") if it has one.
+/// </summary>
+internal readonly record struct SharedEntry(long Sequence, uint Sid, ReadOnlyMemory<byte> Frame, string? Position);
 
 internal enum SharedPollStatus
 {

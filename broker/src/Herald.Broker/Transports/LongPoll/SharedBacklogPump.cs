@@ -64,7 +64,7 @@ internal sealed class SharedBacklogPump : IBacklogReader
                     for (int i = 0; i < take.Count; i++)
                     {
                         QueuedFrame queued = take.Frames[i];
-                        entries[i] = new SharedEntry(BaseSequence + take.FirstSequence + i, queued.Sid, queued.Frame.Span.ToArray(), positions && queued.Sid != LossMark.Sid ? PositionOf(queued.Frame) : null);
+                        entries[i] = new SharedEntry(BaseSequence + take.FirstSequence + i, queued.Sid, queued.Frame.Memory, positions && queued.Sid != LossMark.Sid ? PositionOf(queued.Frame) : null);
                     }
 
                     long appended = await AppendAsync(entries, options).ConfigureAwait(false);

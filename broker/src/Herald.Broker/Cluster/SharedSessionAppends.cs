@@ -1,0 +1,253 @@
+using System.Collections.Concurrent;
+using System.Globalization;
+using System.Security.Cryptography;
+using System.Text;
+using Herald.Broker.Engines.PollSharing;
+using StackExchange.Redis;
+
+namespace Herald.Broker.Cluster;
+
+/// <summary>
+/// The appends of a node's shared long-poll sessions (spec cluster.md §10), gathered: the appends of all its sessions
+/// waiting at a moment go to Redis together, in one script per shard (<see cref="SharedSessionScripts.Append"/>; at most
+/// <see cref="MaxSessionsPerAppend"/> sessions and about <see cref="MaxBytesPerAppend"/> bytes of frames,
+/// <see cref="MaxAppendsInFlight"/> calls in flight), and each frame goes once per call, whatever the number of
+/// sessions it goes to: the router hands every session that gets a message the same buffer, so frames are told apart
+/// by their memory, never compared. A frame an earlier call still in flight wrote is referenced where that call wrote it
+/// (if it is still there when this one runs), so the sessions of one message share one copy however their appends were
+/// gathered. Told apart by memory only while a call that wrote or referenced the frame is in flight: its sessions hold
+/// the buffer meanwhile, so the same memory is the same message. A session's pump has one append in flight at a time,
+/// so its order holds.
+/// </summary>
+internal sealed class SharedSessionAppends(ClusterShards shards, string node, TimeSpan lease, string? secret)
+{
+    /// <summary>Calls to Redis with appends in flight at once, at most: while they are out, the next appends gather into one.</summary>
+    private const int MaxAppendsInFlight = 4;
+
+    /// <summary>Sessions in one append call, at most; and about this many bytes of frames.</summary>
+    private const int MaxSessionsPerAppend = 256;
+
+    private const long MaxBytesPerAppend = 4 * 1024 * 1024;
+
+    private readonly ConcurrentQueue<PendingAppend> _appends = new();
+    private readonly Dictionary<ReadOnlyMemory<byte>, Written> _written = [];
+    private int _inFlight;
+    private long _calls;
+
+    /// <summary>
+    /// Appends a session's messages, its stream bounded in messages and bytes; returns messages dropped (DropOldest), -1
+    /// lease lost or session ended, -2 ended as a slow consumer. The entries' frames must stay as they are until it completes.
+    /// </summary>
+    public Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, long maxPendingBytes, bool disconnect, TimeSpan ttl)
+    {
+        var append = new PendingAppend(token, entries, maxPending, maxPendingBytes, disconnect, (long)ttl.TotalMilliseconds);
+        _appends.Enqueue(append);
+        Send();
+        return append.Done.Task;
+    }
+
+    /// <summary>Sends what waits, while there is room in flight. Called after every enqueue and every completion, so nothing waits with room free.</summary>
+    private void Send()
+    {
+        while (!_appends.IsEmpty)
+        {
+            int inFlight = Volatile.Read(ref _inFlight);
+            if (inFlight >= MaxAppendsInFlight)
+            {
+                return; // a completion sends it
+            }
+
+            if (Interlocked.CompareExchange(ref _inFlight, inFlight + 1, inFlight) != inFlight)
+            {
+                continue;
+            }
+
+            var batch = new List<PendingAppend>();
+            long bytes = 0;
+            while (batch.Count < MaxSessionsPerAppend && bytes < MaxBytesPerAppend && _appends.TryDequeue(out PendingAppend? next))
+            {
+                batch.Add(next);
+                foreach (SharedEntry entry in next.Entries)
+                {
+                    bytes += entry.Frame.Length;
+                }
+            }
+
+            if (batch.Count == 0)
+            {
+                Interlocked.Decrement(ref _inFlight);
+                continue;
+            }
+
+            _ = SendAsync(batch);
+        }
+    }
+
+    private async Task SendAsync(List<PendingAppend> batch)
+    {
+        try
+        {
+            if (shards.Count == 1)
+            {
+                await SendAsync(shards.First, batch).ConfigureAwait(false);
+            }
+            else
+            {
+                await Task.WhenAll(batch.GroupBy(append => shards.For(append.Token)).Select(group => SendAsync(group.Key, [.. group]))).ConfigureAwait(false);
+            }
+        }
+        finally
+        {
+            Interlocked.Decrement(ref _inFlight);
+            Send();
+        }
+    }
+
+    /// <summary>One call: the distinct frames of <paramref name="batch"/> once, numbered from 1, then each session's messages by number.</summary>
+    private async Task SendAsync(ClusterConnection shard, List<PendingAppend> batch)
+    {
+        var used = new List<(ReadOnlyMemory<byte> Frame, Written Where)>();
+        try
+        {
+            using EnvelopeSigner? signer = secret is null ? null : new EnvelopeSigner(secret);
+            var numbers = new Dictionary<ReadOnlyMemory<byte>, int>();
+            var frames = new List<RedisValue>();
+            var hashes = new List<byte[]>();
+            var distinct = new List<ReadOnlyMemory<byte>>();
+            var keys = new RedisKey[1 + (3 * batch.Count)];
+            keys[0] = SharedSessionKeys.Frames(shard, node, Interlocked.Increment(ref _calls));
+            var sessions = new List<RedisValue>(11 * batch.Count);
+            long ttl = 0;
+            var sids = new StringBuilder();
+            var numbered = new StringBuilder();
+            for (int s = 0; s < batch.Count; s++)
+            {
+                PendingAppend append = batch[s];
+                keys[(3 * s) + 1] = SharedSessionKeys.Hash(shard, append.Token);
+                keys[(3 * s) + 2] = SharedSessionKeys.Stream(shard, append.Token);
+                keys[(3 * s) + 3] = SharedSessionKeys.Lease(shard, append.Token);
+                ttl = Math.Max(ttl, append.TtlMs);
+                sids.Clear();
+                numbered.Clear();
+                byte[] tags = signer is null ? [] : new byte[SessionSignatures.TagSize * append.Entries.Count];
+                Dictionary<uint, string>? positions = null;
+                for (int i = 0; i < append.Entries.Count; i++)
+                {
+                    SharedEntry entry = append.Entries[i];
+                    if (!numbers.TryGetValue(entry.Frame, out int number))
+                    {
+                        frames.Add(entry.Frame.ToArray()); // the one copy: the session's buffer is released once this call is answered, maybe before Redis has it
+                        distinct.Add(entry.Frame);
+                        number = frames.Count;
+                        numbers[entry.Frame] = number;
+                        if (signer is not null)
+                        {
+                            hashes.Add(SHA256.HashData(entry.Frame.Span));
+                        }
+                    }
+
+                    sids.Append(i == 0 ? "" : ",").Append(entry.Sid.ToString(CultureInfo.InvariantCulture));
+                    numbered.Append(i == 0 ? "" : ",").Append(number.ToString(CultureInfo.InvariantCulture));
+                    if (signer is not null)
+                    {
+                        SessionSignatures.TagEntry(signer, append.Token, entry.Sequence, entry.Sid, hashes[number - 1], tags.AsSpan(i * SessionSignatures.TagSize, SessionSignatures.TagSize));
+                    }
+
+                    if (entry.Position is { } position)
+                    {
+                        (positions ??= [])[entry.Sid] = position; // the last one each sid appends
+                    }
+                }
+
+                sessions.Add(append.Token);
+                sessions.Add(append.TtlMs);
+                sessions.Add(append.MaxPending);
+                sessions.Add(append.MaxPendingBytes);
+                sessions.Add(append.Disconnect ? 1 : 0);
+                sessions.Add(append.Entries.Count == 0 ? 0 : append.Entries[0].Sequence);
+                sessions.Add(append.Entries.Count);
+                sessions.Add(sids.ToString());
+                sessions.Add(numbered.ToString());
+                sessions.Add(tags);
+                sessions.Add(positions?.Count ?? 0);
+                foreach ((uint sid, string position) in positions ?? [])
+                {
+                    sessions.Add(sid);
+                    sessions.Add(position);
+                }
+            }
+
+            var args = new List<RedisValue>(4 + (3 * frames.Count) + sessions.Count) { node, (long)lease.TotalMilliseconds, ttl, frames.Count };
+            lock (_written)
+            {
+                for (int f = 0; f < frames.Count; f++)
+                {
+                    args.Add(frames[f]);
+                    if (_written.TryGetValue(distinct[f], out Written? earlier) && earlier.Shard == shard)
+                    {
+                        earlier.Users++;
+                        used.Add((distinct[f], earlier));
+                        args.Add(earlier.Frames);
+                        args.Add(earlier.Field);
+                    }
+                    else
+                    {
+                        if (earlier is null)
+                        {
+                            var written = new Written(shard, (string)keys[0]!, f + 1) { Users = 1 };
+                            _written[distinct[f]] = written;
+                            used.Add((distinct[f], written));
+                        }
+
+                        args.Add(RedisValue.EmptyString);
+                        args.Add(RedisValue.EmptyString);
+                    }
+                }
+            }
+
+            args.AddRange(sessions);
+            var results = (RedisResult[])(await shard.Database.ScriptEvaluateAsync(SharedSessionScripts.Append, keys, [.. args]).ConfigureAwait(false))!;
+            Forget(used);
+            for (int s = 0; s < batch.Count; s++)
+            {
+                batch[s].Done.TrySetResult((long)results[s]);
+            }
+        }
+        catch (Exception e)
+        {
+            Forget(used);
+            foreach (PendingAppend append in batch)
+            {
+                append.Done.TrySetException(ClusterSharedSessions.Unavailable(e));
+            }
+        }
+    }
+
+    /// <summary>A call is answered: the frames it wrote or referenced are no longer its to vouch for (its sessions release them next).</summary>
+    private void Forget(List<(ReadOnlyMemory<byte> Frame, Written Where)> used)
+    {
+        lock (_written)
+        {
+            foreach ((ReadOnlyMemory<byte> frame, Written where) in used)
+            {
+                if (--where.Users == 0 && _written.TryGetValue(frame, out Written? now) && now == where)
+                {
+                    _written.Remove(frame);
+                }
+            }
+
+            used.Clear();
+        }
+    }
+
+    /// <summary>Where a call in flight wrote a frame (its frame hash and field), and how many calls in flight use it there.</summary>
+    private sealed record Written(ClusterConnection Shard, string Frames, int Field)
+    {
+        public int Users { get; set; }
+    }
+
+    private sealed record PendingAppend(string Token, IReadOnlyList<SharedEntry> Entries, int MaxPending, long MaxPendingBytes, bool Disconnect, long TtlMs)
+    {
+        public TaskCompletionSource<long> Done { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    }
+}

@@ -1,0 +1,195 @@
+using System.Net;
+using Herald.Broker.Tests.Infrastructure;
+using StackExchange.Redis;
+using Xunit.Abstractions;
+
+namespace Herald.Broker.Tests;
+
+/// <summary>
+/// Shared long-poll sessions' frames in Redis (cluster.md §10): a node's append call writes each frame once, in a frame
+/// hash (<c>lf:</c>), and each session's stream holds only references to it, given back when the session acknowledges,
+/// drops or ends; so a message to many sessions costs Redis one copy, and a session pins frames only within its own
+/// limits. Real nodes on a test-owned <c>redis-server</c>; asserted on what that Redis holds (key and field counts,
+/// <c>MEMORY USAGE</c>), never on a time.
+/// </summary>
+public sealed class ClusterLongPollFramesTests(ITestOutputHelper output)
+{
+    private const string Secret = "the-cluster-secret-0123456789";
+    private const string Refused = "herald.cluster.sessions.refused";
+
+    [Fact]
+    public async Task Fifty_sessions_given_one_64_KB_message_make_redis_hold_one_copy_and_their_acks_and_ends_give_it_back()
+    {
+        const int Sessions = 50, Size = 64 * 1024;
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 1, o => o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500));
+        await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration + ",allowAdmin=true");
+        IDatabase db = redis.GetDatabase();
+        var sessions = new List<LongPollClient>();
+        for (int i = 0; i < Sessions; i++)
+        {
+            LongPollClient session = await LongPollClient.CreateAsync(cluster[0].Http);
+            await session.SubscribeAsync(1, "wide");
+            sessions.Add(session);
+        }
+
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+        await publisher.PublishAsync("wide", new string('x', Size));
+        foreach (LongPollClient session in sessions)
+        {
+            await Until.True(async () => (long?)await db.HashGetAsync("{herald}:lp:" + session.Session, "seq") == 1, "the message appended to every session");
+        }
+
+        (long frames, long bytes, int keys) = await FramesAsync(redis);
+        long streams = 0;
+        foreach (LongPollClient session in sessions)
+        {
+            streams += (long?)await db.ExecuteAsync("MEMORY", "USAGE", "{herald}:lq:" + session.Session, "SAMPLES", "0") ?? 0;
+        }
+
+        output.WriteLine($"{Sessions} sessions, one {Size} B message: {frames} frames in {keys} frame hashes, {bytes} B; the {Sessions} streams {streams} B (one copy per session would be {Sessions * Size} B)");
+        Assert.Equal(1, frames);
+        Assert.True(bytes < 2 * Size, $"the frame hashes hold {bytes} B for one message of {Size} B to {Sessions} sessions");
+        Assert.True(streams < Sessions * Size / 8, $"the streams hold {streams} B: more than references"); // a stream's own overhead, about 5 KB here, whatever its frames' size
+
+
+        // Each gets it; half acknowledge it, half end: the frame stays while one still holds it, and then it is gone.
+        for (int i = 0; i < Sessions; i++)
+        {
+            PollResult got = await sessions[i].PollAsync(0);
+            Assert.Equal((HttpStatusCode.OK, Size), (got.Status, Assert.Single(got.Messages).Payload!.Length));
+            if (i == Sessions - 1)
+            {
+                Assert.Equal(1, (await FramesAsync(redis)).Frames); // the last holder still has it
+            }
+
+            if (i % 2 == 0)
+            {
+                await AckAsync(db, sessions[i], 1);
+            }
+            else
+            {
+                using HttpResponseMessage ended = await cluster[0].Http.DeleteAsync(sessions[i].Base);
+                Assert.True(ended.IsSuccessStatusCode);
+            }
+        }
+
+        await Until.True(async () => (await FramesAsync(redis)).Keys == 0, "every reference given back, the frame deleted");
+        output.WriteLine($"after {Sessions / 2} acks and {Sessions / 2} ends: {(await FramesAsync(redis)).Keys} frame hashes");
+    }
+
+    [Fact]
+    public async Task A_session_that_never_polls_pins_no_more_frames_than_its_own_limit_and_a_bystander_gets_everything()
+    {
+        const int Limit = 4, Count = 20, Size = 16 * 1024;
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 1, o =>
+        {
+            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
+            o.LongPoll.MaxPendingMessagesPerSession = Limit;
+            o.LongPoll.SlowConsumerPolicy = Herald.Broker.Delivery.SlowConsumerPolicy.DropOldest;
+        });
+        await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration + ",allowAdmin=true");
+        IDatabase db = redis.GetDatabase();
+        LongPollClient idle = await LongPollClient.CreateAsync(cluster[0].Http);
+        await idle.SubscribeAsync(1, "feed");
+        LongPollClient bystander = await LongPollClient.CreateAsync(cluster[0].Http);
+        await bystander.SubscribeAsync(1, "feed");
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+
+        // One at a time, the bystander taking and acknowledging each: only the idle session can keep a frame.
+        long ack = 0, most = 0;
+        var got = new List<string>();
+        for (int i = 0; i < Count; i++)
+        {
+            await publisher.PublishAsync("feed", $"{i}:" + new string('x', Size));
+            await Until.True(async () => (long?)await db.HashGetAsync("{herald}:lp:" + idle.Session, "seq") == i + 1, "appended to the idle session");
+            PollResult next = await Until.Value(() => bystander.PollAsync(ack), p => p.Count > 0, "the bystander's message");
+            got.AddRange(next.Messages.Select(m => m.Text.Split(':')[0]));
+            ack = next.FirstSequence + next.Count - 1;
+            await AckAsync(db, bystander, ack);
+            (long frames, long bytes, _) = await FramesAsync(redis);
+            most = Math.Max(most, frames);
+            output.WriteLine($"after {i + 1} x {Size} B: {frames} frames held, {bytes} B");
+        }
+
+        output.WriteLine($"most frames held: {most} (the idle session's limit {Limit}); the bystander got {got.Count}");
+        Assert.True(most <= Limit, $"{most} frames held for a session limited to {Limit}");
+        Assert.Equal(Enumerable.Range(0, Count).Select(i => i.ToString(System.Globalization.CultureInfo.InvariantCulture)), got);
+
+        // The idle session keeps its newest four, after the gap it is told of.
+        PollResult kept = await idle.PollAsync(0);
+        Assert.Equal((HttpStatusCode.OK, (long)(Count - Limit)), (kept.Status, kept.Dropped));
+        Assert.Equal(["16", "17", "18", "19"], kept.Messages.Select(m => m.Text.Split(':')[0]));
+    }
+
+    [Fact]
+    public async Task With_a_secret_a_reference_copied_into_another_sessions_stream_is_left_out_and_counted()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
+        {
+            o.Cluster.Secret = Secret;
+            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
+        });
+        using MetricsProbe metrics0 = cluster[0].Metrics();
+        using MetricsProbe metrics1 = cluster[1].Metrics();
+        await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
+        IDatabase db = redis.GetDatabase();
+        LongPollClient alice = await LongPollClient.CreateAsync(cluster[0].Http);
+        await alice.SubscribeAsync(1, "private.alice");
+        LongPollClient bob = await LongPollClient.CreateAsync(cluster[0].Http);
+        await bob.SubscribeAsync(1, "feed");
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
+        await Until.True(() => cluster[0].Engine().IsSettled && cluster[1].Engine().IsSettled, "interest settled");
+
+        await publisher.PublishAsync("private.alice", "for alice only");
+        await Until.True(async () => (long?)await db.HashGetAsync("{herald}:lp:" + alice.Session, "seq") == 1, "appended to alice");
+        StreamEntry reference = Assert.Single(await db.StreamRangeAsync("{herald}:lq:" + alice.Session));
+
+        // Alice's reference, tag and all, written into Bob's stream at his next sequence, before the owner writes it.
+        object[] copied = ["{herald}:lq:" + bob.Session, "1-0", .. reference.Values.SelectMany(v => new object[] { (string)v.Name!, (byte[])v.Value! })];
+        await db.ExecuteAsync("XADD", copied);
+        await publisher.PublishAsync("feed", "for bob");
+
+        PollResult got = await Until.Value(() => bob.Via(cluster[1].Http).PollAsync(0), p => p.Count > 0, "bob's message");
+        long skipped = metrics0[Refused, "reason", "entry"] + metrics1[Refused, "reason", "entry"];
+        output.WriteLine($"bob got [{string.Join(", ", got.Messages.Select(m => m.Text))}]; entries skipped {skipped}");
+        Assert.Equal(["for bob"], got.Messages.Select(m => m.Text));
+        Assert.True(skipped >= 1);
+        Assert.Equal(["for alice only"], (await alice.Via(cluster[1].Http).PollAsync(0)).Messages.Select(m => m.Text));
+    }
+
+    /// <summary>
+    /// Acknowledges up to <paramref name="ack"/> with a poll that is not waited for (nothing more comes: it would be
+    /// held), once Redis has recorded the ack.
+    /// </summary>
+    private static async Task AckAsync(IDatabase db, LongPollClient session, long ack)
+    {
+        using var stop = new CancellationTokenSource();
+        Task<PollResult> poll = session.PollAsync(ack, cancellationToken: stop.Token);
+        await Until.True(async () => (long?)await db.HashGetAsync("{herald}:lp:" + session.Session, "ack") >= ack, "the ack recorded");
+        await stop.CancelAsync();
+        try
+        {
+            await poll;
+        }
+        catch (OperationCanceledException)
+        {
+            // the held poll, let go
+        }
+    }
+
+    /// <summary>The frames Redis holds for shared sessions: how many (each a frame and its references), their hashes' bytes, and how many hashes.</summary>
+    private static async Task<(long Frames, long Bytes, int Keys)> FramesAsync(ConnectionMultiplexer redis)
+    {
+        IDatabase db = redis.GetDatabase();
+        long frames = 0, bytes = 0;
+        int keys = 0;
+        foreach (RedisKey key in redis.GetServers()[0].Keys(pattern: "{herald}:lf:*"))
+        {
+            keys++;
+            frames += await db.HashLengthAsync(key) / 2;
+            bytes += (long?)await db.ExecuteAsync("MEMORY", "USAGE", key, "SAMPLES", "0") ?? 0;
+        }
+
+        return (frames, bytes, keys);
+    }
+}
