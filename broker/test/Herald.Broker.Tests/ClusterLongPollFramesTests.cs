@@ -1,4 +1,5 @@
 using System.Net;
+using Herald.Broker.Cluster;
 using Herald.Broker.Tests.Infrastructure;
 using StackExchange.Redis;
 using Xunit.Abstractions;
@@ -155,6 +156,47 @@ public sealed class ClusterLongPollFramesTests(ITestOutputHelper output)
         Assert.Equal(["for bob"], got.Messages.Select(m => m.Text));
         Assert.True(skipped >= 1);
         Assert.Equal(["for alice only"], (await alice.Via(cluster[1].Http).PollAsync(0)).Messages.Select(m => m.Text));
+    }
+
+    [Fact]
+    public async Task On_two_shards_each_session_lives_on_its_tokens_shard_and_is_served_through_every_node()
+    {
+        const int Shards = 2, Sessions = 8;
+        await using TestCluster cluster = await TestCluster.StartShardedAsync(Shards, nodes: 2, o => o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500));
+        ConnectionMultiplexer[] redis = await Task.WhenAll(cluster.Shards.Select(shard => ConnectionMultiplexer.ConnectAsync(shard.Configuration)));
+        try
+        {
+            var sessions = new List<LongPollClient>();
+            for (int i = 0; i < Sessions; i++)
+            {
+                LongPollClient session = await LongPollClient.CreateAsync(cluster[i % 2].Http);
+                await session.Via(cluster[(i + 1) % 2].Http).SubscribeAsync(1, "everywhere"); // a command to its owner, through its shard
+                sessions.Add(session);
+            }
+
+            await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
+            await Until.True(() => cluster[0].Engine().IsSettled && cluster[1].Engine().IsSettled, "interest settled");
+            await publisher.PublishAsync("everywhere", "to all");
+            var placed = new int[Shards];
+            foreach (LongPollClient session in sessions)
+            {
+                PollResult got = await Until.Value(() => session.Via(cluster[1].Http).PollAsync(0), p => p.Count > 0, "the session's message");
+                Assert.Equal("to all", Assert.Single(got.Messages).Text);
+                int shard = ClusterShards.ShardOf(System.Text.Encoding.UTF8.GetBytes(session.Session), Shards);
+                placed[shard]++;
+                Assert.True(await redis[shard].GetDatabase().KeyExistsAsync("{herald}:lp:" + session.Session));
+                Assert.False(await redis[1 - shard].GetDatabase().KeyExistsAsync("{herald}:lp:" + session.Session));
+            }
+
+            output.WriteLine($"sessions per shard: {string.Join(", ", placed)}");
+        }
+        finally
+        {
+            foreach (ConnectionMultiplexer connection in redis)
+            {
+                await connection.DisposeAsync();
+            }
+        }
     }
 
     /// <summary>

@@ -39,7 +39,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         _options = options;
         _shards = new ClusterShards(options);
         _sessionsListening = new int[_shards.Count];
-        _connection = _shards.First; // queue groups, shared history, sessions and presence: shard 0 until they spread (cluster.md §13)
+        _connection = _shards.First; // queue groups: shard 0 (cluster.md §13)
         _router = router;
         _log = log;
         Metrics = new ClusterMetrics(meters, this, _shards.Count);
