@@ -15,7 +15,7 @@ public class ClusterTargetTests
     private static readonly HttpClient Http = new() { Timeout = TimeSpan.FromSeconds(10) };
 
     /// <summary>Two nodes, one TCP port each: node k on TCP first + k, HTTP first + 2 + k, monitoring first + 4 + k.</summary>
-    internal static string[] ClusterArgs(out int first)
+    private static string[] ClusterArgs(out int first)
     {
         first = Repo.FreePorts(6);
         CultureInfo c = CultureInfo.InvariantCulture;

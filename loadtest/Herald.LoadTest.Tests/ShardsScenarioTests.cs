@@ -1,3 +1,4 @@
+using System.Globalization;
 using System.Net;
 using System.Text.Json;
 using Herald.LoadTest.Scenarios;
@@ -59,14 +60,19 @@ public class ShardsScenarioTests
     }
 
     [Theory]
-    [InlineData(1)]
+    [InlineData(2)]
     public async Task A_tiny_run_loses_nothing_and_every_shard_gets_publications_and_CPU(int shards)
     {
         Assert.Null(Repo.EnsurePeerServers());
         string output = Repo.OutFile($"shards-{shards}");
+        int first = Repo.FreePorts(3);
+        string Port(int offset) => (first + offset).ToString(CultureInfo.InvariantCulture);
+
+        // One node (the publisher's and the subscriber's): each publication still goes to its topic's shard and back.
         int exit = await Repo.RunAsync("shards",
         [
-            .. ClusterTargetTests.ClusterArgs(out _), "--shards", shards.ToString(System.Globalization.CultureInfo.InvariantCulture),
+            "--target", "cluster", "--nodes", "1", "--shards", shards.ToString(CultureInfo.InvariantCulture),
+            "--ports", $"{Port(0)}-{Port(0)}", "--http-port", Port(1), "--monitoring-port", Port(2), "--broker-dll", Repo.BrokerDll, "--setup-timeout", "60",
             "--topics", "32", "--publications", "4000", "--warmup-publications", "200", "--max-lead", "500", "--out", output,
         ]);
 
