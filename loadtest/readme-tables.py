@@ -283,7 +283,7 @@ def caption(spec, docs):
     cores = min(m["processorCount"] for m in machines)
     commits = sorted({(d.get("sourceCommit") or "unknown")[:10] + (" with uncommitted changes" if d.get("sourceDirty") else "")
                       for d in docs.values()})
-    servers = sorted({re.sub(r" \(pid \d+\)", "", r["target"]["server"].split(";")[0]) for r in inner if r.get("target")})
+    servers = sorted({re.sub(r" \(pids? [\d, ]+\)", "", r["target"]["server"].split(";")[0]) for r in inner if r.get("target")})
     reps = sorted({h["repetitions"] for r in inner for h in r.get("headlines", []) if h["repetitions"]})
     busy = (f"load average (1 min) {min(loads):.1f}-{max(loads):.1f} before and after the rows"
             + (f": above the {cores} cores, so other work shared the machine and the figures are disturbed" if max(loads) > cores else "")
