@@ -1,4 +1,5 @@
 using System.Net;
+using System.Text.Json;
 using Herald.Broker.Cluster;
 using Herald.Broker.Tests.Infrastructure;
 using StackExchange.Redis;
@@ -156,6 +157,72 @@ public sealed class ClusterLongPollFramesTests(ITestOutputHelper output)
         Assert.Equal(["for bob"], got.Messages.Select(m => m.Text));
         Assert.True(skipped >= 1);
         Assert.Equal(["for alice only"], (await alice.Via(cluster[1].Http).PollAsync(0)).Messages.Select(m => m.Text));
+    }
+
+    [Fact]
+    public async Task When_the_owner_is_killed_mid_stream_every_message_it_appended_is_delivered_through_another_node_in_order()
+    {
+        const int Sessions = 10;
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 1, o => o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500));
+        await using var doomed = BrokerProcess.StartTcpAndHttp(
+            $"--Herald:Cluster:Redis={cluster.Redis.Configuration}",
+            "--Herald:Cluster:HeartbeatInterval=00:00:00.300", // its leases expire 0.9 s after it dies
+            "--Herald:LongPoll:PollTimeout=00:00:00.500");
+        using var doomedHttp = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{await doomed.HttpPortAsync()}") };
+        await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
+        IDatabase db = redis.GetDatabase();
+
+        // Sessions owned by the node that will die, on one topic (their appends share frames), fed through it.
+        var sessions = new List<LongPollClient>();
+        for (int i = 0; i < Sessions; i++)
+        {
+            LongPollClient session = await LongPollClient.CreateAsync(doomedHttp);
+            await session.SubscribeAsync(1, "burst");
+            sessions.Add(session);
+        }
+
+        LongPollClient feeder = await LongPollClient.CreateAsync(doomedHttp);
+        Task feeding = Task.Run(async () =>
+        {
+            try
+            {
+                for (int i = 0; ; i++)
+                {
+                    using HttpResponseMessage sent = await feeder.PublishAsync("burst", i.ToString(System.Globalization.CultureInfo.InvariantCulture));
+                }
+            }
+            catch (HttpRequestException)
+            {
+                // the node is gone
+            }
+        });
+        await Until.True(async () => (long?)await db.HashGetAsync("{herald}:lp:" + sessions[0].Session, "seq") >= 100, "a hundred appended");
+        doomed.Kill(); // mid-stream, without a word
+        await feeding;
+
+        // Each session, through the node that lives: every message its stream had, in order, none twice; then the loss told.
+        foreach (LongPollClient session in sessions)
+        {
+            LongPollClient on0 = session.Via(cluster[0].Http);
+            var texts = new List<string>();
+            long ack = 0;
+            while (true)
+            {
+                PollResult poll = await on0.PollAsync(ack, json: true);
+                Assert.Equal((HttpStatusCode.OK, 0L), (poll.Status, poll.Dropped));
+                texts.AddRange(poll.Messages.Select(m => m.Text));
+                ack = poll.Json!.Value.GetProperty("ack").GetInt64();
+                if (poll.Json.Value.TryGetProperty("gaps", out JsonElement gaps) && gaps.GetArrayLength() > 0)
+                {
+                    break; // the takeover's mark, after every message the stream had
+                }
+            }
+
+            long appended = (long)await db.HashGetAsync("{herald}:lp:" + session.Session, "seq") - 1; // the takeover's mark after them
+            output.WriteLine($"session {session.Session[..8]}: {texts.Count} messages, {appended} appended before the kill");
+            Assert.Equal(Enumerable.Range(0, texts.Count).Select(i => i.ToString(System.Globalization.CultureInfo.InvariantCulture)), texts);
+            Assert.Equal(appended, texts.Count);
+        }
     }
 
     [Fact]
