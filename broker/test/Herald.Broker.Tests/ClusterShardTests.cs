@@ -319,6 +319,51 @@ public sealed class ClusterShardTests(ITestOutputHelper output)
         output.WriteLine($"node 1: sent to shard 0 {sender.SentTo(0)}, dropped for shard 0 {sender.DroppedFor(0)}, sent to shard 1 {sender.SentTo(1)}");
     }
 
+    [Fact]
+    public async Task The_three_masters_of_a_Redis_Cluster_serve_as_three_shards_by_their_prefixes_hash_tags()
+    {
+        const int Shards = 3;
+        await using TestCluster cluster = await TestCluster.StartOnRedisClusterShardsAsync(nodes: 2);
+        await using StackExchange.Redis.ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.RedisCluster.Configuration);
+        string[] masters = [.. cluster.ShardPrefixes.Select(prefix => redis.GetDatabase().IdentifyEndpoint(prefix, CommandFlags.DemandMaster)!.ToString()!)];
+        output.WriteLine($"prefixes {string.Join(" ", cluster.ShardPrefixes)} on masters {string.Join(" ", masters)}");
+        Assert.Equal(Shards, masters.Distinct().Count()); // each shard's keys and publications on its own master
+
+        string[] topics = [.. Enumerable.Range(0, Shards).Select(shard => TopicOn(shard, Shards, "rc."))];
+        await using var wildcard = await ProtocolClient.OpenAsync(cluster[0].Port, "wildcard");
+        await wildcard.SubscribeAsync(1, "rc.>");
+        await wildcard.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
+        for (int round = 0; round < 10; round++)
+        {
+            foreach (string topic in topics)
+            {
+                await publisher.PublishAsync(topic, $"{topic}:{round}");
+            }
+        }
+
+        var got = new Dictionary<string, List<string>>();
+        for (int i = 0; i < 10 * Shards; i++)
+        {
+            Frame message = await wildcard.ReadMessageAsync();
+            (got.TryGetValue(message.Topic, out List<string>? texts) ? texts : got[message.Topic] = []).Add(message.Text);
+        }
+
+        Assert.All(topics, topic => Assert.Equal(Enumerable.Range(0, 10).Select(round => $"{topic}:{round}"), got[topic])); // each in order
+        for (int shard = 0; shard < Shards; shard++)
+        {
+            Assert.Equal(10, cluster[1].Engine().SentTo(shard));
+        }
+
+        // Fail-fast requests read each topic's shard's covers, on its master.
+        await using HeraldClient responder = new($"tcp://127.0.0.1:{cluster[0].Port}");
+        await using HeraldSubscription serving = await responder.SubscribeAsync(topics[2], async m => await responder.PublishAsync(m.ReplyTo!, "42"));
+        await responder.FlushAsync();
+        await using HeraldClient requester = new($"tcp://127.0.0.1:{cluster[1].Port}");
+        Assert.Equal("42", (await requester.RequestAsync(topics[2], "?", TimeSpan.FromSeconds(30))).GetString());
+        await Assert.ThrowsAsync<HeraldNoRespondersException>(() => requester.RequestAsync(TopicOn(2, Shards, "nobody."), "x", TimeSpan.FromSeconds(60)));
+    }
+
     private static async Task<bool> SubscribedAsync(ConnectionMultiplexer redis, string channel)
     {
         RedisResult numsub = await redis.GetDatabase().ExecuteAsync("PUBSUB", "NUMSUB", channel);

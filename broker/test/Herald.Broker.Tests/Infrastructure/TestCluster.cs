@@ -59,6 +59,61 @@ public sealed class TestCluster : IAsyncDisposable
         return new TestCluster(servers, [.. started]);
     }
 
+    /// <summary>
+    /// <paramref name="nodes"/> nodes whose shards are the three masters of one Redis Cluster (cluster.md §13): three
+    /// prefixes whose hash tags the cluster places on three different masters (<see cref="ShardPrefixes"/>).
+    /// </summary>
+    public static async Task<TestCluster> StartOnRedisClusterShardsAsync(int nodes = 2, Action<HeraldOptions>? configure = null)
+    {
+        RedisClusterServers servers = await RedisClusterServers.StartAsync();
+        var started = new List<TestBroker>();
+        try
+        {
+            string[] prefixes = await ShardPrefixesAsync(servers.Configuration, servers.Masters.Length);
+            for (int i = 0; i < nodes; i++)
+            {
+                started.Add(await TestBroker.StartAsync(o =>
+                {
+                    o.Cluster.Shards = [.. prefixes.Select(prefix => new ClusterShardOptions { Redis = servers.Configuration, ChannelPrefix = prefix })];
+                    configure?.Invoke(o);
+                }));
+            }
+
+            return new TestCluster(servers, [.. started]) { ShardPrefixes = prefixes };
+        }
+        catch
+        {
+            foreach (TestBroker node in started)
+            {
+                await node.DisposeAsync();
+            }
+
+            await servers.DisposeAsync();
+            throw;
+        }
+    }
+
+    /// <summary>On a Redis Cluster's shards (<see cref="StartOnRedisClusterShardsAsync"/>): each shard's prefix, in order.</summary>
+    public string[] ShardPrefixes { get; private init; } = [];
+
+    /// <summary>
+    /// <paramref name="count"/> prefixes <c>{herald-N}:</c> whose hash tags the Redis Cluster at <paramref name="configuration"/>
+    /// places on as many different masters (asked of the cluster itself: the slot's master).
+    /// </summary>
+    private static async Task<string[]> ShardPrefixesAsync(string configuration, int count)
+    {
+        await using StackExchange.Redis.ConnectionMultiplexer redis = await StackExchange.Redis.ConnectionMultiplexer.ConnectAsync(configuration);
+        var byMaster = new Dictionary<string, string>();
+        for (int i = 0; byMaster.Count < count; i++)
+        {
+            string prefix = $"{{herald-{i}}}:";
+            string master = redis.GetDatabase().IdentifyEndpoint(prefix, StackExchange.Redis.CommandFlags.DemandMaster)!.ToString()!;
+            byMaster.TryAdd(master, prefix);
+        }
+
+        return [.. byMaster.Values];
+    }
+
     /// <summary>The shards' <c>redis-server</c>s, disposed together.</summary>
     private sealed class ShardServers(RedisServer[] servers) : IAsyncDisposable
     {
