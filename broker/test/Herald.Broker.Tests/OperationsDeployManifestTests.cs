@@ -5,6 +5,7 @@ using Herald.Broker.Hosting;
 using Herald.Broker.Tests.Infrastructure;
 using Herald.Protocol;
 using Microsoft.Extensions.Configuration;
+using Microsoft.Extensions.Options;
 using YamlDotNet.RepresentationModel;
 
 namespace Herald.Broker.Tests;
@@ -12,7 +13,9 @@ namespace Herald.Broker.Tests;
 /// <summary>
 /// The manifests of <c>deploy/</c> read as YAML (no Docker engine or Kubernetes API here): the cluster
 /// compose file runs three nodes on one Redis behind HAProxy, the Kubernetes manifests scale past one
-/// replica only with a Redis behind them, every file the kustomization or a compose file names exists.
+/// replica only with a Redis behind them, every file the kustomization or a compose file names exists, and
+/// the shard files (a compose override, a kustomization over the manifests) give every node the same two Redis
+/// shards in order, a configuration the broker's validator accepts.
 /// What the running stack does (HAProxy's stickiness, the nodes' routing) is checked by hand and by the
 /// cluster tests; this keeps the files consistent with each other as they change.
 /// Safe by default: the client Services and the compose file publish client ports only; the monitoring
@@ -355,6 +358,52 @@ public sealed partial class OperationsDeployManifestTests
             Assert.Matches($@"(?m)^\s*server {name} {name}:4502 ", haproxy);
             Assert.Equal(2, Regex.Count(haproxy, $@"(?m)^\s*server {name} {name}:8080 id "));
             Assert.Contains($"\"{name}:8222\"", prometheus, StringComparison.Ordinal);
+        }
+    }
+
+    [Fact]
+    public void The_shard_deploy_files_give_every_node_the_same_two_shards_in_order_and_the_broker_accepts_them()
+    {
+        // Compose: the override empties Herald__Cluster__Redis on each node of the cluster file and lists the two Redis services.
+        YamlMappingNode baseServices = Mapping(ComposeFile(Path.Combine(Cluster, "docker-compose.yml")), "services");
+        YamlMappingNode services = Mapping(ComposeFile(Path.Combine(Cluster, "docker-compose.shards.yml")), "services");
+        Assert.Equal("docker-compose.yml", Scalar(services, "redis-2", "extends", "file"));
+        Assert.Equal("redis", Scalar(services, "redis-2", "extends", "service"));
+        string single = Scalar(baseServices, "herald-1", "environment", "Herald__Cluster__Redis");
+        foreach (string node in new[] { "herald-1", "herald-2", "herald-3" })
+        {
+            var environment = Mapping(baseServices, node, "environment").Children.Concat(Mapping(services, node, "environment").Children)
+                .GroupBy(e => e.Key.ToString()).ToDictionary(g => g.Key, g => g.Last().Value.ToString(), StringComparer.Ordinal);
+            Assert.Equal("", environment["Herald__Cluster__Redis"]);
+            Assert.Equal(single, environment["Herald__Cluster__Shards__0__Redis"]);
+            Assert.Equal(single.Replace("redis:6379", "redis-2:6379", StringComparison.Ordinal), environment["Herald__Cluster__Shards__1__Redis"]);
+            AssertAccepted(environment.Where(e => e.Key.StartsWith("Herald__Cluster__", StringComparison.Ordinal)));
+        }
+
+        // Kubernetes: the kustomization over the base patches the Deployment's env; the password comes before the shards that expand it.
+        string overlay = Path.Combine(Deploy, "kubernetes-shards");
+        Assert.Equal(["../kubernetes", "redis-shards.yaml"], Sequence(Documents(Path.Combine(overlay, "kustomization.yaml")).Single(), "resources").Select(r => r.ToString()));
+        List<YamlMappingNode> env = Sequence(Container(Documents(Path.Combine(overlay, "herald-shards.yaml")).Single(), "herald"), "env").Cast<YamlMappingNode>().ToList();
+        Assert.Equal(["HERALD_REDIS_PASSWORD", "Herald__Cluster__Redis", "Herald__Cluster__Shards__0__Redis", "Herald__Cluster__Shards__1__Redis"], env.Select(e => Scalar(e, "name")));
+        Assert.Equal("delete", Scalar(env[1], "$patch"));
+        for (int i = 0; i < 2; i++)
+        {
+            Assert.Equal($"herald-redis-{i}.herald-redis-shards:6379,password=$(HERALD_REDIS_PASSWORD)", Scalar(env[2 + i], "value"));
+        }
+
+        AssertAccepted(env.Skip(2).Select(e => KeyValuePair.Create(Scalar(e, "name"), Scalar(e, "value"))));
+        List<YamlMappingNode> redis = Documents(Path.Combine(overlay, "redis-shards.yaml"));
+        YamlMappingNode shards = Object(redis, "StatefulSet", "herald-redis");
+        Assert.Equal("2", Scalar(shards, "spec", "replicas"));
+        Assert.Equal("herald-redis-shards", Scalar(shards, "spec", "serviceName"));
+        Assert.Equal("None", Scalar(Object(redis, "Service", "herald-redis-shards"), "spec", "clusterIP"));
+
+        static void AssertAccepted(IEnumerable<KeyValuePair<string, string>> environment)
+        {
+            HeraldOptions options = Options(environment);
+            Assert.Equal(2, options.Cluster.ShardList.Count);
+            ValidateOptionsResult result = new HeraldOptionsValidator().Validate(null, options);
+            Assert.True(result.Succeeded, result.FailureMessage);
         }
     }
 
