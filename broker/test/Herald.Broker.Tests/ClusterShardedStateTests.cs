@@ -122,6 +122,41 @@ public sealed class ClusterShardedStateTests(ITestOutputHelper output)
     }
 
     [Fact]
+    public async Task A_stalled_shard_delays_no_presence_heartbeat_of_another_so_no_live_node_is_swept_there()
+    {
+        const int Interval = 200;
+        await using ShardedCluster cluster = await ShardedCluster.StartAsync(shards: 2, nodes: 2, o => o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(Interval));
+        string kept = TopicOn(0, 2, "room.");
+        await using ProtocolClient member = await ProtocolClient.OpenAsync(cluster[0].Port, "member", capabilities: Caps);
+        await member.SubscribeAsync(1, kept, SubscribeOptions.Join);
+        Assert.Empty(await member.BarrierAsync());
+        IDatabase first = cluster.Database(0);
+        string node0 = cluster[0].Engine().Presence.ClientPrefix;
+        string node1 = cluster[1].Engine().Presence.ClientPrefix;
+
+        cluster.Shards[1].Pause(); // connected, answering nothing: each command there waits for its timeout
+        try
+        {
+            // Both nodes beat shard 0 while shard 1 stalls: counted by Redis's own clock in shard 0's pnodes, 10 intervals on.
+            double paused = (await first.SortedSetScoreAsync("{herald}:pnodes", node0))!.Value;
+            await Until.True(async () => (await first.SortedSetScoreAsync("{herald}:pnodes", node0)) > paused + (10 * Interval) && (await first.SortedSetScoreAsync("{herald}:pnodes", node1)) > paused + (10 * Interval), "both nodes beat shard 0 ten intervals on");
+
+            Assert.Equal((0L, 0L), (cluster[0].Engine().Presence.Swept, cluster[1].Engine().Presence.Swept)); // no live node taken for dead on shard 0
+            await using ProtocolClient bystander = await ProtocolClient.OpenAsync(cluster[1].Port, "bystander", capabilities: Caps);
+            PresenceReplyFrame read = await bystander.PresenceAsync(1, kept, 10);
+            Assert.Equal((ErrorCode.None, 1ul), Occupancy(read));
+            Assert.StartsWith(node0, Assert.Single(read.Entries).Client, StringComparison.Ordinal);
+            await bystander.SubscribeAsync(2, kept, SubscribeOptions.Join);
+            Assert.Empty(await bystander.BarrierAsync());
+            Assert.Equal((ErrorCode.None, 2ul), Occupancy(await bystander.PresenceAsync(3, kept, 0)));
+        }
+        finally
+        {
+            cluster.Shards[1].Resume();
+        }
+    }
+
+    [Fact]
     public async Task Histories_of_topics_on_three_shards_are_each_in_their_shards_redis_and_resume_on_another_node()
     {
         await using ShardedCluster cluster = await ShardedCluster.StartAsync(shards: 3, nodes: 2, History("feed.>"));

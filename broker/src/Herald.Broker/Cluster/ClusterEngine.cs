@@ -181,7 +181,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         _interest.Start(_stop.Token);
         _router.Listen(_interest); // every pattern subscribed so far, then every change
         _out.Start();
-        _heartbeat = Task.Run(HeartbeatLoopAsync, CancellationToken.None);
+        _heartbeat = Task.WhenAll(Task.Run(HeartbeatLoopAsync, CancellationToken.None), Presence.RunHeartbeatsAsync(_stop.Token)); // presence's: one per shard
         _log.ClusterStarted(NodeId, _options.ChannelPrefix, _connection.IsConnected);
         if (_shards.Count > 1)
         {
@@ -300,7 +300,6 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
     {
         do
         {
-            Task presence = Presence.BeatAsync(); // on every shard reachable, each on its own, beside the member list's beat
             if (_shards.AnyConnected)
             {
                 try
@@ -322,8 +321,6 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
                     // Unreachable now: the next beat tries again (the loss itself is logged by the connection events).
                 }
             }
-
-            await presence.ConfigureAwait(false);
         }
         while (await timer.WaitForNextTickAsync(_stop.Token).ConfigureAwait(false));
     }

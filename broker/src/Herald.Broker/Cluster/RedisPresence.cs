@@ -21,10 +21,10 @@ namespace Herald.Broker.Cluster;
 /// tells the client and ends that subscription's join. <see cref="PresenceOptions.MaxPerIdentity"/> and
 /// <see cref="PresenceOptions.MaxEntries"/> bound this node's members (its memory and its share of Redis), checked here
 /// before anything is sent. Each shard keeps its own table of this node's topics (<c>pn</c>) and of the live nodes
-/// (<c>pnodes</c>): at every heartbeat (<see cref="BeatAsync()"/>) the node renews its keys' time to live on every shard
-/// and removes there the members of a node silent on that shard for three heartbeats (one script per dead node, which
-/// publishes their leaves: the first node to run it does); a shard that comes back, or lost the table, gets this node's
-/// members of its topics again (<see cref="Reconcile"/>). A shard unreachable: a join or a read of one of its topics
+/// (<c>pnodes</c>): at every heartbeat of a shard, each shard on its own timer (<see cref="RunHeartbeatsAsync"/>), the
+/// node renews its keys' time to live there and removes there the members of a node silent on that shard for three
+/// heartbeats (one script per dead node, which publishes their leaves: the first node to run it does); a shard that
+/// comes back, or lost the table, gets this node's members of its topics again (<see cref="Reconcile"/>). A shard unreachable: a join or a read of one of its topics
 /// raises <see cref="ClusterUnavailableException"/>; the other shards' topics are served as before.
 /// Threading: the tables take <c>_gate</c>; flushes are scheduled after it is released.
 /// </remarks>
@@ -434,26 +434,42 @@ internal sealed class RedisPresence : IPresence
     };
 
     /// <summary>
-    /// At every heartbeat, on every shard reachable now, all at once and each on its own (a shard that fails or stalls
-    /// neither fails nor delays the others' beats, so no node is taken for dead on a shard it still reaches): this node is
-    /// alive there and its keys there live on (a shard that lost its table gets it again), then the members of nodes
-    /// silent there for three heartbeats leave, a bounded number per script.
+    /// The heartbeats, until <paramref name="stop"/>: one per shard, each on its own timer of <c>HeartbeatInterval</c>
+    /// (<see cref="BeatAsync"/>), so a shard that fails or stalls (a Redis that answers nothing until each command times
+    /// out) delays no other shard's beat, and no node is taken for dead on a shard it still reaches.
     /// </summary>
-    public Task BeatAsync() => _shards.Count == 1 ? BeatOrSkipAsync(_shards.First) : Task.WhenAll(_shards.All.Select(BeatOrSkipAsync));
+    public Task RunHeartbeatsAsync(CancellationToken stop) =>
+        Task.WhenAll(_shards.All.Select(shard => Task.Run(() => HeartbeatLoopAsync(shard, stop), CancellationToken.None)));
 
-    private async Task BeatOrSkipAsync(ClusterConnection shard)
+    private async Task HeartbeatLoopAsync(ClusterConnection shard, CancellationToken stop)
     {
+        using var timer = new PeriodicTimer(shard.Options.HeartbeatInterval);
         try
         {
-            await BeatAsync(shard).ConfigureAwait(false);
+            do
+            {
+                try
+                {
+                    await BeatAsync(shard).ConfigureAwait(false);
+                }
+                catch (Exception e) when (e is RedisException or TimeoutException)
+                {
+                    // This shard is unreachable now: the next beat tries again (the loss itself is logged by the connection events).
+                }
+            }
+            while (await timer.WaitForNextTickAsync(stop).ConfigureAwait(false));
         }
-        catch (Exception e) when (e is RedisException or TimeoutException)
+        catch (OperationCanceledException)
         {
-            // This shard is unreachable now: the next beat tries again (the loss itself is logged by the connection events).
+            // Stopping.
         }
     }
 
-    /// <summary>One shard's heartbeat (<see cref="BeatAsync()"/>). Throws what Redis throws.</summary>
+    /// <summary>
+    /// One heartbeat on <paramref name="shard"/>, when it is reachable: this node is alive there and its keys there live
+    /// on (a shard that lost its table gets it again), then the members of nodes silent there for three heartbeats leave,
+    /// a bounded number per script. Throws what Redis throws.
+    /// </summary>
     private async Task BeatAsync(ClusterConnection shard)
     {
         if (shard.PublishServer() is not { } server)
