@@ -21,7 +21,7 @@ public sealed class ClusterShardedStateTests(ITestOutputHelper output)
     [Fact]
     public async Task Presence_of_topics_on_two_shards_is_kept_each_in_its_shards_redis_and_every_node_answers_it()
     {
-        await using ShardedCluster cluster = await ShardedCluster.StartAsync(shards: 2, nodes: 2);
+        await using TestCluster cluster = await TestCluster.StartShardedAsync(shards: 2, nodes: 2);
         string onFirst = TopicOn(0, 2, "room.");
         string onSecond = TopicOn(1, 2, "room.");
         await using ProtocolClient member = await ProtocolClient.OpenAsync(cluster[0].Port, "member", capabilities: Caps);
@@ -53,7 +53,7 @@ public sealed class ClusterShardedStateTests(ITestOutputHelper output)
     [Fact]
     public async Task Join_and_leave_events_of_topics_on_two_shards_reach_another_node_in_order_with_the_members_publications()
     {
-        await using ShardedCluster cluster = await ShardedCluster.StartAsync(shards: 2, nodes: 2);
+        await using TestCluster cluster = await TestCluster.StartShardedAsync(shards: 2, nodes: 2);
         string[] topics = [TopicOn(0, 2, "room."), TopicOn(1, 2, "room.")];
         await using ProtocolClient watcher = await ProtocolClient.OpenAsync(cluster[1].Port, "watcher", capabilities: Caps);
         await watcher.SubscribeAsync(1, topics[0], SubscribeOptions.PresenceEvents);
@@ -93,7 +93,7 @@ public sealed class ClusterShardedStateTests(ITestOutputHelper output)
     [Fact]
     public async Task A_killed_shard_answers_PresenceUnavailable_for_its_topics_only_and_its_members_are_back_when_it_is()
     {
-        await using ShardedCluster cluster = await ShardedCluster.StartAsync(shards: 2, nodes: 2);
+        await using TestCluster cluster = await TestCluster.StartShardedAsync(shards: 2, nodes: 2);
         string kept = TopicOn(0, 2, "room.");
         string doomed = TopicOn(1, 2, "room.");
         await using ProtocolClient member = await ProtocolClient.OpenAsync(cluster[0].Port, "member", capabilities: Caps);
@@ -133,7 +133,7 @@ public sealed class ClusterShardedStateTests(ITestOutputHelper output)
     public async Task A_stalled_shard_delays_no_presence_heartbeat_of_another_so_no_live_node_is_swept_there()
     {
         const int Interval = 200;
-        await using ShardedCluster cluster = await ShardedCluster.StartAsync(shards: 2, nodes: 2, o => o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(Interval));
+        await using TestCluster cluster = await TestCluster.StartShardedAsync(shards: 2, nodes: 2, o => o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(Interval));
         string kept = TopicOn(0, 2, "room.");
         await using ProtocolClient member = await ProtocolClient.OpenAsync(cluster[0].Port, "member", capabilities: Caps);
         await member.SubscribeAsync(1, kept, SubscribeOptions.Join);
@@ -167,7 +167,7 @@ public sealed class ClusterShardedStateTests(ITestOutputHelper output)
     [Fact]
     public async Task Histories_of_topics_on_three_shards_are_each_in_their_shards_redis_and_resume_on_another_node()
     {
-        await using ShardedCluster cluster = await ShardedCluster.StartAsync(shards: 3, nodes: 2, History("feed.>"));
+        await using TestCluster cluster = await TestCluster.StartShardedAsync(shards: 3, nodes: 2, History("feed.>"));
         string[] topics = [TopicOn(0, 3, "feed."), TopicOn(1, 3, "feed."), TopicOn(2, 3, "feed.")];
         await using ProtocolClient publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
         foreach (string topic in topics)
@@ -218,7 +218,7 @@ public sealed class ClusterShardedStateTests(ITestOutputHelper output)
     public async Task A_killed_shards_history_topic_waits_and_repairs_while_a_bystander_topic_on_the_other_shard_loses_nothing()
     {
         string directory = Directory.CreateTempSubdirectory("herald-redis-").FullName;
-        await using ShardedCluster cluster = await ShardedCluster.StartAsync(shards: 2, nodes: 2, History("feed.>"), persistent: 1, directory: directory);
+        await using TestCluster cluster = await TestCluster.StartShardedAsync(shards: 2, nodes: 2, History("feed.>"), persistent: 1, directory: directory);
         string bystander = TopicOn(0, 2, "feed.");
         string doomed = TopicOn(1, 2, "feed.");
         await using ProtocolClient subscriber = await ProtocolClient.OpenAsync(cluster[1].Port, "subscriber", capabilities: Capabilities.Headers);
@@ -270,7 +270,7 @@ public sealed class ClusterShardedStateTests(ITestOutputHelper output)
         string stays = TopicOn(0, 2, "feed.");
         string moves = TopicOn(1, 2, "feed.");
         var positions = new Dictionary<string, StreamPosition>();
-        await using (ShardedCluster before = await ShardedCluster.StartAsync(shards: 1, nodes: 1, History("feed.>"), existing: [first]))
+        await using (TestCluster before = await TestCluster.StartShardedAsync(shards: 1, nodes: 1, History("feed.>"), existing: [first]))
         {
             await using ProtocolClient publisher = await ProtocolClient.OpenAsync(before[0].Port, "publisher", capabilities: Capabilities.Headers);
             foreach (string topic in new[] { stays, moves })
@@ -285,7 +285,7 @@ public sealed class ClusterShardedStateTests(ITestOutputHelper output)
             }
         }
 
-        await using ShardedCluster after = await ShardedCluster.StartAsync(shards: 2, nodes: 1, History("feed.>"), existing: [first]);
+        await using TestCluster after = await TestCluster.StartShardedAsync(shards: 2, nodes: 1, History("feed.>"), existing: [first]);
         await using ProtocolClient resumer = await ProtocolClient.OpenAsync(after[0].Port, "resumer", capabilities: Capabilities.Headers);
         await resumer.SubscribeAsync(1, stays, positions[stays]);
         Frame kept = await resumer.ReadMessageAsync();
@@ -358,93 +358,6 @@ public sealed class ClusterShardedStateTests(ITestOutputHelper output)
             if (ClusterShards.ShardOf(System.Text.Encoding.UTF8.GetBytes(topic), count) == shard)
             {
                 return topic;
-            }
-        }
-    }
-
-    /// <summary>Herald nodes over several real redis-server shards (<c>Herald:Cluster:Shards</c>), and a connection to each shard.</summary>
-    private sealed class ShardedCluster : IAsyncDisposable
-    {
-        private readonly List<ConnectionMultiplexer> _connections = [];
-        private readonly int _owned;
-
-        private ShardedCluster(RedisServer[] shards, TestBroker[] nodes, int owned)
-        {
-            Shards = shards;
-            Nodes = nodes;
-            _owned = owned;
-        }
-
-        public RedisServer[] Shards { get; }
-
-        public TestBroker[] Nodes { get; }
-
-        public TestBroker this[int node] => Nodes[node];
-
-        /// <param name="persistent">The shard (index) started with an append-only file in <paramref name="directory"/>: its keys survive a kill.</param>
-        /// <param name="existing">Shards already running (the first ones, in order), which the test owns.</param>
-        public static async Task<ShardedCluster> StartAsync(int shards, int nodes, Action<HeraldOptions>? configure = null, int persistent = -1, string? directory = null, RedisServer[]? existing = null)
-        {
-            existing ??= [];
-            var servers = new List<RedisServer>(existing);
-            var started = new List<TestBroker>();
-            try
-            {
-                for (int i = existing.Length; i < shards; i++)
-                {
-                    servers.Add(i == persistent ? await RedisServer.StartAsync(["--appendonly", "yes", "--appendfsync", "always"], directory) : await RedisServer.StartAsync());
-                }
-
-                for (int i = 0; i < nodes; i++)
-                {
-                    started.Add(await TestBroker.StartAsync(o =>
-                    {
-                        o.Cluster.Shards = [.. servers.Take(shards).Select(s => new ClusterShardOptions { Redis = s.Configuration })];
-                        configure?.Invoke(o);
-                    }));
-                }
-            }
-            catch
-            {
-                foreach (TestBroker node in started)
-                {
-                    await node.DisposeAsync();
-                }
-
-                foreach (RedisServer server in servers.Skip(existing.Length))
-                {
-                    await server.DisposeAsync();
-                }
-
-                throw;
-            }
-
-            return new ShardedCluster([.. servers], [.. started], owned: existing.Length);
-        }
-
-        /// <summary>The test's own connection to shard <paramref name="shard"/>'s Redis.</summary>
-        public IDatabase Database(int shard)
-        {
-            ConnectionMultiplexer redis = ConnectionMultiplexer.Connect(Shards[shard].Configuration + ",abortConnect=false");
-            _connections.Add(redis);
-            return redis.GetDatabase();
-        }
-
-        public async ValueTask DisposeAsync()
-        {
-            foreach (ConnectionMultiplexer redis in _connections)
-            {
-                await redis.DisposeAsync();
-            }
-
-            foreach (TestBroker node in Nodes)
-            {
-                await node.DisposeAsync();
-            }
-
-            foreach (RedisServer server in Shards.Skip(_owned))
-            {
-                await server.DisposeAsync();
             }
         }
     }

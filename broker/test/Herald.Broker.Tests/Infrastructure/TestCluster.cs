@@ -30,17 +30,22 @@ public sealed class TestCluster : IAsyncDisposable
     /// <summary>
     /// <paramref name="nodes"/> nodes on <paramref name="shards"/> shards (cluster.md §13), each shard a <c>redis-server</c> of its own.
     /// </summary>
-    public static async Task<TestCluster> StartShardedAsync(int shards, int nodes = 2, Action<HeraldOptions>? configure = null)
+    /// <param name="persistent">The shard (index) started with an append-only file in <paramref name="directory"/>: its keys survive a kill.</param>
+    /// <param name="existing">Shards already running (the first ones, in order), which the test owns and disposes itself.</param>
+    public static async Task<TestCluster> StartShardedAsync(int shards, int nodes = 2, Action<HeraldOptions>? configure = null, int persistent = -1, string? directory = null, RedisServer[]? existing = null)
     {
-        var servers = new ShardServers(await Task.WhenAll(Enumerable.Range(0, shards).Select(_ => RedisServer.StartAsync(null, null))));
+        existing ??= [];
+        var servers = new List<RedisServer>(existing);
         var started = new List<TestBroker>();
         try
         {
+            servers.AddRange(await Task.WhenAll(Enumerable.Range(existing.Length, shards - existing.Length).Select(i =>
+                i == persistent ? RedisServer.StartAsync(["--appendonly", "yes", "--appendfsync", "always"], directory) : RedisServer.StartAsync(null, null))));
             for (int i = 0; i < nodes; i++)
             {
                 started.Add(await TestBroker.StartAsync(o =>
                 {
-                    o.Cluster.Shards = [.. servers.Servers.Select(server => new ClusterShardOptions { Redis = server.Configuration })];
+                    o.Cluster.Shards = [.. servers.Select(server => new ClusterShardOptions { Redis = server.Configuration })];
                     configure?.Invoke(o);
                 }));
             }
@@ -52,12 +57,15 @@ public sealed class TestCluster : IAsyncDisposable
                 await node.DisposeAsync();
             }
 
-            await servers.DisposeAsync();
+            await new ShardServers([.. servers], existing.Length).DisposeAsync();
             throw;
         }
 
-        return new TestCluster(servers, [.. started]);
+        return new TestCluster(new ShardServers([.. servers], existing.Length), [.. started]);
     }
+
+    /// <summary>The test's own connection to shard <paramref name="shard"/>'s Redis (closed with the cluster).</summary>
+    public StackExchange.Redis.IDatabase Database(int shard) => ((ShardServers)_backplane).Database(shard);
 
     /// <summary>
     /// <paramref name="nodes"/> nodes whose shards are the three masters of one Redis Cluster (cluster.md §13): three
@@ -114,14 +122,28 @@ public sealed class TestCluster : IAsyncDisposable
         return [.. byMaster.Values];
     }
 
-    /// <summary>The shards' <c>redis-server</c>s, disposed together.</summary>
-    private sealed class ShardServers(RedisServer[] servers) : IAsyncDisposable
+    /// <summary>The shards' <c>redis-server</c>s, disposed together (but the first <paramref name="owned"/>, the test's), and the test's connections to them.</summary>
+    private sealed class ShardServers(RedisServer[] servers, int owned = 0) : IAsyncDisposable
     {
+        private readonly List<StackExchange.Redis.ConnectionMultiplexer> _connections = [];
+
         public RedisServer[] Servers { get; } = servers;
+
+        public StackExchange.Redis.IDatabase Database(int shard)
+        {
+            var redis = StackExchange.Redis.ConnectionMultiplexer.Connect(Servers[shard].Configuration + ",abortConnect=false");
+            _connections.Add(redis);
+            return redis.GetDatabase();
+        }
 
         public async ValueTask DisposeAsync()
         {
-            foreach (RedisServer server in Servers)
+            foreach (StackExchange.Redis.ConnectionMultiplexer redis in _connections)
+            {
+                await redis.DisposeAsync();
+            }
+
+            foreach (RedisServer server in Servers.Skip(owned))
             {
                 await server.DisposeAsync();
             }
