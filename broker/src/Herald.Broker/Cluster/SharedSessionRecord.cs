@@ -82,31 +82,72 @@ internal static class SharedSessionRecord
         string.Create(CultureInfo.InvariantCulture, $"{(uint)(options & (SubscribeOptions.NoEcho | SubscribeOptions.Join | SubscribeOptions.PresenceEvents))} {pattern}{(queue is null ? "" : " " + queue)}");
 
     /// <summary>
-    /// A poll's messages, as <see cref="SharedSessionScripts.Poll"/> gave them (flat, four items each: sequence, sid,
-    /// frame, tag). With a <paramref name="secret"/>, a message whose tag is missing or not the one the secret gives for
-    /// this session, sequence, sid and frame is left out and counted in <paramref name="forged"/>.
+    /// A poll's messages, from the entries <see cref="SharedSessionScripts.Poll"/> gave (per entry: first sequence, first
+    /// and last position taken, message count, sids and tags as stored, the frames taken), expanded here rather than
+    /// in Lua. A frame no longer there is left out (the poll reports the gap). With a <paramref name="secret"/>, a
+    /// message whose tag is missing or not the one the secret gives for this session, sequence, sid and frame is left
+    /// out and counted in <paramref name="forged"/>; so is one whose sid is not a number.
     /// </summary>
     public static List<(long Sequence, uint Sid, byte[] Frame)> ReadEntries(string token, RedisResult[] raw, string? secret, out int forged)
     {
         forged = 0;
-        var entries = new List<(long Sequence, uint Sid, byte[] Frame)>(raw.Length / 4);
+        var entries = new List<(long Sequence, uint Sid, byte[] Frame)>();
         using EnvelopeSigner? signer = secret is null || raw.Length == 0 ? null : new EnvelopeSigner(secret);
-        for (int at = 0; at + 3 < raw.Length; at += 4)
+        foreach (RedisResult item in raw)
         {
-            long sequence = (long)raw[at];
-            uint sid = uint.TryParse((string?)raw[at + 1], NumberStyles.None, CultureInfo.InvariantCulture, out uint s) ? s : uint.MaxValue;
-            byte[] frame = (byte[]?)raw[at + 2] ?? [];
-            byte[] tag = (byte[]?)raw[at + 3] ?? [];
-            if (sid == uint.MaxValue || (signer is not null && (tag.Length != SessionSignatures.TagSize || !SessionSignatures.VerifyEntry(signer, token, sequence, sid, frame, tag))))
+            var entry = (RedisResult[])item!;
+            long first = (long)entry[0];
+            int from = (int)entry[1], to = (int)entry[2], count = (int)entry[3];
+            string sids = (string?)entry[4] ?? "";
+            byte[] tags = (byte[]?)entry[5] ?? [];
+            var frames = (RedisResult[])entry[6]!;
+            bool tagged = tags.Length == SessionSignatures.TagSize * count;
+            int sidAt = 0;
+            for (int skip = 1; skip < from; skip++)
             {
-                forged++;
-                continue;
+                NextSid(sids, ref sidAt);
             }
 
-            entries.Add((sequence, sid, frame));
+            for (int k = from; k <= to; k++)
+            {
+                ReadOnlySpan<char> text = NextSid(sids, ref sidAt);
+                RedisResult frameValue = frames[k - from];
+                if (frameValue.IsNull)
+                {
+                    continue;
+                }
+
+                long sequence = first + k - 1;
+                uint sid = text.IsEmpty ? 0 : uint.TryParse(text, NumberStyles.None, CultureInfo.InvariantCulture, out uint s) ? s : uint.MaxValue;
+                byte[] frame = (byte[]?)frameValue ?? [];
+                if (sid == uint.MaxValue || (signer is not null && (!tagged || !SessionSignatures.VerifyEntry(signer, token, sequence, sid, frame, tags.AsSpan((k - 1) * SessionSignatures.TagSize, SessionSignatures.TagSize)))))
+                {
+                    forged++;
+                    continue;
+                }
+
+                entries.Add((sequence, sid, frame));
+            }
         }
 
         return entries;
+    }
+
+    /// <summary>The next item of a comma list as Lua's split reads it (empty items skipped); empty past its end.</summary>
+    private static ReadOnlySpan<char> NextSid(string list, ref int at)
+    {
+        while (at < list.Length && list[at] == ',')
+        {
+            at++;
+        }
+
+        int start = at;
+        while (at < list.Length && list[at] != ',')
+        {
+            at++;
+        }
+
+        return list.AsSpan(start, at - start);
     }
 }
 

@@ -10,7 +10,7 @@ internal static class SharedSessionScripts
     /// What the scripts that move a session's messages share (spec cluster.md §10). An entry of a session's stream is
     /// one append of one batch: id <c>&lt;first seq&gt;-*</c>, fields <c>n</c> (its messages, of consecutive sequences),
     /// <c>s</c> their sids and <c>i</c> their frames' fields in the frame hash <c>f</c> (comma lists), <c>z</c> their
-    /// frames' sizes, and with a secret <c>t</c> their tags (16 bytes each, in order). The frame hash holds each frame
+    /// frames' sizes (<c>b</c> their sum: an entry read or released whole needs no walk over its messages), and with a secret <c>t</c> their tags (16 bytes each, in order). The frame hash holds each frame
     /// once (field <c>&lt;i&gt;</c>), whatever the number of sessions it went to, with the references left to it
     /// (<c>r&lt;i&gt;</c>): a message that leaves a session (acknowledged, dropped, the session ended) gives its reference
     /// back, and the last one deletes the frame. An entry without <c>n</c> is not a node's (or of an earlier
@@ -38,12 +38,17 @@ internal static class SharedSessionScripts
             local last = first + tonumber(e.n or '1') - 1
             local from, to = math.max(first, gone + 1), math.min(last, upto)
             if e.n and e.f and to >= from then
-              local idx, sz = split(e.i), split(e.z)
+              local idx = split(e.i)
               local counts = dec[e.f] or {}
               dec[e.f] = counts
               for k = from - first + 1, to - first + 1 do
                 if idx[k] then counts[idx[k]] = (counts[idx[k]] or 0) + 1 end
-                bout = bout + tonumber(sz[k] or '0')
+              end
+              if e.b and from == first and to == last then
+                bout = bout + tonumber(e.b)
+              else
+                local sz = split(e.z)
+                for k = from - first + 1, to - first + 1 do bout = bout + tonumber(sz[k] or '0') end
               end
             end
             if last > upto then return upto, bout end
@@ -161,20 +166,21 @@ internal static class SharedSessionScripts
               local run = from
               while run < k and result ~= -1 do
                 local frames = where[tonumber(idx[run])]
-                local es, ei, ez = {}, {}, {}
+                local es, ei, ez, eb = {}, {}, {}, 0
                 local m = run
                 while m < k and where[tonumber(idx[m])] == frames do
                   local j = tonumber(idx[m])
                   es[#es + 1] = sids[m]
                   ei[#ei + 1] = field[j]
                   ez[#ez + 1] = sizes[j]
+                  eb = eb + sizes[j]
                   m = m + 1
                 end
                 local added
                 if tags == '' then
-                  added = redis.pcall('XADD', stream, (first + run - 1) .. '-*', 'n', m - run, 's', table.concat(es, ','), 'f', frames, 'i', table.concat(ei, ','), 'z', table.concat(ez, ','))
+                  added = redis.pcall('XADD', stream, (first + run - 1) .. '-*', 'n', m - run, 's', table.concat(es, ','), 'f', frames, 'i', table.concat(ei, ','), 'z', table.concat(ez, ','), 'b', eb)
                 else
-                  added = redis.pcall('XADD', stream, (first + run - 1) .. '-*', 'n', m - run, 's', table.concat(es, ','), 'f', frames, 'i', table.concat(ei, ','), 'z', table.concat(ez, ','), 't', string.sub(tags, 16 * (run - 1) + 1, 16 * (m - 1)))
+                  added = redis.pcall('XADD', stream, (first + run - 1) .. '-*', 'n', m - run, 's', table.concat(es, ','), 'f', frames, 'i', table.concat(ei, ','), 'z', table.concat(ez, ','), 'b', eb, 't', string.sub(tags, 16 * (run - 1) + 1, 16 * (m - 1)))
                 end
                 if type(added) == 'table' and added.err then
                   result = -1
@@ -225,14 +231,16 @@ internal static class SharedSessionScripts
 
     /// <summary>
     /// KEYS: hash, stream. ARGV: ack, max messages, ttl ms, waiter channel ('' : do not hold), generation ('' : a new poll),
-    /// token, max bytes, the polling node. Returns {code, generation, highest ack, highest sent, messages} (code 0; the
-    /// messages flat, four items each: sequence, sid, frame, tag) or {-1} unknown, {-2, reason} ended, {-3, seq} ack out
+    /// token, max bytes, the polling node. Returns {code, generation, highest ack, highest sent, entries} (code 0; per
+    /// stream entry read, its lists as stored: {first sequence, first and last position taken (from 1), its message count,
+    /// sids, tags, the frames of the positions taken (nil: gone)}, the node expanding them into messages) or {-1} unknown, {-2, reason} ended, {-3, seq} ack out
     /// of range, {-4} replaced by a newer poll. The ack gives back what it acknowledges (its entries deleted, its frames'
     /// references returned). With no messages, or only loss marks (sid 0), a holding poll's node is named the waiter
     /// (and when, <c>waited</c>): the next append wakes it. The request is recorded (<c>seen</c>, Redis's clock, and
     /// <c>seenby</c>, the node it came through). Messages are read an entry at a time and only while the answer has
-    /// room (at most max messages, and max bytes of frames, at least one), each frame fetched from its frame hash (whose
-    /// expiry the read renews): Redis sends what the poll may answer, never the whole backlog. A frame no longer there
+    /// room (at most max messages, and max bytes of frames, at least one; an entry whose bytes <c>b</c> fit is taken whole
+    /// without a walk over its messages), its frames fetched in one HMGET from its frame hash (whose expiry the read
+    /// renews): Redis sends what the poll may answer, never the whole backlog, and builds nothing per message. A frame no longer there
     /// (its hash expired) is left out: the poll reports the gap.
     /// </summary>
     public const string Poll = Common + """
@@ -274,6 +282,7 @@ internal static class SharedSessionScripts
         local out, touched = {}, {}
         local marks, full = true, false
         local count, bytes, most, budget = 0, 0, tonumber(ARGV[2]), tonumber(ARGV[7])
+        local sent = tonumber(h[4] or '0')
         local from = '-'
         while not full do
           local raw = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 1)[1]
@@ -282,33 +291,47 @@ internal static class SharedSessionScripts
           local first = tonumber(string.match(raw[1], '^(%d+)'))
           local e = fieldsOf(raw[2])
           if e.n and e.f then
-            local sids, idx, sz = split(e.s), split(e.i), split(e.z)
-            local want, at = {}, {}
-            for k = math.max(1, gone - first + 2), tonumber(e.n) do
-              local size = tonumber(sz[k] or '0')
-              if count >= most or (count > 0 and bytes + size > budget) or not idx[k] then
-                full = true
-                break
+            local n = tonumber(e.n)
+            local k0 = math.max(1, gone - first + 2)
+            local idx = split(e.i)
+            local k1 = k0 - 1
+            if k0 == 1 and e.b and #idx >= n and count + n <= most and bytes + tonumber(e.b) <= budget then
+              k1 = n
+              count = count + n
+              bytes = bytes + tonumber(e.b)
+            else
+              local sz = split(e.z)
+              for k = k0, n do
+                local size = tonumber(sz[k] or '0')
+                if count >= most or (count > 0 and bytes + size > budget) or not idx[k] then
+                  full = true
+                  break
+                end
+                count = count + 1
+                bytes = bytes + size
+                k1 = k
               end
-              count = count + 1
-              bytes = bytes + size
-              want[#want + 1] = idx[k]
-              at[#at + 1] = k
             end
-            if #want > 0 then
-              local frames = redis.call('HMGET', e.f, unpack(want))
+            if k1 >= k0 then
+              local frames = redis.call('HMGET', e.f, unpack(idx, k0, k1))
               if not touched[e.f] then
                 touched[e.f] = true
                 redis.call('PEXPIRE', e.f, ARGV[3])
               end
-              for j = 1, #at do
-                local k = at[j]
+              out[#out + 1] = {first, k0, k1, n, e.s or '', e.t or '', frames}
+              for j = #frames, 1, -1 do
                 if frames[j] then
-                  out[#out + 1] = first + k - 1
-                  out[#out + 1] = sids[k] or '0'
-                  out[#out + 1] = frames[j]
-                  out[#out + 1] = e.t and string.sub(e.t, 16 * (k - 1) + 1, 16 * k) or ''
-                  if sids[k] ~= '0' then marks = false end
+                  if first + k0 + j - 2 > sent then sent = first + k0 + j - 2 end
+                  break
+                end
+              end
+              if marks and string.find(e.s or '', '[1-9]') then
+                local sids = split(e.s)
+                for j = 1, #frames do
+                  if frames[j] and (sids[k0 + j - 1] or '0') ~= '0' then
+                    marks = false
+                    break
+                  end
                 end
               end
             end
@@ -317,18 +340,12 @@ internal static class SharedSessionScripts
             if count >= most or (count > 0 and bytes + size > budget) then break end
             count = count + 1
             bytes = bytes + size
-            out[#out + 1] = first
-            out[#out + 1] = e.s or '0'
-            out[#out + 1] = e.m or ''
-            out[#out + 1] = e.t or ''
+            out[#out + 1] = {first, 1, 1, 1, e.s or '0', e.t or '', {e.m or ''}}
+            if first > sent then sent = first end
             if e.s ~= '0' then marks = false end
           end
         end
-        local sent = tonumber(h[4] or '0')
-        if #out > 0 and out[#out - 3] > sent then
-          sent = out[#out - 3]
-          redis.call('HSET', KEYS[1], 'sent', sent)
-        end
+        if sent > tonumber(h[4] or '0') then redis.call('HSET', KEYS[1], 'sent', sent) end
         if marks and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'waiter', ARGV[4], 'waited', nowms) end
         redis.call('PEXPIRE', KEYS[1], ARGV[3])
         redis.call('PEXPIRE', KEYS[2], ARGV[3])
