@@ -12,22 +12,53 @@ namespace Herald.Testing;
 /// </summary>
 public static partial class TestPorts
 {
+    // Ports handed out lately, oldest first: never handed out again while they are here. A port is free when probed but
+    // bound later (a redis-server starting; one killed and started again on it; a cut link restored), so without this
+    // two tests starting at once could be handed the same port, or one the port another is about to bind again.
+    private static readonly Queue<int> s_handedOrder = new();
+    private static readonly HashSet<int> s_handed = [];
+
     /// <summary>A port of this project's range that was free when probed.</summary>
     public static int Free() => Free(1);
 
-    /// <summary>The first of <paramref name="count"/> consecutive ports of this project's range, each free when probed.</summary>
+    /// <summary>
+    /// The first of <paramref name="count"/> consecutive ports of this project's range, each free when probed and none
+    /// handed out lately by this process (<see cref="Free()"/>, <see cref="Listen"/>).
+    /// </summary>
     public static int Free(int count)
     {
-        for (int attempt = 0; attempt < 200; attempt++)
+        lock (s_handed)
         {
-            int first = Random.Shared.Next(Low, High - count + 1);
-            if (Enumerable.Range(first, count).All(IsFree))
+            for (int attempt = 0; attempt < 400; attempt++)
             {
-                return first;
+                int first = Random.Shared.Next(Low, High - count + 1);
+                if (Enumerable.Range(first, count).All(port => !s_handed.Contains(port) && IsFree(port)))
+                {
+                    foreach (int port in Enumerable.Range(first, count))
+                    {
+                        Hand(port);
+                    }
+
+                    return first;
+                }
             }
         }
 
         throw new InvalidOperationException($"No {count} free consecutive ports in {Low}-{High - 1}.");
+    }
+
+    /// <summary>Remembers <paramref name="port"/> as handed out; past half the range, the oldest is forgotten.</summary>
+    private static void Hand(int port)
+    {
+        if (s_handed.Add(port))
+        {
+            s_handedOrder.Enqueue(port);
+        }
+
+        while (s_handed.Count > (High - Low) / 2)
+        {
+            s_handed.Remove(s_handedOrder.Dequeue());
+        }
     }
 
     /// <summary>Listens on a port of this project's range (bound at once: no race with anything).</summary>
@@ -35,10 +66,24 @@ public static partial class TestPorts
     {
         for (int attempt = 0; ; attempt++)
         {
-            var listener = new TcpListener(IPAddress.Loopback, Random.Shared.Next(Low, High));
+            int port = Random.Shared.Next(Low, High);
+            lock (s_handed)
+            {
+                if (s_handed.Contains(port) && attempt < 200)
+                {
+                    continue;
+                }
+            }
+
+            var listener = new TcpListener(IPAddress.Loopback, port);
             try
             {
                 listener.Start();
+                lock (s_handed)
+                {
+                    Hand(port); // a cut link binds it again: no Free() hands it meanwhile
+                }
+
                 return listener;
             }
             catch (SocketException) when (attempt < 200)
