@@ -69,29 +69,37 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
         var union = new Dictionary<string, ClusterNode>();
         Exception? failed = null;
         bool answered = false;
-        foreach (ClusterConnection shard in shards)
-        {
-            if (!shard.IsConnected)
-            {
-                continue;
-            }
 
+        // Every shard at once: one that stalls (paused, slow) delays no other's renewal, so no node drops out of a
+        // shard it still reaches while another takes its command timeout.
+        (List<ClusterNode>? Nodes, Exception? Error)[] beats = await Task.WhenAll(shards.Where(shard => shard.IsConnected).Select(async shard =>
+        {
             try
             {
-                foreach (ClusterNode node in await BeatAsync(shard, now).ConfigureAwait(false))
-                {
-                    if (!union.TryGetValue(node.Id, out ClusterNode? seen) || seen.LastSeen < node.LastSeen)
-                    {
-                        union[node.Id] = node;
-                    }
-                }
-
-                answered = true;
+                return ((List<ClusterNode>?)await BeatAsync(shard, now).ConfigureAwait(false), (Exception?)null);
             }
             catch (Exception e) when (e is RedisException or TimeoutException)
             {
-                failed = e;
+                return (null, e);
             }
+        })).ConfigureAwait(false);
+        foreach ((List<ClusterNode>? nodes, Exception? error) in beats)
+        {
+            if (nodes is null)
+            {
+                failed = error;
+                continue;
+            }
+
+            foreach (ClusterNode node in nodes)
+            {
+                if (!union.TryGetValue(node.Id, out ClusterNode? seen) || seen.LastSeen < node.LastSeen)
+                {
+                    union[node.Id] = node;
+                }
+            }
+
+            answered = true;
         }
 
         if (!answered)
