@@ -71,16 +71,19 @@ internal sealed class ShardsRun : IScenarioRun
                 return null;
             }
 
+            long published = PublishCalls(await ReadAsync(probes)); // the shards' PUBLISH calls so far: the setup's none, another run's some
             var deadline = Stopwatch.StartNew();
             if (!await run.PublishAsync(publisher!, topics, 0, options.Warmup, options, deadline, cancellationToken))
             {
                 return run.Ended(publisher, subscriber, log, cancellationToken);
             }
 
-            (string Cpu, string Stats)[] before = await ReadAsync(probes);
+            // A subscriber on the publisher's node gets its publications before the node's writer has PUBLISHed them: each
+            // reading waits (at most --grace) until the shards have taken every publication sent before it.
+            (string Cpu, string Stats)[] before = await ReadOnceTakenAsync(probes, published + options.Warmup, options.Grace, cancellationToken);
             long start = Stopwatch.GetTimestamp();
             bool done = await run.PublishAsync(publisher!, topics, options.Warmup, options.Publications, options, deadline, cancellationToken);
-            (string Cpu, string Stats)[] after = await ReadAsync(probes);
+            (string Cpu, string Stats)[] after = await ReadOnceTakenAsync(probes, published + options.Warmup + options.Publications, options.Grace, cancellationToken);
             run.Seconds = Stopwatch.GetElapsedTime(start).TotalSeconds;
             run.Published = options.Publications;
             run.Shards = [.. before.Select((b, i) => ShardCost.Between(b.Cpu, b.Stats, after[i].Cpu, after[i].Stats))];
@@ -98,6 +101,25 @@ internal sealed class ShardsRun : IScenarioRun
 
     private static async Task<(string Cpu, string Stats)[]> ReadAsync(List<RedisProbe> probes) =>
         await Task.WhenAll(probes.Select(async p => (await p.InfoAsync("cpu"), await p.InfoAsync("commandstats"))));
+
+    /// <summary>The shards' PUBLISH calls together, in one reading.</summary>
+    private static long PublishCalls((string Cpu, string Stats)[] reading) => reading.Sum(r => RedisInfo.Calls(r.Stats, "publish"));
+
+    /// <summary>Reads every shard once their PUBLISH calls reach <paramref name="calls"/> together, or <paramref name="grace"/> seconds have passed.</summary>
+    private static async Task<(string Cpu, string Stats)[]> ReadOnceTakenAsync(List<RedisProbe> probes, long calls, double grace, CancellationToken cancellationToken)
+    {
+        var waited = Stopwatch.StartNew();
+        while (true)
+        {
+            (string Cpu, string Stats)[] reading = await ReadAsync(probes);
+            if (PublishCalls(reading) >= calls || waited.Elapsed.TotalSeconds >= grace)
+            {
+                return reading;
+            }
+
+            await Task.Delay(20, cancellationToken);
+        }
+    }
 
     /// <summary>The subscriber's handler: one more arrival; a sequence number not above its topic's last is out of order (or twice).</summary>
     private void Deliver(ReadOnlySpan<byte> payload, ReadOnlySpan<byte> replyTo, ReadOnlySpan<byte> headers)
