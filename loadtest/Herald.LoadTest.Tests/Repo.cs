@@ -28,17 +28,36 @@ internal static class Repo
     /// </summary>
     public static int FreePorts(int count)
     {
-        for (int attempt = 0; attempt < 200; attempt++)
+        // A port free when probed is bound later by the servers a run starts: one handed out is never handed out again
+        // while it is among the last 5,000, so two tests starting at once are never given overlapping ports.
+        lock (Handed)
         {
-            int first = Random.Shared.Next(20000, 30000 - count);
-            if (Enumerable.Range(first, count).All(IsFree))
+            for (int attempt = 0; attempt < 400; attempt++)
             {
-                return first;
+                int first = Random.Shared.Next(20000, 30000 - count);
+                if (Enumerable.Range(first, count).All(port => !Handed.Contains(port) && IsFree(port)))
+                {
+                    foreach (int port in Enumerable.Range(first, count))
+                    {
+                        Handed.Add(port);
+                        HandedOrder.Enqueue(port);
+                    }
+
+                    while (Handed.Count > 5000)
+                    {
+                        Handed.Remove(HandedOrder.Dequeue());
+                    }
+
+                    return first;
+                }
             }
         }
 
         throw new InvalidOperationException($"No {count} consecutive free ports found.");
     }
+
+    private static readonly HashSet<int> Handed = [];
+    private static readonly Queue<int> HandedOrder = new();
 
     /// <summary>
     /// Makes sure nats-server and redis-server (Debian packages) are on the PATH, installing what is missing
