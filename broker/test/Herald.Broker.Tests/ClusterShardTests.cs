@@ -320,6 +320,37 @@ public sealed class ClusterShardTests(ITestOutputHelper output)
     }
 
     [Fact]
+    public async Task A_shard_that_stalls_longer_than_the_members_expiry_delays_no_heartbeat_on_another_shard()
+    {
+        const int Interval = 200;
+
+        // Shard 1's commands wait a minute before they time out: a beat that waited for every shard would renew
+        // nothing on shard 0 meanwhile, and each node would fall out of the other's member list there (3 intervals).
+        await using TestCluster cluster = await TestCluster.StartShardedAsync(shards: 2, nodes: 2, o =>
+        {
+            o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(Interval);
+            o.Cluster.Shards[1].Redis += ",asyncTimeout=60000,syncTimeout=60000";
+        });
+        await Until.True(() => cluster[0].Engine().Nodes.Known.Count == 2 && cluster[1].Engine().Nodes.Known.Count == 2, "each node sees the other");
+        IDatabase first = cluster.Database(0);
+        string node0 = cluster[0].Engine().NodeId.ToString("x16", System.Globalization.CultureInfo.InvariantCulture);
+
+        cluster.Shards[1].Pause(); // connected, answering nothing
+        try
+        {
+            double paused = (await first.SortedSetScoreAsync("{herald}:nodes", node0))!.Value;
+            await Until.True(async () => await first.SortedSetScoreAsync("{herald}:nodes", node0) > paused + (10 * Interval), "node 0 renews itself on shard 0 ten intervals on");
+            output.WriteLine($"node 0's heartbeat on shard 0 moved from {paused} past {paused + (10 * Interval)} while shard 1 stalled");
+            Assert.Equal(2, cluster[0].Engine().Nodes.Known.Count);
+            Assert.Equal(2, cluster[1].Engine().Nodes.Known.Count);
+        }
+        finally
+        {
+            cluster.Shards[1].Resume();
+        }
+    }
+
+    [Fact]
     public async Task The_three_masters_of_a_Redis_Cluster_serve_as_three_shards_by_their_prefixes_hash_tags()
     {
         const int Shards = 3;

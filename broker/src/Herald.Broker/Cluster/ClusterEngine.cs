@@ -298,6 +298,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
 
     private async Task BeatsAsync(PeriodicTimer timer)
     {
+        Task groups = Task.CompletedTask;
         do
         {
             if (_shards.AnyConnected)
@@ -311,9 +312,9 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
                         _log.ClusterHistoryRulesDiffer(other.Id, other.Name, other.History, Nodes.HistoryRules);
                     }
 
-                    if (_connection.IsConnected)
+                    if (_connection.IsConnected && groups.IsCompleted)
                     {
-                        await Groups.BeatAsync(_connection.Database, Nodes.Known, takenAt).ConfigureAwait(false); // queue groups: shard 0's
+                        groups = BeatGroupsAsync(takenAt); // queue groups: shard 0's; a stall there holds no other shard's beat
                     }
                 }
                 catch (Exception e) when (e is RedisException or TimeoutException)
@@ -323,5 +324,17 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
             }
         }
         while (await timer.WaitForNextTickAsync(_stop.Token).ConfigureAwait(false));
+    }
+
+    private async Task BeatGroupsAsync(long takenAt)
+    {
+        try
+        {
+            await Groups.BeatAsync(_connection.Database, Nodes.Known, takenAt).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            // Unreachable now: the next beat tries again.
+        }
     }
 }

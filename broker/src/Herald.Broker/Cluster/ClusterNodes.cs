@@ -22,6 +22,9 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
     private readonly HashSet<string> _toldDiffering = [];
     private readonly DateTimeOffset _started = DateTimeOffset.UtcNow;
     private volatile ClusterNode[] _known = [];
+    private Task[] _beats = [];
+    private List<ClusterNode>?[] _answers = [];
+    private volatile Exception? _failed;
 
     /// <summary>The version of this node's queue groups last written (spec cluster.md §11): its heartbeat shows it to the others.</summary>
     public long GroupsVersion
@@ -60,53 +63,59 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
 
     /// <summary>
     /// Renews this node's entry on every shard reachable and reads the others' there: the members are the union of what
-    /// the shards that answered hold (a node writes itself on each), the latest heartbeat of each. Throws what Redis
-    /// throws when no shard answered (the caller retries next beat; the list stays as it was, as it does when none is reachable).
+    /// the shards hold (a node writes itself on each), the latest heartbeat of each, among those seen within the expiry.
+    /// Waits at most one interval: a shard that stalls (paused, slow, its command timeout longer than the expiry) keeps
+    /// its beat in flight, is not beaten again until it ends, and is read from its last answer meanwhile, so it delays
+    /// no renewal on the other shards and no update of the list. Throws what Redis threw when no shard has ever answered
+    /// (the caller retries next beat; the list stays as it was, as it does when none is reachable).
     /// </summary>
     public async Task BeatAsync(IReadOnlyList<ClusterConnection> shards)
     {
         DateTimeOffset now = DateTimeOffset.UtcNow;
+        if (_beats.Length != shards.Count)
+        {
+            _beats = new Task[shards.Count];
+            _answers = new List<ClusterNode>?[shards.Count];
+        }
+
+        var started = new List<Task>(shards.Count);
+        foreach (ClusterConnection shard in shards)
+        {
+            if (shard.IsConnected && _beats[shard.Index] is not { IsCompleted: false })
+            {
+                started.Add(_beats[shard.Index] = BeatOnAsync(shard, now));
+            }
+        }
+
+        try
+        {
+            await Task.WhenAll(started).WaitAsync(options.HeartbeatInterval).ConfigureAwait(false);
+        }
+        catch (TimeoutException)
+        {
+            // A shard stalls: read from its last answer; its beat goes on and is seen at the next.
+        }
+
+        DateTimeOffset expired = now - (options.HeartbeatInterval * 3);
         var union = new Dictionary<string, ClusterNode>();
-        Exception? failed = null;
         bool answered = false;
-
-        // Every shard at once: one that stalls (paused, slow) delays no other's renewal, so no node drops out of a
-        // shard it still reaches while another takes its command timeout.
-        (List<ClusterNode>? Nodes, Exception? Error)[] beats = await Task.WhenAll(shards.Where(shard => shard.IsConnected).Select(async shard =>
+        foreach (List<ClusterNode>? nodes in _answers)
         {
-            try
+            answered |= nodes is not null;
+            foreach (ClusterNode node in nodes ?? [])
             {
-                return ((List<ClusterNode>?)await BeatAsync(shard, now).ConfigureAwait(false), (Exception?)null);
-            }
-            catch (Exception e) when (e is RedisException or TimeoutException)
-            {
-                return (null, e);
-            }
-        })).ConfigureAwait(false);
-        foreach ((List<ClusterNode>? nodes, Exception? error) in beats)
-        {
-            if (nodes is null)
-            {
-                failed = error;
-                continue;
-            }
-
-            foreach (ClusterNode node in nodes)
-            {
-                if (!union.TryGetValue(node.Id, out ClusterNode? seen) || seen.LastSeen < node.LastSeen)
+                if (node.LastSeen >= expired && (!union.TryGetValue(node.Id, out ClusterNode? seen) || seen.LastSeen < node.LastSeen))
                 {
                     union[node.Id] = node;
                 }
             }
-
-            answered = true;
         }
 
         if (!answered)
         {
-            if (failed is not null)
+            if (_failed is not null)
             {
-                System.Runtime.ExceptionServices.ExceptionDispatchInfo.Throw(failed);
+                System.Runtime.ExceptionServices.ExceptionDispatchInfo.Throw(_failed);
             }
 
             return; // no shard reachable: the list stays as it was
@@ -115,6 +124,19 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
         List<ClusterNode> known = [Self(now), .. union.Values.Where(n => n.Id != nodeId).OrderBy(n => n.LastSeen)];
         _known = [.. known];
         MemberIds = [.. known.Select(n => ulong.TryParse(n.Id, NumberStyles.HexNumber, CultureInfo.InvariantCulture, out ulong id) ? id : 0).Where(id => id != 0)];
+    }
+
+    /// <summary>One shard's beat: its answer kept for the union (the heartbeat loop's, one at a time per shard).</summary>
+    private async Task BeatOnAsync(ClusterConnection shard, DateTimeOffset now)
+    {
+        try
+        {
+            Volatile.Write(ref _answers[shard.Index], await BeatAsync(shard, now).ConfigureAwait(false));
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            _failed = e; // its last answer stays, and ages out of the union with the members' heartbeats
+        }
     }
 
     /// <summary>Renews this node's entry on <paramref name="shard"/> and reads the members it holds (this node's included).</summary>
