@@ -133,6 +133,10 @@ internal sealed class ClusterNodes(ClusterOptions options, string nodeId, string
         {
             Volatile.Write(ref _answers[shard.Index], await BeatAsync(shard, now).ConfigureAwait(false));
         }
+        catch (ObjectDisposedException)
+        {
+            // The node stops while this shard stalled.
+        }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
             _failed = e; // its last answer stays, and ages out of the union with the members' heartbeats
