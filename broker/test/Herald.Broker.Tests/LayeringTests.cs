@@ -17,6 +17,7 @@ public sealed partial class LayeringTests
     public static readonly string[] Layers =
     [
         "Hosting",
+        "Api",
         "Monitoring",
         "Policy",
         "Transports",

@@ -1,3 +1,4 @@
+using Herald.Broker.Api;
 using Herald.Broker.Monitoring;
 using Herald.Broker.Policy;
 using Herald.Broker.Transports;
@@ -47,9 +48,14 @@ public static class HeraldHost
         builder.AddHeraldOperations(preview); // logs, metrics, traces, health, monitoring
         builder.AddListeners(preview, listeners);
         services.AddClientCors(preview.Policy.AllowedDomains);
+        if (preview.Api.Enabled)
+        {
+            services.AddServerApi(preview.Api);
+        }
 
         overrides?.Invoke(services);
         WebApplication app = builder.Build();
+        app.UseServerApi(preview.Api); // the API listener's own access check and per-key rate limit, first
         app.UseMiddleware<MonitoringAccess>(); // after routing (added first by the host), before CORS
         app.UseCors();
         app.UseWebSockets(); // /ws (Transports/WebSockets); never permessage-deflate: payloads are Zstd where it pays
@@ -60,6 +66,7 @@ public static class HeraldHost
         clients.MapSse();
         clients.MapPolicyFiles();
         app.MapHeraldOperations(preview);
+        app.MapServerApi(preview.Api);
         app.LogWhenStarted(listeners, unknownKeys);
         return app;
     }

@@ -39,6 +39,9 @@ public sealed class HeraldOptions
     /// <summary>Metrics and traces: Prometheus scrape endpoint, OTLP export.</summary>
     public TelemetryOptions Telemetry { get; set; } = new();
 
+    /// <summary>The server API an application's backend drives the broker through (off unless <c>Herald:Api:Keys</c> names a key).</summary>
+    public Api.ApiOptions Api { get; set; } = new();
+
     /// <summary>Health and JSON monitoring endpoints.</summary>
     public MonitoringOptions Monitoring { get; set; } = new();
 

@@ -31,6 +31,7 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         ValidateHistory(failures, options.History, options.Limits.MaxTopicLength);
         Check(failures, "Herald:Logging:ClientFaultInterval", options.Logging.ClientFaultInterval, TimeSpan.FromMilliseconds(100), TimeSpan.FromHours(1));
         ValidateSecurity(failures, options.Security);
+        ValidateApi(failures, options);
         if (options.Compression.CpuBackoffStart > options.Compression.CpuDisableLimit)
         {
             failures.Add($"Herald:Compression:CpuBackoffStart ({options.Compression.CpuBackoffStart}) must not be above Herald:Compression:CpuDisableLimit ({options.Compression.CpuDisableLimit}).");
@@ -246,6 +247,49 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
             foreach (ValidationResult r in results)
             {
                 failures.Add($"{section}:{string.Join(",", r.MemberNames)}: {r.ErrorMessage}");
+            }
+        }
+    }
+
+    private static void ValidateApi(List<string> failures, HeraldOptions options)
+    {
+        Api.ApiOptions api = options.Api;
+        Annotations(failures, "Herald:Api", api);
+        Check(failures, "Herald:Api:IdempotencyWindow", api.IdempotencyWindow, TimeSpan.FromSeconds(1), TimeSpan.FromDays(1));
+        if (!TryParseHost(api.Host, out _))
+        {
+            failures.Add($"Herald:Api:Host '{api.Host}' is not an IP address, 'localhost' or 'any'.");
+        }
+
+        int[] others = [options.Http.Port, options.Policy.Port, options.Monitoring.Port];
+        if (api.Enabled && api.Port > 0 && (others.Contains(api.Port) || (api.Port >= options.Tcp.PortRangeStart && api.Port <= options.Tcp.PortRangeEnd)))
+        {
+            failures.Add($"Herald:Api:Port {api.Port} is also another listener's port (HTTP, policy, monitoring or TCP): the API listener needs its own.");
+        }
+
+        var names = new HashSet<string>(StringComparer.Ordinal);
+        for (int i = 0; i < api.Keys.Count; i++)
+        {
+            Api.ApiKeyOptions key = api.Keys[i];
+            string at = $"Herald:Api:Keys:{i}";
+            if (string.IsNullOrWhiteSpace(key.Name) || !names.Add(key.Name))
+            {
+                failures.Add($"{at}:Name '{key.Name}' must be given and differ from every other key's.");
+            }
+
+            if (key.Hash.Length != 64 || !key.Hash.All(char.IsAsciiHexDigit))
+            {
+                failures.Add($"{at}:Hash must be the SHA-256 of the key as 64 hexadecimal digits (herald api hash-key), never the key itself.");
+            }
+
+            if (Api.ApiKeys.ParseScope(key.Scope, out string? error) == Api.ApiScope.None)
+            {
+                failures.Add($"{at}:Scope '{key.Scope}': {error}.");
+            }
+
+            if (key.RequestsPerSecond is < 0)
+            {
+                failures.Add($"{at}:RequestsPerSecond ({key.RequestsPerSecond}) must not be negative.");
             }
         }
     }

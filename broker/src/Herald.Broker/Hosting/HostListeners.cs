@@ -124,6 +124,19 @@ internal static class HostListeners
             });
         }
 
+        // The server API on its own listener, plain HTTP, loopback by default, only when a key is configured:
+        // ApiAccess keeps it to the API routes and the API routes to it.
+        Api.ApiOptions api = preview.Api;
+        if (api.Enabled)
+        {
+            listeners.Configured(api.Port, "Herald:Api:Port");
+            kestrel.Listen(ParseHost(api.Host), api.Port, listen =>
+            {
+                listen.Protocols = HttpProtocols.Http1;
+                listeners.Api = listen;
+            });
+        }
+
         // Kestrel's request-header timeout and minimum data rates stay at their defaults (slowloris);
         // bodies are capped per request by the long-poll endpoints.
         kestrel.Limits.MaxRequestBodySize = preview.LongPoll.MaxBodyBytes;

@@ -20,6 +20,9 @@ public sealed class Listeners
     /// <summary>The monitoring listener (probes, metrics, monitoring endpoints), if on.</summary>
     internal ListenOptions? Monitoring { get; set; }
 
+    /// <summary>The server API's listener, if on.</summary>
+    internal ListenOptions? Api { get; set; }
+
     /// <summary>The setting that asked for each configured port (read when a bind fails); written while Kestrel is configured.</summary>
     private readonly Dictionary<int, string> _settings = [];
 
@@ -33,6 +36,8 @@ public sealed class Listeners
     public int? PolicyPort => Policy?.IPEndPoint?.Port;
 
     public int? MonitoringPort => Monitoring?.IPEndPoint?.Port;
+
+    public int? ApiPort => Api?.IPEndPoint?.Port;
 
     /// <summary>Records that <paramref name="setting"/> asked for <paramref name="port"/>, so a failed bind can name it.</summary>
     internal void Configured(int port, string setting)

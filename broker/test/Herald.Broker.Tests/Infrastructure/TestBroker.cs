@@ -24,6 +24,7 @@ public sealed class TestBroker : IAsyncDisposable
         HttpPort = listeners.HttpPort ?? 0;
         PolicyPort = listeners.PolicyPort ?? 0;
         MonitoringPort = listeners.MonitoringPort ?? 0;
+        ApiPort = listeners.ApiPort ?? 0;
         Http = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{HttpPort}"), Timeout = TimeSpan.FromSeconds(60) };
         Monitoring = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{MonitoringPort}"), Timeout = TimeSpan.FromSeconds(60) };
     }
@@ -37,6 +38,14 @@ public sealed class TestBroker : IAsyncDisposable
     public int PolicyPort { get; }
 
     public int MonitoringPort { get; }
+
+    /// <summary>The server API's port (0: no API, no key configured).</summary>
+    public int ApiPort { get; }
+
+    /// <summary>A client for the server API's listener (no key: each request sets its own).</summary>
+    public HttpClient Api => _api ??= new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{ApiPort}"), Timeout = TimeSpan.FromSeconds(60) };
+
+    private HttpClient? _api;
 
     /// <summary>A client for the broker's HTTP port (long-poll, policy files).</summary>
     public HttpClient Http { get; }
@@ -63,6 +72,8 @@ public sealed class TestBroker : IAsyncDisposable
             options.Policy.Port = 0;
             options.Monitoring.Host = "127.0.0.1";
             options.Monitoring.Port = 0;
+            options.Api.Host = "127.0.0.1";
+            options.Api.Port = 0;
             configure?.Invoke(options);
         }, services =>
         {
@@ -97,6 +108,7 @@ public sealed class TestBroker : IAsyncDisposable
     {
         Http.Dispose();
         Monitoring.Dispose();
+        _api?.Dispose();
         if (!_stopped)
         {
             _app.Services.GetRequiredService<BrokerCore>().Limits.ShutdownDrainTimeout = TimeSpan.Zero;
