@@ -34,10 +34,11 @@ public enum ErrorCode : uint
     FrameBudgetFull = 28,
     PresenceFull = 29,
     PresenceUnavailable = 30,
+    HookUnavailable = 31,
 }
 
 public static class ErrorCodes
 {
     /// <summary>Whether the broker closes the connection after an ERROR with this code (spec §8).</summary>
-    public static bool IsFatal(ErrorCode code) => code is not (ErrorCode.UnknownSubscription or ErrorCode.MessagesDropped or ErrorCode.PermissionDenied or ErrorCode.RateLimited or ErrorCode.TooManyTopics or ErrorCode.PresenceFull or ErrorCode.PresenceUnavailable);
+    public static bool IsFatal(ErrorCode code) => code is not (ErrorCode.UnknownSubscription or ErrorCode.MessagesDropped or ErrorCode.PermissionDenied or ErrorCode.RateLimited or ErrorCode.TooManyTopics or ErrorCode.PresenceFull or ErrorCode.PresenceUnavailable or ErrorCode.HookUnavailable);
 }

@@ -49,6 +49,9 @@ public sealed class HeraldOptions
 
     public Security.SecurityOptions Security { get; set; } = new();
 
+    /// <summary>Event hooks to the application's backend: connect, subscribe, publish (protocol-spec/hooks.md); each off unless its Url is set.</summary>
+    public Security.HooksOptions Hooks { get; set; } = new();
+
     /// <summary>Many nodes, one topic space, over Redis (off unless <c>Herald:Cluster:Redis</c> is set).</summary>
     public Cluster.ClusterOptions Cluster { get; set; } = new();
 

@@ -32,6 +32,9 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Check(failures, "Herald:Logging:ClientFaultInterval", options.Logging.ClientFaultInterval, TimeSpan.FromMilliseconds(100), TimeSpan.FromHours(1));
         ValidateSecurity(failures, options.Security);
         ValidateApi(failures, options);
+        ValidateHook(failures, "Connect", options.Hooks.Connect, options.Limits);
+        ValidateHook(failures, "Subscribe", options.Hooks.Subscribe, options.Limits);
+        ValidateHook(failures, "Publish", options.Hooks.Publish, options.Limits);
         if (options.Compression.CpuBackoffStart > options.Compression.CpuDisableLimit)
         {
             failures.Add($"Herald:Compression:CpuBackoffStart ({options.Compression.CpuBackoffStart}) must not be above Herald:Compression:CpuDisableLimit ({options.Compression.CpuDisableLimit}).");
@@ -390,6 +393,33 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
             default:
                 return IPAddress.TryParse(host, out address!);
         }
+    }
+
+    /// <summary>A hook (Herald:Hooks:X): an absolute http(s) URL, its patterns valid, its timeout bounded (a connect hook's within the handshake timeout).</summary>
+    private static void ValidateHook(List<string> failures, string name, Security.HookOptions hook, LimitOptions limits)
+    {
+        string key = $"Herald:Hooks:{name}";
+        Annotations(failures, key, hook);
+        if (!hook.Enabled)
+        {
+            return;
+        }
+
+        if (!Uri.TryCreate(hook.Url, UriKind.Absolute, out Uri? url) || url.Scheme is not ("http" or "https"))
+        {
+            failures.Add($"{key}:Url '{hook.Url}' must be an absolute http:// or https:// URL.");
+        }
+
+        foreach (string pattern in (hook as Security.TopicHookOptions)?.Patterns ?? [])
+        {
+            if (Topic.ValidatePattern(System.Text.Encoding.UTF8.GetBytes(pattern), limits.MaxTopicLength) is var error && error != ErrorCode.None)
+            {
+                failures.Add($"{key}:Patterns '{pattern}': {Topic.Describe(error, System.Text.Encoding.UTF8.GetBytes(pattern), limits.MaxTopicLength)}");
+            }
+        }
+
+        TimeSpan most = name == "Connect" ? limits.HandshakeTimeout : TimeSpan.FromMinutes(1);
+        Check(failures, $"{key}:Timeout", hook.Timeout, TimeSpan.FromMilliseconds(1), most); // a connect hook answers before the handshake times out
     }
 
     private static void Check(List<string> failures, string name, TimeSpan value, TimeSpan min, TimeSpan max)

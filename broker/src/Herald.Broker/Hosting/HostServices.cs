@@ -74,8 +74,32 @@ internal static class HostServices
         services.AddSingleton(sp => new MessageEncoder(sp.GetRequiredService<CompressionAdvisor>(), sp.GetRequiredService<CompressionMetrics>(), sp.GetRequiredService<CompressionOptions>()));
     }
 
-    /// <summary>Security: who a client is.</summary>
-    public static void AddSecurity(this IServiceCollection services) => services.AddSingleton<Authenticator>();
+    /// <summary>
+    /// Security: who a client is, and the access decisions: the local ones, or with the application's backend asked where
+    /// <c>Herald:Hooks</c> configures a hook (its HTTP client from <c>IHttpClientFactory</c>, its metrics on the broker's meter).
+    /// </summary>
+    public static void AddSecurity(this IServiceCollection services)
+    {
+        services.AddSingleton<Authenticator>();
+        services.AddHttpClient(HookClient, http => http.Timeout = Timeout.InfiniteTimeSpan); // each hook's own timeout bounds a call
+        services.AddSingleton<IAccessDecisions>(sp =>
+        {
+            HooksOptions hooks = sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Hooks;
+            var local = new LocalAccess(sp.GetRequiredService<Authenticator>());
+            if (!hooks.Connect.Enabled && !hooks.Subscribe.Enabled && !hooks.Publish.Enabled)
+            {
+                return local;
+            }
+
+            var metrics = new HookMetrics(sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>());
+            IHttpClientFactory clients = sp.GetRequiredService<IHttpClientFactory>();
+            ClientFaultLog log = sp.GetRequiredService<ClientFaultLog>();
+            return new HookedAccess(local, sp.GetRequiredService<Authenticator>(), hooks, (name, options) => new BackendHook(name, options, clients.CreateClient(HookClient), metrics, log));
+        });
+    }
+
+    /// <summary>The named HTTP client of the hooks.</summary>
+    private const string HookClient = "herald-hooks";
 
     /// <summary>
     /// The engines behind the seams (Engines/): the cluster's Redis implementations when <c>Herald:Cluster</c> names a
@@ -138,7 +162,10 @@ internal static class HostServices
             sp.GetRequiredService<ClientFaultLog>(),
             sp.GetRequiredService<ClusterSlot>().Engines with { Presence = sp.GetRequiredService<IPresence>() },
             sp.GetRequiredService<HistorySlot>().Store,
-            sp.GetRequiredService<TimeProvider>()));
+            sp.GetRequiredService<TimeProvider>())
+        {
+            Access = sp.GetRequiredService<IAccessDecisions>(),
+        });
         services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());
     }

@@ -187,6 +187,13 @@ internal sealed class Authenticator
         }
     }
 
+    /// <summary>The identity a backend's connect hook named (protocol-spec/hooks.md §2): permissions of the shape a configured token has.</summary>
+    public Identity IdentityOf(string name, PermissionOptions? permissions, DateTimeOffset? expiresAt, string? info)
+    {
+        PermissionOptions p = permissions ?? new PermissionOptions();
+        return Create(name, p.Publish, p.Subscribe, p.DenyPublish, p.DenySubscribe, expiresAt, new PresenceRights(p.Join, p.DenyJoin, p.Presence, p.DenyPresence), info);
+    }
+
     private static IEnumerable<string> Claims(ClaimsPrincipal principal, string type) => principal.FindAll(type).Select(c => c.Value);
 
     /// <summary>An identity named <paramref name="name"/>, with its own inbox prefix (spec §7) granted when inbox replies are on.</summary>

@@ -28,6 +28,7 @@ internal sealed class BrokerCore
         DisconnectOnPermissionDenied = security.DisconnectOnPermissionDenied;
         Responses = security.AllowInboxReplies ? security.Responses : null;
         Authenticator = authenticator;
+        _access = new LocalAccess(authenticator);
         Encoder = encoder;
         Router = router;
         Metrics = metrics;
@@ -88,6 +89,25 @@ internal sealed class BrokerCore
 
     /// <summary>Who a client is and what it may do (HELLO's auth, or an HTTP bearer token).</summary>
     public Authenticator Authenticator { get; }
+
+    /// <summary>
+    /// The access decisions: a credential's identity, and what the application's backend says of a subscription or a
+    /// publication (<see cref="HookedAccess"/>, where hooks are configured); the local ones otherwise.
+    /// </summary>
+    public IAccessDecisions Access
+    {
+        get => _access;
+        init
+        {
+            _access = value;
+            DecidesPublications = value.DecidesPublications;
+        }
+    }
+
+    private readonly IAccessDecisions _access;
+
+    /// <summary>Whether a publication may need the backend's decision: read once per PUBLISH, nothing more when false.</summary>
+    public bool DecidesPublications { get; private init; }
 
     /// <summary>Builds the compressed or plain second form of a publication when a subscriber needs it.</summary>
     public MessageEncoder Encoder { get; }

@@ -99,9 +99,18 @@ internal sealed class FrameSession : ProtocolSession
                 bool heldBack = false;
                 try
                 {
+                    ReadOnlySequence<byte> unread = buffer;
                     while (FrameReader.TryReadFrame(ref buffer, IsOpen ? maxFrame : maxHelloFrame, out ReadOnlySequence<byte> body))
                     {
                         HandleFrame(body);
+                        if (Deciding)
+                        {
+                            buffer = unread; // the application's backend is deciding this frame: it stays in the pipe, read again once decided
+                            heldBack = true;
+                            break;
+                        }
+
+                        unread = buffer;
                         if (Throttle.Ticks > 0 || Backlog.PendingReplies >= maxReplies || Input.IsClosed || AwaitsInterest || PresenceUnanswered >= MaxPresenceUnanswered)
                         {
                             heldBack = true; // the rest of the batch waits in the pipe
@@ -131,6 +140,7 @@ internal sealed class FrameSession : ProtocolSession
 
                     ThrottleServed();
 
+                    await DecidedAsync().ConfigureAwait(false); // bounded by the hook's timeout; nothing more is read meanwhile
                     await Backlog.WhenRepliesBelow(maxReplies).ConfigureAwait(false);
                     await PresenceRoomAsync().ConfigureAwait(false);
                     if (AwaitsInterest)
@@ -356,7 +366,7 @@ internal sealed class FrameSession : ProtocolSession
             Throw(ErrorCode.HelloRequired, $"{type} before HELLO: the first frame must be HELLO.");
         }
 
-        if (IsOpen && type == FrameType.Hello && Broker.Authenticator.Mode == Security.AuthMode.None)
+        if (IsOpen && type == FrameType.Hello && Broker.Authenticator.Mode == Security.AuthMode.None && !Broker.Access.DecidesConnections)
         {
             Throw(ErrorCode.UnexpectedFrame, "HELLO was already accepted on this connection.");
         }
@@ -402,7 +412,7 @@ internal sealed class FrameSession : ProtocolSession
         }
     }
 
-    /// <summary>HELLO (spec §4.1): authenticate, open (or refresh), answer WELCOME.</summary>
+    /// <summary>HELLO (spec §4.1): authenticate (a connect hook: read again once the backend decided), open (or refresh), answer WELCOME.</summary>
     private void Hello(in HelloFrame hello)
     {
         if (hello.Version != ProtocolConstants.Version)
@@ -410,9 +420,14 @@ internal sealed class FrameSession : ProtocolSession
             Throw(ErrorCode.UnsupportedVersion, $"Protocol version {hello.Version} is not supported; this broker speaks version {ProtocolConstants.Version}.");
         }
 
+        if (Authenticated(hello.Auth, hello.ClientName, hello.Info) is not { } identity)
+        {
+            return; // the backend is deciding: this HELLO is read again once it has
+        }
+
         bool refreshing = IsOpen;
         HelloInfo = hello.Info;
-        Capabilities accepted = Open(Authenticate(Broker, hello.Auth, RemoteEndPoint, Transport), hello.ClientName, hello.Capabilities);
+        Capabilities accepted = Open(identity, hello.ClientName, hello.Capabilities);
         if (!refreshing && ClaimQuota() is { IsNone: false } refused)
         {
             Throw(refused.Code, refused.Message!); // over the identity's connection quota: told, closed

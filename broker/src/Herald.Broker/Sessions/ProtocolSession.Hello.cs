@@ -14,22 +14,6 @@ namespace Herald.Broker.Sessions;
 /// </summary>
 internal abstract partial class ProtocolSession
 {
-    /// <summary>
-    /// Checks a credential (HELLO's auth, an HTTP bearer token). A failure throws the fatal
-    /// AuthenticationFailed, which tells the client only that; why goes to the log with the remote address
-    /// (never the credential).
-    /// </summary>
-    public static Identity Authenticate(BrokerCore broker, string? credential, EndPoint? remote, string transport)
-    {
-        if (broker.Authenticator.Authenticate(credential, out string failure) is { } identity)
-        {
-            return identity;
-        }
-
-        broker.Log.AuthenticationFailed(transport, remote, failure);
-        throw new ProtocolException(ErrorCode.AuthenticationFailed, AuthenticationFailedMessage);
-    }
-
     /// <summary>All a client is told about a failed authentication (spec §4.1).</summary>
     public const string AuthenticationFailedMessage = "Authentication failed.";
 

@@ -21,9 +21,9 @@ internal abstract partial class ProtocolSession
     public Refusal Publish(in PublishFrame publish, long receivedAt)
     {
         Refusal refused = Check(publish);
-        if (!refused.IsNone)
+        if (!refused.IsNone || (Broker.DecidesPublications && PublishWaitsOrRefused(publish, batch: false, out refused)))
         {
-            return refused;
+            return refused; // refused, or waiting for the backend's decision (nothing routed or charged: carried out again)
         }
 
         Refusal notice = Limits.PublishRatePerSecond > 0 ? TakeToken() : default;
@@ -51,7 +51,7 @@ internal abstract partial class ProtocolSession
     /// <summary>
     /// A body of PUBLISH frames back to back (long-poll's publish, longpoll §1.3): every one is read and
     /// checked, and every compressed payload decompressed, before any is routed; then all are routed in
-    /// order. The bytes the payloads declare they decompress to count, together, against
+    /// order (topics a publish hook matches are asked of the backend together first). The bytes the payloads declare they decompress to count, together, against
     /// <paramref name="maxDecompressedBytes"/> before any buffer is taken, so one small body cannot hold
     /// more than that.
     /// </summary>
@@ -71,12 +71,25 @@ internal abstract partial class ProtocolSession
         }
 
         long decompressed = 0;
+        bool deciding = false;
         foreach (PublishFrame publish in publishes)
         {
             Refusal refused = Check(publish);
             if (!refused.IsNone)
             {
+                ForgetAsked();
                 return refused;
+            }
+
+            if (Broker.DecidesPublications && PublishWaitsOrRefused(publish, batch: true, out refused))
+            {
+                if (!refused.IsNone)
+                {
+                    ForgetAsked();
+                    return refused; // one refused: none is routed
+                }
+
+                deciding = true; // the others are asked meanwhile; the body is carried out again once all are answered
             }
 
             if ((publish.Flags & PayloadFlags.Zstd) != 0 && (decompressed += Zstd.DecompressedCapacity(publish.Payload, PlainPayloadLimit(publish))) > maxDecompressedBytes)
@@ -85,6 +98,12 @@ internal abstract partial class ProtocolSession
             }
         }
 
+        if (deciding)
+        {
+            return default;
+        }
+
+        ForgetAsked();
         var plain = new (byte[]? Bytes, int Length)[publishes.Count];
         Refusal notice = default;
         try

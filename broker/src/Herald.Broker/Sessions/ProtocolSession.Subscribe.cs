@@ -17,7 +17,8 @@ internal abstract partial class ProtocolSession
 {
     /// <summary>
     /// SUBSCRIBE (spec §4.3): charged to the subscription-change rate, then the sid and pattern rules, the
-    /// subscription limits (the client's, its identity's), permissions, the broker's pattern limit.
+    /// subscription limits (the client's, its identity's), permissions, the broker's pattern limit. A pattern a subscribe
+    /// hook reaches is decided by the application's backend first (<see cref="Deciding"/> while it is asked).
     /// </summary>
     /// <param name="since">Resume the topic's history after this position (spec §13): the subscription is answered
     /// with a status MESSAGE, then what it missed, then the live stream. Only for a client granted headers.</param>
@@ -25,6 +26,11 @@ internal abstract partial class ProtocolSession
     /// <param name="presence">SUBSCRIBE's join and presence-events bits (spec §15.1, §15.2); other bits are ignored.</param>
     public Refusal Subscribe(uint sid, in ReadOnlySequence<byte> pattern, bool noEcho, StreamPosition? since = null, string? queue = null, SubscribeOptions presence = SubscribeOptions.None)
     {
+        if (Broker.Access.DecidesSubscriptions && SubscribeWaitsOrRefused(sid, pattern, out Refusal decided))
+        {
+            return decided; // refused by the backend, or waiting for it (nothing done, nothing charged: carried out again)
+        }
+
         bool overRate = TakeSubscriptionToken();
         try
         {

@@ -41,11 +41,14 @@ internal static partial class BrokerLog
     [LoggerMessage(2009, LogLevel.Warning, "{Count} more client faults were not logged in this interval of {Interval} (Herald:Logging:ClientFaultsPerInterval is {Limit}; metrics count them all): {ByKind}.")]
     public static partial void ClientFaultsSuppressed(this ILogger logger, long count, TimeSpan interval, int limit, string byKind);
 
+    [LoggerMessage(2030, LogLevel.Warning, "Hook {Hook} brought no decision ({Failure}: {Why}); its failure policy {Policy} decided.")]
+    public static partial void HookFailed(this ILogger logger, string hook, string failure, string why, string policy);
+
     /// <summary>
     /// The events one client causes by misbehaving or being cut off (not the broker's own failures, 2006):
     /// under attack there is one per connection, so <see cref="ClientFaultLog"/> rate-limits them.
     /// </summary>
-    public static bool IsClientFault(int eventId) => eventId is 2002 or 2003 or 2005 or 2007 or 2008 or 3002;
+    public static bool IsClientFault(int eventId) => eventId is 2002 or 2003 or 2005 or 2007 or 2008 or 2030 or 3002;
 
     [LoggerMessage(3001, LogLevel.Debug, "Long-poll session {SessionId} ended after {Timeout} without a request.")]
     public static partial void SessionExpired(this ILogger logger, long sessionId, TimeSpan timeout);

@@ -40,7 +40,8 @@ internal static class HttpExchange
 {
     /// <summary>
     /// The bearer credential's identity (longpoll §1.1), from the headers alone: nothing is read or held
-    /// before it. A failure is counted, waits the configured delay, then is 401.
+    /// before it (a connect hook is asked here). A failure is counted, waits the configured delay, then is 401; a connect
+    /// hook that did not decide is 503 <c>HookUnavailable</c>.
     /// </summary>
     /// <param name="fallback">The credential from elsewhere (a query parameter, for clients that cannot set headers), used only without an Authorization header.</param>
     public static async Task<Identity> AuthenticateAsync(HttpContext context, BrokerCore broker, string transport, string? fallback = null)
@@ -48,9 +49,14 @@ internal static class HttpExchange
         string? header = context.Request.Headers.Authorization;
         string? credential = header is not null && header.StartsWith("Bearer ", StringComparison.OrdinalIgnoreCase) ? header["Bearer ".Length..].Trim()
             : string.IsNullOrEmpty(fallback) ? null : fallback;
+        Security.Verdict verdict = await broker.Access.ConnectAsync(new Security.ConnectQuestion(credential, transport, RemoteOf(context), null, null)).ConfigureAwait(false);
         try
         {
-            return ProtocolSession.Authenticate(broker, credential, RemoteOf(context), transport);
+            return ProtocolSession.IdentityOf(broker, verdict, RemoteOf(context), transport);
+        }
+        catch (ProtocolException e) when (e.Code == ErrorCode.HookUnavailable)
+        {
+            throw HttpProblem.Unavailable(nameof(ErrorCode.HookUnavailable), e.Message, 1); // the backend did not decide: told apart from 401, retried
         }
         catch (ProtocolException e)
         {
@@ -224,7 +230,7 @@ internal static class HttpExchange
         ErrorCode.TooManyTopics or ErrorCode.PresenceFull => StatusCodes.Status409Conflict,
         ErrorCode.AuthenticationFailed => StatusCodes.Status401Unauthorized,
         ErrorCode.SlowConsumer or ErrorCode.StaleConnection => StatusCodes.Status410Gone,
-        ErrorCode.ShuttingDown or ErrorCode.TooManyConnections or ErrorCode.PresenceUnavailable => StatusCodes.Status503ServiceUnavailable,
+        ErrorCode.ShuttingDown or ErrorCode.TooManyConnections or ErrorCode.PresenceUnavailable or ErrorCode.HookUnavailable => StatusCodes.Status503ServiceUnavailable,
         _ => StatusCodes.Status400BadRequest,
     };
 

@@ -34,6 +34,7 @@ export const ErrorCode = {
   FrameBudgetFull: 28,
   PresenceFull: 29,
   PresenceUnavailable: 30,
+  HookUnavailable: 31,
 } as const;
 
 /** A spec §8 error name such as `"InvalidTopic"`. */

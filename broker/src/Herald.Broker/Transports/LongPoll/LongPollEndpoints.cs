@@ -144,7 +144,8 @@ internal static class LongPollEndpoints
                 case Ops.Subscribe:
                     StreamPosition? since = command.SinceOffset is { } offset ? new StreamPosition(offset, command.SinceEpoch ?? "") : null;
                     SubscribeOptions presence = (command.Join ? SubscribeOptions.Join : SubscribeOptions.None) | (command.PresenceEvents ? SubscribeOptions.PresenceEvents : SubscribeOptions.None);
-                    refusal = owner.Subscribe(command.Sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(command.Pattern ?? "")), command.NoEcho, since, command.Queue, presence);
+                    var pattern = new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(command.Pattern ?? ""));
+                    refusal = await owner.DecidedAsync(() => owner.Subscribe(command.Sid, pattern, command.NoEcho, since, command.Queue, presence), cancellation).ConfigureAwait(false);
                     owner.FlushTouched(); // a resume queued its status and what was missed: a held poll takes them now
                     status = StatusCodes.Status204NoContent;
                     if (command.Join && refusal.Code is ErrorCode.None or ErrorCode.RateLimited && await owner.JoinDecidedAsync(command.Sid).WaitAsync(cancellation).ConfigureAwait(false) is { IsNone: false } late)
@@ -169,7 +170,8 @@ internal static class LongPollEndpoints
 
                     break;
                 case Ops.Publish:
-                    refusal = Publish(store, owner, new ReadOnlySequence<byte>(command.Frames ?? []));
+                    var frames = new ReadOnlySequence<byte>(command.Frames ?? []);
+                    refusal = await owner.DecidedAsync(() => Publish(store, owner, frames), cancellation).ConfigureAwait(false);
                     status = StatusCodes.Status202Accepted;
                     break;
                 default:
@@ -246,7 +248,7 @@ internal static class LongPollEndpoints
             owner.Open(identity, clientName: null, Capabilities.Headers); // this request's credential, the bucket its owner's; headers may be published (longpoll §1.3)
             owner.Touch();
             ReadOnlySequence<byte> frames = await ReadFramesAsync(context, store).ConfigureAwait(false);
-            (int status, string? notice) = HttpExchange.Outcome(Publish(store, owner, frames), StatusCodes.Status202Accepted);
+            (int status, string? notice) = HttpExchange.Outcome(await owner.DecidedAsync(() => Publish(store, owner, frames), context.RequestAborted).ConfigureAwait(false), StatusCodes.Status202Accepted);
             await HoldAsync(owner, context.RequestAborted).ConfigureAwait(false);
             Write(context, new SessionReply { Status = status, Notice = notice });
         }

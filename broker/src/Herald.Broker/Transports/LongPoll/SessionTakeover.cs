@@ -70,7 +70,8 @@ internal sealed class SessionTakeover(PollSessionStore store, SessionRegistry re
                 Refusal answer;
                 try
                 {
-                    answer = session.Subscribe(subscription.Sid, new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(subscription.Pattern)), subscription.NoEcho, since, subscription.Queue, subscription.Presence);
+                    var pattern = new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(subscription.Pattern));
+                    answer = await session.DecidedAsync(() => session.Subscribe(subscription.Sid, pattern, subscription.NoEcho, since, subscription.Queue, subscription.Presence), CancellationToken.None).ConfigureAwait(false);
                 }
                 catch (ProtocolException e)
                 {

@@ -86,7 +86,7 @@ internal static class SseEndpoint
                 HttpExchange.Outcome(admitted, StatusCodes.Status200OK); // throws its problem
             }
 
-            bool[] tracked = Subscribe(session, broker, topics, presence, resuming, resumeFrom);
+            bool[] tracked = await SubscribeAsync(session, broker, topics, presence, resuming, resumeFrom, context.RequestAborted).ConfigureAwait(false);
             session.SubscriptionsMade();
             if (session.AwaitsInterest)
             {
@@ -134,7 +134,7 @@ internal static class SseEndpoint
     /// Each topic named by <c>join</c> or <c>presence</c> is subscribed with those bits (spec §15.1, §15.2). Returns which
     /// topics' positions the event id carries.
     /// </summary>
-    private static bool[] Subscribe(SseSession session, BrokerCore broker, StringValues topics, SubscribeOptions[] presence, bool resuming, StreamPosition?[] resumeFrom)
+    private static async Task<bool[]> SubscribeAsync(SseSession session, BrokerCore broker, StringValues topics, SubscribeOptions[] presence, bool resuming, StreamPosition?[] resumeFrom, CancellationToken cancellation)
     {
         var tracked = new bool[topics.Count];
         for (int i = 0; i < topics.Count; i++)
@@ -143,7 +143,10 @@ internal static class SseEndpoint
             tracked[i] = topic.AsSpan().IndexOfAny('*', '>') < 0 && broker.History is { } history && history.Keeps(topic); // asks, makes nothing
             StreamPosition? since = resuming ? resumeFrom[i] ?? new StreamPosition(0, NoPosition)
                 : tracked[i] ? new StreamPosition(0, "") : null;
-            Refusal refused = session.Subscribe((uint)(i + 1), new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(topic)), noEcho: false, since, presence: presence[i]);
+            var pattern = new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(topic));
+            SubscribeOptions bits = presence[i];
+            uint sid = (uint)(i + 1);
+            Refusal refused = await session.DecidedAsync(() => session.Subscribe(sid, pattern, noEcho: false, since, presence: bits), cancellation).ConfigureAwait(false);
             if (refused.Code != ErrorCode.RateLimited)
             {
                 HttpExchange.Outcome(refused, StatusCodes.Status200OK); // a refusal throws its problem
