@@ -25,6 +25,8 @@ internal static class ApiEndpoints
         group.WithMetadata(ApiEndpoint.Instance);
         group.WithMetadata(new DisableCorsAttribute());
         group.RequireRateLimiting(ApiSetup.RateLimitPolicy);
+        PublishEndpoints.Map(group);
+        ReadEndpoints.Map(group);
         NodeEndpoints.Map(group);
         return group;
     }

@@ -22,10 +22,82 @@ internal sealed record NodeInfo(
 /// <summary>A member of the cluster as this node sees it.</summary>
 internal sealed record NodeInfoMember(string Id, string Name, bool Self, DateTimeOffset LastSeen);
 
+/// <summary><c>POST /api/v1/publish</c>, and each item of a batch: one publication.</summary>
+internal sealed class PublishRequest
+{
+    public string? Topic { get; init; }
+
+    /// <summary>The payload as UTF-8 text; exclusive with <see cref="DataBase64"/>.</summary>
+    public string? Data { get; init; }
+
+    /// <summary>The payload's bytes in base64.</summary>
+    public string? DataBase64 { get; init; }
+
+    /// <summary>Headers (spec §4.9), one value per key; keys under <c>Herald-</c> are the broker's (400).</summary>
+    public Dictionary<string, string>? Headers { get; init; }
+
+    /// <summary>A repeat of this key on the same topic within the idempotency window is not published again.</summary>
+    public string? IdempotencyKey { get; init; }
+}
+
+/// <summary><c>POST /api/v1/broadcast</c>: one payload to many topics.</summary>
+internal sealed class BroadcastRequest
+{
+    public List<string>? Topics { get; init; }
+
+    public string? Data { get; init; }
+
+    public string? DataBase64 { get; init; }
+
+    public Dictionary<string, string>? Headers { get; init; }
+
+    /// <summary>Claimed on each topic: a repeat is not published again on the topics that already have it.</summary>
+    public string? IdempotencyKey { get; init; }
+}
+
+/// <summary><c>POST /api/v1/batch</c>: publications applied in order.</summary>
+internal sealed class BatchRequest
+{
+    public List<PublishRequest>? Items { get; init; }
+}
+
+/// <summary>A publication's answer: <see cref="Duplicate"/> when its idempotency key was seen within the window (not published again).</summary>
+internal sealed record PublishResult(bool Duplicate);
+
+/// <summary>One item's answer in a batch or broadcast: its status (200, or the status a single request would have had) and, on failure, its problem's code and detail.</summary>
+internal sealed record ItemResult(int Status, bool? Duplicate = null, string? Code = null, string? Detail = null);
+
+/// <summary>A batch's or broadcast's answer: one result per item (per topic), in order.</summary>
+internal sealed record ResultsBody(IReadOnlyList<ItemResult> Results);
+
+/// <summary><c>GET /api/v1/history</c>: the topic's epoch and last offset, the entries after the position asked, and where the next page starts (null: none).</summary>
+internal sealed record HistoryPage(string Topic, string Epoch, ulong Last, IReadOnlyList<HistoryEntry> Entries, ulong? Next);
+
+/// <summary>A kept publication: its offset, payload and headers (the broker's position headers included).</summary>
+internal sealed record HistoryEntry(ulong Offset, string DataBase64, Dictionary<string, string[]>? Headers);
+
+/// <summary><c>GET /api/v1/presence</c>: the occupancy, a page of members by client id, and the cursor of the next page (null: none).</summary>
+internal sealed record PresenceInfo(string Topic, long Members, long Identities, IReadOnlyList<PresenceMemberInfo> Entries, string? Next);
+
+internal sealed record PresenceMemberInfo(string Client, string Identity, string? Info);
+
+/// <summary><c>GET /api/v1/topics</c>: this node's subscribed patterns (reply inboxes left out) with their subscribers, by pattern, and where the next page starts.</summary>
+internal sealed record TopicsPage(int Subscriptions, int Patterns, bool Truncated, IReadOnlyList<TopicInfo> Entries, string? Next);
+
+internal sealed record TopicInfo(string Pattern, int Subscribers);
+
 /// <summary>Source-generated JSON of the server API (protocol-spec/server-api.yaml): snake_case as <c>/varz</c>, nulls left out.</summary>
 [JsonSourceGenerationOptions(
     JsonSerializerDefaults.Web,
     PropertyNamingPolicy = JsonKnownNamingPolicy.SnakeCaseLower,
     DefaultIgnoreCondition = JsonIgnoreCondition.WhenWritingNull)]
 [JsonSerializable(typeof(NodeInfo))]
+[JsonSerializable(typeof(PublishRequest))]
+[JsonSerializable(typeof(BroadcastRequest))]
+[JsonSerializable(typeof(BatchRequest))]
+[JsonSerializable(typeof(PublishResult))]
+[JsonSerializable(typeof(ResultsBody))]
+[JsonSerializable(typeof(HistoryPage))]
+[JsonSerializable(typeof(PresenceInfo))]
+[JsonSerializable(typeof(TopicsPage))]
 internal sealed partial class ApiJsonContext : JsonSerializerContext;

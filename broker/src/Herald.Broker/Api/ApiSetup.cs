@@ -22,6 +22,7 @@ internal static class ApiSetup
     {
         services.AddSingleton(options);
         services.AddSingleton<ApiKeys>();
+        services.AddSingleton<ApiPublishers>();
         services.AddRateLimiter(limiter =>
         {
             limiter.AddPolicy(RateLimitPolicy, context => PartitionOf(context, options));

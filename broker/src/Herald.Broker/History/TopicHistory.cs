@@ -292,6 +292,28 @@ internal sealed class TopicHistory
         }
     }
 
+    /// <summary>
+    /// The server API's read by position: the epoch, the last offset, and copies of at most <paramref name="max"/> of the
+    /// kept MESSAGE frames after <paramref name="after"/>, oldest first. Under the gate, as a resume reads.
+    /// </summary>
+    public (string Epoch, ulong Last, List<(ulong Offset, byte[] Frame)> Entries) Read(ulong after, int max)
+    {
+        lock (_gate)
+        {
+            Trim(Stopwatch.GetTimestamp());
+            var entries = new List<(ulong Offset, byte[] Frame)>(Math.Min(max, _entries.Count));
+            foreach (Entry entry in _entries)
+            {
+                if (entry.Offset > after && entries.Count < max)
+                {
+                    entries.Add((entry.Offset, entry.Frame.Span.ToArray()));
+                }
+            }
+
+            return (_epoch, _last, entries);
+        }
+    }
+
     /// <summary>Drops what is older than the rule's age. Called by the store's sweep; any thread.</summary>
     public void Sweep(long now)
     {

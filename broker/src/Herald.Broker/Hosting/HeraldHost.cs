@@ -50,6 +50,7 @@ public static class HeraldHost
         services.AddClientCors(preview.Policy.AllowedDomains);
         if (preview.Api.Enabled)
         {
+            services.AddIdempotency(preview.Api);
             services.AddServerApi(preview.Api);
         }
 

@@ -123,6 +123,12 @@ internal static class HostServices
         services.AddHostedService(sp => new ClusterLifetime(sp.GetRequiredService<ClusterSlot>().Engine));
     }
 
+    /// <summary>The server API's idempotency keys: in Redis on each topic's shard on a cluster node, in this process's bounded table otherwise.</summary>
+    public static void AddIdempotency(this IServiceCollection services, Api.ApiOptions api) =>
+        services.AddSingleton<IIdempotency>(sp => sp.GetRequiredService<ClusterSlot>().Engine is { } cluster
+            ? new RedisIdempotency(cluster.Shards)
+            : new LocalIdempotency(api.MaxIdempotencyKeys, sp.GetRequiredService<TimeProvider>()));
+
     /// <summary>History: the topics that keep one (none unless <c>Herald:History:Topics</c> names a pattern), shared through Redis in a cluster.</summary>
     public static void AddHistory(this IServiceCollection services) =>
         services.AddSingleton(sp =>

@@ -79,7 +79,7 @@ internal sealed class BrokerMetrics
     private static readonly string[] ReasonNames = ["client_close", "slow_consumer", "protocol_error", "timeout", "shutdown", "error"];
 
     /// <summary>The transports, as sessions name themselves (<see cref="Sessions.ProtocolSession.Transport"/>): the values of <c>herald.transport</c>.</summary>
-    private static readonly string[] TransportNames = ["tcp", "longpoll", "websocket", "sse"];
+    private static readonly string[] TransportNames = ["tcp", "longpoll", "websocket", "sse", "api"];
 
     private readonly Histogram<double> _fanout;
     private readonly Counter<long> _protocolErrors;
