@@ -35,10 +35,13 @@ public enum ErrorCode : uint
     PresenceFull = 29,
     PresenceUnavailable = 30,
     HookUnavailable = 31,
+    Disconnected = 32,
+    Revoked = 33,
+    Unsubscribed = 34,
 }
 
 public static class ErrorCodes
 {
     /// <summary>Whether the broker closes the connection after an ERROR with this code (spec §8).</summary>
-    public static bool IsFatal(ErrorCode code) => code is not (ErrorCode.UnknownSubscription or ErrorCode.MessagesDropped or ErrorCode.PermissionDenied or ErrorCode.RateLimited or ErrorCode.TooManyTopics or ErrorCode.PresenceFull or ErrorCode.PresenceUnavailable or ErrorCode.HookUnavailable);
+    public static bool IsFatal(ErrorCode code) => code is not (ErrorCode.UnknownSubscription or ErrorCode.MessagesDropped or ErrorCode.PermissionDenied or ErrorCode.RateLimited or ErrorCode.TooManyTopics or ErrorCode.PresenceFull or ErrorCode.PresenceUnavailable or ErrorCode.HookUnavailable or ErrorCode.Unsubscribed);
 }

@@ -37,7 +37,7 @@ public static partial class FrameDecoder
             throw; // unreachable
         }
 
-        if (type is 0 or > (uint)FrameType.PresenceReply)
+        if (type is 0 or > (uint)FrameType.Subscribed)
         {
             ThrowHelper.Throw(ErrorCode.UnknownFrameType, $"Unknown frame type {type}.");
         }
@@ -382,6 +382,29 @@ public static partial class FrameDecoder
         catch (Exception e) when (IsDecodeFailure(e))
         {
             return ThrowMalformed<ErrorFrame>("ERROR", e);
+        }
+    }
+
+    /// <summary>Reads SUBSCRIBED (after <see cref="ReadHeader"/>, spec §4.10): a sid of 0 or a nil pattern is MalformedFrame; later elements are skipped.</summary>
+    public static SubscribedFrame ReadSubscribed(ref MessagePackReader reader, int elementCount)
+    {
+        try
+        {
+            Require(elementCount, 4, "SUBSCRIBED");
+            uint sid = reader.ReadUInt32();
+            string pattern = ReadString(ref reader, "pattern") ?? ThrowNil<string>("pattern");
+            var options = (SubscribeOptions)reader.ReadUInt32();
+            if (sid == 0)
+            {
+                ThrowHelper.ThrowMalformed("SUBSCRIBED sid is 0.");
+            }
+
+            SkipRest(ref reader, elementCount - 4);
+            return new SubscribedFrame(sid, pattern, options);
+        }
+        catch (Exception e) when (IsDecodeFailure(e))
+        {
+            return ThrowMalformed<SubscribedFrame>("SUBSCRIBED", e);
         }
     }
 

@@ -14,4 +14,5 @@ public enum FrameType : byte
     Error = 9,
     Presence = 10,
     PresenceReply = 11,
+    Subscribed = 12,
 }

@@ -190,6 +190,18 @@ public static class FrameWriter
         w.Flush();
     }
 
+    /// <summary>Writes SUBSCRIBED (spec §4.10): the server made subscription <paramref name="sid"/> to <paramref name="pattern"/> for this client.</summary>
+    public static void WriteSubscribed(IBufferWriter<byte> output, uint sid, string pattern, SubscribeOptions options = SubscribeOptions.None)
+    {
+        ArgumentNullException.ThrowIfNull(pattern);
+        int body = 1 + 1 + UIntSize(sid) + StrSize(Encoding.UTF8.GetByteCount(pattern)) + UIntSize((uint)options);
+        var w = Start(output, body, 4, FrameType.Subscribed);
+        w.Write(sid);
+        w.Write(pattern);
+        w.Write((uint)options);
+        w.Flush();
+    }
+
     /// <summary>Writes PRESENCE (spec §15.3): ask for at most <paramref name="limit"/> members of <paramref name="topic"/> after <paramref name="cursor"/> (null: the first page); a limit of 0 asks for the occupancy alone.</summary>
     public static void WritePresence(IBufferWriter<byte> output, uint requestId, ReadOnlySpan<byte> topic, ulong limit, string? cursor = null)
     {

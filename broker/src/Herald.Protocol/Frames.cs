@@ -65,6 +65,9 @@ public readonly record struct PublishFrame(
     public string? ReplyToString => ReplyTo is { } r ? Encoding.UTF8.GetString(r) : null;
 }
 
+/// <summary>SUBSCRIBED (spec §4.10): the server made subscription <see cref="Sid"/> to <see cref="Pattern"/> for this client, with SUBSCRIBE's <see cref="Options"/>.</summary>
+public readonly record struct SubscribedFrame(uint Sid, string Pattern, SubscribeOptions Options);
+
 /// <summary>ERROR (spec §4.8). <see cref="Sid"/> names the subscription the error ended (0: none).</summary>
 public readonly record struct ErrorFrame(ErrorCode Code, bool Fatal, string Message, ulong Count, uint Sid = 0);
 

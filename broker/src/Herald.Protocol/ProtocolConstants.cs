@@ -69,6 +69,9 @@ public enum Capabilities : uint
 
     /// <summary>The peer may be present on topics, get join and leave events and ask who is present (spec §15); granted only with <see cref="Headers"/>.</summary>
     Presence = 32,
+
+    /// <summary>The peer is told of subscriptions the server makes for it (SUBSCRIBED, spec §4.10); granted on framed transports.</summary>
+    ServerSubscriptions = 64,
 }
 
 /// <summary>Option bits of SUBSCRIBE (spec §4.3).</summary>

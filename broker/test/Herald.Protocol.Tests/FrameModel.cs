@@ -9,7 +9,7 @@ namespace Herald.Protocol.Tests;
 /// <summary>
 /// A frame as the library sees it: <see cref="Frame"/> is the <see cref="HelloFrame"/>, <see cref="WelcomeFrame"/>,
 /// <see cref="SubscribeFrame"/>, <see cref="UnsubscribeFrame"/>, <see cref="PublishFrame"/> (PUBLISH and MESSAGE),
-/// <see cref="ErrorFrame"/>, <see cref="PresenceFrame"/> or <see cref="PresenceReplyFrame"/> that <see cref="FrameDecoder"/> returns; <c>null</c> for PING and PONG.
+/// <see cref="ErrorFrame"/>, <see cref="PresenceFrame"/>, <see cref="PresenceReplyFrame"/> or <see cref="SubscribedFrame"/> that <see cref="FrameDecoder"/> returns; <c>null</c> for PING and PONG.
 /// </summary>
 internal sealed record DecodedFrame(FrameType Type, object? Frame);
 
@@ -34,6 +34,7 @@ internal static class FrameModel
         FrameType.Error => ["code", "fatal", "message", "count"],
         FrameType.Presence => ["request_id", "topic", "limit", "cursor"],
         FrameType.PresenceReply => ["request_id", "code", "members", "identities", "entries", "next"],
+        FrameType.Subscribed => ["sid", "pattern", "options"],
         _ => [],
     };
 
@@ -83,6 +84,9 @@ internal static class FrameModel
             case FrameType.PresenceReply:
                 frame = FrameDecoder.ReadPresenceReply(ref reader, count);
                 break;
+            case FrameType.Subscribed:
+                frame = FrameDecoder.ReadSubscribed(ref reader, count);
+                break;
             case FrameType.Ping:
             case FrameType.Pong:
                 FrameDecoder.ReadEmpty(ref reader, count);
@@ -126,6 +130,9 @@ internal static class FrameModel
                 break;
             case PresenceReplyFrame r:
                 FrameWriter.WritePresenceReply(output, r.RequestId, r.Code, r.Members, r.Identities, r.Entries, r.Next);
+                break;
+            case SubscribedFrame b:
+                FrameWriter.WriteSubscribed(output, b.Sid, b.Pattern, b.Options);
                 break;
             case null when frame.Type == FrameType.Ping:
                 FrameWriter.WritePing(output);
@@ -209,6 +216,7 @@ internal static class FrameModel
                 fields.GetProperty("identities").GetUInt64(),
                 [.. fields.GetProperty("entries").EnumerateArray().Select(e => new PresenceEntry(e.GetProperty("client").GetString()!, e.GetProperty("identity").GetString()!, e.GetProperty("info").GetString()))],
                 fields.GetProperty("next").GetString()),
+            FrameType.Subscribed => new SubscribedFrame(fields.GetProperty("sid").GetUInt32(), fields.GetProperty("pattern").GetString()!, (SubscribeOptions)fields.GetProperty("options").GetUInt32()),
             _ => null,
         };
         return new DecodedFrame(type, frame);
@@ -257,6 +265,7 @@ internal static class FrameModel
                 "[" + string.Join(", ", r.Entries.Select(e => $"[{Text(e.Client)}, {Text(e.Identity)}, {(e.Info is null ? "nil" : Text(e.Info))}]")) + "]",
                 r.Next is null ? "nil" : Text(r.Next),
             ],
+            SubscribedFrame b => [Num(b.Sid), Text(b.Pattern), Num((uint)b.Options)],
             _ => [],
         };
         return frame.Type.ToString().ToUpperInvariant() + " {" + string.Join(", ", FieldNames(frame.Type).Concat(OptionalFieldNames(frame.Type)).Zip(values, (n, v) => $"{n}={v}")) + "}";

@@ -114,6 +114,7 @@ public class FrameSizeTests
         yield return new DecodedFrame(FrameType.Presence, new PresenceFrame((uint)Number(random), topic, Number(random), random.Next(2) == 0 ? null : other));
         PresenceEntry[] entries = [.. Enumerable.Range(0, random.Next(4)).Select(i => new PresenceEntry(other, text, i % 2 == 0 ? null : text))];
         yield return new DecodedFrame(FrameType.PresenceReply, new PresenceReplyFrame((uint)Number(random), (ErrorCode)(uint)Number(random), Number(random), Number(random), entries, random.Next(2) == 0 ? null : other));
+        yield return new DecodedFrame(FrameType.Subscribed, new SubscribedFrame(Math.Max(1, (uint)Number(random)), text, (SubscribeOptions)(uint)Number(random)));
     }
 
     /// <summary>A boundary value, or one next to it, or anything.</summary>

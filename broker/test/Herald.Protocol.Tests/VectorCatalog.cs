@@ -39,6 +39,7 @@ public static class VectorCatalog
         ["error.json"] = FrameType.Error,
         ["presence.json"] = FrameType.Presence,
         ["presence_reply.json"] = FrameType.PresenceReply,
+        ["subscribed.json"] = FrameType.Subscribed,
     };
 
     private static readonly Lazy<Catalog> Loaded = new(Load);

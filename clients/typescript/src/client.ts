@@ -176,6 +176,15 @@ const DEFAULTS = {
   maxPendingMessages: 65_536,
 };
 
+/**
+ * Errors no reconnect can fix: a refused credential, or the application's backend ending this client (`Disconnected`,
+ * `Revoked`, spec §8): reconnecting would undo its decision, so the client closes with the reason (its `close` event and
+ * `closed` state carry it) and the application decides what comes next.
+ */
+function isFinal(error: HeraldError): boolean {
+  return error.code === "AuthenticationFailed" || error.code === "Disconnected" || error.code === "Revoked";
+}
+
 function asHeraldError(e: unknown, code = "ConnectionLost"): HeraldError {
   if (e instanceof HeraldError) return e;
   return new HeraldError(code, (e as Error)?.message ?? String(e), { cause: e });
@@ -403,8 +412,8 @@ export class HeraldClient implements SubscriptionOwner {
         if (this.isClosed()) return;
         const error = asHeraldError(e, "ConnectFailed");
         attempt++;
-        if (error.code === "AuthenticationFailed") {
-          // A refused credential is not a passing network problem: retrying would only hammer the broker.
+        if (isFinal(error)) {
+          // A refused credential, or an identity the backend revoked, is not a passing network problem: retrying would only hammer the broker.
           this.openedD.reject(error);
           await this.shutdown(error);
           return;
@@ -456,7 +465,7 @@ export class HeraldClient implements SubscriptionOwner {
       }
       await transport.close().catch(() => undefined);
       this.emit("disconnect", lostError);
-      if (!this.options.reconnect || attempt > this.options.maxReconnectAttempts || lostError.code === "AuthenticationFailed") {
+      if (!this.options.reconnect || attempt > this.options.maxReconnectAttempts || isFinal(lostError)) {
         await this.shutdown(lostError);
         return;
       }

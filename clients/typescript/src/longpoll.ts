@@ -85,9 +85,13 @@ async function problem(res: Response, what: string, sid?: number): Promise<Heral
   let code = `Http${res.status}`;
   let detail = res.statusText;
   try {
-    const body = (await res.json()) as { code?: unknown; detail?: unknown; title?: unknown };
+    const body = (await res.json()) as { code?: unknown; detail?: unknown; title?: unknown; reason?: unknown };
     if (typeof body.code === "string") code = body.code;
     if (typeof body.detail === "string") detail = body.detail;
+    // A session the application's backend ended (spec §8): told as TCP's fatal ERROR would be, so the client does not reconnect.
+    if (res.status === 410 && (body.reason === "Disconnected" || body.reason === "Revoked")) {
+      return new HeraldError(body.reason, `${what}: HTTP 410 ${body.reason}${detail ? `: ${detail}` : ""}`, { status: 410, fatal: true });
+    }
   } catch {
     // not a problem document
   }

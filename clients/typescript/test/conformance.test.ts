@@ -22,6 +22,7 @@ import {
   encodePresenceReply,
   encodePublish,
   encodeSubscribe,
+  encodeSubscribed,
   encodeUnsubscribe,
   encodeWelcome,
   isReservedTopic,
@@ -127,6 +128,7 @@ const frameTypes: Record<string, number> = {
   ERROR: 9,
   PRESENCE: 10,
   PRESENCE_REPLY: 11,
+  SUBSCRIBED: 12,
 };
 
 /** The frame encoded from a vector's fields with this client's encoders. */
@@ -158,6 +160,8 @@ function encode(frame: string, f: any): Uint8Array {
     case "PRESENCE_REPLY":
       // entries (spec §15.3): [client, identity, info] on the wire, objects in the vectors (and decoded).
       return encodePresenceReply(Number(f.request_id), Number(f.code), f.members, f.identities, f.entries, f.next);
+    case "SUBSCRIBED":
+      return encodeSubscribed(Number(f.sid), f.pattern, Number(f.options));
     default:
       throw new Error(`unknown frame ${frame}`);
   }

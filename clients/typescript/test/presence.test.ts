@@ -210,7 +210,7 @@ describe("presence codec (frames built by hand from spec §4.1, §4.3, §15.3)",
     for (const [name, frame] of Object.entries(cases)) {
       assert.equal(decodeEverySplit(framed(frame)), "MalformedFrame", name);
     }
-    assert.equal(decodeEverySplit(framed("91 0c")), "UnknownFrameType", "type 12");
+    assert.equal(decodeEverySplit(framed("91 0d")), "UnknownFrameType", "type 13 (one past SUBSCRIBED)");
   });
 });
 

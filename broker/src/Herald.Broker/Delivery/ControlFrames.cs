@@ -13,6 +13,14 @@ internal static class ControlFrames
 
     public static MessageBuffer Pong() => MessageBuffer.Copy(PongBytes);
 
+    /// <summary>A SUBSCRIBED frame (spec §4.10): the server made subscription <paramref name="sid"/> to <paramref name="pattern"/>.</summary>
+    public static MessageBuffer Subscribed(uint sid, string pattern, SubscribeOptions options)
+    {
+        var writer = new ArrayBufferWriter<byte>(32 + pattern.Length * 3);
+        FrameWriter.WriteSubscribed(writer, sid, pattern, options);
+        return MessageBuffer.Copy(writer.WrittenSpan);
+    }
+
     /// <summary>An ERROR frame; <paramref name="fatal"/> overrides the code's usual flag (a connection closing says so); <paramref name="sid"/> names the subscription it ended.</summary>
     public static MessageBuffer Error(ErrorCode code, string message, bool? fatal = null, uint sid = 0)
     {

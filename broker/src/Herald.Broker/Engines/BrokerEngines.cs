@@ -13,4 +13,7 @@ internal sealed record BrokerEngines(IPublicationExchange Exchange, ISharedInter
 
     /// <summary>Presence (spec §15): it keeps state, so each broker has its own (composed by Hosting); null: a default <see cref="LocalPresence"/>.</summary>
     public IPresence? Presence { get; init; }
+
+    /// <summary>The server API's actions on clients and the revocations (they keep state, composed by Hosting); null: a <see cref="LocalClientControl"/>.</summary>
+    public IClientControl? Control { get; init; }
 }

@@ -262,7 +262,9 @@ internal static class MonitoringEndpoints
             session.SubscriptionCount,
             messages,
             bytes,
-            session.Backlog.Dropped);
+            session.Backlog.Dropped,
+            session.PresenceClient,
+            session.IsOpen ? session.Identity.Name : null);
     }
 
     private static bool TryPage(HttpContext context, IServiceProvider services, out int offset, out int limit, [System.Diagnostics.CodeAnalysis.NotNullWhen(false)] out IResult? problem)

@@ -104,6 +104,7 @@ internal sealed record Connz(DateTimeOffset Now, int Total, int Offset, int Limi
 /// <summary>
 /// One connection (TCP) or session (long-poll). Fields a transport does not know are left out: a long-poll
 /// session has no one remote address (each request may come from another), a TCP connection is never idle-polling.
+/// <c>client</c> is the client id the server API names it by (spec §15.1), <c>identity</c> who it authenticated as.
 /// </summary>
 internal sealed record ConnectionInfo(
     long Cid,
@@ -118,7 +119,9 @@ internal sealed record ConnectionInfo(
     int? Subscriptions,
     long? PendingMessages,
     long? PendingBytes,
-    long? Dropped);
+    long? Dropped,
+    string? Client = null,
+    string? Identity = null);
 
 /// <summary>
 /// <c>/subsz</c>: subscribed patterns with their number of subscriptions, most subscribed first. Inbox

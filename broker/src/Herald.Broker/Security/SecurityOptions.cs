@@ -34,6 +34,13 @@ public sealed class SecurityOptions
 
     /// <summary>Close a TCP connection after a refused SUBSCRIBE or PUBLISH (fatal <c>PermissionDenied</c>) instead of only telling it.</summary>
     public bool DisconnectOnPermissionDenied { get; set; }
+
+    /// <summary>
+    /// Identities the server API may hold revoked at once (spec §8 <c>Revoked</c>); a revocation past it is refused (the API
+    /// answers 409), expired ones are dropped first. In a cluster the same bound holds the Redis hash of revocations.
+    /// </summary>
+    [Range(1, 10_000_000)]
+    public int MaxRevocations { get; set; } = 10_000;
 }
 
 /// <summary>

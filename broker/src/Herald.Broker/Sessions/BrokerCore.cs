@@ -22,6 +22,7 @@ internal sealed class BrokerCore
         ClusterStatus = engines.Status;
         SharedSessions = engines.Sessions;
         Presence = engines.Presence ?? new LocalPresence(new PresenceOptions(), enabled: true);
+        ClientControl = engines.Control ?? new LocalClientControl(new Revocations(security.MaxRevocations, Time));
         History = history;
         ServerName = serverName;
         Limits = limits;
@@ -83,6 +84,12 @@ internal sealed class BrokerCore
 
     /// <summary>Who is on a topic, its join and leave events and its occupancy (spec §15).</summary>
     public IPresence Presence { get; }
+
+    /// <summary>The server API's actions on clients (disconnect, revoke, subscribe), reaching the node that holds the client.</summary>
+    public IClientControl ClientControl { get; }
+
+    /// <summary>The identities refused until a time (spec §8 <c>Revoked</c>), checked whenever a client authenticates.</summary>
+    public Revocations Revocations => ClientControl.Revocations;
 
     /// <summary>Topic histories, when <c>Herald:History:Topics</c> names a pattern; null otherwise (one test per publication).</summary>
     public HistoryStore? History { get; }

@@ -448,6 +448,15 @@ internal sealed class FrameSession : ProtocolSession
     /// <inheritdoc/>
     protected override void Revoked(uint sid, string message) => Control(ControlFrames.Error(ErrorCode.PermissionDenied, message, sid: sid));
 
+    /// <inheritdoc/>
+    protected override bool CarriesServerSubscriptions => true;
+
+    /// <inheritdoc/>
+    protected override void ServerSubscribed(uint sid, string pattern, SubscribeOptions options) => ControlNow(ControlFrames.Subscribed(sid, pattern, options));
+
+    /// <inheritdoc/>
+    protected override void ServerUnsubscribed(uint sid, string reason) => ControlNow(ControlFrames.Error(ErrorCode.Unsubscribed, reason, sid: sid));
+
     /// <summary>A non-fatal refusal or notice becomes an ERROR frame, in order with what is queued.</summary>
     private void Tell(Refusal refusal)
     {
@@ -473,7 +482,7 @@ internal sealed class FrameSession : ProtocolSession
         }
 
         string reason = CloseReason ?? code.ToString();
-        if (code is ErrorCode.HandshakeTimeout or ErrorCode.StaleConnection or ErrorCode.FrameTimeout or ErrorCode.SlowConsumer or ErrorCode.ShuttingDown)
+        if (code is ErrorCode.HandshakeTimeout or ErrorCode.StaleConnection or ErrorCode.FrameTimeout or ErrorCode.SlowConsumer or ErrorCode.ShuttingDown or ErrorCode.Disconnected)
         {
             Broker.Log.ClosedByBroker(Id, RemoteEndPoint, code, reason);
             if (code != ErrorCode.ShuttingDown)

@@ -128,12 +128,18 @@ internal abstract partial class ProtocolSession
         return IdentityOf(Broker, verdict, RemoteEndPoint, Transport);
     }
 
-    /// <summary>A connect decision's identity; a refusal or a hook's failure thrown as its fatal error (spec §8).</summary>
+    /// <summary>A connect decision's identity; a refusal, a hook's failure or a revoked identity thrown as its fatal error (spec §8).</summary>
     public static Identity IdentityOf(BrokerCore broker, Verdict verdict, EndPoint? remote, string transport)
     {
         switch (verdict.Kind)
         {
             case VerdictKind.Allow when verdict.Identity is { } identity:
+                if (broker.Revocations.Find(identity.Name) is { } revocation)
+                {
+                    broker.Log.ClientRevoked(transport, remote, identity.Name, revocation.Until);
+                    throw new ProtocolException(ErrorCode.Revoked, revocation.Message); // a good credential, revoked by the backend: said so, until when
+                }
+
                 return identity;
             case VerdictKind.Unavailable:
                 broker.Metrics.ProtocolError(ErrorCode.HookUnavailable);

@@ -57,6 +57,7 @@ internal abstract partial class ProtocolSession
         GrantsHistory = (accepted & Capabilities.History) != 0;
         GrantsQueueGroups = (accepted & Capabilities.QueueGroups) != 0;
         accepted |= GrantPresence(requested, accepted);
+        accepted |= GrantServerSubscriptions(requested);
         Volatile.Write(ref _opened, true);
         return accepted;
     }

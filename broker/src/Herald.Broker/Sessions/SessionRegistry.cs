@@ -28,6 +28,7 @@ internal sealed class SessionRegistry : BackgroundService
     {
         _broker = broker;
         _sweepPeriod = sweepPeriod;
+        broker.ClientControl.Serve(new ClientActions(broker, this).ApplyAsync); // the server API's actions that reach this node
     }
 
     /// <summary>The input gate of sessions the registry does not list (long-poll's one-shot publishers): <see cref="DrainAsync"/> closes it with the others.</summary>
@@ -41,6 +42,9 @@ internal sealed class SessionRegistry : BackgroundService
 
     /// <summary>A moment's snapshot of the open sessions, for monitoring (<c>/connz</c>, the queue gauges). Never on the hot path.</summary>
     public ICollection<ProtocolSession> Sessions => _sessions.Values;
+
+    /// <summary>The session with <paramref name="id"/>, while it is registered.</summary>
+    public ProtocolSession? Find(long id) => _sessions.TryGetValue(id, out ProtocolSession? session) ? session : null;
 
     /// <summary>The id of the next session (one id space for every transport).</summary>
     public long NextId() => Interlocked.Increment(ref _nextId);

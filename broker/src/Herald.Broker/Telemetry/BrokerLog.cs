@@ -95,6 +95,12 @@ internal static partial class BrokerLog
     [LoggerMessage(2008, LogLevel.Warning, "Authentication failed ({Transport}) from {Remote}: {Reason}")]
     public static partial void AuthenticationFailed(this ILogger logger, string transport, EndPoint? remote, string reason);
 
+    [LoggerMessage(2030, LogLevel.Information, "Refused a revoked identity ({Transport}) from {Remote}: '{Identity}' until {Until:O}.")]
+    public static partial void ClientRevoked(this ILogger logger, string transport, EndPoint? remote, string identity, DateTimeOffset until);
+
+    [LoggerMessage(2031, LogLevel.Information, "Server API: {Action} reached {Clients} client(s) on this node (client {Client}, identity '{Identity}').")]
+    public static partial void ClientActionApplied(this ILogger logger, string action, int clients, string? client, string? identity);
+
     [LoggerMessage(7001, LogLevel.Information, "Cluster node {NodeId:x16} started on Redis channels '{ChannelPrefix}...' (connected: {Connected}).")]
     public static partial void ClusterStarted(this ILogger logger, ulong nodeId, string channelPrefix, bool connected);
 

@@ -41,7 +41,7 @@ internal static class HttpExchange
     /// <summary>
     /// The bearer credential's identity (longpoll §1.1), from the headers alone: nothing is read or held
     /// before it (a connect hook is asked here). A failure is counted, waits the configured delay, then is 401; a connect
-    /// hook that did not decide is 503 <c>HookUnavailable</c>.
+    /// hook that did not decide is 503 <c>HookUnavailable</c>; a revoked identity is 403 <c>Revoked</c> at once.
     /// </summary>
     /// <param name="fallback">The credential from elsewhere (a query parameter, for clients that cannot set headers), used only without an Authorization header.</param>
     public static async Task<Identity> AuthenticateAsync(HttpContext context, BrokerCore broker, string transport, string? fallback = null)
@@ -57,6 +57,11 @@ internal static class HttpExchange
         catch (ProtocolException e) when (e.Code == ErrorCode.HookUnavailable)
         {
             throw HttpProblem.Unavailable(nameof(ErrorCode.HookUnavailable), e.Message, 1); // the backend did not decide: told apart from 401, retried
+        }
+        catch (ProtocolException e) when (e.Code == ErrorCode.Revoked)
+        {
+            broker.Metrics.ProtocolError(ErrorCode.Revoked);
+            throw new HttpProblem(StatusCodes.Status403Forbidden, nameof(ErrorCode.Revoked), e.Message); // a good credential: no delay, and said why
         }
         catch (ProtocolException e)
         {
@@ -225,11 +230,11 @@ internal static class HttpExchange
     /// <summary>The HTTP status of a spec §8 code (longpoll §3).</summary>
     private static int StatusOf(ErrorCode code) => code switch
     {
-        ErrorCode.PermissionDenied => StatusCodes.Status403Forbidden,
+        ErrorCode.PermissionDenied or ErrorCode.Revoked => StatusCodes.Status403Forbidden,
         ErrorCode.UnknownSubscription => StatusCodes.Status404NotFound,
         ErrorCode.TooManyTopics or ErrorCode.PresenceFull => StatusCodes.Status409Conflict,
         ErrorCode.AuthenticationFailed => StatusCodes.Status401Unauthorized,
-        ErrorCode.SlowConsumer or ErrorCode.StaleConnection => StatusCodes.Status410Gone,
+        ErrorCode.SlowConsumer or ErrorCode.StaleConnection or ErrorCode.Disconnected => StatusCodes.Status410Gone,
         ErrorCode.ShuttingDown or ErrorCode.TooManyConnections or ErrorCode.PresenceUnavailable or ErrorCode.HookUnavailable => StatusCodes.Status503ServiceUnavailable,
         _ => StatusCodes.Status400BadRequest,
     };

@@ -334,6 +334,9 @@ public sealed class ProtocolClient : IAsyncDisposable
                 return new Frame(type);
             case FrameType.PresenceReply:
                 return new Frame(type) { Reply = FrameDecoder.ReadPresenceReply(ref reader, count) };
+            case FrameType.Subscribed:
+                SubscribedFrame b = FrameDecoder.ReadSubscribed(ref reader, count);
+                return new Frame(type, b.Sid, b.Pattern);
             default:
                 throw new Xunit.Sdk.XunitException($"The broker sent a {type} frame.");
         }

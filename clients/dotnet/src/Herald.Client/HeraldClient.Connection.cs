@@ -507,9 +507,13 @@ public sealed partial class HeraldClient
         }
     }
 
-    /// <summary>Errors that no reconnect can fix: the same HELLO would be refused again.</summary>
+    /// <summary>
+    /// Errors that no reconnect can fix: the same HELLO would be refused again, or the application's backend ended the
+    /// client (<see cref="ErrorCode.Disconnected"/>, <see cref="ErrorCode.Revoked"/>, spec §8): reconnecting would undo its
+    /// decision, so the client closes and the application, told the reason, decides what comes next.
+    /// </summary>
     private static bool IsPermanent(Exception e) =>
-        e is HeraldException { ErrorCode: ErrorCode.UnsupportedVersion or ErrorCode.AuthenticationFailed } or HeraldException { RefusedHello: true };
+        e is HeraldException { ErrorCode: ErrorCode.UnsupportedVersion or ErrorCode.AuthenticationFailed or ErrorCode.Disconnected or ErrorCode.Revoked } or HeraldException { RefusedHello: true };
 
     /// <summary>
     /// Exponential backoff with "equal jitter": the ceiling doubles per attempt up to the maximum, and the

@@ -35,6 +35,9 @@ export const ErrorCode = {
   PresenceFull: 29,
   PresenceUnavailable: 30,
   HookUnavailable: 31,
+  Disconnected: 32,
+  Revoked: 33,
+  Unsubscribed: 34,
 } as const;
 
 /** A spec §8 error name such as `"InvalidTopic"`. */

@@ -31,11 +31,12 @@ export const FrameType = {
   Error: 9,
   Presence: 10,
   PresenceReply: 11,
+  Subscribed: 12,
 } as const;
 export type FrameTypeValue = (typeof FrameType)[keyof typeof FrameType];
 
 /** HELLO/WELCOME capability bits (spec §4.1). */
-export const Capabilities = { None: 0, Zstd: 1, Headers: 2, NoResponders: 4, History: 8, QueueGroups: 16, Presence: 32 } as const;
+export const Capabilities = { None: 0, Zstd: 1, Headers: 2, NoResponders: 4, History: 8, QueueGroups: 16, Presence: 32, ServerSubscriptions: 64 } as const;
 /**
  * A header block (spec §4.9): keys in encoded order, each with one or more values. Pairs, not an object:
  * an object would reorder keys that look like integers.
@@ -170,6 +171,14 @@ export interface PresenceReplyFrame {
   /** The cursor of the next page, or `null` when this page ends the list. */
   next: string | null;
 }
+/** SUBSCRIBED (spec §4.10): the server made subscription `sid` (from 2^31 up) to `pattern` for this client. */
+export interface SubscribedFrame {
+  type: 12;
+  sid: number;
+  pattern: string;
+  /** SUBSCRIBE's option bits (spec §4.3). */
+  options: number;
+}
 export type Frame =
   | HelloFrame
   | WelcomeFrame
@@ -181,7 +190,8 @@ export type Frame =
   | PongFrame
   | ErrorFrame
   | PresenceFrame
-  | PresenceReplyFrame;
+  | PresenceReplyFrame
+  | SubscribedFrame;
 
 // ---------------------------------------------------------------------------------------------------------
 // Encoding
@@ -387,6 +397,13 @@ export function encodeError(code: number, fatal: boolean, message: string, count
   return encodeFrame(items);
 }
 
+/** SUBSCRIBED `[12, sid, pattern, options]` (server to client, spec §4.10); for tests and fake servers. */
+export function encodeSubscribed(sid: number, pattern: string, options = 0): Uint8Array {
+  checkUint32("sid", sid);
+  checkUint32("options", options);
+  return encodeFrame([FrameType.Subscribed, sid, pattern, options]);
+}
+
 /**
  * PRESENCE `[10, request_id, topic, limit, cursor]` (spec §15.3): ask for a topic's members, at most `limit`
  * of them after `cursor` (nil for the first page); `limit` 0 asks for the occupancy alone. Only to a broker
@@ -438,7 +455,7 @@ export function decodeHeader(r: MsgReader): { type: FrameTypeValue; count: numbe
   const count = r.readArrayHeader();
   if (count < 1) throw malformed("Frame body is an empty array; its first element must be the frame type.");
   const type = r.readUint32();
-  if (type === 0 || type > FrameType.PresenceReply) {
+  if (type === 0 || type > FrameType.Subscribed) {
     throw new ProtocolError("UnknownFrameType", `Unknown frame type ${type}.`);
   }
   return { type: type as FrameTypeValue, count };
@@ -580,6 +597,15 @@ export function decodeFrame(body: Uint8Array): Frame {
       const next = r.readString();
       skipRest(r, count - 7);
       return { type, requestId, code, members, identities, entries, next };
+    }
+    case FrameType.Subscribed: {
+      require(count, 4, "SUBSCRIBED");
+      const sid = r.readUint32();
+      const pattern = nonNil(r.readString(), "pattern");
+      const options = r.readUint32();
+      if (sid === 0) throw malformed("SUBSCRIBED sid is 0.");
+      skipRest(r, count - 4);
+      return { type, sid, pattern, options };
     }
   }
 }

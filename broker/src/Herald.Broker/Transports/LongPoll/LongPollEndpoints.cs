@@ -89,7 +89,8 @@ internal static class LongPollEndpoints
                 session.GrantsHistory,
                 session.GrantsQueueGroups,
                 session.GrantsPresence,
-                store.Broker.Presence.Options.MaxInfoBytes),
+                store.Broker.Presence.Options.MaxInfoBytes,
+                session.PresenceClient),
             LongPollJsonContext.Default.CreateSessionResponse).ConfigureAwait(false);
     });
 

@@ -31,7 +31,8 @@ internal sealed record CreateSessionResponse(
     bool History,
     bool QueueGroups,
     bool Presence,
-    int MaxPresenceInfo);
+    int MaxPresenceInfo,
+    string? Client = null);
 
 /// <summary>A page of a topic's presence (<c>GET /presence</c>, longpoll §6; spec §15.3's PRESENCE_REPLY as JSON).</summary>
 internal sealed record PresenceResponse(long Members, long Identities, IReadOnlyList<PresenceEntryJson> Entries, string? Next);

@@ -20,10 +20,13 @@ internal readonly struct ServerFrame
 
     /// <summary>PRESENCE_REPLY (spec §15.3).</summary>
     public PresenceReplyFrame PresenceReply { get; init; }
+
+    /// <summary>SUBSCRIBED (spec §4.10).</summary>
+    public SubscribedFrame Subscribed { get; init; }
 }
 
 /// <summary>
-/// Reads the frames a broker sends (WELCOME, MESSAGE, PING, PONG, ERROR, PRESENCE_REPLY) with the shared
+/// Reads the frames a broker sends (WELCOME, MESSAGE, PING, PONG, ERROR, PRESENCE_REPLY, SUBSCRIBED) with the shared
 /// <see cref="FrameReader"/> and <see cref="FrameDecoder"/>: the TCP read loop and the long-poll body
 /// reader both go through <see cref="TryRead"/>, and so do the conformance tests.
 /// </summary>
@@ -64,6 +67,8 @@ internal static class ServerFrames
                 return new ServerFrame { Type = type, Welcome = FrameDecoder.ReadWelcome(ref reader, count) };
             case FrameType.PresenceReply:
                 return new ServerFrame { Type = type, PresenceReply = FrameDecoder.ReadPresenceReply(ref reader, count) };
+            case FrameType.Subscribed:
+                return new ServerFrame { Type = type, Subscribed = FrameDecoder.ReadSubscribed(ref reader, count) };
             default:
                 throw new ProtocolException(ErrorCode.UnexpectedFrame, $"The broker sent a {type} frame, which only clients send.");
         }

@@ -19,6 +19,7 @@ internal static class FrameText
         FrameType.Message => Message(frame.Message.Sid, frame.Message.TopicString, frame.Message.ReplyToString, (uint)frame.Message.Flags, frame.Message.Payload.ToArray(), Headers(frame.Message)),
         FrameType.Error => Error((uint)frame.Error.Code, frame.Error.Fatal, frame.Error.Message, frame.Error.Count, frame.Error.Sid),
         FrameType.PresenceReply => PresenceReply(frame.PresenceReply.RequestId, (uint)frame.PresenceReply.Code, frame.PresenceReply.Members, frame.PresenceReply.Identities, frame.PresenceReply.Entries, frame.PresenceReply.Next),
+        FrameType.Subscribed => Subscribed(frame.Subscribed.Sid, frame.Subscribed.Pattern, (uint)frame.Subscribed.Options),
         _ => frame.Type.ToString().ToUpperInvariant(),
     };
 
@@ -47,6 +48,7 @@ internal static class FrameText
             f.GetProperty("identities").GetUInt64(),
             [.. f.GetProperty("entries").EnumerateArray().Select(e => new PresenceEntry(e.GetProperty("client").GetString()!, e.GetProperty("identity").GetString()!, e.GetProperty("info").GetString()))],
             f.GetProperty("next").GetString()),
+        FrameType.Subscribed => Subscribed(f.GetProperty("sid").GetUInt32(), f.GetProperty("pattern").GetString()!, f.GetProperty("options").GetUInt32()),
         _ => type.ToString().ToUpperInvariant(),
     };
 
@@ -68,6 +70,8 @@ internal static class FrameText
             return text.Append(Failed(e.Code)).ToString();
         }
     }
+
+    public static string Subscribed(uint sid, string pattern, uint options) => $"SUBSCRIBED sid={sid} pattern={pattern} options={options}";
 
     public static string NeedMore(long left) => $"need more data ({left} bytes left)";
 

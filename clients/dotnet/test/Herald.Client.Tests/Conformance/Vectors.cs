@@ -22,6 +22,7 @@ public static class Vectors
         ["ping.json"] = FrameType.Ping,
         ["pong.json"] = FrameType.Pong,
         ["presence_reply.json"] = FrameType.PresenceReply,
+        ["subscribed.json"] = FrameType.Subscribed,
     };
 
     public static readonly IReadOnlyDictionary<string, FrameType> ClientFiles = new Dictionary<string, FrameType>

@@ -423,6 +423,12 @@ internal sealed class LongPollConnection : BrokerConnection
         int status = (int)response.StatusCode;
         string code = problem?.Code ?? problem?.Title ?? response.StatusCode.ToString();
         string message = $"The broker refused {what}: {status} {code}{(problem?.Detail is { Length: > 0 } detail ? ": " + detail : "")}";
+        if (response.StatusCode == HttpStatusCode.Gone && problem?.Reason is nameof(ErrorCode.Disconnected) or nameof(ErrorCode.Revoked))
+        {
+            // The application's backend ended the session (spec §8): told as the fatal ERROR would be on TCP, never reconnected.
+            return new HeraldException(Enum.Parse<ErrorCode>(problem.Reason), message) { ProblemCode = code, HttpStatus = status, IsFatal = true };
+        }
+
         if (!IsTransient(code) && code != "PresenceUnavailable" && response.StatusCode is HttpStatusCode.NotFound or HttpStatusCode.Gone or HttpStatusCode.ServiceUnavailable)
         {
             return new HeraldConnectionException(message) { ProblemCode = code, HttpStatus = status };

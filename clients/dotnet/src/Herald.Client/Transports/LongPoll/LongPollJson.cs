@@ -127,6 +127,9 @@ internal sealed class Problem
     public string? Title { get; init; }
 
     public string? Detail { get; init; }
+
+    /// <summary>Why a session ended (410 <c>SessionExpired</c>): the spec §8 code the fatal ERROR would carry on TCP.</summary>
+    public string? Reason { get; init; }
 }
 
 /// <summary>Source-generated JSON for the long-poll bodies: no reflection.</summary>
