@@ -28,6 +28,7 @@ internal static class ApiEndpoints
         PublishEndpoints.Map(group);
         ReadEndpoints.Map(group);
         NodeEndpoints.Map(group);
+        ClientEndpoints.Map(group);
         return group;
     }
 

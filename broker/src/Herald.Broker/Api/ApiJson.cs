@@ -86,6 +86,54 @@ internal sealed record TopicsPage(int Subscriptions, int Patterns, bool Truncate
 
 internal sealed record TopicInfo(string Pattern, int Subscribers);
 
+/// <summary><c>POST /api/v1/clients/disconnect</c>: one client by its client id, or every client of an identity, told <see cref="Reason"/>.</summary>
+internal sealed class DisconnectRequest
+{
+    public string? Client { get; init; }
+
+    public string? Identity { get; init; }
+
+    public string? Reason { get; init; }
+}
+
+/// <summary><c>POST /api/v1/revocations</c>: refuse <see cref="Identity"/> until <see cref="Until"/>, ending what it holds now.</summary>
+internal sealed class RevokeRequest
+{
+    public string? Identity { get; init; }
+
+    public DateTimeOffset? Until { get; init; }
+
+    public string? Reason { get; init; }
+}
+
+/// <summary><c>POST /api/v1/clients/subscribe</c> and <c>/unsubscribe</c>: a connected client and a pattern.</summary>
+internal sealed class ClientSubscriptionRequest
+{
+    public string? Client { get; init; }
+
+    public string? Pattern { get; init; }
+
+    /// <summary>Subscribe: not delivered what this client itself publishes.</summary>
+    public bool? NoEcho { get; init; }
+
+    /// <summary>Subscribe: made even where the client's own permissions refuse the pattern (limits still hold).</summary>
+    public bool? Force { get; init; }
+
+    /// <summary>Unsubscribe: what the client is told.</summary>
+    public string? Reason { get; init; }
+}
+
+/// <summary>What a disconnect or revoke reached: the clients ended, and the nodes that answered of those asked.</summary>
+internal sealed record ClientActionResult(int Clients, int Nodes, int NodesAsked);
+
+/// <summary>A server-made subscription's sid (subscribe), or the first ended (unsubscribe).</summary>
+internal sealed record ClientSubscriptionResult(uint Sid);
+
+/// <summary><c>GET /api/v1/revocations</c>: the revocations in force, earliest end first, and the table's bound.</summary>
+internal sealed record RevocationsPage(int Max, IReadOnlyList<RevocationInfo> Entries);
+
+internal sealed record RevocationInfo(string Identity, DateTimeOffset Until, string Reason);
+
 /// <summary>Source-generated JSON of the server API (protocol-spec/server-api.yaml): snake_case as <c>/varz</c>, nulls left out.</summary>
 [JsonSourceGenerationOptions(
     JsonSerializerDefaults.Web,
@@ -100,4 +148,10 @@ internal sealed record TopicInfo(string Pattern, int Subscribers);
 [JsonSerializable(typeof(HistoryPage))]
 [JsonSerializable(typeof(PresenceInfo))]
 [JsonSerializable(typeof(TopicsPage))]
+[JsonSerializable(typeof(DisconnectRequest))]
+[JsonSerializable(typeof(RevokeRequest))]
+[JsonSerializable(typeof(ClientSubscriptionRequest))]
+[JsonSerializable(typeof(ClientActionResult))]
+[JsonSerializable(typeof(ClientSubscriptionResult))]
+[JsonSerializable(typeof(RevocationsPage))]
 internal sealed partial class ApiJsonContext : JsonSerializerContext;
