@@ -158,8 +158,8 @@ public sealed class LossMarkTests(ITestOutputHelper output)
         }
 
         RedisKey stream = "{herald}:lq:" + on0.Session;
-        StreamEntry mark = (await db.StreamRangeAsync(stream)).Single(e => e["s"] == "0");
-        string? frame = await db.HashGetAsync((string)mark["f"]!, (string)mark["i"]!); // its frame, in its append's frame hash
+        StreamEntry mark = (await db.StreamRangeAsync(stream)).Single(e => e["u"] == "0"); // one message, of sid 0: a range entry
+        string? frame = await db.HashGetAsync((string)mark["f"]!, (string)mark["a"]!); // its frame, in its append's frame hash
         output.WriteLine($"the takeover's mark: {mark.Id} frame={frame}");
         Assert.Equal("0;1", frame);
         await db.StreamDeleteAsync(stream, [mark.Id]);

@@ -131,6 +131,8 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
                 numbered.Clear();
                 byte[] tags = signer is null ? [] : new byte[SessionSignatures.TagSize * append.Entries.Count];
                 Dictionary<uint, string>? positions = null;
+                bool uniform = true, consecutive = true;
+                int firstNumber = 0;
                 for (int i = 0; i < append.Entries.Count; i++)
                 {
                     SharedEntry entry = append.Entries[i];
@@ -148,6 +150,9 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
 
                     sids.Append(i == 0 ? "" : ",").Append(entry.Sid.ToString(CultureInfo.InvariantCulture));
                     numbered.Append(i == 0 ? "" : ",").Append(number.ToString(CultureInfo.InvariantCulture));
+                    firstNumber = i == 0 ? number : firstNumber;
+                    uniform &= entry.Sid == append.Entries[0].Sid;
+                    consecutive &= number == firstNumber + i;
                     if (signer is not null)
                     {
                         SessionSignatures.TagEntry(signer, append.Token, entry.Sequence, entry.Sid, hashes[number - 1], tags.AsSpan(i * SessionSignatures.TagSize, SessionSignatures.TagSize));
@@ -166,8 +171,10 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
                 sessions.Add(append.Disconnect ? 1 : 0);
                 sessions.Add(append.Entries.Count == 0 ? 0 : append.Entries[0].Sequence);
                 sessions.Add(append.Entries.Count);
-                sessions.Add(sids.ToString());
-                sessions.Add(numbered.ToString());
+                // One sid for all ("*<sid>") and frames numbered consecutively ("=<first>"): the script writes the batch as
+                // one range entry per frame hash it lands in, with no walk over its messages (SharedSessionScripts.Append).
+                sessions.Add(uniform && append.Entries.Count > 0 ? "*" + append.Entries[0].Sid.ToString(CultureInfo.InvariantCulture) : sids.ToString());
+                sessions.Add(consecutive && append.Entries.Count > 0 ? "=" + firstNumber.ToString(CultureInfo.InvariantCulture) : numbered.ToString());
                 sessions.Add(tags);
                 sessions.Add(positions?.Count ?? 0);
                 foreach ((uint sid, string position) in positions ?? [])

@@ -102,15 +102,16 @@ internal static class SharedSessionRecord
             byte[] tags = (byte[]?)entry[5] ?? [];
             var frames = (RedisResult[])entry[6]!;
             bool tagged = tags.Length == SessionSignatures.TagSize * count;
-            int sidAt = 0;
-            for (int skip = 1; skip < from; skip++)
+            bool uniform = sids.StartsWith('*'); // one sid for every message of the entry
+            int sidAt = uniform ? 1 : 0;
+            for (int skip = 1; skip < from && !uniform; skip++)
             {
                 NextSid(sids, ref sidAt);
             }
 
             for (int k = from; k <= to; k++)
             {
-                ReadOnlySpan<char> text = NextSid(sids, ref sidAt);
+                ReadOnlySpan<char> text = uniform ? sids.AsSpan(1) : NextSid(sids, ref sidAt);
                 RedisResult frameValue = frames[k - from];
                 if (frameValue.IsNull)
                 {

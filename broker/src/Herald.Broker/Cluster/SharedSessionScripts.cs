@@ -9,14 +9,17 @@ internal static class SharedSessionScripts
     /// <summary>
     /// What the scripts that move a session's messages share (spec cluster.md §10). An entry of a session's stream is
     /// one append of one batch: id <c>&lt;first seq&gt;-*</c>, fields <c>n</c> (its messages, of consecutive sequences),
-    /// <c>s</c> their sids and <c>i</c> their frames' fields in the frame hash <c>f</c> (comma lists), <c>z</c> their
-    /// frames' sizes (<c>b</c> their sum: an entry read or released whole needs no walk over its messages), and with a secret <c>t</c> their tags (16 bytes each, in order). The frame hash holds each frame
-    /// once (field <c>&lt;i&gt;</c>), whatever the number of sessions it went to, with the references left to it
-    /// (<c>r&lt;i&gt;</c>): a message that leaves a session (acknowledged, dropped, the session ended) gives its reference
-    /// back, and the last one deletes the frame. An entry without <c>n</c> is not a node's (or of an earlier
-    /// version): one message, its frame inline (<c>m</c>), never charged. The hash's <c>gone</c> is the highest
-    /// sequence that left the stream (acknowledged or dropped), <c>bin</c>/<c>bout</c> the bytes of frames appended and
-    /// gone.
+    /// their sids (<c>u</c> the one sid of them all, else <c>s</c> a comma list), the frame hash <c>f</c> holding their
+    /// frames and <c>b</c> their bytes, and either a <b>range</b>, <c>a</c> the field of the first frame (the others follow
+    /// it: <c>a</c>, <c>a+1</c>, ...), or a <b>list</b>, <c>i</c> their fields and <c>z</c> their sizes (comma lists); with a
+    /// secret <c>t</c> their tags (16 bytes each, in order). The frame hash holds each frame once (field
+    /// <c>&lt;i&gt;</c>), whatever the number of sessions it went to, <c>b</c> the bytes it was given, and the references
+    /// left to it: a range entry whose frames are at least half of the hash's bytes (<c>w</c> 1) counts once in <c>r</c>
+    /// and keeps the whole hash, given back once the entry is gone whole (no walk over its messages); any other entry
+    /// counts each message's frame in <c>r&lt;i&gt;</c>, given back message by message. A frame goes when neither holds it
+    /// (the last <c>r</c> sweeps the frames no <c>r&lt;i&gt;</c> names). An entry without <c>n</c> is not a node's: one
+    /// message, its frame inline (<c>m</c>), never charged. The hash's <c>gone</c> is the highest sequence that left the
+    /// stream (acknowledged or dropped), <c>bin</c>/<c>bout</c> the bytes of frames appended and gone.
     /// </summary>
     private const string Common = """
         local function split(s)
@@ -29,7 +32,22 @@ internal static class SharedSessionScripts
           for f = 1, #raw - 1, 2 do t[raw[f]] = raw[f + 1] end
           return t
         end
-        local function release(stream, gone, upto, bout, dec)
+        local function span(e, first, from, to)
+          if e.b and from == first and to == first + tonumber(e.n) - 1 then return tonumber(e.b) end
+          local total = 0
+          if e.a then
+            local a, mean = tonumber(e.a), math.floor(tonumber(e.b or '0') / tonumber(e.n))
+            for q = from - first, to - first do
+              local size = redis.call('HSTRLEN', e.f, a + q)
+              total = total + (size > 0 and size or mean)
+            end
+          else
+            local sz = split(e.z)
+            for k = from - first + 1, to - first + 1 do total = total + tonumber(sz[k] or '0') end
+          end
+          return total
+        end
+        local function release(stream, gone, upto, bout, dec, whole)
           while gone < upto do
             local raw = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
             if not raw then return upto, bout end
@@ -38,18 +56,25 @@ internal static class SharedSessionScripts
             local last = first + tonumber(e.n or '1') - 1
             local from, to = math.max(first, gone + 1), math.min(last, upto)
             if e.n and e.f and to >= from then
-              local idx = split(e.i)
-              local counts = dec[e.f] or {}
-              dec[e.f] = counts
-              for k = from - first + 1, to - first + 1 do
-                if idx[k] then counts[idx[k]] = (counts[idx[k]] or 0) + 1 end
-              end
-              if e.b and from == first and to == last then
-                bout = bout + tonumber(e.b)
+              if e.w == '1' then
+                if to == last then whole[e.f] = (whole[e.f] or 0) + 1 end
               else
-                local sz = split(e.z)
-                for k = from - first + 1, to - first + 1 do bout = bout + tonumber(sz[k] or '0') end
+                local counts = dec[e.f] or {}
+                dec[e.f] = counts
+                if e.a then
+                  local a = tonumber(e.a)
+                  for q = from - first, to - first do
+                    local j = tostring(a + q)
+                    counts[j] = (counts[j] or 0) + 1
+                  end
+                else
+                  local idx = split(e.i)
+                  for k = from - first + 1, to - first + 1 do
+                    if idx[k] then counts[idx[k]] = (counts[idx[k]] or 0) + 1 end
+                  end
+                end
               end
+              bout = bout + span(e, first, from, to)
             end
             if last > upto then return upto, bout end
             redis.call('XDEL', stream, raw[1])
@@ -57,13 +82,28 @@ internal static class SharedSessionScripts
           end
           return gone, bout
         end
-        local function settle(dec)
+        local function sweep(blob)
+          local fields = redis.call('HKEYS', blob)
+          local has, del = {}, {}
+          for _, f in ipairs(fields) do has[f] = true end
+          for _, f in ipairs(fields) do
+            if string.match(f, '^%d+$') and not has['r' .. f] then del[#del + 1] = f end
+          end
+          if #del + 2 >= #fields then
+            redis.call('DEL', blob)
+            return
+          end
+          del[#del + 1] = 'r'
+          for c = 1, #del, 500 do redis.call('HDEL', blob, unpack(del, c, math.min(c + 499, #del))) end
+        end
+        local function settle(dec, whole)
           for blob, counts in pairs(dec) do
             local names, order = {}, {}
             for idx, _ in pairs(counts) do
               names[#names + 1] = 'r' .. idx
               order[#order + 1] = idx
             end
+            local pinned = tonumber(redis.call('HGET', blob, 'r') or '0') > 0 or (whole[blob] or 0) > 0
             for c = 1, #names, 500 do
               local last = math.min(c + 499, #names)
               local refs = redis.call('HMGET', blob, unpack(names, c, last))
@@ -74,13 +114,17 @@ internal static class SharedSessionScripts
                   set[#set + 1] = names[j]
                   set[#set + 1] = r
                 else
-                  del[#del + 1] = order[j]
+                  if not pinned then del[#del + 1] = order[j] end
                   del[#del + 1] = names[j]
                 end
               end
               if #set > 0 then redis.call('HSET', blob, unpack(set)) end
               if #del > 0 then redis.call('HDEL', blob, unpack(del)) end
             end
+            if not pinned and redis.call('HLEN', blob) == 1 then redis.call('DEL', blob) end
+          end
+          for blob, count in pairs(whole) do
+            if redis.call('HINCRBY', blob, 'r', -count) <= 0 then sweep(blob) end
           end
         end
 
@@ -90,40 +134,57 @@ internal static class SharedSessionScripts
     /// The appends of several sessions in one call (a node's pumps, batched: spec cluster.md §10), each frame written
     /// once. KEYS: the call's frame hash, then per session its hash, stream and lease. ARGV: node, lease ms, the frame
     /// hash's ttl ms, the number of frames F, then per frame its bytes, and the frame hash and field an earlier call of
-    /// this node still in flight wrote it to ('' ''): a frame still there is referenced there, not written again; then per session its token, ttl ms, max pending messages,
-    /// max pending bytes, disconnect (1/0), first sequence, message count, sids and frame numbers (comma lists, frames
-    /// numbered from 1), tags ('' : unsigned), the number of positions and that many pairs of sid and position (the
-    /// last each sid's messages carry). Returns per session the messages dropped (DropOldest), -1 (lease another
-    /// node's, or the session ended) or -2 (ended as a slow consumer). An append renews the lease too (an owner busy
-    /// delivering keeps its sessions), taking it again if it expired while no other node took it (after a Redis
-    /// outage, say).
+    /// this node still in flight wrote it to ('' ''): a frame still there is referenced there, not written again; then per
+    /// session its token, ttl ms, max pending messages, max pending bytes, disconnect (1/0), first sequence, message
+    /// count, sids (a comma list, or <c>*&lt;sid&gt;</c> when all are one), frame numbers (a comma list numbered from 1, or
+    /// <c>=&lt;first&gt;</c> when consecutive), tags ('' : unsigned), the number of positions and that many pairs of sid
+    /// and position (the last each sid's messages carry). Returns per session the messages dropped (DropOldest), -1
+    /// (lease another node's, or the session ended) or -2 (ended as a slow consumer). An append renews the lease too (an
+    /// owner busy delivering keeps its sessions), taking it again if it expired while no other node took it (after a
+    /// Redis outage, say).
     /// <para>
-    /// The stream is bounded in messages and in bytes, and a message is charged before it is written: one that would
-    /// take it past either limit first drops the oldest (DropOldest: from the stream, then from the batch itself) or
-    /// ends the session (Disconnect: the stream is deleted at once, its references given back, the batch never
-    /// written). A session pins frames only through its own messages, so within its own limits. A stream such a writer
-    /// took past the session's sequence is given up (-1), never written under.
+    /// A batch of consecutive frames that fits the session's limits costs no walk over its messages: one range entry per
+    /// run of frames in one hash (usually one). The stream is bounded in messages and in bytes, and a message is charged
+    /// before it is written: one that would take it past either limit first drops the oldest (DropOldest: from the
+    /// stream, then from the batch itself) or ends the session (Disconnect: the stream is deleted at once, its references
+    /// given back, the batch never written). A session pins frames through its own messages, and through a range entry
+    /// the rest of a hash its frames are at least half of: at most twice its own bytes, plus the part of one entry it has
+    /// acknowledged. A stream such a writer took past the session's sequence is given up (-1), never written under.
     /// </para>
-    /// </summary>
     public const string Append = Common + """
         local blob = KEYS[1]
         local nframes = tonumber(ARGV[4])
-        local sizes, where, field = {}, {}, {}
+        local sizes, where, field, runs, prefix = {}, {}, {}, {}, {[0] = 0}
         for j = 1, nframes do
           local at = 2 + 3 * j
           sizes[j] = #ARGV[at]
+          prefix[j] = prefix[j - 1] + sizes[j]
           if ARGV[at + 1] ~= '' and redis.call('HEXISTS', ARGV[at + 1], ARGV[at + 2]) == 1 then
-            where[j], field[j] = ARGV[at + 1], ARGV[at + 2]
+            where[j], field[j] = ARGV[at + 1], tonumber(ARGV[at + 2])
           else
-            where[j], field[j] = blob, tostring(j)
+            where[j], field[j] = blob, j
           end
         end
-        local refs, dec, results = {}, {}, {}
+        local held = {[blob] = 0}
+        for j = nframes, 1, -1 do
+          runs[j] = (j < nframes and where[j + 1] == where[j] and field[j + 1] == field[j] + 1) and runs[j + 1] or j
+          if where[j] == blob then held[blob] = held[blob] + sizes[j] end
+        end
+        local function holds(h)
+          if not held[h] then held[h] = tonumber(redis.call('HGET', h, 'b') or '-1') end
+          return held[h]
+        end
+        local refs, whole, dec, gave, results = {}, {}, {}, {}, {}
         local a = 5 + 3 * nframes
         for s = 1, (#KEYS - 1) / 3 do
           local hash, stream, lease = KEYS[3 * s - 1], KEYS[3 * s], KEYS[3 * s + 1]
           local token, ttl, maxp, maxb, disconnect = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4] == '1'
-          local first, n, sids, idx, tags, npos = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), split(ARGV[a + 7]), split(ARGV[a + 8]), ARGV[a + 9], tonumber(ARGV[a + 10])
+          local first, n, sidArg, idxArg, tags, npos = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], tonumber(ARGV[a + 10])
+          local uniform = string.sub(sidArg, 1, 1) == '*' and string.sub(sidArg, 2) or nil
+          local sids = uniform and {} or split(sidArg)
+          local start = string.sub(idxArg, 1, 1) == '=' and tonumber(string.sub(idxArg, 2)) or nil
+          local idx = start and {} or split(idxArg)
+          local function at(k) return start and (start + k - 1) or tonumber(idx[k]) end
           local p = a + 11
           a = p + 2 * npos
           local owner = redis.call('GET', lease)
@@ -138,13 +199,19 @@ internal static class SharedSessionScripts
             local k = math.max(1, top - first + 2)
             local from = k
             local result = 0
+            local batch = (start and k <= n) and (prefix[start + n - 1] - prefix[start + k - 2]) or nil
+            if batch and top + n - k + 1 - gone <= maxp and bin - bout + batch <= maxb then
+              bin = bin + batch
+              top = first + n - 1
+              k = n + 1
+            end
             while k <= n do
-              local size = sizes[tonumber(idx[k])]
+              local size = sizes[at(k)]
               while (top - gone + 1 > maxp or bin - bout + size > maxb) and top - gone > 0 and not disconnect do
                 if gone < stored then
-                  gone, bout = release(stream, gone, gone + 1, bout, dec)
+                  gone, bout = release(stream, gone, gone + 1, bout, dec, gave)
                 else
-                  bout = bout + sizes[tonumber(idx[from])]
+                  bout = bout + sizes[at(from)]
                   gone = first + from - 1
                   from = from + 1
                 end
@@ -159,33 +226,51 @@ internal static class SharedSessionScripts
               k = k + 1
             end
             if result == -2 then
-              gone, bout = release(stream, gone, stored, bout, dec)
+              gone, bout = release(stream, gone, stored, bout, dec, gave)
               redis.call('DEL', stream)
               redis.call('HSET', hash, 'ended', 'SlowConsumer', 'gone', gone, 'bout', bout)
             else
               local run = from
               while run < k and result ~= -1 do
-                local frames = where[tonumber(idx[run])]
-                local es, ei, ez, eb = {}, {}, {}, 0
-                local m = run
-                while m < k and where[tonumber(idx[m])] == frames do
-                  local j = tonumber(idx[m])
-                  es[#es + 1] = sids[m]
-                  ei[#ei + 1] = field[j]
-                  ez[#ez + 1] = sizes[j]
-                  eb = eb + sizes[j]
-                  m = m + 1
-                end
-                local added
-                if tags == '' then
-                  added = redis.pcall('XADD', stream, (first + run - 1) .. '-*', 'n', m - run, 's', table.concat(es, ','), 'f', frames, 'i', table.concat(ei, ','), 'z', table.concat(ez, ','), 'b', eb)
+                local j = at(run)
+                local frames = where[j]
+                local m = run + 1
+                if start then
+                  m = math.min(k, run + runs[j] - j + 1)
                 else
-                  added = redis.pcall('XADD', stream, (first + run - 1) .. '-*', 'n', m - run, 's', table.concat(es, ','), 'f', frames, 'i', table.concat(ei, ','), 'z', table.concat(ez, ','), 'b', eb, 't', string.sub(tags, 16 * (run - 1) + 1, 16 * (m - 1)))
+                  while m < k and where[at(m)] == frames do m = m + 1 end
                 end
+                local e = {'n', m - run}
+                if uniform then
+                  e[3], e[4] = 'u', uniform
+                else
+                  e[3], e[4] = 's', table.concat(sids, ',', run, m - 1)
+                end
+                e[5], e[6] = 'f', frames
+                local counted = start and 2 * (prefix[j + m - run - 1] - prefix[j - 1]) >= holds(frames) and holds(frames) >= 0
+                if start then
+                  local eb = prefix[j + m - run - 1] - prefix[j - 1]
+                  e[7], e[8], e[9], e[10], e[11], e[12] = 'a', field[j], 'b', eb, 'w', counted and 1 or 0
+                else
+                  local ei, ez, eb = {}, {}, 0
+                  for q = run, m - 1 do
+                    local f = at(q)
+                    ei[#ei + 1] = field[f]
+                    ez[#ez + 1] = sizes[f]
+                    eb = eb + sizes[f]
+                  end
+                  e[7], e[8], e[9], e[10], e[11], e[12] = 'i', table.concat(ei, ','), 'z', table.concat(ez, ','), 'b', eb
+                end
+                if tags ~= '' then
+                  e[13], e[14] = 't', string.sub(tags, 16 * (run - 1) + 1, 16 * (m - 1))
+                end
+                local added = redis.pcall('XADD', stream, (first + run - 1) .. '-*', unpack(e))
                 if type(added) == 'table' and added.err then
                   result = -1
+                elseif counted then
+                  whole[frames] = (whole[frames] or 0) + 1
                 else
-                  for q = run, m - 1 do refs[idx[q]] = (refs[idx[q]] or 0) + 1 end
+                  for q = run, m - 1 do refs[at(q)] = (refs[at(q)] or 0) + 1 end
                 end
                 run = m
               end
@@ -206,26 +291,45 @@ internal static class SharedSessionScripts
             results[s] = result
           end
         end
-        local fields = {}
-        for j, r in pairs(refs) do
-          local n = tonumber(j)
-          if where[n] == blob then
-            fields[#fields + 1] = j
-            fields[#fields + 1] = ARGV[2 + 3 * n]
-            fields[#fields + 1] = 'r' .. j
-            fields[#fields + 1] = r
-            if #fields >= 400 then
-              redis.call('HSET', blob, unpack(fields))
-              fields = {}
+        local fields, all, written, touched = {}, (whole[blob] or 0) > 0, 0, {}
+        for j = 1, nframes do
+          if where[j] == blob then
+            if all or refs[j] then
+              fields[#fields + 1] = j
+              fields[#fields + 1] = ARGV[2 + 3 * j]
+              written = written + sizes[j]
+              if refs[j] then
+                fields[#fields + 1] = 'r' .. j
+                fields[#fields + 1] = refs[j]
+              end
+              if #fields >= 400 then
+                redis.call('HSET', blob, unpack(fields))
+                fields = {}
+              end
             end
-          else
-            redis.call('HINCRBY', where[n], 'r' .. field[n], r)
-            redis.call('PEXPIRE', where[n], ARGV[3])
+          elseif refs[j] then
+            redis.call('HINCRBY', where[j], 'r' .. field[j], refs[j])
+            touched[where[j]] = true
           end
         end
-        if #fields > 0 then redis.call('HSET', blob, unpack(fields)) end
-        if redis.call('EXISTS', blob) == 1 then redis.call('PEXPIRE', blob, ARGV[3]) end
-        settle(dec)
+        if written > 0 then
+          fields[#fields + 1] = 'b'
+          fields[#fields + 1] = written
+          if all then
+            fields[#fields + 1] = 'r'
+            fields[#fields + 1] = whole[blob]
+          end
+          redis.call('HSET', blob, unpack(fields))
+          redis.call('PEXPIRE', blob, ARGV[3])
+        end
+        for h, count in pairs(whole) do
+          if h ~= blob then
+            redis.call('HINCRBY', h, 'r', count)
+            touched[h] = true
+          end
+        end
+        for h, _ in pairs(touched) do redis.call('PEXPIRE', h, ARGV[3]) end
+        settle(dec, gave)
         return results
         """;
 
@@ -233,15 +337,16 @@ internal static class SharedSessionScripts
     /// KEYS: hash, stream. ARGV: ack, max messages, ttl ms, waiter channel ('' : do not hold), generation ('' : a new poll),
     /// token, max bytes, the polling node. Returns {code, generation, highest ack, highest sent, entries} (code 0; per
     /// stream entry read, its lists as stored: {first sequence, first and last position taken (from 1), its message count,
-    /// sids, tags, the frames of the positions taken (nil: gone)}, the node expanding them into messages) or {-1} unknown, {-2, reason} ended, {-3, seq} ack out
-    /// of range, {-4} replaced by a newer poll. The ack gives back what it acknowledges (its entries deleted, its frames'
-    /// references returned). With no messages, or only loss marks (sid 0), a holding poll's node is named the waiter
+    /// sids (<c>*&lt;sid&gt;</c>: one for all), tags, the frames of the positions taken (nil: gone)}, the node expanding
+    /// them into messages) or {-1} unknown, {-2, reason} ended, {-3, seq} ack out of range, {-4} replaced by a newer poll.
+    /// The ack gives back what it acknowledges (its entries deleted, their references returned: one per range entry
+    /// holding its hash whole). With no messages, or only loss marks (sid 0), a holding poll's node is named the waiter
     /// (and when, <c>waited</c>): the next append wakes it. The request is recorded (<c>seen</c>, Redis's clock, and
-    /// <c>seenby</c>, the node it came through). Messages are read an entry at a time and only while the answer has
-    /// room (at most max messages, and max bytes of frames, at least one; an entry whose bytes <c>b</c> fit is taken whole
+    /// <c>seenby</c>, the node it came through). Messages are read an entry at a time and only while the answer has room
+    /// (at most max messages, and max bytes of frames, at least one; an entry whose bytes <c>b</c> fit is taken whole
     /// without a walk over its messages), its frames fetched in one HMGET from its frame hash (whose expiry the read
-    /// renews): Redis sends what the poll may answer, never the whole backlog, and builds nothing per message. A frame no longer there
-    /// (its hash expired) is left out: the poll reports the gap.
+    /// renews): Redis sends what the poll may answer, never the whole backlog. A frame no longer there (its hash expired)
+    /// is left out: the poll reports the gap.
     /// </summary>
     public const string Poll = Common + """
         local h = redis.call('HMGET', KEYS[1], 'seq', 'ended', 'ack', 'sent', 'polls', 'waiter', 'gone', 'bout')
@@ -268,10 +373,10 @@ internal static class SharedSessionScripts
         if ack > acked then
           acked = ack
           if ack > gone then
-            local dec = {}
+            local dec, whole = {}, {}
             local bout
-            gone, bout = release(KEYS[2], gone, ack, tonumber(h[8] or '0'), dec)
-            settle(dec)
+            gone, bout = release(KEYS[2], gone, ack, tonumber(h[8] or '0'), dec, whole)
+            settle(dec, whole)
             redis.call('HSET', KEYS[1], 'gone', gone, 'bout', bout)
           end
           redis.call('HSET', KEYS[1], 'ack', acked)
@@ -293,42 +398,70 @@ internal static class SharedSessionScripts
           if e.n and e.f then
             local n = tonumber(e.n)
             local k0 = math.max(1, gone - first + 2)
-            local idx = split(e.i)
             local k1 = k0 - 1
-            if k0 == 1 and e.b and #idx >= n and count + n <= most and bytes + tonumber(e.b) <= budget then
-              k1 = n
-              count = count + n
-              bytes = bytes + tonumber(e.b)
-            else
-              local sz = split(e.z)
-              for k = k0, n do
-                local size = tonumber(sz[k] or '0')
-                if count >= most or (count > 0 and bytes + size > budget) or not idx[k] then
-                  full = true
-                  break
+            local frames
+            if e.a then
+              local a = tonumber(e.a)
+              local upto = math.min(n, k0 + most - count - 1)
+              local taken = k0 == 1 and upto == n and bytes + tonumber(e.b) <= budget
+              local names = {}
+              for k = k0, upto do names[#names + 1] = a + k - 1 end
+              if #names > 0 then frames = redis.call('HMGET', e.f, unpack(names)) end
+              if taken then
+                k1 = n
+                count = count + n
+                bytes = bytes + tonumber(e.b)
+              elseif frames then
+                for j = 1, #frames do
+                  local size = frames[j] and #frames[j] or 0
+                  if count > 0 and bytes + size > budget then
+                    for c = #frames, j, -1 do frames[c] = nil end
+                    break
+                  end
+                  count = count + 1
+                  bytes = bytes + size
+                  k1 = k0 + j - 1
                 end
-                count = count + 1
-                bytes = bytes + size
-                k1 = k
               end
+              if k1 < n then full = true end
+            else
+              local idx = split(e.i)
+              if k0 == 1 and e.b and #idx >= n and count + n <= most and bytes + tonumber(e.b) <= budget then
+                k1 = n
+                count = count + n
+                bytes = bytes + tonumber(e.b)
+              else
+                local sz = split(e.z)
+                for k = k0, n do
+                  local size = tonumber(sz[k] or '0')
+                  if count >= most or (count > 0 and bytes + size > budget) or not idx[k] then
+                    full = true
+                    break
+                  end
+                  count = count + 1
+                  bytes = bytes + size
+                  k1 = k
+                end
+              end
+              if k1 >= k0 then frames = redis.call('HMGET', e.f, unpack(idx, k0, k1)) end
             end
             if k1 >= k0 then
-              local frames = redis.call('HMGET', e.f, unpack(idx, k0, k1))
               if not touched[e.f] then
                 touched[e.f] = true
                 redis.call('PEXPIRE', e.f, ARGV[3])
               end
-              out[#out + 1] = {first, k0, k1, n, e.s or '', e.t or '', frames}
-              for j = #frames, 1, -1 do
+              local sids = e.s or (e.u and ('*' .. e.u)) or ''
+              out[#out + 1] = {first, k0, k1, n, sids, e.t or '', frames}
+              for j = k1 - k0 + 1, 1, -1 do
                 if frames[j] then
                   if first + k0 + j - 2 > sent then sent = first + k0 + j - 2 end
                   break
                 end
               end
-              if marks and string.find(e.s or '', '[1-9]') then
-                local sids = split(e.s)
-                for j = 1, #frames do
-                  if frames[j] and (sids[k0 + j - 1] or '0') ~= '0' then
+              if marks and string.find(sids, '[1-9]') then
+                local list = e.s and split(e.s)
+                for j = 1, k1 - k0 + 1 do
+                  if frames[j] and ((list and list[k0 + j - 1]) or e.u or '0') ~= '0' then
                     marks = false
                     break
                   end
@@ -404,9 +537,9 @@ internal static class SharedSessionScripts
         end
         local h = redis.call('HMGET', KEYS[1], 'seq', 'waiter', 'gone', 'ack', 'bout')
         if not h[1] then return 0 end
-        local dec = {}
-        release(KEYS[2], tonumber(h[3] or h[4] or '0'), tonumber(h[1]), tonumber(h[5] or '0'), dec)
-        settle(dec)
+        local dec, whole = {}, {}
+        release(KEYS[2], tonumber(h[3] or h[4] or '0'), tonumber(h[1]), tonumber(h[5] or '0'), dec, whole)
+        settle(dec, whole)
         redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
         redis.call('HSET', KEYS[1], 'ended', ARGV[1])
         redis.call('PEXPIRE', KEYS[1], ARGV[2])
