@@ -28,6 +28,9 @@ internal static class Failures
     private static (int Code, string Message) Classify(Exception exception) => exception switch
     {
         CliException e => (e.ExitCode, e.Message),
+        HeraldApiException { Status: 401 or 403 } e => (ExitCodes.Refused, e.Status == 401 ? "the server API refused the key (set --key or HERALD_API_KEY)" : $"refused: {e.Message}"),
+        HeraldApiException { Status: 400 or 413 } e => (ExitCodes.Usage, $"{e.Code}: {e.Message}"),
+        HeraldApiException e => (ExitCodes.Failure, $"{e.Code}: {e.Message}"),
         HeraldNoRespondersException e => (ExitCodes.NoReply, $"no responders: nobody subscribes to '{e.Topic}'"),
         HeraldTimeoutException e => (ExitCodes.NoReply, $"no reply on '{e.Topic}' within {Durations.Format(e.Timeout)}"),
         HeraldConnectionException e => (ExitCodes.CannotConnect, $"cannot connect: {e.Message}"),

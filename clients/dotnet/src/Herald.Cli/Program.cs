@@ -4,6 +4,7 @@
 //   herald reply svc.echo                     herald req svc.echo hi
 //   herald server info                        herald context add local --server tcp://localhost:4502 --select
 //   herald presence room.1                     herald sub room.1 --join --info Ada --presence-events
+//   herald api publish orders.1 paid          herald api new-key --name billing --scope publish
 //
 // Exit codes (ExitCodes.cs): 0 ok, 1 failure, 2 usage, 3 cannot connect, 4 refused, 5 no reply, 130 interrupted.
 using System.CommandLine;
@@ -29,6 +30,7 @@ root.Subcommands.Add(ReplyCommand.Create(globals));
 root.Subcommands.Add(PresenceCommand.Create(globals));
 root.Subcommands.Add(ServerCommand.Create(globals));
 root.Subcommands.Add(ContextCommand.Create(globals));
+root.Subcommands.Add(ApiCommand.Create());
 
 ParseResult parse = root.Parse(args);
 var configuration = new InvocationConfiguration { EnableDefaultExceptionHandler = false };

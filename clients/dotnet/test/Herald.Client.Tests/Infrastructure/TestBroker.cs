@@ -26,6 +26,7 @@ public sealed class TestBroker : IAsyncDisposable
         TcpPort = listeners.TcpPorts.Min();
         HttpPort = listeners.HttpPort ?? 0;
         MonitoringPort = listeners.MonitoringPort;
+        ApiPort = listeners.ApiPort;
     }
 
     public int TcpPort { get; }
@@ -34,6 +35,9 @@ public sealed class TestBroker : IAsyncDisposable
 
     /// <summary>The monitoring listener's port, when a test turns it on (<c>options.Monitoring.Port = 0</c>).</summary>
     public int? MonitoringPort { get; }
+
+    /// <summary>The server API's port, when a test configures a key (<c>options.Api.Keys</c>, <c>options.Api.Port = 0</c>).</summary>
+    public int? ApiPort { get; }
 
     public string TcpUrl => $"tcp://127.0.0.1:{TcpPort}";
 

@@ -1,0 +1,82 @@
+using System.Security.Cryptography;
+using System.Text;
+using Herald.Broker.Api;
+using Herald.Client.Tests.Infrastructure;
+
+namespace Herald.Client.Tests.Integration;
+
+/// <summary>
+/// <see cref="HeraldApiClient"/> against the real broker's server API: a publication reaches a <see cref="HeraldClient"/>
+/// subscriber once though repeated with its idempotency key, a batch and a broadcast answer per item, history, presence
+/// and topics are read, and a refusal is a <see cref="HeraldApiException"/> with the problem's code.
+/// </summary>
+public class ServerApiTests
+{
+    private const string Key = "sdk-test-admin-key-0123456789abcdef0123456789";
+    private const string PublishKey = "sdk-test-publish-key-0123456789abcdef01234567";
+
+    private static Task<TestBroker> StartAsync() => TestBroker.StartAsync(o =>
+    {
+        o.Api.Host = "127.0.0.1";
+        o.Api.Port = 0;
+        o.Api.Keys =
+        [
+            new ApiKeyOptions { Name = "admin", Hash = Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(Key))), Scope = "admin" },
+            new ApiKeyOptions { Name = "publisher", Hash = Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(PublishKey))), Scope = "publish" },
+        ];
+        o.History.Topics.Add(new Herald.Broker.History.HistoryRule { Pattern = "kept.>", MaxMessages = 10 });
+    });
+
+    [Fact]
+    public async Task Publications_reach_a_subscriber_once_and_the_read_endpoints_answer()
+    {
+        await using TestBroker broker = await StartAsync();
+        using var api = new HeraldApiClient(new Uri($"http://127.0.0.1:{broker.ApiPort}"), Key);
+        await using var subscriber = new HeraldClient(broker.TcpUrl);
+        HeraldSubscription subscription = await subscriber.SubscribeAsync("kept.>");
+
+        Assert.False(await api.PublishAsync("kept.a", "one"u8.ToArray(), new Dictionary<string, string> { ["k"] = "v" }, idempotencyKey: "1"));
+        Assert.True(await api.PublishAsync("kept.a", "one"u8.ToArray(), idempotencyKey: "1"));
+        IReadOnlyList<HeraldApiResult> batch = await api.BatchAsync([new HeraldApiPublication("kept.a", "two"u8.ToArray()), new HeraldApiPublication("kept.*", "bad"u8.ToArray())]);
+        Assert.Equal([200, 400], batch.Select(r => r.Status));
+        Assert.NotNull(batch[1].Detail);
+        IReadOnlyList<HeraldApiResult> broadcast = await api.BroadcastAsync(["kept.b", "kept.c"], "all"u8.ToArray());
+        Assert.All(broadcast, r => Assert.True(r.Succeeded));
+
+        var received = new List<string>();
+        await foreach (HeraldMessage message in subscription.WithCancellation(Wait.Token()))
+        {
+            received.Add($"{message.Topic}={Encoding.UTF8.GetString(message.Payload.Span)}");
+            if (received.Count == 4)
+            {
+                break;
+            }
+        }
+
+        Assert.Equal(["kept.a=one", "kept.a=two", "kept.b=all", "kept.c=all"], received);
+
+        HeraldApiHistoryPage history = await api.HistoryAsync("kept.a", after: 1);
+        Assert.Equal((2ul, "two"), (history.Entries.Single().Offset, Encoding.UTF8.GetString(history.Entries.Single().Payload)));
+        HeraldApiTopicsPage topics = await api.TopicsAsync(prefix: "kept");
+        Assert.Equal(("kept.>", 1), (topics.Topics.Single().Pattern, topics.Topics.Single().Subscribers));
+        HeraldApiPresencePage presence = await api.PresenceAsync("room.empty");
+        Assert.Equal(0, presence.Members);
+        using System.Text.Json.JsonDocument info = await api.InfoAsync();
+        Assert.Equal(1, info.RootElement.GetProperty("connections").GetInt32());
+    }
+
+    [Fact]
+    public async Task A_refusal_is_an_exception_with_the_problems_code()
+    {
+        await using TestBroker broker = await StartAsync();
+        using var wrong = new HeraldApiClient(new Uri($"http://127.0.0.1:{broker.ApiPort}"), "not-a-key");
+        HeraldApiException unauthorized = await Assert.ThrowsAsync<HeraldApiException>(() => wrong.PublishAsync("a", "x"u8.ToArray()));
+        Assert.Equal((401, "Unauthorized"), (unauthorized.Status, unauthorized.Code));
+
+        using var publisher = new HeraldApiClient(new Uri($"http://127.0.0.1:{broker.ApiPort}"), PublishKey);
+        HeraldApiException forbidden = await Assert.ThrowsAsync<HeraldApiException>(() => publisher.HistoryAsync("kept.a"));
+        Assert.Equal((403, "Forbidden"), (forbidden.Status, forbidden.Code));
+        HeraldApiException invalid = await Assert.ThrowsAsync<HeraldApiException>(() => publisher.PublishAsync("a.*", "x"u8.ToArray()));
+        Assert.Equal(400, invalid.Status);
+    }
+}

@@ -1,0 +1,75 @@
+/**
+ * `@herald/client/server` against the real broker's server API: publications (with an idempotency key repeated,
+ * a batch and a broadcast) reach a client subscriber once each, history and topics are read, and a refusal is a
+ * HeraldApiError with the problem's code (401 for a wrong key, 403 for a key without the scope).
+ */
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { after, before, test } from "node:test";
+import { connect, type HeraldClient } from "@herald/client";
+import { HeraldApiClient, HeraldApiError } from "@herald/client/server";
+import { Broker, freePort } from "./helpers/broker.js";
+import { nextMessage } from "./helpers/wait.js";
+
+const sha256 = (text: string): string => createHash("sha256").update(text).digest("hex");
+const ADMIN = "ts-test-admin-key-0123456789abcdef0123456789";
+const PUBLISHER = "ts-test-publish-key-0123456789abcdef01234567";
+
+let broker: Broker;
+let apiUrl: string;
+let client: HeraldClient | undefined;
+
+before(async () => {
+  const port = await freePort();
+  apiUrl = `http://127.0.0.1:${port}`;
+  broker = await Broker.start([
+    "--Herald:Api:Host=127.0.0.1",
+    `--Herald:Api:Port=${port}`,
+    "--Herald:Api:Keys:0:Name=admin",
+    `--Herald:Api:Keys:0:Hash=${sha256(ADMIN)}`,
+    "--Herald:Api:Keys:0:Scope=admin",
+    "--Herald:Api:Keys:1:Name=publisher",
+    `--Herald:Api:Keys:1:Hash=${sha256(PUBLISHER)}`,
+    "--Herald:Api:Keys:1:Scope=publish",
+    "--Herald:History:Topics:0:Pattern=kept.>",
+  ]);
+});
+
+after(async () => {
+  await client?.close();
+  await broker?.stop();
+});
+
+test("publications reach a subscriber once each and the read endpoints answer", async () => {
+  const api = new HeraldApiClient(apiUrl, ADMIN);
+  client = await connect(broker.tcpUrl);
+  const subscription = await client.subscribe("kept.>");
+
+  assert.equal((await api.publish("kept.a", "one", { idempotencyKey: "1", headers: { k: "v" } })).duplicate, false);
+  assert.equal((await api.publish("kept.a", "one", { idempotencyKey: "1" })).duplicate, true);
+  const batch = await api.batch([{ topic: "kept.a", payload: new Uint8Array([116, 119, 111]) }, { topic: "kept.*", payload: "bad" }]);
+  assert.deepEqual(batch.map((r) => r.status), [200, 400]);
+  const broadcast = await api.broadcast(["kept.b", "kept.c"], "all");
+  assert.deepEqual(broadcast.map((r) => r.status), [200, 200]);
+
+  const received: string[] = [];
+  for (let i = 0; i < 4; i++) {
+    const message = await nextMessage(subscription);
+    received.push(`${message.topic}=${new TextDecoder().decode(message.payload)}`);
+  }
+  assert.deepEqual(received, ["kept.a=one", "kept.a=two", "kept.b=all", "kept.c=all"]);
+
+  const history = await api.history("kept.a", 1);
+  assert.deepEqual(history.entries.map((e) => [e.offset, new TextDecoder().decode(e.payload)]), [[2, "two"]]);
+  const topics = await api.topics({ prefix: "kept" });
+  assert.deepEqual(topics.entries, [{ pattern: "kept.>", subscribers: 1 }]);
+  assert.equal((await api.presence("room.none")).members, 0);
+  assert.equal((await api.info()).connections, 1);
+});
+
+test("a refusal is a HeraldApiError with the problem's code", async () => {
+  await assert.rejects(new HeraldApiClient(apiUrl, "wrong").publish("a", "x"), (e: unknown) => e instanceof HeraldApiError && e.status === 401 && e.code === "Unauthorized");
+  const publisher = new HeraldApiClient(apiUrl, PUBLISHER);
+  await assert.rejects(publisher.history("kept.a"), (e: unknown) => e instanceof HeraldApiError && e.status === 403 && e.code === "Forbidden");
+  await assert.rejects(publisher.publish("a.*", "x"), (e: unknown) => e instanceof HeraldApiError && e.status === 400);
+});
