@@ -32,6 +32,7 @@ internal static class Program
         new CompareCommand(),
         new BroadcastChartCommand(),
         new AttacksCommand(),
+        new HooksCommand(),
     ];
 
     public static async Task<int> Main(string[] args)

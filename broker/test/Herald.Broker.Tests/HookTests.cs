@@ -79,7 +79,7 @@ public sealed class HookTests(ITestOutputHelper output)
     }
 
     [Fact]
-    public async Task The_subscribe_hook_refuses_per_topic_over_tcp_websocket_and_long_poll()
+    public async Task The_subscribe_hook_refuses_per_topic_over_tcp_websocket_long_poll_and_sse()
     {
         await using HookBackend backend = await HookBackend.StartAsync(Decide);
         await using TestBroker broker = await TestBroker.StartAsync(o =>
@@ -110,6 +110,11 @@ public sealed class HookTests(ITestOutputHelper output)
             Assert.Equal("PermissionDenied", (await secret.Content.ReadFromJsonAsync<JsonElement>()).GetProperty("code").GetString());
         }
 
+        using (HttpResponseMessage sse = await broker.Http.GetAsync("/sse?topic=rooms.open&topic=rooms.secret", HttpCompletionOption.ResponseHeadersRead))
+        {
+            Assert.Equal(HttpStatusCode.Forbidden, sse.StatusCode); // SSE: one topic refused, the stream is refused
+        }
+
         await publisher.PublishAsync("rooms.open", "hi");
         await publisher.PublishAsync("news.today", "news");
         await publisher.PingPongAsync();
@@ -119,9 +124,9 @@ public sealed class HookTests(ITestOutputHelper output)
         }
 
         Assert.Equal(["rooms.open"], (await poll.PollAsync(0)).Messages.Select(m => m.Topic));
-        Assert.Equal(6, backend.Calls("subscribe")); // rooms.open and rooms.secret on each of three transports
+        Assert.Equal(8, backend.Calls("subscribe")); // rooms.open and rooms.secret on each of four transports
         Assert.All(backend.Questions, q => Assert.StartsWith("rooms.", q.Question.GetProperty("topic").GetString(), StringComparison.Ordinal));
-        Assert.Equal(["tcp", "websocket", "longpoll"], backend.Questions.Select(q => q.Question.GetProperty("transport").GetString()).Distinct());
+        Assert.Equal(["tcp", "websocket", "longpoll", "sse"], backend.Questions.Select(q => q.Question.GetProperty("transport").GetString()).Distinct());
     }
 
     [Fact]
