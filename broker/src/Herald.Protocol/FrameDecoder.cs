@@ -354,37 +354,6 @@ public static partial class FrameDecoder
         }
     }
 
-    public static ErrorFrame ReadError(ref MessagePackReader reader, int elementCount)
-    {
-        try
-        {
-            Require(elementCount, 5, "ERROR");
-            var code = (ErrorCode)reader.ReadUInt32();
-            bool fatal = reader.ReadBoolean();
-            string message = ReadString(ref reader, "message") ?? ThrowNil<string>("message");
-            ulong count = reader.ReadUInt64();
-            uint sid = 0;
-            if (elementCount > 5)
-            {
-                if (reader.NextMessagePackType == MessagePackType.Integer)
-                {
-                    sid = reader.ReadUInt32();
-                }
-                else
-                {
-                    Skip(ref reader, 0); // nil, or a shape this version does not know: no sid
-                }
-            }
-
-            SkipRest(ref reader, elementCount - 6);
-            return new ErrorFrame(code, fatal, message, count, sid);
-        }
-        catch (Exception e) when (IsDecodeFailure(e))
-        {
-            return ThrowMalformed<ErrorFrame>("ERROR", e);
-        }
-    }
-
     /// <summary>Reads SUBSCRIBED (after <see cref="ReadHeader"/>, spec §4.10): a sid of 0 or a nil pattern is MalformedFrame; later elements are skipped.</summary>
     public static SubscribedFrame ReadSubscribed(ref MessagePackReader reader, int elementCount)
     {

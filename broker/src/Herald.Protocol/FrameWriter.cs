@@ -202,6 +202,35 @@ public static class FrameWriter
         w.Flush();
     }
 
+    /// <summary>
+    /// Writes the ERROR that tells a client its subscriptions <paramref name="sids"/> may have lost an unknown number of
+    /// messages (spec §4.8, §6.3: a non-fatal <see cref="ErrorCode.MessagesDropped"/> with count 0, no sid, and the
+    /// sids as a seventh element; a cluster shard's outage, cluster.md §13).
+    /// </summary>
+    public static void WriteMessagesLost(IBufferWriter<byte> output, string message, ReadOnlySpan<uint> sids)
+    {
+        ArgumentNullException.ThrowIfNull(message);
+        int body = 1 + 1 + UIntSize((uint)ErrorCode.MessagesDropped) + 1 + StrSize(Encoding.UTF8.GetByteCount(message)) + 1 + 1 + ArrayHeaderSize(sids.Length);
+        foreach (uint sid in sids)
+        {
+            body += UIntSize(sid);
+        }
+
+        var w = Start(output, body, 7, FrameType.Error);
+        w.Write((uint)ErrorCode.MessagesDropped);
+        w.Write(false);
+        w.Write(message);
+        w.Write(0UL);
+        w.Write(0U);
+        w.WriteArrayHeader(sids.Length);
+        foreach (uint sid in sids)
+        {
+            w.Write(sid);
+        }
+
+        w.Flush();
+    }
+
     /// <summary>Writes PRESENCE (spec §15.3): ask for at most <paramref name="limit"/> members of <paramref name="topic"/> after <paramref name="cursor"/> (null: the first page); a limit of 0 asks for the occupancy alone.</summary>
     public static void WritePresence(IBufferWriter<byte> output, uint requestId, ReadOnlySpan<byte> topic, ulong limit, string? cursor = null)
     {

@@ -69,7 +69,14 @@ public readonly record struct PublishFrame(
 public readonly record struct SubscribedFrame(uint Sid, string Pattern, SubscribeOptions Options);
 
 /// <summary>ERROR (spec §4.8). <see cref="Sid"/> names the subscription the error ended (0: none).</summary>
-public readonly record struct ErrorFrame(ErrorCode Code, bool Fatal, string Message, ulong Count, uint Sid = 0);
+public readonly record struct ErrorFrame(ErrorCode Code, bool Fatal, string Message, ulong Count, uint Sid = 0)
+{
+    /// <summary>
+    /// The seventh element (spec §4.8): on a <see cref="ErrorCode.MessagesDropped"/> with <see cref="Count"/> 0, the
+    /// subscriptions that may have lost an unknown number of messages (a cluster shard's outage); null when absent.
+    /// </summary>
+    public uint[]? Sids { get; init; }
+}
 
 /// <summary>PRESENCE (spec §15.3): who is on <see cref="Topic"/> (a slice of the frame), at most <see cref="Limit"/> of them after <see cref="Cursor"/>.</summary>
 public readonly record struct PresenceFrame(uint RequestId, ReadOnlySequence<byte> Topic, ulong Limit, string? Cursor)

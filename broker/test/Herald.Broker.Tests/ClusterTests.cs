@@ -205,12 +205,14 @@ public sealed class ClusterTests
         await cluster.Redis.RestartAsync();
         await Until.True(() => cluster[0].Engine().IsConnected && cluster[1].Engine().IsConnected, "both nodes back on Redis");
 
-        // Resubscribed: publications cross again (the first ones may go before node 1's subscription is back).
+        // Resubscribed: publications cross again (the first ones may go before node 1's subscription is back). Each
+        // subscriber is told once, between them, that it may have lost messages (cluster.md §13: what crossed meanwhile).
+        int[] notices = new int[2];
         for (int i = 0; ; i++)
         {
             await publisher.PublishAsync("news", $"after {i}");
-            Assert.Equal($"after {i}", (await local.ReadMessageAsync()).Text);
-            Frame? crossed = await remote.TryReadAsync(TimeSpan.FromMilliseconds(500)).ContinueWith(t => t.IsCompletedSuccessfully ? t.Result : null);
+            Assert.Equal($"after {i}", (await ReadAsync(local, 0, null))!.Text);
+            Frame? crossed = await ReadAsync(remote, 1, TimeSpan.FromMilliseconds(500));
             if (crossed is not null)
             {
                 Assert.StartsWith("after ", crossed.Text, StringComparison.Ordinal);
@@ -218,6 +220,27 @@ public sealed class ClusterTests
             }
 
             Assert.True(i < 120, "node 1 never received again after Redis came back");
+        }
+
+        await Until.True(() => cluster[0].Engine().Metrics.LossNoticesOn(0) == 1 && cluster[1].Engine().Metrics.LossNoticesOn(0) == 1, "each node told its subscriber");
+        notices[0] += (await local.BarrierAsync()).Count(f => f.Error?.Sids is [1]);
+        notices[1] += (await remote.BarrierAsync()).Count(f => f.Error?.Sids is [1]);
+        Assert.Equal([1, 1], notices);
+
+        // The next frame but loss notices (counted); null when nothing came within the timeout.
+        async Task<Frame?> ReadAsync(ProtocolClient client, int which, TimeSpan? timeout)
+        {
+            while (true)
+            {
+                Frame? frame = await client.TryReadAsync(timeout).ContinueWith(t => t.IsCompletedSuccessfully ? t.Result : null);
+                if (frame?.Error?.Sids is [1])
+                {
+                    notices[which]++;
+                    continue;
+                }
+
+                return frame;
+            }
         }
     }
 

@@ -38,12 +38,12 @@ internal static class FrameModel
         _ => [],
     };
 
-    /// <summary>Trailing fields a frame may carry (spec §4.1 <c>info</c>, §4.2 <c>inbox_prefix</c>, §4.8 <c>sid</c>); a vector names them only when present.</summary>
+    /// <summary>Trailing fields a frame may carry (spec §4.1 <c>info</c>, §4.2 <c>inbox_prefix</c>, §4.8 <c>sid</c> and <c>sids</c>); a vector names them only when present.</summary>
     public static string[] OptionalFieldNames(FrameType type) => type switch
     {
         FrameType.Hello => ["info"],
         FrameType.Welcome => ["inbox_prefix"],
-        FrameType.Error => ["sid"],
+        FrameType.Error => ["sid", "sids"],
         FrameType.Subscribe => ["since", "queue"],
         FrameType.Publish or FrameType.Message => ["headers"],
         _ => [],
@@ -122,6 +122,12 @@ internal static class FrameModel
             case PublishFrame m:
                 FrameWriter.WriteMessage(output, m.Sid, m.Topic.ToArray(), m.ReplyTo?.ToArray(), m.Flags, m.Payload.ToArray(), m.Headers.ToArray());
                 break;
+            case ErrorFrame { Sids: { } sids, Code: ErrorCode.MessagesDropped, Fatal: false, Count: 0, Sid: 0 } e:
+                FrameWriter.WriteMessagesLost(output, e.Message, sids);
+                break;
+            case ErrorFrame { Sids: { } sids } e:
+                WriteErrorWithSids(output, e, sids); // a shape the broker never sends, but a reader takes
+                break;
             case ErrorFrame e:
                 FrameWriter.WriteError(output, e.Code, e.Fatal, e.Message, e.Count, e.Sid);
                 break;
@@ -143,6 +149,30 @@ internal static class FrameModel
             default:
                 throw new InvalidOperationException($"Cannot write {frame}.");
         }
+    }
+
+    /// <summary>ERROR with every element, sids included (spec §4.8), written element by element.</summary>
+    private static void WriteErrorWithSids(IBufferWriter<byte> output, ErrorFrame e, uint[] sids)
+    {
+        var body = new ArrayBufferWriter<byte>();
+        var w = new MessagePackWriter(body);
+        w.WriteArrayHeader(7);
+        w.Write((byte)FrameType.Error);
+        w.Write((uint)e.Code);
+        w.Write(e.Fatal);
+        w.Write(e.Message);
+        w.Write(e.Count);
+        w.Write(e.Sid);
+        w.WriteArrayHeader(sids.Length);
+        foreach (uint sid in sids)
+        {
+            w.Write(sid);
+        }
+
+        w.Flush();
+        System.Buffers.Binary.BinaryPrimitives.WriteUInt32BigEndian(output.GetSpan(4), (uint)body.WrittenCount);
+        output.Advance(4);
+        output.Write(body.WrittenSpan);
     }
 
     public static byte[] Encode(DecodedFrame frame)
@@ -203,7 +233,10 @@ internal static class FrameModel
                 fields.GetProperty("fatal").GetBoolean(),
                 fields.GetProperty("message").GetString()!,
                 fields.GetProperty("count").GetUInt64(),
-                fields.TryGetProperty("sid", out JsonElement sid) ? sid.GetUInt32() : 0),
+                fields.TryGetProperty("sid", out JsonElement sid) ? sid.GetUInt32() : 0)
+            {
+                Sids = fields.TryGetProperty("sids", out JsonElement sids) ? [.. sids.EnumerateArray().Select(s => s.GetUInt32())] : null,
+            },
             FrameType.Presence => new PresenceFrame(
                 fields.GetProperty("request_id").GetUInt32(),
                 Utf8(fields.GetProperty("topic"))!.Value,
@@ -257,7 +290,12 @@ internal static class FrameModel
                 "x'" + Convert.ToHexStringLower(p.Payload.ToArray()) + "'",
                 .. p.HasHeaders ? [DescribeHeaders(p.Headers)] : Array.Empty<string>(),
             ],
-            ErrorFrame e => [Num((uint)e.Code), e.Fatal ? "true" : "false", Text(e.Message), Num(e.Count), .. e.Sid != 0 ? [Num(e.Sid)] : Array.Empty<string>()],
+            ErrorFrame e =>
+            [
+                Num((uint)e.Code), e.Fatal ? "true" : "false", Text(e.Message), Num(e.Count),
+                .. e.Sid != 0 || e.Sids is not null ? [Num(e.Sid)] : Array.Empty<string>(),
+                .. e.Sids is { } sids ? ["[" + string.Join(", ", sids.Select(sid => Num(sid))) + "]"] : Array.Empty<string>(),
+            ],
             PresenceFrame q => [Num(q.RequestId), Text(q.Topic), Num(q.Limit), q.Cursor is null ? "nil" : Text(q.Cursor)],
             PresenceReplyFrame r =>
             [

@@ -96,7 +96,7 @@ function normalize(value: unknown): unknown {
 const optionalFields: Record<string, Record<string, unknown>> = {
   HELLO: { info: null },
   WELCOME: { inbox_prefix: null },
-  ERROR: { sid: 0 },
+  ERROR: { sid: 0, sids: null },
 };
 
 function expectedFields(frame: string, fields: Record<string, unknown>): unknown {
@@ -154,7 +154,7 @@ function encode(frame: string, f: any): Uint8Array {
     case "PONG":
       return encodePong();
     case "ERROR":
-      return encodeError(Number(f.code), f.fatal, f.message, f.count, Number(f.sid ?? 0));
+      return encodeError(Number(f.code), f.fatal, f.message, f.count, Number(f.sid ?? 0), f.sids === undefined ? null : f.sids.map(Number));
     case "PRESENCE":
       return encodePresence(Number(f.request_id), f.topic, f.limit, f.cursor);
     case "PRESENCE_REPLY":

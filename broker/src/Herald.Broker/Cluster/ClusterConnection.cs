@@ -70,9 +70,10 @@ internal sealed class ClusterConnection : IAsyncDisposable
 
     /// <summary>
     /// Connects, without waiting for Redis to be reachable (local traffic is served meanwhile, and the connection keeps
-    /// trying): a loss is logged, and <paramref name="restored"/> runs each time the connection comes back.
+    /// trying): a loss is logged, and <paramref name="restored"/> runs each time a connection comes back, told whether it
+    /// is the one this node's subscriptions there travel on (whose outage cost its subscribers what was published meanwhile).
     /// </summary>
-    public async Task ConnectAsync(ILogger log, Action restored)
+    public async Task ConnectAsync(ILogger log, Action<bool> restored)
     {
         ConfigurationOptions config = ConfigurationOptions.Parse(Redis);
         config.AbortOnConnectFail = false; // start without Redis and keep trying: local traffic is served meanwhile
@@ -91,7 +92,7 @@ internal sealed class ClusterConnection : IAsyncDisposable
         redis.ConnectionRestored += (_, e) =>
         {
             log.ClusterRedisRestored(e.EndPoint?.ToString());
-            restored();
+            restored(e.ConnectionType == ConnectionType.Subscription);
             Interlocked.Increment(ref _restores);
         };
         redis.ConfigurationChanged += (_, _) => _publishVia = null; // a failover or resharding: find the slot's master again

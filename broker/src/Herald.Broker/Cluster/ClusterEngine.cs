@@ -50,7 +50,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         SharedHistory = new ClusterSharedHistory(_shards, _out, history);
         Presence = new RedisPresence(_shards, _out, presence ?? new PresenceOptions());
         _in = new ClusterInbound(_shards, router, encoder, brokerMetrics, Metrics, Nodes, _out.KeptOrigins, SharedHistory, maxPayloadBytes, maxFrameBytes, Presence);
-        _interest = new ClusterInterest(_shards, Nodes, Groups, _in, log);
+        _interest = new ClusterInterest(_shards, Nodes, Groups, _in, log, new ShardLossNotices(_shards, router, history, Metrics));
     }
 
     /// <summary>This node's connections to the cluster's shards (spec cluster.md §13).</summary>
@@ -162,7 +162,8 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         Metrics.ReceivedOn(shard.Index),
         DroppedFor(shard.Index),
         RedisSubscriptionsOn(shard.Index),
-        InboundQueuedOn(shard.Index));
+        InboundQueuedOn(shard.Index),
+        Metrics.LossNoticesOn(shard.Index));
 
     /// <summary>A member of the cluster with the queue groups this node knows it holds (cluster.md §11).</summary>
     private static ClusterMember MemberOf(ClusterNode node, ClusterGroups.GroupsView groups)
@@ -175,7 +176,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
 
     public async Task StartAsync(CancellationToken cancellationToken)
     {
-        await Task.WhenAll(_shards.All.Select(shard => shard.ConnectAsync(_log, () => Restored(shard)))).ConfigureAwait(false);
+        await Task.WhenAll(_shards.All.Select(shard => shard.ConnectAsync(_log, subscriptions => Restored(shard, subscriptions)))).ConfigureAwait(false);
         await Task.WhenAll(_shards.All.Select(ListenForSessionsAsync)).ConfigureAwait(false);
         await Groups.StartAsync(_connection.Subscriber, _stop.Token).ConfigureAwait(false); // the others' groups, before this node routes anything
         _interest.Start(_stop.Token);
@@ -192,11 +193,15 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         }
     }
 
-    /// <summary>A shard's connection came back: what it lost is made again there, and what waited for it is sent.</summary>
-    private void Restored(ClusterConnection shard)
+    /// <summary>
+    /// A shard's connection came back: what it lost is made again there, and what waited for it is sent. The one this node's
+    /// subscriptions travel on (<paramref name="subscriptions"/>): once they are made again there, the subscribers whose
+    /// publications pass through that shard are told they may have lost some (<see cref="ShardLossNotices"/>).
+    /// </summary>
+    private void Restored(ClusterConnection shard, bool subscriptions)
     {
         Metrics.Reconnected();
-        _interest.Resync(shard); // subscriptions that failed meanwhile are made again there, and its cover written whole
+        _interest.Resync(shard, tell: subscriptions); // subscriptions that failed meanwhile are made again there, and its cover written whole
         _ = ListenForSessionsAsync(shard);
         _out.Nudge(shard); // its writer sends what waited for it
         Presence.Reconcile(shard); // the shard may have lost this node's members of its topics, or kept some that left meanwhile

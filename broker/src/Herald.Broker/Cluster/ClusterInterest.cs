@@ -31,6 +31,7 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
     private readonly ClusterGroups _groups;
     private readonly ClusterInbound _in;
     private readonly ILogger _log;
+    private readonly ShardLossNotices _losses;
     private readonly Channel<InterestChange> _changes = Channel.CreateUnbounded<InterestChange>(new UnboundedChannelOptions { SingleReader = true });
     private readonly SettleCounter _settle = new();
 
@@ -42,8 +43,9 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
     private Task _worker = Task.CompletedTask;
     private CancellationToken _stop;
 
-    public ClusterInterest(ClusterShards shards, ClusterNodes nodes, ClusterGroups groups, ClusterInbound inbound, ILogger log)
+    public ClusterInterest(ClusterShards shards, ClusterNodes nodes, ClusterGroups groups, ClusterInbound inbound, ILogger log, ShardLossNotices losses)
     {
+        _losses = losses;
         _shards = shards;
         _options = shards.First.Options;
         _perShard = [.. shards.All.Select(shard => new ShardSubscriptions(shard))];
@@ -106,8 +108,11 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         _worker = Task.Run(InterestLoopAsync, CancellationToken.None);
     }
 
-    /// <summary><paramref name="shard"/> is back: subscriptions that failed meanwhile are made again there.</summary>
-    public void Resync(ClusterConnection shard) => _changes.Writer.TryWrite(InterestChange.Resync(shard.Index));
+    /// <summary>
+    /// <paramref name="shard"/> is back: subscriptions that failed meanwhile are made again there; with <paramref name="tell"/>
+    /// (its subscription connection was lost), the subscribers it carries are then told they may have lost messages.
+    /// </summary>
+    public void Resync(ClusterConnection shard, bool tell) => _changes.Writer.TryWrite(InterestChange.Resync(shard.Index, tell));
 
     /// <summary>Takes no more changes; the worker ends when the node's stop token is cancelled.</summary>
     public void Close()
@@ -157,6 +162,7 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         ChannelReader<InterestChange> changes = _changes.Reader;
         try
         {
+            var tell = new List<ShardSubscriptions>();
             while (await changes.WaitToReadAsync(_stop).ConfigureAwait(false))
             {
                 long taken = 0;
@@ -165,6 +171,11 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
                     if (change.Pattern is null)
                     {
                         _perShard[change.Shard].CoverWritten = false; // resync: the pass below makes what is missing, and writes the cover whole (Redis may be empty)
+                        if (change.Added && !tell.Contains(_perShard[change.Shard]))
+                        {
+                            tell.Add(_perShard[change.Shard]);
+                        }
+
                         continue;
                     }
 
@@ -182,6 +193,12 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
                 HashSet<CoverKey> cover = _options.ReceiveAll ? _cover.All() : _cover.Compute();
                 await Task.WhenAll(_perShard.Select(shard => ApplyOnAsync(shard, cover))).ConfigureAwait(false);
                 _settle.Applied(taken);
+                foreach (ShardSubscriptions shard in tell)
+                {
+                    _losses.Tell(shard.Shard); // its subscriptions made again (or failed: it is gone again, and told again when back)
+                }
+
+                tell.Clear();
             }
         }
         catch (OperationCanceledException)
@@ -326,9 +343,10 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         }
     }
 
+    /// <summary>A pattern added or removed; or, without a pattern, a shard to resync (<see cref="Added"/>: and to tell of its loss).</summary>
     private readonly record struct InterestChange(string? Pattern, bool Added, int Shard = 0)
     {
-        public static InterestChange Resync(int shard) => new(null, false, shard);
+        public static InterestChange Resync(int shard, bool tell) => new(null, tell, shard);
     }
 
     /// <summary>What this node subscribes to on one shard: the worker's, but <see cref="Readers"/> (any thread).</summary>

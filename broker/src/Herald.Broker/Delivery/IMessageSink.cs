@@ -35,4 +35,13 @@ internal interface IMessageSink
     /// <see cref="Enqueued.Wake"/> asks the caller to <see cref="Flush"/>. A sink that reports no losses (a test's) takes none.
     /// </summary>
     Enqueued Lost(long count) => Enqueued.Dropped;
+
+    /// <summary>
+    /// Tells the subscriber that its subscriptions <paramref name="sids"/> (ascending, each once) may have lost an unknown
+    /// number of messages (a cluster shard it receives them through was unreachable, cluster.md §13): a stream is told
+    /// with its next write (README §6.3: <c>MessagesDropped</c> naming the sids), a window keeps it as a loss mark naming
+    /// them (longpoll §2, <c>Herald-Gaps</c>). As <see cref="Lost"/>, <see cref="Enqueued.Wake"/> asks the caller to flush;
+    /// a sink that reports no losses takes none.
+    /// </summary>
+    Enqueued Gaps(uint[] sids) => Enqueued.Dropped;
 }

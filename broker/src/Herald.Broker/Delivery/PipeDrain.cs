@@ -17,6 +17,9 @@ internal interface IDrainFormat
 
     /// <summary>The subscriber missed <paramref name="dropped"/> messages (<see cref="SlowConsumerPolicy.DropOldest"/>).</summary>
     void WriteDropped(PipeWriter output, long dropped, BacklogLimits limits);
+
+    /// <summary>The subscriptions <paramref name="sids"/> may have lost an unknown number of messages (<see cref="IMessageSink.Gaps"/>).</summary>
+    void WriteGaps(PipeWriter output, uint[] sids);
 }
 
 /// <summary>Herald frames as they are queued, each MESSAGE's sid stamped into its copy (spec §4.6); drops as a non-fatal ERROR.</summary>
@@ -26,6 +29,15 @@ internal readonly struct FrameFormat : IDrainFormat
 
     public void WriteDropped(PipeWriter output, long dropped, BacklogLimits limits) =>
         FrameWriter.WriteError(output, ErrorCode.MessagesDropped, fatal: false, $"Slow consumer: {dropped} messages were dropped because more than {limits.MaxMessages} messages or {limits.MaxBytes} bytes were waiting.", (ulong)dropped);
+
+    /// <summary>One <c>MessagesDropped</c> with count 0 and the sids (spec §4.8), at most <see cref="PipeDrain.SidsPerFrame"/> a frame.</summary>
+    public void WriteGaps(PipeWriter output, uint[] sids)
+    {
+        for (int start = 0; start < sids.Length; start += PipeDrain.SidsPerFrame)
+        {
+            FrameWriter.WriteMessagesLost(output, PipeDrain.GapsMessage, sids.AsSpan(start, Math.Min(PipeDrain.SidsPerFrame, sids.Length - start)));
+        }
+    }
 }
 
 /// <summary>What every <see cref="PipeDrain{TFormat}"/> shares.</summary>
@@ -33,6 +45,12 @@ internal static class PipeDrain
 {
     /// <summary>The most one turn copies into the output before it flushes (one frame if that is bigger).</summary>
     public const int WriteChunkBytes = 64 * 1024;
+
+    /// <summary>The most sids one loss notice names (a connection with more is told in several): at most about 5 KiB a frame.</summary>
+    public const int SidsPerFrame = 1024;
+
+    /// <summary>What a loss notice says to people (spec §6.3: its sids say which subscriptions).</summary>
+    public const string GapsMessage = "These subscriptions may have lost an unknown number of messages: a Redis shard of the cluster that carries their topics was unreachable.";
 }
 
 /// <summary>
@@ -131,6 +149,11 @@ internal sealed class PipeDrain<TFormat> : IBacklogReader, IThreadPoolWorkItem
                 if (take.Dropped > 0)
                 {
                     _format.WriteDropped(_output, take.Dropped, _backlog.Limits);
+                }
+
+                if (take.Gaps is { Length: > 0 } gaps)
+                {
+                    _format.WriteGaps(_output, gaps);
                 }
 
                 QueuedFrame[] batch = _batch;

@@ -73,6 +73,7 @@ internal sealed partial class SubscriberBacklog : IMessageSink
     private int _pendingReplies;
     private TaskCompletionSource? _repliesTaken;
     private long _droppedUnreported;
+    private SortedSet<uint>? _gapsUnreported;
     private long _droppedTotal;
     private bool _slowEpisode;
     private long _highestAck;
@@ -278,6 +279,30 @@ internal sealed partial class SubscriberBacklog : IMessageSink
     }
 
     /// <inheritdoc/>
+    public Enqueued Gaps(uint[] sids)
+    {
+        if (_readsByWindow)
+        {
+            return MarkLost(new LossMark(0, sids));
+        }
+
+        bool wake;
+        lock (_gate)
+        {
+            if (_refusing)
+            {
+                return Enqueued.Dropped;
+            }
+
+            (_gapsUnreported ??= []).UnionWith(sids); // told with the next write, as a drop is; at most one entry per live sid
+            wake = !_signalled;
+            _signalled |= wake;
+        }
+
+        return Enqueued.Queued | (wake ? Enqueued.Wake : 0);
+    }
+
+    /// <inheritdoc/>
     public void Flush() => _reader?.Wake(inline: true);
 
     /// <inheritdoc/>
@@ -314,6 +339,8 @@ internal sealed partial class SubscriberBacklog : IMessageSink
 
             long dropped = _droppedUnreported;
             _droppedUnreported = 0;
+            uint[]? gaps = _gapsUnreported is null ? null : [.. _gapsUnreported];
+            _gapsUnreported = null;
             if (count > 0)
             {
                 _ring.MoveTo(ref batch, count);
@@ -332,7 +359,7 @@ internal sealed partial class SubscriberBacklog : IMessageSink
                 _final = null;
             }
 
-            if (count == 0 && dropped == 0 && final is null)
+            if (count == 0 && dropped == 0 && gaps is null && final is null)
             {
                 if (_completing)
                 {
@@ -344,7 +371,7 @@ internal sealed partial class SubscriberBacklog : IMessageSink
                 return new StreamTake(0, 0, null, Idle: true);
             }
 
-            return new StreamTake(count, dropped, final, Idle: false);
+            return new StreamTake(count, dropped, final, Idle: false) { Gaps = gaps };
         }
     }
 
@@ -506,4 +533,8 @@ internal sealed partial class SubscriberBacklog : IMessageSink
 }
 
 /// <summary>What one stream take moved: <see cref="Count"/> frames into the batch, drops to report, the final frame.</summary>
-internal readonly record struct StreamTake(int Count, long Dropped, MessageBuffer? Final, bool Idle);
+internal readonly record struct StreamTake(int Count, long Dropped, MessageBuffer? Final, bool Idle)
+{
+    /// <summary>The sids that may have lost an unknown number of messages since the last take (ascending), or null.</summary>
+    public uint[]? Gaps { get; init; }
+}

@@ -381,6 +381,37 @@ internal sealed partial class SubscriptionIndex : IDisposable
     /// of them (in no particular order), and in <paramref name="patterns"/> how many there are in all.
     /// Walks the trie under the read lock: O(patterns); publishes that hit the match cache are not held up.
     /// </summary>
+    /// <summary>
+    /// This node's subscriptions (never the entries for other nodes' queue group members) whose pattern <paramref name="holds"/>
+    /// says yes to: a walk of the whole trie under the read lock, for what is rare (a cluster shard back after an outage).
+    /// </summary>
+    public List<Subscription> Local(Func<string, bool> holds)
+    {
+        var found = new List<Subscription>();
+        _gate.EnterReadLock();
+        try
+        {
+            foreach (Node node in AllNodes())
+            {
+                foreach (Subscription first in node.Subscriptions)
+                {
+                    if (holds(first.Pattern)) // every subscription of a node has its pattern
+                    {
+                        found.AddRange(node.Subscriptions);
+                    }
+
+                    break;
+                }
+            }
+        }
+        finally
+        {
+            _gate.ExitReadLock();
+        }
+
+        return found;
+    }
+
     public IReadOnlyList<(string Pattern, int Subscribers)> Snapshot(int max, out int patterns)
     {
         var found = new List<(string, int)>(Math.Min(max, 1024));
@@ -411,7 +442,6 @@ internal sealed partial class SubscriptionIndex : IDisposable
 
         return found;
     }
-
 
     /// <summary>A trie node. Mutated only under the write lock; read under the read lock.</summary>
     private sealed class Node

@@ -73,6 +73,9 @@ internal sealed class TopicRouter : IDisposable
     /// <inheritdoc cref="SubscriptionIndex.Match(ReadOnlySpan{char})"/>
     public Subscription[] Match(ReadOnlySpan<char> topic) => _index.Match(topic);
 
+    /// <summary>This node's subscriptions whose pattern <paramref name="holds"/> says yes to (rare: a walk of every pattern).</summary>
+    public List<Subscription> Local(Func<string, bool> holds) => _index.Local(holds);
+
     /// <inheritdoc cref="SubscriptionIndex.Snapshot"/>
     public IReadOnlyList<(string Pattern, int Subscribers)> Snapshot(int max, out int patterns) => _index.Snapshot(max, out patterns);
 

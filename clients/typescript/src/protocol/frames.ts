@@ -147,6 +147,11 @@ export interface ErrorFrame {
   count: number | bigint;
   /** The subscription this ERROR ended (spec §4.8: a credential refresh revoked it), or 0. */
   sid: number;
+  /**
+   * The seventh element (spec §4.8): on a `MessagesDropped` with count 0, the subscriptions that may have lost an
+   * unknown number of messages (a cluster shard's outage); null when absent.
+   */
+  sids: number[] | null;
 }
 export interface PresenceFrame {
   type: 10;
@@ -389,11 +394,13 @@ export function encodePong(): Uint8Array {
 }
 
 /** ERROR (server to client, spec §4.8); for tests and fake servers. */
-export function encodeError(code: number, fatal: boolean, message: string, count: number | bigint = 0, sid = 0): Uint8Array {
+export function encodeError(code: number, fatal: boolean, message: string, count: number | bigint = 0, sid = 0, sids: number[] | null = null): Uint8Array {
   checkUint32("code", code);
   checkUint32("sid", sid);
+  for (const s of sids ?? []) checkUint32("sids", s);
   const items: unknown[] = [FrameType.Error, code, fatal, message, uint64("count", count)];
-  if (sid !== 0) items.push(sid);
+  if (sid !== 0 || sids !== null) items.push(sid);
+  if (sids !== null) items.push(sids);
   return encodeFrame(items);
 }
 
@@ -575,8 +582,13 @@ export function decodeFrame(body: Uint8Array): Frame {
         if (r.nextIsInteger()) sid = r.readUint32();
         else r.skip(0); // nil, or a later version's shape: no sid
       }
-      skipRest(r, count - 6);
-      return { type, code, fatal, message, count: errorCount, sid };
+      let sids: number[] | null = null;
+      if (count > 6) {
+        if (r.peekIsArray()) sids = readSids(r);
+        else r.skip(0); // nil, or a later version's shape: no sids
+      }
+      skipRest(r, count - 7);
+      return { type, code, fatal, message, count: errorCount, sid, sids };
     }
     case FrameType.Presence: {
       require(count, 5, "PRESENCE");
@@ -608,6 +620,21 @@ export function decodeFrame(body: Uint8Array): Frame {
       return { type, sid, pattern, options };
     }
   }
+}
+
+/**
+ * ERROR's seventh element (spec §4.8): sids, each an integer from 1 to 2^32-1; anything else in it is `MalformedFrame`
+ * (a misread sid would tell the wrong subscription it lost messages).
+ */
+function readSids(r: MsgReader): number[] {
+  const count = r.readArrayHeader();
+  const sids: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const sid = r.readUint32();
+    if (sid === 0) throw malformed("ERROR names sid 0 among its sids.");
+    sids.push(sid);
+  }
+  return sids;
 }
 
 /**

@@ -95,6 +95,12 @@ export class MsgReader {
     return (b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb);
   }
 
+  /** Whether the next value is a MessagePack array (of any width). */
+  peekIsArray(): boolean {
+    const b = this.peek();
+    return (b & 0xf0) === 0x90 || b === 0xdc || b === 0xdd;
+  }
+
   /** Whether the next value is a MessagePack nil. */
   nextIsNil(): boolean {
     return this.peek() === 0xc0;

@@ -202,6 +202,26 @@ internal sealed class SseFormat : IDrainFormat, IDisposable
         output.Write("\n\n"u8);
     }
 
+    /// <summary><c>event: dropped</c> with <c>"dropped": 0</c> and the sids that may have lost an unknown number (sse.md §2).</summary>
+    public void WriteGaps(PipeWriter output, uint[] sids)
+    {
+        output.Write("event: dropped\ndata: "u8);
+        _json.Reset(output);
+        _json.WriteStartObject();
+        _json.WriteNumber("dropped"u8, 0);
+        _json.WriteStartArray("gaps"u8);
+        foreach (uint sid in sids)
+        {
+            _json.WriteNumberValue(sid);
+        }
+
+        _json.WriteEndArray();
+        _json.WriteString("message"u8, PipeDrain.GapsMessage);
+        _json.WriteEndObject();
+        _json.Flush();
+        output.Write("\n\n"u8);
+    }
+
     /// <summary>
     /// Reads a <c>Last-Event-ID</c> of a stream of <paramref name="topics"/> topics: one entry per topic, comma
     /// separated, each <c>offset:epoch</c> or <c>-</c>. False when it is not that shape.

@@ -17,7 +17,7 @@ internal static class FrameText
     {
         FrameType.Welcome => Welcome(frame.Welcome.Version, frame.Welcome.ServerName, frame.Welcome.ConnectionId, (uint)frame.Welcome.Capabilities, frame.Welcome.Limits, frame.Welcome.InboxPrefix),
         FrameType.Message => Message(frame.Message.Sid, frame.Message.TopicString, frame.Message.ReplyToString, (uint)frame.Message.Flags, frame.Message.Payload.ToArray(), Headers(frame.Message)),
-        FrameType.Error => Error((uint)frame.Error.Code, frame.Error.Fatal, frame.Error.Message, frame.Error.Count, frame.Error.Sid),
+        FrameType.Error => Error((uint)frame.Error.Code, frame.Error.Fatal, frame.Error.Message, frame.Error.Count, frame.Error.Sid, frame.Error.Sids),
         FrameType.PresenceReply => PresenceReply(frame.PresenceReply.RequestId, (uint)frame.PresenceReply.Code, frame.PresenceReply.Members, frame.PresenceReply.Identities, frame.PresenceReply.Entries, frame.PresenceReply.Next),
         FrameType.Subscribed => Subscribed(frame.Subscribed.Sid, frame.Subscribed.Pattern, (uint)frame.Subscribed.Options),
         _ => frame.Type.ToString().ToUpperInvariant(),
@@ -40,7 +40,7 @@ internal static class FrameText
             f.GetProperty("flags").GetUInt32(),
             Convert.FromHexString(f.GetProperty("payload").GetString()!),
             Headers(f)),
-        FrameType.Error => Error(f.GetProperty("code").GetUInt32(), f.GetProperty("fatal").GetBoolean(), f.GetProperty("message").GetString()!, f.GetProperty("count").GetUInt64(), f.TryGetProperty("sid", out JsonElement sid) ? sid.GetUInt32() : 0),
+        FrameType.Error => Error(f.GetProperty("code").GetUInt32(), f.GetProperty("fatal").GetBoolean(), f.GetProperty("message").GetString()!, f.GetProperty("count").GetUInt64(), f.TryGetProperty("sid", out JsonElement sid) ? sid.GetUInt32() : 0, f.TryGetProperty("sids", out JsonElement sids) ? [.. sids.EnumerateArray().Select(s => s.GetUInt32())] : null),
         FrameType.PresenceReply => PresenceReply(
             f.GetProperty("request_id").GetUInt32(),
             f.GetProperty("code").GetUInt32(),
@@ -99,6 +99,6 @@ internal static class FrameText
     private static string PresenceReply(uint requestId, uint code, ulong members, ulong identities, IReadOnlyList<PresenceEntry> entries, string? next) =>
         $"PRESENCE_REPLY request_id={requestId} code={code} members={members} identities={identities} entries={JsonSerializer.Serialize(entries.Select(e => new[] { e.Client, e.Identity, e.Info }))} next={next ?? "nil"}";
 
-    private static string Error(uint code, bool fatal, string message, ulong count, uint sid) =>
-        $"ERROR code={code} fatal={fatal} message={message} count={count} sid={sid}";
+    private static string Error(uint code, bool fatal, string message, ulong count, uint sid, uint[]? sids) =>
+        $"ERROR code={code} fatal={fatal} message={message} count={count} sid={sid} sids={(sids is null ? "none" : string.Join(",", sids))}";
 }
