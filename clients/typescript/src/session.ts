@@ -308,6 +308,8 @@ export class FrameSession implements Transport {
         if (frame.fatal || this.welcome) {
           this.fatal = error;
           this.fail(error); // the broker writes nothing after a fatal ERROR and closes
+        } else if (frame.sids !== null && frame.sids.length > 0) {
+          for (const sid of frame.sids) this.events.gap(sid); // may have lost an unknown number (spec §6.3): told as a resume that did not recover
         } else if (frame.sid !== 0) {
           this.events.revoked(frame.sid, error);
         } else {

@@ -317,15 +317,17 @@ export class Subscription implements AsyncIterable<Message> {
   }
 
   /**
-   * @internal Long-poll: the broker says this subscription may have lost messages (a cluster node took the
-   * session over and could not resume it, longpoll §2 `Herald-Gaps`): told as a resume that did not recover.
+   * @internal The broker says this subscription may have lost an unknown number of messages (long-poll: a cluster
+   * node took the session over and could not resume it, longpoll §2 `Herald-Gaps`; any transport: a Redis shard that
+   * carries its topic was unreachable, spec §6.3 `MessagesDropped` with `sids`): told as a resume that did not
+   * recover, with its last position (if it keeps one, the application may resume from there).
    */
   reportGap(): void {
     if (this.ended) return;
     this.tellResume(Object.freeze({
       subscription: this,
       recovered: false,
-      description: "Taken over: messages may have been lost",
+      description: "Messages may have been lost: a cluster node or Redis shard the broker relies on failed",
       position: this.#position,
     }));
   }

@@ -23,7 +23,10 @@ export interface TransportEvents {
   message(sid: number, topic: string, replyTo: string | null, payload: Uint8Array, headers: MessageHeaders | undefined): void;
   /** A non-fatal problem (`MessagesDropped`, `UnknownSubscription`, a bad message, ...). */
   error(error: HeraldError): void;
-  /** Long-poll: subscription `sid` may have lost messages (a cluster node took the session over, longpoll §2 `Herald-Gaps`). */
+  /**
+   * Subscription `sid` may have lost an unknown number of messages (long-poll: a cluster node took the session over,
+   * longpoll §2 `Herald-Gaps`; any transport: a Redis shard was unreachable, spec §6.3 `MessagesDropped` with `sids`).
+   */
   gap(sid: number): void;
   /** The broker ended subscription `sid` (a credential refresh took the right to it away, spec §4.1). */
   revoked(sid: number, error: HeraldError): void;

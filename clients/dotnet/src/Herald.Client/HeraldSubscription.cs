@@ -253,9 +253,11 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
     }
 
     /// <summary>
-    /// Long-poll: the broker says this subscription may have lost messages (a cluster node took its session over and
-    /// could not resume it, longpoll §2 <c>Herald-Gaps</c>): raised as <see cref="Resumed"/> with
-    /// <see cref="HeraldResumeEventArgs.Recovered"/> false, as a resume that did not recover.
+    /// The broker says this subscription may have lost an unknown number of messages (long-poll: a cluster node took its
+    /// session over and could not resume it, longpoll §2 <c>Herald-Gaps</c>; any transport: a Redis shard that carries its
+    /// topic was unreachable, spec §6.3): raised as <see cref="Resumed"/> with <see cref="HeraldResumeEventArgs.Recovered"/>
+    /// false and its last position (if it keeps one, the application may resume from there), as a resume that did not
+    /// recover.
     /// </summary>
     internal void ReportGap()
     {
@@ -265,7 +267,7 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
             position = _position;
         }
 
-        RaiseResumed(false, "Taken over: messages may have been lost", position);
+        RaiseResumed(false, "Messages may have been lost: a cluster node or Redis shard the broker relies on failed", position);
     }
 
     /// <summary>

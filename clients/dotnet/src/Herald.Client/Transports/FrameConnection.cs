@@ -342,6 +342,16 @@ internal sealed class FrameConnection : BrokerConnection
                     throw error; // the broker closes the connection now (spec §4.8)
                 }
 
+                if (frame.Error.Sids is { Length: > 0 } lost)
+                {
+                    foreach (uint sid in lost)
+                    {
+                        Client.FindSubscription(sid)?.ReportGap(); // spec §6.3: told as a resume that did not recover
+                    }
+
+                    return null;
+                }
+
                 if (frame.Error.Sid != 0)
                 {
                     if (error.ErrorCode is ErrorCode.PresenceFull or ErrorCode.PresenceUnavailable)
