@@ -29,6 +29,7 @@ internal static class Program
         new StalledScenario(),
         new PresenceScenario(),
         new ShardsScenario(),
+        new ApiScenario(),
         new CompareCommand(),
         new BroadcastChartCommand(),
         new AttacksCommand(),
