@@ -5,6 +5,7 @@ using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.RateLimiting;
 using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
 
 namespace Herald.Broker.Api;
 
@@ -58,6 +59,12 @@ internal static class ApiSetup
         if (options.Enabled)
         {
             ApiEndpoints.Map(app);
+            app.Lifetime.ApplicationStarted.Register(() =>
+            {
+                ILogger log = app.Services.GetRequiredService<ILoggerFactory>().CreateLogger(typeof(ApiSetup));
+                int port = app.Services.GetRequiredService<Listeners>().ApiPort ?? options.Port;
+                log.Listening(options.Host, port, options.Keys.Count, string.Join(", ", options.Keys.Select(k => $"{k.Name}: {k.Scope}"))); // names and scopes, never a key or its hash
+            });
         }
     }
 
