@@ -204,7 +204,8 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     /// </summary>
     public async Task<SharedPoll> PollAsync(string token, long ack, int maxMessages, int maxBytes, TimeSpan ttl, bool hold, string? generation)
     {
-        RedisResult result = await Guard(ShardOf(token).Database.ScriptEvaluateAsync(
+        IDatabase db = ShardOf(token).Database;
+        RedisResult result = await Guard(db.ScriptEvaluateAsync(
             SharedSessionScripts.Poll,
             [Hash(token), Stream(token)],
             [ack, maxMessages, (long)ttl.TotalMilliseconds, hold ? Wakes(ShardOf(token)).ToString() : "", generation ?? "", token, maxBytes, _node])).ConfigureAwait(false);
@@ -222,7 +223,9 @@ internal sealed class ClusterSharedSessions : ISharedSessions
                 return new SharedPoll(SharedPollStatus.Replaced);
         }
 
-        List<(long Sequence, uint Sid, byte[] Frame)> entries = SharedSessionRecord.ReadEntries(token, (RedisResult[])items[4]!, _secret, out int forged);
+        var read = (RedisResult[])items[4]!;
+        RedisValue[][] frames = await Guard(SharedSessionRecord.FetchFramesAsync(db, read)).ConfigureAwait(false);
+        List<(long Sequence, uint Sid, byte[] Frame)> entries = SharedSessionRecord.ReadEntries(token, read, frames, _secret, out int forged);
         Interlocked.Add(ref _forgedEntries, forged); // not a node's: never delivered (the gap one leaves, if any, is reported as one)
         return new SharedPoll(SharedPollStatus.Ok)
         {

@@ -88,31 +88,31 @@ internal static class SharedSessionRecord
     /// message whose tag is missing or not the one the secret gives for this session, sequence, sid and frame is left
     /// out and counted in <paramref name="forged"/>; so is one whose sid is not a number.
     /// </summary>
-    public static List<(long Sequence, uint Sid, byte[] Frame)> ReadEntries(string token, RedisResult[] raw, string? secret, out int forged)
+    public static List<(long Sequence, uint Sid, byte[] Frame)> ReadEntries(string token, RedisResult[] raw, RedisValue[][] fetched, string? secret, out int forged)
     {
         forged = 0;
         var entries = new List<(long Sequence, uint Sid, byte[] Frame)>();
         using EnvelopeSigner? signer = secret is null || raw.Length == 0 ? null : new EnvelopeSigner(secret);
-        foreach (RedisResult item in raw)
+        for (int e = 0; e < raw.Length; e++)
         {
-            var entry = (RedisResult[])item!;
+            var entry = (RedisResult[])raw[e]!;
             long first = (long)entry[0];
             int from = (int)entry[1], to = (int)entry[2], count = (int)entry[3];
             string sids = (string?)entry[4] ?? "";
             byte[] tags = (byte[]?)entry[5] ?? [];
-            var frames = (RedisResult[])entry[6]!;
+            RedisValue[] frames = fetched[e];
             bool tagged = tags.Length == SessionSignatures.TagSize * count;
             bool uniform = sids.StartsWith('*'); // one sid for every message of the entry
             int sidAt = uniform ? 1 : 0;
             for (int skip = 1; skip < from && !uniform; skip++)
             {
-                NextSid(sids, ref sidAt);
+                NextItem(sids, ref sidAt);
             }
 
             for (int k = from; k <= to; k++)
             {
-                ReadOnlySpan<char> text = uniform ? sids.AsSpan(1) : NextSid(sids, ref sidAt);
-                RedisResult frameValue = frames[k - from];
+                ReadOnlySpan<char> text = uniform ? sids.AsSpan(1) : NextItem(sids, ref sidAt);
+                RedisValue frameValue = k - from < frames.Length ? frames[k - from] : RedisValue.Null;
                 if (frameValue.IsNull)
                 {
                     continue;
@@ -134,8 +134,58 @@ internal static class SharedSessionRecord
         return entries;
     }
 
+    /// <summary>
+    /// The frames of the entries a poll's script read (<see cref="SharedSessionScripts.Poll"/>: per entry its frame hash,
+    /// its first field or its list of fields, and the positions taken), fetched by the node itself in one HMGET per entry,
+    /// all sent at once: Redis copies each frame once into its reply, never into the script. A frame gone meanwhile (the
+    /// session acknowledged it through a newer poll, or its owner dropped it) is null: the poll reports the gap. An entry
+    /// that is not a node's carries its frame inline.
+    /// </summary>
+    public static async Task<RedisValue[][]> FetchFramesAsync(IDatabase db, RedisResult[] raw)
+    {
+        var fetches = new Task<RedisValue[]>[raw.Length];
+        for (int e = 0; e < raw.Length; e++)
+        {
+            var entry = (RedisResult[])raw[e]!;
+            string frames = (string?)entry[6] ?? "";
+            if (frames.Length == 0)
+            {
+                fetches[e] = Task.FromResult<RedisValue[]>([(RedisValue)entry[9]]);
+                continue;
+            }
+
+            int from = (int)entry[1], to = (int)entry[2];
+            var fields = new RedisValue[to - from + 1];
+            if ((string?)entry[7] is { Length: > 0 } start)
+            {
+                long first = long.Parse(start, CultureInfo.InvariantCulture);
+                for (int k = from; k <= to; k++)
+                {
+                    fields[k - from] = first + k - 1;
+                }
+            }
+            else
+            {
+                string list = (string?)entry[8] ?? "";
+                int at = 0;
+                for (int k = 1; k <= to; k++)
+                {
+                    ReadOnlySpan<char> field = NextItem(list, ref at);
+                    if (k >= from)
+                    {
+                        fields[k - from] = field.ToString();
+                    }
+                }
+            }
+
+            fetches[e] = db.HashGetAsync(frames, fields);
+        }
+
+        return await Task.WhenAll(fetches).ConfigureAwait(false);
+    }
+
     /// <summary>The next item of a comma list as Lua's split reads it (empty items skipped); empty past its end.</summary>
-    private static ReadOnlySpan<char> NextSid(string list, ref int at)
+    private static ReadOnlySpan<char> NextItem(string list, ref int at)
     {
         while (at < list.Length && list[at] == ',')
         {

@@ -337,16 +337,18 @@ internal static class SharedSessionScripts
     /// KEYS: hash, stream. ARGV: ack, max messages, ttl ms, waiter channel ('' : do not hold), generation ('' : a new poll),
     /// token, max bytes, the polling node. Returns {code, generation, highest ack, highest sent, entries} (code 0; per
     /// stream entry read, its lists as stored: {first sequence, first and last position taken (from 1), its message count,
-    /// sids (<c>*&lt;sid&gt;</c>: one for all), tags, the frames of the positions taken (nil: gone)}, the node expanding
-    /// them into messages) or {-1} unknown, {-2, reason} ended, {-3, seq} ack out of range, {-4} replaced by a newer poll.
+    /// sids (<c>*&lt;sid&gt;</c>: one for all), tags, its frame hash, its first field ('' : a list), its list of fields}, or,
+    /// for an entry that is not a node's, {first, 1, 1, 1, sid, tag, '', '', '', frame}; the node fetches the frames and
+    /// expands them into messages) or {-1} unknown, {-2, reason} ended, {-3, seq} ack out of range, {-4} replaced by a newer poll.
     /// The ack gives back what it acknowledges (its entries deleted, their references returned: one per range entry
     /// holding its hash whole). With no messages, or only loss marks (sid 0), a holding poll's node is named the waiter
     /// (and when, <c>waited</c>): the next append wakes it. The request is recorded (<c>seen</c>, Redis's clock, and
     /// <c>seenby</c>, the node it came through). Messages are read an entry at a time and only while the answer has room
     /// (at most max messages, and max bytes of frames, at least one; an entry whose bytes <c>b</c> fit is taken whole
-    /// without a walk over its messages), its frames fetched in one HMGET from its frame hash (whose expiry the read
-    /// renews): Redis sends what the poll may answer, never the whole backlog. A frame no longer there (its hash expired)
-    /// is left out: the poll reports the gap.
+    /// without a walk over its messages; one taken in part is measured frame by frame, HSTRLEN), its frame hash's expiry
+    /// renewed: the node then fetches just those frames (one HMGET per entry, outside the script, so no frame is copied
+    /// into Lua), and Redis sends what the poll may answer, never the whole backlog. A frame no longer there (its hash
+    /// expired) is left out: the poll reports the gap.
     /// </summary>
     public const string Poll = Common + """
         local h = redis.call('HMGET', KEYS[1], 'seq', 'ended', 'ack', 'sent', 'polls', 'waiter', 'gone', 'bout')
@@ -399,51 +401,24 @@ internal static class SharedSessionScripts
             local n = tonumber(e.n)
             local k0 = math.max(1, gone - first + 2)
             local k1 = k0 - 1
-            local frames
-            if e.a then
-              local a = tonumber(e.a)
-              local upto = math.min(n, k0 + most - count - 1)
-              local taken = k0 == 1 and upto == n and bytes + tonumber(e.b) <= budget
-              local names = {}
-              for k = k0, upto do names[#names + 1] = a + k - 1 end
-              if #names > 0 then frames = redis.call('HMGET', e.f, unpack(names)) end
-              if taken then
-                k1 = n
-                count = count + n
-                bytes = bytes + tonumber(e.b)
-              elseif frames then
-                for j = 1, #frames do
-                  local size = frames[j] and #frames[j] or 0
-                  if count > 0 and bytes + size > budget then
-                    for c = #frames, j, -1 do frames[c] = nil end
-                    break
-                  end
-                  count = count + 1
-                  bytes = bytes + size
-                  k1 = k0 + j - 1
-                end
-              end
-              if k1 < n then full = true end
+            local idx = e.a and nil or split(e.i)
+            if k0 == 1 and e.b and (e.a or #idx >= n) and count + n <= most and bytes + tonumber(e.b) <= budget then
+              k1 = n
+              count = count + n
+              bytes = bytes + tonumber(e.b)
             else
-              local idx = split(e.i)
-              if k0 == 1 and e.b and #idx >= n and count + n <= most and bytes + tonumber(e.b) <= budget then
-                k1 = n
-                count = count + n
-                bytes = bytes + tonumber(e.b)
-              else
-                local sz = split(e.z)
-                for k = k0, n do
-                  local size = tonumber(sz[k] or '0')
-                  if count >= most or (count > 0 and bytes + size > budget) or not idx[k] then
-                    full = true
-                    break
-                  end
-                  count = count + 1
-                  bytes = bytes + size
-                  k1 = k
+              local sz = e.a and nil or split(e.z)
+              local a = tonumber(e.a or '0')
+              for k = k0, n do
+                local size = e.a and redis.call('HSTRLEN', e.f, a + k - 1) or tonumber(sz[k] or '0')
+                if count >= most or (count > 0 and bytes + size > budget) or not (e.a or idx[k]) then
+                  full = true
+                  break
                 end
+                count = count + 1
+                bytes = bytes + size
+                k1 = k
               end
-              if k1 >= k0 then frames = redis.call('HMGET', e.f, unpack(idx, k0, k1)) end
             end
             if k1 >= k0 then
               if not touched[e.f] then
@@ -451,17 +426,12 @@ internal static class SharedSessionScripts
                 redis.call('PEXPIRE', e.f, ARGV[3])
               end
               local sids = e.s or (e.u and ('*' .. e.u)) or ''
-              out[#out + 1] = {first, k0, k1, n, sids, e.t or '', frames}
-              for j = k1 - k0 + 1, 1, -1 do
-                if frames[j] then
-                  if first + k0 + j - 2 > sent then sent = first + k0 + j - 2 end
-                  break
-                end
-              end
+              out[#out + 1] = {first, k0, k1, n, sids, e.t or '', e.f, e.a or '', e.i or ''}
+              if first + k1 - 1 > sent then sent = first + k1 - 1 end
               if marks and string.find(sids, '[1-9]') then
                 local list = e.s and split(e.s)
-                for j = 1, k1 - k0 + 1 do
-                  if frames[j] and ((list and list[k0 + j - 1]) or e.u or '0') ~= '0' then
+                for k = k0, k1 do
+                  if ((list and list[k]) or e.u or '0') ~= '0' then
                     marks = false
                     break
                   end
@@ -473,7 +443,7 @@ internal static class SharedSessionScripts
             if count >= most or (count > 0 and bytes + size > budget) then break end
             count = count + 1
             bytes = bytes + size
-            out[#out + 1] = {first, 1, 1, 1, e.s or '0', e.t or '', {e.m or ''}}
+            out[#out + 1] = {first, 1, 1, 1, e.s or '0', e.t or '', '', '', '', e.m or ''}
             if first > sent then sent = first end
             if e.s ~= '0' then marks = false end
           end
