@@ -4,6 +4,7 @@ using Herald.Broker.Compression;
 using Herald.Broker.Engines;
 using Herald.Broker.History;
 using Herald.Broker.Routing;
+using Herald.Broker.Security;
 using Herald.Broker.Telemetry;
 using Microsoft.Extensions.Logging;
 using StackExchange.Redis;
@@ -34,7 +35,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
     private readonly CancellationTokenSource _stop = new();
     private Task _heartbeat = Task.CompletedTask;
 
-    public ClusterEngine(ClusterOptions options, string serverName, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, int maxFrameBytes, ILogger log, IMeterFactory meters, HistoryStore? history = null, PresenceOptions? presence = null)
+    public ClusterEngine(ClusterOptions options, string serverName, TopicRouter router, MessageEncoder encoder, BrokerMetrics brokerMetrics, int maxPayloadBytes, int maxFrameBytes, ILogger log, IMeterFactory meters, HistoryStore? history = null, PresenceOptions? presence = null, Revocations? revocations = null)
     {
         _options = options;
         _shards = new ClusterShards(options);
@@ -51,7 +52,11 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         Presence = new RedisPresence(_shards, _out, presence ?? new PresenceOptions());
         _in = new ClusterInbound(_shards, router, encoder, brokerMetrics, Metrics, Nodes, _out.KeptOrigins, SharedHistory, maxPayloadBytes, maxFrameBytes, Presence);
         _interest = new ClusterInterest(_shards, Nodes, Groups, _in, log, new ShardLossNotices(_shards, router, history, Metrics));
+        Control = new ClusterClientControl(_shards, Nodes, revocations ?? new Revocations(new SecurityOptions().MaxRevocations, TimeProvider.System));
     }
+
+    /// <summary>The server API's actions on clients, reaching every node, and the revocations kept in Redis (cluster.md §14).</summary>
+    public ClusterClientControl Control { get; }
 
     /// <summary>This node's connections to the cluster's shards (spec cluster.md §13).</summary>
     internal ClusterShards Shards => _shards;
@@ -178,6 +183,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
     {
         await Task.WhenAll(_shards.All.Select(shard => shard.ConnectAsync(_log, subscriptions => Restored(shard, subscriptions)))).ConfigureAwait(false);
         await Task.WhenAll(_shards.All.Select(ListenForSessionsAsync)).ConfigureAwait(false);
+        await ListenForControlAsync().ConfigureAwait(false);
         await Groups.StartAsync(_connection.Subscriber, _stop.Token).ConfigureAwait(false); // the others' groups, before this node routes anything
         _interest.Start(_stop.Token);
         _router.Listen(_interest); // every pattern subscribed so far, then every change
@@ -208,8 +214,29 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         if (shard == _connection)
         {
             Groups.Resync(); // Redis may have restarted empty: this node's queue groups are written again
+            _ = ListenForControlAsync();
         }
     }
+
+    /// <summary>The control channel and the revocations (shard 0, cluster.md §14): at start, and again after the shard comes back if that failed.</summary>
+    private async Task ListenForControlAsync()
+    {
+        if (!_connection.IsConnected || Interlocked.CompareExchange(ref _controlListening, 1, 0) != 0)
+        {
+            return;
+        }
+
+        try
+        {
+            await Control.StartAsync().ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            Volatile.Write(ref _controlListening, 0); // unreachable: tried again when the shard is restored
+        }
+    }
+
+    private int _controlListening;
 
     /// <summary>
     /// The shared sessions' channels (wakes, commands, replies: this node's own, §2) on <paramref name="shard"/>: every
@@ -320,6 +347,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
                     if (_connection.IsConnected && groups.IsCompleted)
                     {
                         groups = BeatGroupsAsync(takenAt); // queue groups: shard 0's; a stall there holds no other shard's beat
+                        await Control.RefreshAsync().ConfigureAwait(false); // revocations another node changed while this one did not hear it
                     }
                 }
                 catch (Exception e) when (e is RedisException or TimeoutException)

@@ -112,13 +112,17 @@ internal sealed class LocalClientControl(Revocations revocations) : IClientContr
 /// <summary>What every implementation does the same way before the nodes act.</summary>
 internal static class ClientControlRules
 {
+    /// <summary>The refusal of a revocation past the bound (<c>Herald:Security:MaxRevocations</c>).</summary>
+    public static ClientActionOutcome Full(int max) =>
+        new(0, Code: "TooManyRevocations", Message: $"The broker holds its maximum of {max} revocations (Herald:Security:MaxRevocations); lift one, or wait for one to end.");
+
     /// <summary>Records a Revoke or an Unrevoke in <paramref name="revocations"/>; the refusal when the table is full, else null.</summary>
     public static ClientActionOutcome? Record(Revocations revocations, ClientAction action)
     {
         switch (action.Kind)
         {
             case ClientActionKind.Revoke when !revocations.Set(new Revocation(action.Identity!, action.Until, action.ReasonOr(""))):
-                return new ClientActionOutcome(0, Code: "TooManyRevocations", Message: $"The broker holds its maximum of {revocations.Max} revocations (Herald:Security:MaxRevocations); lift one, or wait for one to end.");
+                return Full(revocations.Max);
             case ClientActionKind.Unrevoke:
                 revocations.Remove(action.Identity!);
                 return null;

@@ -115,7 +115,8 @@ internal static class HostServices
                 return new ClusterSlot(null);
             }
 
-            var engine = new ClusterEngine(cluster, sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName, sp.GetRequiredService<TopicRouter>(), sp.GetRequiredService<MessageEncoder>(), sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxPayloadBytes, sp.GetRequiredService<LimitOptions>().MaxFrameBytes, sp.GetRequiredService<ILogger<ClusterEngine>>(), sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), sp.GetRequiredService<HistorySlot>().Store, sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Presence);
+            var engine = new ClusterEngine(cluster, sp.GetRequiredService<IOptions<HeraldOptions>>().Value.ServerName, sp.GetRequiredService<TopicRouter>(), sp.GetRequiredService<MessageEncoder>(), sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxPayloadBytes, sp.GetRequiredService<LimitOptions>().MaxFrameBytes, sp.GetRequiredService<ILogger<ClusterEngine>>(), sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>(), sp.GetRequiredService<HistorySlot>().Store, sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Presence,
+                new Revocations(sp.GetRequiredService<SecurityOptions>().MaxRevocations, sp.GetRequiredService<TimeProvider>()));
             return new ClusterSlot(engine);
         });
 

@@ -1,0 +1,385 @@
+using System.Collections.Concurrent;
+using System.Globalization;
+using System.Security.Cryptography;
+using System.Text.Json;
+using System.Text.Json.Serialization;
+using Herald.Broker.Engines;
+using Herald.Broker.Security;
+using StackExchange.Redis;
+
+namespace Herald.Broker.Cluster;
+
+/// <summary>
+/// The server API's actions on clients across the cluster (an <see cref="IClientControl"/>, spec cluster.md §14), all on the
+/// first shard (<see cref="ClusterShards.First"/>):
+/// <list type="bullet">
+/// <item><b>Control channel</b> <c>P.ctl</c>: the node the API called carries an action out on its own sessions, then
+/// publishes it there; every other node carries it out on its own and answers on the sender's <c>P.ctr:&lt;node&gt;</c>.
+/// The sender waits for an answer from each member it knows, at most <see cref="ReplyTimeout"/>, and adds them up (an
+/// action on one client stops waiting at the first node that held it). With <c>Herald:Cluster:Secret</c> an action
+/// carries the secret's tag (<see cref="SessionSignatures"/>, path <c>ctl</c>; a reply <c>ctr:&lt;node&gt;</c>), a
+/// nonce and the sender's deadline: one untagged, mis-tagged, replayed or late is refused and counted
+/// (<see cref="Refused"/>), never carried out.</item>
+/// <item><b>Revocations</b> in the hash <c>P rv</c> (identity → <c>&lt;until, Unix ms&gt; &lt;reason&gt;</c>), written by
+/// a script that holds it to <c>Herald:Security:MaxRevocations</c> (expired fields dropped first) and makes the key expire
+/// with its last entry; <c>P rvv</c> counts its changes. A node loads the hash at start and again whenever the count moved
+/// (read at every heartbeat), so a node that starts later, or missed an action while Redis was away, refuses the same
+/// identities; the action itself updates every node at once.</item>
+/// </list>
+/// Nothing here is on the message path. Redis that cannot be reached raises <see cref="ClusterUnavailableException"/>.
+/// </summary>
+internal sealed class ClusterClientControl : IClientControl
+{
+    /// <summary>How long the sender waits for the other nodes' answers.</summary>
+    public static readonly TimeSpan ReplyTimeout = TimeSpan.FromSeconds(2);
+
+    private const string SetScript = """
+        local now = tonumber(ARGV[4])
+        local max = tonumber(ARGV[5])
+        if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= max then
+          local all = redis.call('HGETALL', KEYS[1])
+          for i = 1, #all, 2 do
+            if tonumber(string.match(all[i + 1], '^%d+')) <= now then redis.call('HDEL', KEYS[1], all[i]) end
+          end
+          if redis.call('HLEN', KEYS[1]) >= max then return 0 end
+        end
+        redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
+        local keep = tonumber(ARGV[2]) - now
+        if redis.call('PTTL', KEYS[1]) < keep then redis.call('PEXPIRE', KEYS[1], keep) end
+        redis.call('INCR', KEYS[2])
+        return 1
+        """;
+
+    private readonly ClusterConnection _shard;
+    private readonly ClusterNodes _nodes;
+    private readonly string _node;
+    private readonly EnvelopeSigner? _signer;
+    private readonly CommandMemory _memory = new();
+    private readonly ConcurrentDictionary<long, Answers> _pending = new();
+    private Func<ClientAction, Task<ClientActionOutcome>>? _here;
+    private long _nextId;
+    private long _refused;
+    private long _loadedVersion = -1;
+
+    public ClusterClientControl(ClusterShards shards, ClusterNodes nodes, Revocations revocations)
+    {
+        _shard = shards.First;
+        _nodes = nodes;
+        _node = shards.NodeId.ToString("x16", CultureInfo.InvariantCulture);
+        _signer = _shard.Options.Secret is { } secret ? new EnvelopeSigner(secret) : null;
+        Revocations = revocations;
+    }
+
+    public Revocations Revocations { get; }
+
+    /// <summary>Control messages and answers refused: untagged or mis-tagged (with a secret), replayed, past their deadline, or not an action.</summary>
+    public long Refused => Interlocked.Read(ref _refused);
+
+    private RedisChannel Channel => RedisChannel.Literal(_shard.Prefix + ".ctl");
+
+    private RedisChannel RepliesTo(string node) => RedisChannel.Literal(_shard.Prefix + ".ctr:" + node);
+
+    private RedisKey Table => _shard.Prefix + "rv";
+
+    private RedisKey Version => _shard.Prefix + "rvv";
+
+    public void Serve(Func<ClientAction, Task<ClientActionOutcome>> here) => _here = here;
+
+    /// <summary>Listens on the control channel and this node's reply channel, then loads the revocations (at the cluster's start, and when the shard is back).</summary>
+    public async Task StartAsync()
+    {
+        await _shard.Subscriber.SubscribeAsync(Channel, (_, body) => Received(body)).ConfigureAwait(false);
+        await _shard.Subscriber.SubscribeAsync(RepliesTo(_node), (_, body) => Replied(body)).ConfigureAwait(false);
+        await RefreshAsync().ConfigureAwait(false);
+    }
+
+    /// <summary>Loads the revocations again when another node changed them (the heartbeat's): a GET, and the hash only when it moved.</summary>
+    public async Task RefreshAsync()
+    {
+        IDatabase redis = _shard.Database;
+        long version = (long?)await redis.StringGetAsync(Version).ConfigureAwait(false) ?? 0;
+        if (version == Interlocked.Read(ref _loadedVersion))
+        {
+            return;
+        }
+
+        HashEntry[] entries = await redis.HashGetAllAsync(Table).ConfigureAwait(false);
+        var held = new HashSet<string>(StringComparer.Ordinal);
+        foreach (HashEntry entry in entries)
+        {
+            if (Parse(entry.Name!, entry.Value!) is { } revocation && Revocations.Set(revocation))
+            {
+                held.Add(revocation.Identity);
+            }
+        }
+
+        foreach (Revocation kept in Revocations.InForce())
+        {
+            if (!held.Contains(kept.Identity))
+            {
+                Revocations.Remove(kept.Identity); // lifted while this node did not hear it
+            }
+        }
+
+        Interlocked.Exchange(ref _loadedVersion, version);
+    }
+
+    public async Task<ClientActionOutcome> RunAsync(ClientAction action, CancellationToken cancellationToken)
+    {
+        try
+        {
+            if (await RecordAsync(action).ConfigureAwait(false) is { } refused)
+            {
+                return refused;
+            }
+
+            bool mine = action.Client is null || OwnedHere(action); // an identity's clients may be anywhere; one client only on its node
+            ClientActionOutcome here = mine && _here is { } serve ? await serve(action).ConfigureAwait(false) : ClientActionOutcome.None;
+            if (action.Client is not null && mine)
+            {
+                return here; // the client is this node's: nobody else holds it
+            }
+
+            return await BroadcastAsync(action, here, cancellationToken).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            throw new ClusterUnavailableException(e.Message, e);
+        }
+    }
+
+    /// <summary>A revoke or its lifting written to Redis (the bound held there) and to this node's table; null when carried on.</summary>
+    private async Task<ClientActionOutcome?> RecordAsync(ClientAction action)
+    {
+        if (action.Kind == ClientActionKind.Revoke)
+        {
+            string reason = action.ReasonOr("");
+            long now = Revocations.Now.ToUnixTimeMilliseconds();
+            RedisResult stored = await _shard.Database.ScriptEvaluateAsync(SetScript, [Table, Version], [action.Identity!, action.Until.ToUnixTimeMilliseconds(), reason, now, Revocations.Max]).ConfigureAwait(false);
+            if ((long)stored == 0)
+            {
+                return ClientControlRules.Full(Revocations.Max); // Redis holds the bound for the whole cluster
+            }
+        }
+        else if (action.Kind == ClientActionKind.Unrevoke)
+        {
+            await _shard.Database.HashDeleteAsync(Table, action.Identity!).ConfigureAwait(false);
+            await _shard.Database.StringIncrementAsync(Version).ConfigureAwait(false);
+        }
+
+        ClientControlRules.Record(Revocations, action); // this node's copy (the bound was Redis's to hold)
+        return null;
+    }
+
+    /// <summary>Whether the client the action names has this node's prefix (spec §15.1): then no other node holds it.</summary>
+    private bool OwnedHere(ClientAction action) => action.Client is { } client && client.StartsWith(_node, StringComparison.OrdinalIgnoreCase);
+
+    /// <summary>Sends the action to every other node and adds up their answers, each member answering at most once, within <see cref="ReplyTimeout"/>.</summary>
+    private async Task<ClientActionOutcome> BroadcastAsync(ClientAction action, ClientActionOutcome here, CancellationToken cancellationToken)
+    {
+        int others = _nodes.Known.Count(n => !n.Self);
+        long id = Interlocked.Increment(ref _nextId);
+        var pending = new Answers(others, stopAtFirstHolder: action.Client is not null);
+        _pending[id] = pending;
+        try
+        {
+            var message = ControlMessage.Of(action, id, _node, DateTimeOffset.UtcNow.Add(ReplyTimeout).ToUnixTimeMilliseconds());
+            byte[] body = SessionSignatures.Seal(_signer, "ctl", JsonSerializer.SerializeToUtf8Bytes(message, ControlJson.Default.ControlMessage));
+            await _shard.Subscriber.PublishAsync(Channel, body).ConfigureAwait(false);
+            if (others > 0)
+            {
+                await Task.WhenAny(pending.Done, Task.Delay(ReplyTimeout, cancellationToken)).ConfigureAwait(false);
+            }
+
+            return pending.Sum(here, others + 1);
+        }
+        finally
+        {
+            _pending.TryRemove(id, out _);
+        }
+    }
+
+    /// <summary>Another node's action: checked (tag, nonce, deadline), recorded, carried out here, answered.</summary>
+    private void Received(RedisValue body)
+    {
+        ControlMessage? message = Open<ControlMessage>(body, "ctl", ControlJson.Default.ControlMessage);
+        if (message is null || message.From == _node)
+        {
+            return; // refused (counted), or this node's own: carried out before it was sent
+        }
+
+        long now = DateTimeOffset.UtcNow.ToUnixTimeMilliseconds();
+        if (message.Nonce is not { Length: > 0 } nonce || now > message.Deadline || !_memory.Admit(nonce, message.Deadline, now) || message.Action() is not { } action)
+        {
+            Interlocked.Increment(ref _refused);
+            return;
+        }
+
+        _ = AnswerAsync(message, action);
+    }
+
+    private async Task AnswerAsync(ControlMessage message, ClientAction action)
+    {
+        ClientControlRules.Record(Revocations, action); // Redis holds the bound; this node's copy follows it
+        ClientActionOutcome outcome = _here is { } here ? await here(action).ConfigureAwait(false) : ClientActionOutcome.None;
+        var reply = new ControlReply { Id = message.Id, Node = _node, Clients = outcome.Clients, Sid = outcome.Sid, Code = outcome.Code, Message = outcome.Message };
+        try
+        {
+            await _shard.Subscriber.PublishAsync(RepliesTo(message.From), SessionSignatures.Seal(_signer, "ctr:" + message.From, JsonSerializer.SerializeToUtf8Bytes(reply, ControlJson.Default.ControlReply))).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            // Unreachable: the sender counts this node as not answering.
+        }
+    }
+
+    private void Replied(RedisValue body)
+    {
+        if (Open<ControlReply>(body, "ctr:" + _node, ControlJson.Default.ControlReply) is { } reply && _pending.TryGetValue(reply.Id, out Answers? pending))
+        {
+            pending.Add(reply);
+        }
+    }
+
+    /// <summary>The JSON of a message on <paramref name="path"/>'s channel, if its tag is the secret's (with one) and it parses; else counted and null.</summary>
+    private T? Open<T>(RedisValue body, string path, System.Text.Json.Serialization.Metadata.JsonTypeInfo<T> type)
+        where T : class
+    {
+        try
+        {
+            if (SessionSignatures.TryOpen(_signer, path, (byte[])body!, out ReadOnlyMemory<byte> json) && JsonSerializer.Deserialize(json.Span, type) is { } value)
+            {
+                return value;
+            }
+        }
+        catch (JsonException)
+        {
+            // counted below
+        }
+
+        Interlocked.Increment(ref _refused);
+        return null;
+    }
+
+    private static Revocation? Parse(string identity, string value)
+    {
+        int space = value.IndexOf(' ', StringComparison.Ordinal);
+        return space > 0 && long.TryParse(value.AsSpan(0, space), NumberStyles.None, CultureInfo.InvariantCulture, out long until)
+            ? new Revocation(identity, DateTimeOffset.FromUnixTimeMilliseconds(until), value[(space + 1)..])
+            : null;
+    }
+
+    /// <summary>The answers to one broadcast: complete when every other member answered (or, for one client, the first that held it).</summary>
+    private sealed class Answers(int expected, bool stopAtFirstHolder)
+    {
+        private readonly TaskCompletionSource _done = new(TaskCreationOptions.RunContinuationsAsynchronously);
+        private readonly ConcurrentDictionary<string, ControlReply> _replies = new(StringComparer.Ordinal);
+
+        public Task Done => _done.Task;
+
+        public void Add(ControlReply reply)
+        {
+            if (!_replies.TryAdd(reply.Node, reply))
+            {
+                return; // one answer per node
+            }
+
+            if (_replies.Count >= expected || (stopAtFirstHolder && (reply.Clients > 0 || reply.Code is not null)))
+            {
+                _done.TrySetResult();
+            }
+        }
+
+        public ClientActionOutcome Sum(ClientActionOutcome here, int asked)
+        {
+            ClientActionOutcome total = here with { NodesAsked = asked };
+            foreach (ControlReply reply in _replies.Values)
+            {
+                total = total.Plus(new ClientActionOutcome(reply.Clients, 1, asked, reply.Sid, reply.Code, reply.Message));
+            }
+
+            return total;
+        }
+    }
+}
+
+/// <summary>An action on the control channel (cluster.md §14): who sent it, its nonce and deadline, and the action.</summary>
+internal sealed class ControlMessage
+{
+    public long Id { get; set; }
+
+    public string From { get; set; } = "";
+
+    public string? Nonce { get; set; }
+
+    /// <summary>Unix ms: past it, a node does not carry the action out (the sender has stopped waiting).</summary>
+    public long Deadline { get; set; }
+
+    public ClientActionKind Kind { get; set; }
+
+    public string? Client { get; set; }
+
+    public string? Identity { get; set; }
+
+    public string Reason { get; set; } = "";
+
+    public long Until { get; set; }
+
+    public string? Pattern { get; set; }
+
+    public uint Options { get; set; }
+
+    public bool Force { get; set; }
+
+    public static ControlMessage Of(ClientAction action, long id, string from, long deadline) => new()
+    {
+        Id = id,
+        From = from,
+        Nonce = Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(16)),
+        Deadline = deadline,
+        Kind = action.Kind,
+        Client = action.Client,
+        Identity = action.Identity,
+        Reason = action.Reason,
+        Until = action.Until.ToUnixTimeMilliseconds(),
+        Pattern = action.Pattern,
+        Options = action.Options,
+        Force = action.Force,
+    };
+
+    /// <summary>The action, or null when its fields do not make one (a message no node would have sent).</summary>
+    public ClientAction? Action()
+    {
+        bool valid = Kind switch
+        {
+            ClientActionKind.Disconnect => (Client is null) != (Identity is null),
+            ClientActionKind.Revoke or ClientActionKind.Unrevoke => Identity is not null,
+            ClientActionKind.Subscribe or ClientActionKind.Unsubscribe => Client is not null && Pattern is not null,
+            _ => false,
+        };
+        return valid
+            ? new ClientAction(Kind) { Client = Client, Identity = Identity, Reason = Reason, Until = DateTimeOffset.FromUnixTimeMilliseconds(Until), Pattern = Pattern, Options = Options, Force = Force }
+            : null;
+    }
+}
+
+/// <summary>A node's answer to an action: what it reached there.</summary>
+internal sealed class ControlReply
+{
+    public long Id { get; set; }
+
+    public string Node { get; set; } = "";
+
+    public int Clients { get; set; }
+
+    public uint Sid { get; set; }
+
+    public string? Code { get; set; }
+
+    public string? Message { get; set; }
+}
+
+[JsonSerializable(typeof(ControlMessage))]
+[JsonSerializable(typeof(ControlReply))]
+[JsonSourceGenerationOptions(DefaultIgnoreCondition = JsonIgnoreCondition.WhenWritingNull)]
+internal sealed partial class ControlJson : JsonSerializerContext;
