@@ -182,6 +182,36 @@ public sealed class HookTests(ITestOutputHelper output)
     }
 
     [Fact]
+    public async Task A_reply_a_request_permits_is_not_asked_about_and_arrives()
+    {
+        await using HookBackend backend = await HookBackend.StartAsync((hook, question) => Task.FromResult<string?>(hook == "connect"
+            ? question.GetProperty("credential").GetString() == "caller"
+                ? """{"result":"allow","identity":"caller","permissions":{"publish":["svc.echo"]}}"""
+                : """{"result":"allow","identity":"responder","permissions":{"subscribe":["svc.echo"]}}"""
+            : Allow));
+        await using TestBroker broker = await TestBroker.StartAsync(o =>
+        {
+            o.Hooks.Connect.Url = backend.Url("connect");
+            o.Hooks.Publish.Url = backend.Url("publish"); // every topic, the callers' inboxes included
+        });
+        await using ProtocolClient responder = await ProtocolClient.OpenAsync(broker.Port, auth: "responder");
+        await responder.SubscribeAsync(1, "svc.echo");
+        Assert.Empty(await responder.BarrierAsync());
+        await using ProtocolClient caller = await ProtocolClient.ConnectAsync(broker.Port);
+        string inbox = (await caller.HelloAsync(auth: "caller")).InboxPrefix!;
+        await caller.SubscribeAsync(1, inbox + ".r1");
+        Assert.Empty(await caller.BarrierAsync());
+
+        await caller.PublishAsync("svc.echo", "ping", replyTo: inbox + ".r1");
+        Frame request = await responder.ReadMessageAsync();
+        await responder.PublishAsync(request.ReplyTo!, "pong"); // its permissions grant no publish: the request's reply permit does
+        Assert.Empty(await responder.BarrierAsync());
+
+        Assert.Equal("pong", (await caller.ReadMessageAsync()).Text);
+        Assert.Equal(["svc.echo"], backend.Questions.Where(q => q.Hook == "publish").Select(q => q.Question.GetProperty("topic").GetString()));
+    }
+
+    [Fact]
     public async Task A_stalling_hook_refuses_only_the_clients_waiting_on_it_after_its_timeout_and_a_bystander_carries_on()
     {
         await using HookBackend backend = await HookBackend.StartAsync(Decide);

@@ -20,8 +20,8 @@ internal abstract partial class ProtocolSession
     /// </summary>
     public Refusal Publish(in PublishFrame publish, long receivedAt)
     {
-        Refusal refused = Check(publish);
-        if (!refused.IsNone || (Broker.DecidesPublications && PublishWaitsOrRefused(publish, batch: false, out refused)))
+        Refusal refused = Check(publish, out bool permittedReply);
+        if (!refused.IsNone || (Broker.DecidesPublications && !permittedReply && PublishWaitsOrRefused(publish, batch: false, out refused)))
         {
             return refused; // refused, or waiting for the backend's decision (nothing routed or charged: carried out again)
         }
@@ -74,14 +74,14 @@ internal abstract partial class ProtocolSession
         bool deciding = false;
         foreach (PublishFrame publish in publishes)
         {
-            Refusal refused = Check(publish);
+            Refusal refused = Check(publish, out bool permittedReply);
             if (!refused.IsNone)
             {
                 ForgetAsked();
                 return refused;
             }
 
-            if (Broker.DecidesPublications && PublishWaitsOrRefused(publish, batch: true, out refused))
+            if (Broker.DecidesPublications && !permittedReply && PublishWaitsOrRefused(publish, batch: true, out refused))
             {
                 if (!refused.IsNone)
                 {
@@ -147,8 +147,11 @@ internal abstract partial class ProtocolSession
     /// be a reply the session was asked for (one of its <see cref="ReplyPermits"/>, spent here). Allow-all
     /// identities pay only the reserved-prefix test.
     /// </summary>
-    private Refusal Check(in PublishFrame publish)
+    /// <param name="permittedReply">Whether a reply permit granted it (spent here): a reply the broker allows because a request asked
+    /// for it, which no publish hook is asked about (the request was), so it is never read twice.</param>
+    private Refusal Check(in PublishFrame publish, out bool permittedReply)
     {
+        permittedReply = false;
         if ((publish.Flags & PayloadFlags.Zstd) != 0 && !Backlog.AcceptsZstd)
         {
             Throw(ErrorCode.MalformedFrame, "A Zstd-compressed payload was sent without negotiating Zstd (HELLO's capabilities, or long-poll's \"zstd\": true).");
@@ -196,6 +199,7 @@ internal abstract partial class ProtocolSession
         if (!permissions.IsAllowAll && !(checkedBefore && ReferenceEquals(_checkedTopicGrantedBy, permissions)))
         {
             PublishGrant grant = MayPublish(permissions, publish.Topic);
+            permittedReply = grant == PublishGrant.ReplyPermit;
             if (grant == PublishGrant.None)
             {
                 return Denied($"Publishing to '{publish.TopicString}' is not permitted for '{Identity.Name}'.");
