@@ -335,7 +335,7 @@ internal static class SharedSessionScripts
 
     /// <summary>
     /// KEYS: hash, stream. ARGV: ack, max messages, ttl ms, waiter channel ('' : do not hold), generation ('' : a new poll),
-    /// token, max bytes, the polling node. Returns {code, generation, highest ack, highest sent, entries} (code 0; per
+    /// token, max bytes, the polling node. Returns {code, generation, highest ack, highest sent before this poll, entries} (code 0; per
     /// stream entry read, its lists as stored: {first sequence, first and last position taken (from 1), its message count,
     /// sids (<c>*&lt;sid&gt;</c>: one for all), tags, its frame hash, its first field ('' : a list), its list of fields}, or,
     /// for an entry that is not a node's, {first, 1, 1, 1, sid, tag, '', '', '', frame}; the node fetches the frames and
@@ -452,7 +452,7 @@ internal static class SharedSessionScripts
         if marks and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'waiter', ARGV[4], 'waited', nowms) end
         redis.call('PEXPIRE', KEYS[1], ARGV[3])
         redis.call('PEXPIRE', KEYS[2], ARGV[3])
-        return {0, gen, acked, sent, out}
+        return {0, gen, acked, tonumber(h[4] or '0'), out}
         """;
 
     /// <summary>
