@@ -95,6 +95,14 @@ public sealed class ClusterOptions
     public int MaxSessionCommands { get; set; } = 1_000;
 
     /// <summary>
+    /// Bytes of frames a node keeps from its latest appends to shared long-poll sessions (spec cluster.md §10), so that a
+    /// poll on that node takes them from memory instead of fetching them from Redis; the oldest append's go first past
+    /// it, and a poll then fetches them. 0: none kept, every poll fetches.
+    /// </summary>
+    [Range(0, long.MaxValue)]
+    public long KeptFrameBytes { get; set; } = 16L * 1024 * 1024;
+
+    /// <summary>
     /// Several independent Redis shards instead of the one <see cref="Redis"/> (spec cluster.md §13): each topic lives on
     /// one of them (a jump consistent hash of the topic), with its channel, history and presence, and each long-poll
     /// session on the one its token hashes to, so no one Redis carries the whole cluster. Every node lists the same

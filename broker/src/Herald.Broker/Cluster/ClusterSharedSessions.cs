@@ -58,8 +58,12 @@ internal sealed class ClusterSharedSessions : ISharedSessions
         _node = shards.NodeId.ToString("x16", CultureInfo.InvariantCulture);
         _secret = _options.Secret;
         _signer = _secret is null ? null : new EnvelopeSigner(_secret);
-        _appends = new SharedSessionAppends(shards, _node, Lease, _secret);
+        Kept = new KeptFrames(_options.KeptFrameBytes);
+        _appends = new SharedSessionAppends(shards, _node, Lease, _secret, Kept);
     }
+
+    /// <summary>The frames of this node's latest append calls, which its polls take from memory rather than from Redis.</summary>
+    public KeptFrames Kept { get; }
 
     /// <summary>Commands and replies refused for their tag or shape (a writer that is not a node; monitoring).</summary>
     public long CommandsForged => Interlocked.Read(ref _forged);
@@ -224,7 +228,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
         }
 
         var read = (RedisResult[])items[4]!;
-        RedisValue[][] frames = await Guard(SharedSessionRecord.FetchFramesAsync(db, read)).ConfigureAwait(false);
+        RedisValue[][] frames = await Guard(SharedSessionRecord.FetchFramesAsync(db, read, Kept)).ConfigureAwait(false);
         List<(long Sequence, uint Sid, byte[] Frame)> entries = SharedSessionRecord.ReadEntries(token, read, frames, _secret, out int forged);
         Interlocked.Add(ref _forgedEntries, forged); // not a node's: never delivered (the gap one leaves, if any, is reported as one)
         return new SharedPoll(SharedPollStatus.Ok)

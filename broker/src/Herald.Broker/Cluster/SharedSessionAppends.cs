@@ -17,9 +17,9 @@ namespace Herald.Broker.Cluster;
 /// (if it is still there when this one runs), so the sessions of one message share one copy however their appends were
 /// gathered. Told apart by memory only while a call that wrote or referenced the frame is in flight: its sessions hold
 /// the buffer meanwhile, so the same memory is the same message. A session's pump has one append in flight at a time,
-/// so its order holds.
+/// so its order holds. Once Redis has a call's frames, <paramref name="kept"/> keeps them for this node's polls.
 /// </summary>
-internal sealed class SharedSessionAppends(ClusterShards shards, string node, TimeSpan lease, string? secret)
+internal sealed class SharedSessionAppends(ClusterShards shards, string node, TimeSpan lease, string? secret, KeptFrames kept)
 {
     /// <summary>Calls to Redis with appends in flight at once, at most: while they are out, the next appends gather into one.</summary>
     private const int MaxAppendsInFlight = 4;
@@ -215,6 +215,7 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
             args.AddRange(sessions);
             var results = (RedisResult[])(await shard.Database.ScriptEvaluateAsync(SharedSessionScripts.Append, keys, [.. args]).ConfigureAwait(false))!;
             Forget(used);
+            kept.Keep((string)keys[0]!, [.. frames]);
             for (int s = 0; s < batch.Count; s++)
             {
                 batch[s].Done.TrySetResult((long)results[s]);

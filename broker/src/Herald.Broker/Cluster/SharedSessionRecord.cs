@@ -139,9 +139,10 @@ internal static class SharedSessionRecord
     /// its first field or its list of fields, and the positions taken), fetched by the node itself in one HMGET per entry,
     /// all sent at once: Redis copies each frame once into its reply, never into the script. A frame gone meanwhile (the
     /// session acknowledged it through a newer poll, or its owner dropped it) is null: the poll reports the gap. An entry
-    /// that is not a node's carries its frame inline.
+    /// that is not a node's carries its frame inline. An entry whose frames this node still keeps (<paramref name="kept"/>: it
+    /// appended them lately) is answered from memory, with no call to Redis.
     /// </summary>
-    public static async Task<RedisValue[][]> FetchFramesAsync(IDatabase db, RedisResult[] raw)
+    public static async Task<RedisValue[][]> FetchFramesAsync(IDatabase db, RedisResult[] raw, KeptFrames kept)
     {
         var fetches = new Task<RedisValue[]>[raw.Length];
         for (int e = 0; e < raw.Length; e++)
@@ -178,7 +179,7 @@ internal static class SharedSessionRecord
                 }
             }
 
-            fetches[e] = db.HashGetAsync(frames, fields);
+            fetches[e] = kept.Find(frames, fields) is { } found ? Task.FromResult(found) : db.HashGetAsync(frames, fields);
         }
 
         return await Task.WhenAll(fetches).ConfigureAwait(false);

@@ -1,0 +1,104 @@
+using System.Net;
+using Herald.Broker.Cluster;
+using Herald.Broker.Tests.Infrastructure;
+using StackExchange.Redis;
+using Xunit.Abstractions;
+
+namespace Herald.Broker.Tests;
+
+/// <summary>
+/// A node keeps the frames of its latest appends to shared long-poll sessions (cluster.md §10,
+/// <c>Herald:Cluster:KeptFrameBytes</c>), so a poll on it takes them from memory instead of from the append call's frame
+/// hash; a poll through another node, or on a node that took the session over, reads Redis. Asserted on the frames each
+/// node counts as taken from memory or fetched, and on what the polls answer, never on a time.
+/// </summary>
+public sealed class ClusterLongPollKeptFramesTests(ITestOutputHelper output)
+{
+    private const string Secret = "the-cluster-secret-0123456789";
+    private const int Count = 5;
+
+    [Fact]
+    public async Task A_poll_on_the_owner_is_answered_from_memory_with_what_a_poll_through_another_node_reads_from_redis()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
+        {
+            o.Cluster.Secret = Secret; // each frame's tag checked, whether from memory or from Redis
+            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
+        });
+        LongPollClient owner = await PublishedAsync(cluster, "kept");
+        KeptFrames kept0 = cluster[0].Engine().Sessions.Kept, kept1 = cluster[1].Engine().Sessions.Kept;
+        (long found0, long fetched0, long found1, long fetched1) = (kept0.Found, kept0.Fetched, kept1.Found, kept1.Fetched);
+
+        PollResult fromMemory = await owner.PollAsync(0);
+        PollResult fromRedis = await owner.Via(cluster[1].Http).PollAsync(0); // nothing acknowledged: the same again
+        output.WriteLine($"owner: {kept0.Found - found0} frames from memory, {kept0.Fetched - fetched0} fetched ({kept0.Bytes} B kept); other node: {kept1.Found - found1} from memory, {kept1.Fetched - fetched1} fetched");
+
+        Assert.Equal(HttpStatusCode.OK, fromMemory.Status);
+        Assert.Equal(Texts(), fromMemory.Messages.Select(m => m.Text));
+        Assert.Equal(fromRedis.Messages.Select(m => (m.Sid, m.Text)), fromMemory.Messages.Select(m => (m.Sid, m.Text)));
+        Assert.Equal((fromRedis.FirstSequence, fromRedis.Count), (fromMemory.FirstSequence, fromMemory.Count));
+        Assert.Equal((Count, 0L), (kept0.Found - found0, kept0.Fetched - fetched0));
+        Assert.Equal((0L, Count), (kept1.Found - found1, kept1.Fetched - fetched1));
+        Assert.Equal(0L, cluster[0].Engine().Sessions.EntriesForged + cluster[1].Engine().Sessions.EntriesForged);
+    }
+
+    [Fact]
+    public async Task After_a_takeover_the_new_owner_reads_redis_for_what_the_old_one_appended_and_memory_for_its_own()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o => o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500));
+        LongPollClient owner = await PublishedAsync(cluster, "moved");
+        await cluster[0].StopAsync(); // its leases given up: the next request on node 1 takes the session over
+        KeptFrames kept1 = cluster[1].Engine().Sessions.Kept;
+
+        LongPollClient on1 = owner.Via(cluster[1].Http);
+        PollResult taken = await on1.PollAsync(0);
+        output.WriteLine($"new owner, old owner's frames: {kept1.Found} from memory, {kept1.Fetched} fetched");
+        Assert.Equal((HttpStatusCode.OK, 1L), (taken.Status, taken.FirstSequence));
+        Assert.Equal(Texts(), taken.Messages.Select(m => m.Text));
+        Assert.Equal((long)Count, kept1.Fetched); // every frame the old owner appended, from Redis
+        Assert.True(kept1.Found <= 1, $"{kept1.Found} frames from memory"); // at most the takeover's loss mark, which node 1 appended itself
+
+        // What node 1 appends now, it answers from memory.
+        long found = kept1.Found;
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher");
+        await publisher.PublishAsync("moved", "after");
+        PollResult next = await Until.Value(() => on1.PollAsync(taken.LastSequence), p => p.Messages.Any(m => m.Text == "after"), "the message appended by the new owner");
+        output.WriteLine($"new owner, its own frames: {kept1.Found} from memory, {kept1.Fetched} fetched");
+        Assert.True(kept1.Found > found);
+        Assert.Equal((long)Count, kept1.Fetched);
+    }
+
+    [Fact]
+    public async Task With_no_bytes_to_keep_a_poll_on_the_owner_reads_redis_and_gets_the_same()
+    {
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 1, o =>
+        {
+            o.Cluster.KeptFrameBytes = 0;
+            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
+        });
+        LongPollClient owner = await PublishedAsync(cluster, "unkept");
+        KeptFrames kept = cluster[0].Engine().Sessions.Kept;
+
+        PollResult got = await owner.PollAsync(0);
+        Assert.Equal(Texts(), got.Messages.Select(m => m.Text));
+        Assert.Equal((0L, (long)Count, 0L), (kept.Found, kept.Fetched, kept.Bytes));
+    }
+
+    /// <summary>A session on node 0 subscribed to <paramref name="topic"/>, and <see cref="Count"/> messages published on node 0 and appended to it.</summary>
+    private static async Task<LongPollClient> PublishedAsync(TestCluster cluster, string topic)
+    {
+        LongPollClient session = await LongPollClient.CreateAsync(cluster[0].Http);
+        await session.SubscribeAsync(1, topic);
+        await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+        foreach (string text in Texts())
+        {
+            await publisher.PublishAsync(topic, text);
+        }
+
+        await Until.True(async () => (long?)await redis.GetDatabase().HashGetAsync("{herald}:lp:" + session.Session, "seq") == Count, "every message appended");
+        return session;
+    }
+
+    private static IEnumerable<string> Texts() => Enumerable.Range(0, Count).Select(i => $"m{i}");
+}
