@@ -17,6 +17,39 @@ namespace Herald.Broker.Tests;
 public sealed class ClusterShardLossTests(ITestOutputHelper output)
 {
     [Fact]
+    public async Task A_subscription_made_while_its_shard_is_down_is_counted_as_not_made_there_made_when_it_is_back_and_told()
+    {
+        const int Shards = 2;
+        await using TestCluster cluster = await TestCluster.StartShardedAsync(Shards, nodes: 1, Quick);
+        TestBroker node = cluster[0];
+        ClusterEngine engine = node.Engine();
+        string victim = ClusterShardTests.TopicOn(0, Shards, "late.v");
+        string bystander = ClusterShardTests.TopicOn(1, Shards, "late.b");
+        cluster.Shards[0].Kill();
+        await Until.True(() => !engine.ConnectedTo(0), "the node sees shard 0 gone");
+
+        await using var client = await ProtocolClient.OpenAsync(node.Port, "late");
+        await client.SubscribeAsync(1, victim);
+        await client.SubscribeAsync(2, bystander);
+        Assert.Empty(await client.PingPongAsync()); // settled: shard 0 failed fast, shard 1 made its part
+        output.WriteLine($"subscribe failures: shard 0 {engine.Metrics.SubscribeFailuresOn(0)}, shard 1 {engine.Metrics.SubscribeFailuresOn(1)}");
+        long failed = engine.Metrics.SubscribeFailuresOn(0);
+        Assert.True(failed > 0, "the victim's channel was not made on shard 0"); // tried at each change of the cover while the shard is down
+        Assert.Equal(0, engine.Metrics.SubscribeFailuresOn(1));
+        using (JsonDocument varz = JsonDocument.Parse(await node.Monitoring.GetStringAsync("/varz")))
+        {
+            Assert.Equal([failed, 0L], varz.RootElement.GetProperty("cluster").GetProperty("shards").EnumerateArray().Select(shard => shard.GetProperty("subscribe_failures").GetInt64()));
+        }
+
+        await cluster.Shards[0].RestartAsync();
+        ErrorFrame notice = await NoticeAsync(client);
+        Assert.Equal(new uint[] { 1 }, notice.Sids); // what it may have missed meanwhile is told; the bystander topic is not named
+        await using ConnectionMultiplexer shard0 = await ConnectionMultiplexer.ConnectAsync(cluster.Shards[0].Configuration);
+        await Until.True(async () => ((RedisResult[])(await shard0.GetDatabase().ExecuteAsync("PUBSUB", "CHANNELS"))!).Length > 0, "the victim's channel subscribed on shard 0 once it is back");
+        Assert.Equal(failed, engine.Metrics.SubscribeFailuresOn(0)); // made at the first try once it is back
+    }
+
+    [Fact]
     public async Task Subscribers_of_a_restarted_shards_topics_and_of_globs_are_told_by_sid_on_every_transport_and_a_bystander_topic_is_not()
     {
         const int Shards = 2;

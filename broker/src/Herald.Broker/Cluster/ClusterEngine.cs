@@ -51,7 +51,7 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         SharedHistory = new ClusterSharedHistory(_shards, _out, history);
         Presence = new RedisPresence(_shards, _out, presence ?? new PresenceOptions());
         _in = new ClusterInbound(_shards, router, encoder, brokerMetrics, Metrics, Nodes, _out.KeptOrigins, SharedHistory, maxPayloadBytes, maxFrameBytes, Presence);
-        _interest = new ClusterInterest(_shards, Nodes, Groups, _in, log, new ShardLossNotices(_shards, router, history, Metrics));
+        _interest = new ClusterInterest(_shards, Nodes, Groups, _in, log, new ShardLossNotices(_shards, router, history, Metrics), Metrics);
         Control = new ClusterClientControl(_shards, Nodes, revocations ?? new Revocations(new SecurityOptions().MaxRevocations, TimeProvider.System));
     }
 
@@ -168,7 +168,8 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
         DroppedFor(shard.Index),
         RedisSubscriptionsOn(shard.Index),
         InboundQueuedOn(shard.Index),
-        Metrics.LossNoticesOn(shard.Index));
+        Metrics.LossNoticesOn(shard.Index),
+        Metrics.SubscribeFailuresOn(shard.Index));
 
     /// <summary>A member of the cluster with the queue groups this node knows it holds (cluster.md §11).</summary>
     private static ClusterMember MemberOf(ClusterNode node, ClusterGroups.GroupsView groups)

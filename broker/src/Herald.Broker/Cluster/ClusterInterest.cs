@@ -32,6 +32,7 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
     private readonly ClusterInbound _in;
     private readonly ILogger _log;
     private readonly ShardLossNotices _losses;
+    private readonly ClusterMetrics _metrics;
     private readonly Channel<InterestChange> _changes = Channel.CreateUnbounded<InterestChange>(new UnboundedChannelOptions { SingleReader = true });
     private readonly SettleCounter _settle = new();
 
@@ -43,9 +44,10 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
     private Task _worker = Task.CompletedTask;
     private CancellationToken _stop;
 
-    public ClusterInterest(ClusterShards shards, ClusterNodes nodes, ClusterGroups groups, ClusterInbound inbound, ILogger log, ShardLossNotices losses)
+    public ClusterInterest(ClusterShards shards, ClusterNodes nodes, ClusterGroups groups, ClusterInbound inbound, ILogger log, ShardLossNotices losses, ClusterMetrics metrics)
     {
         _losses = losses;
+        _metrics = metrics;
         _shards = shards;
         _options = shards.First.Options;
         _perShard = [.. shards.All.Select(shard => new ShardSubscriptions(shard))];
@@ -330,6 +332,7 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
         {
             // Not made (Redis unreachable): forget whatever the client registered, and make it again at the next resync.
             _log.ClusterSubscribeFailed(name, e.Message);
+            _metrics.SubscribeFailed(shard.Index);
             try
             {
                 await shard.Subscriber.UnsubscribeAsync(channel, handler: null, CommandFlags.FireAndForget).ConfigureAwait(false);

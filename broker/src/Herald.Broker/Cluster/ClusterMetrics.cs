@@ -24,11 +24,13 @@ internal sealed class ClusterMetrics
     private long _replayed;
     private long _shed;
     private readonly long[] _lossNoticesOn;
+    private readonly long[] _subscribeFailuresOn;
 
     public ClusterMetrics(IMeterFactory meterFactory, ClusterEngine engine, int shards = 1)
     {
         _receivedOn = new long[shards];
         _lossNoticesOn = new long[shards];
+        _subscribeFailuresOn = new long[shards];
         Meter meter = meterFactory.Create(BrokerMetrics.MeterName);
         meter.CreateObservableCounter("herald.cluster.messages.sent", () => PerShard(shards, engine.SentTo), "{message}", "Publications this node sent to Redis for the other nodes, per shard.");
         meter.CreateObservableCounter("herald.cluster.messages.received", () => PerShard(shards, ReceivedOn), "{message}", "Publications of other nodes this node received from Redis and routed, per shard.");
@@ -45,6 +47,7 @@ internal sealed class ClusterMetrics
         meter.CreateObservableCounter("herald.cluster.invalid", () => Invalid, "{message}", "Messages on this cluster's channels that were not a Herald envelope, skipped.");
         meter.CreateObservableCounter("herald.cluster.inbound.shed", () => InboundShed, "{message}", "Publications from Redis this node took off a subscription's queue unrouted, past Herald:Cluster:MaxInboundMessages; their subscribers here were told how many they lost.");
         meter.CreateObservableCounter("herald.cluster.loss_notices", () => PerShard(shards, LossNoticesOn), "{subscription}", "Subscriptions on this node told they may have lost an unknown number of messages, each time a shard their publications travel through came back after an outage (cluster.md §13).");
+        meter.CreateObservableCounter("herald.cluster.subscribe.failures", () => PerShard(shards, SubscribeFailuresOn), "{subscription}", "Attempts to subscribe to a Redis channel or glob on a shard that failed (unreachable, or the command timed out); each is made again when the shard is back, and its subscribers are told then (cluster.md §13).");
         meter.CreateObservableCounter("herald.cluster.replayed", () => Replayed, "{message}", "Signed envelopes refused as replays: one this node had routed already, or older than Herald:Cluster:ReplayWindow (cluster.md §3).");
         meter.CreateObservableCounter("herald.cluster.history.repaired", () => Repaired, "{message}", "History topics' publications this node missed while Redis was unreachable, read back from their streams and routed in order.");
         meter.CreateObservableCounter("herald.cluster.groups.overflowed", () => GroupsOverflowedCount, "{group}", "Queue groups of a publication past the 64 one envelope gives to other nodes, chosen on the publishing node instead (cluster.md §11).");
@@ -112,6 +115,11 @@ internal sealed class ClusterMetrics
     public long LossNoticesOn(int shard) => Interlocked.Read(ref _lossNoticesOn[shard]);
 
     public void LossNotices(int shard, int subscriptions) => Interlocked.Add(ref _lossNoticesOn[shard], subscriptions);
+
+    /// <summary>Attempts to subscribe on <paramref name="shard"/> that failed (spec cluster.md §13).</summary>
+    public long SubscribeFailuresOn(int shard) => Interlocked.Read(ref _subscribeFailuresOn[shard]);
+
+    public void SubscribeFailed(int shard) => Interlocked.Increment(ref _subscribeFailuresOn[shard]);
 
     public void ReplayedOne() => Interlocked.Increment(ref _replayed);
 

@@ -52,10 +52,11 @@ internal sealed record ClusterSnapshot(
 /// <summary>
 /// One shard of the cluster (spec cluster.md §13) as this node sees it: its place, endpoints (never a password) and
 /// prefix, whether it is reachable, what this node sent there and received from there, dropped for its topics, how
-/// many Redis subscriptions it holds there, what waits from it unrouted (this node's lag on that shard), and how many
-/// subscriptions it told they may have lost messages when the shard came back after an outage.
+/// many Redis subscriptions it holds there, what waits from it unrouted (this node's lag on that shard), how many
+/// subscriptions it told they may have lost messages when the shard came back after an outage, and how many Redis
+/// subscriptions it could not make there.
 /// </summary>
-internal sealed record ClusterShardStatus(int Index, IReadOnlyList<string> Endpoints, string Prefix, bool Connected, long Sent, long Received, long Dropped, long Subscriptions, long InboundQueued, long LossNotices = 0);
+internal sealed record ClusterShardStatus(int Index, IReadOnlyList<string> Endpoints, string Prefix, bool Connected, long Sent, long Received, long Dropped, long Subscriptions, long InboundQueued, long LossNotices = 0, long SubscribeFailures = 0);
 
 /// <summary>
 /// A member of the cluster as this node last saw it, with the queue groups it knows the member holds (cluster.md §11); <see cref="Self"/>: this node.

@@ -169,7 +169,7 @@ internal static class MonitoringEndpoints
 
     /// <summary>The cluster's shards (spec cluster.md §13) as <c>/varz</c> and <c>/statusz</c> show them.</summary>
     internal static IReadOnlyList<VarzShard>? ShardsOf(ClusterSnapshot cluster) =>
-        cluster.Shards is { } shards ? [.. shards.Select(s => new VarzShard(s.Index, s.Endpoints, s.Prefix, s.Connected, s.Sent, s.Received, s.Dropped, s.Subscriptions, s.InboundQueued, s.LossNotices))] : null;
+        cluster.Shards is { } shards ? [.. shards.Select(s => new VarzShard(s.Index, s.Endpoints, s.Prefix, s.Connected, s.Sent, s.Received, s.Dropped, s.Subscriptions, s.InboundQueued, s.LossNotices, s.SubscribeFailures))] : null;
 
     /// <summary>A member of the cluster with the queue groups this node knows it holds (cluster.md §11).</summary>
     internal static VarzNode NodeOf(ClusterMember node) =>

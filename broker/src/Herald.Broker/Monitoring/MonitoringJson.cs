@@ -83,10 +83,10 @@ internal sealed record VarzCluster(
 /// <summary>
 /// One shard of the cluster (spec cluster.md §13): its index, endpoints (never a password), prefix, whether it is
 /// reachable, publications sent there, received from there and dropped for its topics, Redis subscriptions held
-/// there, publications from it waiting to be routed (this node's lag on it), and subscriptions told they may have lost
-/// messages when it came back after an outage.
+/// there, publications from it waiting to be routed (this node's lag on it), subscriptions told they may have lost
+/// messages when it came back after an outage, and Redis subscriptions this node could not make there.
 /// </summary>
-internal sealed record VarzShard(int Index, IReadOnlyList<string> Endpoints, string Prefix, bool Connected, long Sent, long Received, long Dropped, long Subscriptions, long InboundQueued, long LossNotices);
+internal sealed record VarzShard(int Index, IReadOnlyList<string> Endpoints, string Prefix, bool Connected, long Sent, long Received, long Dropped, long Subscriptions, long InboundQueued, long LossNotices, long SubscribeFailures);
 
 /// <summary>A member of the cluster as this node last saw it (heartbeats in Redis, spec cluster.md §5); <see cref="Self"/>: this node.</summary>
 internal sealed record VarzNode(string Id, string Name, string Host, DateTimeOffset Started, DateTimeOffset LastSeen, bool Self, string History = "", int Groups = 0, int GroupMembers = 0, long GroupsVersion = 0);
