@@ -1,6 +1,7 @@
 /**
  * The broker's server API (protocol-spec/server-api.yaml) for Node backends: publish, broadcast and batch
- * publications, read a topic's history, presence and topics, and the node's information, over HTTP with an API key
+ * publications, read a topic's history, presence and topics, the node's information, and act on clients (disconnect,
+ * revoke, subscribe, unsubscribe: an admin key), over HTTP with an API key
  * (not a client token). Exported as `@herald/client/server` only, so a browser bundle of `@herald/client` never
  * carries it (nor a key). Each call is one `fetch`; the client holds no connection.
  *
@@ -62,6 +63,20 @@ export interface ApiTopicsPage {
   truncated: boolean;
   entries: { pattern: string; subscribers: number }[];
   next?: string;
+}
+
+/** What a disconnect or revoke reached: the clients it ended, and the nodes that answered of those asked. */
+export interface ApiReach {
+  clients: number;
+  nodes: number;
+  nodes_asked: number;
+}
+
+/** An identity revoked until a time (RFC 3339), and the reason its clients are told. */
+export interface ApiRevocation {
+  identity: string;
+  until: string;
+  reason: string;
 }
 
 /** The server API refused a request: its HTTP status, the problem's `code` (`Unauthorized`, `Forbidden`, `RateLimited` ...), and `Retry-After` in seconds. */
@@ -133,19 +148,61 @@ export class HeraldApiClient {
     return (await this.send("GET", `topics?${query}`)) as ApiTopicsPage;
   }
 
+  /**
+   * Ends one client (`{ client }`: its client id, from presence or `/connz`) or every client of an identity on every node
+   * (`{ identity }`), telling each `reason` (a fatal `Disconnected`; the SDKs do not reconnect after it). Admin scope.
+   */
+  async disconnect(target: { client: string } | { identity: string }, reason?: string): Promise<ApiReach> {
+    return (await this.send("POST", "clients/disconnect", { ...target, ...(reason === undefined ? {} : { reason }) })) as ApiReach;
+  }
+
+  /** Refuses `identity` until `until` on every node (HELLO, refresh, long-poll and SSE answered `Revoked`), ending what it holds now. */
+  async revoke(identity: string, until: Date, reason?: string): Promise<ApiReach> {
+    return (await this.send("POST", "revocations", { identity, until: until.toISOString(), ...(reason === undefined ? {} : { reason }) })) as ApiReach;
+  }
+
+  /** Lifts `identity`'s revocation everywhere; false when the answering node held none. */
+  async unrevoke(identity: string): Promise<boolean> {
+    try {
+      await this.send("DELETE", `revocations/${encodeURIComponent(identity)}`);
+      return true;
+    } catch (e) {
+      if (e instanceof HeraldApiError && e.status === 404) return false;
+      throw e;
+    }
+  }
+
+  /** The revocations in force on the answering node, earliest end first. */
+  async revocations(): Promise<ApiRevocation[]> {
+    return ((await this.send("GET", "revocations")) as { entries: ApiRevocation[] }).entries;
+  }
+
+  /**
+   * Subscribes a connected TCP or WebSocket client that asked for server subscriptions to `pattern`; resolves with the
+   * sid the broker gave it (from 2^31 up). Held to the client's permissions unless `force`.
+   */
+  async subscribeClient(client: string, pattern: string, options: { noEcho?: boolean; force?: boolean } = {}): Promise<number> {
+    return ((await this.send("POST", "clients/subscribe", { client, pattern, no_echo: options.noEcho ?? false, force: options.force ?? false })) as { sid: number }).sid;
+  }
+
+  /** Ends every subscription of `client` to exactly `pattern`, telling it `reason`; resolves with the first sid ended. */
+  async unsubscribeClient(client: string, pattern: string, reason?: string): Promise<number> {
+    return ((await this.send("POST", "clients/unsubscribe", { client, pattern, ...(reason === undefined ? {} : { reason }) })) as { sid: number }).sid;
+  }
+
   /** The answering node's information (`GET /api/v1/info`), as the broker sent it. */
   async info(): Promise<Record<string, unknown>> {
     return (await this.send("GET", "info")) as Record<string, unknown>;
   }
 
-  private async send(method: "GET" | "POST", path: string, body?: unknown): Promise<unknown> {
+  private async send(method: "GET" | "POST" | "DELETE", path: string, body?: unknown): Promise<unknown> {
     const response = await fetch(`${this.base}/api/v1/${path}`, {
       method,
       headers: { authorization: `Bearer ${this.key}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     const text = await response.text();
-    if (response.ok) return JSON.parse(text);
+    if (response.ok) return text === "" ? {} : JSON.parse(text); // 204: no body
     let code = response.status === 401 ? "Unauthorized" : response.statusText;
     let detail = `The server API answered ${response.status}.`;
     try {

@@ -73,3 +73,48 @@ test("a refusal is a HeraldApiError with the problem's code", async () => {
   await assert.rejects(publisher.history("kept.a"), (e: unknown) => e instanceof HeraldApiError && e.status === 403 && e.code === "Forbidden");
   await assert.rejects(publisher.publish("a.*", "x"), (e: unknown) => e instanceof HeraldApiError && e.status === 400);
 });
+
+test("the backend's actions: a client disconnected or revoked is told why and does not reconnect; a revocation refuses until lifted", async () => {
+  await client?.close();
+  client = undefined;
+  const api = new HeraldApiClient(apiUrl, ADMIN);
+  /** The states a client goes through from now, and the error it closed with. */
+  const watch = (c: HeraldClient): { states: string[]; error?: { code: string; message: string } } => {
+    const seen: { states: string[]; error?: { code: string; message: string } } = { states: [] };
+    c.on("state", (state, error) => {
+      seen.states.push(state);
+      if (state === "closed") seen.error = error as unknown as { code: string; message: string };
+    });
+    return seen;
+  };
+
+  // One client by its client id (on one node: its WELCOME connection id, 16 hex digits).
+  const one = await connect(broker.tcpUrl, { reconnectDelayMs: 1 });
+  const oneSeen = watch(one);
+  const id = BigInt(one.info!.connectionId!).toString(16).padStart(16, "0");
+  assert.equal((await api.disconnect({ client: id }, "Banned for spam.")).clients, 1);
+  await one.closed;
+  assert.deepEqual(oneSeen.states, ["closed"], "closed at once, never reconnecting");
+  assert.equal(oneSeen.error?.code, "Disconnected");
+  assert.match(oneSeen.error!.message, /Banned for spam\./);
+
+  // Every client of the identity (auth off: "anonymous"), TCP and long-poll alike.
+  const tcp = await connect(broker.tcpUrl, { reconnectDelayMs: 1 });
+  const poll = await connect(broker.httpUrl, { transport: "longpoll", reconnectDelayMs: 1 });
+  const tcpSeen = watch(tcp);
+  const pollSeen = watch(poll);
+  assert.equal((await api.disconnect({ identity: "anonymous" }, "Maintenance.")).clients, 2);
+  await Promise.all([tcp.closed, poll.closed]);
+  assert.equal(tcpSeen.error?.code, "Disconnected");
+  assert.equal(pollSeen.error?.code, "Disconnected");
+  assert.deepEqual([tcpSeen.states, pollSeen.states], [["closed"], ["closed"]]);
+
+  // Revoked until a time: a new client is refused (no retry loop), until the revocation is lifted.
+  assert.equal((await api.revoke("anonymous", new Date(Date.now() + 60_000), "Suspended.")).clients, 0);
+  assert.deepEqual((await api.revocations()).map((r) => [r.identity, r.reason]), [["anonymous", "Suspended."]]);
+  await assert.rejects(connect(broker.tcpUrl, { reconnectDelayMs: 1 }), (e: unknown) => (e as { code?: string }).code === "Revoked");
+  await assert.rejects(connect(broker.httpUrl, { transport: "longpoll", reconnectDelayMs: 1 }), (e: unknown) => (e as { code?: string }).code === "Revoked");
+  assert.equal(await api.unrevoke("anonymous"), true);
+  assert.equal(await api.unrevoke("anonymous"), false);
+  client = await connect(broker.tcpUrl);
+});

@@ -56,6 +56,31 @@ public sealed class ApiTests(ToolFixture tool, ApiBroker fixture) : CliTest(tool
     }
 
     [Fact]
+    public async Task Revoke_lists_and_lifts_an_identity_and_disconnect_needs_a_client_or_an_identity()
+    {
+        var env = new Dictionary<string, string> { ["HERALD_API_KEY"] = ApiBroker.Key };
+        string who = Unique("suspended");
+        HeraldRun revoke = await RunAsync(["api", "revoke", who, "--until", "1h", "--reason", "Suspended.", .. Api], env);
+        HeraldRun listed = await RunAsync(["api", "revocations", .. Api], env);
+        HeraldRun unrevoke = await RunAsync(["api", "unrevoke", who, .. Api], env);
+        HeraldRun again = await RunAsync(["api", "unrevoke", who, .. Api], env);
+        HeraldRun nobody = await RunAsync(["api", "disconnect", "--identity", Unique("nobody"), .. Api], env);
+        HeraldRun neither = await RunAsync(["api", "disconnect", .. Api], env);
+        HeraldRun unknown = await RunAsync(["api", "disconnect", "--client", "00000000000fffff", .. Api], env);
+
+        AssertExit(0, revoke);
+        Assert.Equal("{\"clients\":0,\"nodes\":1,\"nodes_asked\":1}\n", revoke.Output);
+        AssertExit(0, listed);
+        Assert.Contains(listed.Output.Split('\n', StringSplitOptions.RemoveEmptyEntries), line => JsonDocument.Parse(line).RootElement.GetProperty("identity").GetString() == who);
+        Assert.Equal("{\"lifted\":true}\n", unrevoke.Output);
+        Assert.Equal("{\"lifted\":false}\n", again.Output);
+        AssertExit(0, nobody);
+        AssertExit(2, neither);
+        Assert.NotEqual(0, unknown.ExitCode);
+        Assert.Contains("ClientNotFound", unknown.Error, StringComparison.Ordinal);
+    }
+
+    [Fact]
     public async Task New_key_prints_a_key_once_and_the_configuration_holding_its_hash()
     {
         HeraldRun made = await RunAsync(["api", "new-key", "--name", "billing", "--scope", "publish"]);

@@ -18,8 +18,11 @@ internal static class PollProblems
     /// <summary>410 for a session that ended, saying why (longpoll §3: <c>reason</c> is the spec §8 code, e.g. SlowConsumer).</summary>
     public static HttpProblem Ended(string reason) => Enum.TryParse(reason, out ErrorCode code) ? Ended(code) : Ended(ErrorCode.None);
 
-    public static HttpProblem Ended(ErrorCode reason) =>
-        new(StatusCodes.Status410Gone, "SessionExpired", $"The session has ended ({(reason == ErrorCode.None ? "closed by the client" : reason.ToString())}); create a new one.")
+    /// <param name="told">The words the session was ended with, said when the application's backend ended it (<c>Disconnected</c>, <c>Revoked</c>): its reason, as TCP's fatal ERROR says it.</param>
+    public static HttpProblem Ended(ErrorCode reason, string? told = null) =>
+        new(StatusCodes.Status410Gone, "SessionExpired", reason is ErrorCode.Disconnected or ErrorCode.Revoked && told is not null
+            ? $"The session has ended ({reason}: {told})."
+            : $"The session has ended ({(reason == ErrorCode.None ? "closed by the client" : reason.ToString())}); create a new one.")
         {
             Reason = reason == ErrorCode.None ? "ClientClose" : reason.ToString(),
         };

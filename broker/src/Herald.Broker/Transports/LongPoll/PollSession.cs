@@ -118,7 +118,7 @@ internal sealed class PollSession : ProtocolSession
         bool draining = IsDraining;
         if (IsClosing && !draining)
         {
-            throw PollProblems.Ended(CloseCode);
+            throw PollProblems.Ended(CloseCode, CloseReason);
         }
 
         Touch();
@@ -149,7 +149,7 @@ internal sealed class PollSession : ProtocolSession
             case PollWake.ShuttingDown:
                 throw HttpProblem.Unavailable("ShuttingDown", "The broker is shutting down.", 5);
             case PollWake.Ended:
-                throw PollProblems.Ended(CloseCode);
+                throw PollProblems.Ended(CloseCode, CloseReason);
         }
 
         if (take.Redelivery)

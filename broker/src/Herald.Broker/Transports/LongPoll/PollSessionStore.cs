@@ -135,7 +135,7 @@ internal sealed class PollSessionStore : BackgroundService
     {
         if (Find(token) is not { } session)
         {
-            throw _ended.TryGet(token, out ErrorCode reason) ? PollProblems.Ended(reason) : PollProblems.SessionNotFound();
+            throw _ended.TryGet(token, out ErrorCode reason, out string? told) ? PollProblems.Ended(reason, told) : PollProblems.SessionNotFound();
         }
 
         if (_broker.Authenticator.Mode != AuthMode.None
@@ -176,7 +176,7 @@ internal sealed class PollSessionStore : BackgroundService
         _registry.Remove(session);
         if (remember)
         {
-            _ended.Add(session.Token, session.CloseCode);
+            _ended.Add(session.Token, session.CloseCode, session.CloseReason);
         }
     }
 
@@ -196,7 +196,7 @@ internal sealed class PollSessionStore : BackgroundService
         SharedSession? record = await PollProblems.OrUnavailable(shared.FindAsync(token)).ConfigureAwait(false);
         if (record is null)
         {
-            throw _ended.TryGet(token, out ErrorCode reason) ? PollProblems.Ended(reason) : PollProblems.SessionNotFound();
+            throw _ended.TryGet(token, out ErrorCode reason, out string? told) ? PollProblems.Ended(reason, told) : PollProblems.SessionNotFound();
         }
 
         if (record.Ended is { } ended)

@@ -9,7 +9,8 @@ using Herald.Client;
 namespace Herald.Cli.Commands;
 
 /// <summary>
-/// <c>herald api publish|broadcast|history|presence|topics|info|new-key</c>: the broker's server API (README "From your
+/// <c>herald api publish|broadcast|history|presence|topics|info|new-key</c> (and the admin actions of
+/// <see cref="ApiClientCommands"/>: disconnect, revoke, unrevoke, revocations, subscribe, unsubscribe): the broker's server API (README "From your
 /// backend") through <see cref="HeraldApiClient"/>, at <c>--api</c> (else <c>HERALD_API_URL</c>, else
 /// http://127.0.0.1:8224) with the key from <c>--key</c> (else <c>HERALD_API_KEY</c>), which is sent and never
 /// printed. Answers are printed as JSON lines; a refused key exits 4, a refused request 2 (400, 413) or 1.
@@ -121,10 +122,11 @@ internal static class ApiCommand
             return ExitCodes.Ok;
         });
         command.Subcommands.Add(newKey);
+        ApiClientCommands.Add(command, api, key);
         return command;
     }
 
-    private static Task<int> RunAsync(ParseResult parse, Option<string?> api, Option<string?> key, Func<HeraldApiClient, Task> body, CancellationToken cancellationToken) =>
+    internal static Task<int> RunAsync(ParseResult parse, Option<string?> api, Option<string?> key, Func<HeraldApiClient, Task> body, CancellationToken cancellationToken) =>
         RunAsync(parse, api, key, async client =>
         {
             await body(client);
@@ -168,7 +170,7 @@ internal static class ApiCommand
         return headers;
     }
 
-    private static void Print<T>(T value) => Console.Out.WriteLine(JsonSerializer.Serialize(value, Json));
+    internal static void Print<T>(T value) => Console.Out.WriteLine(JsonSerializer.Serialize(value, Json));
 
     private static string? Environment(string name) => System.Environment.GetEnvironmentVariable(name) is { Length: > 0 } value ? value : null;
 }

@@ -17,7 +17,7 @@ namespace Herald.Client;
 /// bool duplicate = await api.PublishAsync("orders.42", "paid"u8.ToArray(), idempotencyKey: "order-42-paid");
 /// </code>
 /// </example>
-public sealed class HeraldApiClient : IDisposable
+public sealed partial class HeraldApiClient : IDisposable
 {
     private readonly HttpClient _http;
     private readonly bool _ownsHttp;
@@ -203,7 +203,7 @@ public sealed class HeraldApiClient : IDisposable
         byte[] answer = await response.Content.ReadAsByteArrayAsync(CancellationToken.None).ConfigureAwait(false);
         if (response.IsSuccessStatusCode)
         {
-            return JsonDocument.Parse(answer);
+            return JsonDocument.Parse(answer.Length == 0 ? "{}"u8.ToArray() : answer); // 204: no body
         }
 
         string code = response.StatusCode == HttpStatusCode.Unauthorized ? "Unauthorized" : response.ReasonPhrase ?? "";

@@ -2,6 +2,7 @@ using System.Security.Cryptography;
 using System.Text;
 using Herald.Broker.Api;
 using Herald.Client.Tests.Infrastructure;
+using Herald.Protocol;
 
 namespace Herald.Client.Tests.Integration;
 
@@ -78,5 +79,37 @@ public class ServerApiTests
         Assert.Equal((403, "Forbidden"), (forbidden.Status, forbidden.Code));
         HeraldApiException invalid = await Assert.ThrowsAsync<HeraldApiException>(() => publisher.PublishAsync("a.*", "x"u8.ToArray()));
         Assert.Equal(400, invalid.Status);
+    }
+
+    [Theory]
+    [InlineData(HeraldTransport.Tcp)]
+    [InlineData(HeraldTransport.WebSocket)]
+    [InlineData(HeraldTransport.LongPoll)]
+    public async Task A_client_the_backend_disconnects_or_revokes_is_closed_with_the_reason_and_does_not_reconnect(HeraldTransport transport)
+    {
+        await using TestBroker broker = await StartAsync();
+        using var api = new HeraldApiClient(new Uri($"http://127.0.0.1:{broker.ApiPort}"), Key);
+        var fast = new HeraldClientOptions { ReconnectDelay = TimeSpan.FromMilliseconds(1) };
+        await using var client = new HeraldClient(broker.Url(transport), fast);
+        var watcher = new StateWatcher(client);
+        await client.ConnectAsync(Wait.Token());
+
+        HeraldApiReach reach = await api.DisconnectIdentityAsync("anonymous", "Maintenance.");
+
+        Assert.Equal(1, reach.Clients);
+        ConnectionStateChangedEventArgs closed = await watcher.WaitForAsync(ConnectionState.Closed);
+        HeraldException told = Assert.IsType<HeraldException>(closed.Error);
+        Assert.Equal(ErrorCode.Disconnected, told.ErrorCode);
+        Assert.Contains("Maintenance.", told.Message, StringComparison.Ordinal);
+        Assert.DoesNotContain(ConnectionState.Reconnecting, watcher.History);
+
+        await api.RevokeAsync("anonymous", DateTimeOffset.UtcNow.AddMinutes(1), "Suspended.");
+        await using var refused = new HeraldClient(broker.Url(transport), fast);
+        HeraldException revoked = await Assert.ThrowsAnyAsync<HeraldException>(() => refused.ConnectAsync(Wait.Token()));
+        Assert.Equal(ErrorCode.Revoked, revoked.ErrorCode);
+        Assert.Equal(["anonymous"], (await api.RevocationsAsync()).Select(r => r.Identity));
+        Assert.True(await api.UnrevokeAsync("anonymous"));
+        await using var admitted = new HeraldClient(broker.Url(transport), fast);
+        await admitted.ConnectAsync(Wait.Token());
     }
 }
