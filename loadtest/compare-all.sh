@@ -17,12 +17,16 @@
 #     $OUT/presence-TARGET.json and .log. About 8 minutes with REPEAT=3.
 #   shards: "Sharding": Redis CPU seconds per million cluster publications on each shard (the `shards` scenario), a
 #     cluster of 2 nodes over 1, 2 and 4 redis-servers, one run each: $OUT/shards-S.json and .log. About 3 minutes.
+#   api: "From your backend"'s server API table: the api scenario (a TCP publisher, the API one publication per
+#     request and in batches of 100, one broker, one run; it takes no --repeat): $OUT/api.json and .log. About a minute.
+#   hooks: "From your backend"'s hooks table: the hooks command (connect and subscribe without and with their hook,
+#     REPEAT rounds on fresh brokers): $OUT/hooks.json and .log. About 2 minutes.
 #   churn: the "Subscription churn" figures, BenchmarkDotNet's TopicRouterBenchmarks (short job), its JSON export
 #     committed as $OUT/churn-TopicRouterBenchmarks.json with $OUT/churn-run.json (command, times, load average,
 #     commit) beside it. About 5 minutes.
 #
 # Usage: loadtest/compare-all.sh [row ...]   rows: fanout stream oneway rpc32 rpc1 collab idle cluster
-#          cluster-longpoll presence shards churn
+#          cluster-longpoll presence shards api hooks churn
 #          (default: all)
 #          and, never by default, broadcast: each target's broadcast search (P = 1 s) and the broadcast chart,
 #          about 15 minutes more.
@@ -34,7 +38,7 @@
 OUT=${OUT:-loadtest/results/readme}
 REPEAT=${REPEAT:-2}
 SHORT=${SHORT:-1}
-[ $# -eq 0 ] && set -- fanout stream oneway rpc32 rpc1 collab idle cluster cluster-longpoll presence shards churn
+[ $# -eq 0 ] && set -- fanout stream oneway rpc32 rpc1 collab idle cluster cluster-longpoll presence shards api hooks churn
 source "$(dirname "$0")/versus.sh" "$@"
 ALL=herald/tcp,herald/websocket,herald/longpoll,nats/tcp,redis/tcp,signalr/websockets
 
@@ -48,11 +52,12 @@ for name in fanout stream oneway rpc32 rpc1 collab idle; do
   run_compare "$name-isolation" "${SCENARIO[$name]}" herald/tcp $(isolation_args "${SCENARIO[$name]}")
 done
 
-# run_scenario STEM "SCENARIO OPTIONS": one scenario run against the target its options name, writing $OUT/STEM.json and .log.
+# run_scenario STEM "SCENARIO OPTIONS" ["REPEAT OPTIONS"]: one scenario run against the target its options name, writing
+# $OUT/STEM.json and .log; repeated with `--repeat $REPEAT` unless the third argument says otherwise ("" for none).
 run_scenario() {
   echo "=== $1: $2 ($(date -u +%H:%M:%S), $(uptime | sed 's/.*load/load/'))"
   # shellcheck disable=SC2086
-  $LT $2 --repeat "$REPEAT" "${CLUSTER_PORTS[@]}" --out "$OUT/$1.json" > "$OUT/$1.log" 2>&1
+  $LT $2 ${3---repeat $REPEAT} "${CLUSTER_PORTS[@]}" --out "$OUT/$1.json" > "$OUT/$1.log" 2>&1
   echo "    exit $?"
 }
 
@@ -94,6 +99,21 @@ if chosen shards; then
   for s in 1 2 4; do
     run_scenario "shards-$s" "shards --target cluster --nodes 2 --shards $s --topics 1000 --publications 1000000"
   done
+fi
+
+# api and hooks: one node each, on a block of ports of their own (22702-22791, still below the ephemeral range), so
+# that these short rows can be rerun alone while another part's run holds 22502-22690.
+if chosen api; then
+  # One broker, the three modes one after the other in the same run (their ratios are the figures), so no --repeat;
+  # the API's listener on the port after the monitoring port.
+  CLUSTER_PORTS=(--ports 22702-22734 --http-port 22780 --monitoring-port 22790)
+  run_scenario api "api --messages 20000 --batch 100 --concurrency 4 --payload 128 --max-seconds 60 --api-port 22791" ""
+fi
+
+if chosen hooks; then
+  # A fresh broker per configuration and round (REPEAT rounds); the backend the tool starts takes a free loopback port.
+  CLUSTER_PORTS=(--ports 22702-22734 --http-port 22780 --monitoring-port 22790)
+  run_scenario hooks "hooks --connections 2000 --concurrency 32" "--rounds $REPEAT"
 fi
 
 if chosen churn; then

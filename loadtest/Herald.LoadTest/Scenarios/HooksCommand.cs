@@ -22,7 +22,8 @@ namespace Herald.LoadTest.Scenarios;
 /// (<c>--broker-dll</c>, fresh each time): <c>--connections</c> HELLO/WELCOME handshakes, <c>--concurrency</c> at
 /// once, then as many SUBSCRIBEs (each to its own topic, confirmed by a PING/PONG) from <c>--concurrency</c>
 /// connections. Prints per configuration the rate (operations/s over the whole burst) and p50/p99 of one operation, and
-/// the hook's figures as ratios to the run without it measured beside it.
+/// the hook's figures as ratios to the run without it measured beside it; with <c>--out</c>, a result file whose
+/// headlines are each operation's rate, p50 and p99 without and with its hook (the median over the rounds).
 /// </summary>
 internal sealed class HooksCommand : IScenario
 {
@@ -46,7 +47,7 @@ internal sealed class HooksCommand : IScenario
     public IReadOnlyList<Option> Options { get; } =
     [
         Connections, Concurrency, Rounds, TargetCommandOptions.BrokerDll, TargetCommandOptions.Host, TargetCommandOptions.Ports, TargetCommandOptions.HttpPort,
-        TargetCommandOptions.MonitoringPort, TargetCommandOptions.SetupTimeout,
+        TargetCommandOptions.MonitoringPort, TargetCommandOptions.SetupTimeout, ScenarioOptions.Out,
     ];
 
     public CommandSettings Read(ParseResult parsed)
@@ -57,7 +58,7 @@ internal sealed class HooksCommand : IScenario
             parsed.GetValue(TargetCommandOptions.HttpPort), ServerCpus: null, ClientCpus: null, ServerPid: null,
             parsed.GetRequiredValue(TargetCommandOptions.BrokerDll), parsed.GetValue(TargetCommandOptions.SetupTimeout),
             parsed.GetValue(TargetCommandOptions.MonitoringPort));
-        return new(new HooksOptions(parsed.GetValue(Connections), parsed.GetValue(Concurrency), parsed.GetValue(Rounds)), target);
+        return new(new HooksOptions(parsed.GetValue(Connections), parsed.GetValue(Concurrency), parsed.GetValue(Rounds), parsed.GetValue(ScenarioOptions.Out)), target);
     }
 
     public async Task<int> RunAsync(ParseResult parsed, CancellationToken cancellationToken)
@@ -101,7 +102,56 @@ internal sealed class HooksCommand : IScenario
             Console.WriteLine(string.Create(C, $"| {name} | {rate:N0} | {p50 / 1000:F2} ms | {p99 / 1000:F2} ms | {ratio} |"));
         }
 
+        if (options.Out is { } path)
+        {
+            WriteResult(path, options, [.. configurations.Select(c => c.Name)], results);
+            Console.WriteLine($"result written to {path}");
+        }
+
         return ExitCodes.Ok;
+    }
+
+    /// <summary>
+    /// The result file: for each configuration ("connect, no hook") the headlines "connect/s, no hook", "connect p50 us,
+    /// no hook" and "connect p99 us, no hook" (a hook's: "..., hook"), each the median over the rounds with their spread,
+    /// and every round's figures.
+    /// </summary>
+    private void WriteResult(string path, HooksOptions options, string[] names, Dictionary<string, List<(double Rate, Latencies Latencies)>> results)
+    {
+        var headlines = new List<Headline>();
+        foreach (string name in names)
+        {
+            string operation = name.Split(',')[0];
+            string variant = name.EndsWith("no hook", StringComparison.Ordinal) ? "no hook" : "hook";
+            List<(double Rate, Latencies Latencies)> runs = results[name];
+            headlines.Add(Headline.Of($"{operation}/s, {variant}", "/s", higherIsBetter: true, [.. runs.Select(r => r.Rate)]));
+            headlines.Add(Headline.Of($"{operation} p50 us, {variant}", "us", higherIsBetter: false, [.. runs.Select(r => r.Latencies.Percentile(50))]));
+            headlines.Add(Headline.Of($"{operation} p99 us, {variant}", "us", higherIsBetter: false, [.. runs.Select(r => r.Latencies.Percentile(99))]));
+        }
+
+        ScenarioSkeleton.WriteResult(path, Name, target: null, headlines, json =>
+        {
+            json.WriteNumber("connections", options.Connections);
+            json.WriteNumber("concurrency", options.Concurrency);
+            json.WriteNumber("rounds", options.Rounds);
+        }, serverRss: null, json =>
+        {
+            json.WriteStartArray("runs");
+            foreach (string name in names)
+            {
+                foreach ((double rate, Latencies latencies) in results[name])
+                {
+                    json.WriteStartObject();
+                    json.WriteString("configuration", name);
+                    json.WriteNumber("perSecond", rate);
+                    json.WriteNumber("p50us", latencies.Percentile(50));
+                    json.WriteNumber("p99us", latencies.Percentile(99));
+                    json.WriteEndObject();
+                }
+            }
+
+            json.WriteEndArray();
+        }, failures: [], interrupted: false, log: null);
     }
 
     private static (double Rate, double P50, double P99) Median(List<(double Rate, Latencies Latencies)> runs) =>
@@ -205,5 +255,5 @@ internal sealed class HooksCommand : IScenario
         return app;
     }
 
-    private sealed record HooksOptions(int Connections, int Concurrency, int Rounds);
+    private sealed record HooksOptions(int Connections, int Concurrency, int Rounds, string? Out);
 }
