@@ -13,7 +13,7 @@ min-max spread), then when the runs were made, on what machine and how busy it w
 after), the servers' versions, the source commit, and each row's exact command line. The result files are
 what `loadtest/compare-all.sh` writes: `compare --out` files (one per row, every target side by side in one run)
 for the peer tables; one scenario `--out` file per cell for the cluster tables (`compare` cannot give each
-target its own `--nodes`), the targets of a row run one after the other (the presence and shards tables: one scenario run per column, a row per headline); and BenchmarkDotNet's JSON export, with
+target its own `--nodes`), the targets of a row run one after the other (the presence and shards tables: one scenario run per column, a row per headline; the server-api and hooks tables: one run, each cell a headline named by its row and column); and BenchmarkDotNet's JSON export, with
 the run's command and load average beside it, for the router's subscription churn.
 
 Usage: loadtest/readme-tables.py [--check] [--readme README.md] [--results DIR]
@@ -153,6 +153,38 @@ SCENARIO_TABLES = {
                  "keep up; the measured rate is bound by the nodes and the tool sharing the machine's cores",
         "windows": "Each column's sizes are in its command below.",
     },
+    "server-api": {
+        "part": "api",
+        "file": "api",  # one run: every column is a headline of it, "{column} messages/s"
+        "rows": [("publish", "publish 128 B to one topic, one TCP subscriber counting, messages/s", "{column} messages/s")],
+        "columns": [("TCP publisher", "tcp publisher"), ("API, one per request", "api single"), ("API, batch of 100", "api batch 100")],
+        "ratios": [("one per request/TCP", (1, 0)), ("batch/TCP", (2, 0))],
+        "about": "The load tool's `api` scenario: one broker it starts with an API key (rate limit off), one TCP subscriber "
+                 "counting every publication, then each mode in turn sends the same publications to its topic and is timed "
+                 "from its first send to the subscriber's last receipt: a TCP client (batched writes, at most `--max-lead` "
+                 "ahead of the subscriber), `POST /api/v1/publish` one publication per request, and `POST /api/v1/batch` "
+                 "100 per request, the API's with `--concurrency` requests in flight over keep-alive connections. The three modes run "
+                 "in the same run against the same broker, so read the ratios",
+        "windows": "The sizes are in the command below.",
+    },
+    "hooks": {
+        "part": "hooks",
+        "file": "hooks",  # one run: every cell is a headline of it, "{row's operation} ..., {column}"
+        "rows": [("connect", "connect (TCP, HELLO, WELCOME), per second", "connect/s, {column}"),
+                 ("connect-p50", "connect, p50 us", "connect p50 us, {column}"),
+                 ("connect-p99", "connect, p99 us", "connect p99 us, {column}"),
+                 ("subscribe", "subscribe (SUBSCRIBE, then PING/PONG), per second", "subscribe/s, {column}"),
+                 ("subscribe-p50", "subscribe, p50 us", "subscribe p50 us, {column}"),
+                 ("subscribe-p99", "subscribe, p99 us", "subscribe p99 us, {column}")],
+        "columns": [("no hook", "no hook"), ("its hook", "hook")],
+        "ratios": [("hook/no hook", (1, 0))],
+        "about": "The load tool's `hooks` command: a backend it starts in process (loopback HTTP, allowing every question "
+                 "at once, answers never cached) and, alternated over the rounds, a fresh broker without hooks and one with "
+                 "the connect (or subscribe) hook to it; each makes the same handshakes, each with its own credential, "
+                 "then as many subscribes to distinct topics, `--concurrency` at once. A rate is the operations over the whole burst, "
+                 "p50 and p99 those of one operation; the hook's cost includes the backend's, which shares the machine",
+        "windows": "The sizes are in the command below; a repetition is a round.",
+    },
 }
 
 # README's "Subscription churn" table: BenchmarkDotNet's TopicRouterBenchmarks (compare-all.sh's `churn` part),
@@ -205,19 +237,19 @@ def render_scenarios(spec, results):
         figures = []
         for _, suffix in columns:
             stem = spec["file"].format(column=suffix) if "file" in spec else f"{spec['prefix']}{row}-{suffix}"
-            doc = docs.setdefault(stem, as_compare(load(results, stem), suffix))
-            figures.append(figure(doc, suffix, headline))
+            doc = docs.setdefault(stem, as_compare(load(results, stem), stem))
+            figures.append(figure(doc, stem, headline.format(column=suffix)))
         if all(f is None for f in figures):
             continue
         lines.append(f"| {label} | " + " | ".join(cell(f) for f in figures) + " | "
                      + " | ".join(ratio(figures[a], figures[b]) for _, (a, b) in ratios) + " |")
     ran = {stem: doc for stem, doc in docs.items() if doc is not None}
-    spec = dict(spec, columns=[(heading, suffix, "") for heading, suffix in columns])
+    spec = dict(spec, columns=[(stem, stem, "") for stem in docs])  # each run's target is labelled by its file
     return "\n".join(lines) + "\n\n" + caption(spec, ran) + "\n"
 
 
 def as_compare(doc, label):
-    """One scenario result as a compare result of one target labelled LABEL (None when the cell did not run)."""
+    """One scenario result as a compare result of one target labelled LABEL, its file's stem (None when it did not run)."""
     if doc is None:
         return None
     failures = dict.fromkeys(re.sub(r"^repetition \d+: ", "", str(f)) for f in doc.get("failures") or [])  # each once, not per repetition
@@ -290,12 +322,12 @@ def caption(spec, docs):
             if loads else "load average not recorded")
     text = (f"{spec['about']}. Run {started[:10]} {started[11:16]}-{until} UTC by `loadtest/compare-all.sh{' ' + part if part else ''}` at commit "
             f"{', '.join(commits)}, on {'; '.join(sorted({describe_machine(m) for m in machines}))}, every server and "
-            f"the tool on that machine over loopback; {busy}. Servers: {', '.join(servers)}. Each cell: the median of "
+            f"the tool on that machine over loopback; {busy}. {'Servers: ' + ', '.join(servers) + '. ' if servers else ''}Each cell: the median of "
             f"{' or '.join(map(str, reps))} repetition(s), ± half their min-max spread (none from one); ratio > 1: the "
             "first did better (higher figures over the second's, lower ones the second's over the first's). "
             + spec.get("windows", "Each row's windows are in its command below; the runner's default (SHORT=1) keeps them "
                        "short, so that every table fits in about 35 minutes on 2 cores: shorter than a careful measurement."))
-    failed = [f"{t['label']} in `{stem}` ({t['status']}: {t.get('reason') or 'no reason given'})"
+    failed = [f"{t['label'] + ' in ' if t['label'] != stem else ''}`{stem}` ({t['status']}: {t.get('reason') or 'no reason given'})"
               for stem, d in sorted(docs.items()) for t in d.get("targets", []) if t["label"] in labels and t["status"] != "ok"]
     if failed:
         text += " A `-` is a target whose run failed a check or was skipped: " + "; ".join(failed) + "."
