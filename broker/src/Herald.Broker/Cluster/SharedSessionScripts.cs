@@ -48,38 +48,50 @@ internal static class SharedSessionScripts
           return total
         end
         local function release(stream, gone, upto, bout, dec, whole)
+          local cursor, ids = '-', {}
           while gone < upto do
-            local raw = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
-            if not raw then return upto, bout end
-            local first = tonumber(string.match(raw[1], '^(%d+)'))
-            local e = fieldsOf(raw[2])
-            local last = first + tonumber(e.n or '1') - 1
-            local from, to = math.max(first, gone + 1), math.min(last, upto)
-            if e.n and e.f and to >= from then
-              if e.w == '1' then
-                if to == last then whole[e.f] = (whole[e.f] or 0) + 1 end
-              else
-                local counts = dec[e.f] or {}
-                dec[e.f] = counts
-                if e.a then
-                  local a = tonumber(e.a)
-                  for q = from - first, to - first do
-                    local j = tostring(a + q)
-                    counts[j] = (counts[j] or 0) + 1
-                  end
+            local batch = redis.call('XRANGE', stream, cursor, upto, 'COUNT', 128)
+            for _, raw in ipairs(batch) do
+              if gone >= upto then break end
+              local first = tonumber(string.match(raw[1], '^(%d+)'))
+              local e = fieldsOf(raw[2])
+              local last = first + tonumber(e.n or '1') - 1
+              local from, to = math.max(first, gone + 1), math.min(last, upto)
+              if e.n and e.f and to >= from then
+                if e.w == '1' then
+                  if to == last then whole[e.f] = (whole[e.f] or 0) + 1 end
                 else
-                  local idx = split(e.i)
-                  for k = from - first + 1, to - first + 1 do
-                    if idx[k] then counts[idx[k]] = (counts[idx[k]] or 0) + 1 end
+                  local counts = dec[e.f] or {}
+                  dec[e.f] = counts
+                  if e.a then
+                    local a = tonumber(e.a)
+                    for q = from - first, to - first do
+                      local j = tostring(a + q)
+                      counts[j] = (counts[j] or 0) + 1
+                    end
+                  else
+                    local idx = split(e.i)
+                    for k = from - first + 1, to - first + 1 do
+                      if idx[k] then counts[idx[k]] = (counts[idx[k]] or 0) + 1 end
+                    end
                   end
                 end
+                bout = bout + span(e, first, from, to)
               end
-              bout = bout + span(e, first, from, to)
+              if last > upto then
+                gone = upto
+                break
+              end
+              ids[#ids + 1] = raw[1]
+              if last > gone then gone = last end
             end
-            if last > upto then return upto, bout end
-            redis.call('XDEL', stream, raw[1])
-            if last > gone then gone = last end
+            if #batch < 128 then
+              if gone < upto then gone = upto end
+            else
+              cursor = '(' .. batch[#batch][1]
+            end
           end
+          for c = 1, #ids, 500 do redis.call('XDEL', stream, unpack(ids, c, math.min(c + 499, #ids))) end
           return gone, bout
         end
         local function sweep(blob)
@@ -334,21 +346,23 @@ internal static class SharedSessionScripts
         """;
 
     /// <summary>
-    /// KEYS: hash, stream. ARGV: ack, max messages, ttl ms, waiter channel ('' : do not hold), generation ('' : a new poll),
-    /// token, max bytes, the polling node. Returns {code, generation, highest ack, highest sent before this poll, entries} (code 0; per
-    /// stream entry read, its lists as stored: {first sequence, first and last position taken (from 1), its message count,
-    /// sids (<c>*&lt;sid&gt;</c>: one for all), tags, its frame hash, its first field ('' : a list), its list of fields}, or,
-    /// for an entry that is not a node's, {first, 1, 1, 1, sid, tag, '', '', '', frame}; the node fetches the frames and
-    /// expands them into messages) or {-1} unknown, {-2, reason} ended, {-3, seq} ack out of range, {-4} replaced by a newer poll.
-    /// The ack gives back what it acknowledges (its entries deleted, their references returned: one per range entry
-    /// holding its hash whole). With no messages, or only loss marks (sid 0), a holding poll's node is named the waiter
-    /// (and when, <c>waited</c>): the next append wakes it. The request is recorded (<c>seen</c>, Redis's clock, and
-    /// <c>seenby</c>, the node it came through). Messages are read an entry at a time and only while the answer has room
-    /// (at most max messages, and max bytes of frames, at least one; an entry whose bytes <c>b</c> fit is taken whole
-    /// without a walk over its messages; one taken in part is measured frame by frame, HSTRLEN), its frame hash's expiry
-    /// renewed: the node then fetches just those frames (one HMGET per entry, outside the script, so no frame is copied
-    /// into Lua), and Redis sends what the poll may answer, never the whole backlog. A frame no longer there (its hash
-    /// expired) is left out: the poll reports the gap.
+    /// KEYS: hash, stream. ARGV: ack, max messages, ttl ms, waiter channel ('' : do not hold), generation ('' : a new
+    /// poll), token, max bytes, the polling node. Returns {code, generation, highest ack, highest sent before this poll,
+    /// entries} (code 0; per stream entry read, its lists as stored: {first sequence, first and last position taken (from
+    /// 1), its message count, sids (<c>*&lt;sid&gt;</c>: one for all), tags, its frame hash, its first field ('' : a list),
+    /// its list of fields}, or, for an entry that is not a node's, {first, 1, 1, 1, sid, tag, '', '', '', frame}; the node
+    /// fetches the frames and expands them into messages) or {-1} unknown, {-2, reason} ended, {-3, seq} ack out of range,
+    /// {-4} replaced by a newer poll. The ack gives back what it acknowledges (its entries deleted, their references
+    /// returned: one per range entry holding its hash whole). With no messages, or only loss marks (sid 0), a holding
+    /// poll's node is named the waiter (and when, <c>waited</c>): the next append wakes it. The request is recorded
+    /// (<c>seen</c>, Redis's clock, and <c>seenby</c>, the node it came through). The ack's entries are read by
+    /// <c>XRANGE</c> up to the acknowledged sequence (128 a call) and deleted in one <c>XDEL</c>, and the session hash
+    /// written once (one <c>HSET</c>). Entries are read a few at a time (one more than the answer has room for, at most 32,
+    /// in one <c>XRANGE</c>) and taken only while the answer has room (at most max messages, and max bytes of frames, at
+    /// least one; an entry whose bytes <c>b</c> fit is taken whole without a walk over its messages; one taken in part is
+    /// measured frame by frame, HSTRLEN), its frame hash's expiry renewed: the node then fetches just those frames (one
+    /// HMGET per entry, outside the script, so no frame is copied into Lua), and Redis sends what the poll may answer,
+    /// never the whole backlog. A frame no longer there (its hash expired) is left out: the poll reports the gap.
     /// </summary>
     public const string Poll = Common + """
         local h = redis.call('HMGET', KEYS[1], 'seq', 'ended', 'ack', 'sent', 'polls', 'waiter', 'gone', 'bout')
@@ -372,6 +386,9 @@ internal static class SharedSessionScripts
         if ack > seq or ack < 0 then return {-3, seq} end
         local acked = tonumber(h[3] or '0')
         local gone = tonumber(h[7] or h[3] or '0')
+        local now = redis.call('TIME')
+        local nowms = now[1] * 1000 + math.floor(now[2] / 1000)
+        local set = {'seen', nowms, 'seenby', ARGV[8]}
         if ack > acked then
           acked = ack
           if ack > gone then
@@ -379,22 +396,26 @@ internal static class SharedSessionScripts
             local bout
             gone, bout = release(KEYS[2], gone, ack, tonumber(h[8] or '0'), dec, whole)
             settle(dec, whole)
-            redis.call('HSET', KEYS[1], 'gone', gone, 'bout', bout)
+            set[5], set[6], set[7], set[8] = 'gone', gone, 'bout', bout
           end
-          redis.call('HSET', KEYS[1], 'ack', acked)
+          set[#set + 1] = 'ack'
+          set[#set + 1] = acked
         end
-        local now = redis.call('TIME')
-        local nowms = now[1] * 1000 + math.floor(now[2] / 1000)
-        redis.call('HSET', KEYS[1], 'seen', nowms, 'seenby', ARGV[8])
         local out, touched = {}, {}
         local marks, full = true, false
         local count, bytes, most, budget = 0, 0, tonumber(ARGV[2]), tonumber(ARGV[7])
         local sent = tonumber(h[4] or '0')
-        local from = '-'
+        local from, chunk, batch, at = '-', 0, {}, 1
         while not full do
-          local raw = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 1)[1]
-          if not raw then break end
-          from = '(' .. raw[1]
+          if at > #batch then
+            if #batch < chunk then break end
+            chunk = math.min(32, math.max(1, most - count) + 1)
+            batch, at = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', chunk), 1
+            if #batch == 0 then break end
+            from = '(' .. batch[#batch][1]
+          end
+          local raw = batch[at]
+          at = at + 1
           local first = tonumber(string.match(raw[1], '^(%d+)'))
           local e = fieldsOf(raw[2])
           if e.n and e.f then
@@ -448,8 +469,17 @@ internal static class SharedSessionScripts
             if e.s ~= '0' then marks = false end
           end
         end
-        if sent > tonumber(h[4] or '0') then redis.call('HSET', KEYS[1], 'sent', sent) end
-        if marks and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'waiter', ARGV[4], 'waited', nowms) end
+        if sent > tonumber(h[4] or '0') then
+          set[#set + 1] = 'sent'
+          set[#set + 1] = sent
+        end
+        if marks and ARGV[4] ~= '' then
+          set[#set + 1] = 'waiter'
+          set[#set + 1] = ARGV[4]
+          set[#set + 1] = 'waited'
+          set[#set + 1] = nowms
+        end
+        redis.call('HSET', KEYS[1], unpack(set))
         redis.call('PEXPIRE', KEYS[1], ARGV[3])
         redis.call('PEXPIRE', KEYS[2], ARGV[3])
         return {0, gen, acked, tonumber(h[4] or '0'), out}
