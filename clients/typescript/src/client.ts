@@ -16,6 +16,7 @@ import {
   type PresencePage,
 } from "./presence.js";
 import type { MessageHeaders, PresenceReplyFrame } from "./protocol/frames.js";
+import { SubscribeOptions as OptionBits } from "./protocol/frames.js";
 import { checkPattern, checkPublishTopic, checkQueueName, checkReplyTo, checkTopicName, DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { LongPollTransport } from "./longpoll.js";
 import { FrameSession } from "./session.js";
@@ -117,6 +118,13 @@ export interface ConnectOptions {
    * A JWT's `herald_info` claim replaces it. Only used by subscriptions that `join` a topic.
    */
   info?: string | object;
+  /**
+   * Let the application's backend subscribe this client through the broker's server API (spec §4.1 bit 6, §4.10;
+   * TCP and WebSocket). Each such subscription is given to the `serverSubscribed` event and read like one of the
+   * application's own. Default `false`: an application that does not listen to that event would otherwise receive
+   * messages it never asked for. A server-made subscription ends with its connection; a reconnect does not make it again.
+   */
+  acceptServerSubscriptions?: boolean;
 }
 
 export interface PublishOptions {
@@ -155,6 +163,13 @@ export interface ClientEvents {
    * `onResume` option.
    */
   resume: (event: ResumeEvent) => void;
+  /**
+   * The application's backend subscribed this client through the server API (spec §4.10; only with
+   * `acceptServerSubscriptions`): the subscription, read like one of the application's own. It ends when the
+   * backend unsubscribes it (its iterator throws `Unsubscribed`), when the application unsubscribes it, or with
+   * its connection: a reconnect does not make it again.
+   */
+  serverSubscribed: (subscription: Subscription) => void;
 }
 
 type Listener = (...args: never[]) => void;
@@ -349,6 +364,7 @@ export class HeraldClient implements SubscriptionOwner {
       compression: this.options.compression,
       headers: this.options.headers,
       noResponders: this.options.noResponders,
+      serverSubscriptions: this.options.acceptServerSubscriptions === true,
       connectTimeoutMs: this.options.connectTimeoutMs,
       pingIntervalMs: this.options.pingIntervalMs,
       maxBufferBytes: this.options.maxBufferBytes,
@@ -373,6 +389,9 @@ export class HeraldClient implements SubscriptionOwner {
         error: (error) => {
           if (error.code === "UnknownSubscription" && this.unsubscribingRefused > 0) return; // one node's answer to unsubscribeRefused
           if (gen === this.generation) this.emit("error", error);
+        },
+        subscribed: (sid, pattern, options) => {
+          if (gen === this.generation) this.acceptServerSubscription(sid, pattern, options);
         },
         gap: (sid) => {
           if (gen !== this.generation) return;
@@ -458,6 +477,11 @@ export class HeraldClient implements SubscriptionOwner {
       }
       if (this.isClosed()) return;
       this.transport = null;
+      for (const sub of this.subs.values()) {
+        if (!sub.madeByServer) continue;
+        this.subs.delete(sub.sid); // the broker made it for that connection only: the backend decides again (spec §4.10)
+        sub.end(lostError);
+      }
       const unsent = transport.takeUnsent();
       if (unsent.length > 0) {
         this.buffer.unshift(...unsent);
@@ -744,10 +768,24 @@ export class HeraldClient implements SubscriptionOwner {
     return { join, events, onPresence };
   }
 
+  /**
+   * SUBSCRIBED (spec §4.10): the subscription the broker made under its own sid, marked as the server's (never
+   * sent again on a reconnect), given to the `serverSubscribed` listeners.
+   */
+  private acceptServerSubscription(sid: number, pattern: string, options: number): void {
+    if (this.subs.has(sid)) return; // the broker never picks a live sid
+    const sub = new Subscription(this, sid, pattern, (options & OptionBits.NoEcho) !== 0, undefined, this.options.maxPendingMessages, true, false);
+    sub.madeByServer = true;
+    this.subs.set(sid, sub);
+    sub.markReady();
+    this.emit("serverSubscribed", sub);
+  }
+
+  /** Below 2^31: the upper half is the broker's, for the subscriptions it makes (spec §4.10). */
   private allocateSid(): number {
     for (;;) {
       const sid = this.nextSid;
-      this.nextSid = this.nextSid >= 0xffffffff ? 1 : this.nextSid + 1;
+      this.nextSid = this.nextSid >= 0x7fffffff ? 1 : this.nextSid + 1;
       if (!this.subs.has(sid)) return sid;
     }
   }

@@ -84,8 +84,9 @@ export interface FrameLinkEvents {
  * HELLO's capability bits for what the client asks for (spec §4.1; no_responders, history and presence only
  * with headers; queue_groups always).
  */
-function helloCapabilities(options: Pick<TransportOptions, "compression" | "headers" | "noResponders">): number {
+function helloCapabilities(options: Pick<TransportOptions, "compression" | "headers" | "noResponders" | "serverSubscriptions">): number {
   let bits = (options.compression ? Capabilities.Zstd : Capabilities.None) | Capabilities.QueueGroups;
+  if (options.serverSubscriptions === true) bits |= Capabilities.ServerSubscriptions;
   if (options.headers) {
     bits |= Capabilities.Headers | Capabilities.History | Capabilities.Presence | (options.noResponders ? Capabilities.NoResponders : 0);
   }
@@ -93,7 +94,7 @@ function helloCapabilities(options: Pick<TransportOptions, "compression" | "head
 }
 
 /** HELLO for these options: with the client info as its sixth element when there is one (spec §4.1, §15). */
-function hello(options: Pick<TransportOptions, "name" | "compression" | "headers" | "noResponders" | "info">, auth: string | null): Uint8Array {
+function hello(options: Pick<TransportOptions, "name" | "compression" | "headers" | "noResponders" | "info" | "serverSubscriptions">, auth: string | null): Uint8Array {
   return encodeHello(options.name, helloCapabilities(options), auth, PROTOCOL_VERSION, options.info ?? undefined);
 }
 
@@ -317,6 +318,12 @@ export class FrameSession implements Transport {
         }
         return;
       }
+      case FrameType.Subscribed:
+        if (this.welcome || this.options.serverSubscriptions !== true || !this.events.subscribed) {
+          throw new ProtocolError("UnexpectedFrame", "SUBSCRIBED on a connection that did not ask for server subscriptions (spec §4.1 bit 6).");
+        }
+        this.events.subscribed(frame.sid, frame.pattern, frame.options); // queued before any MESSAGE for its sid (spec §4.10)
+        return;
       case FrameType.Welcome:
         if (this.welcome) {
           this.welcome.resolve(frame);
@@ -434,7 +441,7 @@ export class FrameSession implements Transport {
    * Sends HELLO again with a fresh credential (spec §4.1, authentication on) and resolves on the new
    * WELCOME. A refused credential is a fatal `AuthenticationFailed`: the connection is lost with it.
    */
-  async refresh(options: Pick<TransportOptions, "name" | "compression" | "headers" | "noResponders" | "info">, auth: string): Promise<void> {
+  async refresh(options: Pick<TransportOptions, "name" | "compression" | "headers" | "noResponders" | "info" | "serverSubscriptions">, auth: string): Promise<void> {
     if (this.dead) throw new HeraldError("ConnectionLost", "Not connected.");
     const d = deferred<WelcomeFrame>();
     this.refreshWaiters.push(d);

@@ -156,6 +156,9 @@ export class Subscription implements AsyncIterable<Message> {
   /** Presence events for `presenceEvents()`, when they were asked for without an `onPresence` callback. */
   private readonly presenceQueue: PresenceEventQueue | null;
 
+  /** Made by the broker for the application's backend (spec §4.10, the `serverSubscribed` event): it ends with its connection. */
+  madeByServer = false;
+
   /** @internal */
   constructor(
     private readonly owner: SubscriptionOwner,

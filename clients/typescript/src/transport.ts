@@ -28,6 +28,8 @@ export interface TransportEvents {
    * longpoll §2 `Herald-Gaps`; any transport: a Redis shard was unreachable, spec §6.3 `MessagesDropped` with `sids`).
    */
   gap(sid: number): void;
+  /** SUBSCRIBED (spec §4.10): the broker made subscription `sid` to `pattern` for this client (only when asked for). */
+  subscribed?(sid: number, pattern: string, options: number): void;
   /** The broker ended subscription `sid` (a credential refresh took the right to it away, spec §4.1). */
   revoked(sid: number, error: HeraldError): void;
   /** Long-poll: requests are failing, the session is kept and retried (state `reconnecting`). */
@@ -131,6 +133,8 @@ export interface TransportOptions {
   ca: string | Uint8Array | undefined;
   /** The client info shown beside this connection's presence (HELLO `info`, spec §4.1, §15), or null for none. */
   info: string | null;
+  /** Ask for server_subscriptions (HELLO capability bit 6, spec §4.10; TCP and WebSocket). */
+  serverSubscriptions?: boolean;
 }
 
 /**

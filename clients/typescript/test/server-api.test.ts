@@ -6,10 +6,10 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { after, before, test } from "node:test";
-import { connect, type HeraldClient } from "@herald/client";
+import { connect, type HeraldClient, type Subscription } from "@herald/client";
 import { HeraldApiClient, HeraldApiError } from "@herald/client/server";
 import { Broker, freePort } from "./helpers/broker.js";
-import { nextMessage } from "./helpers/wait.js";
+import { nextMessage, within } from "./helpers/wait.js";
 
 const sha256 = (text: string): string => createHash("sha256").update(text).digest("hex");
 const ADMIN = "ts-test-admin-key-0123456789abcdef0123456789";
@@ -117,4 +117,33 @@ test("the backend's actions: a client disconnected or revoked is told why and do
   assert.equal(await api.unrevoke("anonymous"), true);
   assert.equal(await api.unrevoke("anonymous"), false);
   client = await connect(broker.tcpUrl);
+});
+
+test("a subscription the backend makes is given to the app, reads its publications and ends when the backend unsubscribes", async () => {
+  const api = new HeraldApiClient(apiUrl, ADMIN);
+  const app = await connect(broker.tcpUrl, { acceptServerSubscriptions: true });
+  try {
+    const raised = new Promise<Subscription>((resolve) => app.on("serverSubscribed", resolve));
+    const own = await app.subscribe("own");
+    assert.ok(own.sid < 2 ** 31, `the client's own sids stay below 2^31 (${own.sid})`);
+
+    const id = BigInt(app.info!.connectionId!).toString(16).padStart(16, "0");
+    const sid = await api.subscribeClient(id, "news.>");
+    const made = await within(raised, 5000, "the serverSubscribed event");
+    assert.deepEqual([made.sid, made.pattern, made.isClosed], [sid, "news.>", false]);
+    assert.ok(sid >= 2 ** 31);
+    await api.publish("news.today", "hello");
+    const message = await nextMessage(made);
+    assert.deepEqual([message.topic, message.text()], ["news.today", "hello"]);
+
+    assert.equal(await api.unsubscribeClient(id, "news.>", "Left the newsroom."), sid);
+    await assert.rejects(within(made.next(), 5000, "the end of the subscription"), (e: unknown) => {
+      const error = e as { code?: string; message: string };
+      return error.code === "Unsubscribed" && /Left the newsroom\./.test(error.message);
+    });
+    assert.equal(made.isClosed, true);
+    assert.equal(own.isClosed, false);
+  } finally {
+    await app.close();
+  }
 });

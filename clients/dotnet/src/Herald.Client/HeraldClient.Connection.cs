@@ -427,6 +427,15 @@ public sealed partial class HeraldClient
                 _offline.ReturnUnsent(unsent);
             }
 
+            foreach (HeraldSubscription subscription in _subscriptions.Values)
+            {
+                if (subscription.MadeByServer && ReferenceEquals(subscription.SentOn, connection))
+                {
+                    Remove(subscription); // the broker made it for that connection only: the backend decides again (spec §4.10)
+                    (refused ??= []).Add(subscription);
+                }
+            }
+
             if (reason is HeraldException { IsFatal: true } error && IsSubscriptionError(error.ErrorCode))
             {
                 foreach (HeraldSubscription subscription in _subscriptions.Values)

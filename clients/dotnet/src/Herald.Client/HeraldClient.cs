@@ -121,6 +121,14 @@ public sealed partial class HeraldClient : IAsyncDisposable
     /// </summary>
     public event EventHandler<HeraldErrorEventArgs>? Error;
 
+    /// <summary>
+    /// The application's backend subscribed this client through the server API (spec §4.10; only with
+    /// <see cref="HeraldClientOptions.AcceptServerSubscriptions"/>): the subscription, read like one of the
+    /// application's own. It ends when the backend unsubscribes it (its reader sees <see cref="ErrorCode.Unsubscribed"/>),
+    /// when the application unsubscribes it, or with its connection: a reconnect does not make it again.
+    /// </summary>
+    public event EventHandler<HeraldSubscription>? ServerSubscribed;
+
     /// <summary>The broker's address, normalized.</summary>
     public string Url => _address.ToString();
 
@@ -685,12 +693,44 @@ public sealed partial class HeraldClient : IAsyncDisposable
         }
     }
 
-    /// <summary>Caller holds <c>_gate</c>.</summary>
+    /// <summary>
+    /// The broker subscribed this client (SUBSCRIBED, spec §4.10) on <paramref name="connection"/>: the subscription is
+    /// made under the broker's sid, marked as the server's (not made again on a reconnect), and raised through
+    /// <see cref="ServerSubscribed"/> after any event before it.
+    /// </summary>
+    internal void AcceptServerSubscription(in SubscribedFrame frame, BrokerConnection connection)
+    {
+        var subscription = new HeraldSubscription(
+            this,
+            frame.Sid,
+            frame.Pattern,
+            Encoding.UTF8.GetBytes(frame.Pattern),
+            frame.Options,
+            _options.SubscriptionCapacity,
+            _options.SubscriptionFullMode,
+            handler: null,
+            context: null,
+            resume: false) { MadeByServer = true };
+        lock (_gate)
+        {
+            if (_closedBecause is not null || !_subscriptions.TryAdd(frame.Sid, subscription))
+            {
+                return; // closing, or a sid already live (the broker never reuses one): nothing to give the application
+            }
+
+            subscription.SentOn = connection;
+            subscription.Confirmed = true;
+        }
+
+        _events.Post(() => ServerSubscribed?.Invoke(this, subscription));
+    }
+
+    /// <summary>Caller holds <c>_gate</c>. Below 2^31: the upper half is the broker's, for the subscriptions it makes (spec §4.10).</summary>
     private uint NextSidLocked()
     {
         do
         {
-            _lastSid = _lastSid == uint.MaxValue ? 1 : _lastSid + 1;
+            _lastSid = _lastSid >= int.MaxValue ? 1 : _lastSid + 1;
         }
         while (_subscriptions.ContainsKey(_lastSid));
         return _lastSid;

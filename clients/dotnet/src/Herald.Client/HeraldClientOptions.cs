@@ -138,10 +138,20 @@ public sealed class HeraldClientOptions
     /// <summary>Long-poll: the HTTP handler to use (proxy, TLS settings, tests). Not disposed by the client. <c>null</c>: a <see cref="SocketsHttpHandler"/> of its own.</summary>
     public HttpMessageHandler? HttpMessageHandler { get; set; }
 
+    /// <summary>
+    /// Let the application's backend subscribe this client through the broker's server API (spec §4.1 bit 6,
+    /// §4.10; TCP and WebSocket). Each such subscription is raised through <see cref="HeraldClient.ServerSubscribed"/>
+    /// and read like one of the application's own. Off by default: an application that does not listen to that
+    /// event would otherwise receive messages it never asked for. A server-made subscription ends with its
+    /// connection and is not made again by a reconnect (the backend decides).
+    /// </summary>
+    public bool AcceptServerSubscriptions { get; set; }
+
     /// <summary>The HELLO capabilities (spec §4.1) these options ask for; long-poll asks for the same when it creates its session.</summary>
     internal Capabilities Capabilities =>
         Capabilities.QueueGroups // always asked: a queue is sent only where it was granted
         | (EnableCompression ? Capabilities.Zstd : Capabilities.None)
+        | (AcceptServerSubscriptions ? Capabilities.ServerSubscriptions : Capabilities.None)
         | (EnableHeaders ? Capabilities.Headers | Capabilities.History | Capabilities.Presence | (EnableNoResponders ? Capabilities.NoResponders : Capabilities.None) : Capabilities.None);
 
     /// <summary>The longest <see cref="Info"/> any broker takes (<c>Herald:Presence:MaxInfoBytes</c> at its highest); the broker's own limit is checked when connecting.</summary>

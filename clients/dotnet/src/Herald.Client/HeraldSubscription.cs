@@ -130,6 +130,9 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
     /// <summary>The connection this subscription was last sent on. Caller holds the client's gate.</summary>
     internal object? SentOn { get; set; }
 
+    /// <summary>Made by the broker (SUBSCRIBED, spec §4.10): it ends with its connection and is never sent again.</summary>
+    internal bool MadeByServer { get; init; }
+
     /// <summary>The broker has accepted it on <see cref="SentOn"/>. Caller holds the client's gate.</summary>
     internal bool Confirmed { get; set; }
 

@@ -400,6 +400,9 @@ internal sealed class FrameConnection : BrokerConnection
             case FrameType.Welcome:
                 Welcomed(frame.Welcome); // the answer to a refreshing HELLO (spec §4.1)
                 return null;
+            case FrameType.Subscribed when (Capabilities & Capabilities.ServerSubscriptions) != 0:
+                Client.AcceptServerSubscription(frame.Subscribed, this); // queued before any MESSAGE for its sid (spec §4.10)
+                return null;
             case FrameType.PresenceReply:
                 if (_presence.TryRemove(frame.PresenceReply.RequestId, out TaskCompletionSource<PresenceReplyFrame>? answer))
                 {

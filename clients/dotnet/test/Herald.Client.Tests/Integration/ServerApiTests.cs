@@ -16,8 +16,9 @@ public class ServerApiTests
     private const string Key = "sdk-test-admin-key-0123456789abcdef0123456789";
     private const string PublishKey = "sdk-test-publish-key-0123456789abcdef01234567";
 
-    private static Task<TestBroker> StartAsync() => TestBroker.StartAsync(o =>
+    private static Task<TestBroker> StartAsync(bool monitoring = false) => TestBroker.StartAsync(o =>
     {
+        o.Monitoring.Port = monitoring ? 0 : -1; // the connections' client ids, for the API's client actions
         o.Api.Host = "127.0.0.1";
         o.Api.Port = 0;
         o.Api.Keys =
@@ -64,6 +65,37 @@ public class ServerApiTests
         Assert.Equal(0, presence.Members);
         using System.Text.Json.JsonDocument info = await api.InfoAsync();
         Assert.Equal(1, info.RootElement.GetProperty("connections").GetInt32());
+    }
+
+    [Fact]
+    public async Task A_subscription_the_backend_makes_is_raised_reads_its_publications_and_ends_when_the_backend_unsubscribes()
+    {
+        await using TestBroker broker = await StartAsync(monitoring: true);
+        using var api = new HeraldApiClient(new Uri($"http://127.0.0.1:{broker.ApiPort}"), Key);
+        await using var client = new HeraldClient(broker.TcpUrl, new HeraldClientOptions { ClientName = "server-subscribed", AcceptServerSubscriptions = true });
+        var raised = new TaskCompletionSource<HeraldSubscription>(TaskCreationOptions.RunContinuationsAsynchronously);
+        client.ServerSubscribed += (_, subscription) => raised.TrySetResult(subscription);
+        await using HeraldSubscription own = await client.SubscribeAsync("own");
+        Assert.True(own.Sid < 1u << 31);
+
+        using var http = new HttpClient();
+        using System.Text.Json.JsonDocument connz = System.Text.Json.JsonDocument.Parse(await http.GetStringAsync(new Uri($"http://127.0.0.1:{broker.MonitoringPort}/connz"), Wait.Token()));
+        string id = connz.RootElement.GetProperty("connections").EnumerateArray().Single(c => c.GetProperty("name").GetString() == "server-subscribed").GetProperty("client").GetString()!;
+        uint sid = await api.SubscribeClientAsync(id, "news.>");
+
+        HeraldSubscription made = await raised.Task.Within();
+        Assert.Equal((sid, "news.>", true), (made.Sid, made.Pattern, made.IsActive));
+        Assert.True(sid >= 1u << 31);
+        await api.PublishAsync("news.today", "hello"u8.ToArray());
+        HeraldMessage message = await made.ReadAsync(Wait.Token());
+        Assert.Equal(("news.today", "hello"), (message.Topic, Encoding.UTF8.GetString(message.Payload.Span)));
+
+        Assert.Equal(sid, await api.UnsubscribeClientAsync(id, "news.>", "Left the newsroom."));
+        HeraldException ended = await Assert.ThrowsAsync<HeraldException>(async () => await made.ReadAsync(Wait.Token()));
+        Assert.Equal(ErrorCode.Unsubscribed, ended.ErrorCode);
+        Assert.Contains("Left the newsroom.", ended.Message, StringComparison.Ordinal);
+        Assert.False(made.IsActive);
+        Assert.True(own.IsActive);
     }
 
     [Fact]
