@@ -5,8 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
-import { type ConnectOptions, type HeraldClient, type HeraldError } from "@herald/client";
-import { Capabilities, ErrorCode, FrameType, encodeError } from "@herald/client/protocol";
+import { type ConnectOptions, type HeraldClient, type HeraldError, type Subscription } from "@herald/client";
+import { Capabilities, ErrorCode, FrameType, encodeError, encodeSubscribed } from "@herald/client/protocol";
 import { OpenClients } from "./helpers/clients.js";
 import { ScriptedServer } from "./helpers/scripted.js";
 import { within } from "./helpers/wait.js";
@@ -62,6 +62,30 @@ describe("the backend's actions on a client (scripted server)", () => {
       assert.match(error.message, /Moved to another room\./);
       assert.equal(sub.isClosed, true);
       assert.equal(client.state, "connected");
+    } finally {
+      server.close();
+    }
+  });
+  test("a subscription the server made ends with its connection and is not made again on the reconnect", async () => {
+    const server = await ScriptedServer.start({ capabilities: Capabilities.Headers | Capabilities.ServerSubscriptions });
+    try {
+      const client = await open(server.url, { acceptServerSubscriptions: true, reconnectDelayMs: 1 });
+      assert.equal(server.frames(FrameType.Hello)[0]!.capabilities & Capabilities.ServerSubscriptions, Capabilities.ServerSubscriptions);
+      const raised = new Promise<Subscription>((resolve) => client.on("serverSubscribed", resolve));
+      const own = client.subscribe("own");
+      await own.ready;
+      server.sockets[0]!.write(encodeSubscribed(0x80000001, "news"));
+      const made = await within(raised, 5000, "the serverSubscribed event");
+      assert.deepEqual([made.sid, made.pattern], [0x80000001, "news"]);
+
+      const reconnected = new Promise<void>((resolve) => client.on("reconnect", resolve));
+      server.sockets[0]!.destroy();
+      await within(reconnected, 5000, "the reconnect");
+      await client.flush();
+
+      assert.deepEqual(server.frames(FrameType.Subscribe).map((f) => f.pattern), ["own", "own"], "only the client's own subscription is made again");
+      assert.equal(made.isClosed, true);
+      assert.equal(own.isClosed, false);
     } finally {
       server.close();
     }

@@ -1,3 +1,4 @@
+using System.Buffers;
 using Herald.Client.Tests.Infrastructure;
 using Herald.Protocol;
 
@@ -52,5 +53,49 @@ public class ServerActionTests
         Assert.Equal(ErrorCode.Unsubscribed, ended.ErrorCode);
         Assert.Contains("Moved to another room.", ended.Message, StringComparison.Ordinal);
         Assert.Equal([ConnectionState.Connecting, ConnectionState.Connected], watcher.History.Where(s => s != ConnectionState.Disconnected));
+    }
+    [Fact]
+    public async Task A_subscription_the_server_made_ends_with_its_connection_and_is_not_made_again_on_the_reconnect()
+    {
+        using var broker = new FakeBroker();
+        await using var client = new HeraldClient(broker.Url, new HeraldClientOptions { AcceptServerSubscriptions = true, ReconnectDelay = TimeSpan.FromMilliseconds(1) });
+        var raised = new TaskCompletionSource<HeraldSubscription>(TaskCreationOptions.RunContinuationsAsynchronously);
+        client.ServerSubscribed += (_, subscription) => raised.TrySetResult(subscription);
+        FakeConnection first = await broker.ConnectAsync(client);
+        Assert.Equal(Capabilities.ServerSubscriptions, first.Hello.Capabilities & Capabilities.ServerSubscriptions);
+        Task<HeraldSubscription> subscribing = client.SubscribeAsync("own");
+        await first.ExpectAsync(FrameType.Subscribe);
+        await first.ExpectAsync(FrameType.Ping);
+        await first.SendAsync(FrameWriter.WritePong);
+        await first.SendAsync(FrameWriter.WritePong);
+        await using HeraldSubscription own = await subscribing.Within();
+        await first.SendAsync(w => FrameWriter.WriteSubscribed(w, 0x8000_0001, "news"));
+        HeraldSubscription made = await raised.Task.Within();
+        Assert.Equal((0x8000_0001u, "news"), (made.Sid, made.Pattern));
+
+        await first.DisposeAsync();
+        await Assert.ThrowsAsync<HeraldConnectionException>(async () => await made.ReadAsync(Wait.Token()));
+        await using FakeConnection second = await broker.AcceptAsync();
+        Assert.Equal(FrameType.Hello, await second.ReadAsync());
+        await second.SendAsync(w => FrameWriter.WriteWelcome(w, "fake", 2, Capabilities.None, [new("max_frame", 65536), new("max_topic", 256)]));
+        var subscribed = new List<string>();
+        while (!subscribed.Contains("own"))
+        {
+            if (await second.ReadAsync(body => subscribed.Add(PatternOf(body))) == FrameType.Ping)
+            {
+                await second.SendAsync(FrameWriter.WritePong);
+            }
+        }
+
+        Assert.Equal(["own"], subscribed.Where(p => p.Length > 0));
+        Assert.False(made.IsActive);
+        Assert.True(own.IsActive);
+    }
+
+    /// <summary>A SUBSCRIBE's pattern; "" for any other frame.</summary>
+    private static string PatternOf(ReadOnlySequence<byte> body)
+    {
+        var reader = new MessagePack.MessagePackReader(body);
+        return FrameDecoder.ReadHeader(ref reader, out int count) == FrameType.Subscribe ? FrameDecoder.ReadSubscribe(ref reader, count).PatternString : "";
     }
 }
