@@ -16,6 +16,7 @@ public sealed class HostingTests
     [InlineData("--Herald:Monitoring:Token=too-short", "--Herald:Monitoring:Host=0.0.0.0", "Token")]
     [InlineData("--Herald:Limits:SocketBlockBytes=1000", "--Herald:Limits:MaxTopicLength=10", "SocketBlockBytes must be between 4096")]
     [InlineData("--Herald:Monitoring:Host=monitor.example", "--Herald:Limits:MaxTopicLength=10", "Herald:Monitoring:Host 'monitor.example' is not an IP address")]
+    [InlineData("--Herald:Cluster:Redis=127.0.0.1:1", "--Herald:Cluster:ControlReplyTimeout=00:00:00", "Herald:Cluster:ControlReplyTimeout (00:00:00) must be between")]
     public void Invalid_configuration_fails_at_start_with_a_clear_message(string arg1, string arg2, string expected)
     {
         var e = Assert.Throws<OptionsValidationException>(() => HeraldHost.Build([arg1, arg2]));

@@ -15,7 +15,7 @@ namespace Herald.Broker.Cluster;
 /// <list type="bullet">
 /// <item><b>Control channel</b> <c>P.ctl</c>: the node the API called carries an action out on its own sessions, then
 /// publishes it there; every other node carries it out on its own and answers on the sender's <c>P.ctr:&lt;node&gt;</c>.
-/// The sender waits for an answer from each member it knows, at most <see cref="ReplyTimeout"/>, and adds them up (an
+/// The sender waits for an answer from each member it knows, at most <see cref="ClusterOptions.ControlReplyTimeout"/>, and adds them up (an
 /// action on one client stops waiting at the first node that held it). With <c>Herald:Cluster:Secret</c> an action
 /// carries the secret's tag (<see cref="SessionSignatures"/>, path <c>ctl</c>; a reply <c>ctr:&lt;node&gt;</c>), a
 /// nonce and the sender's deadline: one untagged, mis-tagged, replayed or late is refused and counted
@@ -30,9 +30,6 @@ namespace Herald.Broker.Cluster;
 /// </summary>
 internal sealed class ClusterClientControl : IClientControl
 {
-    /// <summary>How long the sender waits for the other nodes' answers.</summary>
-    public static readonly TimeSpan ReplyTimeout = TimeSpan.FromSeconds(2);
-
     private const string SetScript = """
         local now = tonumber(ARGV[4])
         local max = tonumber(ARGV[5])
@@ -174,7 +171,7 @@ internal sealed class ClusterClientControl : IClientControl
     /// <summary>Whether the client the action names has this node's prefix (spec §15.1): then no other node holds it.</summary>
     private bool OwnedHere(ClientAction action) => action.Client is { } client && client.StartsWith(_node, StringComparison.OrdinalIgnoreCase);
 
-    /// <summary>Sends the action to every other node and adds up their answers, each member answering at most once, within <see cref="ReplyTimeout"/>.</summary>
+    /// <summary>Sends the action to every other node and adds up their answers, each member answering at most once, within <see cref="ClusterOptions.ControlReplyTimeout"/>.</summary>
     private async Task<ClientActionOutcome> BroadcastAsync(ClientAction action, ClientActionOutcome here, CancellationToken cancellationToken)
     {
         int others = _nodes.Known.Count(n => !n.Self);
@@ -183,12 +180,12 @@ internal sealed class ClusterClientControl : IClientControl
         _pending[id] = pending;
         try
         {
-            var message = ControlMessage.Of(action, id, _node, DateTimeOffset.UtcNow.Add(ReplyTimeout).ToUnixTimeMilliseconds());
+            var message = ControlMessage.Of(action, id, _node, DateTimeOffset.UtcNow.Add(_shard.Options.ControlReplyTimeout).ToUnixTimeMilliseconds());
             byte[] body = SessionSignatures.Seal(_signer, "ctl", JsonSerializer.SerializeToUtf8Bytes(message, ControlJson.Default.ControlMessage));
             await _shard.Subscriber.PublishAsync(Channel, body).ConfigureAwait(false);
             if (others > 0)
             {
-                await Task.WhenAny(pending.Done, Task.Delay(ReplyTimeout, cancellationToken)).ConfigureAwait(false);
+                await Task.WhenAny(pending.Done, Task.Delay(_shard.Options.ControlReplyTimeout, cancellationToken)).ConfigureAwait(false);
             }
 
             return pending.Sum(here, others + 1);

@@ -54,6 +54,13 @@ public sealed class ClusterOptions
     [Range(0, int.MaxValue)]
     public int MaxInboundMessages { get; set; } = 10_000;
 
+    /// <summary>
+    /// How long a node that acts on clients for the server API (disconnect, revoke, server-side subscribe: spec cluster.md
+    /// §14) waits for the other nodes' answers before it answers the backend with what it has (<c>nodes</c> of
+    /// <c>nodes_asked</c>); an action's control message carries the same deadline, past which a node does not carry it out.
+    /// </summary>
+    public TimeSpan ControlReplyTimeout { get; set; } = TimeSpan.FromSeconds(2);
+
     /// <summary>How long the first connection to Redis may take at start before the node starts without it (and keeps trying).</summary>
     public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(5);
 

@@ -318,6 +318,7 @@ internal sealed class HeraldOptionsValidator : IValidateOptions<HeraldOptions>
         Check(failures, "Herald:Cluster:ConnectTimeout", cluster.ConnectTimeout, TimeSpan.FromMilliseconds(100), TimeSpan.FromMinutes(5));
         Check(failures, "Herald:Cluster:HeartbeatInterval", cluster.HeartbeatInterval, TimeSpan.FromMilliseconds(100), TimeSpan.FromMinutes(5));
         Check(failures, "Herald:Cluster:ReplayWindow", cluster.ReplayWindow, TimeSpan.FromSeconds(1), TimeSpan.FromHours(1));
+        Check(failures, "Herald:Cluster:ControlReplyTimeout", cluster.ControlReplyTimeout, TimeSpan.FromMilliseconds(100), TimeSpan.FromMinutes(1));
         CheckPrefix(failures, "Herald:Cluster:ChannelPrefix", cluster.ChannelPrefix);
 
         if (cluster.Secret is { Length: < 16 })

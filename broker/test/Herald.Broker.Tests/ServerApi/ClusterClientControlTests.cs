@@ -158,6 +158,7 @@ public sealed class ClusterClientControlTests(ITestOutputHelper output)
 
         o.Cluster.Secret = Secret;
         o.Cluster.HeartbeatInterval = TimeSpan.FromMilliseconds(200);
+        o.Cluster.ControlReplyTimeout = TimeSpan.FromSeconds(15); // the wait ends at the last answer: long costs nothing, and a loaded machine's node is still counted
         TestApiKeys.Configure(o);
         o.Security.Auth.Mode = AuthMode.Token;
         o.Security.Auth.Tokens.Add(new TokenOptions { Name = "alice", Sha256 = TestTokens.Sha256(AliceToken), Permissions = { Publish = { "news" }, Subscribe = { "news" } } });
