@@ -376,13 +376,7 @@ internal sealed partial class SubscriptionIndex : IDisposable
     }
 
     /// <summary>
-    /// Monitoring only (<c>/subsz</c>, the <c>herald.topics</c> gauge), never on the publish path: every
-    /// pattern with at least one subscription and its number of subscriptions, at most <paramref name="max"/>
-    /// of them (in no particular order), and in <paramref name="patterns"/> how many there are in all.
-    /// Walks the trie under the read lock: O(patterns); publishes that hit the match cache are not held up.
-    /// </summary>
-    /// <summary>
-    /// This node's subscriptions (never the entries for other nodes' queue group members) whose pattern <paramref name="holds"/>
+    /// This node's subscriptions whose pattern <paramref name="holds"/>
     /// says yes to: a walk of the whole trie under the read lock, for what is rare (a cluster shard back after an outage).
     /// </summary>
     public List<Subscription> Local(Func<string, bool> holds)
@@ -412,6 +406,12 @@ internal sealed partial class SubscriptionIndex : IDisposable
         return found;
     }
 
+    /// <summary>
+    /// Monitoring only (<c>/subsz</c>, the <c>herald.topics</c> gauge), never on the publish path: every
+    /// pattern with at least one subscription and its number of subscriptions, at most <paramref name="max"/>
+    /// of them (in no particular order), and in <paramref name="patterns"/> how many there are in all.
+    /// Walks the trie under the read lock: O(patterns); publishes that hit the match cache are not held up.
+    /// </summary>
     public IReadOnlyList<(string Pattern, int Subscribers)> Snapshot(int max, out int patterns)
     {
         var found = new List<(string, int)>(Math.Min(max, 1024));
