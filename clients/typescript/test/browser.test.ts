@@ -1,6 +1,6 @@
 /**
- * The browser tests: a page served here loads the built ESM client (dist/, with @msgpack/msgpack, fzstd
- * and @opentelemetry/api from node_modules through an import map), runs in headless Chromium (the Debian
+ * The browser tests: a page served here loads the built ESM client (dist/, with @msgpack/msgpack, fzstd,
+ * fossil-delta and @opentelemetry/api from node_modules through an import map), runs in headless Chromium (the Debian
  * package, driven by playwright-core) and connects to the broker's HTTP port (another origin: CORS, and the
  * WebSocket's Origin check). With the default `transport: "auto"` it takes the WebSocket and exchanges
  * messages both ways with the .NET client's samples over TCP; with `transport: "longpoll"` it subscribes over
@@ -34,6 +34,7 @@ const PAGE = `<!doctype html>
 { "imports": {
     "@msgpack/msgpack": "/node_modules/@msgpack/msgpack/dist.esm/index.mjs",
     "fzstd": "/node_modules/fzstd/esm/index.mjs",
+    "fossil-delta": "/node_modules/fossil-delta/fossil-delta.js",
     "@opentelemetry/api": "/node_modules/@opentelemetry/api/build/esm/index.js"
 } }
 </script>
@@ -79,7 +80,7 @@ before(async () => {
   sampleDll("Herald.Client.Publish");
   sampleDll("Herald.Client.Subscribe");
   broker = await Broker.start();
-  page = await servePage(PAGE, packageRoot, ["/dist/", "/node_modules/@msgpack/msgpack/", "/node_modules/fzstd/", "/node_modules/@opentelemetry/api/"]);
+  page = await servePage(PAGE, packageRoot, ["/dist/", "/node_modules/@msgpack/msgpack/", "/node_modules/fzstd/", "/node_modules/fossil-delta/", "/node_modules/@opentelemetry/api/"]);
 });
 
 after(async () => {

@@ -1,6 +1,6 @@
 /**
- * Conformance: every vector in protocol-spec/vectors (README §12, longpoll.json) run through this
- * client's decoder, encoder, frame reader, topic rules and long-poll body parser.
+ * Conformance: every vector in protocol-spec/vectors (README §12, longpoll.json, delta.json) run through this
+ * client's decoder, encoder, frame reader, topic rules, long-poll body parser and delta apply.
  *
  * Frame vectors are fed whole, split at every byte boundary into two segments, and one byte at a time;
  * the answer must be the same each way (README §12).
@@ -11,6 +11,7 @@ import { describe, test } from "node:test";
 import {
   FrameReader,
   HeraldError,
+  applyDelta,
   checkPublishTopic,
   decodeFrame,
   encodeError,
@@ -246,6 +247,30 @@ describe("topics.json", () => {
   test("reserved", () => {
     for (const { topic, reserved } of topics.reserved) assert.equal(isReservedTopic(topic), reserved, topic);
   });
+});
+
+describe("delta.json", () => {
+  const deltas = readJson("delta.json") as {
+    max_payload: number;
+    valid: { name: string; source: string; target: string; delta: string }[];
+    invalid: { name: string; source: string; delta: string; error: string }[];
+  };
+  test("assumes the max_payload of limits.json", () => {
+    assert.equal(deltas.max_payload, readJson("limits.json").max_payload);
+  });
+  for (const v of deltas.valid) {
+    test(`valid: ${v.name}`, () => {
+      assert.equal(hex(applyDelta(unhex(v.source), unhex(v.delta), deltas.max_payload)), v.target);
+    });
+  }
+  for (const v of deltas.invalid) {
+    test(`invalid: ${v.name}`, () => {
+      assert.throws(
+        () => applyDelta(unhex(v.source), unhex(v.delta), deltas.max_payload),
+        (e: unknown) => e instanceof HeraldError && e.code === v.error,
+      );
+    });
+  }
 });
 
 describe("longpoll.json", () => {

@@ -192,11 +192,11 @@ function browserEntry(name: string): string {
   return `/node_modules/${name}/${entry.replace(/^\.\//, "")}`;
 }
 
-const RUNTIME = ["@herald/client", "@msgpack/msgpack", "fzstd", "@opentelemetry/api"];
+const RUNTIME = ["@herald/client", "@msgpack/msgpack", "fzstd", "fossil-delta", "@opentelemetry/api"];
 
 /**
  * Serves the page and, from the project the tarball was installed into, the installed package's dist/ and its
- * three runtime dependencies, each at the entry its package.json names (the versions npm picked today, not
+ * four runtime dependencies, each at the entry its package.json names (the versions npm picked today, not
  * this folder's lock file).
  */
 function serveInstalledPage(): Promise<PageServer> {

@@ -7,4 +7,5 @@ export * from "./frames.js";
 export * from "./topics.js";
 export { MsgReader, MAX_SKIP_DEPTH } from "./reader.js";
 export { zstdDecompress } from "./zstd.js";
+export { applyDelta } from "./delta.js";
 export { parsePollBody, type PolledMessage, type PollResult, type HeaderSource } from "./poll.js";

@@ -40,9 +40,10 @@ public static class Vectors
     /// The other files of the folder, and why: <c>limits.json</c> and <c>topics.json</c> are read here too;
     /// <c>longpoll.json</c> by the long-poll tests; <c>cluster.json</c> is between broker nodes (cluster.md), never
     /// a client's: the broker's <c>ClusterVectorTests</c> run it; <c>sse.json</c> is the broker's Server-Sent Events
-    /// (sse.md), read by <c>EventSource</c>, not by an SDK: the broker's <c>SseVectorTests</c> run it.
+    /// (sse.md), read by <c>EventSource</c>, not by an SDK: the broker's <c>SseVectorTests</c> run it; <c>delta.json</c>
+    /// holds Fossil deltas, not frames (spec §11), for the delta codec the client shares with the broker (Herald.Protocol).
     /// </summary>
-    public static readonly string[] OtherFiles = ["limits.json", "topics.json", "longpoll.json", "cluster.json", "sse.json"];
+    public static readonly string[] OtherFiles = ["limits.json", "topics.json", "longpoll.json", "cluster.json", "sse.json", "delta.json"];
 
     private static readonly Lazy<Dictionary<string, FrameVector>> All = new(Load);
 
