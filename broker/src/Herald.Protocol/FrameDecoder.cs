@@ -204,7 +204,7 @@ public static partial class FrameDecoder
         try
         {
             Require(elementCount, 5, "PUBLISH");
-            return ReadEnvelope(ref reader, sid: 0, elementCount - 5);
+            return ReadEnvelope(ref reader, sid: 0, elementCount - 5, PayloadFlags.Zstd);
         }
         catch (Exception e) when (IsDecodeFailure(e))
         {
@@ -346,7 +346,7 @@ public static partial class FrameDecoder
         {
             Require(elementCount, 6, "MESSAGE");
             uint sid = reader.ReadUInt32();
-            return ReadEnvelope(ref reader, sid, elementCount - 6);
+            return ReadEnvelope(ref reader, sid, elementCount - 6, PayloadFlags.Zstd | PayloadFlags.Delta);
         }
         catch (Exception e) when (IsDecodeFailure(e))
         {
@@ -390,7 +390,11 @@ public static partial class FrameDecoder
         }
     }
 
-    private static PublishFrame ReadEnvelope(ref MessagePackReader reader, uint sid, int extra)
+    /// <summary>
+    /// Reads topic, reply_to, flags, payload and the optional header block. <paramref name="allowed"/> are the flag bits
+    /// the frame may carry (PUBLISH: zstd; MESSAGE: zstd or delta, never both, spec §4.5, §4.6); any other is malformed.
+    /// </summary>
+    private static PublishFrame ReadEnvelope(ref MessagePackReader reader, uint sid, int extra, PayloadFlags allowed)
     {
         SequencePosition start = reader.Position;
         ReadOnlySequence<byte> topic = reader.ReadStringSequence() ?? ThrowNil<ReadOnlySequence<byte>>("topic");
@@ -402,7 +406,7 @@ public static partial class FrameDecoder
         }
 
         uint flags = reader.ReadUInt32();
-        if ((flags & ~(uint)PayloadFlags.Zstd) != 0)
+        if ((flags & ~(uint)allowed) != 0 || flags == (uint)(PayloadFlags.Zstd | PayloadFlags.Delta))
         {
             ThrowHelper.ThrowMalformed($"Payload flags 0x{flags:x} set reserved bits.");
         }

@@ -72,6 +72,9 @@ public enum Capabilities : uint
 
     /// <summary>The peer is told of subscriptions the server makes for it (SUBSCRIBED, spec §4.10); granted on framed transports.</summary>
     ServerSubscriptions = 64,
+
+    /// <summary>The peer applies Fossil deltas: subscriptions may ask for them and MESSAGE may carry them (spec §11.2).</summary>
+    Deltas = 128,
 }
 
 /// <summary>Option bits of SUBSCRIBE (spec §4.3).</summary>
@@ -87,6 +90,9 @@ public enum SubscribeOptions : uint
 
     /// <summary>The subscription also receives its topic's join and leave events (spec §15.2); needs the presence capability and a topic without wildcards.</summary>
     PresenceEvents = 4,
+
+    /// <summary>The subscription asks for deltas (spec §11.2); honoured with the deltas capability on a topic without wildcards and without a queue group, else ignored.</summary>
+    Delta = 8,
 }
 
 /// <summary>Flag bits of PUBLISH and MESSAGE (spec §4.5).</summary>
@@ -96,4 +102,7 @@ public enum PayloadFlags : uint
     None = 0,
     /// <summary>The payload is Zstd-compressed.</summary>
     Zstd = 1,
+
+    /// <summary>The payload is a Fossil delta against the previous payload (spec §11.2); never together with <see cref="Zstd"/>.</summary>
+    Delta = 2,
 }
