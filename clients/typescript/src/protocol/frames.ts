@@ -36,7 +36,7 @@ export const FrameType = {
 export type FrameTypeValue = (typeof FrameType)[keyof typeof FrameType];
 
 /** HELLO/WELCOME capability bits (spec §4.1). */
-export const Capabilities = { None: 0, Zstd: 1, Headers: 2, NoResponders: 4, History: 8, QueueGroups: 16, Presence: 32, ServerSubscriptions: 64 } as const;
+export const Capabilities = { None: 0, Zstd: 1, Headers: 2, NoResponders: 4, History: 8, QueueGroups: 16, Presence: 32, ServerSubscriptions: 64, Deltas: 128 } as const;
 /**
  * A header block (spec §4.9): keys in encoded order, each with one or more values. Pairs, not an object:
  * an object would reorder keys that look like integers.
@@ -61,7 +61,7 @@ export interface HistoryPosition {
  * SUBSCRIBE option bits (spec §4.3): no echo; join (be present on the topic, §15.1); presence events (receive
  * its join and leave events, §15.2). Join and presence events need the presence capability and one topic.
  */
-export const SubscribeOptions = { None: 0, NoEcho: 1, Join: 2, PresenceEvents: 4 } as const;
+export const SubscribeOptions = { None: 0, NoEcho: 1, Join: 2, PresenceEvents: 4, Delta: 8 } as const;
 /** The broker's default `max_presence_info`: the longest HELLO `info`, in UTF-8 bytes (spec §4.1, §9). */
 export const DEFAULT_MAX_PRESENCE_INFO_BYTES = 256;
 /** Most members one PRESENCE_REPLY lists: a larger `limit` is served as this (spec §15.3). */
@@ -76,7 +76,7 @@ export interface PresenceEntry {
   readonly info: string | null;
 }
 /** PUBLISH/MESSAGE flag bits (spec §4.5). */
-export const PayloadFlags = { None: 0, Zstd: 1 } as const;
+export const PayloadFlags = { None: 0, Zstd: 1, Delta: 2 } as const;
 
 export interface HelloFrame {
   type: 1;
@@ -544,7 +544,7 @@ export function decodeFrame(body: Uint8Array): Frame {
     }
     case FrameType.Publish: {
       require(count, 5, "PUBLISH");
-      const env = readEnvelope(r);
+      const env = readEnvelope(r, PayloadFlags.Zstd);
       if (count === 5) {
         skipRest(r, 0);
         return { type, ...env };
@@ -556,7 +556,7 @@ export function decodeFrame(body: Uint8Array): Frame {
     case FrameType.Message: {
       require(count, 6, "MESSAGE");
       const sid = r.readUint32();
-      const env = readEnvelope(r);
+      const env = readEnvelope(r, PayloadFlags.Zstd | PayloadFlags.Delta);
       if (count === 6) {
         skipRest(r, 0);
         return { type, sid, ...env };
@@ -656,11 +656,12 @@ function readPresenceEntries(r: MsgReader): PresenceEntry[] {
   return entries;
 }
 
-function readEnvelope(r: MsgReader): { topic: string; replyTo: string | null; flags: number; payload: Uint8Array } {
+/** Topic, reply_to, flags and payload; `allowed` are the flag bits the frame may carry (MESSAGE: zstd or delta, never both; spec §4.5, §4.6). */
+function readEnvelope(r: MsgReader, allowed: number): { topic: string; replyTo: string | null; flags: number; payload: Uint8Array } {
   const topic = nonNil(r.readString(), "topic");
   const replyTo = r.readString();
   const flags = r.readUint32();
-  if ((flags & ~PayloadFlags.Zstd) !== 0) {
+  if ((flags & ~allowed) !== 0 || flags === (PayloadFlags.Zstd | PayloadFlags.Delta)) {
     throw malformed(`Payload flags 0x${flags.toString(16)} set reserved bits.`);
   }
   const payload = nonNil(r.readBin(), "payload");
