@@ -94,7 +94,20 @@ public sealed class ProtocolClient : IAsyncDisposable
     /// </summary>
     public static async Task<(ProtocolClient Client, System.Net.WebSockets.WebSocket WebSocket)> ConnectRawWebSocketAsync(int httpPort, int receiveBufferSize)
     {
-        var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true, ReceiveBufferSize = receiveBufferSize };
+        NetworkStream stream = await UpgradeAsync(httpPort, receiveBufferSize);
+        var webSocket = System.Net.WebSockets.WebSocket.CreateFromStream(stream, new System.Net.WebSockets.WebSocketCreationOptions { IsServer = false, SubProtocol = "herald.v1", KeepAliveInterval = TimeSpan.Zero });
+        return (new ProtocolClient(System.Net.WebSockets.WebSocketStream.Create(webSocket, System.Net.WebSockets.WebSocketMessageType.Binary, ownsWebSocket: true)), webSocket);
+    }
+
+    /// <summary>A raw socket upgraded to WebSocket at <c>/ws</c> by a handshake written by hand (subprotocol herald.v1): the 101 read, the stream left at the first frame.</summary>
+    public static async Task<NetworkStream> UpgradeAsync(int httpPort, int? receiveBufferSize = null)
+    {
+        var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        if (receiveBufferSize is { } size)
+        {
+            socket.ReceiveBufferSize = size;
+        }
+
         await socket.ConnectAsync(new IPEndPoint(IPAddress.Loopback, httpPort));
         var stream = new NetworkStream(socket, ownsSocket: true);
         string key = Convert.ToBase64String(System.Security.Cryptography.RandomNumberGenerator.GetBytes(16));
@@ -109,8 +122,7 @@ public sealed class ProtocolClient : IAsyncDisposable
         }
 
         Assert.StartsWith("HTTP/1.1 101", head.ToString(), StringComparison.Ordinal);
-        var webSocket = System.Net.WebSockets.WebSocket.CreateFromStream(stream, new System.Net.WebSockets.WebSocketCreationOptions { IsServer = false, SubProtocol = "herald.v1", KeepAliveInterval = TimeSpan.Zero });
-        return (new ProtocolClient(System.Net.WebSockets.WebSocketStream.Create(webSocket, System.Net.WebSockets.WebSocketMessageType.Binary, ownsWebSocket: true)), webSocket);
+        return stream;
     }
 
     /// <param name="localAddress">The source address to connect from (any 127.x.y.z on Linux loopback): another client address for the broker.</param>
