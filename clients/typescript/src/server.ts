@@ -63,6 +63,10 @@ export interface ApiTopicsPage {
   truncated: boolean;
   entries: { pattern: string; subscribers: number }[];
   next?: string;
+  /** The nodes that answered (their cluster id, absent on a single node) with their totals. */
+  nodes: { node?: string; subscriptions: number; patterns: number; truncated: boolean }[];
+  /** Cluster ids of the members that did not answer in time: their subscriptions are not counted. */
+  silent: string[];
 }
 
 /** What a disconnect or revoke reached: the clients it ended, and the nodes that answered of those asked. */

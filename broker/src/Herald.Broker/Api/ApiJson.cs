@@ -81,8 +81,14 @@ internal sealed record PresenceInfo(string Topic, long Members, long Identities,
 
 internal sealed record PresenceMemberInfo(string Client, string Identity, string? Info);
 
-/// <summary><c>GET /api/v1/topics</c>: this node's subscribed patterns (reply inboxes left out) with their subscribers, by pattern, and where the next page starts.</summary>
-internal sealed record TopicsPage(int Subscriptions, int Patterns, bool Truncated, IReadOnlyList<TopicInfo> Entries, string? Next);
+/// <summary>
+/// <c>GET /api/v1/topics</c>: every node's subscribed patterns (reply inboxes left out) with their subscribers added up, by
+/// pattern, where the next page starts, the nodes that answered (their totals) and the members that did not.
+/// </summary>
+internal sealed record TopicsPage(int Subscriptions, int Patterns, bool Truncated, IReadOnlyList<TopicInfo> Entries, string? Next, IReadOnlyList<TopicsNode> Nodes, IReadOnlyList<string> Silent);
+
+/// <summary>One node's part of the topics listing: its cluster id (none on a single node) and its totals.</summary>
+internal sealed record TopicsNode(string? Node, int Subscriptions, int Patterns, bool Truncated);
 
 internal sealed record TopicInfo(string Pattern, int Subscribers);
 

@@ -20,15 +20,12 @@ namespace Herald.Broker.Api;
 /// What a backend reads (scope <c>read</c>): a topic's history by position (<c>GET /api/v1/history</c>: this node's
 /// kept messages, or Redis's on a cluster node, so every node answers the same), presence and occupancy
 /// (<c>GET /api/v1/presence</c>, through <see cref="IPresence"/>: the cluster's members on a cluster node), and the
-/// patterns subscribed on this node with their subscriber counts (<c>GET /api/v1/topics</c>, paged by pattern).
+/// patterns subscribed on every node with their subscriber counts added up (<c>GET /api/v1/topics</c>, paged by pattern).
 /// </summary>
 internal static class ReadEndpoints
 {
     /// <summary>Most history entries one read returns.</summary>
     public const int MaxHistoryPage = 1000;
-
-    /// <summary>Most patterns the topics listing looks at (as <c>/subsz</c>); past it the answer says <c>truncated</c>.</summary>
-    private const int MaxPatterns = 100_000;
 
     public static void Map(RouteGroupBuilder api)
     {
@@ -117,25 +114,36 @@ internal static class ReadEndpoints
         await Results.Json(new PresenceInfo(topic, page.Occupancy.Members, page.Occupancy.Identities, members, page.Next), ApiJsonContext.Default.PresenceInfo).ExecuteAsync(context).ConfigureAwait(false);
     });
 
+    /// <summary>
+    /// Every node's subscriptions (through <see cref="ITopicCensus"/>): each node answers its first <c>limit + 1</c> matching
+    /// patterns, the answers are added up per pattern, and the page is the first <c>limit</c> of the sum; the nodes that
+    /// answered are listed with their totals, the members that did not are named in <c>silent</c>.
+    /// </summary>
     private static Task Topics(HttpContext context) => HttpExchange.Handle(context, async () =>
     {
         IServiceProvider services = context.RequestServices;
         ApiOptions options = services.GetRequiredService<ApiOptions>();
-        TopicRouter router = services.GetRequiredService<BrokerCore>().Router;
         int limit = (int)QueryNumber(context, "limit", (ulong)options.MaxTopicsPage, (ulong)options.MaxTopicsPage);
-        string prefix = context.Request.Query["prefix"].ToString();
-        string after = context.Request.Query["after"].ToString();
-        IReadOnlyList<(string Pattern, int Subscribers)> snapshot = router.Snapshot(MaxPatterns, out int patterns);
-        var matching = snapshot
-            .Where(p => !p.Pattern.StartsWith(ProtocolConstants.InboxPrefix, StringComparison.Ordinal) // reply addresses: never named
-                && p.Pattern.StartsWith(prefix, StringComparison.Ordinal)
-                && string.CompareOrdinal(p.Pattern, after) > 0)
-            .OrderBy(p => p.Pattern, StringComparer.Ordinal)
-            .Take(limit + 1)
-            .ToList();
-        bool more = matching.Count > limit;
-        var page = matching.Take(limit).Select(p => new TopicInfo(p.Pattern, p.Subscribers)).ToList();
-        var body = new TopicsPage(router.SubscriptionCount, patterns, patterns > snapshot.Count, page, more ? page[^1].Pattern : null);
+        var query = new TopicQuery(context.Request.Query["prefix"].ToString(), context.Request.Query["after"].ToString(), limit);
+        TopicCensus census;
+        try
+        {
+            census = await services.GetRequiredService<BrokerCore>().Census.CountAsync(query, context.RequestAborted).ConfigureAwait(false);
+        }
+        catch (ClusterUnavailableException e)
+        {
+            throw HttpProblem.Unavailable("ClusterUnavailable", $"The cluster could not be reached: {e.Message}", 1);
+        }
+
+        (IReadOnlyList<(string Pattern, int Subscribers)> entries, string? next) = census.Page(query);
+        var body = new TopicsPage(
+            census.Answered.Sum(n => n.Subscriptions),
+            census.Answered.Sum(n => n.Patterns),
+            census.Answered.Any(n => n.Truncated),
+            [.. entries.Select(p => new TopicInfo(p.Pattern, p.Subscribers))],
+            next,
+            [.. census.Answered.Select(n => new TopicsNode(n.Node, n.Subscriptions, n.Patterns, n.Truncated))],
+            census.Silent);
         await Results.Json(body, ApiJsonContext.Default.TopicsPage).ExecuteAsync(context).ConfigureAwait(false);
     });
 

@@ -20,6 +20,8 @@ namespace Herald.Broker.Cluster;
 /// carries the secret's tag (<see cref="SessionSignatures"/>, path <c>ctl</c>; a reply <c>ctr:&lt;node&gt;</c>), a
 /// nonce and the sender's deadline: one untagged, mis-tagged, replayed or late is refused and counted
 /// (<see cref="Refused"/>), never carried out.</item>
+/// <item><b>Topics</b> (an <see cref="ITopicCensus"/>): a query sent the same way; each node answers with its first matching
+/// patterns (at most <see cref="TopicQuery.PerNode"/>) and its totals; a member silent past the wait is named.</item>
 /// <item><b>Revocations</b> in the hash <c>P rv</c> (identity → <c>&lt;until, Unix ms&gt; &lt;reason&gt;</c>), written by
 /// a script that holds it to <c>Herald:Security:MaxRevocations</c> (expired fields dropped first) and makes the key expire
 /// with its last entry; <c>P rvv</c> counts its changes. A node loads the hash at start and again whenever the count moved
@@ -28,7 +30,7 @@ namespace Herald.Broker.Cluster;
 /// </list>
 /// Nothing here is on the message path. Redis that cannot be reached raises <see cref="ClusterUnavailableException"/>.
 /// </summary>
-internal sealed class ClusterClientControl : IClientControl
+internal sealed class ClusterClientControl : IClientControl, ITopicCensus
 {
     private const string SetScript = """
         local now = tonumber(ARGV[4])
@@ -54,6 +56,7 @@ internal sealed class ClusterClientControl : IClientControl
     private readonly CommandMemory _memory = new();
     private readonly ConcurrentDictionary<long, Answers> _pending = new();
     private Func<ClientAction, Task<ClientActionOutcome>>? _here;
+    private Func<TopicQuery, NodeTopics>? _topics;
     private long _nextId;
     private long _refused;
     private long _loadedVersion = -1;
@@ -81,6 +84,28 @@ internal sealed class ClusterClientControl : IClientControl
     private RedisKey Version => _shard.Prefix + "rvv";
 
     public void Serve(Func<ClientAction, Task<ClientActionOutcome>> here) => _here = here;
+
+    public void Serve(Func<TopicQuery, NodeTopics> here) => _topics = here;
+
+    /// <summary>
+    /// Asks every member for its part of <paramref name="query"/> and waits for their answers (at most
+    /// <see cref="ClusterOptions.ControlReplyTimeout"/>): this node's first, then each answer, and the members that did not answer.
+    /// </summary>
+    public async Task<TopicCensus> CountAsync(TopicQuery query, CancellationToken cancellationToken)
+    {
+        NodeTopics here = (_topics?.Invoke(query) ?? new NodeTopics(null, [], 0, 0, false)) with { Node = _node };
+        try
+        {
+            var message = new ControlMessage { Topics = new TopicAsk { Prefix = query.Prefix, After = query.After, Limit = query.Limit } };
+            (IReadOnlyCollection<ControlReply> replies, IReadOnlyList<string> silent, _) = await AskAsync(message, stopAtFirstHolder: false, cancellationToken).ConfigureAwait(false);
+            List<NodeTopics> answered = [here, .. replies.Select(r => r.Census(query))];
+            return new TopicCensus(answered, silent);
+        }
+        catch (Exception e) when (e is RedisException or TimeoutException)
+        {
+            throw new ClusterUnavailableException(e.Message, e);
+        }
+    }
 
     /// <summary>Listens on the control channel and this node's reply channel, then loads the revocations (at the cluster's start, and when the shard is back).</summary>
     public async Task StartAsync()
@@ -174,21 +199,44 @@ internal sealed class ClusterClientControl : IClientControl
     /// <summary>Sends the action to every other node and adds up their answers, each member answering at most once, within <see cref="ClusterOptions.ControlReplyTimeout"/>.</summary>
     private async Task<ClientActionOutcome> BroadcastAsync(ClientAction action, ClientActionOutcome here, CancellationToken cancellationToken)
     {
-        int others = _nodes.Known.Count(n => !n.Self);
+        (IReadOnlyCollection<ControlReply> replies, _, int asked) = await AskAsync(ControlMessage.Of(action), stopAtFirstHolder: action.Client is not null, cancellationToken).ConfigureAwait(false);
+        ClientActionOutcome total = here with { NodesAsked = asked };
+        foreach (ControlReply reply in replies)
+        {
+            total = total.Plus(new ClientActionOutcome(reply.Clients, 1, asked, reply.Sid, reply.Code, reply.Message));
+        }
+
+        return total;
+    }
+
+    /// <summary>
+    /// Publishes <paramref name="message"/> (its id, sender, nonce and deadline set here) and waits for an answer from each
+    /// other member known, at most <see cref="ClusterOptions.ControlReplyTimeout"/>: the answers, the members that gave none
+    /// (for one client, <paramref name="stopAtFirstHolder"/>: the wait ends at the node that held it, the rest not named), and
+    /// how many nodes were asked, this one included.
+    /// </summary>
+    private async Task<(IReadOnlyCollection<ControlReply> Replies, IReadOnlyList<string> Silent, int Asked)> AskAsync(ControlMessage message, bool stopAtFirstHolder, CancellationToken cancellationToken)
+    {
+        string[] others = [.. _nodes.Known.Where(n => !n.Self).Select(n => n.Id)];
         long id = Interlocked.Increment(ref _nextId);
-        var pending = new Answers(others, stopAtFirstHolder: action.Client is not null);
+        var pending = new Answers(others.Length, stopAtFirstHolder);
         _pending[id] = pending;
         try
         {
-            var message = ControlMessage.Of(action, id, _node, DateTimeOffset.UtcNow.Add(_shard.Options.ControlReplyTimeout).ToUnixTimeMilliseconds());
+            message.Id = id;
+            message.From = _node;
+            message.Nonce = Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(16));
+            message.Deadline = DateTimeOffset.UtcNow.Add(_shard.Options.ControlReplyTimeout).ToUnixTimeMilliseconds();
             byte[] body = SessionSignatures.Seal(_signer, "ctl", JsonSerializer.SerializeToUtf8Bytes(message, ControlJson.Default.ControlMessage));
             await _shard.Subscriber.PublishAsync(Channel, body).ConfigureAwait(false);
-            if (others > 0)
+            if (others.Length > 0)
             {
                 await Task.WhenAny(pending.Done, Task.Delay(_shard.Options.ControlReplyTimeout, cancellationToken)).ConfigureAwait(false);
             }
 
-            return pending.Sum(here, others + 1);
+            IReadOnlyCollection<ControlReply> replies = pending.Replies;
+            string[] silent = pending.Stopped ? [] : [.. others.Where(node => !replies.Any(r => r.Node == node))];
+            return (replies, silent, others.Length + 1);
         }
         finally
         {
@@ -206,23 +254,38 @@ internal sealed class ClusterClientControl : IClientControl
         }
 
         long now = DateTimeOffset.UtcNow.ToUnixTimeMilliseconds();
-        if (message.Nonce is not { Length: > 0 } nonce || now > message.Deadline || !_memory.Admit(nonce, message.Deadline, now) || message.Action() is not { } action)
+        if (message.Nonce is not { Length: > 0 } nonce || now > message.Deadline || !_memory.Admit(nonce, message.Deadline, now))
         {
             Interlocked.Increment(ref _refused);
             return;
         }
 
-        _ = AnswerAsync(message, action);
+        if (message.Topics is { } topics)
+        {
+            _ = ReplyAsync(message.From, ControlReply.Of(message.Id, _node, _topics?.Invoke(topics.Query())));
+        }
+        else if (message.Action() is { } action)
+        {
+            _ = AnswerAsync(message, action);
+        }
+        else
+        {
+            Interlocked.Increment(ref _refused);
+        }
     }
 
     private async Task AnswerAsync(ControlMessage message, ClientAction action)
     {
         ClientControlRules.Record(Revocations, action); // Redis holds the bound; this node's copy follows it
         ClientActionOutcome outcome = _here is { } here ? await here(action).ConfigureAwait(false) : ClientActionOutcome.None;
-        var reply = new ControlReply { Id = message.Id, Node = _node, Clients = outcome.Clients, Sid = outcome.Sid, Code = outcome.Code, Message = outcome.Message };
+        await ReplyAsync(message.From, new ControlReply { Id = message.Id, Node = _node, Clients = outcome.Clients, Sid = outcome.Sid, Code = outcome.Code, Message = outcome.Message }).ConfigureAwait(false);
+    }
+
+    private async Task ReplyAsync(string to, ControlReply reply)
+    {
         try
         {
-            await _shard.Subscriber.PublishAsync(RepliesTo(message.From), SessionSignatures.Seal(_signer, "ctr:" + message.From, JsonSerializer.SerializeToUtf8Bytes(reply, ControlJson.Default.ControlReply))).ConfigureAwait(false);
+            await _shard.Subscriber.PublishAsync(RepliesTo(to), SessionSignatures.Seal(_signer, "ctr:" + to, JsonSerializer.SerializeToUtf8Bytes(reply, ControlJson.Default.ControlReply))).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RedisException or TimeoutException)
         {
@@ -274,6 +337,11 @@ internal sealed class ClusterClientControl : IClientControl
 
         public Task Done => _done.Task;
 
+        /// <summary>Whether the wait ended at the first node that held the client (the others were not waited for).</summary>
+        public bool Stopped { get; private set; }
+
+        public IReadOnlyCollection<ControlReply> Replies => [.. _replies.Values];
+
         public void Add(ControlReply reply)
         {
             if (!_replies.TryAdd(reply.Node, reply))
@@ -281,21 +349,15 @@ internal sealed class ClusterClientControl : IClientControl
                 return; // one answer per node
             }
 
-            if (_replies.Count >= expected || (stopAtFirstHolder && (reply.Clients > 0 || reply.Code is not null)))
+            if (stopAtFirstHolder && (reply.Clients > 0 || reply.Code is not null))
+            {
+                Stopped = true;
+                _done.TrySetResult();
+            }
+            else if (_replies.Count >= expected)
             {
                 _done.TrySetResult();
             }
-        }
-
-        public ClientActionOutcome Sum(ClientActionOutcome here, int asked)
-        {
-            ClientActionOutcome total = here with { NodesAsked = asked };
-            foreach (ControlReply reply in _replies.Values)
-            {
-                total = total.Plus(new ClientActionOutcome(reply.Clients, 1, asked, reply.Sid, reply.Code, reply.Message));
-            }
-
-            return total;
         }
     }
 }
@@ -328,12 +390,12 @@ internal sealed class ControlMessage
 
     public bool Force { get; set; }
 
-    public static ControlMessage Of(ClientAction action, long id, string from, long deadline) => new()
+    /// <summary>A topics query instead of an action: each node answers with its part (<see cref="ControlReply.Entries"/>).</summary>
+    public TopicAsk? Topics { get; set; }
+
+    /// <summary>The message of <paramref name="action"/>; the sender sets its id, nonce and deadline when it sends it.</summary>
+    public static ControlMessage Of(ClientAction action) => new()
     {
-        Id = id,
-        From = from,
-        Nonce = Convert.ToHexStringLower(RandomNumberGenerator.GetBytes(16)),
-        Deadline = deadline,
         Kind = action.Kind,
         Client = action.Client,
         Identity = action.Identity,
@@ -360,7 +422,19 @@ internal sealed class ControlMessage
     }
 }
 
-/// <summary>A node's answer to an action: what it reached there.</summary>
+/// <summary>A topics query on the control channel (<see cref="TopicQuery"/>).</summary>
+internal sealed class TopicAsk
+{
+    public string Prefix { get; set; } = "";
+
+    public string After { get; set; } = "";
+
+    public int Limit { get; set; }
+
+    public TopicQuery Query() => new(Prefix, After, Limit);
+}
+
+/// <summary>A node's answer to an action (what it reached there) or to a topics query (its part of the listing).</summary>
 internal sealed class ControlReply
 {
     public long Id { get; set; }
@@ -374,6 +448,38 @@ internal sealed class ControlReply
     public string? Code { get; set; }
 
     public string? Message { get; set; }
+
+    /// <summary>A topics query's answer: the node's first matching patterns, each <c>[pattern, subscribers]</c>, in ordinal order.</summary>
+    public List<TopicEntry>? Entries { get; set; }
+
+    public int Subscriptions { get; set; }
+
+    public int Patterns { get; set; }
+
+    public bool Truncated { get; set; }
+
+    /// <summary>The reply carrying <paramref name="topics"/> (none when this node does not serve the listing).</summary>
+    public static ControlReply Of(long id, string node, NodeTopics? topics) => new()
+    {
+        Id = id,
+        Node = node,
+        Entries = [.. (topics?.Entries ?? []).Select(e => new TopicEntry { Pattern = e.Pattern, Subscribers = e.Subscribers })],
+        Subscriptions = topics?.Subscriptions ?? 0,
+        Patterns = topics?.Patterns ?? 0,
+        Truncated = topics?.Truncated ?? false,
+    };
+
+    /// <summary>This answer as the node's part of <paramref name="query"/>: at most <see cref="TopicQuery.PerNode"/> entries, whatever the node sent.</summary>
+    public NodeTopics Census(TopicQuery query) =>
+        new(Node, [.. (Entries ?? []).Take(query.PerNode).Select(e => (e.Pattern, e.Subscribers))], Subscriptions, Patterns, Truncated);
+}
+
+/// <summary>One pattern of a node's topics answer.</summary>
+internal sealed class TopicEntry
+{
+    public string Pattern { get; set; } = "";
+
+    public int Subscribers { get; set; }
 }
 
 [JsonSerializable(typeof(ControlMessage))]

@@ -16,4 +16,7 @@ internal sealed record BrokerEngines(IPublicationExchange Exchange, ISharedInter
 
     /// <summary>The server API's actions on clients and the revocations (they keep state, composed by Hosting); null: a <see cref="LocalClientControl"/>.</summary>
     public IClientControl? Control { get; init; }
+
+    /// <summary>The server API's topics listing, every node's subscriptions; null: a <see cref="LocalTopicCensus"/>.</summary>
+    public ITopicCensus? Census { get; init; }
 }

@@ -14,7 +14,7 @@ internal sealed record ClusterSlot(ClusterEngine? Engine)
     /// </summary>
     public BrokerEngines Engines { get; } = Engine is null
         ? BrokerEngines.Local
-        : new BrokerEngines(Engine.Exchange, Engine.Interest, Engine.SharedHistory, Engine, Engine.Options.ShareLongPollSessions ? Engine.Sessions : LocalSessions.Instance) { Control = Engine.Control };
+        : new BrokerEngines(Engine.Exchange, Engine.Interest, Engine.SharedHistory, Engine, Engine.Options.ShareLongPollSessions ? Engine.Sessions : LocalSessions.Instance) { Control = Engine.Control, Census = Engine.Control };
 }
 
 /// <summary>Starts and stops the cluster engine with the host, when there is one; nothing otherwise.</summary>

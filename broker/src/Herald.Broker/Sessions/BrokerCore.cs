@@ -23,6 +23,7 @@ internal sealed class BrokerCore
         SharedSessions = engines.Sessions;
         Presence = engines.Presence ?? new LocalPresence(new PresenceOptions(), enabled: true);
         ClientControl = engines.Control ?? new LocalClientControl(new Revocations(security.MaxRevocations, Time));
+        Census = engines.Census ?? new LocalTopicCensus();
         History = history;
         ServerName = serverName;
         Limits = limits;
@@ -32,6 +33,7 @@ internal sealed class BrokerCore
         _access = new LocalAccess(authenticator);
         Encoder = encoder;
         Router = router;
+        Census.Serve(query => NodeTopics.Of(router, query)); // this node's part of the topics listing
         Metrics = metrics;
         Log = log;
         Quotas = new IdentityQuotas(limits);
@@ -87,6 +89,9 @@ internal sealed class BrokerCore
 
     /// <summary>The server API's actions on clients (disconnect, revoke, subscribe), reaching the node that holds the client.</summary>
     public IClientControl ClientControl { get; }
+
+    /// <summary>The server API's topics listing: this node's subscriptions, or every node's on a cluster node.</summary>
+    public ITopicCensus Census { get; }
 
     /// <summary>The identities refused until a time (spec §8 <c>Revoked</c>), checked whenever a client authenticates.</summary>
     public Revocations Revocations => ClientControl.Revocations;

@@ -179,6 +179,7 @@ public sealed class ServerApiEndpointTests
 
         JsonElement topics = await GetJsonAsync(broker, "/api/v1/topics?prefix=kept");
         Assert.Equal(["kept.>"], topics.GetProperty("entries").EnumerateArray().Select(t => t.GetProperty("pattern").GetString()));
+        Assert.Equal((1, 0), (topics.GetProperty("nodes").GetArrayLength(), topics.GetProperty("silent").GetArrayLength())); // this node alone, nobody silent
         JsonElement paged = await GetJsonAsync(broker, "/api/v1/topics?limit=1");
         Assert.Equal("kept.>", paged.GetProperty("next").GetString());
         JsonElement second = await GetJsonAsync(broker, "/api/v1/topics?limit=1&after=kept.%3E");

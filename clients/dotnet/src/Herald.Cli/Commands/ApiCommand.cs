@@ -94,6 +94,11 @@ internal static class ApiCommand
                     Console.Out.WriteLine(string.Create(CultureInfo.InvariantCulture, $"{t.Subscribers,8}  {t.Pattern}"));
                 }
 
+                if (page.Silent.Count > 0)
+                {
+                    Console.Error.WriteLine($"not counted, did not answer in time: {string.Join(", ", page.Silent)}");
+                }
+
                 cursor = page.Next;
             }
             while (cursor is not null);

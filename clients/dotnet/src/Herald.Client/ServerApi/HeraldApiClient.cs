@@ -125,14 +125,15 @@ public sealed partial class HeraldApiClient : IDisposable
         return new HeraldApiPresencePage(root.GetProperty("members").GetInt64(), root.GetProperty("identities").GetInt64(), members, root.TryGetProperty("next", out JsonElement next) ? next.GetString() : null);
     }
 
-    /// <summary>The patterns subscribed on the answering node with their subscribers, in ordinal order, paged by <paramref name="after"/>.</summary>
+    /// <summary>The patterns subscribed on every node with their subscribers added up, in ordinal order, paged by <paramref name="after"/>; <see cref="HeraldApiTopicsPage.Silent"/> names the nodes that did not answer.</summary>
     public async Task<HeraldApiTopicsPage> TopicsAsync(string? prefix = null, string? after = null, int? limit = null, CancellationToken cancellationToken = default)
     {
         string query = "topics?prefix=" + Uri.EscapeDataString(prefix ?? "") + "&after=" + Uri.EscapeDataString(after ?? "") + (limit is { } l ? $"&limit={l}" : "");
         using JsonDocument answer = await SendAsync(HttpMethod.Get, query, null, cancellationToken).ConfigureAwait(false);
         JsonElement root = answer.RootElement;
         List<HeraldApiTopic> topics = [.. root.GetProperty("entries").EnumerateArray().Select(e => new HeraldApiTopic(e.GetProperty("pattern").GetString() ?? "", e.GetProperty("subscribers").GetInt32()))];
-        return new HeraldApiTopicsPage(topics, root.TryGetProperty("next", out JsonElement next) ? next.GetString() : null);
+        List<string> silent = root.TryGetProperty("silent", out JsonElement nodes) ? [.. nodes.EnumerateArray().Select(n => n.GetString() ?? "")] : [];
+        return new HeraldApiTopicsPage(topics, root.TryGetProperty("next", out JsonElement next) ? next.GetString() : null, silent);
     }
 
     /// <summary>The answering node's information (<c>GET /api/v1/info</c>) as the broker sent it; the caller disposes it.</summary>

@@ -72,15 +72,20 @@ public sealed class HeraldApiMember(string client, string identity, string? info
     public string? Info { get; } = info;
 }
 
-/// <summary>A page of subscribed patterns and where the next starts (null: none).</summary>
-public sealed class HeraldApiTopicsPage(IReadOnlyList<HeraldApiTopic> topics, string? next)
+/// <summary>
+/// A page of subscribed patterns (every node's, subscribers added up), where the next starts (null: none), and the cluster
+/// nodes that did not answer in time (their subscriptions not counted; empty on a single node).
+/// </summary>
+public sealed class HeraldApiTopicsPage(IReadOnlyList<HeraldApiTopic> topics, string? next, IReadOnlyList<string>? silent = null)
 {
     public IReadOnlyList<HeraldApiTopic> Topics { get; } = topics;
 
     public string? Next { get; } = next;
+
+    public IReadOnlyList<string> Silent { get; } = silent ?? [];
 }
 
-/// <summary>A subscribed pattern and its subscribers on the answering node.</summary>
+/// <summary>A subscribed pattern and its subscribers, added up over the nodes that answered.</summary>
 public sealed class HeraldApiTopic(string pattern, int subscribers)
 {
     public string Pattern { get; } = pattern;
