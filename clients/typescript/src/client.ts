@@ -59,6 +59,12 @@ export interface ConnectOptions {
   /** Ask for Zstd-compressed messages (spec §11); they are decompressed here. Default true. */
   compression?: boolean;
   /**
+   * Let subscriptions that ask for it (their `delta` option) receive deltas against their previous message
+   * (spec §11.2; TCP, WebSocket and binary long-poll); they are applied here, the application always gets the
+   * full payload. Default true.
+   */
+  deltas?: boolean;
+  /**
    * Ask for headers (spec §4.1, §4.9): received messages carry their headers, and `publish` may send some.
    * Default true. Off (or a broker that does not grant them): publishing with headers is refused here
    * (`HeadersNotNegotiated`), and no trace context is added.
@@ -178,6 +184,7 @@ const DEFAULTS = {
   name: "herald-ts",
   transport: "auto" as TransportChoice,
   compression: true,
+  deltas: true,
   headers: true,
   noResponders: true,
   reconnect: true,
@@ -362,6 +369,7 @@ export class HeraldClient implements SubscriptionOwner {
       ca: this.options.ca,
       name: this.options.name,
       compression: this.options.compression,
+      deltas: this.options.deltas,
       headers: this.options.headers,
       noResponders: this.options.noResponders,
       serverSubscriptions: this.options.acceptServerSubscriptions === true,
@@ -396,6 +404,9 @@ export class HeraldClient implements SubscriptionOwner {
         gap: (sid) => {
           if (gen !== this.generation) return;
           this.subs.get(sid)?.reportGap();
+        },
+        deltaFailed: (sid, error) => {
+          if (gen === this.generation) this.deltaFailed(sid, error);
         },
         revoked: (sid, error) => {
           if (gen !== this.generation) return;
@@ -613,6 +624,24 @@ export class HeraldClient implements SubscriptionOwner {
     }
   }
 
+  /**
+   * A delta for `sid` could not be applied (spec §11.2): an `error` event naming the sid, the subscription told of
+   * the loss as a resume that did not recover, and the sid subscribed again on the same connection, so that the
+   * broker sends a full message first (with the history position when it resumes: the broker may replay the lost
+   * message). The deltas that come before that full message are dropped by the transport.
+   */
+  private deltaFailed(sid: number, error: HeraldError): void {
+    this.emit("error", error);
+    const sub = this.subs.get(sid);
+    const transport = this.transport;
+    if (!sub || !transport) return;
+    sub.reportGap("A delta could not be applied (spec §11.2); subscribed again for a full message");
+    void transport.unsubscribe(sid, true).then(
+      () => (this.subs.get(sid) === sub && this.transport === transport ? this.register(sub, transport) : undefined),
+      () => undefined,
+    );
+  }
+
   private drainBuffer(transport: Transport): void {
     while (this.buffer.length > 0 && this.transport === transport) {
       const p = this.buffer.shift()!;
@@ -740,6 +769,7 @@ export class HeraldClient implements SubscriptionOwner {
       options.onResume,
       queue,
       presence,
+      options.delta === true,
     );
     this.subs.set(sid, sub);
     if (this.transport) void this.register(sub, this.transport);

@@ -3,7 +3,8 @@
  * browsers and in Node 20.
  *
  * - A session is created with `POST /poll/sessions` (`{"zstd": true}`: compressed MESSAGE frames are
- *   decompressed here; `"headers": true, "noResponders": true` unless turned off).
+ *   decompressed here; `{"deltas": true}`: delta MESSAGE frames are applied here, README §11.2;
+ *   `"headers": true, "noResponders": true` unless turned off).
  * - One poll at a time: `GET .../messages?ack=N` with the binary media type; the body is MESSAGE frames
  *   back to back; `ack` is the last sequence received. A poll that fails in transit (network error, body
  *   cut, our own timeout) is sent again with the same `ack`, so the broker sends the same messages again:
@@ -23,6 +24,7 @@ import { PayloadFlags, SubscribeOptions, encodePublish, type HistoryPosition, ty
 import { parsePollBody, type PollResult } from "./protocol/poll.js";
 import { DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { zstdDecompress } from "./protocol/zstd.js";
+import { DeltaBases } from "./deltas.js";
 import { presenceNotNegotiated } from "./presence.js";
 import { queueGroupsNotNegotiated, type PendingPublish, type Transport, type TransportEvents, type TransportInfo, type TransportOptions } from "./transport.js";
 import { backoff, deferred, sleep, type Deferred } from "./util.js";
@@ -58,6 +60,7 @@ interface SessionInfo {
   maxHeaderBytes?: number;
   presence?: boolean;
   maxPresenceInfo?: number;
+  deltas?: boolean;
 }
 
 /** `GET /presence`'s answer (longpoll §6): spec §15.3's PRESENCE_REPLY as JSON. */
@@ -113,7 +116,8 @@ function isTransient(e: HeraldError): boolean {
 
 /**
  * The subscribe request's body (longpoll §1.2): `{"sid", "pattern", "noEcho"}`, with `"join"` and `"presence"`
- * when the options ask to be present or for the topic's events (README §15), `"since": {"offset", "epoch"}` to
+ * when the options ask to be present or for the topic's events (README §15), `"delta": true` when they ask for
+ * deltas (README §11.2), `"since": {"offset", "epoch"}` to
  * resume (README §13), or `"queue": "<name>"` to join a queue group (README §14; never both). The offset is
  * written as JSON digits, exact even above 2^53.
  */
@@ -122,6 +126,7 @@ function subscribeBody(sid: number, pattern: string, options: number, since: His
   const presence = {
     ...((options & SubscribeOptions.Join) !== 0 ? { join: true } : {}),
     ...((options & SubscribeOptions.PresenceEvents) !== 0 ? { presence: true } : {}),
+    ...((options & SubscribeOptions.Delta) !== 0 ? { delta: true } : {}),
   };
   if (queue !== null) return JSON.stringify({ sid, pattern, noEcho, ...presence, queue });
   const body = JSON.stringify({ sid, pattern, noEcho, ...presence });
@@ -183,6 +188,8 @@ export class LongPollTransport implements Transport {
   private stopped = false;
   private readonly stop = new AbortController();
   private readonly troubled = new Set<"poll" | "ops">();
+  /** The last payload of each subscription that receives deltas (README §11.2). */
+  private readonly deltaBases = new DeltaBases(MAX_DECOMPRESSED);
   private readonly sessionUrl: string;
   private readonly base: string;
 
@@ -215,6 +222,7 @@ export class LongPollTransport implements Transport {
       history: headers && session.history === true,
       queueGroups: session.queueGroups === true,
       presence: headers && session.presence === true,
+      deltas: session.deltas === true,
       limits,
       ...(typeof session.inboxPrefix === "string" ? { inboxPrefix: session.inboxPrefix } : {}),
     };
@@ -242,6 +250,7 @@ export class LongPollTransport implements Transport {
             headers: options.headers,
             noResponders: options.headers && options.noResponders,
             history: options.headers,
+            ...(options.deltas === true ? { deltas: true } : {}),
             // README §15.1: what others see beside this session's presence; granted presence needs headers.
             ...(options.info !== null && options.info !== undefined ? { info: options.info } : {}),
           }),
@@ -409,6 +418,12 @@ export class LongPollTransport implements Transport {
           continue;
         }
       }
+      const taken = this.deltaBases.take(message.sid, (message.flags & PayloadFlags.Delta) !== 0, payload);
+      if (taken.payload === null) {
+        if (taken.failure !== null) this.events.deltaFailed(message.sid, taken.failure);
+        continue;
+      }
+      payload = taken.payload;
       this.events.message(message.sid, message.topic, message.replyTo, payload, message.headers);
       if (this.stopped) return;
     }
@@ -559,6 +574,11 @@ export class LongPollTransport implements Transport {
     if (queue && since !== null) {
       return Promise.reject(new RangeError("A subscribe cannot name both a queue group and a since: a queue group has no position to resume (README §14)."));
     }
+    // Deltas only on a session granted them; the broker may still ignore the ask (README §4.3), then every message is full.
+    if ((options & SubscribeOptions.Delta) !== 0) {
+      if (this.info.deltas === true) this.deltaBases.track(sid);
+      else options &= ~SubscribeOptions.Delta;
+    }
     const done = deferred<void>();
     // since only on a session granted headers: any other answers it 400 MalformedRequest (longpoll §1.2).
     this.enqueue({ kind: "sub", sid, pattern, options, since: this.info.history === true ? since : null, queue: queue || null, done });
@@ -591,7 +611,8 @@ export class LongPollTransport implements Transport {
     }
   }
 
-  unsubscribe(sid: number): Promise<void> {
+  unsubscribe(sid: number, again = false): Promise<void> {
+    if (!again) this.deltaBases.forget(sid);
     if (this.stopped) return Promise.resolve();
     const done = deferred<void>();
     this.enqueue({ kind: "unsub", sid, done });

@@ -3,7 +3,7 @@
  * and WebSocket share, as the broker runs one FrameSession for both. A transport only opens a
  * {@link FrameLink} (a socket, a WebSocket) that moves bytes; everything Herald is here: HELLO/WELCOME and
  * the limits it announces, PONG for every PING, client PINGs when the broker is quiet (a dead broker is
- * noticed), PING/PONG as a flush barrier, Zstd, headers, history `since`, queue groups, presence (HELLO `info`,
+ * noticed), PING/PONG as a flush barrier, Zstd, deltas, headers, history `since`, queue groups, presence (HELLO `info`,
  * the SUBSCRIBE bits, PRESENCE and its replies), credential refresh, ERROR frames, and the outgoing batch with
  * its backpressure.
  *
@@ -37,6 +37,7 @@ import {
   type PresenceReplyFrame,
   type WelcomeFrame,
 } from "./protocol/frames.js";
+import { DeltaBases } from "./deltas.js";
 import { presenceNotNegotiated } from "./presence.js";
 import { DEFAULT_MAX_TOPIC } from "./protocol/topics.js";
 import { zstdDecompress } from "./protocol/zstd.js";
@@ -84,8 +85,9 @@ export interface FrameLinkEvents {
  * HELLO's capability bits for what the client asks for (spec §4.1; no_responders, history and presence only
  * with headers; queue_groups always).
  */
-function helloCapabilities(options: Pick<TransportOptions, "compression" | "headers" | "noResponders" | "serverSubscriptions">): number {
+function helloCapabilities(options: Pick<TransportOptions, "compression" | "deltas" | "headers" | "noResponders" | "serverSubscriptions">): number {
   let bits = (options.compression ? Capabilities.Zstd : Capabilities.None) | Capabilities.QueueGroups;
+  if (options.deltas === true) bits |= Capabilities.Deltas;
   if (options.serverSubscriptions === true) bits |= Capabilities.ServerSubscriptions;
   if (options.headers) {
     bits |= Capabilities.Headers | Capabilities.History | Capabilities.Presence | (options.noResponders ? Capabilities.NoResponders : 0);
@@ -94,7 +96,7 @@ function helloCapabilities(options: Pick<TransportOptions, "compression" | "head
 }
 
 /** HELLO for these options: with the client info as its sixth element when there is one (spec §4.1, §15). */
-function hello(options: Pick<TransportOptions, "name" | "compression" | "headers" | "noResponders" | "info" | "serverSubscriptions">, auth: string | null): Uint8Array {
+function hello(options: Pick<TransportOptions, "name" | "compression" | "deltas" | "headers" | "noResponders" | "info" | "serverSubscriptions">, auth: string | null): Uint8Array {
   return encodeHello(options.name, helloCapabilities(options), auth, PROTOCOL_VERSION, options.info ?? undefined);
 }
 
@@ -147,6 +149,8 @@ export class FrameSession implements Transport {
   private draining: PendingPublish[] = [];
   /** PRESENCE queries waiting for their PRESENCE_REPLY, by request id (answers may come in any order, spec §15.3). */
   private readonly presenceQueries = new Map<number, PendingPresence>();
+  /** The last payload of each subscription that receives deltas (spec §11.2); made once WELCOME granted them. */
+  private deltaBases: DeltaBases | null = null;
   private nextPresenceId = 0;
 
   private constructor(
@@ -219,9 +223,11 @@ export class FrameSession implements Transport {
       history: headers && (frame.capabilities & Capabilities.History) !== 0,
       queueGroups: (frame.capabilities & Capabilities.QueueGroups) !== 0,
       presence: headers && (frame.capabilities & Capabilities.Presence) !== 0,
+      deltas: (frame.capabilities & Capabilities.Deltas) !== 0,
       limits,
       ...(frame.inboxPrefix === null ? {} : { inboxPrefix: frame.inboxPrefix }),
     };
+    if (this.info.deltas) this.deltaBases = new DeltaBases(this.maxFrame);
     const interval = this.options.pingIntervalMs ?? limitNumber(limits, "ping_interval_ms", DEFAULT_PING_INTERVAL_MS);
     this.pingTimer = setInterval(() => this.keepAlive(), Math.max(100, interval));
     unrefTimer(this.pingTimer);
@@ -282,6 +288,17 @@ export class FrameSession implements Transport {
             return;
           }
         }
+        const delta = (frame.flags & PayloadFlags.Delta) !== 0;
+        if (this.deltaBases !== null) {
+          const taken = this.deltaBases.take(frame.sid, delta, payload);
+          if (taken.payload === null) {
+            if (taken.failure !== null) this.events.deltaFailed(frame.sid, taken.failure);
+            return;
+          }
+          payload = taken.payload;
+        } else if (delta) {
+          throw new ProtocolError("UnexpectedFrame", "A delta MESSAGE without deltas negotiated (spec §11.2).");
+        }
         this.events.message(frame.sid, frame.topic, frame.replyTo, payload, frame.headers);
         return;
       }
@@ -322,6 +339,7 @@ export class FrameSession implements Transport {
         if (this.welcome || this.options.serverSubscriptions !== true || !this.events.subscribed) {
           throw new ProtocolError("UnexpectedFrame", "SUBSCRIBED on a connection that did not ask for server subscriptions (spec §4.1 bit 6).");
         }
+        if ((frame.options & SubscribeOptions.Delta) !== 0) this.deltaBases?.track(frame.sid);
         this.events.subscribed(frame.sid, frame.pattern, frame.options); // queued before any MESSAGE for its sid (spec §4.10)
         return;
       case FrameType.Welcome:
@@ -441,7 +459,7 @@ export class FrameSession implements Transport {
    * Sends HELLO again with a fresh credential (spec §4.1, authentication on) and resolves on the new
    * WELCOME. A refused credential is a fatal `AuthenticationFailed`: the connection is lost with it.
    */
-  async refresh(options: Pick<TransportOptions, "name" | "compression" | "headers" | "noResponders" | "info" | "serverSubscriptions">, auth: string): Promise<void> {
+  async refresh(options: Pick<TransportOptions, "name" | "compression" | "deltas" | "headers" | "noResponders" | "info" | "serverSubscriptions">, auth: string): Promise<void> {
     if (this.dead) throw new HeraldError("ConnectionLost", "Not connected.");
     const d = deferred<WelcomeFrame>();
     this.refreshWaiters.push(d);
@@ -457,6 +475,11 @@ export class FrameSession implements Transport {
     // Join and presence events only when granted: from any other client they are a fatal MalformedFrame (spec §15.1).
     if ((options & PRESENCE_OPTIONS) !== 0 && this.info.presence !== true) {
       return Promise.reject(presenceNotNegotiated(`Subscription to '${pattern}' with ${(options & SubscribeOptions.Join) !== 0 ? "join" : "presence events"}`));
+    }
+    // Deltas only where granted; the broker may still ignore the bit (spec §4.3), then every MESSAGE is full.
+    if ((options & SubscribeOptions.Delta) !== 0) {
+      if (this.deltaBases !== null) this.deltaBases.track(sid);
+      else options &= ~SubscribeOptions.Delta;
     }
     // since only with headers granted: from any other client it is a fatal MalformedFrame (spec §4.3).
     this.write(encodeSubscribe(sid, pattern, options, this.info.history === true ? since : null, queue));
@@ -486,7 +509,8 @@ export class FrameSession implements Transport {
     return reply.promise;
   }
 
-  unsubscribe(sid: number): Promise<void> {
+  unsubscribe(sid: number, again = false): Promise<void> {
+    if (!again) this.deltaBases?.forget(sid);
     if (!this.dead) this.write(encodeUnsubscribe(sid));
     return Promise.resolve();
   }

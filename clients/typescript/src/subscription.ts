@@ -111,6 +111,16 @@ export interface SubscribeOptions {
   presenceEvents?: boolean;
   /** Called with each presence event (join, leave, suppressed, resumed) of the topic; implies `presenceEvents`. */
   onPresence?: (event: PresenceEvent) => void | Promise<void>;
+  /**
+   * Receive each message as a delta against the previous one when the broker finds it pays (spec §11.2): fewer
+   * bytes for a stream of small updates (a JSON document with a few fields changed, a ticker). Applied here: the
+   * handler or iterator always gets the full payload. Honoured on one topic (no wildcards) outside a queue group,
+   * with the client's `deltas` option on and a broker that grants them; otherwise ignored (full messages). A delta
+   * that cannot be applied loses that message: an `error` event (`DecompressionFailed`, its `sid` this
+   * subscription's), a resume event that did not recover, and the subscription is made again on the same
+   * connection, so the broker sends a full message next. Default false.
+   */
+  delta?: boolean;
 }
 
 /** @internal What a subscription asks of presence (spec §15): join, events, and where the events go. */
@@ -178,6 +188,8 @@ export class Subscription implements AsyncIterable<Message> {
     /** The queue group it is a member of (spec §14), or `null` for a plain subscription. */
     readonly queue: string | null = null,
     private readonly presence: SubscriptionPresence = { join: false, events: false, onPresence: undefined },
+    /** Whether it asks for deltas (spec §11.2), see {@link SubscribeOptions.delta}. */
+    private readonly delta = false,
   ) {
     this.ready = quiet(this.readyD.promise);
     this.closed = this.closedD.promise;
@@ -198,12 +210,16 @@ export class Subscription implements AsyncIterable<Message> {
     return this.presence.join;
   }
 
-  /** @internal The SUBSCRIBE option bits (spec §4.3): no echo, join, presence events. */
+  /**
+   * @internal The SUBSCRIBE option bits (spec §4.3): no echo, join, presence events, and delta where the broker
+   * would honour it (one topic, no queue group; it ignores it elsewhere, so asking would only keep payloads here).
+   */
   get optionBits(): number {
     return (
       (this.noEcho ? OptionBits.NoEcho : 0) |
       (this.presence.join ? OptionBits.Join : 0) |
-      (this.presence.events ? OptionBits.PresenceEvents : 0)
+      (this.presence.events ? OptionBits.PresenceEvents : 0) |
+      (this.delta && this.queue === null && !hasWildcards(this.pattern) ? OptionBits.Delta : 0)
     );
   }
 
@@ -325,12 +341,12 @@ export class Subscription implements AsyncIterable<Message> {
    * carries its topic was unreachable, spec §6.3 `MessagesDropped` with `sids`): told as a resume that did not
    * recover, with its last position (if it keeps one, the application may resume from there).
    */
-  reportGap(): void {
+  reportGap(description = "Messages may have been lost: a cluster node or Redis shard the broker relies on failed"): void {
     if (this.ended) return;
     this.tellResume(Object.freeze({
       subscription: this,
       recovered: false,
-      description: "Messages may have been lost: a cluster node or Redis shard the broker relies on failed",
+      description,
       position: this.#position,
     }));
   }

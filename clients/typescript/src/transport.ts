@@ -30,6 +30,11 @@ export interface TransportEvents {
   gap(sid: number): void;
   /** SUBSCRIBED (spec §4.10): the broker made subscription `sid` to `pattern` for this client (only when asked for). */
   subscribed?(sid: number, pattern: string, options: number): void;
+  /**
+   * A delta for subscription `sid` could not be applied (spec §11.2): that message is lost, and the sid's deltas are
+   * dropped until a full message comes. Reported once per failure; the client subscribes the sid again.
+   */
+  deltaFailed(sid: number, error: HeraldError): void;
   /** The broker ended subscription `sid` (a credential refresh took the right to it away, spec §4.1). */
   revoked(sid: number, error: HeraldError): void;
   /** Long-poll: requests are failing, the session is kept and retried (state `reconnecting`). */
@@ -68,6 +73,11 @@ export interface TransportInfo {
    * `presence`, granted to a session created with headers (longpoll §1.1).
    */
   presence?: boolean;
+  /**
+   * Whether the broker granted deltas (spec §4.1 bit 7, §11.2; long-poll `deltas`, binary poll answers only): only
+   * then do subscriptions that ask for them receive them.
+   */
+  deltas?: boolean;
   /** WELCOME limits (TCP, WebSocket) or the long-poll session's answer. */
   limits: Record<string, number | bigint>;
   /** This client's part of the inbox space (spec §7: WELCOME `inbox_prefix`, long-poll `inboxPrefix`); absent from an older broker. */
@@ -84,7 +94,7 @@ export interface Transport {
   readonly headerGrant: HeaderGrant;
   /**
    * Sends a SUBSCRIBE; resolves when the broker has it (live for publications routed after). `options`: the
-   * SUBSCRIBE option bits (spec §4.3: no echo, join, presence events); join and presence events only when
+   * SUBSCRIBE option bits (spec §4.3: no echo, join, presence events, delta); join and presence events only when
    * presence was granted (else rejects with `PresenceNotNegotiated` before sending anything). `since` (only when headers were granted): resume the topic's history after that
    * position (spec §4.3, §13). `queue` (only when queue groups were granted, never with a `since`): join that
    * queue group (spec §14); rejects with `QueueGroupsNotNegotiated` before sending anything when the broker
@@ -98,8 +108,11 @@ export interface Transport {
    * (longpoll §6) and gives its refusals as the answer's code.
    */
   presence(topic: string, limit: number, cursor: string | null, timeoutMs: number): Promise<PresenceReplyFrame>;
-  /** Ends a subscription on the broker. */
-  unsubscribe(sid: number): Promise<void>;
+  /**
+   * Ends a subscription on the broker. `again`: the sid is subscribed again at once (a delta failed), so its deltas
+   * still in flight are dropped until a full message comes.
+   */
+  unsubscribe(sid: number, again?: boolean): Promise<void>;
   /**
    * Takes a publication: it resolves or rejects it when sent. Returns false when the transport is gone
    * (the client keeps it for the next connection).
@@ -133,6 +146,8 @@ export interface TransportOptions {
   ca: string | Uint8Array | undefined;
   /** The client info shown beside this connection's presence (HELLO `info`, spec §4.1, §15), or null for none. */
   info: string | null;
+  /** Ask for deltas (HELLO capability bit 7, long-poll `"deltas": true`, spec §11.2). */
+  deltas?: boolean;
   /** Ask for server_subscriptions (HELLO capability bit 6, spec §4.10; TCP and WebSocket). */
   serverSubscriptions?: boolean;
 }

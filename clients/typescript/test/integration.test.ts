@@ -311,9 +311,9 @@ describe("TCP against a scripted server", () => {
       const client = await open(`tcp://127.0.0.1:${port}`, { name: "scripted-test" });
       assert.equal(client.info?.serverName, "scripted");
       const hello = received.find((f) => f.type === FrameType.Hello) as Extract<Frame, { type: 1 }>;
-      // zstd (1), headers (2), no_responders (4), history (8), queue_groups (16) and presence (32): all asked for by
-      // default (spec §4.1); no client info without the `info` option.
-      assert.deepEqual({ ...hello }, { type: 1, version: 1, clientName: "scripted-test", capabilities: 63, auth: null, info: null });
+      // zstd (1), headers (2), no_responders (4), history (8), queue_groups (16), presence (32) and deltas (128): all
+      // asked for by default (spec §4.1); no client info without the `info` option.
+      assert.deepEqual({ ...hello }, { type: 1, version: 1, clientName: "scripted-test", capabilities: 191, auth: null, info: null });
       // A topic over the WELCOME's max_topic (64) is refused before it is sent.
       await assert.rejects(client.publish("t".repeat(65), "x"), { code: "TopicTooLong" });
       // A broker that granted no headers (capabilities 0): publishing with headers is refused here.
