@@ -30,6 +30,7 @@ internal static class Program
         new PresenceScenario(),
         new ShardsScenario(),
         new ApiScenario(),
+        new DeltasScenario(),
         new CompareCommand(),
         new BroadcastChartCommand(),
         new AttacksCommand(),

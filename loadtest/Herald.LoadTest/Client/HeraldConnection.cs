@@ -143,7 +143,8 @@ internal sealed class HeraldConnection : IAsyncDisposable
     /// <c>name(i)</c>), a bounded number at a time so the broker's accept backlog is not overrun, and runs
     /// <paramref name="prepare"/> (e.g. subscribe) on each. All or nothing: on any failure every opened
     /// connection is closed and the first failure is thrown. <paramref name="receiveBufferSize"/> and
-    /// <paramref name="receiveWindow"/> are <see cref="ConnectAsync"/>'s (a stalled subscriber's small socket buffer).
+    /// <paramref name="receiveWindow"/> are <see cref="ConnectAsync"/>'s (a stalled subscriber's small socket buffer), and
+    /// so are the <paramref name="capabilities"/> HELLO asks for.
     /// </summary>
     public static async Task<HeraldConnection[]> ConnectManyAsync(
         BrokerEndpoints endpoints,
@@ -152,7 +153,8 @@ internal sealed class HeraldConnection : IAsyncDisposable
         Func<HeraldConnection, int, CancellationToken, Task>? prepare,
         CancellationToken cancellationToken,
         int receiveBufferSize = DefaultReceiveBufferSize,
-        int receiveWindow = 0)
+        int receiveWindow = 0,
+        Capabilities capabilities = Capabilities.None)
     {
         var connections = new HeraldConnection?[count];
         try
@@ -160,7 +162,7 @@ internal sealed class HeraldConnection : IAsyncDisposable
             var parallel = new ParallelOptions { MaxDegreeOfParallelism = 32, CancellationToken = cancellationToken };
             await Parallel.ForEachAsync(Enumerable.Range(0, count), parallel, async (i, token) =>
             {
-                HeraldConnection connection = await ConnectAsync(endpoints.For(i), name(i), token, receiveBufferSize, via: endpoints, receiveWindow: receiveWindow);
+                HeraldConnection connection = await ConnectAsync(endpoints.For(i), name(i), token, receiveBufferSize, via: endpoints, capabilities: capabilities, receiveWindow: receiveWindow);
                 connections[i] = connection;
                 if (prepare is not null)
                 {
@@ -266,12 +268,13 @@ internal sealed class HeraldConnection : IAsyncDisposable
     /// Subscribes and waits until the broker has read the SUBSCRIBE, using a PING as a barrier: the
     /// broker applies a SUBSCRIBE before it reads the next frame (spec §4.3), so once the PONG is back
     /// every later PUBLISH, from any connection, reaches the subscription. Call before the reading loop
-    /// starts: frames other than PONG, PING and ERROR received meanwhile are dropped.
+    /// starts: frames other than PONG, PING and ERROR received meanwhile are dropped. <paramref name="options"/>
+    /// are SUBSCRIBE's option bits (spec §4.3).
     /// </summary>
-    public async Task SubscribeAsync(uint sid, string pattern, CancellationToken cancellationToken)
+    public async Task SubscribeAsync(uint sid, string pattern, CancellationToken cancellationToken, SubscribeOptions options = SubscribeOptions.None)
     {
         var frames = new ArrayBufferWriter<byte>(64 + pattern.Length);
-        FrameWriter.WriteSubscribe(frames, sid, Topic.EncodePattern(pattern));
+        FrameWriter.WriteSubscribe(frames, sid, Topic.EncodePattern(pattern), options);
         await UntilPongAsync(frames.WrittenMemory, cancellationToken, $"subscribing to '{pattern}'");
     }
 

@@ -37,6 +37,15 @@ internal static class CompressionRun
     /// <summary>The subscriber's receive buffer: room for a few of the largest payloads the classes make.</summary>
     private const int SubscriberReceiveBuffer = 512 * 1024;
 
+    /// <summary>The broker configuration that compresses every publication for Zstd subscribers: no size floor, no ratio or CPU limit.</summary>
+    public static readonly IReadOnlyList<string> CompressEveryPublication =
+    [
+        "--Herald:Compression:NoCompressionLimit=0",
+        "--Herald:Compression:CompressionRatioDisableLimit=1",
+        "--Herald:Compression:CpuDisableLimit=1",
+        "--Herald:Compression:CpuBackoffStart=1",
+    ];
+
     /// <summary>The broker arguments for <paramref name="mode"/> on <paramref name="port"/>; the same line is printed for starting a broker by hand.</summary>
     public static List<string> BrokerArguments(CompressionMode mode, int port)
     {
@@ -44,12 +53,7 @@ internal static class CompressionRun
         List<string> arguments = ["--Herald:Http:Port=-1", "--Herald:Monitoring:Port=-1", "--Herald:Policy:Port=-1", "--Herald:Tcp:Host=127.0.0.1", $"--Herald:Tcp:PortRangeStart={p}", $"--Herald:Tcp:PortRangeEnd={p}"];
         if (mode == CompressionMode.Always)
         {
-            arguments.AddRange([
-                "--Herald:Compression:NoCompressionLimit=0",
-                "--Herald:Compression:CompressionRatioDisableLimit=1",
-                "--Herald:Compression:CpuDisableLimit=1",
-                "--Herald:Compression:CpuBackoffStart=1",
-            ]);
+            arguments.AddRange(CompressEveryPublication);
         }
 
         return arguments;

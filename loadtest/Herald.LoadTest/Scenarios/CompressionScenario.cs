@@ -433,7 +433,8 @@ internal sealed record CompressionScenarioOptions(
             options.GetValue(ScenarioOptions.Out));
     }
 
-    private static T[] ParseList<T>(string text, string option, T[] all, Func<string, T?> parse)
+    /// <summary>A comma list of <paramref name="all"/>'s values (each read by <paramref name="parse"/>, null: not one), or <c>all</c>; the <c>deltas</c> scenario's lists too.</summary>
+    internal static T[] ParseList<T>(string text, string option, T[] all, Func<string, T?> parse)
         where T : struct
     {
         if (text.Equals("all", StringComparison.OrdinalIgnoreCase))
