@@ -391,8 +391,8 @@ export class HeraldClient implements SubscriptionOwner {
       const lost = deferred<HeraldError>();
       this.currentLost = lost;
       const events: TransportEvents = {
-        message: (sid, topic, replyTo, payload, headers) => {
-          if (gen === this.generation) this.dispatch(sid, topic, replyTo, payload, headers);
+        message: (sid, topic, replyTo, payload, headers, delta) => {
+          if (gen === this.generation) this.dispatch(sid, topic, replyTo, payload, headers, delta);
         },
         error: (error) => {
           if (error.code === "UnknownSubscription" && this.unsubscribingRefused > 0) return; // one node's answer to unsubscribeRefused
@@ -654,9 +654,10 @@ export class HeraldClient implements SubscriptionOwner {
     }
   }
 
-  private dispatch(sid: number, topic: string, replyTo: string | null, payload: Uint8Array, headers: MessageHeaders | undefined): void {
+  private dispatch(sid: number, topic: string, replyTo: string | null, payload: Uint8Array, headers: MessageHeaders | undefined, delta: boolean): void {
     const sub = this.subs.get(sid);
     if (!sub) return; // a MESSAGE already queued for a subscription that ended (spec §4.4)
+    if (delta) sub.deltas++;
     sub.receive(new Message(topic, replyTo, payload, sid, this, headers === undefined ? HeraldHeaders.empty : new HeraldHeaders(headers)));
   }
 

@@ -418,13 +418,14 @@ export class LongPollTransport implements Transport {
           continue;
         }
       }
-      const taken = this.deltaBases.take(message.sid, (message.flags & PayloadFlags.Delta) !== 0, payload);
+      const delta = (message.flags & PayloadFlags.Delta) !== 0;
+      const taken = this.deltaBases.take(message.sid, delta, payload);
       if (taken.payload === null) {
         if (taken.failure !== null) this.events.deltaFailed(message.sid, taken.failure);
         continue;
       }
       payload = taken.payload;
-      this.events.message(message.sid, message.topic, message.replyTo, payload, message.headers);
+      this.events.message(message.sid, message.topic, message.replyTo, payload, message.headers, delta);
       if (this.stopped) return;
     }
     this.ack = Math.max(this.ack, result.ack);

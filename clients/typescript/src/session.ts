@@ -299,7 +299,7 @@ export class FrameSession implements Transport {
         } else if (delta) {
           throw new ProtocolError("UnexpectedFrame", "A delta MESSAGE without deltas negotiated (spec §11.2).");
         }
-        this.events.message(frame.sid, frame.topic, frame.replyTo, payload, frame.headers);
+        this.events.message(frame.sid, frame.topic, frame.replyTo, payload, frame.headers, delta);
         return;
       }
       case FrameType.Ping:

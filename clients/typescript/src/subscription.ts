@@ -150,6 +150,8 @@ export class Subscription implements AsyncIterable<Message> {
   received = 0;
   /** Messages dropped because the iterator fell more than `maxPending` behind. */
   dropped = 0;
+  /** Messages that came as deltas (spec §11.2) and were rebuilt here: what the `delta` option saved is on these. */
+  deltas = 0;
 
   private readonly readyD: Deferred<void> = deferred<void>();
   private readonly closedD: Deferred<void> = deferred<void>();

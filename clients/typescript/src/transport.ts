@@ -19,8 +19,11 @@ export interface PendingPublish {
 
 /** Events a transport reports to its client. */
 export interface TransportEvents {
-  /** A MESSAGE for subscription `sid` (payload already decompressed; `headers` absent when it has none). */
-  message(sid: number, topic: string, replyTo: string | null, payload: Uint8Array, headers: MessageHeaders | undefined): void;
+  /**
+   * A MESSAGE for subscription `sid` (payload already decompressed, or rebuilt from a delta: `delta` says so, spec
+   * §11.2; `headers` absent when it has none).
+   */
+  message(sid: number, topic: string, replyTo: string | null, payload: Uint8Array, headers: MessageHeaders | undefined, delta: boolean): void;
   /** A non-fatal problem (`MessagesDropped`, `UnknownSubscription`, a bad message, ...). */
   error(error: HeraldError): void;
   /**

@@ -75,6 +75,7 @@ describe("deltas over TCP (scripted server)", () => {
       for (const frame of stream(sid, "orders.7", payloads)) server.sockets[0]!.write(frame);
       const got = await take(sub, payloads.length);
       assert.deepEqual(got.map((m) => text(m.payload)), payloads.map(text));
+      assert.equal(sub.deltas, payloads.length - 1, "every message but the first came as a delta");
     } finally {
       server.close();
     }
