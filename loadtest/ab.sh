@@ -9,10 +9,12 @@
 # Usage: loadtest/ab.sh A.dll B.dll HEADLINE SCENARIO [scenario options...]
 #   e.g. loadtest/ab.sh /tmp/base/broker/src/Herald.Broker/bin/Release/net10.0/Herald.Broker.dll \
 #          broker/src/Herald.Broker/bin/Release/net10.0/Herald.Broker.dll messages/s stream --messages 6000000
-# Environment: RUNS (6 pairs), OUT (loadtest/results/ab: each run's result JSON).
+# Environment: RUNS (6 pairs), OUT (loadtest/results/ab: each run's result JSON), A_ENV and B_ENV (VAR=value
+# words each side's tool runs with, which the broker it starts inherits: e.g. B_ENV=Herald__Tcp__IoLoops=2, so
+# one build can be compared with itself under another setting), PORT_BASE (24500: the ports P+2..P+90).
 # Needs the Release load tool (dotnet build -c Release loadtest/Herald.LoadTest).
 set -euo pipefail
-[ $# -ge 4 ] || { sed -n 2,13p "$0"; exit 2; }
+[ $# -ge 4 ] || { sed -n 2,15p "$0"; exit 2; }
 cd "$(dirname "$0")/.."
 A=$(realpath "$1"); B=$(realpath "$2"); HEADLINE=$3; shift 3
 [ -f "$A" ] && [ -f "$B" ] || { echo "ab.sh: no broker at '$A' or '$B'" >&2; exit 2; }
@@ -20,12 +22,15 @@ RUNS=${RUNS:-6}
 OUT=${OUT:-loadtest/results/ab}
 mkdir -p "$OUT"
 LT="dotnet loadtest/Herald.LoadTest/bin/Release/net10.0/Herald.LoadTest.dll"
-PORTS=(--ports 24502-24534 --http-port 24580 --monitoring-port 24590)
+P=${PORT_BASE:-24500} # another A/B running beside this one takes another PORT_BASE
+PORTS=(--ports $((P + 2))-$((P + 34)) --http-port $((P + 80)) --monitoring-port $((P + 90)))
 rm -f "$OUT"/a-*.json "$OUT"/b-*.json
 
 run() { # LABEL INDEX BROKER SCENARIO...: one run as its own process
   local label=$1 index=$2 broker=$3; shift 3
-  $LT "$@" --broker-dll "$broker" "${PORTS[@]}" --out "$OUT/$label-$index.json" > "$OUT/$label-$index.log" 2>&1 \
+  local side=${label^^}_ENV
+  # shellcheck disable=SC2086
+  env ${!side:-} $LT "$@" --broker-dll "$broker" "${PORTS[@]}" --out "$OUT/$label-$index.json" > "$OUT/$label-$index.log" 2>&1 \
     || { echo "ab.sh: run $label-$index failed, see $OUT/$label-$index.log" >&2; exit 1; }
 }
 for i in $(seq 0 "$RUNS"); do # pair 0 warms the machine and is not counted

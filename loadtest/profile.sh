@@ -29,12 +29,12 @@ for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/25534) 2>/dev/null && brea
 (
   sleep "${PDELAY:-3}"
   perf record -F 999 -g -p $pid -o "$OUT/$name.perf.data" -- sleep "${PSECS:-4}" > /dev/null 2>&1 &
-  perf stat -e syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendmsg,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_sched_yield,syscalls:sys_enter_futex,context-switches \
+  perf stat -e syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendmsg,syscalls:sys_enter_sendto,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_sched_yield,syscalls:sys_enter_futex,context-switches,cpu-migrations,task-clock \
     -p $pid -- sleep "${PSECS:-4}" 2>&1 | grep -E '^ +[0-9]' > "$OUT/$name.stat.txt"
   wait
 ) &
 sampler=$!
-$LT "$@" --server external --server-pid $pid "${PORTS[@]}" 2>&1 | grep -E 'messages/s  |calls/s  |deliveries/s  |p50|cores|result'
+$LT "$@" --server external --server-pid $pid "${PORTS[@]}" 2>&1 | grep -E 'messages/s  |calls/s  |deliveries/s  |p50|cores|result|^ +[0-9]+ +[0-9]+ +[0-9]+ '
 wait $sampler
 echo "--- system calls and context switches in ${PSECS:-4} s of load"
 cat "$OUT/$name.stat.txt"

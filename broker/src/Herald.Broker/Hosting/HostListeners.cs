@@ -30,6 +30,7 @@ internal static class HostListeners
         services.Configure<HostOptions>(host => host.ShutdownTimeout = preview.Monitoring.DrainDelay + preview.Limits.ShutdownDrainTimeout + TimeSpan.FromSeconds(5));
         // Kestrel takes its socket memory from the one IMemoryPoolFactory registered: blocks of SocketBlockBytes (Transports/SocketBlockPool.cs).
         services.AddSingleton<IMemoryPoolFactory<byte>>(new SocketBlockPoolFactory(preview.Limits.SocketBlockBytes, preview.Limits.SocketBlocksRetainedBytes));
+        SocketIoLoops.Use(preview.Tcp.IoLoops);
         builder.WebHost.UseSockets(sockets =>
         {
             sockets.UnsafePreferInlineScheduling = preview.Tcp.InlineScheduling;

@@ -172,6 +172,7 @@ internal static class HostServices
             sp.GetRequiredService<TimeProvider>())
         {
             Access = sp.GetRequiredService<IAccessDecisions>(),
+            InlineReceivers = sp.GetRequiredService<IOptions<HeraldOptions>>().Value.Tcp.InlineFanout,
         });
         services.AddSingleton(sp => new SessionRegistry(sp.GetRequiredService<BrokerCore>(), SweepPeriod(sp.GetRequiredService<IOptions<HeraldOptions>>().Value)));
         services.AddHostedService(sp => sp.GetRequiredService<SessionRegistry>());

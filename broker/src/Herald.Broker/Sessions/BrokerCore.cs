@@ -81,6 +81,12 @@ internal sealed class BrokerCore
     /// <summary>What monitoring shows of the cluster (nothing on a single node).</summary>
     public IClusterStatus ClusterStatus { get; }
 
+    /// <summary>
+    /// The most receivers a read batch writes on its own thread (<see cref="ProtocolSession.FlushTouched"/>); more are
+    /// spread over the pool (<see cref="Transports.Tcp.TcpOptions.InlineFanout"/>, 1 by default).
+    /// </summary>
+    public int InlineReceivers { get; init; } = 1;
+
     /// <summary>Where long-poll sessions' state is kept for every node to serve them (<see cref="LocalSessions"/>: nowhere, on a single node).</summary>
     public ISharedSessions SharedSessions { get; }
 

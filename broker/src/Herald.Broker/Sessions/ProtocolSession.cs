@@ -164,8 +164,8 @@ internal abstract partial class ProtocolSession : INoResponders
 
     /// <summary>
     /// Wakes, once each, the subscribers the publications since the last call reached (flushes are
-    /// coalesced per batch, never per message). One receiver is written on this thread; a fan-out is
-    /// spread over the pool.
+    /// coalesced per batch, never per message). Up to <see cref="BrokerCore.InlineReceivers"/> receivers (one by
+    /// default) are written on this thread; a larger fan-out is spread over the pool.
     /// </summary>
     public void FlushTouched()
     {
@@ -176,9 +176,12 @@ internal abstract partial class ProtocolSession : INoResponders
             return;
         }
 
-        if (count == 1)
+        if (count <= Broker.InlineReceivers)
         {
-            toFlush[0].Flush(); // one receiver (request/reply, 1:1): write now on this thread, no hand-off
+            for (int i = 0; i < count; i++)
+            {
+                toFlush[i].Flush(); // request/reply, 1:1, a small room: write now on this thread, no hand-off
+            }
         }
         else
         {

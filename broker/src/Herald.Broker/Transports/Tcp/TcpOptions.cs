@@ -24,6 +24,24 @@ public sealed class TcpOptions
     public bool InlineScheduling { get; set; } = true;
 
     /// <summary>
+    /// Socket I/O loops that run each connection's reads and writes themselves (.NET's socket event threads with
+    /// inline completions, each owning the sockets it polls) instead of handing every completion to the thread
+    /// pool; 0 keeps .NET's default (one event thread that wakes a pool worker per completion). Process-wide and
+    /// read once, before the first socket: it applies to the first broker a process starts.
+    /// </summary>
+    [Range(0, 64)]
+    public int IoLoops { get; set; }
+
+    /// <summary>
+    /// The most receivers of a read batch the reading thread writes itself (request/reply, a room, a small fan-out);
+    /// a batch that reached more spreads their writes over the pool. With <see cref="IoLoops"/> a small room then
+    /// costs no wake-up beyond its loop's (8 is what loadtest/docs/profile.md measured); a receiver whose socket is
+    /// full is left to finish on its own, so it delays the others by one write at most.
+    /// </summary>
+    [Range(1, 1024)]
+    public int InlineFanout { get; set; } = 1;
+
+    /// <summary>
     /// Each accepted socket's kernel send buffer (SO_SNDBUF, set on the listening sockets and inherited), in
     /// bytes; 0 leaves it to the kernel, whose autotuning may grow it to <c>net.ipv4.tcp_wmem</c>'s maximum
     /// (4 MiB by default) for a peer that does not read. Part of what a stalled connection holds beyond its
