@@ -9,6 +9,9 @@ namespace Herald.Broker.Compression;
 /// </summary>
 public sealed class CompressionOptions
 {
+    /// <summary>Fossil deltas against a topic's previous publication (<c>Herald:Compression:Deltas</c>, spec §11.2).</summary>
+    public DeltaOptions Deltas { get; set; } = new();
+
     /// <summary>Offer Zstd to clients that support it. Off: every frame goes out plain.</summary>
     public bool Enabled { get; set; } = true;
 

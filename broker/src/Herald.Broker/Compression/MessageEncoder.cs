@@ -18,14 +18,18 @@ internal sealed class MessageEncoder
     private readonly CompressionMetrics _metrics;
     private readonly CompressionOptions _options;
 
-    public MessageEncoder(CompressionAdvisor advisor, CompressionMetrics metrics, CompressionOptions options)
+    public MessageEncoder(CompressionAdvisor advisor, CompressionMetrics metrics, CompressionOptions options, DeltaEncoder? deltas = null)
     {
         _advisor = advisor;
         _metrics = metrics;
         _options = options;
+        Deltas = deltas;
     }
 
     public bool Enabled => _options.Enabled;
+
+    /// <summary>The delta form's engine (spec §11.2), or null when deltas are off: subscriptions that ask for them get full messages.</summary>
+    public DeltaEncoder? Deltas { get; }
 
     /// <summary>The Zstd MESSAGE frame for a plain publication, or null when it should go out plain.</summary>
     public MessageBuffer? TryCompress(in PublishFrame publish, bool withHeaders = true)

@@ -44,4 +44,12 @@ internal interface IMessageSink
     /// a sink that reports no losses takes none.
     /// </summary>
     Enqueued Gaps(uint[] sids) => Enqueued.Dropped;
+
+    /// <summary>
+    /// Starts (<paramref name="on"/>) or ends tracking which payload subscription <paramref name="sid"/> holds, for the
+    /// deltas queued to it (spec §11.2, <see cref="DeltaCursors"/>). A sink that is never given a delta ignores it.
+    /// </summary>
+    void TrackDelta(uint sid, bool on)
+    {
+    }
 }

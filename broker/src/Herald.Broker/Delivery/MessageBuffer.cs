@@ -32,6 +32,19 @@ internal sealed class MessageBuffer
     /// <summary><see cref="System.Diagnostics.Stopwatch"/> timestamp of the PUBLISH this frame carries (0: not measured), for the fan-out latency.</summary>
     public long ReceivedAt { get; set; }
 
+    /// <summary>
+    /// The publication's place in its topic's delta stream (spec §11.2), node-wide and increasing; 0: a frame outside
+    /// any (a control frame, a resume's). Set on every frame a delta subscription is given, so its backlog knows which
+    /// payload the subscriber holds once the frame is written (<see cref="DeltaCursors"/>).
+    /// </summary>
+    public long DeltaSequence { get; set; }
+
+    /// <summary>For a delta frame: the sequence of the payload it applies to (the topic's previous publication).</summary>
+    public long DeltaBase { get; set; }
+
+    /// <summary>For a delta frame: the full frame of the same publication, written instead when the subscriber does not hold the base; held by this frame.</summary>
+    public MessageBuffer? DeltaFull { get; set; }
+
     /// <summary>The frame. Valid until the caller's reference is released.</summary>
     public Span<byte> Span => new(_array, 0, Length);
 
@@ -64,6 +77,7 @@ internal sealed class MessageBuffer
             byte[]? array = _array;
             _array = null;
             ArrayPool<byte>.Shared.Return(array!);
+            DeltaFull?.Release();
             return true;
         }
 

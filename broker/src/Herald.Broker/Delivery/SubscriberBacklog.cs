@@ -78,6 +78,7 @@ internal sealed partial class SubscriberBacklog : IMessageSink
     private bool _slowEpisode;
     private long _highestAck;
     private long _highestSent;
+    private DeltaCursors? _deltas;
     private bool _signalled;
     private bool _refusing;
     private bool _completing;
@@ -148,6 +149,22 @@ internal sealed partial class SubscriberBacklog : IMessageSink
 
     /// <inheritdoc/>
     public Enqueued Enqueue(MessageBuffer frame, uint sid) => Push(frame, sid);
+
+    /// <inheritdoc/>
+    public void TrackDelta(uint sid, bool on)
+    {
+        lock (_gate)
+        {
+            if (on)
+            {
+                (_deltas ??= new DeltaCursors()).Track(sid);
+            }
+            else
+            {
+                _deltas?.Untrack(sid);
+            }
+        }
+    }
 
     /// <summary>
     /// Queues one of the session's replies (WELCOME, PING, PONG, a non-fatal ERROR) in order with the
@@ -344,6 +361,7 @@ internal sealed partial class SubscriberBacklog : IMessageSink
             if (count > 0)
             {
                 _ring.MoveTo(ref batch, count);
+                PickDeltas(batch, count);
                 _headSequence += count;
                 AddPendingBytes(-bytes);
                 _pendingMessages -= count;
@@ -520,6 +538,24 @@ internal sealed partial class SubscriberBacklog : IMessageSink
     {
         _repliesTaken?.TrySetResult();
         _repliesTaken = null;
+    }
+
+    /// <summary>Taken for writing: each delta goes as is only if its sid holds the base, else as its full frame (<see cref="DeltaCursors"/>).</summary>
+    /// <remarks>Caller holds _gate.</remarks>
+    private void PickDeltas(QueuedFrame[] batch, int count)
+    {
+        if (_deltas is not { } deltas)
+        {
+            return;
+        }
+
+        for (int i = 0; i < count; i++)
+        {
+            if (batch[i].Sid != ControlSid)
+            {
+                batch[i] = deltas.Pick(batch[i]);
+            }
+        }
     }
 
     // Caller holds _gate.

@@ -65,13 +65,18 @@ internal static class HostServices
     public static void AddTopicRouter(this IServiceCollection services) =>
         services.AddSingleton(sp => new TopicRouter(sp.GetRequiredService<BrokerMetrics>(), sp.GetRequiredService<LimitOptions>().MaxTopics));
 
-    /// <summary>Compression: the adaptive advisor (reading the process's CPU load), its metrics and the one encoder.</summary>
+    /// <summary>Compression: the adaptive advisor (reading the process's CPU load), its metrics, the delta engine (when deltas are on) and the one encoder.</summary>
     public static void AddCompression(this IServiceCollection services)
     {
         services.AddSingleton<ICpuLoad, ProcessCpuLoad>();
         services.AddSingleton(sp => new CompressionAdvisor(sp.GetRequiredService<CompressionOptions>(), sp.GetRequiredService<ICpuLoad>(), sp.GetRequiredService<TimeProvider>()));
         services.AddSingleton<CompressionMetrics>();
-        services.AddSingleton(sp => new MessageEncoder(sp.GetRequiredService<CompressionAdvisor>(), sp.GetRequiredService<CompressionMetrics>(), sp.GetRequiredService<CompressionOptions>()));
+        services.AddSingleton(sp =>
+        {
+            CompressionOptions options = sp.GetRequiredService<CompressionOptions>();
+            DeltaEncoder? deltas = options.Deltas.Enabled ? new DeltaEncoder(options.Deltas, options, sp.GetRequiredService<ICpuLoad>(), sp.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>()) : null;
+            return new MessageEncoder(sp.GetRequiredService<CompressionAdvisor>(), sp.GetRequiredService<CompressionMetrics>(), options, deltas);
+        });
     }
 
     /// <summary>

@@ -115,6 +115,8 @@ internal sealed class Fanout
         bool sentCompressed = (publish.Flags & PayloadFlags.Zstd) != 0;
         bool hasHeaders = publish.HasHeaders;
         Forms forms = default;
+        FormSlot delta = default;
+        long deltaSequence = 0;
         int deliveries = 0;
         bool isRequest = publish.ReplyTo.HasValue;
         for (int i = 0; i < subscriptions.Length; i++)
@@ -144,14 +146,36 @@ internal sealed class Fanout
 
             int form = hasHeaders && !subscription.Sink.AcceptsHeaders ? Bare : 0;
             MessageBuffer? frame = null;
-            if (subscription.Sink.AcceptsZstd != sentCompressed)
+            if (subscription.Delta is { } topicDelta && context.Encoder?.Deltas is { } deltas)
             {
-                frame = Form(ref forms[form | Other], form | Other, in context, sentCompressed, subscriptions.Length);
-                form |= frame is null ? 0 : Other;
+                if (!delta.Tried)
+                {
+                    DeltaForm(ref delta, ref forms[0], topicDelta, deltas, in context, sentCompressed, subscriptions.Length, out deltaSequence);
+                }
+
+                if (delta.Frame is not null && (form & Bare) == 0)
+                {
+                    frame = delta.Frame; // with the header block as published, if any: not for a sink that reads none
+                    delta.Uses++;
+                }
             }
 
-            frame ??= Form(ref forms[form], form, in context, sentCompressed, subscriptions.Length);
-            forms[form].Uses++;
+            if (frame is null)
+            {
+                if (subscription.Sink.AcceptsZstd != sentCompressed)
+                {
+                    frame = Form(ref forms[form | Other], form | Other, in context, sentCompressed, subscriptions.Length);
+                    form |= frame is null ? 0 : Other;
+                }
+
+                frame ??= Form(ref forms[form], form, in context, sentCompressed, subscriptions.Length);
+                forms[form].Uses++;
+                if (subscription.Delta is not null && deltaSequence != 0)
+                {
+                    frame!.DeltaSequence = deltaSequence; // the subscriber holds this payload once it is written
+                }
+            }
+
             deliveries++;
             Enqueued enqueued = subscription.Sink.Enqueue(frame!, subscription.Sid);
             if ((enqueued & Enqueued.Wake) != 0)
@@ -180,6 +204,8 @@ internal sealed class Fanout
         {
             ReleaseOwn(forms[i].Frame, subscriptions.Length - forms[i].Uses + 1);
         }
+
+        ReleaseOwn(delta.Frame, subscriptions.Length - delta.Uses + 1);
 
         return deliveries;
     }
@@ -305,6 +331,35 @@ internal sealed class Fanout
         }
 
         return slot.Frame = frame;
+    }
+
+    /// <summary>
+    /// The delta form (spec §11.2), tried once per publication when the first delta subscriber comes: the topic's delta
+    /// engine gives the publication its sequence and, when a delta pays, a frame linking the full one (the as-sent form,
+    /// built here if needed), both with the publication's header block as is. A publication sent compressed is not sent
+    /// as a delta, but is still the next one's base.
+    /// </summary>
+    private void DeltaForm(ref FormSlot slot, ref FormSlot asSent, Compression.TopicDelta topic, DeltaEncoder deltas, in PublishContext context, bool sentCompressed, int holders, out long sequence)
+    {
+        slot.Tried = true;
+        ref readonly PublishFrame publish = ref context.Publication;
+        MessageBuffer? full = sentCompressed ? null : Form(ref asSent, 0, in context, sentCompressed, holders);
+        ReadOnlySequence<byte> sent = publish.Payload;
+        ReadOnlySpan<byte> payload = sentCompressed ? context.PlainPayload : sent.IsSingleSegment ? sent.FirstSpan : sent.ToArray();
+        MessageBuffer? frame = deltas.Next(topic, publish, payload, full, out sequence);
+        if (full is not null)
+        {
+            full.DeltaSequence = sequence;
+        }
+
+        if (frame is not null)
+        {
+            Interlocked.Increment(ref _encodedFrames);
+            frame.ReceivedAt = context.ReceivedAt;
+            frame.Retain(holders);
+        }
+
+        slot.Frame = frame;
     }
 
     private void ReleaseOwn(MessageBuffer? frame, int references)

@@ -108,6 +108,30 @@ internal sealed class Subscription
         set => Volatile.Write(ref _held, value);
     }
 
+    /// <summary>
+    /// The topic's delta state when this subscription asked for deltas and got them (spec §11.2: a topic without
+    /// wildcards, no queue group, the capability granted); null: full messages. Ended with the subscription (<see cref="EndDelta"/>).
+    /// </summary>
+    public Compression.TopicDelta? Delta => Volatile.Read(ref _delta);
+
+    /// <summary>Starts the delta stream: the sink tracks what the sid holds before any delta can reach it.</summary>
+    public void StartDelta(Compression.TopicDelta topic)
+    {
+        Sink.TrackDelta(Sid, on: true);
+        Volatile.Write(ref _delta, topic);
+    }
+
+    /// <summary>Ends the delta stream, once, when the subscription leaves the router.</summary>
+    public void EndDelta()
+    {
+        if (Interlocked.Exchange(ref _delta, null) is { } topic)
+        {
+            topic.Leave();
+            Sink.TrackDelta(Sid, on: false);
+        }
+    }
+
+    private Compression.TopicDelta? _delta;
     private ReplyPermits? _replies;
     private bool _held;
     private int _members;

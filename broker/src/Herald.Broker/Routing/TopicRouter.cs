@@ -59,7 +59,11 @@ internal sealed class TopicRouter : IDisposable
     public void Add(Subscription subscription) => _index.Add(subscription);
 
     /// <inheritdoc cref="SubscriptionIndex.Remove(Subscription)"/>
-    public bool Remove(Subscription subscription) => _index.Remove(subscription);
+    public bool Remove(Subscription subscription)
+    {
+        subscription.EndDelta();
+        return _index.Remove(subscription);
+    }
 
     /// <inheritdoc cref="SubscriptionIndex.AddElsewhere"/>
     public void AddElsewhere(Subscription members) => _index.AddElsewhere(members);

@@ -34,15 +34,44 @@ internal abstract partial class ProtocolSession
         bool overRate = TakeSubscriptionToken();
         try
         {
-            return Answer(overRate, (presence & PresenceBits) != 0 ? SubscribePresent(sid, pattern, noEcho, since, queue, presence & PresenceBits)
+            Refusal answer = (presence & PresenceBits) != 0 ? SubscribePresent(sid, pattern, noEcho, since, queue, presence & PresenceBits)
                 : queue is not null ? SubscribeQueue(sid, pattern, noEcho, since, queue)
                 : since is { } position ? SubscribeSince(sid, pattern, noEcho, position)
-                : SubscribeCore(sid, pattern, noEcho));
+                : SubscribeCore(sid, pattern, noEcho);
+            if ((presence & SubscribeOptions.Delta) != 0 && queue is null && answer.Code == ErrorCode.None)
+            {
+                StartDelta(sid);
+            }
+
+            return Answer(overRate, answer);
         }
         catch (ProtocolException) when (overRate)
         {
             _subscriptionChanges.Unwarn(); // refused fatally (long-poll: only this request fails): the next change is told
             throw;
+        }
+    }
+
+    /// <summary>Whether the client applies deltas (spec §4.1 bit 7, §11.2): asked for, on a framed transport, with deltas on.</summary>
+    public bool GrantsDeltas { get; private set; }
+
+    /// <summary>
+    /// The subscription asked for deltas (spec §4.3 bit 3): honoured with the capability on a topic without wildcards, else
+    /// ignored (full messages, no ERROR). Its sink tracks what the sid holds before the first delta can be queued.
+    /// </summary>
+    private void StartDelta(uint sid)
+    {
+        if (!GrantsDeltas || Broker.Encoder.Deltas is not { } deltas)
+        {
+            return;
+        }
+
+        lock (_subscriptionsGate)
+        {
+            if (_subscriptions?.GetValueOrDefault(sid) is { Group: null, Delta: null } subscription && subscription.Pattern.AsSpan().IndexOfAny('*', '>') < 0)
+            {
+                subscription.StartDelta(deltas.Enroll(subscription.Pattern));
+            }
         }
     }
 

@@ -500,7 +500,8 @@ public sealed partial class HeraldClient : IAsyncDisposable
                 sid,
                 pattern,
                 encoded,
-                (options?.NoEcho == true ? SubscribeOptions.NoEcho : SubscribeOptions.None) | presence,
+                (options?.NoEcho == true ? SubscribeOptions.NoEcho : SubscribeOptions.None) | presence
+                    | ((options?.Delta ?? _options.Deltas) && queue is null && pattern.AsSpan().IndexOfAny('*', '>') < 0 ? SubscribeOptions.Delta : SubscribeOptions.None),
                 options?.Capacity ?? _options.SubscriptionCapacity,
                 options?.FullMode ?? _options.SubscriptionFullMode,
                 handler,
@@ -698,6 +699,9 @@ public sealed partial class HeraldClient : IAsyncDisposable
     /// made under the broker's sid, marked as the server's (not made again on a reconnect), and raised through
     /// <see cref="ServerSubscribed"/> after any event before it.
     /// </summary>
+    /// <summary>Tests: the live connection, to break it and see the client reconnect.</summary>
+    internal BrokerConnection? CurrentConnection => Volatile.Read(ref _current);
+
     internal void AcceptServerSubscription(in SubscribedFrame frame, BrokerConnection connection)
     {
         var subscription = new HeraldSubscription(

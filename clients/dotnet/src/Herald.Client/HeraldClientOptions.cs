@@ -147,9 +147,22 @@ public sealed class HeraldClientOptions
     /// </summary>
     public bool AcceptServerSubscriptions { get; set; }
 
+    /// <summary>
+    /// Ask for deltas on every subscription to a topic without wildcards and without a queue group (spec §11.2; off by
+    /// default; <see cref="SubscriptionOptions.Delta"/> decides per subscription): the broker may then send a message
+    /// as a Fossil delta against the previous one the subscription received, which the client applies, so the
+    /// application always sees the full payload. Pays on streams of small updates to one topic (a ticker, a JSON
+    /// document that changes a few fields); the client keeps each such subscription's last payload.
+    /// </summary>
+    public bool Deltas { get; set; }
+
+    /// <summary>Tests: the TCP socket's receive buffer, small so that a client that stops reading soon leaves the broker's queue to fill.</summary>
+    internal int? ReceiveBufferSize { get; set; }
+
     /// <summary>The HELLO capabilities (spec §4.1) these options ask for; long-poll asks for the same when it creates its session.</summary>
     internal Capabilities Capabilities =>
         Capabilities.QueueGroups // always asked: a queue is sent only where it was granted
+        | Capabilities.Deltas // always asked: a subscription asks for deltas only where they were granted
         | (EnableCompression ? Capabilities.Zstd : Capabilities.None)
         | (AcceptServerSubscriptions ? Capabilities.ServerSubscriptions : Capabilities.None)
         | (EnableHeaders ? Capabilities.Headers | Capabilities.History | Capabilities.Presence | (EnableNoResponders ? Capabilities.NoResponders : Capabilities.None) : Capabilities.None);
@@ -278,6 +291,13 @@ public sealed class SubscriptionOptions
     /// <see cref="HeraldClient.Error"/>.
     /// </summary>
     public Action<HeraldPresenceEvent>? OnPresence { get; set; }
+
+    /// <summary>
+    /// Ask for deltas on this subscription (spec §11.2): <c>true</c> or <c>false</c> overrides <see cref="HeraldClientOptions.Deltas"/>
+    /// (<c>null</c>, the default). Honoured on a topic without wildcards and without a <see cref="Queue"/>; elsewhere
+    /// the subscription gets full messages. Either way the application sees full payloads.
+    /// </summary>
+    public bool? Delta { get; set; }
 
     /// <summary>The SUBSCRIBE option bits of presence (spec §4.3): join, events (asked for, or implied by <see cref="OnPresence"/>).</summary>
     internal SubscribeOptions PresenceBits =>

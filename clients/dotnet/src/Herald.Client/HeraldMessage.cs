@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Runtime.InteropServices;
 using System.Text;
 using Herald.Client.Compression;
 using Herald.Client.Serialization;
@@ -41,6 +42,9 @@ public sealed class HeraldMessage
     /// <c>null</c>) when it had none, or when headers were not negotiated (<see cref="HeraldServerInfo.Headers"/>).
     /// </summary>
     public HeraldHeaders Headers { get; }
+
+    /// <summary>It travelled as a Fossil delta against the subscription's previous message (spec §11.2), applied on arrival.</summary>
+    public bool WasDelta { get; private init; }
 
     /// <summary>It travelled Zstd-compressed (and was decompressed on arrival).</summary>
     public bool WasCompressed { get; }
@@ -101,12 +105,38 @@ public sealed class HeraldMessage
     /// payload, bounded by <paramref name="maxPayload"/>.
     /// </summary>
     /// <exception cref="ProtocolException"><see cref="ErrorCode.DecompressionFailed"/>.</exception>
-    internal static HeraldMessage FromFrame(in PublishFrame frame, HeraldClient? client, HeraldSubscription? subscription, PayloadSerializer serializer, int maxPayload)
+    internal static HeraldMessage FromFrame(in PublishFrame frame, HeraldClient? client, HeraldSubscription? subscription, PayloadSerializer serializer, int maxPayload, byte[]? applied = null)
     {
         bool compressed = (frame.Flags & PayloadFlags.Zstd) != 0;
-        byte[] payload = compressed ? ZstdCodec.Decompress(frame.Payload, maxPayload) : frame.Payload.ToArray();
+        byte[] payload = applied ?? (compressed ? ZstdCodec.Decompress(frame.Payload, maxPayload) : frame.Payload.ToArray());
         HeraldHeaders? headers = frame.HasHeaders ? HeraldHeaders.FromBlock(frame.Headers) : null;
-        return new HeraldMessage(client, subscription, serializer, frame.TopicString, frame.ReplyToString, payload, compressed, headers);
+        return new HeraldMessage(client, subscription, serializer, frame.TopicString, frame.ReplyToString, payload, compressed, headers) { WasDelta = applied is not null };
+    }
+
+    /// <summary>
+    /// As <see cref="FromFrame"/> for a subscription that asked for deltas (spec §11.2): a delta is applied to the
+    /// subscription's last payload on this connection, bounded by <paramref name="maxPayload"/>, and every payload
+    /// becomes the next base.
+    /// </summary>
+    /// <exception cref="ProtocolException"><see cref="ErrorCode.DecompressionFailed"/>: a bad delta, or one with no base on this connection.</exception>
+    internal static HeraldMessage FromDeltaFrame(in PublishFrame frame, object connection, HeraldClient? client, HeraldSubscription subscription, PayloadSerializer serializer, int maxPayload)
+    {
+        byte[]? applied = null;
+        if ((frame.Flags & PayloadFlags.Delta) != 0)
+        {
+            if (subscription.DeltaBase is not { } source || !ReferenceEquals(subscription.DeltaBaseConnection, connection))
+            {
+                throw new ProtocolException(ErrorCode.DecompressionFailed, $"A delta for subscription {frame.Sid} arrived before any payload it could apply to.");
+            }
+
+            ReadOnlySequence<byte> delta = frame.Payload;
+            applied = FossilDelta.Apply(source, delta.IsSingleSegment ? delta.FirstSpan : delta.ToArray(), maxPayload);
+        }
+
+        HeraldMessage message = FromFrame(frame, client, subscription, serializer, maxPayload, applied);
+        subscription.DeltaBase = applied ?? (MemoryMarshal.TryGetArray(message.Payload, out ArraySegment<byte> whole) && whole.Offset == 0 && whole.Count == whole.Array!.Length ? whole.Array : message.Payload.ToArray());
+        subscription.DeltaBaseConnection = connection;
+        return message;
     }
 
     /// <summary>

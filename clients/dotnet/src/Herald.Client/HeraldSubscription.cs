@@ -124,6 +124,15 @@ public sealed class HeraldSubscription : IAsyncEnumerable<HeraldMessage>, IAsync
 
     internal SubscribeOptions WireOptions { get; }
 
+    /// <summary>
+    /// The last payload this subscription received on <see cref="DeltaBaseConnection"/>: the base of the next delta
+    /// (spec §11.2). Kept only when the subscription asked for deltas; read and written by that connection's reader only.
+    /// </summary>
+    internal byte[]? DeltaBase { get; set; }
+
+    /// <summary>The connection <see cref="DeltaBase"/> came on: a delta on another one (after a reconnect) has no base.</summary>
+    internal object? DeltaBaseConnection { get; set; }
+
     /// <summary><see cref="Queue"/> as sent (checked ASCII), or <c>null</c>.</summary>
     internal byte[]? QueueBytes { get; }
 

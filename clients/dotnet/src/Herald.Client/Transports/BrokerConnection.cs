@@ -192,6 +192,21 @@ internal abstract class BrokerConnection : IAsyncDisposable
             return null; // the broker's answer to a resume (spec §13)
         }
 
+        if ((subscription.WireOptions & SubscribeOptions.Delta) != 0 || (frame.Flags & PayloadFlags.Delta) != 0)
+        {
+            try
+            {
+                return HeraldMessage.FromDeltaFrame(frame, this, Client, subscription, Client.Serializer, Options.MaxIncomingFrameBytes);
+            }
+            catch (ProtocolException e)
+            {
+                // Every later delta of the sid would build on a payload the client does not hold: the connection is
+                // given up, and the reconnect's subscriptions start again from full messages (spec §11.2).
+                Fail(new HeraldException(e.Code, $"A delta on '{frame.TopicString}' could not be applied: {e.Message}", e));
+                return null;
+            }
+        }
+
         try
         {
             return HeraldMessage.FromFrame(frame, Client, subscription, Client.Serializer, Options.MaxIncomingFrameBytes);

@@ -21,6 +21,11 @@ internal sealed class TcpLink : StreamLink
     {
         int port = address.PickPort();
         var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        if (options.ReceiveBufferSize is { } receiveBuffer)
+        {
+            socket.ReceiveBufferSize = receiveBuffer;
+        }
+
         Stream stream;
         try
         {
