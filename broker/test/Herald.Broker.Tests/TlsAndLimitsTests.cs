@@ -84,6 +84,33 @@ public sealed class TlsTests : IDisposable
         Assert.Equal("encrypted", Assert.Single((await client.PollAsync(0)).Messages).Text);
     }
 
+    [Fact]
+    public async Task A_websocket_runs_over_tls_on_the_http_port()
+    {
+        await using var broker = await TestBroker.StartAsync(o =>
+        {
+            o.Security.Tls.CertificatePath = _pfx;
+            o.Security.Tls.Password = "test";
+            o.Security.Tls.Http = true;
+        });
+        using var socket = new System.Net.WebSockets.ClientWebSocket();
+        socket.Options.AddSubProtocol("herald.v1");
+        socket.Options.RemoteCertificateValidationCallback = (_, certificate, _, _) => IsOurs(certificate);
+        await socket.ConnectAsync(new Uri($"wss://127.0.0.1:{broker.HttpPort}/ws"), CancellationToken.None);
+        await using Stream wss = System.Net.WebSockets.WebSocketStream.Create(socket, System.Net.WebSockets.WebSocketMessageType.Binary, ownsWebSocket: false);
+        var hello = new ArrayBufferWriter<byte>();
+        FrameWriter.WriteHello(hello, "wss", Capabilities.None);
+        FrameWriter.WriteSubscribe(hello, 1, "secure.news"u8);
+        FrameWriter.WritePing(hello);
+        await wss.WriteAsync(hello.WrittenMemory);
+        Assert.Equal(FrameType.Welcome, await ReadTypeAsync(wss));
+        Assert.Equal(FrameType.Pong, await ReadTypeAsync(wss));
+
+        await using var plain = await ProtocolClient.OpenAsync(broker.Port);
+        await plain.PublishAsync("secure.news", "over plain TCP, read over wss");
+        Assert.Equal(FrameType.Message, await ReadTypeAsync(wss));
+    }
+
     /// <summary>Trusts exactly the self-signed certificate this test made, nothing else.</summary>
     private bool IsOurs(X509Certificate? certificate) => certificate is not null && certificate.GetCertHashString() == _thumbprint;
 

@@ -1,8 +1,10 @@
 using System.Buffers;
 using System.Buffers.Binary;
 using System.Net.Sockets;
+using Herald.Broker.Sessions;
 using Herald.Broker.Tests.Infrastructure;
 using Herald.Protocol;
+using Microsoft.Extensions.DependencyInjection;
 using Xunit.Abstractions;
 
 namespace Herald.Broker.Tests;
@@ -109,6 +111,60 @@ public sealed class WebSocketFrameTests(ITestOutputHelper output)
             await publisher.PublishAsync("big", payload);
             Assert.Equal(payload, (await subscriber.ReadMessageAsync()).Payload);
         }
+    }
+
+    [Fact]
+    public async Task A_client_that_pings_while_it_stops_reading_is_still_closed_as_a_slow_consumer_and_its_slot_freed()
+    {
+        await using var broker = await TestBroker.StartAsync(o =>
+        {
+            o.Limits.MaxFrameBytes = 64 * 1024;
+            o.Limits.MaxPendingBytes = 256 * 1024;
+            o.Limits.SlowConsumerPolicy = Herald.Broker.Delivery.SlowConsumerPolicy.Disconnect;
+            o.Limits.ErrorFlushTimeout = TimeSpan.FromMilliseconds(200); // its last words cannot go: it reads nothing
+        });
+        SessionRegistry registry = broker.Services.GetRequiredService<SessionRegistry>();
+        await using var bystander = await ProtocolClient.OpenAsync(broker.Port, "bystander");
+        await bystander.SubscribeAsync(1, "by");
+        await bystander.PingPongAsync();
+        await using var publisher = await ProtocolClient.OpenAsync(broker.Port, "publisher");
+
+        // A subscriber with a small receive buffer that reads nothing once subscribed.
+        await using NetworkStream stalled = await ProtocolClient.UpgradeAsync(broker.HttpPort, receiveBufferSize: 8 * 1024);
+        var subscribe = new ArrayBufferWriter<byte>();
+        FrameWriter.WriteHello(subscribe, "stalled", Capabilities.None, null);
+        FrameWriter.WriteSubscribe(subscribe, 1, "feed"u8);
+        await stalled.WriteAsync(Frame(Fin | 0x2, subscribe.WrittenSpan.ToArray()));
+        ProtocolSession session = (await Until.Value(() => Task.FromResult(registry.Sessions.FirstOrDefault(s => s.Transport == "websocket")), s => s is not null, "the stalled session registered"))!;
+
+        // Flood it until the broker's send to it is blocked (a backlog beyond what one drained batch takes), then
+        // it pings: the Pong waits behind that send, and must not hold the session's reading.
+        byte[] payload = new byte[16 * 1024];
+        await Until.True(
+            async () =>
+            {
+                await publisher.PublishAsync("feed", payload);
+                await publisher.PingPongAsync();
+                return session.Backlog.Pending.Bytes > 96 * 1024 || session.IsClosing;
+            },
+            "the stalled subscriber's send blocked");
+        await stalled.WriteAsync(Frame(Fin | 0x9, "still there?"u8.ToArray()));
+        await bystander.PingPongAsync(); // the Ping has had time to be read; more publications make it a slow consumer
+
+        await Until.True(
+            async () =>
+            {
+                await publisher.PublishAsync("feed", payload);
+                await publisher.PingPongAsync();
+                return !registry.Sessions.Contains(session);
+            },
+            "the slow consumer closed and uncounted though a Pong waits for it");
+        output.WriteLine($"after: registry {registry.Count} ({string.Join(", ", registry.Sessions.Select(s => s.Transport))}), the stalled session closed with {session.CloseCode}");
+        Assert.Equal(Herald.Protocol.ErrorCode.SlowConsumer, session.CloseCode);
+        Assert.Equal(2, registry.Count); // the bystander and the publisher
+
+        await publisher.PublishAsync("by", "still here");
+        Assert.Equal("still here", (await bystander.ReadMessageAsync()).Text);
     }
 
     /// <summary>A client frame: <paramref name="first"/> (FIN, RSV, opcode), the length in as few bytes as it takes, a mask key and the masked payload.</summary>

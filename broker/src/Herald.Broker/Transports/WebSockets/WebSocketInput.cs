@@ -22,7 +22,7 @@ namespace Herald.Broker.Transports.WebSockets;
 /// clients send whole frames), the ready bytes are moved over the header so they meet the next payload.
 /// </para>
 /// <para>
-/// Control frames are answered here: a Ping gets its Pong (<see cref="WebSocketOutput.SendControlAsync"/>), a
+/// Control frames are answered here: a Ping gets its Pong (<see cref="WebSocketOutput.AnswerPing"/>, not waited for), a
 /// Pong is dropped, a Close ends the input. A frame that breaks the protocol (unmasked, reserved bits without an
 /// extension, a control frame fragmented or over 125 bytes, an unknown opcode, a continuation out of place, a
 /// 64-bit length with its top bit set), a text message, or a message whose fragments before its final one carry more
@@ -46,7 +46,6 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, lon
     private bool _inMessage;       // a fragmented message goes on (its FIN not yet seen)
     private bool _ended;           // a Close came, or the client broke the protocol: no more input
     private bool _discarding;      // the session has ended: data is skipped until the client's Close
-    private int _pongLength;
 
     /// <summary>The status the connection closes with when the client broke a rule, with the reason sent.</summary>
     public (WebSocketCloseStatus Status, string Reason)? Failure { get; private set; }
@@ -60,6 +59,7 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, lon
         return false; // the session only awaits its reads
     }
 
+    [System.Runtime.CompilerServices.AsyncMethodBuilder(typeof(System.Runtime.CompilerServices.PoolingAsyncValueTaskMethodBuilder<>))]
     public override async ValueTask<ReadResult> ReadAsync(CancellationToken cancellationToken = default)
     {
         while (true)
@@ -76,11 +76,9 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, lon
                 return new ReadResult(buffer.Slice(_dead, _ready), isCanceled: true, isCompleted: false);
             }
 
-            Step step = _ended ? Step.Progress : Parse(buffer);
-            if (step == Step.Ping)
+            if (!_ended)
             {
-                await output.SendControlAsync(WebSocketOutput.Pong, _control.AsMemory(0, _pongLength), cancellationToken).ConfigureAwait(false);
-                continue;
+                Parse(buffer);
             }
 
             if (_ended || (_held.IsCompleted && _payloadLeft == 0 && buffer.Length == _dead + _ready))
@@ -160,14 +158,8 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, lon
         }
     }
 
-    private enum Step
-    {
-        Progress,
-        Ping, // a Ping's payload waits in _control[.._pongLength] for its Pong
-    }
-
     /// <summary>Parses what the held buffer has past the ready bytes: payload unmasked, headers skipped, control frames dealt with.</summary>
-    private Step Parse(ReadOnlySequence<byte> buffer)
+    private void Parse(ReadOnlySequence<byte> buffer)
     {
         Span<byte> header = stackalloc byte[14];
         while (true)
@@ -176,7 +168,7 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, lon
             long unparsed = buffer.Length - at;
             if (unparsed == 0)
             {
-                return Step.Progress;
+                return;
             }
 
             if (_payloadLeft > 0)
@@ -198,14 +190,14 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, lon
 
             if (_ready > _seen)
             {
-                return Step.Progress; // the session takes what is ready first: if it takes it all, the header is skipped without a move
+                return; // the session takes what is ready first: if it takes it all, the header is skipped without a move
             }
 
             int have = (int)Math.Min(unparsed, header.Length);
             buffer.Slice(at, have).CopyTo(header);
             if (!TryHeader(header[..have], out int headerLength, out long length))
             {
-                return Step.Progress; // incomplete, or refused (_ended then)
+                return; // incomplete, or refused (_ended then)
             }
 
             int opcode = header[0] & 0x0F;
@@ -215,7 +207,7 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, lon
             {
                 if (unparsed < headerLength + length)
                 {
-                    return Step.Progress; // a control frame is dealt with whole (at most 125 bytes)
+                    return; // a control frame is dealt with whole (at most 125 bytes)
                 }
 
                 Span<byte> payload = _control.AsSpan(0, (int)length);
@@ -224,12 +216,12 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, lon
                 Remove(buffer, headerLength + length);
                 switch (opcode)
                 {
-                    case 0x9:
-                        _pongLength = (int)length;
-                        return _discarding ? Step.Progress : Step.Ping;
+                    case 0x9 when !_discarding:
+                        output.AnswerPing(payload);
+                        continue;
                     case 0x8:
                         Closed(payload);
-                        return Step.Progress;
+                        return;
                     default:
                         continue; // a Pong: nothing to do
                 }
@@ -241,7 +233,8 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, lon
             _messageBytes = fin ? 0 : (opcode == 0 ? _messageBytes : 0) + length;
             if (_messageBytes > maxMessageBytes)
             {
-                return Fail(WebSocketCloseStatus.MessageTooBig, $"A WebSocket message is at most max_frame + 4 = {maxMessageBytes} bytes.");
+                Fail(WebSocketCloseStatus.MessageTooBig, $"A WebSocket message is at most max_frame + 4 = {maxMessageBytes} bytes.");
+                return;
             }
 
             _inMessage = !fin;
@@ -349,11 +342,10 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, lon
         return false;
     }
 
-    private Step Fail(WebSocketCloseStatus status, string reason)
+    private void Fail(WebSocketCloseStatus status, string reason)
     {
         Failure ??= (status, reason);
         _ended = true;
-        return Step.Progress;
     }
 
     /// <summary>

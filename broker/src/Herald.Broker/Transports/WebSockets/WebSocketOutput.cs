@@ -13,9 +13,9 @@ namespace Herald.Broker.Transports.WebSockets;
 /// frame; a larger one is several fragments of one message, which clients reassemble.
 /// </summary>
 /// <remarks>
-/// One writer at a time: the drain holds the turn from its first write of a batch to the end of its flush; the
-/// input's Pong and the connection's Close take the turn too (<see cref="SendControlAsync"/>), waiting for a flush
-/// in progress. A drain that finds the turn taken (a Pong being sent) writes its batch into a rented buffer and
+/// One writer at a time: the drain holds the turn from its first write of a batch to the end of its flush; a
+/// Pong (<see cref="AnswerPing"/>) and the connection's Close take the turn too (<see cref="SendControlAsync"/>), waiting
+/// for a flush in progress. A drain that finds the turn taken (a Pong being sent) writes its batch into a rented buffer and
 /// copies it in once the turn is its own, at its flush: rare, and nothing waits synchronously.
 /// </remarks>
 internal sealed class WebSocketOutput(PipeWriter raw) : PipeWriter, IDisposable
@@ -29,7 +29,14 @@ internal sealed class WebSocketOutput(PipeWriter raw) : PipeWriter, IDisposable
     private const int LongHeader = 10;        // beyond
     private const int MediumPayload = ushort.MaxValue;
 
+    private const int MaxControlPayload = 125;
+
     private readonly SemaphoreSlim _turn = new(1, 1);
+
+    private readonly byte[] _pong = new byte[MaxControlPayload]; // the latest Ping's payload, while its Pong waits (the lock)
+    private int _pongLength;
+    private bool _pongWaiting;
+    private bool _ponging;    // a task sends the waiting Pong
 
     private bool _inBatch;    // the drain has written since its last flush
     private bool _aside;      // ... into _side, the turn being taken when it began
@@ -74,6 +81,7 @@ internal sealed class WebSocketOutput(PipeWriter raw) : PipeWriter, IDisposable
         }
     }
 
+    [System.Runtime.CompilerServices.AsyncMethodBuilder(typeof(System.Runtime.CompilerServices.PoolingAsyncValueTaskMethodBuilder<>))]
     public override async ValueTask<FlushResult> FlushAsync(CancellationToken cancellationToken = default)
     {
         if (_ended)
@@ -125,6 +133,63 @@ internal sealed class WebSocketOutput(PipeWriter raw) : PipeWriter, IDisposable
     public override void Complete(Exception? exception = null)
     {
         _ended = true;
+    }
+
+    /// <summary>
+    /// Answers a Ping without waiting: its Pong goes out once no batch is being written or flushed. The input's
+    /// read never waits for it (a client that pings and stops reading cannot hold the read loop, which the session's
+    /// close cancels); a Ping that comes while a Pong waits replaces its payload (RFC 6455 §5.5.3: the most recent
+    /// one is answered), so at most one Pong waits.
+    /// </summary>
+    public void AnswerPing(ReadOnlySpan<byte> payload)
+    {
+        lock (_pong)
+        {
+            payload.CopyTo(_pong);
+            _pongLength = payload.Length;
+            _pongWaiting = true;
+            if (_ponging)
+            {
+                return;
+            }
+
+            _ponging = true;
+        }
+
+        _ = SendPongsAsync();
+    }
+
+    private async Task SendPongsAsync()
+    {
+        byte[] payload = new byte[MaxControlPayload];
+        try
+        {
+            while (true)
+            {
+                int length;
+                lock (_pong)
+                {
+                    if (!_pongWaiting || _ended)
+                    {
+                        _ponging = false;
+                        return;
+                    }
+
+                    _pong.AsSpan(0, _pongLength).CopyTo(payload);
+                    length = _pongLength;
+                    _pongWaiting = false;
+                }
+
+                await SendControlAsync(Pong, payload.AsMemory(0, length), CancellationToken.None).ConfigureAwait(false);
+            }
+        }
+        catch (Exception e) when (e is OperationCanceledException or IOException or InvalidOperationException or ObjectDisposedException)
+        {
+            lock (_pong)
+            {
+                _ponging = false; // the connection is gone: no Pong can reach it
+            }
+        }
     }
 
     /// <summary>Once the connection is done with (nothing waits for the turn any more).</summary>
