@@ -1,5 +1,6 @@
 using System.Net;
 using Herald.Broker.Cluster;
+using Herald.Broker.Delivery;
 using Herald.Broker.Tests.Infrastructure;
 using StackExchange.Redis;
 using Xunit.Abstractions;
@@ -82,6 +83,64 @@ public sealed class ClusterLongPollKeptFramesTests(ITestOutputHelper output)
         PollResult got = await owner.PollAsync(0);
         Assert.Equal(Texts(), got.Messages.Select(m => m.Text));
         Assert.Equal((0L, (long)Count, 0L), (kept.Found, kept.Fetched, kept.Bytes));
+    }
+
+    [Fact]
+    public async Task The_owner_keeps_at_most_a_sessions_pending_messages_of_what_it_appended_whoever_polls_and_a_bystander_carries_on()
+    {
+        const int Pending = 8, Rounds = 10, PerRound = 4;
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
+        {
+            o.LongPoll.MaxPendingMessagesPerSession = Pending;
+            o.LongPoll.SlowConsumerPolicy = SlowConsumerPolicy.DropOldest;
+            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
+        });
+        KeptEntries entries = cluster[0].Engine().Sessions.Entries;
+        LongPollClient idle = await LongPollClient.CreateAsync(cluster[0].Http); // never polls: Redis drops its oldest
+        LongPollClient elsewhere = (await LongPollClient.CreateAsync(cluster[0].Http)).Via(cluster[1].Http); // acknowledges on node 1 only: the owner never hears of it
+        LongPollClient bystander = await LongPollClient.CreateAsync(cluster[0].Http);
+        foreach (LongPollClient session in (LongPollClient[])[idle, elsewhere, bystander])
+        {
+            await session.SubscribeAsync(1, "feed");
+        }
+
+        await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
+        long answered = entries.Answered;
+        var got = new Dictionary<LongPollClient, List<string>> { [elsewhere] = [], [bystander] = [] };
+        var acks = new Dictionary<LongPollClient, long> { [elsewhere] = 0, [bystander] = 0 };
+        int most = 0;
+        for (int round = 0; round < Rounds; round++)
+        {
+            for (int i = 0; i < PerRound; i++)
+            {
+                await publisher.PublishAsync("feed", $"m{(round * PerRound) + i}");
+            }
+
+            foreach (LongPollClient session in (LongPollClient[])[elsewhere, bystander])
+            {
+                while (got[session].Count < (round + 1) * PerRound)
+                {
+                    PollResult poll = await session.PollAsync(acks[session]);
+                    Assert.Equal((HttpStatusCode.OK, 0L), (poll.Status, poll.Dropped));
+                    got[session].AddRange(poll.Messages.Select(m => m.Text));
+                    acks[session] = poll.Count > 0 ? poll.LastSequence : acks[session];
+                }
+            }
+
+            most = Math.Max(most, Math.Max(entries.MessagesOf(idle.Session), entries.MessagesOf(elsewhere.Session)));
+        }
+
+        await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
+        long idleSeq = (long)await redis.GetDatabase().HashGetAsync("{herald}:lp:" + idle.Session, "seq");
+        long idleHeld = await redis.GetDatabase().StreamLengthAsync("{herald}:lq:" + idle.Session);
+        output.WriteLine($"owner keeps: idle {entries.MessagesOf(idle.Session)}, acknowledged elsewhere {entries.MessagesOf(elsewhere.Session)}, bystander {entries.MessagesOf(bystander.Session)} messages (at most {most} seen; all sessions {entries.Messages}); idle in Redis: seq {idleSeq}, {idleHeld} entries; polls answered from memory {entries.Answered - answered}");
+        Assert.True(most <= Pending, $"the owner kept {most} messages of one session");
+        Assert.True(entries.Messages <= 3 * Pending, $"the owner keeps {entries.Messages} messages");
+        Assert.Equal(Rounds * PerRound, idleSeq); // it was appended to all along (its oldest dropped in Redis)
+        IEnumerable<string> all = Enumerable.Range(0, Rounds * PerRound).Select(i => $"m{i}");
+        Assert.Equal(all, got[bystander]);
+        Assert.Equal(all, got[elsewhere]);
+        Assert.True(entries.Answered - answered >= Rounds, $"{entries.Answered - answered} polls answered from memory"); // the bystander's, on the owner
     }
 
     /// <summary>A session on node 0 subscribed to <paramref name="topic"/>, and <see cref="Count"/> messages published on node 0 and appended to it.</summary>

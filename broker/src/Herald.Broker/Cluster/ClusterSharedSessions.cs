@@ -59,11 +59,14 @@ internal sealed class ClusterSharedSessions : ISharedSessions
         _secret = _options.Secret;
         _signer = _secret is null ? null : new EnvelopeSigner(_secret);
         Kept = new KeptFrames(_options.KeptFrameBytes);
-        _appends = new SharedSessionAppends(shards, _node, Lease, _secret, Kept);
+        _appends = new SharedSessionAppends(shards, _node, Lease, _secret, Kept, Entries, Woken);
     }
 
     /// <summary>The frames of this node's latest append calls, which its polls take from memory rather than from Redis.</summary>
     public KeptFrames Kept { get; }
+
+    /// <summary>What this node appended to the sessions it owns, which a poll on it answers from without reading the stream.</summary>
+    public KeptEntries Entries { get; } = new();
 
     /// <summary>Commands and replies refused for their tag or shape (a writer that is not a node; monitoring).</summary>
     public long CommandsForged => Interlocked.Read(ref _forged);
@@ -209,10 +212,11 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     public async Task<SharedPoll> PollAsync(string token, long ack, int maxMessages, int maxBytes, TimeSpan ttl, bool hold, string? generation)
     {
         IDatabase db = ShardOf(token).Database;
+        KeptEntries.Plan? plan = Entries.PlanOf(token, ack, maxMessages, maxBytes, ttl / 2); // a call older than that: its hash is renewed by reading it
         RedisResult result = await Guard(db.ScriptEvaluateAsync(
             SharedSessionScripts.Poll,
             [Hash(token), Stream(token)],
-            [ack, maxMessages, (long)ttl.TotalMilliseconds, hold ? Wakes(ShardOf(token)).ToString() : "", generation ?? "", token, maxBytes, _node])).ConfigureAwait(false);
+            [ack, maxMessages, (long)ttl.TotalMilliseconds, hold ? Wakes(ShardOf(token)).ToString() : "", generation ?? "", token, maxBytes, _node, plan?.Argument ?? ""])).ConfigureAwait(false);
         var items = (RedisResult[])result!;
         long code = (long)items[0];
         switch (code)
@@ -225,6 +229,19 @@ internal sealed class ClusterSharedSessions : ISharedSessions
                 return new SharedPoll(SharedPollStatus.AckOutOfRange) { LastSequence = (long)items[1] };
             case -4:
                 return new SharedPoll(SharedPollStatus.Replaced);
+        }
+
+        Entries.Learned(token, (long)items[5]);
+        if ((long)items[6] == 1)
+        {
+            Kept.Took(plan!.Messages.Count); // this node's own appends, from its memory: no tag to check
+            return new SharedPoll(SharedPollStatus.Ok)
+            {
+                Generation = (string)items[1]!,
+                HighestAck = (long)items[2],
+                HighestSent = (long)items[3],
+                Entries = Entries.Answer(plan),
+            };
         }
 
         var read = (RedisResult[])items[4]!;
@@ -289,6 +306,11 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     public async Task<LeaseState> RenewAsync(string token, TimeSpan ttl)
     {
         var items = (RedisResult[])(await Guard(ShardOf(token).Database.ScriptEvaluateAsync(SharedSessionScripts.Renew, [Hash(token), LeaseKey(token), Stream(token)], [_node, (long)Lease.TotalMilliseconds, (long)ttl.TotalMilliseconds])).ConfigureAwait(false))!;
+        if ((long)items[0] != 1 || (string?)items[3] is { Length: > 0 })
+        {
+            Entries.Forget(token); // no longer this node's to append to
+        }
+
         return new LeaseState((long)items[0] == 1, TimeSpan.FromMilliseconds(Math.Max(0, (long)items[1])), (long)items[2] == 1, (string?)items[3] is { Length: > 0 } ended ? ended : null, (long)items[4]);
     }
 
@@ -312,12 +334,16 @@ internal sealed class ClusterSharedSessions : ISharedSessions
         }
 
         Interlocked.Increment(ref _takenOver);
+        Entries.Forget(token); // what it kept of the session when it last owned it, if it did: another node appended since
         return SharedSessionRecord.Read(token, hash, _node);
     }
 
     /// <summary>Gives the lease up (a graceful stop): the next request, on any node, takes the session over at once.</summary>
-    public Task ReleaseAsync(string token) =>
-        Guard(ShardOf(token).Database.ScriptEvaluateAsync("if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end return 0", [LeaseKey(token)], [_node]));
+    public Task ReleaseAsync(string token)
+    {
+        Entries.Forget(token);
+        return Guard(ShardOf(token).Database.ScriptEvaluateAsync("if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end return 0", [LeaseKey(token)], [_node]));
+    }
 
 
     /// <summary>
@@ -332,8 +358,11 @@ internal sealed class ClusterSharedSessions : ISharedSessions
             [_node, sid, pattern is null ? "" : SharedSessionRecord.Subscription(options, pattern, queue), since ?? ""])).ConfigureAwait(false) == 1;
 
     /// <summary>Ends the session (as its owner: <paramref name="asOwner"/>; or for a node that found its owner gone); its token is answered as ended for <paramref name="memory"/>.</summary>
-    public Task EndAsync(string token, string reason, TimeSpan memory, bool asOwner) =>
-        Guard(ShardOf(token).Database.ScriptEvaluateAsync(SharedSessionScripts.End, [Hash(token), Stream(token), LeaseKey(token)], [reason, Math.Max(1, (long)memory.TotalMilliseconds), asOwner ? _node : "", token]));
+    public Task EndAsync(string token, string reason, TimeSpan memory, bool asOwner)
+    {
+        Entries.Forget(token);
+        return Guard(ShardOf(token).Database.ScriptEvaluateAsync(SharedSessionScripts.End, [Hash(token), Stream(token), LeaseKey(token)], [reason, Math.Max(1, (long)memory.TotalMilliseconds), asOwner ? _node : "", token]));
+    }
 
     /// <summary>Sends a request to the session's owner and waits for its answer; null if none came within <paramref name="timeout"/> (it may have been carried out).</summary>
     public async Task<SessionReply?> SendAsync(string owner, SessionCommand command, TimeSpan timeout, CancellationToken cancellation)

@@ -9,12 +9,13 @@ namespace Herald.Broker.Cluster;
 /// hash (an <c>HMGET</c> round trip and a copy per frame per session). A frame hash is written by the one call its name
 /// numbers and never changed, so a frame kept here is the one Redis holds for as long as an entry names it; what is not
 /// kept (calls pushed out by the bound, another node's calls, a session this node took over) is fetched as before.
-/// Bounded by <see cref="ClusterOptions.KeptFrameBytes"/>: the oldest call's frames go first; 0 keeps none.
+/// Bounded by <see cref="ClusterOptions.KeptFrameBytes"/>: the oldest call's frames go first (its <see cref="KeptCall"/>
+/// then holds none); 0 keeps none.
 /// </summary>
 internal sealed class KeptFrames(long maxBytes)
 {
-    private readonly ConcurrentDictionary<string, RedisValue[]> _calls = new(StringComparer.Ordinal);
-    private readonly Queue<(string Name, long Bytes)> _order = new();
+    private readonly ConcurrentDictionary<string, KeptCall> _calls = new(StringComparer.Ordinal);
+    private readonly Queue<(KeptCall Call, long Bytes)> _order = new();
     private long _bytes;
     private long _found;
     private long _fetched;
@@ -37,38 +38,49 @@ internal sealed class KeptFrames(long maxBytes)
         }
     }
 
-    /// <summary>Keeps the frames one append call wrote into the hash <paramref name="name"/> (field k is <paramref name="frames"/>[k - 1]), once Redis has them.</summary>
-    public void Keep(string name, RedisValue[] frames)
+    /// <summary>
+    /// Keeps the frames one append call wrote into the hash <paramref name="name"/> (field k is <paramref name="frames"/>[k - 1]),
+    /// once Redis has them; returns the call, whose <see cref="KeptCall.Frames"/> is null once it is no longer kept (at once
+    /// if it alone is past the bound).
+    /// </summary>
+    public KeptCall Keep(string name, byte[][] frames)
     {
         long bytes = 0;
-        foreach (RedisValue frame in frames)
+        foreach (byte[] frame in frames)
         {
-            bytes += ((byte[])frame!).Length;
+            bytes += frame.Length;
         }
 
-        if (bytes > maxBytes)
+        var call = new KeptCall(name, Environment.TickCount64, bytes > maxBytes ? null : frames);
+        if (call.Frames is null)
         {
-            return;
+            return call;
         }
 
         lock (_order)
         {
-            while (_bytes + bytes > maxBytes && _order.TryDequeue(out (string Name, long Bytes) oldest))
+            while (_bytes + bytes > maxBytes && _order.TryDequeue(out (KeptCall Call, long Bytes) oldest))
             {
-                _calls.TryRemove(oldest.Name, out _);
+                _calls.TryRemove(oldest.Call.Name, out _);
+                oldest.Call.Frames = null;
                 _bytes -= oldest.Bytes;
             }
 
-            _calls[name] = frames;
-            _order.Enqueue((name, bytes));
+            _calls[name] = call;
+            _order.Enqueue((call, bytes));
             _bytes += bytes;
         }
+
+        return call;
     }
+
+    /// <summary>Counts <paramref name="frames"/> a poll took from memory without asking <see cref="Find"/> (the owner's kept entries).</summary>
+    public void Took(int frames) => Interlocked.Add(ref _found, frames);
 
     /// <summary>The frames <paramref name="fields"/> of the hash <paramref name="name"/> if every one is kept; null: fetch them.</summary>
     public RedisValue[]? Find(string name, RedisValue[] fields)
     {
-        if (!_calls.TryGetValue(name, out RedisValue[]? frames))
+        if (!_calls.TryGetValue(name, out KeptCall? call) || call.Frames is not { } frames)
         {
             Interlocked.Add(ref _fetched, fields.Length);
             return null;
@@ -88,5 +100,25 @@ internal sealed class KeptFrames(long maxBytes)
 
         Interlocked.Add(ref _found, fields.Length);
         return found;
+    }
+}
+
+/// <summary>
+/// One append call's frames as this node keeps them (<see cref="KeptFrames"/>): its frame hash's name, when Redis had them
+/// (<see cref="Environment.TickCount64"/>), and the frames (field k is <see cref="Frames"/>[k - 1]) while they are kept;
+/// null once the bound pushed them out, so that what refers to the call does not keep them alive.
+/// </summary>
+internal sealed class KeptCall(string name, long at, byte[][]? frames)
+{
+    private byte[][]? _frames = frames;
+
+    public string Name { get; } = name;
+
+    public long At { get; } = at;
+
+    public byte[][]? Frames
+    {
+        get => Volatile.Read(ref _frames);
+        set => Volatile.Write(ref _frames, value);
     }
 }

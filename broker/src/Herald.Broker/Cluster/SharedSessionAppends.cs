@@ -17,9 +17,11 @@ namespace Herald.Broker.Cluster;
 /// (if it is still there when this one runs), so the sessions of one message share one copy however their appends were
 /// gathered. Told apart by memory only while a call that wrote or referenced the frame is in flight: its sessions hold
 /// the buffer meanwhile, so the same memory is the same message. A session's pump has one append in flight at a time,
-/// so its order holds. Once Redis has a call's frames, <paramref name="kept"/> keeps them for this node's polls.
+/// so its order holds. Once Redis has a call's frames, <paramref name="kept"/> keeps them for this node's polls, and
+/// <paramref name="entries"/> what each session was appended; then each session's poll held on this node is woken
+/// (<paramref name="woken"/>: the script wakes only other nodes' polls, so this node's find what it appended known).
 /// </summary>
-internal sealed class SharedSessionAppends(ClusterShards shards, string node, TimeSpan lease, string? secret, KeptFrames kept)
+internal sealed class SharedSessionAppends(ClusterShards shards, string node, TimeSpan lease, string? secret, KeptFrames kept, KeptEntries entries, Action<string> woken)
 {
     /// <summary>Calls to Redis with appends in flight at once, at most: while they are out, the next appends gather into one.</summary>
     private const int MaxAppendsInFlight = 4;
@@ -111,12 +113,14 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
         {
             using EnvelopeSigner? signer = secret is null ? null : new EnvelopeSigner(secret);
             var numbers = new Dictionary<ReadOnlyMemory<byte>, int>();
-            var frames = new List<RedisValue>();
+            var frames = new List<byte[]>();
             var hashes = new List<byte[]>();
             var distinct = new List<ReadOnlyMemory<byte>>();
             var keys = new RedisKey[1 + (3 * batch.Count)];
             keys[0] = SharedSessionKeys.Frames(shard, node, Interlocked.Increment(ref _calls));
             var sessions = new List<RedisValue>(11 * batch.Count);
+            var numbering = new (int[]? Numbers, int First)[batch.Count];
+            var numberList = new List<int>();
             long ttl = 0;
             var sids = new StringBuilder();
             var numbered = new StringBuilder();
@@ -129,6 +133,7 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
                 ttl = Math.Max(ttl, append.TtlMs);
                 sids.Clear();
                 numbered.Clear();
+                numberList.Clear();
                 byte[] tags = signer is null ? [] : new byte[SessionSignatures.TagSize * append.Entries.Count];
                 Dictionary<uint, string>? positions = null;
                 bool uniform = true, consecutive = true;
@@ -148,6 +153,7 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
                         }
                     }
 
+                    numberList.Add(number);
                     sids.Append(i == 0 ? "" : ",").Append(entry.Sid.ToString(CultureInfo.InvariantCulture));
                     numbered.Append(i == 0 ? "" : ",").Append(number.ToString(CultureInfo.InvariantCulture));
                     firstNumber = i == 0 ? number : firstNumber;
@@ -164,6 +170,7 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
                     }
                 }
 
+                numbering[s] = (consecutive ? null : [.. numberList], firstNumber); // what this node keeps of the append (KeptEntries)
                 sessions.Add(append.Token);
                 sessions.Add(append.TtlMs);
                 sessions.Add(append.MaxPending);
@@ -215,10 +222,22 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
             args.AddRange(sessions);
             var results = (RedisResult[])(await shard.Database.ScriptEvaluateAsync(SharedSessionScripts.Append, keys, [.. args]).ConfigureAwait(false))!;
             Forget(used);
-            kept.Keep((string)keys[0]!, [.. frames]);
+            KeptCall call = kept.Keep((string)keys[0]!, [.. frames]);
             for (int s = 0; s < batch.Count; s++)
             {
-                batch[s].Done.TrySetResult((long)results[s]);
+                PendingAppend append = batch[s];
+                long result = (long)results[s];
+                if (result >= 0)
+                {
+                    entries.Appended(append.Token, append.Entries, numbering[s].Numbers, numbering[s].First, call, result, append.MaxPending);
+                }
+                else
+                {
+                    entries.Forget(append.Token);
+                }
+
+                append.Done.TrySetResult(result);
+                woken(append.Token);
             }
         }
         catch (Exception e)
@@ -227,6 +246,7 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
             foreach (PendingAppend append in batch)
             {
                 append.Done.TrySetException(ClusterSharedSessions.Unavailable(e));
+                woken(append.Token); // Redis may have run it: a poll held here reads again rather than wait for a wake that is not coming
             }
         }
     }

@@ -153,7 +153,8 @@ internal static class SharedSessionScripts
     /// and position (the last each sid's messages carry). Returns per session the messages dropped (DropOldest), -1
     /// (lease another node's, or the session ended) or -2 (ended as a slow consumer). An append renews the lease too (an
     /// owner busy delivering keeps its sessions), taking it again if it expired while no other node took it (after a
-    /// Redis outage, say).
+    /// Redis outage, say). A session's waiter is woken by a PUBLISH on its wake channel, unless it is the appending node's
+    /// own (it wakes its polls itself once it has the reply, and so knows what it appended).
     /// <para>
     /// A batch of consecutive frames that fits the session's limits costs no walk over its messages: one range entry per
     /// run of frames in one hash (usually one). The stream is bounded in messages and in bytes, and a message is charged
@@ -298,7 +299,7 @@ internal static class SharedSessionScripts
             local waiter = redis.call('HGET', hash, 'waiter')
             if waiter then
               redis.call('HDEL', hash, 'waiter')
-              redis.call('PUBLISH', waiter, token)
+              if string.sub(waiter, -#ARGV[1] - 5) ~= '.lpw:' .. ARGV[1] then redis.call('PUBLISH', waiter, token) end
             end
             results[s] = result
           end
@@ -347,8 +348,9 @@ internal static class SharedSessionScripts
 
     /// <summary>
     /// KEYS: hash, stream. ARGV: ack, max messages, ttl ms, waiter channel ('' : do not hold), generation ('' : a new
-    /// poll), token, max bytes, the polling node. Returns {code, generation, highest ack, highest sent before this poll,
-    /// entries} (code 0; per stream entry read, its lists as stored: {first sequence, first and last position taken (from
+    /// poll), token, max bytes, the polling node, the owner's plan ('' : none; below). Returns {code, generation, highest
+    /// ack, highest sent before this poll, entries, gone (the highest sequence no longer in the stream), 1 if the plan was
+    /// taken else 0} (code 0; per stream entry read, its lists as stored: {first sequence, first and last position taken (from
     /// 1), its message count, sids (<c>*&lt;sid&gt;</c>: one for all), tags, its frame hash, its first field ('' : a list),
     /// its list of fields}, or, for an entry that is not a node's, {first, 1, 1, 1, sid, tag, '', '', '', frame}; the node
     /// fetches the frames and expands them into messages) or {-1} unknown, {-2, reason} ended, {-3, seq} ack out of range,
@@ -363,6 +365,15 @@ internal static class SharedSessionScripts
     /// measured frame by frame, HSTRLEN), its frame hash's expiry renewed: the node then fetches just those frames (one
     /// HMGET per entry, outside the script, so no frame is copied into Lua), and Redis sends what the poll may answer,
     /// never the whole backlog. A frame no longer there (its hash expired) is left out: the poll reports the gap.
+    /// <para>
+    /// The owner's plan, <c>start,end,top,marks</c>: the owner holds in memory the messages it appended from
+    /// <c>start</c> (to <c>end</c>, within the answer's room; <c>end</c> = <c>start - 1</c>: none) and appended up to
+    /// <c>top</c>; <c>marks</c> 1 if they are only loss marks (or none) (<see cref="KeptEntries"/>). Taken when the stream,
+    /// once the ack is applied, starts at <c>start</c> (the last sequence gone is <c>start - 1</c>) and holds nothing past
+    /// <c>top</c> the owner does not know of (any more, when the plan answers messages, is for the next poll): then the
+    /// stream is not read, <c>sent</c> is recorded from <c>end</c>, a holding poll with marks only is the waiter, and no
+    /// entry is returned (the owner answers from memory). Otherwise the poll reads the stream as above.
+    /// </para>
     /// </summary>
     public const string Poll = Common + """
         local h = redis.call('HMGET', KEYS[1], 'seq', 'ended', 'ack', 'sent', 'polls', 'waiter', 'gone', 'bout')
@@ -401,10 +412,33 @@ internal static class SharedSessionScripts
           set[#set + 1] = 'ack'
           set[#set + 1] = acked
         end
+        local sent = tonumber(h[4] or '0')
+        local function answer(upto, marks, out, planned)
+          if upto > tonumber(h[4] or '0') then
+            set[#set + 1] = 'sent'
+            set[#set + 1] = upto
+          end
+          if marks and ARGV[4] ~= '' then
+            set[#set + 1] = 'waiter'
+            set[#set + 1] = ARGV[4]
+            set[#set + 1] = 'waited'
+            set[#set + 1] = nowms
+          end
+          redis.call('HSET', KEYS[1], unpack(set))
+          redis.call('PEXPIRE', KEYS[1], ARGV[3])
+          redis.call('PEXPIRE', KEYS[2], ARGV[3])
+          return {0, gen, acked, tonumber(h[4] or '0'), out, gone, planned}
+        end
+        if ARGV[9] and ARGV[9] ~= '' then
+          local plan = split(ARGV[9])
+          local start, last, top, only = tonumber(plan[1]), tonumber(plan[2]), tonumber(plan[3]), plan[4] == '1'
+          if gone + 1 == start and (seq == top or (seq > top and not only)) then
+            return answer(math.max(sent, last), only, {}, 1)
+          end
+        end
         local out, touched = {}, {}
         local marks, full = true, false
         local count, bytes, most, budget = 0, 0, tonumber(ARGV[2]), tonumber(ARGV[7])
-        local sent = tonumber(h[4] or '0')
         local from, chunk, batch, at = '-', 0, {}, 1
         while not full do
           if at > #batch then
@@ -469,20 +503,7 @@ internal static class SharedSessionScripts
             if e.s ~= '0' then marks = false end
           end
         end
-        if sent > tonumber(h[4] or '0') then
-          set[#set + 1] = 'sent'
-          set[#set + 1] = sent
-        end
-        if marks and ARGV[4] ~= '' then
-          set[#set + 1] = 'waiter'
-          set[#set + 1] = ARGV[4]
-          set[#set + 1] = 'waited'
-          set[#set + 1] = nowms
-        end
-        redis.call('HSET', KEYS[1], unpack(set))
-        redis.call('PEXPIRE', KEYS[1], ARGV[3])
-        redis.call('PEXPIRE', KEYS[2], ARGV[3])
-        return {0, gen, acked, tonumber(h[4] or '0'), out}
+        return answer(sent, marks, out, 0)
         """;
 
     /// <summary>
