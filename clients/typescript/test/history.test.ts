@@ -6,7 +6,7 @@
  * that can drop its connections (and refuse new ones for a while); over long-poll its session is deleted
  * behind its back (and creating the next one is held for a while). The proxies read the SUBSCRIBE frames the
  * client sends and the long-poll fetch reads its subscribe bodies, so the tests see the `since` that went on
- * the wire.
+ * the wire. Deltas (spec §11.2) go through the same losses: a delta subscription ends with every payload whole.
  */
 import assert from "node:assert/strict";
 import { createConnection, createServer, type Server, type Socket } from "node:net";
@@ -627,6 +627,56 @@ describe("request/reply and headers beside history", () => {
     const forwarded = await nextMessage(b);
     assert.deepEqual(forwarded.headers.toJSON(), { "X-Tag": ["a", "b"] });
   });
+});
+
+describe("deltas (spec §11.2) across a loss", () => {
+  /** A JSON document of which a few fields change with each publication: what deltas are made for. */
+  const state = (i: number): string =>
+    JSON.stringify({ id: "ord-7f3a9c21", account: "acct-20419", symbol: "ACME", side: "buy", quantity: 10000, filled: i * 25, status: i % 7 === 0 ? "amended" : "partial", seq: i });
+  const states = (from: number, to: number): string[] => Array.from({ length: to - from + 1 }, (_, i) => state(from + i));
+
+  // Long-poll sessions get full messages until the broker grants them deltas (longpoll.md §1.1 `deltas`); the
+  // scripted-fetch tests of deltas.test.ts cover how the client takes them there.
+  for (const kind of ["tcp", "websocket"] as const) {
+    test(`${kind}: a delta subscription that loses its connection resumes from its position and ends with every payload whole`, async () => {
+      const lost = await link(broker, kind);
+      const publisher = await open(broker, "tcp");
+      const topic = uniqueTopic("hist.delta");
+      const resumes: ResumeEvent[] = [];
+      const sub = lost.client.subscribe(topic, { delta: true, onResume: (e) => void resumes.push(e) });
+      await sub.ready;
+      await publishAll(publisher, topic, states(1, 10));
+      const before = await take(sub, 10);
+      await lost.cut();
+      await publishAll(publisher, topic, states(11, 20)); // replayed from the history after the reconnect
+      lost.heal();
+      const later = await take(sub, 10);
+      await publishAll(publisher, topic, states(21, 25));
+      const live = await take(sub, 5);
+      assert.deepEqual([...before, ...later, ...live].map((m) => m.text()), states(1, 25));
+      assert.deepEqual(resumes.map((e) => e.recovered), [true]);
+      assert.ok(sub.deltas > 0, "some came as deltas");
+    });
+
+    test(`${kind}: without a history, a delta subscription that reconnects gets the new messages whole`, async () => {
+      const lost = await link(broker, kind);
+      const publisher = await open(broker, "tcp");
+      const topic = uniqueTopic("plain.delta");
+      const sub = lost.client.subscribe(topic, { delta: true });
+      await sub.ready;
+      await publishAll(publisher, topic, states(1, 10));
+      const before = await take(sub, 10);
+      const deltasBefore = sub.deltas;
+      await lost.cut();
+      const back = once(lost.client, "reconnect", 10_000);
+      lost.heal();
+      await back;
+      await publishAll(publisher, topic, states(11, 20));
+      const after = await take(sub, 10);
+      assert.deepEqual([...before, ...after].map((m) => m.text()), states(1, 20));
+      assert.ok(deltasBefore > 0 && sub.deltas > deltasBefore, "deltas on both connections");
+    });
+  }
 });
 
 describe("encodeSubscribe", () => {
