@@ -6,7 +6,7 @@ namespace Herald.Broker.Delivery;
 /// <summary>
 /// One encoded frame, shared by reference by every queue it is delivered to (serialize once, fan out by
 /// reference). The bytes come from <see cref="ArrayPool{T}.Shared"/> and go back when the last holder
-/// releases them.
+/// releases them; or, <see cref="Wrap"/>, they are an array nobody writes to, which is left to the collector.
 /// </summary>
 /// <remarks>
 /// Thread-safety: <see cref="Retain"/> and <see cref="Release"/> are atomic and may be called from any
@@ -16,12 +16,14 @@ internal sealed class MessageBuffer
 {
     private byte[]? _array;
     private int _refCount;
+    private readonly bool _pooled;
 
-    private MessageBuffer(byte[] array, int length)
+    private MessageBuffer(byte[] array, int length, bool pooled = true)
     {
         _array = array;
         Length = length;
         _refCount = 1;
+        _pooled = pooled;
     }
 
     public int Length { get; }
@@ -57,6 +59,9 @@ internal sealed class MessageBuffer
         return new MessageBuffer(ArrayPool<byte>.Shared.Rent(length), length);
     }
 
+    /// <summary>A buffer over <paramref name="frame"/> itself, not copied and not pooled: the array must never be written to again (frames read back from a cluster's backplane, shared by the sessions that read them).</summary>
+    public static MessageBuffer Wrap(byte[] frame) => new(frame, frame.Length, pooled: false);
+
     /// <summary>Rents a buffer and copies <paramref name="frame"/> into it (control frames).</summary>
     public static MessageBuffer Copy(ReadOnlySpan<byte> frame)
     {
@@ -76,7 +81,11 @@ internal sealed class MessageBuffer
         {
             byte[]? array = _array;
             _array = null;
-            ArrayPool<byte>.Shared.Return(array!);
+            if (_pooled)
+            {
+                ArrayPool<byte>.Shared.Return(array!);
+            }
+
             DeltaFull?.Release();
             return true;
         }

@@ -131,7 +131,7 @@ internal sealed class SharedPolls(PollSessionStore store, SessionRegistry regist
                 break;
             }
 
-            frames.Add(new QueuedFrame(MessageBuffer.Copy(frame), sid));
+            frames.Add(new QueuedFrame(MessageBuffer.Wrap(frame), sid)); // not copied: what the node read or kept is never written to
             bytes += frame.Length;
         }
 
