@@ -19,6 +19,9 @@
 #     cluster of 2 nodes over 1, 2 and 4 redis-servers, one run each: $OUT/shards-S.json and .log. About 3 minutes.
 #   api: "From your backend"'s server API table: the api scenario (a TCP publisher, the API one publication per
 #     request and in batches of 100, one broker, one run; it takes no --repeat): $OUT/api.json and .log. About a minute.
+#   deltas: "Deltas on small messages": the deltas scenario (a JSON state stream, a ticker and random bytes to 20
+#     subscribers, each sent as published, Zstd per message and as deltas, on one broker, the matrix alternated 3
+#     times): $OUT/deltas.json and .log. About 3 minutes.
 #   hooks: "From your backend"'s hooks table: the hooks command (connect and subscribe without and with their hook,
 #     REPEAT rounds on fresh brokers): $OUT/hooks.json and .log. About 2 minutes.
 #   churn: the "Subscription churn" figures, BenchmarkDotNet's TopicRouterBenchmarks (short job), its JSON export
@@ -26,7 +29,7 @@
 #     commit) beside it. About 5 minutes.
 #
 # Usage: loadtest/compare-all.sh [row ...]   rows: fanout stream oneway rpc32 rpc1 collab idle cluster
-#          cluster-longpoll presence shards api hooks churn
+#          cluster-longpoll presence shards api deltas hooks churn
 #          (default: all)
 #          and, never by default, broadcast: each target's broadcast search (P = 1 s) and the broadcast chart,
 #          about 15 minutes more.
@@ -38,7 +41,7 @@
 OUT=${OUT:-loadtest/results/readme}
 REPEAT=${REPEAT:-2}
 SHORT=${SHORT:-1}
-[ $# -eq 0 ] && set -- fanout stream oneway rpc32 rpc1 collab idle cluster cluster-longpoll presence shards api hooks churn
+[ $# -eq 0 ] && set -- fanout stream oneway rpc32 rpc1 collab idle cluster cluster-longpoll presence shards api deltas hooks churn
 source "$(dirname "$0")/versus.sh" "$@"
 ALL=herald/tcp,herald/websocket,herald/longpoll,nats/tcp,redis/tcp,signalr/websockets
 
@@ -108,6 +111,14 @@ if chosen api; then
   # the API's listener on the port after the monitoring port.
   CLUSTER_PORTS=(--ports 22702-22734 --http-port 22780 --monitoring-port 22790)
   run_scenario api "api --messages 20000 --batch 100 --concurrency 4 --payload 128 --max-seconds 60 --api-port 22791" ""
+fi
+
+if chosen deltas; then
+  # One broker, every stream in every mode in turn, the whole matrix 3 times alternated whatever REPEAT says (the
+  # median of 3 leaves out the first round's, slowed by the broker's JIT), 3,000 publications of warm-up per cell
+  # before the 30,000 measured (the broker's CPU time is read in 10 ms ticks: 30,000 publications make that 0.3 us).
+  CLUSTER_PORTS=(--ports 22702-22734 --http-port 22780 --monitoring-port 22790)
+  run_scenario deltas "deltas --subscribers 20 --messages 30000 --warmup 3000 --max-lead 1000" "--repeat 3"
 fi
 
 if chosen hooks; then
