@@ -45,6 +45,15 @@ public static class ProtocolConstants
 
     /// <summary>Conventional prefix of reply topics (spec §7).</summary>
     public const string InboxPrefix = "_INBOX.";
+
+    /// <summary>
+    /// The header of a long-poll session's notice that the server subscribed it (longpoll.md §1.4, spec §4.10): a MESSAGE of
+    /// the new sid, on its pattern, no payload, the value SUBSCRIBE's option bits in decimal.
+    /// </summary>
+    public const string SubscribedHeader = "Herald-Subscribed";
+
+    /// <summary>The header of a long-poll session's notice that the server ended a subscription (longpoll.md §1.4): its value the reason.</summary>
+    public const string UnsubscribedHeader = "Herald-Unsubscribed";
 }
 
 /// <summary>Capability bits of HELLO and WELCOME (spec §4.1).</summary>

@@ -20,6 +20,22 @@ public sealed class SseVectorTests
 
     public static TheoryData<string> InvalidIds => Names("invalid");
 
+    /// <summary>A server-made subscription's notices (sse.md §2, spec §4.10): exactly the event text of each vector.</summary>
+    [Fact]
+    public void A_server_made_subscriptions_notices_are_the_vectors_events()
+    {
+        foreach (JsonElement notice in Root.Value.GetProperty("notices").EnumerateArray())
+        {
+            uint sid = notice.GetProperty("sid").GetUInt32();
+            string topic = notice.GetProperty("topic").GetString()!;
+            MessageBuffer written = notice.GetProperty("kind").GetString() == "subscribed"
+                ? SseFormat.Notice("subscribed"u8, sid, topic, "options"u8, null, notice.GetProperty("options").GetUInt32())
+                : SseFormat.Notice("unsubscribed"u8, sid, topic, "message"u8, notice.GetProperty("message").GetString(), 0);
+            Assert.Equal(notice.GetProperty("event").GetString(), Encoding.UTF8.GetString(written.Span));
+            _ = written.Release();
+        }
+    }
+
     public static TheoryData<string> Events
     {
         get

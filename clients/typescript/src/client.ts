@@ -126,7 +126,7 @@ export interface ConnectOptions {
   info?: string | object;
   /**
    * Let the application's backend subscribe this client through the broker's server API (spec §4.1 bit 6, §4.10;
-   * TCP and WebSocket). Each such subscription is given to the `serverSubscribed` event and read like one of the
+   * TCP and WebSocket; long-poll with headers, longpoll §1.4). Each such subscription is given to the `serverSubscribed` event and read like one of the
    * application's own. Default `false`: an application that does not listen to that event would otherwise receive
    * messages it never asked for. A server-made subscription ends with its connection; a reconnect does not make it again.
    */

@@ -32,6 +32,8 @@ import { backoff, deferred, sleep, type Deferred } from "./util.js";
 export const FRAMES_MEDIA_TYPE = "application/vnd.herald.frames";
 /** Largest decompressed payload accepted (the broker's largest configurable max frame). */
 const MAX_DECOMPRESSED = 64 * 1024 * 1024;
+/** The first sid of the broker's half (spec §4.10): only its subscriptions' MESSAGEs may be notices (longpoll §1.4). */
+const SERVER_SIDS = 0x8000_0000;
 const REQUEST_TIMEOUT_MS = 30_000;
 const MAX_PUBLISHES_PER_REQUEST = 1000;
 
@@ -61,6 +63,8 @@ interface SessionInfo {
   presence?: boolean;
   maxPresenceInfo?: number;
   deltas?: boolean;
+  /** Server-made subscriptions granted (longpoll §1.4); absent when not asked. */
+  serverSubscriptions?: boolean;
 }
 
 /** `GET /presence`'s answer (longpoll §6): spec §15.3's PRESENCE_REPLY as JSON. */
@@ -172,6 +176,8 @@ async function timedFetch(
 
 export class LongPollTransport implements Transport {
   readonly info: TransportInfo;
+  /** Granted at create (longpoll §1.4): MESSAGEs of the broker's sids carrying its notices are read as SUBSCRIBED and Unsubscribed. */
+  private readonly serverSubscriptions: boolean;
   readonly maxTopic: number;
   readonly maxSubscriptions = Infinity;
   readonly headerGrant: HeaderGrant;
@@ -209,6 +215,7 @@ export class LongPollTransport implements Transport {
     const limits: Record<string, number> = {};
     for (const [key, value] of Object.entries(session)) if (typeof value === "number") limits[key] = value;
     const headers = session.headers === true;
+    this.serverSubscriptions = headers && options.serverSubscriptions === true && session.serverSubscriptions === true;
     this.headerGrant = {
       headers,
       maxHeaders: session.maxHeaders ?? DEFAULT_MAX_HEADERS,
@@ -253,6 +260,8 @@ export class LongPollTransport implements Transport {
             ...(options.deltas === true ? { deltas: true } : {}),
             // README §15.1: what others see beside this session's presence; granted presence needs headers.
             ...(options.info !== null && options.info !== undefined ? { info: options.info } : {}),
+            // longpoll §1.4: told of subscriptions the backend makes, with headers; off unless asked.
+            ...(options.serverSubscriptions === true && options.headers ? { serverSubscriptions: true } : {}),
           }),
         },
         options.connectTimeoutMs,
@@ -384,6 +393,25 @@ export class LongPollTransport implements Transport {
     }
   }
 
+  /**
+   * A MESSAGE of a broker's sid whose header block carries `Herald-Subscribed` or `Herald-Unsubscribed` (longpoll §1.4):
+   * the subscription made, as TCP's SUBSCRIBED makes it, or ended, as an `Unsubscribed` ERROR naming it ends it. False for
+   * any other message (a presence event, a message with headers of its own).
+   */
+  private serverNotice(sid: number, topic: string, headers: MessageHeaders | undefined): boolean {
+    for (const [key, values] of headers ?? []) {
+      if (key === "Herald-Subscribed" && values.length === 1 && /^[0-9]+$/.test(values[0]!)) {
+        this.events.subscribed?.(sid, topic, Number(values[0]));
+        return true;
+      }
+      if (key === "Herald-Unsubscribed") {
+        this.events.revoked(sid, new HeraldError("Unsubscribed", `Broker: ${values.join(" ")}`, { sid }));
+        return true;
+      }
+    }
+    return false;
+  }
+
   /** Delivers a binary poll body (longpoll §2.1) and moves `ack` past it. */
   private deliver(headers: Headers, body: Uint8Array): void {
     let result: PollResult;
@@ -418,6 +446,7 @@ export class LongPollTransport implements Transport {
           continue;
         }
       }
+      if (this.serverSubscriptions && message.sid >= SERVER_SIDS && this.serverNotice(message.sid, message.topic, message.headers)) continue;
       const delta = (message.flags & PayloadFlags.Delta) !== 0;
       const taken = this.deltaBases.take(message.sid, delta, payload);
       if (taken.payload === null) {

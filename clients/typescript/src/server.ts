@@ -182,11 +182,14 @@ export class HeraldApiClient {
   }
 
   /**
-   * Subscribes a connected TCP or WebSocket client that asked for server subscriptions to `pattern`; resolves with the
-   * sid the broker gave it (from 2^31 up). Held to the client's permissions unless `force`.
+   * Subscribes a connected client that asked for server subscriptions (TCP, WebSocket, a long-poll session or SSE stream
+   * that asked) to `pattern`; resolves with the sid the broker gave it (from 2^31 up). Held to the client's subscribe
+   * permissions unless `force`. `join` makes it a member of the topic, `presence` brings it the topic's presence events:
+   * one topic, the client granted presence, its identity allowed to (which `force` does not lift).
    */
-  async subscribeClient(client: string, pattern: string, options: { noEcho?: boolean; force?: boolean } = {}): Promise<number> {
-    return ((await this.send("POST", "clients/subscribe", { client, pattern, no_echo: options.noEcho ?? false, force: options.force ?? false })) as { sid: number }).sid;
+  async subscribeClient(client: string, pattern: string, options: { noEcho?: boolean; force?: boolean; join?: boolean; presence?: boolean } = {}): Promise<number> {
+    const body = { client, pattern, no_echo: options.noEcho ?? false, force: options.force ?? false, join: options.join ?? false, presence: options.presence ?? false };
+    return ((await this.send("POST", "clients/subscribe", body)) as { sid: number }).sid;
   }
 
   /** Ends every subscription of `client` to exactly `pattern`, telling it `reason`; resolves with the first sid ended. */

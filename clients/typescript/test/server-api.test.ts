@@ -147,3 +147,27 @@ test("a subscription the backend makes is given to the app, reads its publicatio
     await app.close();
   }
 });
+
+test("a long-poll client that accepts server subscriptions reads the backend's notices as subscribed and unsubscribed", async () => {
+  const api = new HeraldApiClient(apiUrl, ADMIN);
+  const app = await connect(broker.httpUrl, { transport: "longpoll", name: "ts-poll-server-subs", acceptServerSubscriptions: true });
+  try {
+    const raised = new Promise<Subscription>((resolve) => app.on("serverSubscribed", resolve));
+    const connz = (await (await fetch(`${broker.monitoringUrl}/connz`)).json()) as { connections: { name?: string; client: string }[] };
+    const id = connz.connections.find((c) => c.name === "ts-poll-server-subs")!.client;
+    const sid = await api.subscribeClient(id, "polled.>");
+    const made = await within(raised, 5000, "the serverSubscribed event");
+    assert.deepEqual([made.sid, made.pattern], [sid, "polled.>"]);
+    await api.publish("polled.one", "hello");
+    const message = await nextMessage(made);
+    assert.deepEqual([message.topic, message.text()], ["polled.one", "hello"]);
+
+    await api.unsubscribeClient(id, "polled.>", "Done polling.");
+    await assert.rejects(within(made.next(), 5000, "the end of the subscription"), (e: unknown) => {
+      const error = e as { code?: string; message: string };
+      return error.code === "Unsubscribed" && /Done polling\./.test(error.message);
+    });
+  } finally {
+    await app.close();
+  }
+});

@@ -122,7 +122,13 @@ internal sealed class ClientSubscriptionRequest
     /// <summary>Subscribe: not delivered what this client itself publishes.</summary>
     public bool? NoEcho { get; init; }
 
-    /// <summary>Subscribe: made even where the client's own permissions refuse the pattern (limits still hold).</summary>
+    /// <summary>Subscribe: the client is present on the topic (spec §15.1, SUBSCRIBE's join bit): one topic, presence granted, the identity allowed to join.</summary>
+    public bool? Join { get; init; }
+
+    /// <summary>Subscribe: the topic's join and leave events are delivered to the subscription (spec §15.2): one topic, the identity allowed to read presence.</summary>
+    public bool? Presence { get; init; }
+
+    /// <summary>Subscribe: made even where the client's own subscribe permissions refuse the pattern (limits, and the join and presence permissions, still hold).</summary>
     public bool? Force { get; init; }
 
     /// <summary>Unsubscribe: what the client is told.</summary>

@@ -90,7 +90,7 @@ internal static class ClientEndpoints
         {
             Client = client,
             Pattern = pattern,
-            Options = request.NoEcho == true ? (uint)SubscribeOptions.NoEcho : 0,
+            Options = (uint)((request.NoEcho == true ? SubscribeOptions.NoEcho : 0) | (request.Join == true ? SubscribeOptions.Join : 0) | (request.Presence == true ? SubscribeOptions.PresenceEvents : 0)),
             Force = request.Force == true,
         };
         ClientActionOutcome outcome = Found(await RunAsync(context, action, $"client {client} to '{pattern}'{(action.Force ? " (forced)" : "")}").ConfigureAwait(false), client);
@@ -139,7 +139,8 @@ internal static class ClientEndpoints
                 nameof(ErrorCode.PermissionDenied) => StatusCodes.Status403Forbidden,
                 nameof(ErrorCode.UnknownSubscription) => StatusCodes.Status404NotFound,
                 nameof(ErrorCode.InvalidTopic) or nameof(ErrorCode.TopicTooLong) => StatusCodes.Status400BadRequest,
-                _ => StatusCodes.Status409Conflict, // NotSupported, TooManySubscriptions, TooManyTopics: the client's state
+                nameof(ErrorCode.PresenceUnavailable) => StatusCodes.Status503ServiceUnavailable,
+                _ => StatusCodes.Status409Conflict, // NotSupported, TooManySubscriptions, TooManyTopics, PresenceFull: the client's state
             };
             throw new HttpProblem(status, code, outcome.Message ?? code);
         }

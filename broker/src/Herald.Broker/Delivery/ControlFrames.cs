@@ -21,6 +21,20 @@ internal static class ControlFrames
         return MessageBuffer.Copy(writer.WrittenSpan);
     }
 
+    /// <summary>
+    /// A long-poll session's notice of a subscription the server made or ended (longpoll.md §1.4): a MESSAGE on
+    /// <paramref name="pattern"/>, without payload, whose header block is <paramref name="header"/>: <paramref name="value"/>;
+    /// its sid is stamped when it is queued.
+    /// </summary>
+    public static MessageBuffer Notice(string pattern, string header, string value)
+    {
+        byte[] headers = HeaderBlock.Encode([new(header, [value])]);
+        byte[] name = System.Text.Encoding.UTF8.GetBytes(pattern);
+        MessageBuffer frame = MessageBuffer.Rent(ProtocolConstants.MessageHeaderSize + FrameWriter.EnvelopeSize(name.Length, 0, PayloadFlags.None, 0) + headers.Length);
+        FrameWriter.WriteMessage(new MessageBufferWriter(frame), 0, name, default, PayloadFlags.None, default, headers);
+        return frame;
+    }
+
     /// <summary>An ERROR frame; <paramref name="fatal"/> overrides the code's usual flag (a connection closing says so); <paramref name="sid"/> names the subscription it ended.</summary>
     public static MessageBuffer Error(ErrorCode code, string message, bool? fatal = null, uint sid = 0)
     {

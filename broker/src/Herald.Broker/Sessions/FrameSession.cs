@@ -455,7 +455,7 @@ internal sealed class FrameSession : ProtocolSession
     protected override void ServerSubscribed(uint sid, string pattern, SubscribeOptions options) => ControlNow(ControlFrames.Subscribed(sid, pattern, options));
 
     /// <inheritdoc/>
-    protected override void ServerUnsubscribed(uint sid, string reason) => ControlNow(ControlFrames.Error(ErrorCode.Unsubscribed, reason, sid: sid));
+    protected override void ServerUnsubscribed(uint sid, string pattern, string reason) => ControlNow(ControlFrames.Error(ErrorCode.Unsubscribed, reason, sid: sid));
 
     /// <summary>A non-fatal refusal or notice becomes an ERROR frame, in order with what is queued.</summary>
     private void Tell(Refusal refusal)

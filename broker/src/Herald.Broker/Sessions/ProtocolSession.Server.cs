@@ -1,5 +1,6 @@
 using System.Buffers;
 using System.Text;
+using Herald.Broker.Delivery;
 using Herald.Broker.Engines;
 using Herald.Broker.Routing;
 using Herald.Protocol;
@@ -10,10 +11,13 @@ namespace Herald.Broker.Sessions;
 /// Subscriptions the application's backend makes and ends through the server API (spec §4.10): made with a sid the broker
 /// picks from its own half of the sid space, told to the client by a SUBSCRIBED frame before anything is delivered to it, and
 /// held to the client's limits (subscriptions per connection, the identity's quota, the broker's pattern limit) and, unless
-/// the backend forces it, to the client's own subscribe permissions. Ended ones are told by a non-fatal <c>Unsubscribed</c>
-/// ERROR naming the sid. Only framed transports (TCP, WebSocket) carry these frames; long-poll and SSE sessions are answered
-/// <c>NotSupported</c>. Called from the server API's thread, never the session's input: everything here runs under
-/// <c>_subscriptionsGate</c>, and the client's frames are queued through the thread-safe backlog.
+/// the backend forces it, to the client's own subscribe permissions; with join or presence events, to SUBSCRIBE's presence
+/// rules (spec §15.1: one topic, presence granted, the join and presence permissions, the presence limits). Ended ones are
+/// told by a non-fatal <c>Unsubscribed</c> ERROR naming the sid. A long-poll session or an SSE stream that asked for them
+/// (granted with headers) is told in its own form: a MESSAGE of the sid whose header block carries <c>Herald-Subscribed</c>
+/// or <c>Herald-Unsubscribed</c> (longpoll.md §1.4), an <c>event: subscribed</c> or <c>unsubscribed</c> (sse.md §2).
+/// Called from the server API's thread, never the session's input: the subscription is made under
+/// <c>_subscriptionsGate</c>, and the client's notices are queued through the thread-safe backlog.
 /// </summary>
 internal abstract partial class ProtocolSession
 {
@@ -25,23 +29,42 @@ internal abstract partial class ProtocolSession
     /// <summary>Whether the client asked to be told of subscriptions the server makes (spec §4.1 bit 6) and its transport carries them.</summary>
     public bool GrantsServerSubscriptions { get; private set; }
 
-    /// <summary>Whether this transport can carry SUBSCRIBED and a non-fatal ERROR naming a sid (the framed ones).</summary>
+    /// <summary>
+    /// Whether this transport is framed (TCP, WebSocket): it carries SUBSCRIBED, and an ERROR naming a sid tells any client
+    /// that a subscription ended. An HTTP one carries its notices in header blocks: only to a session that asked, with headers.
+    /// </summary>
     protected virtual bool CarriesServerSubscriptions => false;
 
-    /// <summary>The transport queues SUBSCRIBED for a subscription the server made (spec §4.10). Any thread.</summary>
-    protected virtual void ServerSubscribed(uint sid, string pattern, SubscribeOptions options)
-    {
-    }
+    /// <summary>
+    /// The transport queues the notice of a subscription the server made (spec §4.10), before anything the router delivers
+    /// to it. By default (long-poll) a MESSAGE of <paramref name="sid"/> on <paramref name="pattern"/>, empty, whose header
+    /// block is <c>Herald-Subscribed: &lt;options&gt;</c>. Any thread.
+    /// </summary>
+    protected virtual void ServerSubscribed(uint sid, string pattern, SubscribeOptions options) =>
+        Notice(sid, pattern, ProtocolConstants.SubscribedHeader, ((uint)options).ToString(System.Globalization.CultureInfo.InvariantCulture));
 
-    /// <summary>The transport queues the non-fatal <c>Unsubscribed</c> ERROR naming <paramref name="sid"/> (spec §4.8). Any thread.</summary>
-    protected virtual void ServerUnsubscribed(uint sid, string reason)
+    /// <summary>
+    /// The transport queues the notice that subscription <paramref name="sid"/> ended (spec §4.8's non-fatal <c>Unsubscribed</c>
+    /// ERROR). By default (long-poll) a MESSAGE of the sid on <paramref name="pattern"/> whose header block is
+    /// <c>Herald-Unsubscribed: &lt;reason&gt;</c>. Any thread.
+    /// </summary>
+    protected virtual void ServerUnsubscribed(uint sid, string pattern, string reason) =>
+        Notice(sid, pattern, ProtocolConstants.UnsubscribedHeader, reason);
+
+    /// <summary>Queues the notice MESSAGE (one header, no payload) for <paramref name="sid"/> and flushes it.</summary>
+    private void Notice(uint sid, string pattern, string header, string value)
     {
+        MessageBuffer frame = ControlFrames.Notice(pattern, header, value);
+        if ((Backlog.Enqueue(frame, sid) & Enqueued.Wake) != 0)
+        {
+            Backlog.ScheduleFlush();
+        }
     }
 
     /// <summary>Grants the server_subscriptions capability when asked for on a transport that carries it (called by <see cref="Open"/>).</summary>
     private Capabilities GrantServerSubscriptions(Capabilities requested)
     {
-        GrantsServerSubscriptions = (requested & Capabilities.ServerSubscriptions) != 0 && CarriesServerSubscriptions;
+        GrantsServerSubscriptions = (requested & Capabilities.ServerSubscriptions) != 0 && (CarriesServerSubscriptions || Backlog.AcceptsHeaders);
         return GrantsServerSubscriptions ? Capabilities.ServerSubscriptions : Capabilities.None;
     }
 
@@ -58,12 +81,12 @@ internal abstract partial class ProtocolSession
         {
             return Refused("NotSupported", CarriesServerSubscriptions
                 ? "This client did not ask to be told of server-made subscriptions (HELLO capability server_subscriptions, spec §4.1)."
-                : $"A {Transport} session has no server-made subscriptions: its subscriptions are its own requests (long-poll) or its URL (SSE).");
+                : $"This {Transport} session did not ask to be told of server-made subscriptions (with headers: longpoll.md §1.1 \"serverSubscriptions\", sse.md §1 server_subscriptions).");
         }
 
-        if ((options & ~SubscribeOptions.NoEcho) != 0)
+        if ((options & ~(SubscribeOptions.NoEcho | PresenceBits)) != 0)
         {
-            return Refused("NotSupported", "A server-made subscription takes only the no-echo option.");
+            return Refused("NotSupported", "A server-made subscription takes the no-echo, join and presence-events options only.");
         }
 
         string checkedPattern;
@@ -74,6 +97,13 @@ internal abstract partial class ProtocolSession
         catch (ProtocolException e)
         {
             return Refused(e.Code.ToString(), e.Message);
+        }
+
+        bool join = (options & SubscribeOptions.Join) != 0;
+        bool watch = (options & SubscribeOptions.PresenceEvents) != 0;
+        if ((join || watch) && PresenceRefusal(checkedPattern, join, watch) is { } refused)
+        {
+            return refused;
         }
 
         uint sid;
@@ -110,7 +140,7 @@ internal abstract partial class ProtocolSession
             catch (ProtocolException e) when (e.Code == ErrorCode.TooManyTopics)
             {
                 _usage?.RemoveSubscription(checkedPattern);
-                ServerUnsubscribed(sid, e.Message);
+                ServerUnsubscribed(sid, checkedPattern, e.Message);
                 return Refused(nameof(ErrorCode.TooManyTopics), e.Message);
             }
 
@@ -118,8 +148,76 @@ internal abstract partial class ProtocolSession
             Volatile.Write(ref _subscriptionCount, _subscriptions.Count);
         }
 
+        if ((join || watch) && await PresentAsync(sid, checkedPattern, options, join, watch).ConfigureAwait(false) is { } notJoined)
+        {
+            return notJoined;
+        }
+
         await Broker.Interest.WhenSettledAsync().ConfigureAwait(false); // live on every node before the backend is answered
         return new ClientActionOutcome(1, Sid: sid);
+    }
+
+    /// <summary>SUBSCRIBE's presence rules for a server-made subscription (spec §15.1): refused when broken, else null. Forcing does not lift them.</summary>
+    private ClientActionOutcome? PresenceRefusal(string topic, bool join, bool watch)
+    {
+        if (!GrantsPresence)
+        {
+            return Refused("NotSupported", "This client was not granted presence (spec §4.1 bit 5: asked for, with headers): it cannot join or get presence events.");
+        }
+
+        if (HasWildcards(topic))
+        {
+            return Refused(nameof(ErrorCode.InvalidTopic), $"Joining or presence events need one topic, not the pattern '{topic}' (spec §15.1).");
+        }
+
+        Security.Permissions permissions = Identity.Permissions;
+        return join && !permissions.CanJoin(topic) ? Refused(nameof(ErrorCode.PermissionDenied), $"Joining '{topic}' is not permitted for '{Identity.Name}'.")
+            : watch && !permissions.CanReadPresence(topic) ? Refused(nameof(ErrorCode.PermissionDenied), $"Reading the presence of '{topic}' is not permitted for '{Identity.Name}'.")
+            : null;
+    }
+
+    /// <summary>
+    /// The presence of the server-made subscription <paramref name="sid"/>, once it is made (its notice queued first): the
+    /// topic's events to it, then its join, decided before the backend is answered. A join refused (a presence limit, the
+    /// cluster's store unreachable) ends the subscription, told to the client, and is the answer; null when all is held.
+    /// </summary>
+    private async Task<ClientActionOutcome?> PresentAsync(uint sid, string topic, SubscribeOptions options, bool join, bool watch)
+    {
+        IPresence engine = Broker.Presence;
+        if (watch)
+        {
+            engine.Watch(topic, Backlog, sid, (options & SubscribeOptions.NoEcho) != 0);
+        }
+
+        PresenceMember? member = join ? Member() : null;
+        ClientActionOutcome? refused = null;
+        if (member is not null)
+        {
+            try
+            {
+                if (await engine.JoinAsync(topic, member).ConfigureAwait(false) is { } full)
+                {
+                    refused = Refused(nameof(ErrorCode.PresenceFull), full);
+                }
+            }
+            catch (ClusterUnavailableException e)
+            {
+                refused = Refused(nameof(ErrorCode.PresenceUnavailable), $"Presence is unavailable: {e.Message}");
+            }
+        }
+
+        if (refused is null && Hold(sid, new PresenceHold(topic, member, watch)))
+        {
+            return null;
+        }
+
+        Undo(topic, sid, refused is null ? member : null, watch); // refused, or ended meanwhile: nothing stays in the engine
+        if (refused is not null && UnsubscribeCore(sid).IsNone)
+        {
+            ServerUnsubscribed(sid, topic, refused.Value.Message!);
+        }
+
+        return refused ?? ClientActionOutcome.None;
     }
 
     /// <summary>
@@ -128,9 +226,9 @@ internal abstract partial class ProtocolSession
     /// </summary>
     public ClientActionOutcome UnsubscribeFromServer(string pattern, string reason)
     {
-        if (!CarriesServerSubscriptions)
+        if (!CarriesServerSubscriptions && !GrantsServerSubscriptions)
         {
-            return Refused("NotSupported", $"A {Transport} session cannot be told a subscription ended: end the session, or refuse it at the client's next request.");
+            return Refused("NotSupported", $"This {Transport} session cannot be told a subscription ended (it did not ask for server-made subscriptions): end the session, or refuse it at the client's next request.");
         }
 
         List<uint>? ended = null;
@@ -168,7 +266,7 @@ internal abstract partial class ProtocolSession
 
         foreach (uint sid in ended)
         {
-            ServerUnsubscribed(sid, reason);
+            ServerUnsubscribed(sid, pattern, reason);
         }
 
         return new ClientActionOutcome(1, Sid: ended[0]);

@@ -140,7 +140,8 @@ public sealed class HeraldClientOptions
 
     /// <summary>
     /// Let the application's backend subscribe this client through the broker's server API (spec §4.1 bit 6,
-    /// §4.10; TCP and WebSocket). Each such subscription is raised through <see cref="HeraldClient.ServerSubscribed"/>
+    /// §4.10; TCP and WebSocket, and long-poll with headers: the session is created with <c>serverSubscriptions</c>,
+    /// longpoll §1.4). Each such subscription is raised through <see cref="HeraldClient.ServerSubscribed"/>
     /// and read like one of the application's own. Off by default: an application that does not listen to that
     /// event would otherwise receive messages it never asked for. A server-made subscription ends with its
     /// connection and is not made again by a reconnect (the backend decides).

@@ -65,7 +65,8 @@ internal static class LongPollEndpoints
             | (request?.NoResponders == true ? Capabilities.NoResponders : Capabilities.None)
             | (request?.History == true ? Capabilities.History : Capabilities.None)
             | Capabilities.QueueGroups // a session's subscribe may always name one (longpoll §1.2); the answer says so
-            | Capabilities.Presence; // granted with headers (spec §4.1 bit 5); the answer says so
+            | Capabilities.Presence // granted with headers (spec §4.1 bit 5); the answer says so
+            | (request?.ServerSubscriptions == true ? Capabilities.ServerSubscriptions : Capabilities.None); // granted with headers (longpoll §1.4)
         PollSession session = await store.CreateAsync(identity, request?.Client, requested, HttpExchange.RemoteOf(context), info).ConfigureAwait(false);
 
         context.Response.StatusCode = StatusCodes.Status201Created;
@@ -90,7 +91,8 @@ internal static class LongPollEndpoints
                 session.GrantsQueueGroups,
                 session.GrantsPresence,
                 store.Broker.Presence.Options.MaxInfoBytes,
-                session.PresenceClient),
+                session.PresenceClient,
+                request?.ServerSubscriptions == true ? session.GrantsServerSubscriptions : null),
             LongPollJsonContext.Default.CreateSessionResponse).ConfigureAwait(false);
     });
 

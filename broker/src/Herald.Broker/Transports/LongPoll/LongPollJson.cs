@@ -4,7 +4,8 @@ namespace Herald.Broker.Transports.LongPoll;
 
 /// <summary>Request bodies of the long-poll endpoints (longpoll §1).</summary>
 /// <param name="Info">The session's client info (longpoll §1.1, spec §15.1): what other clients see beside its presence.</param>
-internal sealed record CreateSessionRequest(string? Client, bool? Zstd, bool? Headers, bool? NoResponders, bool? History = null, string? Info = null);
+/// <param name="ServerSubscriptions">Be told of subscriptions the application's backend makes (longpoll.md §1.4; with headers).</param>
+internal sealed record CreateSessionRequest(string? Client, bool? Zstd, bool? Headers, bool? NoResponders, bool? History = null, string? Info = null, bool? ServerSubscriptions = null);
 
 /// <param name="Join">Be present on the topic (spec §15.1; SUBSCRIBE's join bit).</param>
 /// <param name="Presence">Receive the topic's join and leave events (spec §15.2; SUBSCRIBE's presence-events bit).</param>
@@ -32,7 +33,8 @@ internal sealed record CreateSessionResponse(
     bool QueueGroups,
     bool Presence,
     int MaxPresenceInfo,
-    string? Client = null);
+    string? Client = null,
+    [property: System.Text.Json.Serialization.JsonIgnore(Condition = System.Text.Json.Serialization.JsonIgnoreCondition.WhenWritingNull)] bool? ServerSubscriptions = null);
 
 /// <summary>A page of a topic's presence (<c>GET /presence</c>, longpoll §6; spec §15.3's PRESENCE_REPLY as JSON).</summary>
 internal sealed record PresenceResponse(long Members, long Identities, IReadOnlyList<PresenceEntryJson> Entries, string? Next);

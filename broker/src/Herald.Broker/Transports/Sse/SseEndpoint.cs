@@ -75,7 +75,8 @@ internal static class SseEndpoint
         Identity identity = await HttpExchange.AuthenticateAsync(context, broker, SseSession.TransportName, context.Request.Query[TokenParameter]).ConfigureAwait(false);
         string? info = ProtocolSession.CheckedInfo(broker, context.Request.Query["info"].FirstOrDefault()); // over the limit: 400, nothing made
         var session = new SseSession(broker, sessions.NextId(), HttpExchange.RemoteOf(context), options);
-        session.Open(identity, context.Request.Query["client"], Capabilities.Headers | Capabilities.History | Capabilities.Presence);
+        Capabilities server = context.Request.Query["server_subscriptions"] == "true" ? Capabilities.ServerSubscriptions : Capabilities.None; // sse.md §1: off unless asked
+        session.Open(identity, context.Request.Query["client"], Capabilities.Headers | Capabilities.History | Capabilities.Presence | server);
         session.HelloInfo = info;
         Refusal admitted = sessions.Add(session);
         try

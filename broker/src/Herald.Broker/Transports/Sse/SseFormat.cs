@@ -70,6 +70,37 @@ internal sealed class SseFormat : IDrainFormat, IDisposable
         return MessageBuffer.Copy(output.WrittenSpan);
     }
 
+    /// <summary>
+    /// A server-made subscription's event (sse.md §2): <c>event: subscribed</c> <c>{"sid", "topic", "options"}</c> or
+    /// <c>event: unsubscribed</c> <c>{"sid", "topic", "message"}</c>; <paramref name="text"/> null writes <paramref name="number"/>.
+    /// </summary>
+    public static MessageBuffer Notice(ReadOnlySpan<byte> name, uint sid, string pattern, ReadOnlySpan<byte> field, string? text, uint number)
+    {
+        var output = new ArrayBufferWriter<byte>(96 + (pattern.Length * 3) + ((text?.Length ?? 0) * 3));
+        output.Write("event: "u8);
+        output.Write(name);
+        output.Write("\ndata: "u8);
+        using (var json = new Utf8JsonWriter(output))
+        {
+            json.WriteStartObject();
+            json.WriteNumber("sid"u8, sid);
+            json.WriteString("topic"u8, pattern);
+            if (text is null)
+            {
+                json.WriteNumber(field, number);
+            }
+            else
+            {
+                json.WriteString(field, text);
+            }
+
+            json.WriteEndObject();
+        }
+
+        output.Write("\n\n"u8);
+        return MessageBuffer.Copy(output.WrittenSpan);
+    }
+
     /// <inheritdoc/>
     public void Write(PipeWriter output, MessageBuffer frame, uint sid)
     {

@@ -81,6 +81,14 @@ internal sealed class SseSession : ProtocolSession
         }
     }
 
+    /// <summary>A subscription the server made (spec §4.10), told as <c>event: subscribed</c> (sse.md §2) before its messages.</summary>
+    protected override void ServerSubscribed(uint sid, string pattern, SubscribeOptions options) =>
+        ControlNow(SseFormat.Notice("subscribed"u8, sid, pattern, "options"u8, null, (uint)options));
+
+    /// <summary>A subscription the server ended, told as <c>event: unsubscribed</c> (sse.md §2) with the backend's reason.</summary>
+    protected override void ServerUnsubscribed(uint sid, string pattern, string reason) =>
+        ControlNow(SseFormat.Notice("unsubscribed"u8, sid, pattern, "message"u8, reason, 0));
+
     /// <inheritdoc/>
     protected override void OnClose(ErrorCode code, string reason) => _closed.TrySetResult();
 

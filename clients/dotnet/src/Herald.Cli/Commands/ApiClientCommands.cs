@@ -62,7 +62,7 @@ internal static class ApiClientCommands
         var force = new Option<bool>("--force") { Description = "Even where the client's own permissions refuse the pattern" };
         var subscribe = new Command("subscribe", "Subscribe a connected client to a pattern; prints its sid") { subscribedClient, pattern, noEcho, force };
         subscribe.SetAction((parse, ct) => ApiCommand.RunAsync(parse, api, key, async server =>
-            ApiCommand.Print(new { sid = await server.SubscribeClientAsync(parse.GetRequiredValue(subscribedClient), parse.GetRequiredValue(pattern), parse.GetValue(noEcho), parse.GetValue(force), ct) }), ct));
+            ApiCommand.Print(new { sid = await server.SubscribeClientAsync(parse.GetRequiredValue(subscribedClient), parse.GetRequiredValue(pattern), parse.GetValue(noEcho), parse.GetValue(force), cancellationToken: ct) }), ct));
         command.Subcommands.Add(subscribe);
 
         var unsubscribe = new Command("unsubscribe", "End a client's subscriptions to exactly a pattern, telling it the reason") { subscribedClient, pattern, reason };

@@ -52,11 +52,14 @@ public sealed partial class HeraldApiClient
     }
 
     /// <summary>
-    /// Subscribes a connected TCP or WebSocket client that asked for server subscriptions to <paramref name="pattern"/>;
-    /// returns the sid the broker gave it (from 2^31 up). Held to the client's permissions unless <paramref name="force"/>.
+    /// Subscribes a connected client that asked for server subscriptions (TCP, WebSocket; a long-poll session or SSE stream
+    /// that asked, with headers) to <paramref name="pattern"/>; returns the sid the broker gave it (from 2^31 up). Held to the
+    /// client's subscribe permissions unless <paramref name="force"/>. <paramref name="join"/> makes it a member of the topic,
+    /// <paramref name="presence"/> brings it the topic's presence events: one topic, the client granted presence, its
+    /// identity allowed to (which <paramref name="force"/> does not lift).
     /// </summary>
     /// <exception cref="HeraldApiException"><c>ClientNotFound</c>, <c>PermissionDenied</c>, <c>NotSupported</c>, <c>TooManySubscriptions</c> ...</exception>
-    public async Task<uint> SubscribeClientAsync(string client, string pattern, bool noEcho = false, bool force = false, CancellationToken cancellationToken = default)
+    public async Task<uint> SubscribeClientAsync(string client, string pattern, bool noEcho = false, bool force = false, bool join = false, bool presence = false, CancellationToken cancellationToken = default)
     {
         using JsonDocument answer = await SendAsync(HttpMethod.Post, "clients/subscribe", w =>
         {
@@ -65,6 +68,8 @@ public sealed partial class HeraldApiClient
             w.WriteString("pattern", pattern);
             w.WriteBoolean("no_echo", noEcho);
             w.WriteBoolean("force", force);
+            w.WriteBoolean("join", join);
+            w.WriteBoolean("presence", presence);
             w.WriteEndObject();
         }, cancellationToken).ConfigureAwait(false);
         return answer.RootElement.GetProperty("sid").GetUInt32();

@@ -67,12 +67,14 @@ public class ServerApiTests
         Assert.Equal(1, info.RootElement.GetProperty("connections").GetInt32());
     }
 
-    [Fact]
-    public async Task A_subscription_the_backend_makes_is_raised_reads_its_publications_and_ends_when_the_backend_unsubscribes()
+    [Theory]
+    [InlineData(HeraldTransport.Tcp)]
+    [InlineData(HeraldTransport.LongPoll)]
+    public async Task A_subscription_the_backend_makes_is_raised_reads_its_publications_and_ends_when_the_backend_unsubscribes(HeraldTransport transport)
     {
         await using TestBroker broker = await StartAsync(monitoring: true);
         using var api = new HeraldApiClient(new Uri($"http://127.0.0.1:{broker.ApiPort}"), Key);
-        await using var client = new HeraldClient(broker.TcpUrl, new HeraldClientOptions { ClientName = "server-subscribed", AcceptServerSubscriptions = true });
+        await using var client = new HeraldClient(broker.Url(transport), new HeraldClientOptions { ClientName = "server-subscribed", AcceptServerSubscriptions = true });
         var raised = new TaskCompletionSource<HeraldSubscription>(TaskCreationOptions.RunContinuationsAsynchronously);
         client.ServerSubscribed += (_, subscription) => raised.TrySetResult(subscription);
         await using HeraldSubscription own = await client.SubscribeAsync("own");

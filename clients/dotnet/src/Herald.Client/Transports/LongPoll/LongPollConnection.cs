@@ -45,6 +45,7 @@ internal sealed class LongPollConnection : BrokerConnection
     private readonly HttpClient _http;
     private readonly Uri _base;
     private Uri? _session;
+    private bool _serverSubscriptions; // granted at create (longpoll §1.4): notices are read from the poll answers
     private TimeSpan _pollTimeout;
     private TimeSpan _inactivityTimeout;
     private string? _credential;
@@ -57,6 +58,34 @@ internal sealed class LongPollConnection : BrokerConnection
     }
 
     public override bool SubscribesInline => false;
+
+    /// <summary>The first sid of the broker's half (spec §4.10): only its subscriptions' MESSAGEs may be notices.</summary>
+    private const uint ServerSids = 0x8000_0000;
+
+    /// <summary>
+    /// A MESSAGE of a broker's sid whose header block carries <c>Herald-Subscribed</c> or <c>Herald-Unsubscribed</c>
+    /// (longpoll §1.4): the subscription made, as TCP's SUBSCRIBED makes it, or ended, as an <c>Unsubscribed</c> ERROR naming
+    /// it ends it. False for any other message (a presence event, a message with headers of its own).
+    /// </summary>
+    private bool ServerNotice(in PublishFrame message)
+    {
+        foreach (KeyValuePair<string, string[]> header in HeaderBlock.Read(message.Headers))
+        {
+            if (header.Key == ProtocolConstants.SubscribedHeader && header.Value is [string bits] && uint.TryParse(bits, NumberStyles.None, CultureInfo.InvariantCulture, out uint options))
+            {
+                Client.AcceptServerSubscription(new SubscribedFrame(message.Sid, message.TopicString, (SubscribeOptions)options), this);
+                return true;
+            }
+
+            if (header.Key == ProtocolConstants.UnsubscribedHeader)
+            {
+                Client.Revoke(message.Sid, new HeraldException(ErrorCode.Unsubscribed, $"The broker ended subscription {message.Sid}: {string.Join(' ', header.Value)}") { Sid = message.Sid });
+                return true;
+            }
+        }
+
+        return false;
+    }
 
     /// <summary>Creates the session (longpoll §1.1); the credential goes as a bearer token, on this and on every request of the session.</summary>
     public override async Task OpenAsync(string? credential, CancellationToken cancellationToken)
@@ -71,6 +100,7 @@ internal sealed class LongPollConnection : BrokerConnection
             NoResponders = (asked & Capabilities.NoResponders) != 0,
             History = (asked & Capabilities.History) != 0,
             Info = Options.Info,
+            ServerSubscriptions = (asked & Capabilities.ServerSubscriptions) != 0 && (asked & Capabilities.Headers) != 0,
         };
         using HttpResponseMessage response = await SendAsync(
             () =>
@@ -110,6 +140,7 @@ internal sealed class LongPollConnection : BrokerConnection
         };
         bool headers = session.Headers && body.Headers;
         Info = new HeraldServerInfo(HeraldTransport.LongPoll, serverName: null, connectionId: null, port: null, session.Zstd && body.Zstd, limits, session.InboxPrefix, headers, headers && session.NoResponders && body.NoResponders, headers && session.History && body.History, session.QueueGroups, headers && session.Presence);
+        _serverSubscriptions = headers && body.ServerSubscriptions && session.ServerSubscriptions;
         MaxHeaders = session.MaxHeaders is > 0 and <= int.MaxValue ? (int)session.MaxHeaders : int.MaxValue;
         MaxHeaderBytes = session.MaxHeaderBytes is > 0 and <= int.MaxValue ? (int)session.MaxHeaderBytes : int.MaxValue;
 
@@ -316,6 +347,11 @@ internal sealed class LongPollConnection : BrokerConnection
                         messages.Clear();
                         PollBody.Read(new ReadOnlySequence<byte>(body), page, Options.MaxIncomingFrameBytes, (long _, in PublishFrame message) =>
                         {
+                            if (_serverSubscriptions && message.Sid >= ServerSids && message.HasHeaders && ServerNotice(message))
+                            {
+                                return; // the backend made or ended a subscription (longpoll §1.4): not a message
+                            }
+
                             if (Materialize(message) is { } m)
                             {
                                 messages.Add(m);

@@ -18,6 +18,10 @@ internal sealed class CreateSessionRequest
     /// <summary>The session's client info (longpoll §1.1, spec §15.1): what others see beside its presence; omitted when null.</summary>
     [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingNull)]
     public string? Info { get; init; }
+
+    /// <summary>Be told of subscriptions the application's backend makes (longpoll §1.4, with headers); omitted when not asked.</summary>
+    [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingDefault)]
+    public bool ServerSubscriptions { get; init; }
 }
 
 /// <summary><c>201</c> answer to <c>POST /poll/sessions</c> (longpoll §1.1).</summary>
@@ -61,6 +65,9 @@ internal sealed class CreateSessionResponse
 
     /// <summary>Presence granted (longpoll §1.1, spec §15; with headers); absent (false) from a broker before it.</summary>
     public bool Presence { get; init; }
+
+    /// <summary>Server-made subscriptions granted (longpoll §1.4); absent (false) when not asked, or from a broker before them.</summary>
+    public bool ServerSubscriptions { get; init; }
 }
 
 /// <summary><c>POST .../subscriptions</c> body (longpoll §1.2).</summary>
