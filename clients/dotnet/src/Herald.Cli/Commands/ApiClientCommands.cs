@@ -56,13 +56,15 @@ internal static class ApiClientCommands
         }, ct));
         command.Subcommands.Add(revocations);
 
-        var subscribedClient = new Argument<string>("client") { Description = "The client id (a TCP or WebSocket client that asked for server subscriptions)" };
+        var subscribedClient = new Argument<string>("client") { Description = "The client id (a client that asked for server subscriptions: TCP, WebSocket, a long-poll session or SSE stream)" };
         var pattern = new Argument<string>("pattern") { Description = "The pattern" };
         var noEcho = new Option<bool>("--no-echo") { Description = "Not delivered what this client publishes" };
-        var force = new Option<bool>("--force") { Description = "Even where the client's own permissions refuse the pattern" };
-        var subscribe = new Command("subscribe", "Subscribe a connected client to a pattern; prints its sid") { subscribedClient, pattern, noEcho, force };
+        var force = new Option<bool>("--force") { Description = "Even where the client's own subscribe permissions refuse the pattern" };
+        var join = new Option<bool>("--join") { Description = "The client is present on the topic (one topic; its identity allowed to join)" };
+        var presenceEvents = new Option<bool>("--presence") { Description = "The topic's join and leave events come to the subscription" };
+        var subscribe = new Command("subscribe", "Subscribe a connected client to a pattern; prints its sid") { subscribedClient, pattern, noEcho, force, join, presenceEvents };
         subscribe.SetAction((parse, ct) => ApiCommand.RunAsync(parse, api, key, async server =>
-            ApiCommand.Print(new { sid = await server.SubscribeClientAsync(parse.GetRequiredValue(subscribedClient), parse.GetRequiredValue(pattern), parse.GetValue(noEcho), parse.GetValue(force), cancellationToken: ct) }), ct));
+            ApiCommand.Print(new { sid = await server.SubscribeClientAsync(parse.GetRequiredValue(subscribedClient), parse.GetRequiredValue(pattern), parse.GetValue(noEcho), parse.GetValue(force), parse.GetValue(join), parse.GetValue(presenceEvents), ct) }), ct));
         command.Subcommands.Add(subscribe);
 
         var unsubscribe = new Command("unsubscribe", "End a client's subscriptions to exactly a pattern, telling it the reason") { subscribedClient, pattern, reason };
