@@ -9,6 +9,7 @@
  * the wire. Deltas (spec §11.2) go through the same losses: a delta subscription ends with every payload whole.
  */
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { after, before, describe, test } from "node:test";
 import {
@@ -32,18 +33,24 @@ const HISTORY_ARGS = ["--Herald:LongPoll:PollTimeout=00:00:03", "--Herald:Histor
 let broker: Broker;
 /** A broker that keeps one topic's history at a time: a second history topic evicts the first. */
 let oneTopic: Broker;
+/** A broker that drops the oldest of what a slow TCP subscriber has queued past 50 messages (beyond 8 KiB in its socket). */
+let dropping: Broker;
 const clients: HeraldClient[] = [];
 const closers: (() => unknown)[] = [];
 const fast: ConnectOptions = { reconnectDelayMs: 100, maxReconnectDelayMs: 500, connectTimeoutMs: 5000 };
 
 before(async () => {
-  [broker, oneTopic] = await Promise.all([Broker.start(HISTORY_ARGS), Broker.start([...HISTORY_ARGS, "--Herald:History:MaxTopics=1"])]);
+  [broker, oneTopic, dropping] = await Promise.all([
+    Broker.start(HISTORY_ARGS),
+    Broker.start([...HISTORY_ARGS, "--Herald:History:MaxTopics=1"]),
+    Broker.start(["--Herald:Limits:SlowConsumerPolicy=DropOldest", "--Herald:Limits:MaxPendingMessages=50", "--Herald:Tcp:SendBufferBytes=4096"]),
+  ]);
 });
 
 after(async () => {
   await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
   for (const close of closers) await close();
-  await Promise.all([broker?.stop(), oneTopic?.stop()]);
+  await Promise.all([broker?.stop(), oneTopic?.stop(), dropping?.stop()]);
 });
 
 async function open(target: Broker, kind: Kind, options: ConnectOptions = {}): Promise<HeraldClient> {
@@ -165,6 +172,42 @@ async function tcpProxy(port: number, subscribes: SeenSubscribe[]): Promise<Fram
       cutAfter = test;
     },
   };
+}
+
+/**
+ * A TCP proxy to `port` in a process of its own, whose socket to the broker has a 4 KiB receive buffer (no autotuning):
+ * stopped (SIGSTOP), it stops reading, and what the broker sends past what the two sockets hold waits in its queue.
+ */
+async function stoppableProxy(port: number): Promise<{ url: string; stop(): void; go(): void }> {
+  const script = `
+import select, socket, sys
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+peers = {}
+while True:
+    for s in select.select([listener, *peers], [], [])[0]:
+        if s is listener:
+            client = listener.accept()[0]
+            upstream = socket.socket()
+            upstream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            upstream.connect(("127.0.0.1", ${port}))
+            peers[client], peers[upstream] = upstream, client
+        elif s in peers:
+            data, other = s.recv(65536), peers[s]
+            if data:
+                other.sendall(data)
+            else:
+                for x in (s, other):
+                    peers.pop(x, None)
+                    x.close()
+`;
+  const child = spawn("python3", ["-c", script], { stdio: ["ignore", "pipe", "inherit"] });
+  closers.push(() => child.kill("SIGKILL"));
+  const listening = await new Promise<string>((resolve, reject) => {
+    child.stdout.once("data", (line: Buffer) => resolve(line.toString().trim()));
+    child.once("exit", (code) => reject(new Error(`the proxy exited (${code})`)));
+  });
+  return { url: `tcp://127.0.0.1:${listening}`, stop: () => child.kill("SIGSTOP"), go: () => child.kill("SIGCONT") };
 }
 
 /**
@@ -677,6 +720,34 @@ describe("deltas (spec §11.2) across a loss", () => {
       assert.ok(deltasBefore > 0 && sub.deltas > deltasBefore, "deltas on both connections");
     });
   }
+
+  test("tcp: a delta subscriber whose broker drops the oldest of its queue (DropOldest) goes on with every payload whole", async () => {
+    const proxy = await stoppableProxy(dropping.tcpPort);
+    const client = await connect(proxy.url, { ...fast, name: "delta-drop" });
+    clients.push(client);
+    const publisher = await open(dropping, "tcp");
+    const errors: string[] = [];
+    client.on("error", (e) => errors.push(e.code));
+    const topic = uniqueTopic("plain.delta.drop");
+    const got: Message[] = [];
+    const sub = client.subscribe(topic, (m) => void got.push(m), { delta: true });
+    await sub.ready;
+    for (let i = 1; i <= 5; i++) await publisher.publish(topic, state(i));
+    await until(() => got.length === 5, 10_000, "the first messages");
+    proxy.stop();
+    // Deltas of about 40 B: a thousand fill the few KiB the sockets hold for a reader that stopped, then the broker's 50.
+    await Promise.all(Array.from({ length: 995 }, (_, i) => publisher.publish(topic, state(i + 6))));
+    await publisher.flush(); // the broker has queued (and dropped) them all
+    proxy.go();
+    await until(() => got.at(-1)?.text() === state(1000), 10_000, "the last publication");
+    const seqs = got.map((m) => m.json<{ seq: number }>().seq);
+    assert.deepEqual(got.map((m) => m.text()), seqs.map(state), "every payload is the publication it says it is");
+    assert.ok(seqs.every((seq, i) => i === 0 || seq > seqs[i - 1]!), "in order");
+    assert.ok(got.length < 1000, `the broker dropped some (${1000 - got.length})`);
+    assert.ok(errors.includes("MessagesDropped"), "the loss is told");
+    assert.ok(!errors.includes("DecompressionFailed"), "no delta against a message the subscriber lost");
+    assert.ok(sub.deltas > 0, "deltas before and after the loss");
+  });
 });
 
 describe("encodeSubscribe", () => {
