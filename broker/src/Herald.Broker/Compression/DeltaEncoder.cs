@@ -46,6 +46,7 @@ internal sealed class DeltaEncoder
     private readonly Lock _enrolment = new();
     private readonly Counter<long>? _decisions;
     private readonly Counter<long>? _saved;
+    private readonly long[] _decided = new long[(int)DeltaDecision.NotSmaller + 1];
     private long _sequence;
     private long _keptBytes;
     private long _deltas;
@@ -70,6 +71,12 @@ internal sealed class DeltaEncoder
 
     /// <summary>Bytes kept as bases, all topics together (never above <see cref="DeltaOptions.MaxKeptBytes"/>).</summary>
     public long KeptBytes => Interlocked.Read(ref _keptBytes);
+
+    /// <summary>The bound on <see cref="KeptBytes"/>.</summary>
+    public long MaxKeptBytes => _options.MaxKeptBytes;
+
+    /// <summary>Publications on delta topics decided so far as <paramref name="decision"/>.</summary>
+    public long Count(DeltaDecision decision) => Interlocked.Read(ref _decided[(int)decision]);
 
     /// <summary>Topics with a delta subscription on this node.</summary>
     public int Topics => _topics.Count;
@@ -134,7 +141,7 @@ internal sealed class DeltaEncoder
             }
 
             Keep(topic, payload, ref decision);
-            Count(decision);
+            Record(decision);
             return delta;
         }
     }
@@ -238,8 +245,9 @@ internal sealed class DeltaEncoder
         }
     }
 
-    private void Count(DeltaDecision decision)
+    private void Record(DeltaDecision decision)
     {
+        Interlocked.Increment(ref _decided[(int)decision]);
         if (decision is not (DeltaDecision.Delta or DeltaDecision.Probe))
         {
             Interlocked.Increment(ref _skipped);

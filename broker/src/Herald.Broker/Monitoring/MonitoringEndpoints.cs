@@ -143,7 +143,8 @@ internal static class MonitoringEndpoints
             services.GetRequiredService<CompressionOptions>(),
             broker.ClusterStatus.Snapshot() is { } cluster ? ClusterOf(cluster) : null,
             broker.History is { } history ? new VarzHistory(history.TopicCount, history.Options.MaxTopics, history.Bytes, history.Options.MaxBytes, history.EvictedTopics, history.Recovered, history.NotRecovered) : null,
-            Presence(broker.Presence));
+            Presence(broker.Presence),
+            broker.Encoder.Deltas is { } deltas ? new VarzDeltas(deltas.Topics, deltas.KeptBytes, deltas.MaxKeptBytes, deltas.Deltas, deltas.SavedBytes, deltas.Skipped, deltas.Count(DeltaDecision.NotPaying), deltas.Count(DeltaDecision.OverBudget)) : null);
         return Results.Json(varz, MonitoringJsonContext.Default.Varz);
     }
 

@@ -39,7 +39,15 @@ internal sealed record Varz(
     Compression.CompressionOptions Compression,
     VarzCluster? Cluster = null,
     VarzHistory? History = null,
-    VarzPresence? Presence = null);
+    VarzPresence? Presence = null,
+    VarzDeltas? Deltas = null);
+
+/// <summary>
+/// <c>/varz</c> <c>deltas</c> (spec §11.2): topics with a delta subscription, the bytes kept as their bases against the
+/// bound, deltas sent (one per publication) and the payload bytes they saved, publications that went out full, and of
+/// those the ones a topic's ratio switched off (not paying) or the bound refused (over budget); absent when deltas are off.
+/// </summary>
+internal sealed record VarzDeltas(int Topics, long KeptBytes, long MaxKeptBytes, long Sent, long SavedBytes, long Skipped, long NotPaying, long OverBudget);
 
 /// <summary>
 /// <c>/varz</c> and <c>/statusz</c> <c>presence</c> (spec §15): the counts, and the <see cref="StatusSampler.Rows"/> topics
