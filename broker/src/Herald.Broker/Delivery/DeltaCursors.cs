@@ -17,6 +17,28 @@ internal sealed class DeltaCursors
     /// <summary>Deltas swapped for their full frame because the sid did not hold the base.</summary>
     public long Swapped { get; private set; }
 
+    /// <summary>A copy, for a window take that picks from the acknowledged state without changing it.</summary>
+    public DeltaCursors Copy()
+    {
+        var copy = new DeltaCursors();
+        foreach (KeyValuePair<uint, long> cursor in _written)
+        {
+            copy._written[cursor.Key] = cursor.Value;
+        }
+
+        return copy;
+    }
+
+    /// <summary>Records what the sid holds once <paramref name="entry"/> reached it, whichever form went (both carry the same payload).</summary>
+    public void Advance(QueuedFrame entry)
+    {
+        ref long written = ref CollectionsMarshal.GetValueRefOrNullRef(_written, entry.Sid);
+        if (!Unsafe.IsNullRef(ref written))
+        {
+            written = entry.Frame.DeltaSequence;
+        }
+    }
+
     /// <summary>A delta subscription starts (or starts again under the same sid): it holds nothing yet.</summary>
     public void Track(uint sid) => _written[sid] = 0;
 

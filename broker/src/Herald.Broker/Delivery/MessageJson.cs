@@ -27,8 +27,9 @@ namespace Herald.Broker.Delivery;
 internal static class MessageJson
 {
     /// <summary>Writes <paramref name="frame"/> (a MESSAGE frame, length prefix first) as one JSON object.</summary>
+    /// <remarks>A delta's full frame instead (spec §11.2: the JSON form never carries a delta; the payload is the same publication's).</remarks>
     private static void Write(Utf8JsonWriter json, MessageBuffer frame, long sequence, uint sid) =>
-        WriteObject(json, Parse(frame), sequence, sid);
+        WriteObject(json, Parse(frame.DeltaFull ?? frame), sequence, sid);
 
     /// <summary>The MESSAGE in <paramref name="frame"/> (length prefix first), as slices of the frame's bytes.</summary>
     public static PublishFrame Parse(MessageBuffer frame)

@@ -24,6 +24,11 @@ internal sealed partial class SubscriberBacklog
             _highestAck = Math.Max(_highestAck, ack);
             while (_ring.Count > 0 && _headSequence <= ack)
             {
+                if (_ring[0].Sid != ControlSid)
+                {
+                    _deltas?.Advance(_ring[0]); // in a window, the cursors are what the client acknowledged
+                }
+
                 DropHead();
             }
         }
@@ -44,6 +49,7 @@ internal sealed partial class SubscriberBacklog
         lock (_gate)
         {
             int skip = (int)Math.Max(0, ack + 1 - _headSequence);
+            int acknowledged = skip;
             if (skip >= _ring.Count)
             {
                 _signalled = false;
@@ -81,6 +87,8 @@ internal sealed partial class SubscriberBacklog
                 frames[i].Frame.Retain(1); // the caller's own reference: an ack may release the backlog's meanwhile
             }
 
+            bytes += PickWindowDeltas(frames, acknowledged, marksAsEntries); // a full frame for a delta is longer: the body's length says so
+
             long first = _headSequence + skip;
             bool redelivery = (count > 0 ? first : first - 1) <= _highestSent;
             _highestSent = Math.Max(_highestSent, first + count - 1);
@@ -89,6 +97,44 @@ internal sealed partial class SubscriberBacklog
             _slowEpisode = false; // it reads again: a later overflow is a new episode
             return true;
         }
+    }
+
+    /// <summary>
+    /// A window take's deltas (spec §11.2): each goes as is only if its sid holds the base once the client has what it
+    /// acknowledged (the first <paramref name="acknowledged"/> entries, not yet released) and what comes before it in
+    /// the take, else its full frame. Picked from the acknowledged state every time, so a take served again is the
+    /// same bytes; a shared session's pump (<paramref name="asEntries"/>) is never given deltas. Returns how many bytes
+    /// the take grew by.
+    /// </summary>
+    /// <remarks>Caller holds _gate.</remarks>
+    private long PickWindowDeltas(QueuedFrame[] frames, int acknowledged, bool asEntries)
+    {
+        if (_deltas is not { } deltas || frames.Length == 0 || asEntries)
+        {
+            return 0;
+        }
+
+        DeltaCursors client = deltas.Copy();
+        for (int i = 0; i < acknowledged; i++)
+        {
+            if (_ring[i].Sid != ControlSid)
+            {
+                client.Advance(_ring[i]);
+            }
+        }
+
+        long grown = 0;
+        for (int i = 0; i < frames.Length; i++)
+        {
+            if (frames[i].Sid != ControlSid)
+            {
+                int before = frames[i].Frame.Length;
+                frames[i] = client.Pick(frames[i]);
+                grown += frames[i].Frame.Length - before;
+            }
+        }
+
+        return grown;
     }
 
     /// <summary>

@@ -452,6 +452,9 @@ internal sealed class FrameSession : ProtocolSession
     protected override bool CarriesServerSubscriptions => true;
 
     /// <inheritdoc/>
+    protected override bool CarriesDeltas => true;
+
+    /// <inheritdoc/>
     protected override void ServerSubscribed(uint sid, string pattern, SubscribeOptions options) => ControlNow(ControlFrames.Subscribed(sid, pattern, options));
 
     /// <inheritdoc/>

@@ -58,7 +58,7 @@ internal abstract partial class ProtocolSession
         GrantsQueueGroups = (accepted & Capabilities.QueueGroups) != 0;
         accepted |= GrantPresence(requested, accepted);
         accepted |= GrantServerSubscriptions(requested);
-        GrantsDeltas = (requested & Capabilities.Deltas) != 0 && CarriesServerSubscriptions && Broker.Encoder.Deltas is not null; // framed transports (spec §11.2)
+        GrantsDeltas = (requested & Capabilities.Deltas) != 0 && CarriesDeltas && Broker.Encoder.Deltas is not null; // spec §11.2
         accepted |= GrantsDeltas ? Capabilities.Deltas : Capabilities.None;
         Volatile.Write(ref _opened, true);
         return accepted;

@@ -55,6 +55,9 @@ internal abstract partial class ProtocolSession
     /// <summary>Whether the client applies deltas (spec §4.1 bit 7, §11.2): asked for, on a framed transport, with deltas on.</summary>
     public bool GrantsDeltas { get; private set; }
 
+    /// <summary>Whether this transport carries deltas: the framed ones, and a long-poll session's binary answers (not a shared one's); never SSE's JSON.</summary>
+    protected virtual bool CarriesDeltas => false;
+
     /// <summary>
     /// The subscription asked for deltas (spec §4.3 bit 3): honoured with the capability on a topic without wildcards, else
     /// ignored (full messages, no ERROR). Its sink tracks what the sid holds before the first delta can be queued.

@@ -37,6 +37,9 @@ internal sealed class SessionCommand
     /// <summary>Subscribe: receive the topic's join and leave events (spec §15.2).</summary>
     public bool PresenceEvents { get; set; }
 
+    /// <summary>Subscribe: ask for deltas (spec §11.2; a session granted them).</summary>
+    public bool Delta { get; set; }
+
     /// <summary>publish: the PUBLISH frames.</summary>
     public byte[]? Frames { get; set; }
 }

@@ -66,7 +66,8 @@ internal static class LongPollEndpoints
             | (request?.History == true ? Capabilities.History : Capabilities.None)
             | Capabilities.QueueGroups // a session's subscribe may always name one (longpoll §1.2); the answer says so
             | Capabilities.Presence // granted with headers (spec §4.1 bit 5); the answer says so
-            | (request?.ServerSubscriptions == true ? Capabilities.ServerSubscriptions : Capabilities.None); // granted with headers (longpoll §1.4)
+            | (request?.ServerSubscriptions == true ? Capabilities.ServerSubscriptions : Capabilities.None) // granted with headers (longpoll §1.4)
+            | (request?.Deltas == true ? Capabilities.Deltas : Capabilities.None);
         PollSession session = await store.CreateAsync(identity, request?.Client, requested, HttpExchange.RemoteOf(context), info).ConfigureAwait(false);
 
         context.Response.StatusCode = StatusCodes.Status201Created;
@@ -92,7 +93,8 @@ internal static class LongPollEndpoints
                 session.GrantsPresence,
                 store.Broker.Presence.Options.MaxInfoBytes,
                 session.PresenceClient,
-                request?.ServerSubscriptions == true ? session.GrantsServerSubscriptions : null),
+                request?.ServerSubscriptions == true ? session.GrantsServerSubscriptions : null,
+                request?.Deltas == true ? session.GrantsDeltas : null),
             LongPollJsonContext.Default.CreateSessionResponse).ConfigureAwait(false);
     });
 
@@ -113,7 +115,7 @@ internal static class LongPollEndpoints
             { Offset: { } offset, Epoch: { } epoch } when Encoding.UTF8.GetByteCount(epoch) <= StreamPosition.MaxEpochBytes => new StreamPosition(offset, epoch),
             _ => throw HttpProblem.Malformed($"since must be {{\"offset\": <unsigned integer>, \"epoch\": <string of at most {StreamPosition.MaxEpochBytes} bytes>}}."),
         };
-        return new SessionCommand { Op = Ops.Subscribe, Sid = (uint)sid, Pattern = pattern, NoEcho = request.NoEcho ?? false, SinceOffset = since?.Offset, SinceEpoch = since?.Epoch, Queue = request.Queue is { Length: > 0 } queue ? queue : null, Join = request.Join ?? false, PresenceEvents = request.Presence ?? false };
+        return new SessionCommand { Op = Ops.Subscribe, Sid = (uint)sid, Pattern = pattern, NoEcho = request.NoEcho ?? false, SinceOffset = since?.Offset, SinceEpoch = since?.Epoch, Queue = request.Queue is { Length: > 0 } queue ? queue : null, Join = request.Join ?? false, PresenceEvents = request.Presence ?? false, Delta = request.Delta ?? false };
     }
 
     /// <summary>A publish request's body (longpoll §1.3) as PUBLISH frames: a raw payload (topic from the query) is framed here.</summary>
@@ -146,7 +148,8 @@ internal static class LongPollEndpoints
                     return new SessionReply { Status = StatusCodes.Status204NoContent };
                 case Ops.Subscribe:
                     StreamPosition? since = command.SinceOffset is { } offset ? new StreamPosition(offset, command.SinceEpoch ?? "") : null;
-                    SubscribeOptions presence = (command.Join ? SubscribeOptions.Join : SubscribeOptions.None) | (command.PresenceEvents ? SubscribeOptions.PresenceEvents : SubscribeOptions.None);
+                    SubscribeOptions presence = (command.Join ? SubscribeOptions.Join : SubscribeOptions.None) | (command.PresenceEvents ? SubscribeOptions.PresenceEvents : SubscribeOptions.None)
+                        | (command.Delta ? SubscribeOptions.Delta : SubscribeOptions.None);
                     var pattern = new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(command.Pattern ?? ""));
                     refusal = await owner.DecidedAsync(() => owner.Subscribe(command.Sid, pattern, command.NoEcho, since, command.Queue, presence), cancellation).ConfigureAwait(false);
                     owner.FlushTouched(); // a resume queued its status and what was missed: a held poll takes them now

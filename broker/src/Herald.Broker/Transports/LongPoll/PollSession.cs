@@ -62,6 +62,9 @@ internal sealed class PollSession : ProtocolSession
     /// </summary>
     public ISharedSessions Shared { get; }
 
+    /// <summary>Deltas in binary answers, picked per take from what the client acknowledged; a shared session's pump copies frames as they are, so it gets full messages.</summary>
+    protected override bool CarriesDeltas => !Shared.IsShared;
+
     public LongPollOptions Options => _options;
 
     /// <summary>

@@ -15,7 +15,7 @@ namespace Herald.Client.Tests.Integration;
 /// </summary>
 public class DeltaTests(BrokerFixture fixture) : IClassFixture<BrokerFixture>
 {
-    public static TheoryData<HeraldTransport> FramedTransports => new() { HeraldTransport.Tcp, HeraldTransport.WebSocket };
+    public static TheoryData<HeraldTransport> Transports => PubSubTests.Transports;
 
     /// <summary>A price update: a JSON object of which a few fields change, its sequence first (how a reader finds what was published).</summary>
     private static byte[] Update(int seq) => Encoding.UTF8.GetBytes(
@@ -29,7 +29,7 @@ public class DeltaTests(BrokerFixture fixture) : IClassFixture<BrokerFixture>
     }
 
     [Theory]
-    [MemberData(nameof(FramedTransports))]
+    [MemberData(nameof(Transports))]
     public async Task A_delta_subscription_gets_deltas_and_hands_the_application_every_full_payload(HeraldTransport transport)
     {
         string topic = Topics.Unique("prices");
@@ -58,16 +58,20 @@ public class DeltaTests(BrokerFixture fixture) : IClassFixture<BrokerFixture>
         Assert.True(sawDeltas >= 15, $"{sawDeltas} of 20 came as deltas"); // the first is full, the rest pay
     }
 
-    [Fact]
-    public async Task A_subscriber_whose_messages_the_broker_drops_gets_the_full_message_where_it_lost_the_base()
+    [Theory]
+    [InlineData(HeraldTransport.Tcp)]
+    [InlineData(HeraldTransport.LongPoll)]
+    public async Task A_subscriber_whose_messages_the_broker_drops_gets_the_full_message_where_it_lost_the_base(HeraldTransport transport)
     {
         await using TestBroker broker = await TestBroker.StartAsync(o =>
         {
             o.Limits.SlowConsumerPolicy = SlowConsumerPolicy.DropOldest;
             o.Limits.MaxPendingMessages = 16;
+            o.LongPoll.SlowConsumerPolicy = SlowConsumerPolicy.DropOldest;
+            o.LongPoll.MaxPendingMessagesPerSession = 16; // a session that stops polling keeps its window: DropOldest evicts from it
         });
         var errors = Channel.CreateUnbounded<HeraldException>();
-        await using var stalled = new HeraldClient(new HeraldClientOptions { Url = broker.TcpUrl, Deltas = true, ReceiveBufferSize = 4096 });
+        await using var stalled = new HeraldClient(new HeraldClientOptions { Url = broker.Url(transport), Deltas = true, ReceiveBufferSize = 4096 });
         stalled.Error += (_, e) => errors.Writer.TryWrite(e.Exception);
         await using var publisher = new HeraldClient(broker.TcpUrl);
         string topic = Topics.Unique("prices");
@@ -110,7 +114,7 @@ public class DeltaTests(BrokerFixture fixture) : IClassFixture<BrokerFixture>
     }
 
     [Theory]
-    [MemberData(nameof(FramedTransports))]
+    [MemberData(nameof(Transports))]
     public async Task After_a_reconnect_the_first_message_is_full_and_deltas_follow(HeraldTransport transport)
     {
         string topic = Topics.Unique("prices");

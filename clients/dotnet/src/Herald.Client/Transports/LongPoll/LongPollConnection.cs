@@ -101,6 +101,7 @@ internal sealed class LongPollConnection : BrokerConnection
             History = (asked & Capabilities.History) != 0,
             Info = Options.Info,
             ServerSubscriptions = (asked & Capabilities.ServerSubscriptions) != 0 && (asked & Capabilities.Headers) != 0,
+            Deltas = (asked & Capabilities.Deltas) != 0,
         };
         using HttpResponseMessage response = await SendAsync(
             () =>
@@ -165,6 +166,7 @@ internal sealed class LongPollConnection : BrokerConnection
             Queue = subscription.Queue,
             Join = (subscription.WireOptions & SubscribeOptions.Join) != 0,
             Presence = (subscription.WireOptions & SubscribeOptions.PresenceEvents) != 0,
+            Delta = (subscription.WireOptions & SubscribeOptions.Delta) != 0,
         };
         if (body.Since is not null && body.Queue is not null)
         {

@@ -22,6 +22,10 @@ internal sealed class CreateSessionRequest
     /// <summary>Be told of subscriptions the application's backend makes (longpoll §1.4, with headers); omitted when not asked.</summary>
     [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingDefault)]
     public bool ServerSubscriptions { get; init; }
+
+    /// <summary>Subscriptions may ask for deltas in binary answers (longpoll §1.1, spec §11.2); omitted when false.</summary>
+    [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingDefault)]
+    public bool Deltas { get; init; }
 }
 
 /// <summary><c>201</c> answer to <c>POST /poll/sessions</c> (longpoll §1.1).</summary>
@@ -94,6 +98,10 @@ internal sealed class SubscribeRequest
     /// <summary>Receive the topic's join and leave events (longpoll §1.2, spec §15.2); omitted when false.</summary>
     [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingDefault)]
     public bool Presence { get; init; }
+
+    /// <summary>Ask for deltas (longpoll §1.2, spec §11.2); omitted when false.</summary>
+    [JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingDefault)]
+    public bool Delta { get; init; }
 }
 
 /// <summary><c>GET /presence</c>'s answer (longpoll §6): PRESENCE_REPLY (spec §15.3) as JSON.</summary>
