@@ -35,22 +35,25 @@ let broker: Broker;
 let oneTopic: Broker;
 /** A broker that drops the oldest of what a slow TCP subscriber has queued past 50 messages (beyond 8 KiB in its socket). */
 let dropping: Broker;
+/** A broker whose long-poll sessions keep 5 messages, the oldest dropped past them. */
+let droppingPoll: Broker;
 const clients: HeraldClient[] = [];
 const closers: (() => unknown)[] = [];
 const fast: ConnectOptions = { reconnectDelayMs: 100, maxReconnectDelayMs: 500, connectTimeoutMs: 5000 };
 
 before(async () => {
-  [broker, oneTopic, dropping] = await Promise.all([
+  [broker, oneTopic, dropping, droppingPoll] = await Promise.all([
     Broker.start(HISTORY_ARGS),
     Broker.start([...HISTORY_ARGS, "--Herald:History:MaxTopics=1"]),
     Broker.start(["--Herald:Limits:SlowConsumerPolicy=DropOldest", "--Herald:Limits:MaxPendingMessages=50", "--Herald:Tcp:SendBufferBytes=4096"]),
+    Broker.start(["--Herald:LongPoll:SlowConsumerPolicy=DropOldest", "--Herald:LongPoll:MaxPendingMessagesPerSession=5", "--Herald:LongPoll:PollTimeout=00:00:03"]),
   ]);
 });
 
 after(async () => {
   await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
   for (const close of closers) await close();
-  await Promise.all([broker?.stop(), oneTopic?.stop(), dropping?.stop()]);
+  await Promise.all([broker?.stop(), oneTopic?.stop(), dropping?.stop(), droppingPoll?.stop()]);
 });
 
 async function open(target: Broker, kind: Kind, options: ConnectOptions = {}): Promise<HeraldClient> {
@@ -678,9 +681,7 @@ describe("deltas (spec §11.2) across a loss", () => {
     JSON.stringify({ id: "ord-7f3a9c21", account: "acct-20419", symbol: "ACME", side: "buy", quantity: 10000, filled: i * 25, status: i % 7 === 0 ? "amended" : "partial", seq: i });
   const states = (from: number, to: number): string[] => Array.from({ length: to - from + 1 }, (_, i) => state(from + i));
 
-  // Long-poll sessions get full messages until the broker grants them deltas (longpoll.md §1.1 `deltas`); the
-  // scripted-fetch tests of deltas.test.ts cover how the client takes them there.
-  for (const kind of ["tcp", "websocket"] as const) {
+  for (const kind of KINDS) {
     test(`${kind}: a delta subscription that loses its connection resumes from its position and ends with every payload whole`, async () => {
       const lost = await link(broker, kind);
       const publisher = await open(broker, "tcp");
@@ -720,6 +721,40 @@ describe("deltas (spec §11.2) across a loss", () => {
       assert.ok(deltasBefore > 0 && sub.deltas > deltasBefore, "deltas on both connections");
     });
   }
+
+  test("longpoll: a delta session whose broker drops the oldest messages (DropOldest) goes on with every payload whole", async () => {
+    let hold: Promise<void> | null = null;
+    const heldFetch: typeof fetch = async (input, init) => {
+      if (new URL(String(input)).pathname.endsWith("/messages") && hold) await hold; // the poll waits: the session's messages pile up
+      return fetch(input, init);
+    };
+    const client = await connect(droppingPoll.httpUrl, { ...fast, name: "delta-drop", transport: "longpoll", fetch: heldFetch });
+    clients.push(client);
+    const publisher = await open(droppingPoll, "tcp");
+    const errors: string[] = [];
+    client.on("error", (e) => errors.push(e.code));
+    const topic = uniqueTopic("plain.delta.drop");
+    const got: Message[] = [];
+    const sub = client.subscribe(topic, (m) => void got.push(m), { delta: true });
+    await sub.ready;
+    await publishAll(publisher, topic, states(1, 3));
+    await until(() => got.length === 3, 10_000, "the first messages");
+    let release!: () => void;
+    hold = new Promise<void>((resolve) => (release = resolve));
+    await publishAll(publisher, topic, states(4, 4)); // answers the poll already waiting; the next one is held
+    await until(() => got.length === 4, 10_000, "the message that answers the waiting poll");
+    await publishAll(publisher, topic, states(5, 30)); // 26 for a session that keeps 5
+    hold = null;
+    release();
+    await until(() => got.at(-1)?.text() === state(30), 10_000, "the last publication");
+    const seqs = got.map((m) => m.json<{ seq: number }>().seq);
+    assert.deepEqual(got.map((m) => m.text()), seqs.map(state), "every payload is the publication it says it is");
+    assert.ok(seqs.every((seq, i) => i === 0 || seq > seqs[i - 1]!), "in order");
+    assert.ok(got.length < 30, "the broker dropped some");
+    assert.ok(errors.includes("MessagesDropped"), "the loss is told");
+    assert.ok(!errors.includes("DecompressionFailed"), "no delta against a message the session lost");
+    assert.ok(sub.deltas > 0, "deltas before and after the loss");
+  });
 
   test("tcp: a delta subscriber whose broker drops the oldest of its queue (DropOldest) goes on with every payload whole", async () => {
     const proxy = await stoppableProxy(dropping.tcpPort);
