@@ -52,7 +52,15 @@ internal static class WebSocketEndpoint
         var connection = new WebSocketConnection(upgraded, context, broker.Limits);
         // Counted until its socket is gone, which is after this request ends (Kestrel closes it then): the request
         // ends once the WebSocket is closed, and the registry goes on counting until the socket has gone or is aborted.
-        Task running = RunAsync(sessions, connection);
+        // The session runs outside the request's execution context (as a TCP session runs outside any request): its
+        // activity, log scope and async locals are not the session's, and every continuation of its read loop and
+        // drain would otherwise restore them.
+        Task running;
+        using (ExecutionContext.SuppressFlow())
+        {
+            running = Task.Run(() => RunAsync(sessions, connection));
+        }
+
         await Task.WhenAny(connection.Released, running).ConfigureAwait(false);
         if (running.IsCompleted)
         {
