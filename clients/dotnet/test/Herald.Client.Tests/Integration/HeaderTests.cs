@@ -77,7 +77,7 @@ public class HeaderTests(BrokerFixture fixture) : IClassFixture<BrokerFixture>
         var refused = await Assert.ThrowsAsync<HeraldException>(async () => await client.PublishAsync("t.old", "x", HeraldHeaders.Empty.Add("X-Tag", "a")));
         Task flushed = client.FlushAsync(Wait.Token());
 
-        Assert.Equal(Capabilities.Zstd | Capabilities.Headers | Capabilities.NoResponders | Capabilities.History | Capabilities.QueueGroups | Capabilities.Presence, connection.Hello.Capabilities);
+        Assert.Equal(Capabilities.Zstd | Capabilities.Headers | Capabilities.NoResponders | Capabilities.History | Capabilities.QueueGroups | Capabilities.Presence | Capabilities.Deltas, connection.Hello.Capabilities);
         Assert.False(client.ServerInfo!.Headers);
         Assert.Equal(ErrorCode.MalformedFrame, refused.ErrorCode);
         Assert.Equal(FrameType.Ping, await connection.ReadAsync()); // the flush's PING is the next frame: no PUBLISH went out

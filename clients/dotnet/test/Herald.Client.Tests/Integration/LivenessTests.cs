@@ -18,7 +18,7 @@ public class LivenessTests
 
         Assert.Equal(FrameType.Pong, await connection.ReadAsync());
         Assert.Equal(1u, hello.Version);
-        Assert.Equal(Capabilities.Zstd | Capabilities.Headers | Capabilities.NoResponders | Capabilities.History | Capabilities.QueueGroups | Capabilities.Presence, hello.Capabilities); // asks for compression, headers, no-responders, history, queue groups and presence by default
+        Assert.Equal(Capabilities.Zstd | Capabilities.Headers | Capabilities.NoResponders | Capabilities.History | Capabilities.QueueGroups | Capabilities.Presence | Capabilities.Deltas, hello.Capabilities); // asks for compression, headers, no-responders, history, queue groups, presence and deltas by default
     }
 
     [Fact]
