@@ -229,7 +229,7 @@ public sealed class ClusterLongPollFramesTests(ITestOutputHelper output)
 
         RedisKey[] keys = ["{herald}:lf:n:1", .. tokens.SelectMany(t => new RedisKey[] { "{herald}:lp:" + t, "{herald}:lq:" + t, "{herald}:lo:" + t })];
         byte[] Frame(char c, int size) => System.Text.Encoding.ASCII.GetBytes(new string(c, size));
-        RedisValue[] Session(string token, int count, string frames) => [token, 60_000, 10_000, 8 * 1024 * 1024, 0, 1, count, "*1", frames, "", 0];
+        RedisValue[] Session(string token, int count, string frames) => [token, 60_000, 10_000, 8 * 1024 * 1024, 0, 1, count, "*1", frames, "", 1, 0];
         RedisValue[] args =
         [
             "n", 30_000, 60_000, 4,

@@ -17,6 +17,10 @@ namespace Herald.Broker.Cluster;
 /// and what refers to them then reads Redis). An append the session's limits dropped from, one out of sequence, and a
 /// call older than half the session state's lifetime (whose frame hash a poll here would not renew) start it afresh.
 /// </para>
+/// <para>
+/// It also says when an append renews the session's lease and state expiries (<see cref="Renews"/>): its first on this
+/// node, then once a heartbeat, not each append.
+/// </para>
 /// </summary>
 internal sealed class KeptEntries
 {
@@ -96,6 +100,38 @@ internal sealed class KeptEntries
     }
 
     /// <summary>
+    /// Whether an append of the session (from <paramref name="first"/>) renews its lease's and state's expiry: its first here,
+    /// then at most once each <paramref name="every"/> (the lease lasts three heartbeats and is renewed each heartbeat as well).
+    /// </summary>
+    public bool Renews(string token, long first, TimeSpan every)
+    {
+        Session session = _sessions.GetOrAdd(token, _ => new Session(first));
+        long now = Environment.TickCount64;
+        lock (session)
+        {
+            if (session.RenewedAt != 0 && now - session.RenewedAt < (long)every.TotalMilliseconds)
+            {
+                return false;
+            }
+
+            session.RenewedAt = now;
+            return true;
+        }
+    }
+
+    /// <summary>An append that renewed the session's expiries may not have reached Redis: the next one renews them.</summary>
+    public void RenewAgain(string token)
+    {
+        if (_sessions.TryGetValue(token, out Session? session))
+        {
+            lock (session)
+            {
+                session.RenewedAt = 0;
+            }
+        }
+    }
+
+    /// <summary>
     /// What a poll on this node would answer from memory: the messages above the ack (<paramref name="ack"/>, or the last
     /// sequence this node knows was gone from the stream if higher), within <paramref name="maxMessages"/> and
     /// <paramref name="maxBytes"/> (at least one). Null when memory does not hold where it starts (or its first frame):
@@ -169,7 +205,7 @@ internal sealed class KeptEntries
 
         lock (session)
         {
-            session.Gone = Math.Max(session.Gone, gone);
+            session.Gone = gone; // Redis's, which corrects the guess a new session starts with (the sequence before its first append here)
             while (session.Runs.TryPeek(out Run? run) && run.First + run.Count - 1 <= session.Gone)
             {
                 Drop(session);
@@ -231,5 +267,8 @@ internal sealed class KeptEntries
         public long Gone { get; set; } = first - 1;
 
         public int Count { get; set; }
+
+        /// <summary>When an append last renewed its expiries (<see cref="Environment.TickCount64"/>; 0: never).</summary>
+        public long RenewedAt { get; set; }
     }
 }

@@ -183,6 +183,7 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
                 sessions.Add(uniform && append.Entries.Count > 0 ? "*" + append.Entries[0].Sid.ToString(CultureInfo.InvariantCulture) : sids.ToString());
                 sessions.Add(consecutive && append.Entries.Count > 0 ? "=" + firstNumber.ToString(CultureInfo.InvariantCulture) : numbered.ToString());
                 sessions.Add(tags);
+                sessions.Add(append.Entries.Count == 0 || entries.Renews(append.Token, append.Entries[0].Sequence, lease / 3) ? 1 : 0);
                 sessions.Add(positions?.Count ?? 0);
                 foreach ((uint sid, string position) in positions ?? [])
                 {
@@ -245,6 +246,7 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
             Forget(used);
             foreach (PendingAppend append in batch)
             {
+                entries.RenewAgain(append.Token);
                 append.Done.TrySetException(ClusterSharedSessions.Unavailable(e));
                 woken(append.Token); // Redis may have run it: a poll held here reads again rather than wait for a wake that is not coming
             }

@@ -149,11 +149,12 @@ internal static class SharedSessionScripts
     /// this node still in flight wrote it to ('' ''): a frame still there is referenced there, not written again; then per
     /// session its token, ttl ms, max pending messages, max pending bytes, disconnect (1/0), first sequence, message
     /// count, sids (a comma list, or <c>*&lt;sid&gt;</c> when all are one), frame numbers (a comma list numbered from 1, or
-    /// <c>=&lt;first&gt;</c> when consecutive), tags ('' : unsigned), the number of positions and that many pairs of sid
+    /// <c>=&lt;first&gt;</c> when consecutive), tags ('' : unsigned), renew (1: set the lease's and the state's expiry; 0:
+    /// the node did within a heartbeat, and its renewals do each heartbeat), the number of positions and that many pairs of sid
     /// and position (the last each sid's messages carry). Returns per session the messages dropped (DropOldest), -1
     /// (lease another node's, or the session ended) or -2 (ended as a slow consumer). An append renews the lease too (an
-    /// owner busy delivering keeps its sessions), taking it again if it expired while no other node took it (after a
-    /// Redis outage, say). A session's waiter is woken by a PUBLISH on its wake channel, unless it is the appending node's
+    /// owner busy delivering keeps its sessions; at most once a heartbeat a session, as the node asks), taking it again if
+    /// it expired while no other node took it (after a Redis outage, say). A session's waiter is woken by a PUBLISH on its wake channel, unless it is the appending node's
     /// own (it wakes its polls itself once it has the reply, and so knows what it appended).
     /// <para>
     /// A batch of consecutive frames that fits the session's limits costs no walk over its messages: one range entry per
@@ -192,20 +193,20 @@ internal static class SharedSessionScripts
         for s = 1, (#KEYS - 1) / 3 do
           local hash, stream, lease = KEYS[3 * s - 1], KEYS[3 * s], KEYS[3 * s + 1]
           local token, ttl, maxp, maxb, disconnect = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4] == '1'
-          local first, n, sidArg, idxArg, tags, npos = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], tonumber(ARGV[a + 10])
+          local first, n, sidArg, idxArg, tags, renew, npos = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10] == '1', tonumber(ARGV[a + 11])
           local uniform = string.sub(sidArg, 1, 1) == '*' and string.sub(sidArg, 2) or nil
           local sids = uniform and {} or split(sidArg)
           local start = string.sub(idxArg, 1, 1) == '=' and tonumber(string.sub(idxArg, 2)) or nil
           local idx = start and {} or split(idxArg)
           local function at(k) return start and (start + k - 1) or tonumber(idx[k]) end
-          local p = a + 11
+          local p = a + 12
           a = p + 2 * npos
           local owner = redis.call('GET', lease)
-          local h = redis.call('HMGET', hash, 'seq', 'ended', 'bin', 'bout', 'gone', 'ack')
+          local h = redis.call('HMGET', hash, 'seq', 'ended', 'bin', 'bout', 'gone', 'ack', 'waiter')
           if (owner and owner ~= ARGV[1]) or not h[1] or h[2] then
             results[s] = -1
           else
-            redis.call('SET', lease, ARGV[1], 'PX', ARGV[2])
+            if renew or not owner then redis.call('SET', lease, ARGV[1], 'PX', ARGV[2]) end
             local top, bin, bout = tonumber(h[1]), tonumber(h[3] or '0'), tonumber(h[4] or '0')
             local stored = top
             local gone = tonumber(h[5] or h[6] or '0')
@@ -294,9 +295,11 @@ internal static class SharedSessionScripts
                 redis.call('HSET', hash, 'seq', top, 'bin', bin, 'bout', bout, 'gone', gone)
               end
             end
-            redis.call('PEXPIRE', hash, ttl)
-            redis.call('PEXPIRE', stream, ttl)
-            local waiter = redis.call('HGET', hash, 'waiter')
+            if renew or result == -2 then
+              redis.call('PEXPIRE', hash, ttl)
+              redis.call('PEXPIRE', stream, ttl)
+            end
+            local waiter = h[7]
             if waiter then
               redis.call('HDEL', hash, 'waiter')
               if string.sub(waiter, -#ARGV[1] - 5) ~= '.lpw:' .. ARGV[1] then redis.call('PUBLISH', waiter, token) end
