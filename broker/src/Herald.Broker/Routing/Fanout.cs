@@ -150,7 +150,7 @@ internal sealed class Fanout
             {
                 if (!delta.Tried)
                 {
-                    DeltaForm(ref delta, ref forms[0], topicDelta, deltas, in context, sentCompressed, subscriptions.Length, out deltaSequence);
+                    DeltaForm(ref delta, ref forms, topicDelta, deltas, in context, sentCompressed, subscriptions.Length, out deltaSequence);
                 }
 
                 if (delta.Frame is not null && (form & Bare) == 0)
@@ -164,16 +164,12 @@ internal sealed class Fanout
             {
                 if (subscription.Sink.AcceptsZstd != sentCompressed)
                 {
-                    frame = Form(ref forms[form | Other], form | Other, in context, sentCompressed, subscriptions.Length);
+                    frame = Form(ref forms[form | Other], form | Other, in context, sentCompressed, subscriptions.Length, deltaSequence);
                     form |= frame is null ? 0 : Other;
                 }
 
-                frame ??= Form(ref forms[form], form, in context, sentCompressed, subscriptions.Length);
+                frame ??= Form(ref forms[form], form, in context, sentCompressed, subscriptions.Length, deltaSequence);
                 forms[form].Uses++;
-                if (subscription.Delta is not null && deltaSequence != 0)
-                {
-                    frame!.DeltaSequence = deltaSequence; // the subscriber holds this payload once it is written
-                }
             }
 
             deliveries++;
@@ -194,7 +190,7 @@ internal sealed class Fanout
 
         if (keep)
         {
-            kept = Form(ref forms[0], 0, in context, sentCompressed, subscriptions.Length)!;
+            kept = Form(ref forms[0], 0, in context, sentCompressed, subscriptions.Length, deltaSequence)!;
             kept.Retain(1); // the caller's
         }
 
@@ -308,8 +304,12 @@ internal sealed class Fanout
         private FormSlot _slot;
     }
 
-    /// <summary>One form of the publication, built the first time a subscriber needs it (the other compression may come out null: then it is never tried again).</summary>
-    private MessageBuffer? Form(ref FormSlot slot, int form, in PublishContext context, bool sentCompressed, int holders)
+    /// <summary>
+    /// One form of the publication, built the first time a subscriber needs it (the other compression may come out null:
+    /// then it is never tried again), carrying the publication's delta sequence once it has one (<see cref="DeltaForm"/>):
+    /// a delta subscriber given a full form holds that payload once it is written, whichever form it was.
+    /// </summary>
+    private MessageBuffer? Form(ref FormSlot slot, int form, in PublishContext context, bool sentCompressed, int holders, long deltaSequence)
     {
         if (slot.Tried)
         {
@@ -327,6 +327,7 @@ internal sealed class Fanout
         {
             Interlocked.Increment(ref _encodedFrames);
             frame.ReceivedAt = context.ReceivedAt;
+            frame.DeltaSequence = deltaSequence;
             frame.Retain(holders);
         }
 
@@ -337,19 +338,20 @@ internal sealed class Fanout
     /// The delta form (spec §11.2), tried once per publication when the first delta subscriber comes: the topic's delta
     /// engine gives the publication its sequence and, when a delta pays, a frame linking the full one (the as-sent form,
     /// built here if needed), both with the publication's header block as is. A publication sent compressed is not sent
-    /// as a delta, but is still the next one's base.
+    /// as a delta, but is still the next one's base. The forms built so far are given the sequence here, the later
+    /// ones as they are built (<see cref="Form"/>).
     /// </summary>
-    private void DeltaForm(ref FormSlot slot, ref FormSlot asSent, Compression.TopicDelta topic, DeltaEncoder deltas, in PublishContext context, bool sentCompressed, int holders, out long sequence)
+    private void DeltaForm(ref FormSlot slot, ref Forms forms, Compression.TopicDelta topic, DeltaEncoder deltas, in PublishContext context, bool sentCompressed, int holders, out long sequence)
     {
         slot.Tried = true;
         ref readonly PublishFrame publish = ref context.Publication;
-        MessageBuffer? full = sentCompressed ? null : Form(ref asSent, 0, in context, sentCompressed, holders);
+        MessageBuffer? full = sentCompressed ? null : Form(ref forms[0], 0, in context, sentCompressed, holders, deltaSequence: 0);
         ReadOnlySequence<byte> sent = publish.Payload;
         ReadOnlySpan<byte> payload = sentCompressed ? context.PlainPayload : sent.IsSingleSegment ? sent.FirstSpan : sent.ToArray();
         MessageBuffer? frame = deltas.Next(topic, publish, payload, full, out sequence);
-        if (full is not null)
+        for (int i = 0; i < FormCount; i++)
         {
-            full.DeltaSequence = sequence;
+            forms[i].Frame?.DeltaSequence = sequence;
         }
 
         if (frame is not null)
