@@ -105,63 +105,58 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
         }
     }
 
-    /// <summary>One call: the distinct frames of <paramref name="batch"/> once, numbered from 1, then each session's messages by number.</summary>
+    /// <summary>
+    /// One call: the distinct frames of <paramref name="batch"/> once, numbered from 1, then each session's messages by
+    /// number. Frames are numbered in the order the sessions' messages follow one another (<see cref="Number"/>), so a
+    /// session's batch of one topic is a run of consecutive numbers however the sessions' batches overlap: a range entry,
+    /// with no walk over its messages in the script.
+    /// </summary>
     private async Task SendAsync(ClusterConnection shard, List<PendingAppend> batch)
     {
         var used = new List<(ReadOnlyMemory<byte> Frame, Written Where)>();
         try
         {
             using EnvelopeSigner? signer = secret is null ? null : new EnvelopeSigner(secret);
-            var numbers = new Dictionary<ReadOnlyMemory<byte>, int>();
-            var frames = new List<byte[]>();
-            var hashes = new List<byte[]>();
-            var distinct = new List<ReadOnlyMemory<byte>>();
+            (List<ReadOnlyMemory<byte>> distinct, int[] number, int[] order) = Number(batch);
+            var frames = new List<byte[]>(distinct.Count);
+            var hashes = new List<byte[]>(signer is null ? 0 : distinct.Count);
+            foreach (ReadOnlyMemory<byte> frame in distinct)
+            {
+                frames.Add(frame.ToArray()); // the one copy: the session's buffer is released once this call is answered, maybe before Redis has it
+                if (signer is not null)
+                {
+                    hashes.Add(SHA256.HashData(frame.Span));
+                }
+            }
+
             var keys = new RedisKey[1 + (3 * batch.Count)];
             keys[0] = SharedSessionKeys.Frames(shard, node, Interlocked.Increment(ref _calls));
             var sessions = new List<RedisValue>(11 * batch.Count);
             var numbering = new (int[]? Numbers, int First)[batch.Count];
-            var numberList = new List<int>();
             long ttl = 0;
-            var sids = new StringBuilder();
-            var numbered = new StringBuilder();
+            int at = 0;
+            var list = new StringBuilder();
             for (int s = 0; s < batch.Count; s++)
             {
                 PendingAppend append = batch[s];
+                IReadOnlyList<SharedEntry> appended = append.Entries;
                 keys[(3 * s) + 1] = SharedSessionKeys.Hash(shard, append.Token);
                 keys[(3 * s) + 2] = SharedSessionKeys.Stream(shard, append.Token);
                 keys[(3 * s) + 3] = SharedSessionKeys.Lease(shard, append.Token);
                 ttl = Math.Max(ttl, append.TtlMs);
-                sids.Clear();
-                numbered.Clear();
-                numberList.Clear();
-                byte[] tags = signer is null ? [] : new byte[SessionSignatures.TagSize * append.Entries.Count];
+                byte[] tags = signer is null ? [] : new byte[SessionSignatures.TagSize * appended.Count];
                 Dictionary<uint, string>? positions = null;
                 bool uniform = true, consecutive = true;
-                int firstNumber = 0;
-                for (int i = 0; i < append.Entries.Count; i++)
+                int firstNumber = appended.Count == 0 ? 0 : number[order[at]];
+                for (int i = 0; i < appended.Count; i++)
                 {
-                    SharedEntry entry = append.Entries[i];
-                    if (!numbers.TryGetValue(entry.Frame, out int number))
-                    {
-                        frames.Add(entry.Frame.ToArray()); // the one copy: the session's buffer is released once this call is answered, maybe before Redis has it
-                        distinct.Add(entry.Frame);
-                        number = frames.Count;
-                        numbers[entry.Frame] = number;
-                        if (signer is not null)
-                        {
-                            hashes.Add(SHA256.HashData(entry.Frame.Span));
-                        }
-                    }
-
-                    numberList.Add(number);
-                    sids.Append(i == 0 ? "" : ",").Append(entry.Sid.ToString(CultureInfo.InvariantCulture));
-                    numbered.Append(i == 0 ? "" : ",").Append(number.ToString(CultureInfo.InvariantCulture));
-                    firstNumber = i == 0 ? number : firstNumber;
-                    uniform &= entry.Sid == append.Entries[0].Sid;
-                    consecutive &= number == firstNumber + i;
+                    SharedEntry entry = appended[i];
+                    int n = number[order[at + i]];
+                    uniform &= entry.Sid == appended[0].Sid;
+                    consecutive &= n == firstNumber + i;
                     if (signer is not null)
                     {
-                        SessionSignatures.TagEntry(signer, append.Token, entry.Sequence, entry.Sid, hashes[number - 1], tags.AsSpan(i * SessionSignatures.TagSize, SessionSignatures.TagSize));
+                        SessionSignatures.TagEntry(signer, append.Token, entry.Sequence, entry.Sid, hashes[n - 1], tags.AsSpan(i * SessionSignatures.TagSize, SessionSignatures.TagSize));
                     }
 
                     if (entry.Position is { } position)
@@ -170,20 +165,31 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
                     }
                 }
 
-                numbering[s] = (consecutive ? null : [.. numberList], firstNumber); // what this node keeps of the append (KeptEntries)
+                int[]? numbers = null;
+                if (!consecutive)
+                {
+                    numbers = new int[appended.Count];
+                    for (int i = 0; i < numbers.Length; i++)
+                    {
+                        numbers[i] = number[order[at + i]];
+                    }
+                }
+
+                at += appended.Count;
+                numbering[s] = (numbers, firstNumber); // what this node keeps of the append (KeptEntries)
                 sessions.Add(append.Token);
                 sessions.Add(append.TtlMs);
                 sessions.Add(append.MaxPending);
                 sessions.Add(append.MaxPendingBytes);
                 sessions.Add(append.Disconnect ? 1 : 0);
-                sessions.Add(append.Entries.Count == 0 ? 0 : append.Entries[0].Sequence);
-                sessions.Add(append.Entries.Count);
+                sessions.Add(appended.Count == 0 ? 0 : appended[0].Sequence);
+                sessions.Add(appended.Count);
                 // One sid for all ("*<sid>") and frames numbered consecutively ("=<first>"): the script writes the batch as
                 // one range entry per frame hash it lands in, with no walk over its messages (SharedSessionScripts.Append).
-                sessions.Add(uniform && append.Entries.Count > 0 ? "*" + append.Entries[0].Sid.ToString(CultureInfo.InvariantCulture) : sids.ToString());
-                sessions.Add(consecutive && append.Entries.Count > 0 ? "=" + firstNumber.ToString(CultureInfo.InvariantCulture) : numbered.ToString());
+                sessions.Add(uniform && appended.Count > 0 ? "*" + appended[0].Sid.ToString(CultureInfo.InvariantCulture) : Joined(list, appended.Count, i => appended[i].Sid));
+                sessions.Add(numbers is null && appended.Count > 0 ? "=" + firstNumber.ToString(CultureInfo.InvariantCulture) : Joined(list, numbers!.Length, i => (uint)numbers[i]));
                 sessions.Add(tags);
-                sessions.Add(append.Entries.Count == 0 || entries.Renews(append.Token, append.Entries[0].Sequence, lease / 3) ? 1 : 0);
+                sessions.Add(appended.Count == 0 || entries.Renews(append.Token, appended[0].Sequence, lease / 3) ? 1 : 0);
                 sessions.Add(positions?.Count ?? 0);
                 foreach ((uint sid, string position) in positions ?? [])
                 {
@@ -251,6 +257,94 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
                 woken(append.Token); // Redis may have run it: a poll held here reads again rather than wait for a wake that is not coming
             }
         }
+    }
+
+    /// <summary>
+    /// The distinct frames of <paramref name="batch"/> (told apart by memory) and their numbers from 1, and per message of
+    /// each session in turn the index of its frame among them. The numbers follow the sessions' order: a frame is
+    /// numbered right after the one that precedes it in the first session that has both, starting from frames no session
+    /// has after another. Sessions of one topic see its messages in one order, so each session's batch, a stretch of that
+    /// order, gets consecutive numbers, whichever session first brought each frame into the call (numbering by first
+    /// sight would number a later stretch brought by one session before an earlier one brought by the next). Where
+    /// sessions disagree (several topics, interleaved differently), the first order seen wins and the others' batches
+    /// are numbered as they fall: a list entry, as before.
+    /// </summary>
+    private static (List<ReadOnlyMemory<byte>> Distinct, int[] Number, int[] Order) Number(List<PendingAppend> batch)
+    {
+        var index = new Dictionary<ReadOnlyMemory<byte>, int>();
+        var distinct = new List<ReadOnlyMemory<byte>>();
+        var next = new List<int>();
+        var follows = new List<bool>();
+        int total = 0;
+        foreach (PendingAppend append in batch)
+        {
+            total += append.Entries.Count;
+        }
+
+        int[] order = new int[total];
+        int at = 0;
+        foreach (PendingAppend append in batch)
+        {
+            int previous = -1;
+            foreach (SharedEntry entry in append.Entries)
+            {
+                if (!index.TryGetValue(entry.Frame, out int i))
+                {
+                    i = distinct.Count;
+                    index[entry.Frame] = i;
+                    distinct.Add(entry.Frame);
+                    next.Add(-1);
+                    follows.Add(false);
+                }
+
+                if (previous >= 0 && next[previous] < 0 && !follows[i] && previous != i)
+                {
+                    next[previous] = i;
+                    follows[i] = true;
+                }
+
+                order[at++] = i;
+                previous = i;
+            }
+        }
+
+        int[] number = new int[distinct.Count];
+        int numbered = 0;
+        for (int pass = 0; pass < 2; pass++)
+        {
+            for (int i = 0; i < distinct.Count; i++)
+            {
+                if (number[i] != 0 || (pass == 0 && follows[i]))
+                {
+                    continue; // numbered, or (first pass) numbered from the frame it follows
+                }
+
+                for (int j = i; j >= 0 && number[j] == 0; j = next[j])
+                {
+                    number[j] = ++numbered; // the second pass: frames only on a cycle of disagreeing orders
+                }
+            }
+        }
+
+        var byNumber = new ReadOnlyMemory<byte>[distinct.Count];
+        for (int i = 0; i < distinct.Count; i++)
+        {
+            byNumber[number[i] - 1] = distinct[i];
+        }
+
+        return ([.. byNumber], number, order);
+    }
+
+    /// <summary>A comma list of <paramref name="count"/> numbers, built in <paramref name="list"/> (reused across a call's sessions).</summary>
+    private static string Joined(StringBuilder list, int count, Func<int, uint> item)
+    {
+        list.Clear();
+        for (int i = 0; i < count; i++)
+        {
+            list.Append(i == 0 ? "" : ",").Append(item(i).ToString(CultureInfo.InvariantCulture));
+        }
+
+        return list.ToString();
     }
 
     /// <summary>A call is answered: the frames it wrote or referenced are no longer its to vouch for (its sessions release them next).</summary>
