@@ -239,7 +239,7 @@ public sealed class ClusterLongPollFramesTests(ITestOutputHelper output)
         var results = (RedisResult[])(await db.ScriptEvaluateAsync(SharedSessionScripts.Append, keys, args))!;
         Assert.Equal([0L, 0L], results.Select(r => (long)r));
         StreamEntry busy = Assert.Single(await db.StreamRangeAsync("{herald}:lq:busy")), idle = Assert.Single(await db.StreamRangeAsync("{herald}:lq:idle"));
-        Assert.Equal(("1", "0"), ((string?)busy["w"], (string?)idle["w"])); // a whole reference, and a reference to its frame
+        Assert.Equal(("1", "s"), ((string?)busy["w"], (string?)idle["w"])); // a whole reference, and the hash's end (its own frame alone)
         (long frames, long bytes, _) = await FramesAsync(redis);
         Assert.Equal(4, frames);
 
@@ -255,6 +255,48 @@ public sealed class ClusterLongPollFramesTests(ITestOutputHelper output)
         _ = await db.ScriptEvaluateAsync(SharedSessionScripts.End, ["{herald}:lp:idle", "{herald}:lq:idle", "{herald}:lo:idle"], ["Gone", 1000, "", "idle"]);
         Assert.Equal(0, (await FramesAsync(redis)).Keys);
     }
+
+    [Fact]
+    public async Task A_batch_reaching_the_end_of_an_earlier_calls_frames_holds_that_end_with_one_reference_and_frees_only_its_own()
+    {
+        // The append and poll scripts on a test-owned redis-server, as in the test above. Call 1 writes four frames for a
+        // session that takes them all (it holds the hash whole); call 2, still in flight as far as the node knows,
+        // references the last of them for a late session (its end: one reference, s4, not one per message) and the second
+        // for another (a middle piece: its message's reference, r2). Each acknowledgement frees exactly what nothing else
+        // holds, counted on the hash's fields.
+        await using RedisServer server = await RedisServer.StartAsync();
+        await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(server.Configuration + ",allowAdmin=true");
+        IDatabase db = redis.GetDatabase();
+        string[] tokens = ["first", "late", "middle"];
+        foreach (string token in tokens)
+        {
+            await db.HashSetAsync("{herald}:lp:" + token, [new("seq", 0), new("ack", 0), new("sent", 0), new("polls", 0)]);
+        }
+
+        RedisKey[] Keys(string call, params string[] sessions) => [call, .. sessions.SelectMany(t => new RedisKey[] { "{herald}:lp:" + t, "{herald}:lq:" + t, "{herald}:lo:" + t })];
+        RedisValue[] Session(string token, int count, string frames) => [token, 60_000, 10_000, 8 * 1024 * 1024, 0, 1, count, "*1", frames, "", 1, 0];
+        RedisValue Frame(int i) => System.Text.Encoding.ASCII.GetBytes(new string((char)('a' + i), 100));
+        _ = await db.ScriptEvaluateAsync(SharedSessionScripts.Append, Keys("{herald}:lf:n:1", "first"),
+            ["n", 30_000, 60_000, 4, Frame(1), "", "", Frame(2), "", "", Frame(3), "", "", Frame(4), "", "", .. Session("first", 4, "=1")]);
+        _ = await db.ScriptEvaluateAsync(SharedSessionScripts.Append, Keys("{herald}:lf:n:2", "late", "middle"),
+            ["n", 30_000, 60_000, 2, Frame(2), "{herald}:lf:n:1", 2, Frame(4), "{herald}:lf:n:1", 4, .. Session("late", 1, "=2"), .. Session("middle", 1, "=1")]);
+        StreamEntry late = Assert.Single(await db.StreamRangeAsync("{herald}:lq:late")), middle = Assert.Single(await db.StreamRangeAsync("{herald}:lq:middle"));
+        Assert.Equal(("s", "0"), ((string?)late["w"], (string?)middle["w"])); // the end held, and a message's reference
+        Assert.Equal(["1", "2", "3", "4", "b", "e", "r", "r2", "s4"], await FieldsAsync(db));
+
+        async Task AckAsync(string token, int ack) =>
+            await db.ScriptEvaluateAsync(SharedSessionScripts.Poll, ["{herald}:lp:" + token, "{herald}:lq:" + token], [ack, 100, 60_000, "", "", token, 1024 * 1024, "n"]);
+        await AckAsync("first", 4); // frees 1 and 3; 2 is the middle one's, 4 the late one's end
+        Assert.Equal(["2", "4", "b", "e", "r2", "s4"], await FieldsAsync(db));
+        await AckAsync("late", 1); // its one reference given back frees its own frame, and nothing the middle one holds
+        Assert.Equal(["2", "b", "e", "r2"], await FieldsAsync(db));
+        _ = await db.ScriptEvaluateAsync(SharedSessionScripts.End, ["{herald}:lp:middle", "{herald}:lq:middle", "{herald}:lo:middle"], ["Gone", 1000, "", "middle"]);
+        Assert.Equal(0, (await FramesAsync(redis)).Keys);
+        Assert.False(await db.KeyExistsAsync("{herald}:le:n:1")); // the ends' sorted set goes with its hash
+    }
+
+    private static async Task<string[]> FieldsAsync(IDatabase db) =>
+        [.. (await db.HashKeysAsync("{herald}:lf:n:1")).Select(f => (string)f!).Order(StringComparer.Ordinal)];
 
     [Fact]
     public async Task With_a_secret_a_reference_copied_into_another_sessions_stream_is_left_out_and_counted()

@@ -4,144 +4,8 @@ namespace Herald.Broker.Cluster;
 /// The Lua scripts <see cref="ClusterSharedSessions"/> runs on Redis, each one atomic step on a session's keys (its hash,
 /// stream and lease: see <see cref="ClusterSharedSessions"/>).
 /// </summary>
-internal static class SharedSessionScripts
+internal static partial class SharedSessionScripts
 {
-    /// <summary>
-    /// What the scripts that move a session's messages share (spec cluster.md §10). An entry of a session's stream is
-    /// one append of one batch: id <c>&lt;first seq&gt;-*</c>, fields <c>n</c> (its messages, of consecutive sequences),
-    /// their sids (<c>u</c> the one sid of them all, else <c>s</c> a comma list), the frame hash <c>f</c> holding their
-    /// frames and <c>b</c> their bytes, and either a <b>range</b>, <c>a</c> the field of the first frame (the others follow
-    /// it: <c>a</c>, <c>a+1</c>, ...), or a <b>list</b>, <c>i</c> their fields and <c>z</c> their sizes (comma lists); with a
-    /// secret <c>t</c> their tags (16 bytes each, in order). The frame hash holds each frame once (field
-    /// <c>&lt;i&gt;</c>), whatever the number of sessions it went to, <c>b</c> the bytes it was given, and the references
-    /// left to it: a range entry whose frames are at least half of the hash's bytes (<c>w</c> 1) counts once in <c>r</c>
-    /// and keeps the whole hash, given back once the entry is gone whole (no walk over its messages); any other entry
-    /// counts each message's frame in <c>r&lt;i&gt;</c>, given back message by message. A frame goes when neither holds it
-    /// (the last <c>r</c> sweeps the frames no <c>r&lt;i&gt;</c> names). An entry without <c>n</c> is not a node's: one
-    /// message, its frame inline (<c>m</c>), never charged. The hash's <c>gone</c> is the highest sequence that left the
-    /// stream (acknowledged or dropped), <c>bin</c>/<c>bout</c> the bytes of frames appended and gone.
-    /// </summary>
-    private const string Common = """
-        local function split(s)
-          local out = {}
-          if s then for v in string.gmatch(s, '[^,]+') do out[#out + 1] = v end end
-          return out
-        end
-        local function fieldsOf(raw)
-          local t = {}
-          for f = 1, #raw - 1, 2 do t[raw[f]] = raw[f + 1] end
-          return t
-        end
-        local function span(e, first, from, to)
-          if e.b and from == first and to == first + tonumber(e.n) - 1 then return tonumber(e.b) end
-          local total = 0
-          if e.a then
-            local a, mean = tonumber(e.a), math.floor(tonumber(e.b or '0') / tonumber(e.n))
-            for q = from - first, to - first do
-              local size = redis.call('HSTRLEN', e.f, a + q)
-              total = total + (size > 0 and size or mean)
-            end
-          else
-            local sz = split(e.z)
-            for k = from - first + 1, to - first + 1 do total = total + tonumber(sz[k] or '0') end
-          end
-          return total
-        end
-        local function release(stream, gone, upto, bout, dec, whole)
-          local cursor, ids = '-', {}
-          while gone < upto do
-            local batch = redis.call('XRANGE', stream, cursor, upto, 'COUNT', 128)
-            for _, raw in ipairs(batch) do
-              if gone >= upto then break end
-              local first = tonumber(string.match(raw[1], '^(%d+)'))
-              local e = fieldsOf(raw[2])
-              local last = first + tonumber(e.n or '1') - 1
-              local from, to = math.max(first, gone + 1), math.min(last, upto)
-              if e.n and e.f and to >= from then
-                if e.w == '1' then
-                  if to == last then whole[e.f] = (whole[e.f] or 0) + 1 end
-                else
-                  local counts = dec[e.f] or {}
-                  dec[e.f] = counts
-                  if e.a then
-                    local a = tonumber(e.a)
-                    for q = from - first, to - first do
-                      local j = tostring(a + q)
-                      counts[j] = (counts[j] or 0) + 1
-                    end
-                  else
-                    local idx = split(e.i)
-                    for k = from - first + 1, to - first + 1 do
-                      if idx[k] then counts[idx[k]] = (counts[idx[k]] or 0) + 1 end
-                    end
-                  end
-                end
-                bout = bout + span(e, first, from, to)
-              end
-              if last > upto then
-                gone = upto
-                break
-              end
-              ids[#ids + 1] = raw[1]
-              if last > gone then gone = last end
-            end
-            if #batch < 128 then
-              if gone < upto then gone = upto end
-            else
-              cursor = '(' .. batch[#batch][1]
-            end
-          end
-          for c = 1, #ids, 500 do redis.call('XDEL', stream, unpack(ids, c, math.min(c + 499, #ids))) end
-          return gone, bout
-        end
-        local function sweep(blob)
-          local fields = redis.call('HKEYS', blob)
-          local has, del = {}, {}
-          for _, f in ipairs(fields) do has[f] = true end
-          for _, f in ipairs(fields) do
-            if string.match(f, '^%d+$') and not has['r' .. f] then del[#del + 1] = f end
-          end
-          if #del + 2 >= #fields then
-            redis.call('DEL', blob)
-            return
-          end
-          del[#del + 1] = 'r'
-          for c = 1, #del, 500 do redis.call('HDEL', blob, unpack(del, c, math.min(c + 499, #del))) end
-        end
-        local function settle(dec, whole)
-          for blob, counts in pairs(dec) do
-            local names, order = {}, {}
-            for idx, _ in pairs(counts) do
-              names[#names + 1] = 'r' .. idx
-              order[#order + 1] = idx
-            end
-            local pinned = tonumber(redis.call('HGET', blob, 'r') or '0') > 0 or (whole[blob] or 0) > 0
-            for c = 1, #names, 500 do
-              local last = math.min(c + 499, #names)
-              local refs = redis.call('HMGET', blob, unpack(names, c, last))
-              local set, del = {}, {}
-              for j = c, last do
-                local r = tonumber(refs[j - c + 1] or '0') - counts[order[j]]
-                if r > 0 then
-                  set[#set + 1] = names[j]
-                  set[#set + 1] = r
-                else
-                  if not pinned then del[#del + 1] = order[j] end
-                  del[#del + 1] = names[j]
-                end
-              end
-              if #set > 0 then redis.call('HSET', blob, unpack(set)) end
-              if #del > 0 then redis.call('HDEL', blob, unpack(del)) end
-            end
-            if not pinned and redis.call('HLEN', blob) == 1 then redis.call('DEL', blob) end
-          end
-          for blob, count in pairs(whole) do
-            if redis.call('HINCRBY', blob, 'r', -count) <= 0 then sweep(blob) end
-          end
-        end
-
-        """;
-
     /// <summary>
     /// The appends of several sessions in one call (a node's pumps, batched: spec cluster.md §10), each frame written
     /// once. KEYS: the call's frame hash, then per session its hash, stream and lease. ARGV: node, lease ms, the frame
@@ -163,7 +27,8 @@ internal static class SharedSessionScripts
     /// stream, then from the batch itself) or ends the session (Disconnect: the stream is deleted at once, its references
     /// given back, the batch never written). A session pins frames through its own messages, and through a range entry
     /// the rest of a hash its frames are at least half of: at most twice its own bytes, plus the part of one entry it has
-    /// acknowledged. A stream such a writer took past the session's sequence is given up (-1), never written under.
+    /// acknowledged. A range entry that is less but runs to the hash's last field (or from its first) holds that end with
+    /// one reference, pinning only its own frames: in the fan-out case a batch's piece of an earlier call's hash is one. A stream such a writer took past the session's sequence is given up (-1), never written under.
     /// </para>
     public const string Append = Common + """
         local blob = KEYS[1]
@@ -179,16 +44,24 @@ internal static class SharedSessionScripts
             where[j], field[j] = blob, j
           end
         end
-        local held = {[blob] = 0}
+        local held, span = {[blob] = 0}, {[blob] = {0, 0}}
         for j = nframes, 1, -1 do
           runs[j] = (j < nframes and where[j + 1] == where[j] and field[j + 1] == field[j] + 1) and runs[j + 1] or j
-          if where[j] == blob then held[blob] = held[blob] + sizes[j] end
+          if where[j] == blob then
+            held[blob] = held[blob] + sizes[j]
+            span[blob][1] = j
+            if span[blob][2] == 0 then span[blob][2] = j end
+          end
         end
         local function holds(h)
-          if not held[h] then held[h] = tonumber(redis.call('HGET', h, 'b') or '-1') end
+          if not held[h] then
+            local v = redis.call('HMGET', h, 'b', 'e')
+            local lo, hi = string.match(v[2] or '', '^(%d+),(%d+)$')
+            held[h], span[h] = tonumber(v[1] or '-1'), {tonumber(lo or '0'), tonumber(hi or '0')}
+          end
           return held[h]
         end
-        local refs, whole, dec, gave, results = {}, {}, {}, {}, {}
+        local refs, whole, dec, gave, back, anchors, results = {}, {}, {}, {}, {}, {}, {}
         local a = 5 + 3 * nframes
         for s = 1, (#KEYS - 1) / 3 do
           local hash, stream, lease = KEYS[3 * s - 1], KEYS[3 * s], KEYS[3 * s + 1]
@@ -223,7 +96,7 @@ internal static class SharedSessionScripts
               local size = sizes[at(k)]
               while (top - gone + 1 > maxp or bin - bout + size > maxb) and top - gone > 0 and not disconnect do
                 if gone < stored then
-                  gone, bout = release(stream, gone, gone + 1, bout, dec, gave)
+                  gone, bout = release(stream, gone, gone + 1, bout, dec, gave, back)
                 else
                   bout = bout + sizes[at(from)]
                   gone = first + from - 1
@@ -240,7 +113,7 @@ internal static class SharedSessionScripts
               k = k + 1
             end
             if result == -2 then
-              gone, bout = release(stream, gone, stored, bout, dec, gave)
+              gone, bout = release(stream, gone, stored, bout, dec, gave, back)
               redis.call('DEL', stream)
               redis.call('HSET', hash, 'ended', 'SlowConsumer', 'gone', gone, 'bout', bout)
             else
@@ -262,9 +135,18 @@ internal static class SharedSessionScripts
                 end
                 e[5], e[6] = 'f', frames
                 local counted = start and 2 * (prefix[j + m - run - 1] - prefix[j - 1]) >= holds(frames) and holds(frames) >= 0
+                local anchor
+                if start and not counted and holds(frames) >= 0 then
+                  local lo, hi, last = span[frames][1], span[frames][2], field[j] + m - run - 1
+                  if hi > 0 and last == hi then
+                    anchor = {'s', field[j], 's' .. field[j]}
+                  elseif lo > 0 and field[j] == lo then
+                    anchor = {'p', -last, 'p' .. last}
+                  end
+                end
                 if start then
                   local eb = prefix[j + m - run - 1] - prefix[j - 1]
-                  e[7], e[8], e[9], e[10], e[11], e[12] = 'a', field[j], 'b', eb, 'w', counted and 1 or 0
+                  e[7], e[8], e[9], e[10], e[11], e[12] = 'a', field[j], 'b', eb, 'w', counted and 1 or (anchor and anchor[1]) or 0
                 else
                   local ei, ez, eb = {}, {}, 0
                   for q = run, m - 1 do
@@ -283,6 +165,11 @@ internal static class SharedSessionScripts
                   result = -1
                 elseif counted then
                   whole[frames] = (whole[frames] or 0) + 1
+                elseif anchor then
+                  local t = anchors[frames] or {}
+                  anchors[frames] = t
+                  t[anchor[3]] = t[anchor[3]] or {anchor[2], 0}
+                  t[anchor[3]][2] = t[anchor[3]][2] + 1
                 else
                   for q = run, m - 1 do refs[at(q)] = (refs[at(q)] or 0) + 1 end
                 end
@@ -308,9 +195,13 @@ internal static class SharedSessionScripts
           end
         end
         local fields, all, written, touched = {}, (whole[blob] or 0) > 0, 0, {}
+        local from, upto = math.huge, -1
+        for _, v in pairs(anchors[blob] or {}) do
+          if v[1] > 0 then from = math.min(from, v[1]) else upto = math.max(upto, -v[1]) end
+        end
         for j = 1, nframes do
           if where[j] == blob then
-            if all or refs[j] then
+            if all or refs[j] or j >= from or j <= upto then
               fields[#fields + 1] = j
               fields[#fields + 1] = ARGV[2 + 3 * j]
               written = written + sizes[j]
@@ -331,6 +222,8 @@ internal static class SharedSessionScripts
         if written > 0 then
           fields[#fields + 1] = 'b'
           fields[#fields + 1] = written
+          fields[#fields + 1] = 'e'
+          fields[#fields + 1] = span[blob][1] .. ',' .. span[blob][2]
           if all then
             fields[#fields + 1] = 'r'
             fields[#fields + 1] = whole[blob]
@@ -338,14 +231,28 @@ internal static class SharedSessionScripts
           redis.call('HSET', blob, unpack(fields))
           redis.call('PEXPIRE', blob, ARGV[3])
         end
+        for h, t in pairs(anchors) do
+          local add = {}
+          for k, v in pairs(t) do
+            if h == blob then redis.call('HSET', h, k, v[2]) else redis.call('HINCRBY', h, k, v[2]) end
+            add[#add + 1] = v[1]
+            add[#add + 1] = k
+          end
+          redis.call('ZADD', anchorKey(h), unpack(add))
+          redis.call('PEXPIRE', anchorKey(h), ARGV[3])
+          if h ~= blob then touched[h] = true end
+        end
         for h, count in pairs(whole) do
           if h ~= blob then
             redis.call('HINCRBY', h, 'r', count)
             touched[h] = true
           end
         end
-        for h, _ in pairs(touched) do redis.call('PEXPIRE', h, ARGV[3]) end
-        settle(dec, gave)
+        for h, _ in pairs(touched) do
+          redis.call('PEXPIRE', h, ARGV[3])
+          redis.call('PEXPIRE', anchorKey(h), ARGV[3])
+        end
+        settle(dec, gave, back)
         return results
         """;
 
@@ -406,10 +313,10 @@ internal static class SharedSessionScripts
         if ack > acked then
           acked = ack
           if ack > gone then
-            local dec, whole = {}, {}
+            local dec, whole, anchored = {}, {}, {}
             local bout
-            gone, bout = release(KEYS[2], gone, ack, tonumber(h[8] or '0'), dec, whole)
-            settle(dec, whole)
+            gone, bout = release(KEYS[2], gone, ack, tonumber(h[8] or '0'), dec, whole, anchored)
+            settle(dec, whole, anchored)
             set[5], set[6], set[7], set[8] = 'gone', gone, 'bout', bout
           end
           set[#set + 1] = 'ack'
@@ -482,6 +389,7 @@ internal static class SharedSessionScripts
               if not touched[e.f] then
                 touched[e.f] = true
                 redis.call('PEXPIRE', e.f, ARGV[3])
+                redis.call('PEXPIRE', anchorKey(e.f), ARGV[3])
               end
               local sids = e.s or (e.u and ('*' .. e.u)) or ''
               out[#out + 1] = {first, k0, k1, n, sids, e.t or '', e.f, e.a or '', e.i or ''}
@@ -561,9 +469,9 @@ internal static class SharedSessionScripts
         end
         local h = redis.call('HMGET', KEYS[1], 'seq', 'waiter', 'gone', 'ack', 'bout')
         if not h[1] then return 0 end
-        local dec, whole = {}, {}
-        release(KEYS[2], tonumber(h[3] or h[4] or '0'), tonumber(h[1]), tonumber(h[5] or '0'), dec, whole)
-        settle(dec, whole)
+        local dec, whole, anchored = {}, {}, {}
+        release(KEYS[2], tonumber(h[3] or h[4] or '0'), tonumber(h[1]), tonumber(h[5] or '0'), dec, whole, anchored)
+        settle(dec, whole, anchored)
         redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
         redis.call('HSET', KEYS[1], 'ended', ARGV[1])
         redis.call('PEXPIRE', KEYS[1], ARGV[2])
