@@ -19,6 +19,9 @@ public sealed class WebSocketFrameTests(ITestOutputHelper output)
 {
     private const byte Fin = 0x80;
 
+    /// <summary>The mask key of every client frame here (before <see cref="Broken"/>, whose frames it masks).</summary>
+    private static readonly byte[] Key = [0x37, 0xFA, 0x21, 0x3D];
+
     /// <summary>Each bad client's frames and the close status the broker must answer with.</summary>
     private static readonly TheoryData<string, byte[], ushort> Broken = new()
     {
@@ -33,7 +36,6 @@ public sealed class WebSocketFrameTests(ITestOutputHelper output)
         { "continuation with no message begun", Frame(Fin | 0x0, [1]), 1002 },
         { "new message inside a fragmented one", [.. Frame(0x2, [1]), .. Frame(Fin | 0x2, [2])], 1002 },
         { "64-bit length with its top bit set", [Fin | 0x2, 0x80 | 127, 0x80, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4], 1002 },
-        { "message over max_frame + 4 bytes", [.. Frame(0x2, Pings(3000)), .. Frame(0x0, Pings(3000))], 1009 },
         { "Close with a one-byte payload", Frame(Fin | 0x8, [3]), 1002 },
         { "Close with status 1005, which is never sent", Frame(Fin | 0x8, [0x03, 0xED]), 1002 },
         { "Close whose reason is not UTF-8", Frame(Fin | 0x8, [0x03, 0xE8, 0xFF, 0xFE]), 1007 },
@@ -92,6 +94,61 @@ public sealed class WebSocketFrameTests(ITestOutputHelper output)
         await raw.WriteAsync(Frame(Fin | 0x8, [0x03, 0xE8]));
         Assert.Equal(1000, (await ReadCloseAsync(raw)).Status);
         Assert.Equal(0, await ReadToEndAsync(raw));
+    }
+
+    [Fact]
+    public async Task A_message_of_any_size_is_read_as_the_frames_it_carries_and_the_broker_holds_at_most_one_partial_frame()
+    {
+        const int MaxFrame = 64 * 1024;
+        await using var broker = await TestBroker.StartAsync(o =>
+        {
+            o.Limits.MaxFrameBytes = MaxFrame;
+            o.Limits.PartialFrameAllowance = 1024; // a larger frame half-received is charged to the shared budget
+            o.Limits.FrameGracePeriod = TimeSpan.FromMinutes(2);
+        });
+        PartialFrameBudget budget = broker.Services.GetRequiredService<BrokerCore>().PartialFrames;
+        await using ProtocolClient bystander = await ProtocolClient.ConnectWebSocketAsync(broker.HttpPort);
+        await bystander.HelloAsync("bystander");
+        await bystander.SubscribeAsync(1, "big.>");
+        await bystander.PingPongAsync();
+
+        // One unfragmented message of over 15 times max_frame: 32 frames of 30 KiB, then one of 40 KiB sent in two halves.
+        // Every whole frame reaches the bystander while the message goes on, and the broker holds the half frame only.
+        await using NetworkStream raw = await ProtocolClient.UpgradeAsync(broker.HttpPort);
+        await raw.WriteAsync(HelloFrame());
+        byte[][] frames = [.. Enumerable.Range(0, 32).Select(i => PublishFrame($"big.{i}", 30 * 1024))];
+        byte[] large = PublishFrame("big.large", 40 * 1024);
+        long length = frames.Sum(f => (long)f.Length) + large.Length;
+        Assert.True(length > 15L * (MaxFrame + 4), $"{length}");
+        await raw.WriteAsync(Head(Fin | 0x2, length));
+        long at = 0;
+        for (int i = 0; i < frames.Length; i++)
+        {
+            await raw.WriteAsync(Masked(frames[i], at));
+            at += frames[i].Length;
+            Assert.Equal($"big.{i}", (await bystander.ReadMessageAsync()).Topic);
+        }
+
+        await raw.WriteAsync(Masked(large[..(large.Length / 2)], at));
+        await Until.True(() => budget.Used == large.Length, "the half-sent frame is charged to the budget");
+        output.WriteLine($"{at + (large.Length / 2):N0} bytes into one WebSocket frame of {length:N0}: the broker holds {budget.Used:N0} bytes of it (one partial Herald frame; max_frame {MaxFrame:N0})");
+        await raw.WriteAsync(Masked(large[(large.Length / 2)..], at + (large.Length / 2)));
+        Assert.Equal("big.large", (await bystander.ReadMessageAsync()).Topic);
+        await Until.True(() => budget.Used == 0, "the budget is given back");
+
+        // A fragmented message whose fragments before its final one carry 3 x 30 KiB, over max_frame + 4: the same stream of frames.
+        byte[] fragment = PublishFrame("big.fragment", 30 * 1024);
+        byte[] fragmented = [.. Frame(0x2, fragment), .. Frame(0x0, fragment), .. Frame(0x0, fragment), .. Frame(Fin | 0x0, PingFrame())];
+        Assert.True(3 * fragment.Length > MaxFrame + 4, $"{fragment.Length}");
+        await raw.WriteAsync(fragmented);
+        for (int i = 0; i < 3; i++)
+        {
+            Assert.Equal("big.fragment", (await bystander.ReadMessageAsync()).Topic);
+        }
+
+        await bystander.PingPongAsync(); // the bystander carries on
+        await raw.WriteAsync(Frame(Fin | 0x8, [0x03, 0xE8]));
+        Assert.Equal(1000, (await ReadCloseAsync(raw)).Status); // the raw client was never refused
     }
 
     [Fact]
@@ -168,41 +225,60 @@ public sealed class WebSocketFrameTests(ITestOutputHelper output)
     }
 
     /// <summary>A client frame: <paramref name="first"/> (FIN, RSV, opcode), the length in as few bytes as it takes, a mask key and the masked payload.</summary>
-    private static byte[] Frame(int first, byte[] payload, bool masked = true)
+    private static byte[] Frame(int first, byte[] payload, bool masked = true) =>
+        [.. Head(first, payload.Length, masked), .. masked ? Masked(payload, 0) : payload];
+
+    /// <summary>A client frame's header: <paramref name="first"/>, the length in as few bytes as it takes, the mask key when masked.</summary>
+    private static byte[] Head(int first, long length, bool masked = true)
     {
-        var frame = new List<byte> { (byte)first };
+        var head = new List<byte> { (byte)first };
         byte maskBit = masked ? (byte)0x80 : (byte)0;
-        if (payload.Length <= 125)
+        if (length <= 125)
         {
-            frame.Add((byte)(maskBit | payload.Length));
+            head.Add((byte)(maskBit | length));
         }
-        else if (payload.Length <= ushort.MaxValue)
+        else if (length <= ushort.MaxValue)
         {
-            frame.Add((byte)(maskBit | 126));
-            frame.Add((byte)(payload.Length >> 8));
-            frame.Add((byte)payload.Length);
+            head.Add((byte)(maskBit | 126));
+            head.Add((byte)(length >> 8));
+            head.Add((byte)length);
         }
         else
         {
-            frame.Add((byte)(maskBit | 127));
-            byte[] length = new byte[8];
-            BinaryPrimitives.WriteUInt64BigEndian(length, (ulong)payload.Length);
-            frame.AddRange(length);
+            head.Add((byte)(maskBit | 127));
+            byte[] wide = new byte[8];
+            BinaryPrimitives.WriteUInt64BigEndian(wide, (ulong)length);
+            head.AddRange(wide);
         }
 
-        byte[] key = [0x37, 0xFA, 0x21, 0x3D];
         if (masked)
         {
-            frame.AddRange(key);
+            head.AddRange(Key);
         }
 
+        return [.. head];
+    }
+
+    /// <summary><paramref name="payload"/> masked as the bytes of a frame's payload from offset <paramref name="at"/> on.</summary>
+    private static byte[] Masked(byte[] payload, long at)
+    {
+        byte[] masked = new byte[payload.Length];
         for (int i = 0; i < payload.Length; i++)
         {
-            frame.Add(masked ? (byte)(payload[i] ^ key[i % 4]) : payload[i]);
+            masked[i] = (byte)(payload[i] ^ Key[(at + i) % 4]);
         }
 
-        return [.. frame];
+        return masked;
     }
+
+    private static byte[] PublishFrame(string topic, int payloadBytes)
+    {
+        var publish = new ArrayBufferWriter<byte>();
+        FrameWriter.WritePublish(publish, System.Text.Encoding.UTF8.GetBytes(topic), default, PayloadFlags.None, new byte[payloadBytes]);
+        return publish.WrittenSpan.ToArray();
+    }
+
+    private static byte[] PingFrame() => Pings(1);
 
     /// <summary>Herald PINGs, at least <paramref name="bytes"/> of them: valid frames, so only a message's size can be wrong.</summary>
     private static byte[] Pings(int bytes)

@@ -16,7 +16,7 @@ namespace Herald.Broker.Transports.WebSockets;
 /// the byte stream of frames (a frame may span messages), parsed and unmasked in place (<see cref="WebSocketInput"/>);
 /// each batch the session's drain flushes (whole frames) goes out as one binary message, its frame header written
 /// into the same pipe before it (<see cref="WebSocketOutput"/>): the same MESSAGE bytes a TCP subscriber gets. A
-/// client that breaks a WebSocket rule (a text message, one over <c>max_frame</c> + 4 bytes, a bad frame) ends the
+/// client that breaks a WebSocket rule (a text message, a bad frame) ends the
 /// connection with a WebSocket close that says why.
 /// </summary>
 internal sealed class WebSocketConnection : ConnectionContext
@@ -36,7 +36,7 @@ internal sealed class WebSocketConnection : ConnectionContext
         _socketLifetime = context.Features.Get<IConnectionLifetimeFeature>();
         _closeTimeout = limits.CloseTimeout;
         _output = new WebSocketOutput(upgraded.Output);
-        _input = new WebSocketInput(upgraded.Input, _output, limits.MaxFrameBytes + 4L);
+        _input = new WebSocketInput(upgraded.Input, _output);
         Transport = new DuplexPipe(_input, _output);
         ConnectionId = context.TraceIdentifier;
         RemoteEndPoint = context.Connection.RemoteIpAddress is { } address ? new IPEndPoint(address, context.Connection.RemotePort) : null;

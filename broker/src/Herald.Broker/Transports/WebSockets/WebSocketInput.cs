@@ -12,6 +12,9 @@ namespace Herald.Broker.Transports.WebSockets;
 /// (Kestrel's socket reader), each data frame's payload unmasked in place, so the session reads slices of the
 /// very buffers the socket filled, as it does over TCP. What it is handed is the messages' payload bytes only:
 /// binary messages, possibly fragmented, are one byte stream of Herald frames (a frame may span messages).
+/// A WebSocket message is never held, whole or in part, so its size is not bounded: what a client can make the
+/// broker hold is what it can over TCP, the Herald frame it is sending (bounded by <c>max_frame</c> and the session's
+/// read allowance), plus a 14-byte header and a control frame's 125 bytes here.
 /// </summary>
 /// <remarks>
 /// <para>
@@ -25,11 +28,11 @@ namespace Herald.Broker.Transports.WebSockets;
 /// Control frames are answered here: a Ping gets its Pong (<see cref="WebSocketOutput.AnswerPing"/>, not waited for), a
 /// Pong is dropped, a Close ends the input. A frame that breaks the protocol (unmasked, reserved bits without an
 /// extension, a control frame fragmented or over 125 bytes, an unknown opcode, a continuation out of place, a
-/// 64-bit length with its top bit set), a text message, or a message whose fragments before its final one carry more
-/// than <c>max_frame</c> + 4 bytes ends the input with the close status that says why (<see cref="Failure"/>); the connection sends it and drops the socket.
+/// 64-bit length with its top bit set) or a text message ends the input with the close status that says why
+/// (<see cref="Failure"/>); the connection sends it and drops the socket.
 /// </para>
 /// </remarks>
-internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, long maxMessageBytes) : PipeReader
+internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output) : PipeReader
 {
     private const int MaxControlPayload = 125;
 
@@ -42,7 +45,6 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, lon
     private long _seen;            // of those, what the session has examined (it waits for more than that)
     private long _payloadLeft;     // payload bytes of the current data frame not yet unmasked
     private uint _mask;            // its masking key, rotated to the next byte's place
-    private long _messageBytes;    // payload of the current message's fragments so far, its final one not yet come
     private bool _inMessage;       // a fragmented message goes on (its FIN not yet seen)
     private bool _ended;           // a Close came, or the client broke the protocol: no more input
     private bool _discarding;      // the session has ended: data is skipped until the client's Close
@@ -227,16 +229,8 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output, lon
                 }
             }
 
-            // The bound is on what a message's fragments before its last carry (a message that never ends is met
-            // early): the broker holds no message, only Herald frames, each bounded by the session. A message sent
-            // as one frame, whatever its size, is one stream of frames (clients batch frames into one message).
-            _messageBytes = fin ? 0 : (opcode == 0 ? _messageBytes : 0) + length;
-            if (_messageBytes > maxMessageBytes)
-            {
-                Fail(WebSocketCloseStatus.MessageTooBig, $"A WebSocket message is at most max_frame + 4 = {maxMessageBytes} bytes.");
-                return;
-            }
-
+            // No bound on the frame's or its message's length: its payload streams through to the session, which
+            // bounds the Herald frames in it as over TCP.
             _inMessage = !fin;
             _payloadLeft = length;
             _mask = mask;

@@ -11,11 +11,11 @@ namespace Herald.Client.Transports.WebSockets;
 /// one stream of frames; each write goes out as one binary message of whole frames.
 /// </summary>
 /// <remarks>
-/// The broker takes a message of at most <c>max_frame</c> + 4 bytes (its largest frame with its prefix) and closes
-/// with 1009 past it. A batch of the connection's queue may be larger (a burst of publications), so it is cut at frame
-/// boundaries into messages that each fit; a single frame never needs cutting, since the connection refuses to
-/// queue a frame over <c>max_frame</c>. The WebSocket's own keep-alive is off: Herald's PING is the liveness
-/// (spec §6.2) and a WebSocket ping would only hide a broker that stopped reading. No <c>permessage-deflate</c>:
+/// The broker takes a message of any size (it reads the frames in it as they come, spec §1); a batch of the
+/// connection's queue (a burst of publications) is still cut at frame boundaries into messages of at most
+/// <c>max_frame</c> + 4 bytes, so no message is larger than the largest frame; a single frame never needs cutting,
+/// since the connection refuses to queue a frame over <c>max_frame</c>. The WebSocket's own keep-alive is off:
+/// Herald's PING is the liveness (spec §6.2) and a WebSocket ping would only hide a broker that stopped reading. No <c>permessage-deflate</c>:
 /// payloads are compressed with Zstd where it pays (spec §11). No <c>Origin</c> is sent: this is not a browser,
 /// and the broker checks an Origin only when one is sent.
 /// </remarks>
