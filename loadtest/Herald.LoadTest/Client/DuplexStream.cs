@@ -2,7 +2,7 @@ namespace Herald.LoadTest.Client;
 
 /// <summary>
 /// A stream read and written in order and never sought: what the byte streams a connection layers over its
-/// socket have in common (<see cref="ReadAheadStream"/>, <see cref="WebSocketFrameStream"/>).
+/// socket have in common (<see cref="WebSocketFrameStream"/>).
 /// </summary>
 internal abstract class DuplexStream : Stream
 {

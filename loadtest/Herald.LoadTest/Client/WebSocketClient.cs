@@ -1,4 +1,4 @@
-using System.Net.WebSockets;
+using System.Buffers.Binary;
 using System.Runtime.CompilerServices;
 using System.Security.Cryptography;
 using System.Text;
@@ -11,8 +11,6 @@ namespace Herald.LoadTest.Client;
 /// caller already opened, so the socket stays the tool's own (bound to its source address, TCP_NODELAY, TLS
 /// under it when asked) as on TCP. The WebSocket is then a byte stream of Herald frames
 /// (<see cref="WebSocketFrameStream"/>): each write one binary message, reads across message boundaries.
-/// Under the WebSocket a <see cref="ReadAheadStream"/>, so reading a message's header and then its payload
-/// does not cost two system calls per message.
 /// </summary>
 internal static class WebSocketClient
 {
@@ -27,16 +25,16 @@ internal static class WebSocketClient
     /// <summary>
     /// Asks <paramref name="transport"/>'s server to upgrade <c>GET /ws</c> to a WebSocket speaking
     /// <c>herald.v1</c>, and returns the WebSocket as a stream of frames. <paramref name="readAhead"/> bytes are
-    /// read ahead under it (the upgrade's response head must fit). No keep-alive pings of its own: Herald's
+    /// read at a time under it (the upgrade's response head must fit). No keep-alive pings of its own: Herald's
     /// PING/PONG (spec §4.7) is the liveness check, as on TCP.
     /// </summary>
     /// <exception cref="IOException">The server refused the upgrade (its status line says why), or answered something else.</exception>
     public static async Task<WebSocketFrameStream> ConnectAsync(Stream transport, string host, int port, int readAhead, CancellationToken cancellationToken)
     {
-        var under = new ReadAheadStream(transport, readAhead);
+        var under = new WebSocketFrameStream(transport, readAhead);
         string key = Convert.ToBase64String(RandomNumberGenerator.GetBytes(16));
         string request = $"GET {Path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {SubProtocol}\r\n\r\n";
-        await under.WriteAsync(Encoding.ASCII.GetBytes(request), cancellationToken);
+        await transport.WriteAsync(Encoding.ASCII.GetBytes(request), cancellationToken);
 
         string[] lines = (await ReadHeadAsync(under, cancellationToken)).Split("\r\n");
         if (lines[0].Split(' ', 3) is not [_, "101", ..])
@@ -67,12 +65,11 @@ internal static class WebSocketClient
             throw new IOException($"{host}:{port}{Path}: the upgrade did not agree to the subprotocol {SubProtocol} (got '{protocol}').");
         }
 
-        // What follows the head, if anything came with it, stays in the read-ahead for the WebSocket.
-        return new WebSocketFrameStream(WebSocket.CreateFromStream(under, new WebSocketCreationOptions { IsServer = false, SubProtocol = SubProtocol, KeepAliveInterval = TimeSpan.Zero }));
+        return under; // what came after the head, if anything, stays buffered: the WebSocket's first frames
     }
 
-    /// <summary>The response up to its blank line, taken from the read-ahead in place.</summary>
-    private static async Task<string> ReadHeadAsync(ReadAheadStream under, CancellationToken cancellationToken)
+    /// <summary>The response up to its blank line, taken from the stream's buffer in place.</summary>
+    private static async Task<string> ReadHeadAsync(WebSocketFrameStream under, CancellationToken cancellationToken)
     {
         while (true)
         {
@@ -95,69 +92,91 @@ internal static class WebSocketClient
 }
 
 /// <summary>
-/// A WebSocket carrying Herald frames, as the byte stream <see cref="HeraldConnection"/> reads and writes:
-/// each write is one binary message (a batch of whole frames); each read takes what the next message
-/// carries (a frame may span messages: the reader's buffer joins them). The broker's close ends the stream
-/// (a read returns 0); a WebSocket failure, or a text message, is an <see cref="IOException"/>, as a
-/// socket's failure is. Disposing aborts the WebSocket (no close handshake: a TCP client's close sends
-/// none either). Threading: one reader and one writer at a time (the WebSocket's rule); no allocation per
-/// read or write of its own.
+/// A WebSocket carrying Herald frames, as the byte stream <see cref="HeraldConnection"/> reads and writes, with
+/// RFC 6455's framing done here on the bytes of the stream under it, as the broker does on its pipe: no
+/// WebSocket object, no stream or task per message. A read takes one read of the stream under it (as large as
+/// the buffer) and hands on the payload of every data frame that arrived, headers skipped, so a batch of the
+/// broker's messages costs what the same bytes cost over TCP (a frame may span messages: the reader's buffer
+/// joins them). A write is one binary message, FIN set, masked with a fresh key (RFC 6455 §5.3; from
+/// <see cref="Random.Shared"/>: a load tool's key needs no unpredictability) into a buffer kept for the next.
+/// The broker's Close ends the stream (a read returns 0); a Ping is answered with its Pong; a text message or a
+/// masked or unknown frame is an <see cref="IOException"/>, as a socket's failure is. Disposing disposes the
+/// stream under it (no close handshake: a TCP client's close sends none either). Threading: one reader and one
+/// writer at a time; writes (and the Pongs a read sends) are serialised here; no allocation per read or write.
 /// </summary>
-internal sealed class WebSocketFrameStream(WebSocket webSocket) : DuplexStream
+internal sealed class WebSocketFrameStream(Stream inner, int size) : DuplexStream
 {
-    private bool _closed;
+    private const int MaxControlPayload = 125;
+
+    private readonly byte[] _received = GC.AllocateUninitializedArray<byte>(size); // server frames as they came, parsed in place
+    private readonly SemaphoreSlim _sendGate = new(1, 1); // a read's Pong against the connection's writes
+    private byte[] _sending = new byte[1024];
+    private int _start;          // next byte of _received not yet parsed or handed on
+    private int _end;
+    private long _payloadLeft;   // of the current data frame, not yet handed on
+    private bool _closed;        // the broker's Close was read
+    private readonly byte[] _pong = new byte[MaxControlPayload]; // the latest Ping's payload, until its Pong is sent
+    private int _pongLength = -1; // -1: no Pong due
+
+    /// <summary>Received and not yet read (the upgrade's response head, before any frame is read).</summary>
+    public ReadOnlySpan<byte> Buffered => _received.AsSpan(_start, _end - _start);
+
+    /// <summary>The buffer is full: <see cref="FillAsync"/> has no room left.</summary>
+    public bool Full => _start == 0 && _end == _received.Length;
+
+    /// <summary>Marks <paramref name="count"/> buffered bytes as read.</summary>
+    public void Consume(int count) => _start += count;
+
+    /// <summary>Reads more after what is buffered (moved to the front first); false when the stream under it ended or the buffer is full.</summary>
+    public async ValueTask<bool> FillAsync(CancellationToken cancellationToken)
+    {
+        if (_start > 0)
+        {
+            Buffer.BlockCopy(_received, _start, _received, 0, _end - _start);
+            _end -= _start;
+            _start = 0;
+        }
+
+        if (_end == _received.Length)
+        {
+            return false;
+        }
+
+        int read = await inner.ReadAsync(_received.AsMemory(_end), cancellationToken);
+        _end += read;
+        return read > 0;
+    }
 
     [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder<>))]
     public override async ValueTask<int> ReadAsync(Memory<byte> buffer, CancellationToken cancellationToken = default)
     {
-        try
+        while (true)
         {
-            while (!_closed)
+            int taken = Take(buffer.Span);
+            if (_pongLength >= 0)
             {
-                ValueWebSocketReceiveResult received = await webSocket.ReceiveAsync(buffer, cancellationToken);
-                switch (received.MessageType)
-                {
-                    case WebSocketMessageType.Close:
-                        _closed = true;
-                        break;
-                    case WebSocketMessageType.Text:
-                        throw new IOException("the broker sent a text message: Herald frames travel in binary ones (spec §1).");
-                    default:
-                        if (received.Count > 0 || buffer.IsEmpty)
-                        {
-                            return received.Count;
-                        }
-
-                        break; // an empty message: nothing to hand on
-                }
+                await SendFrameAsync(0x8A, _pong.AsMemory(0, _pongLength), cancellationToken);
+                _pongLength = -1;
             }
 
-            return 0;
-        }
-        catch (WebSocketException e)
-        {
-            throw new IOException($"the WebSocket failed: {e.Message}", e);
+            if (taken > 0 || buffer.IsEmpty || _closed)
+            {
+                return taken;
+            }
+
+            if (!await FillAsync(cancellationToken))
+            {
+                return 0;
+            }
         }
     }
 
-    public override ValueTask WriteAsync(ReadOnlyMemory<byte> buffer, CancellationToken cancellationToken = default)
-    {
-        ValueTask sent;
-        try
-        {
-            sent = webSocket.SendAsync(buffer, WebSocketMessageType.Binary, endOfMessage: true, cancellationToken);
-        }
-        catch (WebSocketException e)
-        {
-            return ValueTask.FromException(new IOException($"the WebSocket failed: {e.Message}", e));
-        }
-
-        return sent.IsCompletedSuccessfully ? default : AwaitSendAsync(sent);
-    }
+    public override ValueTask WriteAsync(ReadOnlyMemory<byte> buffer, CancellationToken cancellationToken = default) =>
+        SendFrameAsync(0x82, buffer, cancellationToken);
 
     /// <summary>Sends a Close (normal closure) and waits for nothing back: the peer's answering close is read, if ever, by <see cref="ReadAsync(Memory{byte}, CancellationToken)"/>.</summary>
     public Task SendCloseAsync(CancellationToken cancellationToken) =>
-        webSocket.CloseOutputAsync(WebSocketCloseStatus.NormalClosure, "bye", cancellationToken);
+        SendFrameAsync(0x88, new byte[] { 0x03, 0xE8, (byte)'b', (byte)'y', (byte)'e' }, cancellationToken).AsTask();
 
     public override Task<int> ReadAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken) =>
         ReadAsync(buffer.AsMemory(offset, count), cancellationToken).AsTask();
@@ -178,22 +197,159 @@ internal sealed class WebSocketFrameStream(WebSocket webSocket) : DuplexStream
     {
         if (disposing)
         {
-            webSocket.Dispose(); // aborts it and disposes the streams under it
+            inner.Dispose();
+            _sendGate.Dispose();
         }
 
         base.Dispose(disposing);
     }
 
-    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder))]
-    private static async ValueTask AwaitSendAsync(ValueTask sent)
+    /// <summary>Copies the payload of every data frame buffered into <paramref name="destination"/>, as far as it goes; control frames are dealt with on the way.</summary>
+    private int Take(Span<byte> destination)
     {
+        int taken = 0;
+        while (taken < destination.Length)
+        {
+            if (_payloadLeft > 0)
+            {
+                int count = (int)Math.Min(Math.Min(_payloadLeft, _end - _start), destination.Length - taken);
+                if (count == 0)
+                {
+                    break;
+                }
+
+                _received.AsSpan(_start, count).CopyTo(destination[taken..]);
+                _start += count;
+                _payloadLeft -= count;
+                taken += count;
+            }
+            else if (_closed || !TryHeader())
+            {
+                break;
+            }
+        }
+
+        return taken;
+    }
+
+    /// <summary>Reads the next frame's header if it is whole (a control frame: the whole frame), and deals with it; false when more bytes are needed or the Close came.</summary>
+    private bool TryHeader()
+    {
+        ReadOnlySpan<byte> header = Buffered;
+        if (header.Length < 2)
+        {
+            return false;
+        }
+
+        if ((header[1] & 0x80) != 0 || (header[0] & 0x70) != 0)
+        {
+            throw new IOException("the broker sent a masked frame, or one with reserved bits set (RFC 6455 §5.1, §5.2).");
+        }
+
+        long length = header[1] & 0x7F;
+        int headerLength = length switch { 126 => 4, 127 => 10, _ => 2 };
+        if (header.Length < headerLength)
+        {
+            return false;
+        }
+
+        length = headerLength switch
+        {
+            4 => BinaryPrimitives.ReadUInt16BigEndian(header[2..]),
+            10 => (long)BinaryPrimitives.ReadUInt64BigEndian(header[2..]),
+            _ => length,
+        };
+        if (length < 0)
+        {
+            throw new IOException("the broker sent a 64-bit payload length with its top bit set (RFC 6455 §5.2).");
+        }
+
+        int opcode = header[0] & 0x0F;
+        switch (opcode)
+        {
+            case 0x0 or 0x2:
+                _start += headerLength;
+                _payloadLeft = length;
+                return true;
+            case 0x1:
+                throw new IOException("the broker sent a text message: Herald frames travel in binary ones (spec §1).");
+            case 0x8 or 0x9 or 0xA when length <= MaxControlPayload:
+                if (header.Length < headerLength + length)
+                {
+                    return false; // a control frame is dealt with whole
+                }
+
+                if (opcode == 0x9)
+                {
+                    header.Slice(headerLength, (int)length).CopyTo(_pong);
+                    _pongLength = (int)length;
+                }
+
+                _start += headerLength + (int)length;
+                _closed = opcode == 0x8;
+                return !_closed;
+            default:
+                throw new IOException($"the broker sent a frame RFC 6455 does not allow (opcode {opcode}, {length} bytes).");
+        }
+    }
+
+    /// <summary>One whole frame (FIN set, <paramref name="first"/> its first byte), masked into the send buffer and written in one call.</summary>
+    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder))]
+    private async ValueTask SendFrameAsync(byte first, ReadOnlyMemory<byte> payload, CancellationToken cancellationToken)
+    {
+        await _sendGate.WaitAsync(cancellationToken);
         try
         {
-            await sent;
+            int length = Frame(first, payload.Span);
+            await inner.WriteAsync(_sending.AsMemory(0, length), cancellationToken);
         }
-        catch (WebSocketException e)
+        finally
         {
-            throw new IOException($"the WebSocket failed: {e.Message}", e);
+            _sendGate.Release();
         }
+    }
+
+    /// <summary>Writes the frame into <c>_sending</c> (grown to fit): header, mask key, masked payload; its length.</summary>
+    private int Frame(byte first, ReadOnlySpan<byte> payload)
+    {
+        int headerLength = (payload.Length <= 125 ? 2 : payload.Length <= ushort.MaxValue ? 4 : 10) + 4;
+        if (_sending.Length < headerLength + payload.Length)
+        {
+            _sending = new byte[Math.Max(headerLength + payload.Length, _sending.Length * 2)];
+        }
+
+        Span<byte> frame = _sending;
+        frame[0] = first;
+        switch (headerLength)
+        {
+            case 6:
+                frame[1] = (byte)(0x80 | payload.Length);
+                break;
+            case 8:
+                frame[1] = 0x80 | 126;
+                BinaryPrimitives.WriteUInt16BigEndian(frame[2..], (ushort)payload.Length);
+                break;
+            default:
+                frame[1] = 0x80 | 127;
+                BinaryPrimitives.WriteUInt64BigEndian(frame[2..], (ulong)payload.Length);
+                break;
+        }
+
+        uint key = (uint)Random.Shared.Next() | 1u; // never 0: the mask is really applied
+        BinaryPrimitives.WriteUInt32LittleEndian(frame[(headerLength - 4)..], key);
+        Span<byte> masked = frame.Slice(headerLength, payload.Length);
+        ulong wide = key | ((ulong)key << 32); // little-endian: the key's first byte masks the payload's first
+        int words = payload.Length / 8;
+        for (int i = 0; i < words; i++)
+        {
+            BinaryPrimitives.WriteUInt64LittleEndian(masked[(i * 8)..], BinaryPrimitives.ReadUInt64LittleEndian(payload[(i * 8)..]) ^ wide);
+        }
+
+        for (int i = words * 8; i < payload.Length; i++)
+        {
+            masked[i] = (byte)(payload[i] ^ (key >> (8 * (i & 3))));
+        }
+
+        return headerLength + payload.Length;
     }
 }
