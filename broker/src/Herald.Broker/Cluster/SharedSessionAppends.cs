@@ -1,5 +1,6 @@
 using System.Collections.Concurrent;
 using System.Globalization;
+using System.Runtime.CompilerServices;
 using System.Security.Cryptography;
 using System.Text;
 using Herald.Broker.Engines.PollSharing;
@@ -10,13 +11,14 @@ namespace Herald.Broker.Cluster;
 /// <summary>
 /// The appends of a node's shared long-poll sessions (spec cluster.md §10), gathered: the appends of all its sessions
 /// waiting at a moment go to Redis together, in one script per shard (<see cref="SharedSessionScripts.Append"/>; at most
-/// <see cref="MaxSessionsPerAppend"/> sessions and about <see cref="MaxBytesPerAppend"/> bytes of frames,
-/// <see cref="MaxAppendsInFlight"/> calls in flight), and each frame goes once per call, whatever the number of
+/// <see cref="MaxSessionsPerAppend"/> sessions and about <see cref="MaxBytesPerAppend"/> bytes of frames; a call starts when
+/// none is in flight, or when a full call's worth waits, at most <see cref="MaxAppendsInFlight"/> in flight), and each frame goes once per call, whatever the number of
 /// sessions it goes to: the router hands every session that gets a message the same buffer, so frames are told apart
 /// by their memory, never compared. A frame an earlier call still in flight wrote is referenced where that call wrote it
 /// (if it is still there when this one runs), so the sessions of one message share one copy however their appends were
-/// gathered. Told apart by memory only while a call that wrote or referenced the frame is in flight: its sessions hold
-/// the buffer meanwhile, so the same memory is the same message. A session's pump has one append in flight at a time,
+/// gathered; the call that waited for an answer is built before the answered call's sessions are told, so it refers to
+/// what that call wrote too. Told apart by memory only while a call that wrote or referenced the frame is in flight or
+/// being answered: its sessions hold the buffer meanwhile, so the same memory is the same message. A session's pump has one append in flight at a time,
 /// so its order holds. Once Redis has a call's frames, <paramref name="kept"/> keeps them for this node's polls, and
 /// <paramref name="entries"/> what each session was appended; then each session's poll held on this node is woken
 /// (<paramref name="woken"/>: the script wakes only other nodes' polls, so this node's find what it appended known).
@@ -34,6 +36,8 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
     private readonly ConcurrentQueue<PendingAppend> _appends = new();
     private readonly Dictionary<ReadOnlyMemory<byte>, Written> _written = [];
     private int _inFlight;
+    private int _waiting;
+    private long _waitingBytes;
     private long _calls;
 
     /// <summary>
@@ -42,21 +46,33 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
     /// </summary>
     public Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, long maxPendingBytes, bool disconnect, TimeSpan ttl)
     {
-        var append = new PendingAppend(token, entries, maxPending, maxPendingBytes, disconnect, (long)ttl.TotalMilliseconds);
+        long bytes = 0;
+        foreach (SharedEntry entry in entries)
+        {
+            bytes += entry.Frame.Length;
+        }
+
+        var append = new PendingAppend(token, entries, maxPending, maxPendingBytes, disconnect, (long)ttl.TotalMilliseconds, bytes);
+        Interlocked.Increment(ref _waiting);
+        Interlocked.Add(ref _waitingBytes, bytes);
         _appends.Enqueue(append);
         Send();
         return append.Done.Task;
     }
 
-    /// <summary>Sends what waits, while there is room in flight. Called after every enqueue and every completion, so nothing waits with room free.</summary>
+    /// <summary>
+    /// Sends what waits: at once when no call is in flight; while one is, only a full call's worth (more calls would each
+    /// carry a few sessions and their frames again: what waits goes in the next call, once the one in flight is answered).
+    /// Called after every enqueue and every answer, so nothing waits with no call in flight.
+    /// </summary>
     private void Send()
     {
         while (!_appends.IsEmpty)
         {
             int inFlight = Volatile.Read(ref _inFlight);
-            if (inFlight >= MaxAppendsInFlight)
+            if (inFlight >= MaxAppendsInFlight || (inFlight > 0 && Volatile.Read(ref _waiting) < MaxSessionsPerAppend && Interlocked.Read(ref _waitingBytes) < MaxBytesPerAppend))
             {
-                return; // a completion sends it
+                return; // an answer sends it
             }
 
             if (Interlocked.CompareExchange(ref _inFlight, inFlight + 1, inFlight) != inFlight)
@@ -69,10 +85,9 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
             while (batch.Count < MaxSessionsPerAppend && bytes < MaxBytesPerAppend && _appends.TryDequeue(out PendingAppend? next))
             {
                 batch.Add(next);
-                foreach (SharedEntry entry in next.Entries)
-                {
-                    bytes += entry.Frame.Length;
-                }
+                bytes += next.Bytes;
+                Interlocked.Decrement(ref _waiting);
+                Interlocked.Add(ref _waitingBytes, -next.Bytes);
             }
 
             if (batch.Count == 0)
@@ -85,20 +100,27 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
         }
     }
 
-    private async Task SendAsync(List<PendingAppend> batch)
+    /// <summary>A batch's calls, one per shard its sessions are on; the last one answered frees the batch's room in flight (<see cref="Answered"/>).</summary>
+    private Task SendAsync(List<PendingAppend> batch)
     {
-        try
+        if (shards.Count == 1)
         {
-            if (shards.Count == 1)
-            {
-                await SendAsync(shards.First, batch).ConfigureAwait(false);
-            }
-            else
-            {
-                await Task.WhenAll(batch.GroupBy(append => shards.For(append.Token)).Select(group => SendAsync(group.Key, [.. group]))).ConfigureAwait(false);
-            }
+            return SendAsync(shards.First, batch, new StrongBox<int>(1));
         }
-        finally
+
+        List<IGrouping<ClusterConnection, PendingAppend>> groups = [.. batch.GroupBy(append => shards.For(append.Token))];
+        var left = new StrongBox<int>(groups.Count);
+        return Task.WhenAll(groups.Select(group => SendAsync(group.Key, [.. group], left)));
+    }
+
+    /// <summary>
+    /// One of a batch's calls is answered (or failed): the last frees the batch's room in flight and sends what waits
+    /// <b>before</b> the answered call's sessions let go of their frames, so that the next call, gathered meanwhile, refers
+    /// to the frames Redis now has (the same memory is still the same message) instead of writing them again.
+    /// </summary>
+    private void Answered(StrongBox<int> left)
+    {
+        if (Interlocked.Decrement(ref left.Value) == 0)
         {
             Interlocked.Decrement(ref _inFlight);
             Send();
@@ -111,9 +133,10 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
     /// session's batch of one topic is a run of consecutive numbers however the sessions' batches overlap: a range entry,
     /// with no walk over its messages in the script.
     /// </summary>
-    private async Task SendAsync(ClusterConnection shard, List<PendingAppend> batch)
+    private async Task SendAsync(ClusterConnection shard, List<PendingAppend> batch, StrongBox<int> left)
     {
         var used = new List<(ReadOnlyMemory<byte> Frame, Written Where)>();
+        bool answered = false;
         try
         {
             using EnvelopeSigner? signer = secret is null ? null : new EnvelopeSigner(secret);
@@ -228,6 +251,8 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
 
             args.AddRange(sessions);
             var results = (RedisResult[])(await shard.Database.ScriptEvaluateAsync(SharedSessionScripts.Append, keys, [.. args]).ConfigureAwait(false))!;
+            answered = true;
+            Answered(left);
             Forget(used);
             KeptCall call = kept.Keep((string)keys[0]!, [.. frames]);
             for (int s = 0; s < batch.Count; s++)
@@ -249,6 +274,11 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
         }
         catch (Exception e)
         {
+            if (!answered)
+            {
+                Answered(left);
+            }
+
             Forget(used);
             foreach (PendingAppend append in batch)
             {
@@ -370,7 +400,7 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
         public int Users { get; set; }
     }
 
-    private sealed record PendingAppend(string Token, IReadOnlyList<SharedEntry> Entries, int MaxPending, long MaxPendingBytes, bool Disconnect, long TtlMs)
+    private sealed record PendingAppend(string Token, IReadOnlyList<SharedEntry> Entries, int MaxPending, long MaxPendingBytes, bool Disconnect, long TtlMs, long Bytes)
     {
         public TaskCompletionSource<long> Done { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
     }
