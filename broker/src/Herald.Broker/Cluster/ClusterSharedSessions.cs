@@ -2,6 +2,7 @@ using System.Collections.Concurrent;
 using System.Globalization;
 using System.Security.Cryptography;
 using System.Text.Json;
+using Herald.Broker.Delivery;
 using Herald.Broker.Engines.PollSharing;
 using Herald.Broker.Engines;
 using Herald.Protocol;
@@ -246,7 +247,7 @@ internal sealed class ClusterSharedSessions : ISharedSessions
 
         var read = (RedisResult[])items[4]!;
         RedisValue[][] frames = await Guard(SharedSessionRecord.FetchFramesAsync(db, read, Kept)).ConfigureAwait(false);
-        List<(long Sequence, uint Sid, byte[] Frame)> entries = SharedSessionRecord.ReadEntries(token, read, frames, _secret, out int forged);
+        List<(long Sequence, uint Sid, MessageBuffer Frame)> entries = SharedSessionRecord.ReadEntries(token, read, frames, _secret, out int forged);
         Interlocked.Add(ref _forgedEntries, forged); // not a node's: never delivered (the gap one leaves, if any, is reported as one)
         return new SharedPoll(SharedPollStatus.Ok)
         {

@@ -72,7 +72,7 @@ internal sealed class KeptEntries
                 return; // an append tried again that Redis had the first time
             }
 
-            if (dropped != 0 || first != session.Top + 1 || call.Frames is null)
+            if (dropped != 0 || first != session.Top + 1 || call.Buffers is null)
             {
                 Clear(session, last); // what Redis dropped is not known here
                 return;
@@ -153,7 +153,7 @@ internal sealed class KeptEntries
                 return null;
             }
 
-            var messages = new List<(long Sequence, uint Sid, byte[] Frame)>();
+            var messages = new List<(long Sequence, uint Sid, MessageBuffer Frame)>();
             long bytes = 0;
             bool marks = true;
             foreach (Run run in session.Runs)
@@ -163,7 +163,7 @@ internal sealed class KeptEntries
                     continue;
                 }
 
-                byte[][]? frames = run.Call.At >= oldest ? run.Call.Frames : null;
+                MessageBuffer[]? frames = run.Call.At >= oldest ? run.Call.Buffers : null;
                 if (frames is null)
                 {
                     break; // an answer ends where memory does (a later one reads Redis)
@@ -171,7 +171,7 @@ internal sealed class KeptEntries
 
                 for (int k = (int)Math.Max(0, start - run.First); k < run.Count; k++)
                 {
-                    byte[] frame = frames[(run.Numbers is { } numbers ? numbers[k] : run.FirstNumber + k) - 1];
+                    MessageBuffer frame = frames[(run.Numbers is { } numbers ? numbers[k] : run.FirstNumber + k) - 1];
                     if (messages.Count >= maxMessages || (messages.Count > 0 && bytes + frame.Length > maxBytes))
                     {
                         return new Plan(start, messages, marks, session.Top);
@@ -189,7 +189,7 @@ internal sealed class KeptEntries
     }
 
     /// <summary>The poll's script took <paramref name="plan"/>: its messages are the answer.</summary>
-    public List<(long Sequence, uint Sid, byte[] Frame)> Answer(Plan plan)
+    public List<(long Sequence, uint Sid, MessageBuffer Frame)> Answer(Plan plan)
     {
         Interlocked.Increment(ref _answered);
         return plan.Messages;
@@ -246,14 +246,18 @@ internal sealed class KeptEntries
     /// A poll's answer from memory: the messages from <see cref="Start"/> (none: nothing above the ack yet), whether they are
     /// only loss marks (then a holding poll waits, as on the stream), and the last sequence this node appended.
     /// </summary>
-    internal sealed record Plan(long Start, List<(long Sequence, uint Sid, byte[] Frame)> Messages, bool MarksOnly, long Top)
+    internal sealed record Plan(long Start, List<(long Sequence, uint Sid, MessageBuffer Frame)> Messages, bool MarksOnly, long Top)
     {
         /// <summary>The script's argument: "start,end,top,marks" (<see cref="SharedSessionScripts.Poll"/>).</summary>
         public string Argument => string.Create(CultureInfo.InvariantCulture, $"{Start},{Start + Messages.Count - 1},{Top},{(MarksOnly ? 1 : 0)}");
     }
 
     /// <summary>One append: its messages' first sequence and count, sids (<see cref="Sids"/>, or all <see cref="Sid"/>) and frame numbers in its call.</summary>
-    private sealed record Run(long First, int Count, uint Sid, uint[]? Sids, int FirstNumber, int[]? Numbers, KeptCall Call);
+    private sealed record Run(long First, int Count, uint Sid, uint[]? Sids, int FirstNumber, int[]? Numbers, KeptCall Call)
+    {
+        /// <summary>What it holds: the record (header and fields) and its queue slot, then its arrays (header and 4 bytes a message) when it has them.</summary>
+        public long Bytes { get; } = 72 + (Sids is null ? 0 : 24 + (4L * Count)) + (Numbers is null ? 0 : 24 + (4L * Count));
+    }
 
     /// <summary>A session's appends kept, from <see cref="From"/> to <see cref="Top"/>; <see cref="Gone"/> the last sequence a poll learned was gone from its stream.</summary>
     private sealed class Session(long first)

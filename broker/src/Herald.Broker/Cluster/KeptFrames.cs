@@ -1,4 +1,5 @@
 using System.Collections.Concurrent;
+using Herald.Broker.Delivery;
 using StackExchange.Redis;
 
 namespace Herald.Broker.Cluster;
@@ -62,7 +63,7 @@ internal sealed class KeptFrames(long maxBytes)
             while (_bytes + bytes > maxBytes && _order.TryDequeue(out (KeptCall Call, long Bytes) oldest))
             {
                 _calls.TryRemove(oldest.Call.Name, out _);
-                oldest.Call.Frames = null;
+                oldest.Call.Forget();
                 _bytes -= oldest.Bytes;
             }
 
@@ -105,20 +106,29 @@ internal sealed class KeptFrames(long maxBytes)
 
 /// <summary>
 /// One append call's frames as this node keeps them (<see cref="KeptFrames"/>): its frame hash's name, when Redis had them
-/// (<see cref="Environment.TickCount64"/>), and the frames (field k is <see cref="Frames"/>[k - 1]) while they are kept;
-/// null once the bound pushed them out, so that what refers to the call does not keep them alive.
+/// (<see cref="Environment.TickCount64"/>), and the frames (field k is <see cref="Frames"/>[k - 1]) while they are kept, each
+/// also as one <see cref="MessageBuffer"/> over it (<see cref="Buffers"/>) that every poll answering it from memory hands
+/// out, whatever the number of sessions; both null once the bound pushed them out, so that what refers to the call does
+/// not keep them alive.
 /// </summary>
 internal sealed class KeptCall(string name, long at, byte[][]? frames)
 {
     private byte[][]? _frames = frames;
+    private MessageBuffer[]? _buffers = frames is null ? null : Array.ConvertAll(frames, MessageBuffer.Wrap);
 
     public string Name { get; } = name;
 
     public long At { get; } = at;
 
-    public byte[][]? Frames
+    public byte[][]? Frames => Volatile.Read(ref _frames);
+
+    /// <summary>The frames as buffers (not pooled, never written to: a take's release leaves them as they are).</summary>
+    public MessageBuffer[]? Buffers => Volatile.Read(ref _buffers);
+
+    /// <summary>No longer kept: the frames are left to whoever still holds one.</summary>
+    public void Forget()
     {
-        get => Volatile.Read(ref _frames);
-        set => Volatile.Write(ref _frames, value);
+        Volatile.Write(ref _frames, null);
+        Volatile.Write(ref _buffers, null);
     }
 }

@@ -1,5 +1,6 @@
 using System.Globalization;
 using System.Text.Json.Serialization;
+using Herald.Broker.Delivery;
 using Herald.Broker.Engines.PollSharing;
 using Herald.Protocol;
 using StackExchange.Redis;
@@ -88,10 +89,10 @@ internal static class SharedSessionRecord
     /// message whose tag is missing or not the one the secret gives for this session, sequence, sid and frame is left
     /// out and counted in <paramref name="forged"/>; so is one whose sid is not a number.
     /// </summary>
-    public static List<(long Sequence, uint Sid, byte[] Frame)> ReadEntries(string token, RedisResult[] raw, RedisValue[][] fetched, string? secret, out int forged)
+    public static List<(long Sequence, uint Sid, MessageBuffer Frame)> ReadEntries(string token, RedisResult[] raw, RedisValue[][] fetched, string? secret, out int forged)
     {
         forged = 0;
-        var entries = new List<(long Sequence, uint Sid, byte[] Frame)>();
+        var entries = new List<(long Sequence, uint Sid, MessageBuffer Frame)>();
         using EnvelopeSigner? signer = secret is null || raw.Length == 0 ? null : new EnvelopeSigner(secret);
         for (int e = 0; e < raw.Length; e++)
         {
@@ -127,7 +128,7 @@ internal static class SharedSessionRecord
                     continue;
                 }
 
-                entries.Add((sequence, sid, frame));
+                entries.Add((sequence, sid, MessageBuffer.Wrap(frame))); // not copied: what the node read is never written to
             }
         }
 

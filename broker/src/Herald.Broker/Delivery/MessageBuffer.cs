@@ -59,7 +59,11 @@ internal sealed class MessageBuffer
         return new MessageBuffer(ArrayPool<byte>.Shared.Rent(length), length);
     }
 
-    /// <summary>A buffer over <paramref name="frame"/> itself, not copied and not pooled: the array must never be written to again (frames read back from a cluster's backplane, shared by the sessions that read them).</summary>
+    /// <summary>
+    /// A buffer over <paramref name="frame"/> itself, not copied and not pooled: the array must never be written to again
+    /// (frames read back from a cluster's backplane, or kept from its appends, shared by the sessions that read them).
+    /// Retain and release do nothing to it: it holds its array for as long as anything holds it.
+    /// </summary>
     public static MessageBuffer Wrap(byte[] frame) => new(frame, frame.Length, pooled: false);
 
     /// <summary>Rents a buffer and copies <paramref name="frame"/> into it (control frames).</summary>
@@ -73,9 +77,14 @@ internal sealed class MessageBuffer
     /// <summary>Adds <paramref name="count"/> holders at once (one atomic operation per publish, not per subscriber).</summary>
     public void Retain(int count) => Interlocked.Add(ref _refCount, count);
 
-    /// <summary>Drops <paramref name="count"/> holders; the last one returns the bytes to the pool and gets <c>true</c>.</summary>
+    /// <summary>Drops <paramref name="count"/> holders; the last one returns the bytes to the pool and gets <c>true</c>. A <see cref="Wrap"/> is never released: its array is left to the collector.</summary>
     public bool Release(int count = 1)
     {
+        if (!_pooled)
+        {
+            return false; // shared as it is by every take that hands it out, however many
+        }
+
         int left = Interlocked.Add(ref _refCount, -count);
         if (left == 0)
         {

@@ -1,3 +1,4 @@
+using Herald.Broker.Delivery;
 using Herald.Protocol;
 
 namespace Herald.Broker.Engines.PollSharing;
@@ -47,7 +48,8 @@ internal sealed record SharedPoll(SharedPollStatus Status)
 
     public long HighestSent { get; init; }
 
-    public IReadOnlyList<(long Sequence, uint Sid, byte[] Frame)> Entries { get; init; } = [];
+    /// <summary>The messages read, their frames shared as they are (not pooled: a take's release leaves them).</summary>
+    public IReadOnlyList<(long Sequence, uint Sid, MessageBuffer Frame)> Entries { get; init; } = [];
 }
 
 /// <summary>

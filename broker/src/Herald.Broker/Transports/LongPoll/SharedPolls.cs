@@ -119,19 +119,19 @@ internal sealed class SharedPolls(PollSessionStore store, SessionRegistry regist
         int at = 0;
         for (long next = read.Entries[0].Sequence; at < read.Entries.Count && read.Entries[at] is { Sid: LossMark.Sid } mark && mark.Sequence == next; at++, next++)
         {
-            loss = loss.Merge(LossMark.Read(mark.Frame));
+            loss = loss.Merge(LossMark.Read(mark.Frame.Span));
         }
 
         long first = at == 0 ? read.Entries[0].Sequence : read.Entries[at - 1].Sequence + 1;
         for (; at < read.Entries.Count; at++)
         {
-            (long sequence, uint sid, byte[] frame) = read.Entries[at];
+            (long sequence, uint sid, MessageBuffer frame) = read.Entries[at];
             if (sequence != first + frames.Count || sid == LossMark.Sid || (frames.Count > 0 && bytes + frame.Length > store.Options.MaxBytesPerPoll))
             {
                 break;
             }
 
-            frames.Add(new QueuedFrame(MessageBuffer.Wrap(frame), sid)); // not copied: what the node read or kept is never written to
+            frames.Add(new QueuedFrame(frame, sid)); // not copied, not one per session: what the node read or kept is never written to
             bytes += frame.Length;
         }
 
