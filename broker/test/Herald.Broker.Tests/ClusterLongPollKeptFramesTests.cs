@@ -1,4 +1,5 @@
 using System.Net;
+using System.Text.Json;
 using Herald.Broker.Cluster;
 using Herald.Broker.Delivery;
 using Herald.Broker.Tests.Infrastructure;
@@ -141,6 +142,16 @@ public sealed class ClusterLongPollKeptFramesTests(ITestOutputHelper output)
         Assert.Equal(all, got[bystander]);
         Assert.Equal(all, got[elsewhere]);
         Assert.True(entries.Answered - answered >= Rounds, $"{entries.Answered - answered} polls answered from memory"); // the bystander's, on the owner
+
+        // /varz says what the owner keeps, against its bounds (read when quiet: every append answered).
+        using JsonDocument varz = JsonDocument.Parse(await cluster[0].Monitoring.GetStringAsync("/varz"));
+        JsonElement kept = varz.RootElement.GetProperty("cluster").GetProperty("sessions_kept");
+        output.WriteLine($"/varz cluster.sessions_kept: {kept}");
+        Assert.Equal((3, 3 * Pending), (kept.GetProperty("owned").GetInt32(), kept.GetProperty("max_messages").GetInt64()));
+        Assert.Equal((entries.Messages, entries.Appends, entries.Bytes), (kept.GetProperty("messages").GetInt64(), kept.GetProperty("appends").GetInt64(), kept.GetProperty("bytes").GetInt64()));
+        Assert.InRange(kept.GetProperty("messages").GetInt64(), 1, kept.GetProperty("max_messages").GetInt64());
+        Assert.InRange(kept.GetProperty("frame_bytes").GetInt64(), 1, kept.GetProperty("max_frame_bytes").GetInt64());
+        Assert.Equal(new ClusterOptions().KeptFrameBytes, kept.GetProperty("max_frame_bytes").GetInt64());
     }
 
     /// <summary>A session on node 0 subscribed to <paramref name="topic"/>, and <see cref="Count"/> messages published on node 0 and appended to it.</summary>

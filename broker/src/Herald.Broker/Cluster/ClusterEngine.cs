@@ -154,7 +154,8 @@ internal sealed class ClusterEngine : IClusterStatus, IAsyncDisposable
             Nodes.HistoryRulesMatch,
             Sessions.TakenOver,
             Sessions.CommandsSent,
-            [.. _shards.All.Select(ShardStatus)]);
+            [.. _shards.All.Select(ShardStatus)],
+            new ClusterSessionsKept(Sessions.Owned, Sessions.Entries.Sessions, Sessions.Entries.Appends, Sessions.Entries.Messages, Sessions.Entries.Bytes, Sessions.Kept.Bytes, _options.KeptFrameBytes));
     }
 
     /// <summary>One shard as this node sees it now (<c>/varz</c> <c>cluster.shards</c>, spec cluster.md §13).</summary>

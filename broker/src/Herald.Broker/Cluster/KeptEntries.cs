@@ -26,10 +26,21 @@ internal sealed class KeptEntries
 {
     private readonly ConcurrentDictionary<string, Session> _sessions = new(StringComparer.Ordinal);
     private long _messages;
+    private long _appends;
+    private long _bytes;
     private long _answered;
 
     /// <summary>Messages kept now, over all sessions (monitoring, tests).</summary>
     public long Messages => Interlocked.Read(ref _messages);
+
+    /// <summary>Appends kept now, over all sessions (monitoring).</summary>
+    public long Appends => Interlocked.Read(ref _appends);
+
+    /// <summary>
+    /// Bytes of what is kept now, over all sessions (monitoring): per append its record and queue slot
+    /// (<see cref="Run.Bytes"/>), and its sids and frame numbers where they are not one sid and consecutive numbers; no frame.
+    /// </summary>
+    public long Bytes => Interlocked.Read(ref _bytes);
 
     /// <summary>Polls answered from memory, their script having read no stream (monitoring, tests).</summary>
     public long Answered => Interlocked.Read(ref _answered);
@@ -88,10 +99,14 @@ internal sealed class KeptEntries
                 }
             }
 
-            session.Runs.Enqueue(new Run(first, entries.Count, sid, sids, firstNumber, numbers, call));
+            var run = new Run(first, entries.Count, sid, sids, firstNumber, numbers, call);
+            session.Runs.Enqueue(run);
             session.Top = last;
             session.Count += entries.Count;
+            session.Bytes += run.Bytes;
             Interlocked.Add(ref _messages, entries.Count);
+            Interlocked.Increment(ref _appends);
+            Interlocked.Add(ref _bytes, run.Bytes);
             while (session.Count > maxPending && session.Runs.Count > 0)
             {
                 Drop(session);
@@ -228,8 +243,11 @@ internal sealed class KeptEntries
     private void Clear(Session session, long top)
     {
         Interlocked.Add(ref _messages, -session.Count);
+        Interlocked.Add(ref _appends, -session.Runs.Count);
+        Interlocked.Add(ref _bytes, -session.Bytes);
         session.Runs.Clear();
         session.Count = 0;
+        session.Bytes = 0;
         session.Top = top;
         session.From = top + 1;
     }
@@ -238,7 +256,10 @@ internal sealed class KeptEntries
     {
         Run run = session.Runs.Dequeue();
         session.Count -= run.Count;
+        session.Bytes -= run.Bytes;
         Interlocked.Add(ref _messages, -run.Count);
+        Interlocked.Decrement(ref _appends);
+        Interlocked.Add(ref _bytes, -run.Bytes);
         session.From = run.First + run.Count;
     }
 
@@ -271,6 +292,9 @@ internal sealed class KeptEntries
         public long Gone { get; set; } = first - 1;
 
         public int Count { get; set; }
+
+        /// <summary>Bytes of its appends (<see cref="Run.Bytes"/>).</summary>
+        public long Bytes { get; set; }
 
         /// <summary>When an append last renewed its expiries (<see cref="Environment.TickCount64"/>; 0: never).</summary>
         public long RenewedAt { get; set; }

@@ -47,7 +47,16 @@ internal sealed record ClusterSnapshot(
     bool HistoryRulesMatch,
     long SessionsTakenOver,
     long SessionRequestsForwarded,
-    IReadOnlyList<ClusterShardStatus>? Shards = null);
+    IReadOnlyList<ClusterShardStatus>? Shards = null,
+    ClusterSessionsKept? SessionsKept = null);
+
+/// <summary>
+/// What this node keeps of the shared long-poll sessions it owns (spec cluster.md §10), so that a poll on it is answered
+/// from memory: the sessions owned now, those with appends kept, the appends and their messages kept (each session's at
+/// most its <c>MaxPendingMessagesPerSession</c>) and the bytes that takes (no frame), and the bytes of frames of its latest
+/// append calls kept, against <c>Herald:Cluster:KeptFrameBytes</c>.
+/// </summary>
+internal sealed record ClusterSessionsKept(int Owned, int Sessions, long Appends, long Messages, long Bytes, long FrameBytes, long MaxFrameBytes);
 
 /// <summary>
 /// One shard of the cluster (spec cluster.md §13) as this node sees it: its place, endpoints (never a password) and

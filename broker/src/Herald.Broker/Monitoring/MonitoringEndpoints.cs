@@ -141,14 +141,14 @@ internal static class MonitoringEndpoints
             broker.Limits,
             services.GetRequiredService<LongPollOptions>(),
             services.GetRequiredService<CompressionOptions>(),
-            broker.ClusterStatus.Snapshot() is { } cluster ? ClusterOf(cluster) : null,
+            broker.ClusterStatus.Snapshot() is { } cluster ? ClusterOf(cluster, services.GetRequiredService<LongPollOptions>()) : null,
             broker.History is { } history ? new VarzHistory(history.TopicCount, history.Options.MaxTopics, history.Bytes, history.Options.MaxBytes, history.EvictedTopics, history.Recovered, history.NotRecovered) : null,
             Presence(broker.Presence),
             broker.Encoder.Deltas is { } deltas ? new VarzDeltas(deltas.Topics, deltas.KeptBytes, deltas.MaxKeptBytes, deltas.Deltas, deltas.SavedBytes, deltas.Skipped, deltas.Count(DeltaDecision.NotPaying), deltas.Count(DeltaDecision.OverBudget)) : null);
         return Results.Json(varz, MonitoringJsonContext.Default.Varz);
     }
 
-    private static VarzCluster ClusterOf(ClusterSnapshot cluster) => new(
+    private static VarzCluster ClusterOf(ClusterSnapshot cluster, LongPollOptions longPoll) => new(
         cluster.Node,
         cluster.Endpoints,
         cluster.Connected,
@@ -166,7 +166,10 @@ internal static class MonitoringEndpoints
         cluster.HistoryRulesMatch,
         cluster.SessionsTakenOver,
         cluster.SessionRequestsForwarded,
-        ShardsOf(cluster));
+        ShardsOf(cluster),
+        cluster.SessionsKept is { } kept
+            ? new VarzSessionsKept(kept.Owned, kept.Sessions, kept.Appends, kept.Messages, (long)kept.Owned * longPoll.MaxPendingMessagesPerSession, kept.Bytes, kept.FrameBytes, kept.MaxFrameBytes)
+            : null);
 
     /// <summary>The cluster's shards (spec cluster.md §13) as <c>/varz</c> and <c>/statusz</c> show them.</summary>
     internal static IReadOnlyList<VarzShard>? ShardsOf(ClusterSnapshot cluster) =>

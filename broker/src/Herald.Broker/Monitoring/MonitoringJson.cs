@@ -86,7 +86,16 @@ internal sealed record VarzCluster(
     bool HistoryRulesMatch = true,
     long SessionsTakenOver = 0,
     long SessionRequestsForwarded = 0,
-    IReadOnlyList<VarzShard>? Shards = null);
+    IReadOnlyList<VarzShard>? Shards = null,
+    VarzSessionsKept? SessionsKept = null);
+
+/// <summary>
+/// What a cluster node keeps of the shared long-poll sessions it owns (spec cluster.md §10): sessions owned and those with
+/// appends kept, the appends and messages kept against their bound (<see cref="MaxMessages"/>: each owned session's
+/// <c>LongPoll:MaxPendingMessagesPerSession</c>), the bytes that takes (no frame), and the bytes of frames of its latest
+/// append calls against <c>Cluster:KeptFrameBytes</c>.
+/// </summary>
+internal sealed record VarzSessionsKept(int Owned, int Sessions, long Appends, long Messages, long MaxMessages, long Bytes, long FrameBytes, long MaxFrameBytes);
 
 /// <summary>
 /// One shard of the cluster (spec cluster.md §13): its index, endpoints (never a password), prefix, whether it is
