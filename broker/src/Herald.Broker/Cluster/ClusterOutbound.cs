@@ -120,7 +120,7 @@ internal sealed partial class ClusterOutbound : IPublicationExchange, IDisposabl
             return null;
         }
 
-        return (reused ??= NewAssignments()).Decide();
+        return (reused ??= NewAssignments()).Decide(shard.Index); // Forward takes the shard from there: the topic is hashed once
     }
 
     /// <summary>
@@ -138,7 +138,7 @@ internal sealed partial class ClusterOutbound : IPublicationExchange, IDisposabl
         }
 
         CountOverflow(groups);
-        ShardWriter writer = _writers[_shards.For(publish.Topic).Index];
+        ShardWriter writer = _writers[groups is { Deciding: true, Shard: >= 0 } ? groups.Shard : _shards.For(publish.Topic).Index];
         byte[] prefix = writer.Shard.ChannelPrefix;
         byte[] envelope = ClusterEnvelope.Write(publish, NodeId, signed: _options.Secret is not null, groups);
         long size = envelope.Length + prefix.Length + publish.Topic.Length;

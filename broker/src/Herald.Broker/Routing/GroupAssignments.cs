@@ -41,10 +41,17 @@ internal sealed class GroupAssignments(ulong self)
     /// <summary>Groups past <see cref="Max"/> that could not be sent elsewhere (counted by the engine).</summary>
     public int Overflowed { get; private set; }
 
-    /// <summary>For a publication of this node's clients: the router chooses, and records a choice elsewhere here.</summary>
-    public GroupAssignments Decide()
+    /// <summary>
+    /// For a publication of this node's clients (<see cref="Decide"/>): the index of the shard its topic goes to, as the
+    /// exchange found it when it chose to decide, so that handing the publication over does not hash the topic again; -1 unknown.
+    /// </summary>
+    public int Shard { get; private set; } = -1;
+
+    /// <summary>For a publication of this node's clients, going to <paramref name="shard"/>: the router chooses, and records a choice elsewhere here.</summary>
+    public GroupAssignments Decide(int shard = -1)
     {
         Deciding = true;
+        Shard = shard;
         Count = 0;
         Overflowed = 0;
         _carried = default;
@@ -58,6 +65,7 @@ internal sealed class GroupAssignments(ulong self)
     public GroupAssignments Apply(ulong origin, ReadOnlyMemory<byte> carried)
     {
         Deciding = false;
+        Shard = -1;
         Origin = origin;
         _carried = carried;
         Count = 0;
