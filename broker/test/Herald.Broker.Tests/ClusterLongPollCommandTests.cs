@@ -18,17 +18,11 @@ namespace Herald.Broker.Tests;
 /// </summary>
 public sealed class ClusterLongPollCommandTests(ITestOutputHelper output)
 {
-    private const string Secret = "the-cluster-secret-0123456789";
-    private const string Refused = "herald.cluster.sessions.refused";
 
     [Fact]
     public async Task With_a_secret_a_forged_or_replayed_command_is_not_carried_out_and_is_counted()
     {
-        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
-        {
-            o.Cluster.Secret = Secret;
-            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
-        });
+        await using TestCluster cluster = await TestCluster.StartSignedAsync(nodes: 2);
         using MetricsProbe metrics = cluster[0].Metrics();
         await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
         LongPollClient session = await LongPollClient.CreateAsync(cluster[0].Http);
@@ -52,8 +46,8 @@ public sealed class ClusterLongPollCommandTests(ITestOutputHelper output)
         // The same bytes again (a replay), and a command as a writer without the secret makes it.
         await redis.GetSubscriber().PublishAsync(commands, genuine);
         await redis.GetSubscriber().PublishAsync(commands, Command(session.Session, "publish", "forged-1", frames: Publish("chat.forged", "forged")));
-        await Until.True(() => metrics[Refused, "reason", "replayed"] == 1 && metrics[Refused, "reason", "forged"] == 1, "the replay and the forgery refused", TimeSpan.FromSeconds(10));
-        output.WriteLine($"refused on node 0: replayed {metrics[Refused, "reason", "replayed"]}, forged {metrics[Refused, "reason", "forged"]}");
+        await Until.True(() => metrics[TestCluster.SessionsRefused, "reason", "replayed"] == 1 && metrics[TestCluster.SessionsRefused, "reason", "forged"] == 1, "the replay and the forgery refused", TimeSpan.FromSeconds(10));
+        output.WriteLine($"refused on node 0: replayed {metrics[TestCluster.SessionsRefused, "reason", "replayed"]}, forged {metrics[TestCluster.SessionsRefused, "reason", "forged"]}");
 
         // The next message the bystander gets is the marker sent after them: neither was carried out.
         using (HttpResponseMessage marker = await on1.PublishAsync("chat.marker", "after"))
@@ -68,11 +62,7 @@ public sealed class ClusterLongPollCommandTests(ITestOutputHelper output)
     [Fact]
     public async Task With_a_secret_a_backlog_entry_written_into_redis_by_another_hand_is_never_delivered()
     {
-        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
-        {
-            o.Cluster.Secret = Secret;
-            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
-        });
+        await using TestCluster cluster = await TestCluster.StartSignedAsync(nodes: 2);
         using MetricsProbe metrics0 = cluster[0].Metrics();
         using MetricsProbe metrics1 = cluster[1].Metrics();
         await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
@@ -97,7 +87,7 @@ public sealed class ClusterLongPollCommandTests(ITestOutputHelper output)
         await publisher.PublishAsync("feed", "m3");
 
         (List<string> rest, _) = await ReceiveAsync([on1, session], 2, ack);
-        long skipped = metrics0[Refused, "reason", "entry"] + metrics1[Refused, "reason", "entry"];
+        long skipped = metrics0[TestCluster.SessionsRefused, "reason", "entry"] + metrics1[TestCluster.SessionsRefused, "reason", "entry"];
         output.WriteLine($"after the forged entry the session got [{string.Join(", ", rest)}]; entries skipped: {skipped}");
         Assert.Equal(["m2", "m3"], rest);
         Assert.True(skipped >= 1);
@@ -121,10 +111,10 @@ public sealed class ClusterLongPollCommandTests(ITestOutputHelper output)
         // As a sender that gave up (answered 503) a second ago would have sent it.
         long deadline = DateTimeOffset.UtcNow.ToUnixTimeMilliseconds() - 1000;
         await redis.GetSubscriber().PublishAsync(RedisChannel.Literal("{herald}:.lpc:" + cluster[0].Engine().Sessions.Node), Command(session.Session, "publish", "late-1", frames: Publish("chat.late", "late"), deadline: deadline));
-        JsonElement reply = JsonDocument.Parse(await ReplyAsync(replies, () => $"node 0 counted {metrics[Refused, "reason", "expired"]} command(s) past their deadline")).RootElement;
-        output.WriteLine($"the owner answered a command past its deadline: {reply}; refused as expired: {metrics[Refused, "reason", "expired"]}");
+        JsonElement reply = JsonDocument.Parse(await ReplyAsync(replies, () => $"node 0 counted {metrics[TestCluster.SessionsRefused, "reason", "expired"]} command(s) past their deadline")).RootElement;
+        output.WriteLine($"the owner answered a command past its deadline: {reply}; refused as expired: {metrics[TestCluster.SessionsRefused, "reason", "expired"]}");
         Assert.Equal(503, reply.GetProperty("Status").GetInt32());
-        Assert.Equal(1, metrics[Refused, "reason", "expired"]);
+        Assert.Equal(1, metrics[TestCluster.SessionsRefused, "reason", "expired"]);
 
         using (HttpResponseMessage marker = await on1.PublishAsync("chat.marker", "after"))
         {
@@ -161,9 +151,9 @@ public sealed class ClusterLongPollCommandTests(ITestOutputHelper output)
         }
 
         int busy = codes.Count(c => c == "503 OwnerUnavailable");
-        output.WriteLine($"{Burst} commands, bound {Bound}: {string.Join(", ", codes.GroupBy(c => c).Select(g => $"{g.Count()} x {g.Key}"))}; counted busy {metrics[Refused, "reason", "busy"]}");
+        output.WriteLine($"{Burst} commands, bound {Bound}: {string.Join(", ", codes.GroupBy(c => c).Select(g => $"{g.Count()} x {g.Key}"))}; counted busy {metrics[TestCluster.SessionsRefused, "reason", "busy"]}");
         Assert.True(busy > 0, "none was refused");
-        Assert.Equal(busy, metrics[Refused, "reason", "busy"]);
+        Assert.Equal(busy, metrics[TestCluster.SessionsRefused, "reason", "busy"]);
         Assert.Equal(Burst - busy, codes.Count(c => c == "204"));
 
         // The session and a bystander carry on through the other node.

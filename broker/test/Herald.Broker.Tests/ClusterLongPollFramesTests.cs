@@ -17,8 +17,6 @@ namespace Herald.Broker.Tests;
 /// </summary>
 public sealed class ClusterLongPollFramesTests(ITestOutputHelper output)
 {
-    private const string Secret = "the-cluster-secret-0123456789";
-    private const string Refused = "herald.cluster.sessions.refused";
 
     [Fact]
     public async Task Fifty_sessions_given_one_64_KB_message_make_redis_hold_one_copy_and_their_acks_and_ends_give_it_back()
@@ -301,11 +299,7 @@ public sealed class ClusterLongPollFramesTests(ITestOutputHelper output)
     [Fact]
     public async Task With_a_secret_a_reference_copied_into_another_sessions_stream_is_left_out_and_counted()
     {
-        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
-        {
-            o.Cluster.Secret = Secret;
-            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
-        });
+        await using TestCluster cluster = await TestCluster.StartSignedAsync(nodes: 2);
         using MetricsProbe metrics0 = cluster[0].Metrics();
         using MetricsProbe metrics1 = cluster[1].Metrics();
         await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
@@ -327,7 +321,7 @@ public sealed class ClusterLongPollFramesTests(ITestOutputHelper output)
         await publisher.PublishAsync("feed", "for bob");
 
         PollResult got = await Until.Value(() => bob.Via(cluster[1].Http).PollAsync(0), p => p.Count > 0, "bob's message");
-        long skipped = metrics0[Refused, "reason", "entry"] + metrics1[Refused, "reason", "entry"];
+        long skipped = metrics0[TestCluster.SessionsRefused, "reason", "entry"] + metrics1[TestCluster.SessionsRefused, "reason", "entry"];
         output.WriteLine($"bob got [{string.Join(", ", got.Messages.Select(m => m.Text))}]; entries skipped {skipped}");
         Assert.Equal(["for bob"], got.Messages.Select(m => m.Text));
         Assert.True(skipped >= 1);

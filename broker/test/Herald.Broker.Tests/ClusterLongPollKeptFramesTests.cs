@@ -16,17 +16,12 @@ namespace Herald.Broker.Tests;
 /// </summary>
 public sealed class ClusterLongPollKeptFramesTests(ITestOutputHelper output)
 {
-    private const string Secret = "the-cluster-secret-0123456789";
     private const int Count = 5;
 
     [Fact]
     public async Task A_poll_on_the_owner_is_answered_from_memory_with_what_a_poll_through_another_node_reads_from_redis()
     {
-        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
-        {
-            o.Cluster.Secret = Secret; // each frame's tag checked, whether from memory or from Redis
-            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
-        });
+        await using TestCluster cluster = await TestCluster.StartSignedAsync(nodes: 2); // each frame's tag checked, whether from memory or from Redis
         LongPollClient owner = await PublishedAsync(cluster, "kept");
         KeptFrames kept0 = cluster[0].Engine().Sessions.Kept, kept1 = cluster[1].Engine().Sessions.Kept;
         (long found0, long fetched0, long found1, long fetched1) = (kept0.Found, kept0.Fetched, kept1.Found, kept1.Fetched);

@@ -18,8 +18,6 @@ namespace Herald.Broker.Tests;
 /// </summary>
 public sealed class LossMarkTests(ITestOutputHelper output)
 {
-    private const string Secret = "the-cluster-secret-0123456789";
-    private const string Refused = "herald.cluster.sessions.refused";
 
     [Theory]
     [InlineData(false)]
@@ -130,11 +128,7 @@ public sealed class LossMarkTests(ITestOutputHelper output)
     [Fact]
     public async Task A_takeovers_mark_rewritten_in_redis_is_not_believed_and_what_it_held_is_still_reported_as_a_loss()
     {
-        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 3, o =>
-        {
-            o.Cluster.Secret = Secret;
-            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
-        });
+        await using TestCluster cluster = await TestCluster.StartSignedAsync(nodes: 3);
         using MetricsProbe metrics1 = cluster[1].Metrics();
         using MetricsProbe metrics2 = cluster[2].Metrics();
         await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
@@ -169,7 +163,7 @@ public sealed class LossMarkTests(ITestOutputHelper output)
         // Not believed: the poll skips it, and the sequence it held is reported as one dropped message, never silence.
         await publisher.PublishAsync("plain.t", "m2");
         Poll after = await UntilMessagesAsync(on0.Via(cluster[2].Http), first.Ack);
-        long skipped = metrics1[Refused, "reason", "entry"] + metrics2[Refused, "reason", "entry"];
+        long skipped = metrics1[TestCluster.SessionsRefused, "reason", "entry"] + metrics2[TestCluster.SessionsRefused, "reason", "entry"];
         output.WriteLine($"after the rewrite: dropped {after.Dropped}, gaps [{string.Join(",", after.Gaps)}], messages [{string.Join(",", after.Texts)}]; entries skipped {skipped}");
         Assert.Equal(["m2"], after.Texts);
         Assert.Equal(1, after.Dropped);
@@ -180,11 +174,7 @@ public sealed class LossMarkTests(ITestOutputHelper output)
     [Fact]
     public async Task A_mark_written_into_redis_by_a_writer_that_is_not_a_node_is_never_reported()
     {
-        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, o =>
-        {
-            o.Cluster.Secret = Secret;
-            o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
-        });
+        await using TestCluster cluster = await TestCluster.StartSignedAsync(nodes: 2);
         await using ConnectionMultiplexer redis = await ConnectionMultiplexer.ConnectAsync(cluster.Redis.Configuration);
         LongPollClient session = await LongPollClient.CreateAsync(cluster[0].Http);
         await session.SubscribeAsync(1, "feed");

@@ -11,6 +11,12 @@ namespace Herald.Broker.Tests.Infrastructure;
 /// </summary>
 public sealed class TestCluster : IAsyncDisposable
 {
+    /// <summary>The <c>Herald:Cluster:Secret</c> of the tests that sign what the nodes write to Redis.</summary>
+    public const string Secret = "the-cluster-secret-0123456789";
+
+    /// <summary>The counter of long-poll session commands and backlog entries a node refused, by <c>reason</c> (cluster.md §10).</summary>
+    public const string SessionsRefused = "herald.cluster.sessions.refused";
+
     private readonly IAsyncDisposable _backplane;
 
     private TestCluster(IAsyncDisposable backplane, TestBroker[] nodes)
@@ -169,6 +175,16 @@ public sealed class TestCluster : IAsyncDisposable
     public TestBroker[] Nodes { get; }
 
     public TestBroker this[int node] => Nodes[node];
+
+    /// <summary>
+    /// <paramref name="nodes"/> nodes that sign what they write to Redis (<see cref="Secret"/>), with long polls held at most
+    /// 500 ms: the shared long-poll sessions' tests of entries and commands written by another hand.
+    /// </summary>
+    public static Task<TestCluster> StartSignedAsync(int nodes) => StartAsync(nodes, o =>
+    {
+        o.Cluster.Secret = Secret;
+        o.LongPoll.PollTimeout = TimeSpan.FromMilliseconds(500);
+    });
 
     /// <param name="configureNode">Called after <paramref name="configure"/> with each node's index (0 first).</param>
     /// <param name="redisArguments">More <c>redis-server</c> arguments for a single Redis (<c>--appendonly yes</c>...), run in a directory of its own.</param>
