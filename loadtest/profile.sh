@@ -9,7 +9,8 @@
 # Usage: loadtest/profile.sh NAME SCENARIO [scenario options...]
 #   e.g. loadtest/profile.sh stream stream --messages 8000000 --warmup 500000
 # Environment: PDELAY (3), PSECS (4), BROKER (the broker dll), BROKER_ARGS (extra --Herald:... options),
-#   OUT (loadtest/results/profile). Needs perf (Debian: linux-perf) and the right to use it (root, or
+#   OUT (loadtest/results/profile), PORT_BASE (25500: the ports P+2..P+90; another profile running beside this one
+#   takes another). Needs perf (Debian: linux-perf) and the right to use it (root, or
 #   kernel.perf_event_paranoid <= 1).
 set -u
 [ $# -ge 2 ] || { sed -n 2,14p "$0"; exit 2; }
@@ -18,14 +19,15 @@ name=$1; shift
 OUT=${OUT:-loadtest/results/profile}; mkdir -p "$OUT"
 BROKER=${BROKER:-broker/src/Herald.Broker/bin/Release/net10.0/Herald.Broker.dll}
 LT="dotnet loadtest/Herald.LoadTest/bin/Release/net10.0/Herald.LoadTest.dll"
-PORTS=(--ports 25502-25534 --http-port 25580 --monitoring-port 25590)
+P=${PORT_BASE:-25500}
+PORTS=(--ports $((P + 2))-$((P + 34)) --http-port $((P + 80)) --monitoring-port $((P + 90)))
 # shellcheck disable=SC2086
 DOTNET_PerfMapEnabled=1 DOTNET_EnableWriteXorExecute=0 dotnet "$BROKER" --Herald:Tcp:Host=127.0.0.1 \
-  --Herald:Tcp:PortRangeStart=25502 --Herald:Tcp:PortRangeEnd=25534 --Herald:Http:Host=127.0.0.1 --Herald:Http:Port=25580 \
-  --Herald:Monitoring:Host=127.0.0.1 --Herald:Monitoring:Port=25590 --Herald:Policy:Port=-1 ${BROKER_ARGS:-} > "$OUT/$name.broker.log" 2>&1 &
+  --Herald:Tcp:PortRangeStart=$((P + 2)) --Herald:Tcp:PortRangeEnd=$((P + 34)) --Herald:Http:Host=127.0.0.1 --Herald:Http:Port=$((P + 80)) \
+  --Herald:Monitoring:Host=127.0.0.1 --Herald:Monitoring:Port=$((P + 90)) --Herald:Policy:Port=-1 ${BROKER_ARGS:-} > "$OUT/$name.broker.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
-for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/25534) 2>/dev/null && break; sleep 0.2; done
+for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$((P + 34))) 2>/dev/null && break; sleep 0.2; done
 (
   sleep "${PDELAY:-3}"
   perf record -F 999 -g -p $pid -o "$OUT/$name.perf.data" -- sleep "${PSECS:-4}" > /dev/null 2>&1 &

@@ -85,8 +85,12 @@ internal struct TokenBucket
     /// <summary>The warning of this episode was not sent (another answer took its place): the next operation in debt warns.</summary>
     public void Unwarn() => _warned = false;
 
-    /// <summary>How long from now until the debt is paid at <paramref name="rate"/> (0: none, or paid by waiting already); never less.</summary>
-    public readonly TimeSpan Debt(int rate) => Debt(rate, Stopwatch.GetTimestamp());
+    /// <summary>
+    /// How long from now until the debt is paid at <paramref name="rate"/> (0: none, or paid by waiting already); never less.
+    /// Reads the clock only when in debt: a read loop asks before every frame, and a clock read per frame was about
+    /// 6 % of a streaming publisher's broker CPU (loadtest/docs/profile.md).
+    /// </summary>
+    public readonly TimeSpan Debt(int rate) => _tokens >= 0 ? TimeSpan.Zero : Debt(rate, Stopwatch.GetTimestamp());
 
     /// <summary><see cref="Debt(int)"/> at <paramref name="now"/> (a <see cref="Stopwatch.GetTimestamp"/> value).</summary>
     public readonly TimeSpan Debt(int rate, long now)
