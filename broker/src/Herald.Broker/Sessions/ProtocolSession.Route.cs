@@ -58,13 +58,26 @@ internal abstract partial class ProtocolSession
             span.Dispose(); // ended once queued to every subscriber, not when written
         }
 
-        Broker.Metrics.Published(Transport, publish.Topic, deliveries, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
+        CountPublished(publish.Topic, deliveries, ProtocolConstants.MessageHeaderSize + (int)(publish.Envelope.Length + publish.Headers.Length));
         bool unanswered = deliveries == 0 && _noResponders && publish.ReplyTo.HasValue;
         // In a cluster the other nodes decide whether anyone takes the request, and the groups given to them go along;
         // on one node (the exchange takes nothing) an unanswered request is answered here.
         if (!Broker.Exchange.Forward(publish, unanswered ? this : null, groups) && unanswered && AnswerNoResponders(publish.ReplyTo!.Value))
         {
             _toFlush.Add(Backlog);
+        }
+    }
+
+    /// <summary>
+    /// Counts a routed publication in the metrics: where one thread routes (a read loop), held in the session's
+    /// <see cref="PublicationTally"/> and counted once per topic and read batch (<see cref="FlushTouched"/>), else at once.
+    /// </summary>
+    private void CountPublished(in ReadOnlySequence<byte> topic, int deliveries, int frameBytes)
+    {
+        PublicationTally? tally = _tally ??= ChecksOnOneThread ? new PublicationTally() : null;
+        if (tally is null || !tally.TryAdd(Broker.Metrics, Transport, topic, deliveries, frameBytes))
+        {
+            Broker.Metrics.Published(Transport, topic, deliveries, frameBytes);
         }
     }
 

@@ -52,6 +52,7 @@ internal abstract partial class ProtocolSession : INoResponders
     private ReplyPermits? _replyPermits; // a restricted identity's reply permissions (spec §10); null while it may publish everywhere
     private bool _noResponders; // granted: a request that reaches no subscription is answered at once (spec §7)
     private FanoutTally? _fanout; // what routing a traced publication did, for its span (made at the first one)
+    private PublicationTally? _tally; // where one thread routes: publications counted in the metrics once per topic and read batch
     private uint _routed; // publications routed, for the fan-out latency's sampling (long-poll requests may race on it: a sample, not a count)
 
     // The last topic a PUBLISH of this session named that passed the topic rules, and the permissions that granted
@@ -169,6 +170,7 @@ internal abstract partial class ProtocolSession : INoResponders
     /// </summary>
     public void FlushTouched()
     {
+        _tally?.Count(Broker.Metrics, Transport); // before any receiver is woken: a client that has an answer to a later frame sees the counts
         List<IMessageSink> toFlush = _toFlush;
         int count = toFlush.Count;
         if (count == 0)

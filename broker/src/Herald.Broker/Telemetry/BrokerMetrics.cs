@@ -219,6 +219,31 @@ internal sealed class BrokerMetrics
     }
 
     /// <summary>
+    /// Several publications a client made here to <paramref name="topic"/>, counted at once (a read loop's
+    /// <see cref="PublicationTally"/>): what as many calls of <see cref="Published(string, in System.Buffers.ReadOnlySequence{byte}, int, int)"/> count.
+    /// </summary>
+    public void Published(string transport, ReadOnlySpan<byte> topic, in PublishedCounts counts)
+    {
+        int index = IndexOf(transport);
+        Interlocked.Add(ref _publishedBy[index], counts.Publications);
+        if (counts.PublishedBytes > 0)
+        {
+            Interlocked.Add(ref _publishedBytesBy[index], counts.PublishedBytes);
+        }
+
+        if (counts.Deliveries > 0)
+        {
+            Interlocked.Add(ref _totalDelivered, counts.Deliveries);
+            if (counts.DeliveredBytes > 0)
+            {
+                Interlocked.Add(ref _totalDeliveredBytes, counts.DeliveredBytes);
+            }
+        }
+
+        Topics?.Count(topic, counts.Publications, counts.Deliveries, counts.FrameBytes);
+    }
+
+    /// <summary>
     /// Once per publication, with the size of the MESSAGE frame routed (header and envelope; 0 if nobody
     /// was subscribed, so no frame was built): also counts published and delivered bytes.
     /// </summary>

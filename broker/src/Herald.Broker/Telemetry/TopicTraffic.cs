@@ -58,7 +58,7 @@ internal sealed class TopicTraffic
     {
         if (topic.IsSingleSegment)
         {
-            Count(topic.FirstSpan, deliveries, bytes);
+            Count(topic.FirstSpan, 1, deliveries, bytes);
             return;
         }
 
@@ -67,7 +67,7 @@ internal sealed class TopicTraffic
         Span<byte> name = length <= StackBytes ? stackalloc byte[StackBytes] : (rented = ArrayPool<byte>.Shared.Rent(length));
         name = name[..length];
         topic.CopyTo(name);
-        Count(name, deliveries, bytes);
+        Count(name, 1, deliveries, bytes);
         if (rented is not null)
         {
             ArrayPool<byte>.Shared.Return(rented);
@@ -116,7 +116,8 @@ internal sealed class TopicTraffic
         }
     }
 
-    private void Count(ReadOnlySpan<byte> name, int deliveries, int bytes)
+    /// <summary><paramref name="publications"/> publications to the topic <paramref name="name"/>, with their deliveries and MESSAGE bytes in total.</summary>
+    public void Count(ReadOnlySpan<byte> name, long publications, long deliveries, long bytes)
     {
         var hasher = default(HashCode);
         hasher.AddBytes(name);
@@ -132,7 +133,7 @@ internal sealed class TopicTraffic
             }
             else if (counter.Is(hash, name))
             {
-                counter.Add(deliveries, bytes);
+                counter.Add(publications, deliveries, bytes);
                 return;
             }
         }
@@ -144,12 +145,12 @@ internal sealed class TopicTraffic
             TopicCounter? counter = raced is null ? fresh : raced.Is(hash, name) ? raced : null;
             if (counter is not null)
             {
-                counter.Add(deliveries, bytes);
+                counter.Add(publications, deliveries, bytes);
                 return;
             }
         }
 
-        Interlocked.Increment(ref _untracked);
+        Interlocked.Add(ref _untracked, publications);
     }
 
     /// <summary>One topic's counts. The totals are the message path's (interlocked); the <c>Sampled*</c> fields are <see cref="Sample"/>'s (under its lock).</summary>
@@ -170,9 +171,9 @@ internal sealed class TopicTraffic
 
         public bool Is(int hash, ReadOnlySpan<byte> name) => _hash == hash && name.SequenceEqual(_name);
 
-        public void Add(int deliveries, int bytes)
+        public void Add(long publications, long deliveries, long bytes)
         {
-            Interlocked.Increment(ref Publications);
+            Interlocked.Add(ref Publications, publications);
             if (deliveries > 0)
             {
                 Interlocked.Add(ref Deliveries, deliveries);
