@@ -31,12 +31,12 @@ trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
 for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$((P + 34))) 2>/dev/null && break; sleep 0.2; done
 (
   sleep "${PDELAY:-3}"
-  curl -s "127.0.0.1:$((P + 90))/varz" > "$OUT/$name.varz-before.json"
   perf record -F 999 -g -p $pid -o "$OUT/$name.perf.data" -- sleep "${PSECS:-4}" > /dev/null 2>&1 &
-  perf record -e syscalls:sys_exit_recvfrom,syscalls:sys_exit_sendmsg,syscalls:sys_exit_sendto -p $pid -o "$OUT/$name.io.data" -- sleep "${PSECS:-4}" > /dev/null 2>&1 &
+  # /varz read by the recording's own command, so that its counters and the calls cover the same window
+  perf record -e syscalls:sys_exit_recvfrom,syscalls:sys_exit_sendmsg,syscalls:sys_exit_sendto -p $pid -o "$OUT/$name.io.data" -- \
+    sh -c "curl -s 127.0.0.1:$((P + 90))/varz > '$OUT/$name.varz-before.json'; sleep ${PSECS:-4}; curl -s 127.0.0.1:$((P + 90))/varz > '$OUT/$name.varz-after.json'" > /dev/null 2>&1 &
   perf stat -e syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendmsg,syscalls:sys_enter_sendto,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_sched_yield,syscalls:sys_enter_futex,context-switches,cpu-migrations,task-clock \
     -p $pid -- sleep "${PSECS:-4}" 2>&1 | grep -E '^ +[0-9]' > "$OUT/$name.stat.txt"
-  curl -s "127.0.0.1:$((P + 90))/varz" > "$OUT/$name.varz-after.json"
   wait
 ) &
 sampler=$!
@@ -44,15 +44,14 @@ $LT "$@" --server external --server-pid $pid "${PORTS[@]}" 2>&1 | grep -E 'messa
 wait $sampler
 echo "--- system calls and context switches in ${PSECS:-4} s of load"
 cat "$OUT/$name.stat.txt"
-echo "--- what each socket call carried in the same ${PSECS:-4} s (system call results; /varz's counters for the messages)"
+echo "--- what each socket call carried in the same ${PSECS:-4} s (the calls' results)"
 perf script -i "$OUT/$name.io.data" 2>/dev/null | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^syscalls:/) e = $i; print e, $NF }' > "$OUT/$name.io.txt"
 python3 - "$OUT/$name" <<'PY'
 import collections, json, sys
 n = sys.argv[1]
-a, b = (json.load(open(f"{n}.varz-{w}.json")) for w in ("before", "after"))
-moved = lambda *k: b[k[0]][k[1]] - a[k[0]][k[1]]
-published, sent, cpu = moved("messages", "published"), moved("messages", "sent"), moved("process", "cpu_seconds")
-print(f"  {published:,} messages published, {sent:,} sent; broker CPU {cpu:.2f} s, {cpu / max(published, 1) * 1e6:.2f} us per message")
+a, b = (json.load(open(f"{n}.varz-{w}.json"))["messages"] for w in ("before", "after"))
+size = (b["sent_bytes"] - a["sent_bytes"]) / max(b["sent"] - a["sent"], 1)  # a MESSAGE on the wire; a PUBLISH is a few bytes less
+print(f"  messages per call counted as bytes / {size:.0f} B (a MESSAGE on the wire, /varz)")
 calls = collections.defaultdict(list)
 for line in open(f"{n}.io.txt"):
     event, result = line.split()
@@ -60,9 +59,8 @@ for line in open(f"{n}.io.txt"):
     calls["send" if call.startswith("send") else call].append(int(result, 16) if result.startswith("0x") else int(result))
 for call, results in sorted(calls.items()):  # send: sendmsg (several segments) and sendto (one)
     data = [r for r in results if 1 < r < 1 << 40]  # 1: .NET's one-byte peek that waits for data; negative: EAGAIN
-    messages = published if call == "recvfrom" else sent
     print(f"  {call:8} {len(results):7,} calls: {sum(r == 1 for r in results):6,} one-byte peeks, {sum(r > 1 << 40 or r < 0 for r in results):5,} EAGAIN, "
-          f"{len(data):6,} with data ({sum(data) / max(len(data), 1):8,.0f} B each); messages per call {messages / max(len(results), 1):5.0f}, per call with data {messages / max(len(data), 1):5.0f}")
+          f"{len(data):6,} with data, {sum(data) / max(len(data), 1):7,.0f} B each: {sum(data) / size / max(len(results), 1):4.0f} messages per call, {sum(data) / size / max(len(data), 1):4.0f} per call with data")
 PY
 echo "--- flat profile (self time), top 30"
 perf report -i "$OUT/$name.perf.data" --no-children --sort dso,symbol --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' \
