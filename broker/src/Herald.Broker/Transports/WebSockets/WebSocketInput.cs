@@ -19,10 +19,12 @@ namespace Herald.Broker.Transports.WebSockets;
 /// <remarks>
 /// <para>
 /// The buffer the connection's pipe holds reads, from its start: bytes already dealt with (headers, control
-/// frames: <c>_dead</c>), then unmasked payload the session has not consumed (<c>_ready</c>), then what is not
-/// parsed yet. A header is skipped by moving past it when nothing is ready before it; when the session has
-/// examined everything ready and waits for the rest of a frame that goes on in the next WebSocket frame (rare:
-/// clients send whole frames), the ready bytes are moved over the header so they meet the next payload.
+/// frames: <c>_dead</c>), then unmasked payload the session has not consumed (<c>_ready</c>), then headers and
+/// control frames dealt with after those ready bytes (<c>_gap</c>), then what is not parsed yet. A header is skipped
+/// by moving past it when nothing is ready before it; when the session has examined everything ready and waits for
+/// the rest of a frame that goes on in the next WebSocket frame (rare: clients send whole frames), the header joins
+/// the gap and each later payload byte is moved back over the gap, once, to meet the ready bytes. So a frame sent in
+/// many small fragments costs a copy of each byte, never a copy of all the bytes before it per fragment.
 /// </para>
 /// <para>
 /// Control frames are answered here: a Ping gets its Pong (<see cref="WebSocketOutput.AnswerPing"/>, not waited for), a
@@ -42,6 +44,7 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output) : P
     private bool _holding;
     private long _dead;            // bytes at the held buffer's start already dealt with
     private long _ready;           // unmasked payload after them, not consumed by the session
+    private long _gap;             // bytes dealt with after the ready ones: later payload is moved back over them
     private long _seen;            // of those, what the session has examined (it waits for more than that)
     private long _payloadLeft;     // payload bytes of the current data frame not yet unmasked
     private uint _mask;            // its masking key, rotated to the next byte's place
@@ -83,7 +86,7 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output) : P
                 Parse(buffer);
             }
 
-            if (_ended || (_held.IsCompleted && _payloadLeft == 0 && buffer.Length == _dead + _ready))
+            if (_ended || (_held.IsCompleted && _payloadLeft == 0 && buffer.Length == _dead + _ready + _gap))
             {
                 return new ReadResult(buffer.Slice(_dead, _ready), isCanceled: false, isCompleted: true);
             }
@@ -116,6 +119,12 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output) : P
         _ready = readyEnd - consumedAt;
         _seen = examinedAt >= readyEnd ? _ready : 0;
         _dead = 0;
+        if (_ready == 0)
+        {
+            _dead = _gap; // all taken: the gap leads the next read, skipped
+            _gap = 0;
+        }
+
         _holding = false;
         // Examined all that was ready: the connection's pipe waits for new bytes only if nothing unparsed is left.
         raw.AdvanceTo(consumed, examinedAt >= readyEnd ? buffer.GetPosition(readyEnd) : examined);
@@ -138,14 +147,16 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output) : P
         if (_holding)
         {
             // The session left its last read held (a cancelled one): what it did not take is dropped.
-            raw.AdvanceTo(_held.Buffer.GetPosition(_dead + _ready));
+            raw.AdvanceTo(_held.Buffer.GetPosition(_dead + _ready + _gap));
             _holding = false;
             _dead = 0;
         }
         else
         {
-            _dead = _ready; // the ready bytes lead the next read: skipped
+            _dead = _ready + _gap; // the ready bytes (and the gap after them) lead the next read: skipped
         }
+
+        _gap = 0;
 
         _ready = _seen = 0;
         while (!_ended)
@@ -166,7 +177,7 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output) : P
         Span<byte> header = stackalloc byte[14];
         while (true)
         {
-            long at = _dead + _ready;
+            long at = _dead + _ready + _gap;
             long unparsed = buffer.Length - at;
             if (unparsed == 0)
             {
@@ -183,6 +194,11 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output) : P
                 else
                 {
                     Unmask(buffer.Slice(at, take));
+                    if (_gap > 0)
+                    {
+                        CloseGap(buffer, at, take);
+                    }
+
                     _ready += take;
                 }
 
@@ -215,7 +231,7 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output) : P
                 Span<byte> payload = _control.AsSpan(0, (int)length);
                 buffer.Slice(at + headerLength, length).CopyTo(payload);
                 UnmaskSpan(payload, mask);
-                Remove(buffer, headerLength + length);
+                Remove(headerLength + length);
                 switch (opcode)
                 {
                     case 0x9 when !_discarding:
@@ -234,7 +250,7 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output) : P
             _inMessage = !fin;
             _payloadLeft = length;
             _mask = mask;
-            Remove(buffer, headerLength);
+            Remove(headerLength);
         }
     }
 
@@ -343,28 +359,49 @@ internal sealed class WebSocketInput(PipeReader raw, WebSocketOutput output) : P
     }
 
     /// <summary>
-    /// Takes <paramref name="count"/> bytes just past the ready ones out of the session's view: skipped when nothing
-    /// is ready, else the ready bytes move over them, to meet the payload after them.
+    /// Takes <paramref name="count"/> bytes just past the ready ones (and the gap) out of the session's view: skipped
+    /// when nothing is ready, else added to the gap, which later payload is moved back over (<see cref="CloseGap"/>).
     /// </summary>
-    private void Remove(ReadOnlySequence<byte> buffer, long count)
+    private void Remove(long count)
     {
         if (_ready > 0)
         {
-            byte[] moved = ArrayPool<byte>.Shared.Rent((int)_ready);
-            buffer.Slice(_dead, _ready).CopyTo(moved);
-            Span<byte> from = moved.AsSpan(0, (int)_ready);
-            foreach (ReadOnlyMemory<byte> segment in buffer.Slice(_dead + count, _ready))
+            _gap += count;
+        }
+        else
+        {
+            _dead += count;
+        }
+    }
+
+    /// <summary>
+    /// Moves <paramref name="count"/> unmasked payload bytes at <paramref name="at"/> back over the gap, to follow the
+    /// ready bytes; the gap then lies after them. Each payload byte is moved at most once, whatever the fragments.
+    /// </summary>
+    private void CloseGap(ReadOnlySequence<byte> buffer, long at, long count)
+    {
+        byte[] moved = ArrayPool<byte>.Shared.Rent((int)Math.Min(count, 16 * 1024));
+        long done = 0;
+        while (done < count)
+        {
+            int chunk = (int)Math.Min(count - done, moved.Length);
+            Span<byte> from = moved.AsSpan(0, chunk);
+            buffer.Slice(at + done, chunk).CopyTo(from);
+            foreach (ReadOnlyMemory<byte> segment in buffer.Slice(_dead + _ready + done, chunk))
             {
                 from[..segment.Length].CopyTo(MemoryMarshal.AsMemory(segment).Span);
                 from = from[segment.Length..];
             }
 
-            ArrayPool<byte>.Shared.Return(moved);
-            _seen = 0; // moved: the session reads them anew, joined to what follows
+            done += chunk;
         }
 
-        _dead += count;
+        ArrayPool<byte>.Shared.Return(moved);
+        MovedBytes += count;
     }
+
+    /// <summary>Payload bytes moved back over headers so far (a frame spanning fragments); what tests bound it by.</summary>
+    internal long MovedBytes { get; private set; }
 
     /// <summary>Unmasks payload in place (the pipe's buffers are the socket's, writable), continuing the key's rotation across calls.</summary>
     private void Unmask(ReadOnlySequence<byte> payload)
