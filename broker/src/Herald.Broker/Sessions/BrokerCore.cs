@@ -82,8 +82,8 @@ internal sealed class BrokerCore
     public IClusterStatus ClusterStatus { get; }
 
     /// <summary>
-    /// The most receivers a read batch writes on its own thread (<see cref="ProtocolSession.FlushTouched"/>); more are
-    /// spread over the pool (<see cref="Transports.Tcp.TcpOptions.InlineFanout"/>, 1 by default).
+    /// The most receivers of one publication a read batch writes on its own thread (<see cref="ProtocolSession.FlushTouched"/>);
+    /// more, or several publications' receivers, are spread over the pool (<see cref="Transports.Tcp.TcpOptions.InlineFanout"/>, 1 by default).
     /// </summary>
     public int InlineReceivers { get; init; } = 1;
 

@@ -54,6 +54,7 @@ internal abstract partial class ProtocolSession : INoResponders
     private FanoutTally? _fanout; // what routing a traced publication did, for its span (made at the first one)
     private PublicationTally? _tally; // where one thread routes: publications counted in the metrics once per topic and read batch
     private uint _routed; // publications routed, for the fan-out latency's sampling (long-poll requests may race on it: a sample, not a count)
+    private uint _routedAtFlush; // _routed when the last batch was flushed: whether a batch's receivers are one publication's
 
     // The last topic a PUBLISH of this session named that passed the topic rules, and the permissions that granted
     // publishing to it (null: not granted by permissions, or not asked): a publisher sending to one topic pays
@@ -165,20 +166,25 @@ internal abstract partial class ProtocolSession : INoResponders
 
     /// <summary>
     /// Wakes, once each, the subscribers the publications since the last call reached (flushes are
-    /// coalesced per batch, never per message). Up to <see cref="BrokerCore.InlineReceivers"/> receivers (one by
-    /// default) are written on this thread; a larger fan-out is spread over the pool.
+    /// coalesced per batch, never per message). One receiver is written on this thread, and so are up to
+    /// <see cref="BrokerCore.InlineReceivers"/> (one by default) when one publication reached them (a room, a small
+    /// fan-out: the latency of one message); a larger fan-out, or several publications' receivers (a responder's
+    /// replies to many callers: throughput), is spread over the pool, so that one thread does not write them all.
     /// </summary>
     public void FlushTouched()
     {
         _tally?.Count(Broker.Metrics, Transport); // before any receiver is woken: a client that has an answer to a later frame sees the counts
         List<IMessageSink> toFlush = _toFlush;
         int count = toFlush.Count;
+        uint routed = _routed;
+        bool onePublication = routed - _routedAtFlush <= 1;
+        _routedAtFlush = routed;
         if (count == 0)
         {
             return;
         }
 
-        if (count <= Broker.InlineReceivers)
+        if (count == 1 || (count <= Broker.InlineReceivers && onePublication))
         {
             for (int i = 0; i < count; i++)
             {

@@ -33,8 +33,10 @@ public sealed class TcpOptions
     public int IoLoops { get; set; }
 
     /// <summary>
-    /// The most receivers of a read batch the reading thread writes itself (request/reply, a room, a small fan-out);
-    /// a batch that reached more spreads their writes over the pool. With <see cref="IoLoops"/> a small room then
+    /// The most receivers of one publication the reading thread writes itself (a room, a small fan-out); a batch that
+    /// reached more, or several publications' receivers (a responder's replies to many callers, which one thread
+    /// would otherwise write all of), spreads their writes over the pool; one receiver is always written inline
+    /// (request/reply, a stream). With <see cref="IoLoops"/> a small room then
     /// costs no wake-up beyond its loop's (8 is what loadtest/docs/profile.md measured); a receiver whose socket is
     /// full is left to finish on its own, so it delays the others by one write at most.
     /// </summary>
