@@ -94,7 +94,7 @@ internal sealed partial class SubscriberBacklog
             _highestSent = Math.Max(_highestSent, first + count - 1);
             _signalled &= count > 0; // marks alone: the next message wakes the reader
             take = new WindowTake(first, frames, bytes, dropped + loss.Dropped, redelivery) { Gaps = loss.Gaps };
-            _slowEpisode = false; // it reads again: a later overflow is a new episode
+            _slowEpisode &= skip + count < _ring.Count; // taken up to the newest: caught up, a later overflow is a new episode
             return true;
         }
     }

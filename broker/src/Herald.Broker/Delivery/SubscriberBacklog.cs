@@ -75,6 +75,11 @@ internal sealed partial class SubscriberBacklog : IMessageSink
     private long _droppedUnreported;
     private SortedSet<uint>? _gapsUnreported;
     private long _droppedTotal;
+    /// <summary>
+    /// A DropOldest episode is going on: from its first drop until the reader has taken everything queued. A reader that
+    /// takes part of its backlog and falls behind again (a stalled socket accepting a chunk, a subscriber reading at 90 %
+    /// of the rate) is one episode, not one per take.
+    /// </summary>
     private bool _slowEpisode;
     private long _highestAck;
     private long _highestSent;
@@ -367,7 +372,7 @@ internal sealed partial class SubscriberBacklog : IMessageSink
                 _pendingMessages -= count;
                 Volatile.Write(ref _pendingReplies, _pendingReplies - replies);
                 ReleaseReplyWaiter();
-                _slowEpisode = false; // it reads again: a later overflow is a new episode
+                _slowEpisode &= _ring.Count > 0; // caught up: a later overflow is a new episode (a take that leaves a backlog is the same one)
             }
 
             MessageBuffer? final = null;

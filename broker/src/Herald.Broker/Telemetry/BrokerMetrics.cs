@@ -130,7 +130,7 @@ internal sealed class BrokerMetrics
             tags: null,
             advice: new InstrumentAdvice<double> { HistogramBucketBoundaries = FanoutBuckets });
         _protocolErrors = meter.CreateCounter<long>("herald.protocol.errors", "{error}", "Connections closed or warned for breaking the protocol, by error code (error.type).");
-        _slowConsumers = meter.CreateCounter<long>("herald.slow_consumers", "{event}", "Slow-consumer episodes, by policy: a connection closed (Disconnect), or a subscriber that starts losing messages (DropOldest; once until it reads again).");
+        _slowConsumers = meter.CreateCounter<long>("herald.slow_consumers", "{event}", "Slow-consumer episodes, by policy: a connection closed (Disconnect), or a subscriber that starts losing messages (DropOldest; once until it has taken everything queued for it again).");
         meter.CreateObservableCounter("herald.messages.dropped", () => Interlocked.Read(ref _totalDropped), "{message}", "Messages dropped by the DropOldest policy, counted when dropped.");
         _opened = meter.CreateCounter<long>("herald.connections.opened", "{connection}", "Connections accepted (TCP) and sessions created (long-poll), by transport.");
         _closed = meter.CreateCounter<long>("herald.connections.closed", "{connection}", "Connections and sessions ended, by transport and reason (herald.close.reason).");
