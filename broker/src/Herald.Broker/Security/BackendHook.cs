@@ -113,6 +113,7 @@ internal sealed class BackendHook : IDisposable
             {
                 await _slots.WaitAsync(deadline.Token).ConfigureAwait(false);
                 holding = true;
+                _metrics.Holding(Name, +1);
             }
             catch (OperationCanceledException)
             {
@@ -168,6 +169,7 @@ internal sealed class BackendHook : IDisposable
         {
             if (holding)
             {
+                _metrics.Holding(Name, -1);
                 _slots.Release();
             }
         }

@@ -134,6 +134,7 @@ public sealed class MetricsProbe : IDisposable
 
     private readonly MeterListener _listener = new();
     private readonly Dictionary<(string Name, string Tags), long> _totals = [];
+    private readonly Dictionary<(string Name, string Tags), long> _most = [];
     private readonly Dictionary<(Instrument Instrument, string Tags), long> _observed = [];
     private readonly Dictionary<(string Name, string Tags), long> _baseline;
     private readonly Lock _gate = new();
@@ -159,7 +160,9 @@ public sealed class MetricsProbe : IDisposable
                 }
                 else
                 {
-                    _totals[(instrument.Name, key)] = _totals.GetValueOrDefault((instrument.Name, key)) + value;
+                    long total = _totals.GetValueOrDefault((instrument.Name, key)) + value;
+                    _totals[(instrument.Name, key)] = total;
+                    _most[(instrument.Name, key)] = Math.Max(total, _most.GetValueOrDefault((instrument.Name, key)));
                 }
             }
         });
@@ -176,6 +179,18 @@ public sealed class MetricsProbe : IDisposable
 
     /// <summary>The count of <paramref name="name"/> where attribute <paramref name="attribute"/> is <paramref name="value"/> (say <c>error.type</c>, <c>RateLimited</c>).</summary>
     public long this[string name, string attribute, string value] => Sum(name, $"{attribute}={value}");
+
+    /// <summary>
+    /// The highest an up-down counter (say <c>herald.hook.in_flight</c>) stood at since the probe was made, where attribute
+    /// <paramref name="attribute"/> is <paramref name="value"/>: its changes are summed in the order the broker made them.
+    /// </summary>
+    public long Most(string name, string attribute, string value)
+    {
+        lock (_gate)
+        {
+            return _most.Where(m => m.Key.Name == name && m.Key.Tags.Split(Separator).Contains($"{attribute}={value}")).Select(m => m.Value).DefaultIfEmpty().Max();
+        }
+    }
 
     public void Dispose() => _listener.Dispose();
 
