@@ -33,8 +33,22 @@ public sealed class ClusterLongPollFramesTests(ITestOutputHelper output)
             sessions.Add(session);
         }
 
+        // Redis holds the node's writes until every session's append is handed in: a loaded machine runs the sessions' pumps
+        // late, and an append that comes after every call of the message was answered writes its frame again (each call
+        // writes a frame once; one in flight is referenced, one answered is not: its buffer may be another message's by then).
         await using var publisher = await ProtocolClient.OpenAsync(cluster[0].Port, "publisher");
-        await publisher.PublishAsync("wide", new string('x', Size));
+        await Until.True(() => cluster[0].Engine().Sessions.AppendsUnanswered == 0, "the subscriptions' appends answered");
+        await redis.GetServers()[0].ExecuteAsync("CLIENT", "PAUSE", "20000", "WRITE");
+        try
+        {
+            await publisher.PublishAsync("wide", new string('x', Size));
+            await Until.True(() => cluster[0].Engine().Sessions.AppendsUnanswered == Sessions, "every session's append handed in");
+        }
+        finally
+        {
+            await redis.GetServers()[0].ExecuteAsync("CLIENT", "UNPAUSE");
+        }
+
         foreach (LongPollClient session in sessions)
         {
             await Until.True(async () => (long?)await db.HashGetAsync("{herald}:lp:" + session.Session, "seq") == 1, "the message appended to every session");

@@ -205,6 +205,9 @@ internal sealed class ClusterSharedSessions : ISharedSessions
     public Task<long> AppendAsync(string token, IReadOnlyList<SharedEntry> entries, int maxPending, long maxPendingBytes, bool disconnect, TimeSpan ttl) =>
         _appends.AppendAsync(token, entries, maxPending, maxPendingBytes, disconnect, ttl);
 
+    /// <summary>This node's appends handed in and not yet answered (tests: a barrier while Redis is paused).</summary>
+    internal int AppendsUnanswered => _appends.Unanswered;
+
     /// <summary>
     /// One read of a poll (any node): acknowledges, then what is above the ack, read in Redis one entry at a time while
     /// the answer has room (<paramref name="maxMessages"/>, <paramref name="maxBytes"/>); <paramref name="hold"/>:

@@ -39,6 +39,10 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
     private int _waiting;
     private long _waitingBytes;
     private long _calls;
+    private int _unanswered;
+
+    /// <summary>Appends handed in and not yet answered, gathered or in a call (tests hold a paused Redis until this many are).</summary>
+    internal int Unanswered => Volatile.Read(ref _unanswered);
 
     /// <summary>
     /// Appends a session's messages, its stream bounded in messages and bytes; returns messages dropped (DropOldest), -1
@@ -53,6 +57,7 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
         }
 
         var append = new PendingAppend(token, entries, maxPending, maxPendingBytes, disconnect, (long)ttl.TotalMilliseconds, bytes);
+        Interlocked.Increment(ref _unanswered);
         Interlocked.Increment(ref _waiting);
         Interlocked.Add(ref _waitingBytes, bytes);
         _appends.Enqueue(append);
@@ -268,7 +273,11 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
                     entries.Forget(append.Token);
                 }
 
-                append.Done.TrySetResult(result);
+                if (append.Done.TrySetResult(result))
+                {
+                    Interlocked.Decrement(ref _unanswered);
+                }
+
                 woken(append.Token);
             }
         }
@@ -283,7 +292,11 @@ internal sealed class SharedSessionAppends(ClusterShards shards, string node, Ti
             foreach (PendingAppend append in batch)
             {
                 entries.RenewAgain(append.Token);
-                append.Done.TrySetException(ClusterSharedSessions.Unavailable(e));
+                if (append.Done.TrySetException(ClusterSharedSessions.Unavailable(e)))
+                {
+                    Interlocked.Decrement(ref _unanswered);
+                }
+
                 woken(append.Token); // Redis may have run it: a poll held here reads again rather than wait for a wake that is not coming
             }
         }
