@@ -138,8 +138,37 @@ public sealed class ClusterInternodeTests(ITestOutputHelper output)
     [Fact]
     public async Task A_flood_from_another_node_past_the_inbound_bound_is_shed_counted_and_told_to_its_subscribers_while_a_bystander_gets_everything()
     {
-        const int Flood = InboundFlood.Publications, Calm = InboundFlood.Calm;
-        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, configureNode: (node, o) => o.Cluster.MaxInboundMessages = node == 0 ? 8 : 10_000);
+        long shed = await FloodAsync(maxMessages: 8, maxBytes: 0, largeBytes: 0);
+        Assert.True(shed > 0, "node 0 shed nothing");
+    }
+
+    /// <summary>
+    /// Frames large in bytes and few in number: a count bound alone would let the node hold count x frame size. The
+    /// count bound is out of reach here (more than the whole flood), so whatever node 0 sheds, it sheds by bytes.
+    /// </summary>
+    [Fact]
+    public async Task A_flood_of_large_frames_from_another_node_is_bounded_by_bytes_shed_counted_and_told_while_a_bystander_gets_everything()
+    {
+        const long MaxBytes = 512 * 1024;
+        const int Large = 128 * 1024;
+        long shed = await FloodAsync(maxMessages: 100_000, maxBytes: MaxBytes, largeBytes: Large);
+        Assert.True(shed > 0, $"node 0 shed nothing with {MaxBytes} B as its bound");
+    }
+
+    /// <summary>
+    /// <see cref="InboundFlood"/> from node 1 to a victim on node 0 bounded as given, with a bystander on another topic (another Redis
+    /// subscription): each publication node 0 sheds is told to the victim, in the notice's own words (not a slow consumer's),
+    /// nothing is lost silently, and the bystander gets everything. Returns what node 0 shed.
+    /// </summary>
+    private async Task<long> FloodAsync(int maxMessages, long maxBytes, int largeBytes)
+    {
+        int flood = InboundFlood.OnFlood(largeBytes);
+        await using TestCluster cluster = await TestCluster.StartAsync(nodes: 2, configureNode: (node, o) =>
+        {
+            o.Cluster.MaxInboundMessages = node == 0 ? maxMessages : 10_000;
+            o.Cluster.MaxInboundBytes = node == 0 ? maxBytes : 16 * 1024 * 1024;
+            o.Limits.MaxPendingBytes = 64 * 1024 * 1024; // the victim reads once the flood is routed: what node 0 routes waits for it whole
+        });
 
         // On node 0, the victim and a bystander on another topic (another Redis subscription); the publisher on node 1.
         await using ProtocolClient victim = await ProtocolClient.OpenAsync(cluster[0].Port, "victim", capabilities: Capabilities.Zstd);
@@ -152,7 +181,7 @@ public sealed class ClusterInternodeTests(ITestOutputHelper output)
 
         await using ProtocolClient publisher = await ProtocolClient.OpenAsync(cluster[1].Port, "publisher", capabilities: Capabilities.Zstd);
         ClusterMetrics metrics = cluster[0].Engine().Metrics;
-        await InboundFlood.SendAsync(publisher, metrics); // node 0 cannot keep up
+        await InboundFlood.SendAsync(publisher, metrics, largeBytes); // node 0 cannot keep up
         await publisher.PublishAsync("flood", "end");
 
         long received = 0, told = 0;
@@ -162,6 +191,7 @@ public sealed class ClusterInternodeTests(ITestOutputHelper output)
             {
                 Assert.Equal(ErrorCode.MessagesDropped, frame.Error!.Value.Code);
                 Assert.False(frame.Error.Value.Fatal);
+                Assert.StartsWith("Inbound shed:", frame.Error.Value.Message, StringComparison.Ordinal); // what happened, not "Slow consumer"
                 told += (long)frame.Error.Value.Count;
             }
             else
@@ -170,14 +200,15 @@ public sealed class ClusterInternodeTests(ITestOutputHelper output)
             }
         }
 
-        output.WriteLine($"{Flood} publications from node 1: node 0 shed {metrics.InboundShed}, routed {metrics.Received}; the victim received {received} and was told of {told} lost");
-        Assert.True(metrics.InboundShed > 0, "node 0 shed nothing");
+        output.WriteLine($"{flood} publications from node 1 (large ones {largeBytes} B; node 0's bounds {maxMessages} messages, {maxBytes} B): node 0 shed {metrics.InboundShed}, routed {metrics.Received}; the victim received {received} and was told of {told} lost");
         Assert.Equal(metrics.InboundShed, told); // each shed publication told to its one subscriber
-        Assert.Equal(Flood, received + told);    // nothing lost silently
-        for (int i = 0; i < Calm; i++)
+        Assert.Equal(flood, received + told);    // nothing lost silently
+        for (int i = 0; i < InboundFlood.Calm; i++)
         {
             Assert.Equal($"calm {i}", (await bystander.ReadMessageAsync()).Text);
         }
+
+        return metrics.InboundShed;
     }
 
     private static void Tokens(Herald.Broker.Hosting.HeraldOptions o)

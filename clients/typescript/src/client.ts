@@ -159,7 +159,7 @@ export interface ClientEvents {
   /** Connected again after a loss, subscriptions restored. */
   reconnect: () => void;
   /**
-   * Problems that do not end the connection: `MessagesDropped` (the broker's slow-consumer policy, or a
+   * Problems that do not end the connection: `MessagesDropped` (the broker's slow-consumer policy, messages a cluster node shed on their way in, or a
    * slow iterator), `UnknownSubscription`, a refused subscription, a handler that threw, ...
    */
   error: (error: HeraldError) => void;

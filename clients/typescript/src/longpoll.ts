@@ -427,7 +427,7 @@ export class LongPollTransport implements Transport {
     }
     if (result.dropped > 0) {
       this.events.error(
-        new HeraldError("MessagesDropped", `The broker dropped ${result.dropped} messages of this session (slow consumer).`, {
+        new HeraldError("MessagesDropped", `The broker dropped ${result.dropped} messages of this session (its slow-consumer policy, or shed on their way in from another cluster node).`, {
           count: result.dropped,
         }),
       );

@@ -38,6 +38,7 @@ internal sealed class ClusterInbound
     private readonly int _maxFrameBytes;
     private readonly ReplayGuard[]? _replays; // per shard: an origin's numbers rise on each shard, not across them
     private readonly int _maxInbound;
+    private readonly long _maxInboundBytes;
 
     private readonly RedisPresence? _presence;
 
@@ -57,6 +58,7 @@ internal sealed class ClusterInbound
         History = history.Store;
         ClusterOptions options = shards.First.Options;
         _maxInbound = options.MaxInboundMessages;
+        _maxInboundBytes = options.MaxInboundBytes;
         _replays = options.Secret is null ? null : [.. shards.All.Select(_ => new ReplayGuard(options.ReplayWindow))];
     }
 
@@ -76,14 +78,14 @@ internal sealed class ClusterInbound
         {
             for (int read = 0; ; read++)
             {
-                if (!inbound.Queue.TryRead(out ChannelMessage message))
+                if (!TryNext(inbound, out ChannelMessage message))
                 {
                     Flush(toFlush); // once per batch read, never per message
                     message = await inbound.Queue.ReadAsync(stop.Token).ConfigureAwait(false);
                 }
-                else if ((read & (ShedCheckEvery - 1)) == 0 && _maxInbound > 0 && inbound.Queue.TryGetCount(out int waiting) && waiting > _maxInbound)
+                else if ((read & (ShedCheckEvery - 1)) == 0 && (_maxInbound > 0 || _maxInboundBytes > 0))
                 {
-                    Shed(inbound, waiting - (_maxInbound / 2), toFlush);
+                    Bound(inbound, toFlush);
                 }
 
                 if (Deliver(inbound, message.Message, toFlush) is { } gap)
@@ -105,18 +107,63 @@ internal sealed class ClusterInbound
     /// <summary>How often (in messages read without waiting) a reader looks at how many wait behind it: a power of 2.</summary>
     private const int ShedCheckEvery = 16;
 
+    /// <summary>The next publication waiting: the oldest the reader took ahead (<see cref="Bound"/>), else the queue's. Caller: the reader.</summary>
+    private static bool TryNext(RedisSubscription inbound, out ChannelMessage message)
+    {
+        if (inbound.Ahead.Count > 0 && inbound.Ahead.TryDequeue(out message))
+        {
+            inbound.AheadBytes -= SizeOf(message);
+            inbound.AheadCount = inbound.Ahead.Count;
+            return true;
+        }
+
+        return inbound.Queue.TryRead(out message);
+    }
+
+    /// <summary>What a waiting publication holds: its bytes as Redis sent them (the envelope), and about 100 of StackExchange.Redis's (README).</summary>
+    private static long SizeOf(in ChannelMessage message) => ((ReadOnlyMemory<byte>)message.Message).Length;
+
     /// <summary>
-    /// The reader is <paramref name="count"/> publications over its bound (<c>MaxInboundMessages</c>, spec cluster.md §4):
-    /// they are taken off its queue without being routed, counted, and each subscriber here whose pattern matches one
-    /// is told how many it lost (as <c>DropOldest</c> tells, README §6.3), once for the whole shedding. A queue group's
-    /// members are each told of what one of them would have had. Rare, and cheaper per publication than routing it
-    /// (a decode and a cached match), so a reader that sheds catches up. Caller: the reader.
+    /// Counts what waits behind the reader against its bounds (spec cluster.md §4): with <c>MaxInboundBytes</c>, every
+    /// publication queued is taken ahead (<see cref="RedisSubscription.Ahead"/>) and its bytes added up, since
+    /// StackExchange.Redis's queue counts only messages. Over either bound, sheds the oldest. Caller: the reader, every
+    /// <see cref="ShedCheckEvery"/> publications read without waiting.
+    /// </summary>
+    private void Bound(RedisSubscription inbound, List<IMessageSink> toFlush)
+    {
+        if (_maxInboundBytes > 0)
+        {
+            while (inbound.AheadBytes <= _maxInboundBytes && inbound.Queue.TryRead(out ChannelMessage next))
+            {
+                inbound.Ahead.Enqueue(next);
+                inbound.AheadBytes += SizeOf(next);
+            }
+
+            inbound.AheadCount = inbound.Ahead.Count;
+        }
+
+        int waiting = inbound.AheadCount + (inbound.Queue.TryGetCount(out int queued) ? queued : 0);
+        bool overCount = _maxInbound > 0 && waiting > _maxInbound;
+        bool overBytes = _maxInboundBytes > 0 && inbound.AheadBytes > _maxInboundBytes;
+        if (overCount || overBytes)
+        {
+            Shed(inbound, overCount ? waiting - (_maxInbound / 2) : 0, toFlush);
+        }
+    }
+
+    /// <summary>
+    /// The reader is over its bound (<c>MaxInboundMessages</c> by <paramref name="count"/> publications, or
+    /// <c>MaxInboundBytes</c>, spec cluster.md §4): the oldest are taken off its queue without being routed, down to half
+    /// of each bound, counted, and each subscriber here whose pattern matches one is told how many it lost (as shed, not
+    /// as a slow consumer: README §6.3), once for the whole shedding. A queue group's members are each told of what one
+    /// of them would have had. Rare, and cheaper per publication than routing it (a decode and a cached match), so a
+    /// reader that sheds catches up. Caller: the reader.
     /// </summary>
     private void Shed(RedisSubscription inbound, int count, List<IMessageSink> toFlush)
     {
         var lost = new Dictionary<IMessageSink, long>(ReferenceEqualityComparer.Instance);
         int shed = 0;
-        for (; shed < count && inbound.Queue.TryRead(out ChannelMessage message); shed++)
+        for (; (shed < count || (_maxInboundBytes > 0 && inbound.AheadBytes > _maxInboundBytes / 2)) && TryNext(inbound, out ChannelMessage message); shed++)
         {
             ReadOnlyMemory<byte> bytes = message.Message;
             bool positioned = ClusterHistory.TryReadPositioned(bytes, out _, out _, out ReadOnlyMemory<byte> envelope);

@@ -84,6 +84,8 @@ internal sealed class ClusterInterest : ISharedInterest, IInterestListener
             {
                 queued += count;
             }
+
+            queued += inbound.AheadCount;
         }
 
         return queued;

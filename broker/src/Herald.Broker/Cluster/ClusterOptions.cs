@@ -55,6 +55,14 @@ public sealed class ClusterOptions
     public int MaxInboundMessages { get; set; } = 10_000;
 
     /// <summary>
+    /// The same bound in bytes (the publications' envelopes as Redis sent them), per Redis subscription: a publisher of
+    /// frames near <c>MaxFrameBytes</c> would otherwise make a node hold <see cref="MaxInboundMessages"/> of them. Checked
+    /// as the count is; past it the reader sheds the oldest down to half of it, counted and told the same way. 0: no limit.
+    /// </summary>
+    [Range(0, long.MaxValue)]
+    public long MaxInboundBytes { get; set; } = 16 * 1024 * 1024;
+
+    /// <summary>
     /// How long a node that acts on clients for the server API (disconnect, revoke, server-side subscribe: spec cluster.md
     /// §14) waits for the other nodes' answers before it answers the backend with what it has (<c>nodes</c> of
     /// <c>nodes_asked</c>); an action's control message carries the same deadline, past which a node does not carry it out.

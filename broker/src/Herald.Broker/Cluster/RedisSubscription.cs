@@ -22,6 +22,24 @@ internal sealed class RedisSubscription(CoverKey key, ChannelMessageQueue queue)
 
     public ChannelMessageQueue Queue { get; } = queue;
 
+    /// <summary>
+    /// Publications the reader took off <see cref="Queue"/> ahead of routing them, oldest first, to count their bytes
+    /// against <c>MaxInboundBytes</c> (StackExchange.Redis's queue counts only messages). The reader's.
+    /// </summary>
+    public Queue<ChannelMessage> Ahead { get; } = new();
+
+    /// <summary>The bytes of <see cref="Ahead"/>'s publications. The reader's.</summary>
+    public long AheadBytes { get; set; }
+
+    /// <summary>How many <see cref="Ahead"/> holds: written by the reader, read by monitoring (<see cref="ClusterInterest.InboundQueuedOn"/>).</summary>
+    public int AheadCount
+    {
+        get => Volatile.Read(ref _aheadCount);
+        set => Volatile.Write(ref _aheadCount, value);
+    }
+
+    private int _aheadCount;
+
     public Task Reader { get; set; } = Task.CompletedTask;
 
     public CancellationTokenSource Stop { get; } = new();

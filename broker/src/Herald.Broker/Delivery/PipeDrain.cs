@@ -18,6 +18,9 @@ internal interface IDrainFormat
     /// <summary>The subscriber missed <paramref name="dropped"/> messages (<see cref="SlowConsumerPolicy.DropOldest"/>).</summary>
     void WriteDropped(PipeWriter output, long dropped, BacklogLimits limits);
 
+    /// <summary>The subscriber missed <paramref name="shed"/> messages shed on their way in from another node (<see cref="IMessageSink.Lost"/>): not its doing.</summary>
+    void WriteShed(PipeWriter output, long shed);
+
     /// <summary>The subscriptions <paramref name="sids"/> may have lost an unknown number of messages (<see cref="IMessageSink.Gaps"/>).</summary>
     void WriteGaps(PipeWriter output, uint[] sids);
 }
@@ -29,6 +32,9 @@ internal readonly struct FrameFormat : IDrainFormat
 
     public void WriteDropped(PipeWriter output, long dropped, BacklogLimits limits) =>
         FrameWriter.WriteError(output, ErrorCode.MessagesDropped, fatal: false, $"Slow consumer: {dropped} messages were dropped because more than {limits.MaxMessages} messages or {limits.MaxBytes} bytes were waiting.", (ulong)dropped);
+
+    public void WriteShed(PipeWriter output, long shed) =>
+        FrameWriter.WriteError(output, ErrorCode.MessagesDropped, fatal: false, PipeDrain.ShedMessage(shed), (ulong)shed);
 
     /// <summary>One <c>MessagesDropped</c> with count 0 and the sids (spec §4.8), at most <see cref="PipeDrain.SidsPerFrame"/> a frame.</summary>
     public void WriteGaps(PipeWriter output, uint[] sids)
@@ -51,6 +57,10 @@ internal static class PipeDrain
 
     /// <summary>What a loss notice says to people (spec §6.3: its sids say which subscriptions).</summary>
     public const string GapsMessage = "These subscriptions may have lost an unknown number of messages: a Redis shard of the cluster that carries their topics was unreachable.";
+
+    /// <summary>What a notice of messages shed on their way in from another node says to people (spec §6.3): the subscriber is not the cause.</summary>
+    public static string ShedMessage(long shed) =>
+        $"Inbound shed: {shed} messages for this client were shed before reaching it: publishers on other cluster nodes sent faster than this node could route, past its inbound bound (Herald:Cluster:MaxInboundMessages or MaxInboundBytes). Not a slow consumer.";
 }
 
 /// <summary>
@@ -149,6 +159,11 @@ internal sealed class PipeDrain<TFormat> : IBacklogReader, IThreadPoolWorkItem
                 if (take.Dropped > 0)
                 {
                     _format.WriteDropped(_output, take.Dropped, _backlog.Limits);
+                }
+
+                if (take.Shed > 0)
+                {
+                    _format.WriteShed(_output, take.Shed);
                 }
 
                 if (take.Gaps is { Length: > 0 } gaps)

@@ -73,6 +73,7 @@ internal sealed partial class SubscriberBacklog : IMessageSink
     private int _pendingReplies;
     private TaskCompletionSource? _repliesTaken;
     private long _droppedUnreported;
+    private long _shedUnreported;
     private SortedSet<uint>? _gapsUnreported;
     private long _droppedTotal;
     /// <summary>
@@ -290,7 +291,7 @@ internal sealed partial class SubscriberBacklog : IMessageSink
                 return Enqueued.Dropped;
             }
 
-            _droppedUnreported += count; // told with the next write, as DropOldest's
+            _shedUnreported += count; // told with the next write, as DropOldest's drops are, in words of its own
             _droppedTotal += count;
             wake = !_signalled;
             _signalled |= wake;
@@ -361,6 +362,8 @@ internal sealed partial class SubscriberBacklog : IMessageSink
 
             long dropped = _droppedUnreported;
             _droppedUnreported = 0;
+            long shed = _shedUnreported;
+            _shedUnreported = 0;
             uint[]? gaps = _gapsUnreported is null ? null : [.. _gapsUnreported];
             _gapsUnreported = null;
             if (count > 0)
@@ -382,7 +385,7 @@ internal sealed partial class SubscriberBacklog : IMessageSink
                 _final = null;
             }
 
-            if (count == 0 && dropped == 0 && gaps is null && final is null)
+            if (count == 0 && dropped == 0 && shed == 0 && gaps is null && final is null)
             {
                 if (_completing)
                 {
@@ -394,7 +397,7 @@ internal sealed partial class SubscriberBacklog : IMessageSink
                 return new StreamTake(0, 0, null, Idle: true);
             }
 
-            return new StreamTake(count, dropped, final, Idle: false) { Gaps = gaps };
+            return new StreamTake(count, dropped, final, Idle: false) { Shed = shed, Gaps = gaps };
         }
     }
 
@@ -576,6 +579,9 @@ internal sealed partial class SubscriberBacklog : IMessageSink
 /// <summary>What one stream take moved: <see cref="Count"/> frames into the batch, drops to report, the final frame.</summary>
 internal readonly record struct StreamTake(int Count, long Dropped, MessageBuffer? Final, bool Idle)
 {
+    /// <summary>Messages shed on their way in from another node since the last take (<see cref="IMessageSink.Lost"/>), told apart from <see cref="Dropped"/>.</summary>
+    public long Shed { get; init; }
+
     /// <summary>The sids that may have lost an unknown number of messages since the last take (ascending), or null.</summary>
     public uint[]? Gaps { get; init; }
 }

@@ -221,13 +221,20 @@ internal sealed class SseFormat : IDrainFormat, IDisposable
     }
 
     /// <inheritdoc/>
-    public void WriteDropped(PipeWriter output, long dropped, BacklogLimits limits)
+    public void WriteDropped(PipeWriter output, long dropped, BacklogLimits limits) =>
+        WriteDropped(output, dropped, $"Slow consumer: {dropped} messages were dropped because more than {limits.MaxMessages} messages or {limits.MaxBytes} bytes were waiting.");
+
+    /// <inheritdoc/>
+    public void WriteShed(PipeWriter output, long shed) => WriteDropped(output, shed, PipeDrain.ShedMessage(shed));
+
+    /// <summary><c>event: dropped</c> with the count and what happened (sse.md §2).</summary>
+    private void WriteDropped(PipeWriter output, long dropped, string message)
     {
         output.Write("event: dropped\ndata: "u8);
         _json.Reset(output);
         _json.WriteStartObject();
         _json.WriteNumber("dropped"u8, dropped);
-        _json.WriteString("message"u8, $"Slow consumer: {dropped} messages were dropped because more than {limits.MaxMessages} messages or {limits.MaxBytes} bytes were waiting.");
+        _json.WriteString("message"u8, message);
         _json.WriteEndObject();
         _json.Flush();
         output.Write("\n\n"u8);

@@ -10,7 +10,7 @@ namespace Herald.Cli.Commands;
 /// <summary>
 /// <c>herald sub PATTERN...</c>: prints what arrives on stdout until <c>--count</c> messages or Ctrl+C; says on
 /// stderr when it is subscribed (the broker has every subscription), and what the client surfaces meanwhile:
-/// messages the broker dropped for it (slow consumer), a lost connection and the reconnect. With <c>--join</c> it is
+/// messages the broker dropped for it (slow consumer, or shed by a cluster node), a lost connection and the reconnect. With <c>--join</c> it is
 /// present on its topics (spec §15, shown with <c>--info</c>); with <c>--presence-events</c> it also prints their join
 /// and leave events, in their turn among the messages, marked as events (never as messages; not counted by <c>--count</c>).
 /// </summary>
@@ -122,10 +122,13 @@ internal static class SubCommand
         return command;
     }
 
-    /// <summary>A notice for an error no call was waiting for; the slow-consumer ones say what they mean.</summary>
+    /// <summary>
+    /// A notice for an error no call was waiting for; the loss ones say what they mean. A <c>MessagesDropped</c> is a slow
+    /// consumer's drops or messages a cluster node shed on their way in (spec §6.3): the broker's words say which.
+    /// </summary>
     internal static string Describe(HeraldException error) => error.ErrorCode switch
     {
-        ErrorCode.MessagesDropped => $"herald: the broker dropped {error.Count} message(s) for this subscriber: it read too slowly (slow consumer)",
+        ErrorCode.MessagesDropped => $"herald: the broker dropped {error.Count} message(s) for this subscriber: {error.Message}",
         ErrorCode.SlowConsumer => "herald: the broker closed this connection as a slow consumer (messages were lost); reconnecting",
         ErrorCode.None => $"herald: {error.Message}",
         _ => $"herald: {error.ErrorCode}: {error.Message}",

@@ -366,7 +366,7 @@ internal sealed class LongPollConnection : BrokerConnection
 
                         if (page.Dropped > 0)
                         {
-                            Client.ReportError(new HeraldException(ErrorCode.MessagesDropped, $"The broker dropped {page.Dropped} messages of this session (its slow-consumer policy).") { Count = (ulong)page.Dropped });
+                            Client.ReportError(new HeraldException(ErrorCode.MessagesDropped, $"The broker dropped {page.Dropped} messages of this session (its slow-consumer policy, or shed on their way in from another cluster node).") { Count = (ulong)page.Dropped });
                         }
 
                         foreach (HeraldMessage message in messages)
